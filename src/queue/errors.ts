@@ -1,0 +1,66 @@
+// Typed queue errors. Transports map these to Connect codes / HTTP status in
+// exactly one place (src/api/errors.ts); nothing else decides a status code.
+// Messages are safe to show to clients: they never carry database text.
+
+export abstract class QueueError extends Error {
+  abstract readonly kind: string;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** The request is malformed or breaks a limit; `field` names the offending field. */
+export class ValidationError extends QueueError {
+  readonly kind = "validation";
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(`${field}: ${message}`);
+  }
+}
+
+/** An unknown job, task or workload. */
+export class NotFoundError extends QueueError {
+  readonly kind = "not_found";
+  constructor(
+    readonly entity: "job" | "task" | "workload",
+    readonly id: string,
+  ) {
+    super(`${entity} ${JSON.stringify(id)} not found`);
+  }
+}
+
+export type LeaseConflictReason = "not_leaseholder" | "stale_attempt" | "lease_expired" | "task_cancelled" | "task_finished";
+
+/** A stale, foreign or expired lease, or a task that is cancelled or already finished. */
+export class LeaseConflictError extends QueueError {
+  readonly kind = "lease_conflict";
+  constructor(
+    readonly reason: LeaseConflictReason,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The task is already completed with a different result manifest. */
+export class ResultConflictError extends QueueError {
+  readonly kind = "result_conflict";
+}
+
+/** The idempotency key was used before for a different request. */
+export class IdempotencyConflictError extends QueueError {
+  readonly kind = "idempotency_conflict";
+}
+
+/** The database is down or the pool has no connection to give in time. */
+export class UnavailableError extends QueueError {
+  readonly kind = "unavailable";
+}
+
+/** The request's deadline passed (or it was cancelled) before the database answered. */
+export class DeadlineExceededError extends QueueError {
+  readonly kind = "deadline_exceeded";
+}

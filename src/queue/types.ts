@@ -1,0 +1,186 @@
+// Domain types shared by every transport and the store. Plain objects only:
+// no pg rows and no generated proto types cross this boundary.
+
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+export type JsonObject = { [key: string]: JsonValue };
+
+export const JOB_STATUSES = ["pending", "running", "completed", "failed", "cancelled"] as const;
+export type JobStatus = (typeof JOB_STATUSES)[number];
+
+export const TASK_STATUSES = ["pending", "leased", "completed", "failed", "cancelled"] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+
+export interface Workload {
+  name: string;
+  maxAttempts: number;
+  leaseSeconds: number;
+  parametersSchema: JsonObject | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export interface Job {
+  id: string;
+  workload: string;
+  inputUri: string;
+  inputSha256: string | null;
+  parameters: JsonObject;
+  status: JobStatus;
+  priority: number;
+  idempotencyKey: string | null;
+  traceparent: string | null;
+  cancelReason: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  completedAt: Date | null;
+}
+
+export interface Task {
+  id: string;
+  jobId: string;
+  chunkIndex: number;
+  workload: string;
+  inputUri: string;
+  inputSha256: string;
+  parameters: JsonObject;
+  status: TaskStatus;
+  attempt: number;
+  maxAttempts: number;
+  priority: number;
+  leaseOwner: string | null;
+  leaseExpiresAt: Date | null;
+  resultUri: string | null;
+  resultSha256: string | null;
+  metrics: JsonObject | null;
+  errorCode: string | null;
+  errorMessage: string | null;
+  createdAt: Date;
+  startedAt: Date | null;
+  completedAt: Date | null;
+  runAfter: Date;
+  version: number;
+  traceparent: string | null;
+}
+
+/** One chunk of a job as submitted; `workload` defaults to the job's. */
+export interface TaskSpec {
+  chunkIndex: number;
+  inputUri: string;
+  inputSha256: string;
+  parameters?: JsonObject;
+  workload?: string;
+}
+
+export interface CreateJobInput {
+  workload: string;
+  inputUri?: string;
+  inputSha256?: string;
+  parameters?: JsonObject;
+  priority?: number;
+  maxAttempts?: number;
+  idempotencyKey?: string;
+  traceparent?: string;
+  /** Empty or absent: one task, chunk 0, from the job's own input. */
+  tasks?: TaskSpec[];
+}
+
+export interface CreateJobResult {
+  job: Job;
+  tasks: Task[];
+  /** false when an identical request with the same idempotency key already created the job. */
+  created: boolean;
+}
+
+export interface ClaimTasksInput {
+  workerId: string;
+  workloads: string[];
+  /** default 1, at most MAX_CLAIM_BATCH */
+  maxTasks?: number;
+  /** default: each workload's lease_seconds */
+  leaseSeconds?: number;
+  /** long poll: park up to this many seconds when nothing is claimable */
+  waitSeconds?: number;
+}
+
+/** Identifies one lease: the task, who holds it, and which attempt (the fencing token). */
+export interface LeaseRef {
+  taskId: string;
+  workerId: string;
+  attempt: number;
+}
+
+export interface RenewLeaseInput extends LeaseRef {
+  leaseSeconds?: number;
+}
+
+export interface CompleteTaskInput extends LeaseRef {
+  resultUri: string;
+  resultSha256: string;
+  metrics?: JsonObject;
+}
+
+export interface FailTaskInput extends LeaseRef {
+  errorCode: string;
+  errorMessage?: string;
+  /** default true */
+  retryable?: boolean;
+  /** overrides the computed backoff when the task is retried */
+  retryAfterSeconds?: number;
+}
+
+export type TaskCounts = Record<TaskStatus, number>;
+
+export interface JobStatusResult {
+  job: Job;
+  taskCounts: TaskCounts;
+  totalTasks: number;
+  /** completed / total, 0..1 */
+  progress: number;
+}
+
+export interface ResultManifest {
+  chunkIndex: number;
+  taskId: string;
+  resultUri: string;
+  resultSha256: string;
+  metrics: JsonObject | null;
+  completedAt: Date;
+}
+
+export interface ListCompletedResultsInput {
+  jobId: string;
+  /** default 100, at most 1000 */
+  pageSize?: number;
+  /** opaque; empty or absent for the first page */
+  pageToken?: string;
+}
+
+export interface ListCompletedResultsResult {
+  results: ResultManifest[];
+  /** empty when there is no further page */
+  nextPageToken: string;
+}
+
+export interface CancelJobInput {
+  jobId: string;
+  reason?: string;
+}
+
+export interface PutWorkloadInput {
+  name: string;
+  maxAttempts?: number;
+  leaseSeconds?: number;
+  parametersSchema?: JsonObject | null;
+}
+
+export interface ExpireLeasesResult {
+  /** leases returned to pending (attempts left) */
+  requeued: number;
+  /** tasks failed with lease_expired (no attempts left) */
+  failed: number;
+}
+
+/** Per-call options: every database call runs under the request's deadline. */
+export interface CallOptions {
+  signal?: AbortSignal;
+}

