@@ -21,7 +21,7 @@ export async function startEmbeddedPostgres(opts: {
   dataDir: string;
   port: number;
   persistent: boolean;
-  onLog?: (line: string) => void;
+  onLog?: (message: unknown) => void;
 }): Promise<EmbeddedDatabase> {
   const dataDir = path.resolve(opts.dataDir);
   mkdirSync(path.dirname(dataDir), { recursive: true });
