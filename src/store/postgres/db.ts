@@ -1,0 +1,156 @@
+// Pool creation, deadlines and pg error translation: the plumbing every query goes through.
+
+import pg from "pg";
+import { DeadlineExceededError, QueueError, UnavailableError, ValidationError } from "../../queue/errors.js";
+
+export interface PoolOptions {
+  connectionString: string;
+  max: number;
+  /** server-side statement_timeout on every connection: the floor under every deadline */
+  statementTimeoutMs: number;
+  /** longest wait for a connection (new or from the pool's queue) before UNAVAILABLE */
+  connectTimeoutMs: number;
+  applicationName?: string;
+}
+
+export function createPool(opts: PoolOptions): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: opts.connectionString,
+    max: opts.max,
+    statement_timeout: opts.statementTimeoutMs,
+    connectionTimeoutMillis: opts.connectTimeoutMs,
+    idleTimeoutMillis: 30_000,
+    application_name: opts.applicationName ?? "leasehold",
+  });
+  // An idle client whose server went away (restart, failover) emits here; without a listener
+  // the process would crash. The pool drops that client and the next checkout connects anew.
+  pool.on("error", () => {});
+  return pool;
+}
+
+const UNAVAILABLE_CODES = new Set(["57P01", "57P02", "57P03", "53300", "53400", "ECONNREFUSED", "ECONNRESET", "ENOTFOUND", "EPIPE", "ETIMEDOUT"]);
+
+function isConnectionFailure(err: unknown): boolean {
+  const e = err as { code?: string; message?: string };
+  if (e?.code && (UNAVAILABLE_CODES.has(e.code) || e.code.startsWith("08"))) return true;
+  return /timeout exceeded when trying to connect|Connection terminated|connection terminated|Client has encountered a connection error|Client was closed|the database system is (starting up|shutting down)/.test(
+    e?.message ?? "",
+  );
+}
+
+/**
+ * Translates a pg failure into a typed queue error. Database text never leaves
+ * here inside a typed error; an unrecognised error is rethrown as is and the
+ * transport answers INTERNAL with a generic message.
+ */
+export function toQueueError(err: unknown, signal?: AbortSignal): unknown {
+  if (err instanceof QueueError) return err;
+  if (signal?.aborted) return new DeadlineExceededError("the request's deadline passed before the database answered", { cause: err });
+  const code = (err as { code?: string })?.code ?? "";
+  if (code === "57014") return new DeadlineExceededError("the database statement timed out", { cause: err });
+  if (isConnectionFailure(err)) return new UnavailableError("the database is unavailable; retry later", { cause: err });
+  // Data errors (class 22) and check violations are client values validation should have caught;
+  // they are still the client's mistake, never a 5xx.
+  if (code.startsWith("22") || code === "23514") {
+    const e = new ValidationError("request", "contains a value the database cannot store");
+    (e as { cause?: unknown }).cause = err;
+    return e;
+  }
+  return err;
+}
+
+export function isConnectionBroken(err: unknown): boolean {
+  return isConnectionFailure(err);
+}
+
+/** Resolves like `promise`, or rejects when signal aborts first; a late result is handed to `discard`. */
+export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined, discard: (value: T) => void): Promise<T> {
+  if (!signal) return promise;
+  if (signal.aborted) {
+    promise.then(discard, () => {});
+    return Promise.reject(new DeadlineExceededError("the request's deadline passed before a connection was free"));
+  }
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const onAbort = () => {
+      if (settled) return;
+      settled = true;
+      promise.then(discard, () => {});
+      reject(new DeadlineExceededError("the request's deadline passed before a connection was free"));
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        if (settled) return discard(v);
+        settled = true;
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener("abort", onAbort);
+        if (settled) return;
+        settled = true;
+        reject(e);
+      },
+    );
+  });
+}
+
+/**
+ * Asks the server to cancel whatever the backend behind `client` is running.
+ * Uses a separate short-lived connection, not the pool: under overload the pool has none to give.
+ */
+export async function cancelBackend(pool: pg.Pool, client: pg.PoolClient): Promise<void> {
+  const pid = (client as unknown as { processID?: number }).processID;
+  if (!pid) return;
+  const canceller = new pg.Client((pool as unknown as { options: pg.ClientConfig }).options);
+  canceller.on("error", () => {});
+  try {
+    await canceller.connect();
+    await canceller.query("SELECT pg_cancel_backend($1)", [pid]);
+  } catch {
+    // Best effort: statement_timeout still bounds the query.
+  } finally {
+    await canceller.end().catch(() => {});
+  }
+}
+
+/**
+ * Runs fn on one pooled connection under the caller's deadline: waiting for the
+ * connection honours the signal, and an abort mid-query cancels it on the server.
+ */
+export async function withClient<T>(pool: pg.Pool, signal: AbortSignal | undefined, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  let client: pg.PoolClient;
+  try {
+    client = await abortable(pool.connect(), signal, (late) => late.release());
+  } catch (err) {
+    throw toQueueError(err, signal);
+  }
+  const onAbort = () => void cancelBackend(pool, client);
+  signal?.addEventListener("abort", onAbort, { once: true });
+  let broken: Error | undefined;
+  try {
+    return await fn(client);
+  } catch (err) {
+    if (isConnectionBroken(err)) broken = err as Error;
+    throw toQueueError(err, signal);
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+    client.release(broken);
+  }
+}
+
+/** withClient inside BEGIN … COMMIT; any failure rolls back. */
+export async function inTransaction<T>(pool: pg.Pool, signal: AbortSignal | undefined, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  return withClient(pool, signal, async (client) => {
+    await client.query("BEGIN");
+    try {
+      const result = await fn(client);
+      await client.query("COMMIT");
+      return result;
+    } catch (err) {
+      await client.query("ROLLBACK").catch(() => {});
+      throw err;
+    }
+  });
+}

@@ -1,0 +1,248 @@
+// Every SQL statement of the store, one place per query, each with why it is shaped the way it is.
+// All parameterized; all times from the database clock (now()).
+// Channel for wake-ups: payload is the workload whose tasks became claimable. pg_notify inside the
+// writing transaction is delivered only at commit, so a woken claimer always finds the rows.
+
+export const NOTIFY_CHANNEL = "leasehold_tasks";
+
+
+export const SELECT_WORKLOADS_BY_NAME = `SELECT * FROM workloads WHERE name = ANY($1::text[])`;
+export const SELECT_ALL_WORKLOADS = `SELECT * FROM workloads ORDER BY name`;
+
+export const UPSERT_WORKLOAD = `
+INSERT INTO workloads (name, max_attempts, lease_seconds, parameters_schema)
+VALUES ($1, $2, $3, $4::jsonb)
+ON CONFLICT (name) DO UPDATE
+  SET max_attempts = EXCLUDED.max_attempts,
+      lease_seconds = EXCLUDED.lease_seconds,
+      parameters_schema = EXCLUDED.parameters_schema,
+      updated_at = now()
+RETURNING *`;
+
+// ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key safe: the loser
+// gets no row (after waiting for the winner's commit) and reads the winner's job instead.
+export const INSERT_JOB = `
+INSERT INTO jobs (workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING *`;
+
+export const SELECT_JOB_BY_IDEMPOTENCY_KEY = `SELECT * FROM jobs WHERE idempotency_key = $1`;
+
+// The whole task list travels as one jsonb parameter and is inserted in one statement:
+// a 10,000-task job is one round trip, and constraint failures abort all of it.
+export const INSERT_TASKS = `
+INSERT INTO tasks (job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent)
+SELECT $1, s.chunk_index, s.workload, s.input_uri, s.input_sha256, coalesce(s.parameters, '{}'::jsonb), s.max_attempts, $3, $4
+FROM jsonb_to_recordset($2::jsonb)
+  AS s(chunk_index int, workload text, input_uri text, input_sha256 text, parameters jsonb, max_attempts int)
+RETURNING *`;
+
+export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w) FROM unnest($1::text[]) AS w`;
+
+export const SELECT_JOB = `SELECT * FROM jobs WHERE id = $1`;
+export const SELECT_JOB_TASKS = `SELECT * FROM tasks WHERE job_id = $1 ORDER BY chunk_index`;
+export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
+
+/*
+ * The claim: one statement, so there is no window between choosing and taking.
+ * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
+ *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
+ *     expired: leases whose holder went silent, with attempts left (tasks_claim_expired_idx),
+ *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx).
+ * - FOR UPDATE SKIP LOCKED: concurrent claimers skip each other's candidates instead of queueing.
+ * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
+ * - The job moves to running in the same statement; `status = 'pending'` keeps that a no-op
+ *   (and lock-free) for jobs already running.
+ * $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
+ */
+export const CLAIM_TASKS = `
+WITH expired AS (
+  SELECT c.id, c.priority, c.created_at, c.chunk_index, 0 AS arm
+  FROM unnest($1::text[]) AS w(name)
+  CROSS JOIN LATERAL (
+    SELECT id, priority, created_at, chunk_index FROM tasks
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts
+    ORDER BY lease_expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+  ) c
+), fresh AS (
+  SELECT c.id, c.priority, c.created_at, c.chunk_index, 1 AS arm
+  FROM unnest($1::text[]) AS w(name)
+  CROSS JOIN LATERAL (
+    SELECT id, priority, created_at, chunk_index FROM tasks
+    WHERE status = 'pending' AND workload = w.name AND run_after <= now()
+    ORDER BY priority DESC, created_at, chunk_index
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+  ) c
+), picked AS (
+  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY arm, priority DESC, created_at, chunk_index
+  LIMIT $2
+), claimed AS (
+  UPDATE tasks t
+  SET status = 'leased',
+      attempt = t.attempt + 1,
+      lease_owner = $3,
+      lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
+      started_at = coalesce(t.started_at, now()),
+      version = t.version + 1
+  FROM picked, workloads wl
+  WHERE t.id = picked.id AND wl.name = t.workload
+  RETURNING t.*
+), running AS (
+  UPDATE jobs SET status = 'running', updated_at = now()
+  WHERE id IN (SELECT job_id FROM claimed) AND status = 'pending'
+)
+SELECT * FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
+
+// Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
+// worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
+const liveLease = (t: string) =>
+  `${t}.status = 'leased' AND ${t}.lease_owner = $2 AND ${t}.attempt = $3 AND ${t}.lease_expires_at > now()`;
+
+export const RENEW_LEASE = `
+UPDATE tasks t
+SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
+    version = t.version + 1
+FROM workloads wl
+WHERE t.id = $1 AND ${liveLease("t")} AND wl.name = t.workload
+RETURNING t.*`;
+
+/*
+ * Complete one task and, when it was the job's last unfinished one, the job, in one statement.
+ * Two completions racing for a job's last two tasks each see the other still leased (snapshot),
+ * so neither finishes the job here; `recheck_job` says so, and the caller re-checks after commit
+ * (see finishJobIfDone). Mid-job completions see pending work and skip all of that cheaply
+ * (tasks_job_unfinished_idx).
+ */
+export const COMPLETE_TASK = `
+WITH done AS (
+  UPDATE tasks
+  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
+      completed_at = now(), lease_expires_at = NULL, version = version + 1
+  WHERE tasks.id = $1 AND ${liveLease("tasks")}
+  RETURNING *
+), finished AS (
+  UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
+  FROM done
+  WHERE j.id = done.job_id AND j.status = 'running'
+    AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status IN ('pending', 'leased') AND o.id <> done.id)
+  RETURNING j.id
+)
+SELECT done.*,
+  NOT EXISTS (SELECT 1 FROM finished)
+    AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job
+FROM done`;
+
+// Runs in its own statement after a completion commits, so its snapshot sees every commit that
+// came before; the last of several racing completers always finds the job done.
+export const FINISH_JOB_IF_DONE = `
+UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
+WHERE j.id = $1 AND j.status = 'running'
+  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
+
+/*
+ * Fail one task: back to pending after a backoff while attempts remain and the worker calls it
+ * retryable, else failed for good, which fails the job and cancels its unfinished tasks (their
+ * holders learn it at their next heartbeat). Backoff: the worker's retry_after_seconds, else
+ * 2^attempt seconds, ±25% jitter, capped at 5 minutes.
+ * $4 error_code, $5 retryable, $6 error_message, $7 retry_after_seconds.
+ */
+export const FAIL_TASK = `
+WITH cur AS (
+  UPDATE tasks t
+  SET status = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
+      run_after = CASE WHEN $5::boolean AND t.attempt < t.max_attempts
+        THEN now() + make_interval(secs => coalesce($7::float8, least(300, power(2, t.attempt)) * (0.75 + random() * 0.5)))
+        ELSE t.run_after END,
+      completed_at = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN NULL ELSE now() END,
+      lease_expires_at = NULL,
+      error_code = $4,
+      error_message = $6,
+      version = t.version + 1
+  WHERE t.id = $1 AND ${liveLease("t")}
+  RETURNING t.*
+), failed_job AS (
+  UPDATE jobs j SET status = 'failed', completed_at = now(), updated_at = now()
+  FROM cur
+  WHERE j.id = cur.job_id AND cur.status = 'failed' AND j.status IN ('pending', 'running')
+  RETURNING j.id
+), cancelled AS (
+  UPDATE tasks o SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = o.version + 1
+  FROM failed_job
+  WHERE o.job_id = failed_job.id AND o.status IN ('pending', 'leased') AND o.id <> $1
+), woken AS (
+  SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload) FROM cur WHERE cur.status = 'pending'
+)
+SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur`;
+
+/*
+ * The reaper, first half: expired leases back to pending while attempts remain, else failed with
+ * lease_expired. SKIP LOCKED lets every coordinator run it at once without waiting on or
+ * double-counting each other; the batch bound keeps each transaction short.
+ */
+export const EXPIRE_LEASES = `
+WITH expired AS (
+  SELECT id FROM tasks
+  WHERE status = 'leased' AND lease_expires_at <= now()
+  ORDER BY lease_expires_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE tasks t
+SET status = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
+    completed_at = CASE WHEN t.attempt < t.max_attempts THEN NULL ELSE now() END,
+    run_after = now(),
+    lease_expires_at = NULL,
+    error_code = 'lease_expired',
+    error_message = 'the lease expired before the worker reported a result',
+    version = t.version + 1
+FROM expired
+WHERE t.id = expired.id
+RETURNING t.id, t.job_id, t.workload, t.status`;
+
+// The reaper, second half, in the same transaction so it sees the first half's rows: jobs that
+// just lost a task for good fail, and their unfinished tasks are cancelled.
+export const FAIL_JOBS_AND_CANCEL_REST = `
+WITH failed_jobs AS (
+  UPDATE jobs SET status = 'failed', completed_at = now(), updated_at = now()
+  WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'running')
+  RETURNING id
+)
+UPDATE tasks t SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = t.version + 1
+FROM failed_jobs
+WHERE t.job_id = failed_jobs.id AND t.status IN ('pending', 'leased')`;
+
+// Safety net for a coordinator that died between a completion's commit and its re-check:
+// running jobs with nothing unfinished are completed. One partial-index probe per running job.
+export const FINISH_STALLED_JOBS = `
+UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
+WHERE j.status = 'running'
+  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
+
+export const COUNT_JOB_TASKS = `SELECT status, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY status`;
+
+// Keyset pagination on (job_id, chunk_index): the unique index returns each page in chunk order.
+export const LIST_COMPLETED_RESULTS = `
+SELECT chunk_index, id, result_uri, result_sha256, metrics, completed_at
+FROM tasks
+WHERE job_id = $1 AND chunk_index > $2 AND status = 'completed'
+ORDER BY chunk_index
+LIMIT $3`;
+
+export const JOB_EXISTS = `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1) AS found`;
+
+// Cancel: tasks first, then the job, the same lock order as the claim (tasks, then job), so a
+// cancel racing a claim cannot deadlock.
+export const CANCEL_JOB_TASKS = `
+UPDATE tasks SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = version + 1
+WHERE job_id = $1 AND status IN ('pending', 'leased')`;
+
+export const CANCEL_JOB = `
+UPDATE jobs SET status = 'cancelled', cancel_reason = $2, completed_at = now(), updated_at = now()
+WHERE id = $1 AND status IN ('pending', 'running')
+RETURNING *`;

@@ -1,0 +1,406 @@
+// PostgresQueue: the QueueService on PostgreSQL. Validation first (nothing invalid reaches SQL),
+// then the statements of ./queries.ts under the caller's deadline.
+
+import { createHash } from "node:crypto";
+import { Ajv, type ValidateFunction } from "ajv";
+import type pg from "pg";
+import {
+  IdempotencyConflictError,
+  LeaseConflictError,
+  NotFoundError,
+  ResultConflictError,
+  ValidationError,
+} from "../../queue/errors.js";
+import type { QueueService } from "../../queue/service.js";
+import {
+  TASK_STATUSES,
+  type CallOptions,
+  type CancelJobInput,
+  type ClaimTasksInput,
+  type CompleteTaskInput,
+  type CreateJobInput,
+  type CreateJobResult,
+  type ExpireLeasesResult,
+  type FailTaskInput,
+  type Job,
+  type JobStatusResult,
+  type JsonObject,
+  type JsonValue,
+  type LeaseRef,
+  type ListCompletedResultsInput,
+  type ListCompletedResultsResult,
+  type PutWorkloadInput,
+  type RenewLeaseInput,
+  type Task,
+  type TaskCounts,
+  type Workload,
+} from "../../queue/types.js";
+import {
+  encodePageToken,
+  requireUuid,
+  validateCancel,
+  validateClaim,
+  validateComplete,
+  validateCreateJob,
+  validateFail,
+  validateListResults,
+  validatePutWorkload,
+  validateRenew,
+  type NormalizedCreateJob,
+} from "../../queue/validation.js";
+import { inTransaction, withClient } from "./db.js";
+import * as sql from "./queries.js";
+
+export { createPool } from "./db.js";
+
+export interface StoreOptions {
+  defaultLeaseSeconds: number;
+  defaultMaxAttempts: number;
+  maxTasksPerJob: number;
+}
+
+/** Expired leases handled per reaper transaction; the loop repeats while batches come back full. */
+const REAPER_BATCH = 1000;
+
+type Row = Record<string, unknown>;
+
+function toWorkload(r: Row): Workload {
+  return {
+    name: r.name as string,
+    maxAttempts: r.max_attempts as number,
+    leaseSeconds: r.lease_seconds as number,
+    parametersSchema: (r.parameters_schema as JsonObject | null) ?? null,
+    createdAt: r.created_at as Date,
+    updatedAt: r.updated_at as Date,
+  };
+}
+
+function toJob(r: Row): Job {
+  return {
+    id: r.id as string,
+    workload: r.workload as string,
+    inputUri: r.input_uri as string,
+    inputSha256: (r.input_sha256 as string | null) ?? null,
+    parameters: r.parameters as JsonObject,
+    status: r.status as Job["status"],
+    priority: r.priority as number,
+    idempotencyKey: (r.idempotency_key as string | null) ?? null,
+    traceparent: (r.traceparent as string | null) ?? null,
+    cancelReason: (r.cancel_reason as string | null) ?? null,
+    createdAt: r.created_at as Date,
+    updatedAt: r.updated_at as Date,
+    completedAt: (r.completed_at as Date | null) ?? null,
+  };
+}
+
+function toTask(r: Row): Task {
+  return {
+    id: r.id as string,
+    jobId: r.job_id as string,
+    chunkIndex: r.chunk_index as number,
+    workload: r.workload as string,
+    inputUri: r.input_uri as string,
+    inputSha256: r.input_sha256 as string,
+    parameters: r.parameters as JsonObject,
+    status: r.status as Task["status"],
+    attempt: r.attempt as number,
+    maxAttempts: r.max_attempts as number,
+    priority: r.priority as number,
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseExpiresAt: (r.lease_expires_at as Date | null) ?? null,
+    resultUri: (r.result_uri as string | null) ?? null,
+    resultSha256: (r.result_sha256 as string | null) ?? null,
+    metrics: (r.metrics as JsonObject | null) ?? null,
+    errorCode: (r.error_code as string | null) ?? null,
+    errorMessage: (r.error_message as string | null) ?? null,
+    createdAt: r.created_at as Date,
+    startedAt: (r.started_at as Date | null) ?? null,
+    completedAt: (r.completed_at as Date | null) ?? null,
+    runAfter: r.run_after as Date,
+    version: r.version as number,
+    traceparent: (r.traceparent as string | null) ?? null,
+  };
+}
+
+/** JSON with object keys sorted, so equal documents (jsonb drops key order) compare equal. */
+function canonicalJson(v: JsonValue | undefined): string {
+  if (v === undefined) return "null";
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
+  if (v !== null && typeof v === "object") {
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson(v[k])}`)
+      .join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
+function requestFingerprint(job: NormalizedCreateJob): string {
+  return createHash("sha256").update(canonicalJson(job as unknown as JsonValue)).digest("hex");
+}
+
+export class PostgresQueue implements QueueService {
+  private readonly ajv = new Ajv({ allErrors: false, strict: false });
+  /** Compiled parameter schemas, keyed by workload name and its updated_at. */
+  private readonly validators = new Map<string, ValidateFunction>();
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly options: StoreOptions,
+  ) {}
+
+  async putWorkload(input: PutWorkloadInput, opts: CallOptions = {}): Promise<Workload> {
+    const w = validatePutWorkload(input, { maxAttempts: this.options.defaultMaxAttempts, leaseSeconds: this.options.defaultLeaseSeconds });
+    if (w.parametersSchema) {
+      try {
+        this.ajv.compile(w.parametersSchema);
+      } catch (err) {
+        throw new ValidationError("parameters_schema", `is not a valid JSON Schema: ${(err as Error).message}`);
+      }
+    }
+    const { rows } = await withClient(this.pool, opts.signal, (c) =>
+      c.query(sql.UPSERT_WORKLOAD, [w.name, w.maxAttempts, w.leaseSeconds, w.parametersSchema === null ? null : JSON.stringify(w.parametersSchema)]),
+    );
+    return toWorkload(rows[0]);
+  }
+
+  async listWorkloads(opts: CallOptions = {}): Promise<Workload[]> {
+    const { rows } = await withClient(this.pool, opts.signal, (c) => c.query(sql.SELECT_ALL_WORKLOADS));
+    return rows.map(toWorkload);
+  }
+
+  private parametersValidator(w: Workload): ValidateFunction | null {
+    if (!w.parametersSchema) return null;
+    const key = `${w.name}@${w.updatedAt.getTime()}`;
+    let validate = this.validators.get(key);
+    if (!validate) {
+      validate = this.ajv.compile(w.parametersSchema);
+      this.validators.set(key, validate);
+    }
+    return validate;
+  }
+
+  async createJob(input: CreateJobInput, opts: CallOptions = {}): Promise<CreateJobResult> {
+    const job = validateCreateJob(input, this.options.maxTasksPerJob);
+    const fingerprint = job.idempotencyKey ? requestFingerprint(job) : null;
+
+    return withClient(this.pool, opts.signal, async (c) => {
+      const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload)])];
+      const { rows: workloadRows } = await c.query(sql.SELECT_WORKLOADS_BY_NAME, [names]);
+      const workloads = new Map(workloadRows.map((r) => [r.name as string, toWorkload(r)]));
+      if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
+      job.tasks.forEach((t, i) => {
+        const w = workloads.get(t.workload);
+        if (!w) throw new NotFoundError("workload", t.workload, `tasks[${i}].workload`);
+        const validate = this.parametersValidator(w);
+        if (validate && !validate(t.parameters)) {
+          const field = input.tasks?.length ? `tasks[${i}].parameters` : "parameters";
+          throw new ValidationError(field, `does not match the ${w.name} schema: ${this.ajv.errorsText(validate.errors, { dataVar: "parameters" })}`);
+        }
+      });
+
+      await c.query("BEGIN");
+      try {
+        const { rows: jobRows } = await c.query(sql.INSERT_JOB, [
+          job.workload,
+          job.inputUri,
+          job.inputSha256,
+          JSON.stringify(job.parameters),
+          job.priority,
+          job.idempotencyKey,
+          fingerprint,
+          job.traceparent,
+        ]);
+        if (jobRows.length === 0) {
+          // The key was used before: the same request is a replay, anything else a conflict.
+          await c.query("ROLLBACK");
+          const { rows } = await c.query(sql.SELECT_JOB_BY_IDEMPOTENCY_KEY, [job.idempotencyKey]);
+          if (rows[0]?.request_sha256 !== fingerprint) {
+            throw new IdempotencyConflictError(`idempotency_key: was used for a different request (job ${rows[0]?.id})`);
+          }
+          const { rows: taskRows } = await c.query(sql.SELECT_JOB_TASKS, [rows[0].id]);
+          return { job: toJob(rows[0]), tasks: taskRows.map(toTask), created: false };
+        }
+        const tasksJson = JSON.stringify(
+          job.tasks.map((t) => ({
+            chunk_index: t.chunkIndex,
+            workload: t.workload,
+            input_uri: t.inputUri,
+            input_sha256: t.inputSha256,
+            parameters: t.parameters,
+            max_attempts: job.maxAttempts ?? workloads.get(t.workload)!.maxAttempts,
+          })),
+        );
+        const { rows: taskRows } = await c.query(sql.INSERT_TASKS, [jobRows[0].id, tasksJson, job.priority, job.traceparent]);
+        await c.query(sql.NOTIFY_WORKLOADS, [names]);
+        await c.query("COMMIT");
+        const tasks = taskRows.map(toTask).sort((a, b) => a.chunkIndex - b.chunkIndex);
+        return { job: toJob(jobRows[0]), tasks, created: true };
+      } catch (err) {
+        await c.query("ROLLBACK").catch(() => {});
+        throw err;
+      }
+    });
+  }
+
+  async claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
+    const claim = validateClaim(input);
+    return withClient(this.pool, opts.signal, async (c) => {
+      const { rows } = await c.query({
+        name: "leasehold_claim_tasks",
+        text: sql.CLAIM_TASKS,
+        values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
+      });
+      if (rows.length === 0) {
+        // Only an empty answer pays for this check, so the hot path stays one statement.
+        const { rows: known } = await c.query(sql.SELECT_WORKLOADS_BY_NAME, [claim.workloads]);
+        const unknown = claim.workloads.find((w) => !known.some((k) => k.name === w));
+        if (unknown) throw new NotFoundError("workload", unknown, `workloads[${claim.workloads.indexOf(unknown)}]`);
+      }
+      return rows.map(toTask);
+    });
+  }
+
+  async renewLease(input: RenewLeaseInput, opts: CallOptions = {}): Promise<Task> {
+    const renew = validateRenew(input);
+    return withClient(this.pool, opts.signal, async (c) => {
+      const { rows } = await c.query({
+        name: "leasehold_renew_lease",
+        text: sql.RENEW_LEASE,
+        values: [renew.taskId, renew.workerId, renew.attempt, renew.leaseSeconds ?? null],
+      });
+      if (rows.length === 1) return toTask(rows[0]);
+      throw leaseConflict(await this.loadTask(c, renew.taskId), renew);
+    });
+  }
+
+  async completeTask(input: CompleteTaskInput, opts: CallOptions = {}): Promise<Task> {
+    const done = validateComplete(input);
+    return withClient(this.pool, opts.signal, async (c) => {
+      const { rows } = await c.query({
+        name: "leasehold_complete_task",
+        text: sql.COMPLETE_TASK,
+        values: [done.taskId, done.workerId, done.attempt, done.resultUri, done.resultSha256, done.metrics === undefined ? null : JSON.stringify(done.metrics)],
+      });
+      if (rows.length === 1) {
+        if (rows[0].recheck_job) await c.query({ name: "leasehold_finish_job", text: sql.FINISH_JOB_IF_DONE, values: [rows[0].job_id] });
+        return toTask(rows[0]);
+      }
+      const task = await this.loadTask(c, done.taskId);
+      if (task.status === "completed" && task.attempt === done.attempt && task.leaseOwner === done.workerId) {
+        const same =
+          task.resultUri === done.resultUri &&
+          task.resultSha256 === done.resultSha256 &&
+          canonicalJson(task.metrics) === canonicalJson(done.metrics ?? null);
+        if (same) return task; // a replay of the accepted manifest: nothing written
+        throw new ResultConflictError(`task ${task.id} is already completed with a different result manifest`);
+      }
+      throw leaseConflict(task, done);
+    });
+  }
+
+  async failTask(input: FailTaskInput, opts: CallOptions = {}): Promise<Task> {
+    const f = validateFail(input);
+    return withClient(this.pool, opts.signal, async (c) => {
+      const { rows } = await c.query({
+        name: "leasehold_fail_task",
+        text: sql.FAIL_TASK,
+        values: [f.taskId, f.workerId, f.attempt, f.errorCode, f.retryable, f.errorMessage, f.retryAfterSeconds ?? null],
+      });
+      if (rows.length === 1) return toTask(rows[0]);
+      throw leaseConflict(await this.loadTask(c, f.taskId), f);
+    });
+  }
+
+  async expireLeases(opts: CallOptions = {}): Promise<ExpireLeasesResult> {
+    const total: ExpireLeasesResult = { requeued: 0, failed: 0 };
+    for (;;) {
+      const batch = await inTransaction(this.pool, opts.signal, async (c) => {
+        const { rows } = await c.query(sql.EXPIRE_LEASES, [REAPER_BATCH]);
+        const failedJobs = [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id as string))];
+        if (failedJobs.length > 0) await c.query(sql.FAIL_JOBS_AND_CANCEL_REST, [failedJobs]);
+        const requeuedWorkloads = [...new Set(rows.filter((r) => r.status === "pending").map((r) => r.workload as string))];
+        if (requeuedWorkloads.length > 0) await c.query(sql.NOTIFY_WORKLOADS, [requeuedWorkloads]);
+        return rows;
+      });
+      for (const r of batch) total[r.status === "pending" ? "requeued" : "failed"]++;
+      if (batch.length < REAPER_BATCH) break;
+    }
+    await withClient(this.pool, opts.signal, (c) => c.query(sql.FINISH_STALLED_JOBS));
+    return total;
+  }
+
+  async getJobStatus(jobId: string, opts: CallOptions = {}): Promise<JobStatusResult> {
+    const id = requireUuid("job_id", jobId);
+    return withClient(this.pool, opts.signal, async (c) => {
+      const { rows } = await c.query(sql.SELECT_JOB, [id]);
+      if (rows.length === 0) throw new NotFoundError("job", id);
+      const { rows: counts } = await c.query(sql.COUNT_JOB_TASKS, [id]);
+      const taskCounts = Object.fromEntries(TASK_STATUSES.map((s) => [s, 0])) as TaskCounts;
+      for (const r of counts) taskCounts[r.status as keyof TaskCounts] = r.n as number;
+      const totalTasks = counts.reduce((n, r) => n + (r.n as number), 0);
+      return { job: toJob(rows[0]), taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks };
+    });
+  }
+
+  async listCompletedResults(input: ListCompletedResultsInput, opts: CallOptions = {}): Promise<ListCompletedResultsResult> {
+    const q = validateListResults(input);
+    return withClient(this.pool, opts.signal, async (c) => {
+      // One row past the page tells whether another page exists.
+      const { rows } = await c.query(sql.LIST_COMPLETED_RESULTS, [q.jobId, q.afterChunk, q.pageSize + 1]);
+      if (rows.length === 0) {
+        const { rows: found } = await c.query(sql.JOB_EXISTS, [q.jobId]);
+        if (!found[0].found) throw new NotFoundError("job", q.jobId);
+      }
+      const page = rows.slice(0, q.pageSize);
+      return {
+        results: page.map((r) => ({
+          chunkIndex: r.chunk_index,
+          taskId: r.id,
+          resultUri: r.result_uri,
+          resultSha256: r.result_sha256,
+          metrics: r.metrics ?? null,
+          completedAt: r.completed_at,
+        })),
+        nextPageToken: rows.length > q.pageSize ? encodePageToken(page[page.length - 1].chunk_index) : "",
+      };
+    });
+  }
+
+  async cancelJob(input: CancelJobInput, opts: CallOptions = {}): Promise<Job> {
+    const cancel = validateCancel(input);
+    return inTransaction(this.pool, opts.signal, async (c) => {
+      const { rows: existing } = await c.query(sql.SELECT_JOB, [cancel.jobId]);
+      if (existing.length === 0) throw new NotFoundError("job", cancel.jobId);
+      // A finished job stays as it is: cancelling it again (or after it ended) is a no-op.
+      if (!["pending", "running"].includes(existing[0].status)) return toJob(existing[0]);
+      await c.query(sql.CANCEL_JOB_TASKS, [cancel.jobId]);
+      const { rows } = await c.query(sql.CANCEL_JOB, [cancel.jobId, cancel.reason]);
+      if (rows.length === 1) return toJob(rows[0]);
+      // It finished between our read and our update; report what it is now.
+      const { rows: now } = await c.query(sql.SELECT_JOB, [cancel.jobId]);
+      return toJob(now[0]);
+    });
+  }
+
+  private async loadTask(c: pg.PoolClient, taskId: string): Promise<Task> {
+    const { rows } = await c.query(sql.SELECT_TASK, [taskId]);
+    if (rows.length === 0) throw new NotFoundError("task", taskId);
+    return toTask(rows[0]);
+  }
+}
+
+/** Why a lease-fenced write found no live lease, from the task as it is now. */
+function leaseConflict(task: Task, ref: LeaseRef): LeaseConflictError {
+  if (task.status === "cancelled") return new LeaseConflictError("task_cancelled", `task ${task.id} was cancelled`);
+  if (task.status === "completed" || task.status === "failed") {
+    return new LeaseConflictError("task_finished", `task ${task.id} is already ${task.status}`);
+  }
+  if (task.attempt !== ref.attempt) {
+    return new LeaseConflictError("stale_attempt", `attempt ${ref.attempt} of task ${task.id} is stale; the current attempt is ${task.attempt}`);
+  }
+  if (task.leaseOwner !== ref.workerId) {
+    return new LeaseConflictError("not_leaseholder", `worker ${JSON.stringify(ref.workerId)} does not hold the lease on task ${task.id}`);
+  }
+  return new LeaseConflictError("lease_expired", `the lease on task ${task.id} has expired`);
+}

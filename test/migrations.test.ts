@@ -1,0 +1,42 @@
+// 10. Migrations: up from an empty database to the latest, and down of the latest.
+import pg from "pg";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { expectedMigrations, migrate, pendingMigrations } from "../src/store/postgres/migrate.js";
+import { createEmptyDatabase, type TestDatabase } from "./support/db.js";
+
+let db: TestDatabase;
+let client: pg.Client;
+
+beforeAll(async () => {
+  db = await createEmptyDatabase();
+  client = new pg.Client({ connectionString: db.url });
+  await client.connect();
+});
+afterAll(async () => {
+  await client?.end();
+  await db?.drop();
+});
+
+async function tables(): Promise<string[]> {
+  const { rows } = await client.query(`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`);
+  return rows.map((r) => r.tablename);
+}
+
+it("migrates an empty database up to the latest, down by one, and up again", async () => {
+  expect(await pendingMigrations(client)).toEqual(expectedMigrations());
+  await migrate(db.url, "up");
+  expect(await tables()).toEqual(["jobs", "pgmigrations", "tasks", "workloads"]);
+  expect(await pendingMigrations(client)).toEqual([]);
+  const { rows } = await client.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'tasks' ORDER BY indexname`);
+  expect(rows.map((r) => r.indexname)).toEqual(
+    expect.arrayContaining(["tasks_claim_pending_idx", "tasks_claim_expired_idx", "tasks_status_lease_created_idx", "tasks_job_chunk_key"]),
+  );
+
+  await migrate(db.url, "down");
+  const latest = expectedMigrations().at(-1);
+  expect(await pendingMigrations(client)).toEqual([latest]);
+  if (expectedMigrations().length === 1) expect(await tables()).toEqual(["pgmigrations"]);
+
+  await migrate(db.url, "up");
+  expect(await pendingMigrations(client)).toEqual([]);
+});

@@ -1,0 +1,47 @@
+// A real PostgresQueue on a database of its own, for tests that go through the service.
+import { createHash } from "node:crypto";
+import type pg from "pg";
+import { createPool, PostgresQueue, type StoreOptions } from "../../src/store/postgres/store.js";
+import { createTestDatabase, type TestDatabase } from "./db.js";
+
+export function sha(seed: string | number): string {
+  return createHash("sha256").update(String(seed)).digest("hex");
+}
+
+export interface QueueFixture {
+  db: TestDatabase;
+  pool: pg.Pool;
+  queue: PostgresQueue;
+  /** an extra pool on the same database, standing for another coordinator */
+  newPool(): pg.Pool;
+  count(table: "jobs" | "tasks" | "workloads", where?: string): Promise<number>;
+  close(): Promise<void>;
+}
+
+export const TEST_STORE_OPTIONS: StoreOptions = { defaultLeaseSeconds: 30, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 };
+
+export async function queueFixture(options: Partial<StoreOptions> = {}): Promise<QueueFixture> {
+  const db = await createTestDatabase();
+  const pools: pg.Pool[] = [];
+  const newPool = () => {
+    const p = createPool({ connectionString: db.url, max: 10, statementTimeoutMs: 30_000, connectTimeoutMs: 10_000 });
+    pools.push(p);
+    return p;
+  };
+  const pool = newPool();
+  const queue = new PostgresQueue(pool, { ...TEST_STORE_OPTIONS, ...options });
+  return {
+    db,
+    pool,
+    queue,
+    newPool,
+    async count(table, where = "true") {
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${table} WHERE ${where}`);
+      return rows[0].n;
+    },
+    async close() {
+      await Promise.all(pools.map((p) => p.end()));
+      await db.drop();
+    },
+  };
+}
