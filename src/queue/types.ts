@@ -183,4 +183,6 @@ export interface ExpireLeasesResult {
 /** Per-call options: every database call runs under the request's deadline. */
 export interface CallOptions {
   signal?: AbortSignal;
+  /** The caller's deadline (epoch ms), when it has one: a long poll answers empty before it. */
+  deadline?: number;
 }

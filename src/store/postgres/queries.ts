@@ -1,6 +1,7 @@
 // Every SQL statement of the store, one place per query, each with why it is shaped the way it is.
 // All parameterized; all times from the database clock (now()).
-// Channel for wake-ups: payload is the workload whose tasks became claimable. pg_notify inside the
+// Channel for wake-ups: payload "<workload>:<count>", the workload whose tasks became claimable and
+// how many (so a coordinator wakes no more parked claims than there is work). pg_notify inside the
 // writing transaction is delivered only at commit, so a woken claimer always finds the rows.
 
 export const NOTIFY_CHANNEL = "leasehold_tasks";
@@ -38,7 +39,7 @@ FROM jsonb_to_recordset($2::jsonb)
   AS s(chunk_index int, workload text, input_uri text, input_sha256 text, parameters jsonb, max_attempts int)
 RETURNING *`;
 
-export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w) FROM unnest($1::text[]) AS w`;
+export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':' || n) FROM unnest($1::text[], $2::int[]) AS x(w, n)`;
 
 export const SELECT_JOB = `SELECT * FROM jobs WHERE id = $1`;
 export const SELECT_JOB_TASKS = `SELECT * FROM tasks WHERE job_id = $1 ORDER BY chunk_index`;
@@ -176,7 +177,8 @@ WITH cur AS (
   FROM failed_job
   WHERE o.job_id = failed_job.id AND o.status IN ('pending', 'leased') AND o.id <> $1
 ), woken AS (
-  SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload) FROM cur WHERE cur.status = 'pending'
+  -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
+  SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
 )
 SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur`;
 

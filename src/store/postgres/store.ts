@@ -232,7 +232,8 @@ export class PostgresQueue implements QueueService {
           })),
         );
         const { rows: taskRows } = await c.query(sql.INSERT_TASKS, [jobRows[0].id, tasksJson, job.priority, job.traceparent]);
-        await c.query(sql.NOTIFY_WORKLOADS, [names]);
+        const perWorkload = countBy(job.tasks.map((t) => t.workload));
+        await c.query(sql.NOTIFY_WORKLOADS, [[...perWorkload.keys()], [...perWorkload.values()]]);
         await c.query("COMMIT");
         const tasks = taskRows.map(toTask).sort((a, b) => a.chunkIndex - b.chunkIndex);
         return { job: toJob(jobRows[0]), tasks, created: true };
@@ -319,8 +320,8 @@ export class PostgresQueue implements QueueService {
         const { rows } = await c.query(sql.EXPIRE_LEASES, [REAPER_BATCH]);
         const failedJobs = [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id as string))];
         if (failedJobs.length > 0) await c.query(sql.FAIL_JOBS_AND_CANCEL_REST, [failedJobs]);
-        const requeuedWorkloads = [...new Set(rows.filter((r) => r.status === "pending").map((r) => r.workload as string))];
-        if (requeuedWorkloads.length > 0) await c.query(sql.NOTIFY_WORKLOADS, [requeuedWorkloads]);
+        const requeued = countBy(rows.filter((r) => r.status === "pending").map((r) => r.workload as string));
+        if (requeued.size > 0) await c.query(sql.NOTIFY_WORKLOADS, [[...requeued.keys()], [...requeued.values()]]);
         return rows;
       });
       for (const r of batch) total[r.status === "pending" ? "requeued" : "failed"]++;
@@ -388,6 +389,12 @@ export class PostgresQueue implements QueueService {
     if (rows.length === 0) throw new NotFoundError("task", taskId);
     return toTask(rows[0]);
   }
+}
+
+function countBy(keys: string[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const k of keys) counts.set(k, (counts.get(k) ?? 0) + 1);
+  return counts;
 }
 
 /** Why a lease-fenced write found no live lease, from the task as it is now. */
