@@ -521,3 +521,30 @@ describe("workloads", () => {
     await expect(q.putWorkload({ name: "ok", parametersSchema: { type: "no-such-type" } })).rejects.toThrow(/parameters_schema/);
   });
 });
+
+describe("batch completion", () => {
+  it("completes many leased tasks in one call, each under its own lease rules, and finishes the job", async () => {
+    const w = await workload();
+    const { job } = await q.createJob({ workload: w, tasks: specs(5) });
+    const claimed = await q.claimTasks({ workerId: "batcher", workloads: [w], maxTasks: 5 });
+    const results = claimed.map((t) => ({ taskId: t.id, workerId: "batcher", attempt: 1, resultUri: `s3://o/${t.chunkIndex}`, resultSha256: sha(t.chunkIndex) }));
+    // One foreign worker and one stale attempt in the batch: refused alone, the rest complete.
+    const first = await q.completeTasks([
+      ...results.slice(0, 3),
+      { ...results[3], workerId: "thief" },
+      { ...results[4], attempt: 2 },
+    ]);
+    expect(first.map((o) => o.task?.status ?? o.error?.kind)).toEqual(["completed", "completed", "completed", "lease_conflict", "lease_conflict"]);
+    expect(await f.count("tasks", `job_id = '${job.id}' AND status = 'completed'`)).toBe(3);
+    expect((await jobRow(job.id)).status).toBe("running");
+    // Replays of accepted manifests come back unchanged next to the last two completions.
+    const second = await q.completeTasks([results[0], results[3], results[4]]);
+    expect(second.every((o) => o.task?.status === "completed")).toBe(true);
+    expect(second[0].task?.version).toBe(first[0].task?.version);
+    expect((await jobRow(job.id)).status).toBe("completed");
+    const conflict = await q.completeTasks([{ ...results[1], resultSha256: sha("different") }]);
+    expect(conflict[0].error).toBeInstanceOf(ResultConflictError);
+    await expect(q.completeTasks([results[0], results[0]])).rejects.toThrow(/names one task twice/);
+    await expect(q.completeTasks([{ ...results[0], resultSha256: "nope" }])).rejects.toThrow(/^results\[0\]\.result_sha256/);
+  });
+});

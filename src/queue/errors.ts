@@ -15,9 +15,9 @@ export class ValidationError extends QueueError {
   readonly kind = "validation";
   constructor(
     readonly field: string,
-    message: string,
+    readonly detail: string,
   ) {
-    super(`${field}: ${message}`);
+    super(`${field}: ${detail}`);
   }
 }
 

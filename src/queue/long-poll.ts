@@ -79,6 +79,9 @@ export class LongPollingQueue implements QueueService {
   completeTask(input: CompleteTaskInput, opts?: CallOptions) {
     return this.queue.completeTask(input, opts);
   }
+  completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions) {
+    return this.queue.completeTasks(inputs, opts);
+  }
   failTask(input: FailTaskInput, opts?: CallOptions) {
     return this.queue.failTask(input, opts);
   }

@@ -2,6 +2,7 @@ import type {
   CallOptions,
   CancelJobInput,
   ClaimTasksInput,
+  CompleteOutcome,
   CompleteTaskInput,
   CreateJobInput,
   CreateJobResult,
@@ -28,6 +29,8 @@ export interface QueueService {
   claimTasks(input: ClaimTasksInput, opts?: CallOptions): Promise<Task[]>;
   renewLease(input: RenewLeaseInput, opts?: CallOptions): Promise<Task>;
   completeTask(input: CompleteTaskInput, opts?: CallOptions): Promise<Task>;
+  /** Completes many leased tasks in one statement, each under the same lease and replay rules as completeTask. */
+  completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions): Promise<CompleteOutcome[]>;
   failTask(input: FailTaskInput, opts?: CallOptions): Promise<Task>;
   expireLeases(opts?: CallOptions): Promise<ExpireLeasesResult>;
   getJobStatus(jobId: string, opts?: CallOptions): Promise<JobStatusResult>;

@@ -1,6 +1,8 @@
 // Domain types shared by every transport and the store. Plain objects only:
 // no pg rows and no generated proto types cross this boundary.
 
+import type { QueueError } from "./errors.js";
+
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 export type JsonObject = { [key: string]: JsonValue };
 
@@ -118,6 +120,9 @@ export interface CompleteTaskInput extends LeaseRef {
   resultSha256: string;
   metrics?: JsonObject;
 }
+
+/** One result of a batch completion: the task, or why this one was refused (the rest still count). */
+export type CompleteOutcome = { task: Task; error?: undefined } | { task?: undefined; error: QueueError };
 
 export interface FailTaskInput extends LeaseRef {
   errorCode: string;

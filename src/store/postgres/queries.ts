@@ -139,13 +139,6 @@ SELECT done.*,
     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job
 FROM done`;
 
-// Runs in its own statement after a completion commits, so its snapshot sees every commit that
-// came before; the last of several racing completers always finds the job done.
-export const FINISH_JOB_IF_DONE = `
-UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
-WHERE j.id = $1 AND j.status = 'running'
-  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
-
 /*
  * Fail one task: back to pending after a backoff while attempts remain and the worker calls it
  * retryable, else failed for good, which fails the job and cancels its unfinished tasks (their
@@ -224,6 +217,27 @@ WHERE t.job_id = failed_jobs.id AND t.status IN ('pending', 'leased')`;
 export const FINISH_STALLED_JOBS = `
 UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
 WHERE j.status = 'running'
+  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
+
+/*
+ * Complete a batch of leased tasks in one statement, each fenced by its own (worker, attempt,
+ * live lease) exactly as COMPLETE_TASK. Rows that do not match are left alone and explained
+ * one by one by the caller. Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
+ */
+export const COMPLETE_TASKS = `
+UPDATE tasks t
+SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
+    completed_at = now(), lease_expires_at = NULL, version = t.version + 1
+FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
+WHERE t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+  AND t.lease_expires_at > now()
+RETURNING t.*`;
+
+// Runs in its own statement after completions commit, so its snapshot sees every commit that
+// came before; the last of several racing completers always finds the job done.
+export const FINISH_JOBS_IF_DONE = `
+UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
+WHERE j.id = ANY($1::uuid[]) AND j.status = 'running'
   AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
 
 export const COUNT_JOB_TASKS = `SELECT status, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY status`;

@@ -8,6 +8,7 @@ import {
   IdempotencyConflictError,
   LeaseConflictError,
   NotFoundError,
+  QueueError,
   ResultConflictError,
   ValidationError,
 } from "../../queue/errors.js";
@@ -17,6 +18,7 @@ import {
   type CallOptions,
   type CancelJobInput,
   type ClaimTasksInput,
+  type CompleteOutcome,
   type CompleteTaskInput,
   type CreateJobInput,
   type CreateJobResult,
@@ -36,6 +38,7 @@ import {
   type Workload,
 } from "../../queue/types.js";
 import {
+  LIMITS,
   encodePageToken,
   requireUuid,
   validateCancel,
@@ -284,19 +287,51 @@ export class PostgresQueue implements QueueService {
         values: [done.taskId, done.workerId, done.attempt, done.resultUri, done.resultSha256, done.metrics === undefined ? null : JSON.stringify(done.metrics)],
       });
       if (rows.length === 1) {
-        if (rows[0].recheck_job) await c.query({ name: "leasehold_finish_job", text: sql.FINISH_JOB_IF_DONE, values: [rows[0].job_id] });
+        if (rows[0].recheck_job) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[rows[0].job_id]] });
         return toTask(rows[0]);
       }
-      const task = await this.loadTask(c, done.taskId);
-      if (task.status === "completed" && task.attempt === done.attempt && task.leaseOwner === done.workerId) {
-        const same =
-          task.resultUri === done.resultUri &&
-          task.resultSha256 === done.resultSha256 &&
-          canonicalJson(task.metrics) === canonicalJson(done.metrics ?? null);
-        if (same) return task; // a replay of the accepted manifest: nothing written
-        throw new ResultConflictError(`task ${task.id} is already completed with a different result manifest`);
+      return replayOrConflict(await this.loadTask(c, done.taskId), done);
+    });
+  }
+
+  async completeTasks(inputs: CompleteTaskInput[], opts: CallOptions = {}): Promise<CompleteOutcome[]> {
+    if (!Array.isArray(inputs) || inputs.length === 0) throw new ValidationError("results", "must hold at least one result");
+    if (inputs.length > LIMITS.maxClaimBatch) throw new ValidationError("results", `must hold at most ${LIMITS.maxClaimBatch} results`);
+    const batch = inputs.map((input, i) => {
+      try {
+        return validateComplete(input);
+      } catch (err) {
+        if (err instanceof ValidationError) throw new ValidationError(`results[${i}].${err.field}`, err.detail);
+        throw err;
       }
-      throw leaseConflict(task, done);
+    });
+    const ids = batch.map((b) => b.taskId);
+    if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
+    return withClient(this.pool, opts.signal, async (c) => {
+      const payload = JSON.stringify(
+        batch.map((b) => ({ task_id: b.taskId, worker_id: b.workerId, attempt: b.attempt, result_uri: b.resultUri, result_sha256: b.resultSha256, metrics: b.metrics ?? null })),
+      );
+      const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: [payload] });
+      const completed = new Map(rows.map((r) => [r.id as string, toTask(r)]));
+      if (completed.size > 0) {
+        const jobs = [...new Set(rows.map((r) => r.job_id as string))];
+        await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [jobs] });
+      }
+      const outcomes: CompleteOutcome[] = [];
+      for (const b of batch) {
+        const task = completed.get(b.taskId);
+        if (task) {
+          outcomes.push({ task });
+          continue;
+        }
+        try {
+          outcomes.push({ task: replayOrConflict(await this.loadTask(c, b.taskId), b) });
+        } catch (err) {
+          if (!(err instanceof QueueError)) throw err;
+          outcomes.push({ error: err });
+        }
+      }
+      return outcomes;
     });
   }
 
@@ -395,6 +430,17 @@ function countBy(keys: string[]): Map<string, number> {
   const counts = new Map<string, number>();
   for (const k of keys) counts.set(k, (counts.get(k) ?? 0) + 1);
   return counts;
+}
+
+/** A completion that matched no live lease: a replay of the accepted manifest returns the task, anything else is a conflict. */
+function replayOrConflict(task: Task, done: CompleteTaskInput): Task {
+  if (task.status === "completed" && task.attempt === done.attempt && task.leaseOwner === done.workerId) {
+    const same =
+      task.resultUri === done.resultUri && task.resultSha256 === done.resultSha256 && canonicalJson(task.metrics) === canonicalJson(done.metrics ?? null);
+    if (same) return task; // nothing written
+    throw new ResultConflictError(`task ${task.id} is already completed with a different result manifest`);
+  }
+  throw leaseConflict(task, done);
 }
 
 /** Why a lease-fenced write found no live lease, from the task as it is now. */
