@@ -63,34 +63,30 @@ export function isConnectionBroken(err: unknown): boolean {
   return isConnectionFailure(err);
 }
 
-/** Resolves like `promise`, or rejects when signal aborts first; a late result is handed to `discard`. */
+/** Resolves like `promise`, or rejects when signal aborts first; a late result is handed to `discard` (once). */
 export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined, discard: (value: T) => void): Promise<T> {
   if (!signal) return promise;
+  const deadline = () => new DeadlineExceededError("the request's deadline passed before a connection was free");
   if (signal.aborted) {
     promise.then(discard, () => {});
-    return Promise.reject(new DeadlineExceededError("the request's deadline passed before a connection was free"));
+    return Promise.reject(deadline());
   }
   return new Promise<T>((resolve, reject) => {
-    let settled = false;
+    let abandoned = false;
     const onAbort = () => {
-      if (settled) return;
-      settled = true;
-      promise.then(discard, () => {});
-      reject(new DeadlineExceededError("the request's deadline passed before a connection was free"));
+      abandoned = true;
+      reject(deadline());
     };
     signal.addEventListener("abort", onAbort, { once: true });
     promise.then(
       (v) => {
         signal.removeEventListener("abort", onAbort);
-        if (settled) return discard(v);
-        settled = true;
-        resolve(v);
+        if (abandoned) discard(v);
+        else resolve(v);
       },
       (e) => {
         signal.removeEventListener("abort", onAbort);
-        if (settled) return;
-        settled = true;
-        reject(e);
+        if (!abandoned) reject(e);
       },
     );
   });
