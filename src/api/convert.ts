@@ -1,0 +1,271 @@
+// Domain objects (src/queue/types.ts) ↔ generated leasehold.queue.v1 messages.
+// The only place that knows both shapes. Proto3 scalars cannot be null, so
+// nullable domain strings become "" and nullable times/structs stay unset;
+// in requests, "" and 0 mean "not given" wherever the proto has no presence.
+
+import { create, type JsonObject as PbJsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import {
+  CompleteTasksResponseSchema,
+  GetJobResponseSchema,
+  JobSchema,
+  JobStatus,
+  ListCompletedResultsResponseSchema,
+  ResultManifestSchema,
+  TaskSchema,
+  TaskStatus,
+  WorkloadSchema,
+  type CancelJobRequest,
+  type ClaimTasksRequest,
+  type CompleteTaskRequest,
+  type CompleteTasksRequest,
+  type CompleteTasksResponse,
+  type CreateJobRequest,
+  type FailTaskRequest,
+  type GetJobResponse,
+  type Job as PbJob,
+  type ListCompletedResultsRequest,
+  type ListCompletedResultsResponse,
+  type PutWorkloadRequest,
+  type RenewLeaseRequest,
+  type ResultManifest as PbResultManifest,
+  type Task as PbTask,
+  type Workload as PbWorkload,
+} from "../../gen/leasehold/queue/v1/queue_pb.js";
+import { mapError } from "./errors.js";
+import type {
+  CancelJobInput,
+  ClaimTasksInput,
+  CompleteOutcome,
+  CompleteTaskInput,
+  CreateJobInput,
+  FailTaskInput,
+  Job,
+  JobStatus as DomainJobStatus,
+  JobStatusResult,
+  JsonObject,
+  ListCompletedResultsInput,
+  ListCompletedResultsResult,
+  PutWorkloadInput,
+  RenewLeaseInput,
+  ResultManifest,
+  Task,
+  TaskStatus as DomainTaskStatus,
+  Workload,
+} from "../queue/types.js";
+
+// ---- small helpers ----
+
+function ts(d: Date | null | undefined): Timestamp | undefined {
+  return d ? timestampFromDate(d) : undefined;
+}
+
+function struct(o: JsonObject | null | undefined): PbJsonObject | undefined {
+  return o ?? undefined;
+}
+
+function domainJson(o: PbJsonObject | undefined): JsonObject | undefined {
+  return o as JsonObject | undefined;
+}
+
+/** "" (the proto3 default) → undefined. */
+function opt(s: string): string | undefined {
+  return s === "" ? undefined : s;
+}
+
+const TASK_STATUS: Record<DomainTaskStatus, TaskStatus> = {
+  pending: TaskStatus.PENDING,
+  leased: TaskStatus.LEASED,
+  completed: TaskStatus.COMPLETED,
+  failed: TaskStatus.FAILED,
+  cancelled: TaskStatus.CANCELLED,
+};
+
+const JOB_STATUS: Record<DomainJobStatus, JobStatus> = {
+  pending: JobStatus.PENDING,
+  running: JobStatus.RUNNING,
+  completed: JobStatus.COMPLETED,
+  failed: JobStatus.FAILED,
+  cancelled: JobStatus.CANCELLED,
+};
+
+// ---- requests → domain inputs ----
+
+export function createJobInput(r: CreateJobRequest): CreateJobInput {
+  return {
+    workload: r.workload,
+    inputUri: opt(r.inputUri),
+    inputSha256: opt(r.inputSha256),
+    parameters: domainJson(r.parameters),
+    priority: r.priority,
+    maxAttempts: r.maxAttempts,
+    idempotencyKey: opt(r.idempotencyKey),
+    traceparent: opt(r.traceparent),
+    tasks: r.tasks.map((t) => ({
+      chunkIndex: t.chunkIndex,
+      inputUri: t.inputUri,
+      inputSha256: t.inputSha256,
+      parameters: domainJson(t.parameters),
+      workload: opt(t.workload),
+    })),
+  };
+}
+
+export function claimTasksInput(r: ClaimTasksRequest): ClaimTasksInput {
+  return {
+    workerId: r.workerId,
+    workloads: r.workloads,
+    maxTasks: r.maxTasks,
+    leaseSeconds: r.leaseSeconds,
+    // Long-poll hook: passed through as is; the queue decides how to wait.
+    waitSeconds: r.waitSeconds,
+  };
+}
+
+export function renewLeaseInput(r: RenewLeaseRequest): RenewLeaseInput {
+  return { taskId: r.taskId, workerId: r.workerId, attempt: r.attempt, leaseSeconds: r.leaseSeconds };
+}
+
+export function completeTaskInput(r: CompleteTaskRequest): CompleteTaskInput {
+  return {
+    taskId: r.taskId,
+    workerId: r.workerId,
+    attempt: r.attempt,
+    resultUri: r.resultUri,
+    resultSha256: r.resultSha256,
+    metrics: domainJson(r.metrics),
+  };
+}
+
+export function completeTasksInput(r: CompleteTasksRequest): CompleteTaskInput[] {
+  return r.results.map(completeTaskInput);
+}
+
+export function failTaskInput(r: FailTaskRequest): FailTaskInput {
+  return {
+    taskId: r.taskId,
+    workerId: r.workerId,
+    attempt: r.attempt,
+    errorCode: r.errorCode,
+    errorMessage: opt(r.errorMessage),
+    retryable: r.retryable,
+    retryAfterSeconds: r.retryAfterSeconds,
+  };
+}
+
+export function listCompletedResultsInput(r: ListCompletedResultsRequest): ListCompletedResultsInput {
+  return { jobId: r.jobId, pageSize: r.pageSize === 0 ? undefined : r.pageSize, pageToken: opt(r.pageToken) };
+}
+
+export function cancelJobInput(r: CancelJobRequest): CancelJobInput {
+  return { jobId: r.jobId, reason: opt(r.reason) };
+}
+
+export function putWorkloadInput(r: PutWorkloadRequest): PutWorkloadInput {
+  return {
+    name: r.name,
+    maxAttempts: r.maxAttempts,
+    leaseSeconds: r.leaseSeconds,
+    parametersSchema: domainJson(r.parametersSchema) ?? null,
+  };
+}
+
+// ---- domain objects → messages ----
+
+export function jobMessage(j: Job): PbJob {
+  return create(JobSchema, {
+    id: j.id,
+    workload: j.workload,
+    inputUri: j.inputUri,
+    inputSha256: j.inputSha256 ?? "",
+    parameters: struct(j.parameters),
+    status: JOB_STATUS[j.status] ?? JobStatus.UNSPECIFIED,
+    priority: j.priority,
+    idempotencyKey: j.idempotencyKey ?? "",
+    traceparent: j.traceparent ?? "",
+    cancelReason: j.cancelReason ?? "",
+    createdAt: ts(j.createdAt),
+    updatedAt: ts(j.updatedAt),
+    completedAt: ts(j.completedAt),
+  });
+}
+
+export function taskMessage(t: Task): PbTask {
+  return create(TaskSchema, {
+    id: t.id,
+    jobId: t.jobId,
+    chunkIndex: t.chunkIndex,
+    workload: t.workload,
+    inputUri: t.inputUri,
+    inputSha256: t.inputSha256,
+    parameters: struct(t.parameters),
+    status: TASK_STATUS[t.status] ?? TaskStatus.UNSPECIFIED,
+    attempt: t.attempt,
+    maxAttempts: t.maxAttempts,
+    priority: t.priority,
+    leaseOwner: t.leaseOwner ?? "",
+    leaseExpiresAt: ts(t.leaseExpiresAt),
+    resultUri: t.resultUri ?? "",
+    resultSha256: t.resultSha256 ?? "",
+    metrics: struct(t.metrics),
+    errorCode: t.errorCode ?? "",
+    errorMessage: t.errorMessage ?? "",
+    createdAt: ts(t.createdAt),
+    startedAt: ts(t.startedAt),
+    completedAt: ts(t.completedAt),
+    version: t.version,
+    traceparent: t.traceparent ?? "",
+  });
+}
+
+export function workloadMessage(w: Workload): PbWorkload {
+  return create(WorkloadSchema, {
+    name: w.name,
+    maxAttempts: w.maxAttempts,
+    leaseSeconds: w.leaseSeconds,
+    parametersSchema: struct(w.parametersSchema),
+    createdAt: ts(w.createdAt),
+    updatedAt: ts(w.updatedAt),
+  });
+}
+
+export function resultManifestMessage(r: ResultManifest): PbResultManifest {
+  return create(ResultManifestSchema, {
+    chunkIndex: r.chunkIndex,
+    taskId: r.taskId,
+    resultUri: r.resultUri,
+    resultSha256: r.resultSha256,
+    metrics: struct(r.metrics),
+    completedAt: ts(r.completedAt),
+  });
+}
+
+export function getJobResponse(s: JobStatusResult): GetJobResponse {
+  return create(GetJobResponseSchema, {
+    job: jobMessage(s.job),
+    taskCounts: {
+      pending: s.taskCounts.pending ?? 0,
+      leased: s.taskCounts.leased ?? 0,
+      completed: s.taskCounts.completed ?? 0,
+      failed: s.taskCounts.failed ?? 0,
+      cancelled: s.taskCounts.cancelled ?? 0,
+    },
+    totalTasks: s.totalTasks,
+    progress: s.progress,
+  });
+}
+
+export function listCompletedResultsResponse(r: ListCompletedResultsResult): ListCompletedResultsResponse {
+  return create(ListCompletedResultsResponseSchema, { results: r.results.map(resultManifestMessage), nextPageToken: r.nextPageToken });
+}
+
+/** Per-item outcomes of a batch: refused items carry the code and message errors.ts gives them. */
+export function completeTasksResponse(inputs: CompleteTaskInput[], outcomes: CompleteOutcome[]): CompleteTasksResponse {
+  return create(CompleteTasksResponseSchema, {
+    outcomes: outcomes.map((o, i) => {
+      if (o.task) return { taskId: o.task.id, task: taskMessage(o.task) };
+      const m = mapError(o.error);
+      return { taskId: inputs[i]?.taskId ?? "", error: { code: m.codeName, message: m.message } };
+    }),
+  });
+}

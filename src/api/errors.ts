@@ -1,0 +1,93 @@
+// The one place that decides what a failure looks like to a client: typed queue
+// errors (src/queue/errors.ts) → Connect Code → HTTP status. The HTTP status
+// comes from connect-es's own Code → status table, so REST and the Connect
+// protocol always agree. Anything unexpected is INTERNAL with a generic
+// message: database text and stacks stay in the server log.
+
+import { Code, ConnectError } from "@connectrpc/connect";
+import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
+import {
+  DeadlineExceededError,
+  IdempotencyConflictError,
+  LeaseConflictError,
+  NotFoundError,
+  QueueError,
+  ResultConflictError,
+  UnavailableError,
+  ValidationError,
+} from "../queue/errors.js";
+
+export const REQUEST_ID_HEADER = "x-request-id";
+export const INTERNAL_MESSAGE = "internal error";
+
+export interface MappedError {
+  code: Code;
+  /** HTTP status of a REST (and Connect unary) answer. */
+  httpStatus: number;
+  /** Connect code name as on the wire, e.g. "invalid_argument". */
+  codeName: string;
+  /** Safe to show to a client. */
+  message: string;
+  /** True when the error was not one we expected: log it with its cause. */
+  internal: boolean;
+}
+
+/** Transport-level failures raised by the REST layer (bad JSON, unknown route…). */
+export class HttpError extends Error {
+  constructor(
+    readonly code: Code,
+    message: string,
+    readonly httpStatus: number = codeToHttpStatus(code),
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = "HttpError";
+  }
+}
+
+function codeOfQueueError(err: QueueError): Code | undefined {
+  if (err instanceof ValidationError) return Code.InvalidArgument;
+  if (err instanceof NotFoundError) return Code.NotFound;
+  if (err instanceof LeaseConflictError) return Code.Aborted;
+  if (err instanceof ResultConflictError || err instanceof IdempotencyConflictError) return Code.AlreadyExists;
+  if (err instanceof UnavailableError) return Code.Unavailable;
+  if (err instanceof DeadlineExceededError) return Code.DeadlineExceeded;
+  return undefined;
+}
+
+function mapped(code: Code, message: string, internal = false, httpStatus = codeToHttpStatus(code)): MappedError {
+  return { code, httpStatus, codeName: codeToString(code), message, internal };
+}
+
+/** Maps any thrown value to what the client may see. */
+export function mapError(err: unknown): MappedError {
+  if (err instanceof HttpError) return mapped(err.code, err.message, false, err.httpStatus);
+  if (err instanceof QueueError) {
+    const code = codeOfQueueError(err);
+    return code === undefined ? mapped(Code.Internal, INTERNAL_MESSAGE, true) : mapped(code, err.message);
+  }
+  if (err instanceof ConnectError) {
+    // Ours (from toConnectError): the cause is the original error.
+    if (err.cause instanceof QueueError || err.cause instanceof HttpError) return mapError(err.cause);
+    // Raised by connect-es itself (bad request framing, limits, deadline): its messages are safe,
+    // except for internal/unknown ones, which may wrap anything.
+    if (err.code === Code.Internal || err.code === Code.Unknown) return mapped(Code.Internal, INTERNAL_MESSAGE, true);
+    return mapped(err.code, err.rawMessage);
+  }
+  return mapped(Code.Internal, INTERNAL_MESSAGE, true);
+}
+
+/**
+ * The ConnectError a handler throws: code and safe message from mapError, the
+ * request id appended to the message and set as error metadata (gRPC sends it
+ * as a trailer, Connect as a header), the original error kept as `cause`.
+ */
+export function toConnectError(err: unknown, requestId: string): ConnectError {
+  const m = mapError(err);
+  return new ConnectError(`${m.message} (request_id: ${requestId})`, m.code, { [REQUEST_ID_HEADER]: requestId }, undefined, err);
+}
+
+/** Body of a REST error answer. */
+export function restErrorBody(m: MappedError, requestId: string): { error: { code: string; message: string; request_id: string } } {
+  return { error: { code: m.codeName, message: m.message, request_id: requestId } };
+}

@@ -1,0 +1,327 @@
+// REST JSON routes over the SAME service implementation the Connect router
+// serves. A route only says which RPC it is, where its path parameter goes and
+// which success status it answers; bodies, path and query parameters are
+// decoded with the generated message's JSON codec (proto names or lowerCamelCase,
+// unknown fields rejected) and answers encoded with proto field names.
+
+import { create, fromJson, toJson, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
+import { Http2ServerResponse } from "node:http2";
+import type { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Code, createContextValues, createHandlerContext, type HandlerContext } from "@connectrpc/connect";
+import {
+  CancelJobRequestSchema,
+  CancelJobResponseSchema,
+  ClaimTasksRequestSchema,
+  ClaimTasksResponseSchema,
+  CompleteTaskRequestSchema,
+  CompleteTaskResponseSchema,
+  CompleteTasksRequestSchema,
+  CompleteTasksResponseSchema,
+  CreateJobRequestSchema,
+  CreateJobResponseSchema,
+  FailTaskRequestSchema,
+  FailTaskResponseSchema,
+  GetJobRequestSchema,
+  GetJobResponseSchema,
+  ListCompletedResultsRequestSchema,
+  ListCompletedResultsResponseSchema,
+  ListWorkloadsRequestSchema,
+  ListWorkloadsResponseSchema,
+  PutWorkloadRequestSchema,
+  PutWorkloadResponseSchema,
+  QueueService as QueueServiceDesc,
+  RenewLeaseRequestSchema,
+  RenewLeaseResponseSchema,
+} from "../../gen/leasehold/queue/v1/queue_pb.js";
+import { ValidationError } from "../queue/errors.js";
+import { requireUuid } from "../queue/validation.js";
+import { HttpError, mapError, restErrorBody } from "./errors.js";
+import { requestInfoKey, type QueueServiceImpl, type RequestInfo } from "./service.js";
+
+type NodeHandlerFn = ReturnType<typeof connectNodeAdapter>;
+/** The request and response types connect-node serves (http or http2). */
+export type NodeRequest = Parameters<NodeHandlerFn>[0];
+export type NodeResponse = Parameters<NodeHandlerFn>[1];
+
+type MethodName = keyof QueueServiceImpl;
+
+interface Route {
+  method: "GET" | "POST" | "PUT";
+  /** Literal segments, and `{field}` for the path parameter (a proto field name). */
+  pattern: string;
+  rpc: MethodName;
+  request: DescMessage;
+  response: DescMessage;
+  /** Success status; default 200. */
+  status?: (response: MessageShape<DescMessage>, info: RequestInfo) => number;
+}
+
+/** The REST surface of issue 3; each row serves the same messages as its RPC. */
+export const ROUTES: readonly Route[] = [
+  {
+    method: "POST",
+    pattern: "/jobs",
+    rpc: "createJob",
+    request: CreateJobRequestSchema,
+    response: CreateJobResponseSchema,
+    status: (_r, info) => (info.created === false ? 200 : 201),
+  },
+  {
+    method: "POST",
+    pattern: "/tasks/claim",
+    rpc: "claimTasks",
+    request: ClaimTasksRequestSchema,
+    response: ClaimTasksResponseSchema,
+    status: (r) => ((r as MessageShape<typeof ClaimTasksResponseSchema>).tasks.length === 0 ? 204 : 200),
+  },
+  { method: "POST", pattern: "/tasks/{task_id}/heartbeat", rpc: "renewLease", request: RenewLeaseRequestSchema, response: RenewLeaseResponseSchema },
+  { method: "POST", pattern: "/tasks/{task_id}/result", rpc: "completeTask", request: CompleteTaskRequestSchema, response: CompleteTaskResponseSchema },
+  { method: "POST", pattern: "/tasks/results", rpc: "completeTasks", request: CompleteTasksRequestSchema, response: CompleteTasksResponseSchema },
+  { method: "POST", pattern: "/tasks/{task_id}/failure", rpc: "failTask", request: FailTaskRequestSchema, response: FailTaskResponseSchema },
+  { method: "GET", pattern: "/jobs/{job_id}", rpc: "getJob", request: GetJobRequestSchema, response: GetJobResponseSchema },
+  {
+    method: "GET",
+    pattern: "/jobs/{job_id}/results",
+    rpc: "listCompletedResults",
+    request: ListCompletedResultsRequestSchema,
+    response: ListCompletedResultsResponseSchema,
+  },
+  { method: "POST", pattern: "/jobs/{job_id}/cancel", rpc: "cancelJob", request: CancelJobRequestSchema, response: CancelJobResponseSchema },
+  { method: "PUT", pattern: "/workloads/{name}", rpc: "putWorkload", request: PutWorkloadRequestSchema, response: PutWorkloadResponseSchema },
+  { method: "GET", pattern: "/workloads", rpc: "listWorkloads", request: ListWorkloadsRequestSchema, response: ListWorkloadsResponseSchema },
+];
+
+/** Path parameters that are ids: a malformed one is refused before any call. */
+const UUID_PARAMS = new Set(["task_id", "job_id"]);
+
+const JSON_WRITE = { useProtoFieldName: true, alwaysEmitImplicit: true } as const;
+
+interface Match {
+  route: Route;
+  param?: { field: string; value: string };
+}
+
+function splitPath(path: string): string[] {
+  return path.split("/").slice(1);
+}
+
+const compiled = ROUTES.map((route) => ({ route, segments: splitPath(route.pattern) }));
+
+function snakeToCamel(s: string): string {
+  return s.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+}
+
+/**
+ * Routes whose pattern matches the path (any method). Empty: not a REST path.
+ * Throws HttpError for an undecodable path segment.
+ */
+function matchPath(pathname: string): Match[] {
+  const parts = splitPath(pathname);
+  const out: Match[] = [];
+  for (const { route, segments } of compiled) {
+    if (segments.length !== parts.length) continue;
+    let param: Match["param"];
+    let ok = true;
+    for (let i = 0; i < segments.length && ok; i++) {
+      const seg = segments[i];
+      if (seg.startsWith("{")) {
+        if (parts[i] === "") ok = false;
+        else param = { field: seg.slice(1, -1), value: parts[i] };
+      } else if (seg !== parts[i]) ok = false;
+    }
+    if (ok) out.push({ route, param });
+  }
+  return out;
+}
+
+/** True when the path belongs to the REST surface (so the Connect router is not asked). */
+export function isRestPath(pathname: string): boolean {
+  return matchPath(pathname).length > 0;
+}
+
+/** Reads the whole body, refusing more than maxBytes without buffering past the limit. */
+async function readBody(req: NodeRequest, maxBytes: number): Promise<Buffer> {
+  const declared = req.headers["content-length"];
+  if (declared !== undefined && Number(declared) > maxBytes) {
+    throw new HttpError(Code.ResourceExhausted, `request body exceeds ${maxBytes} bytes`, 413, { connection: "close" });
+  }
+  const chunks: Buffer[] = [];
+  let total = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    total += chunk.length;
+    if (total > maxBytes) {
+      throw new HttpError(Code.ResourceExhausted, `request body exceeds ${maxBytes} bytes`, 413, { connection: "close" });
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, total);
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+function isJsonContentType(value: string | undefined): boolean {
+  if (!value) return false;
+  const mediaType = value.split(";")[0].trim().toLowerCase();
+  return mediaType === "application/json" || /^application\/[a-z0-9.+-]+\+json$/.test(mediaType);
+}
+
+async function decodeBody(req: NodeRequest, maxBytes: number): Promise<JsonObject> {
+  const bytes = await readBody(req, maxBytes);
+  if (bytes.length === 0) return {};
+  if (!isJsonContentType(req.headers["content-type"])) {
+    throw new HttpError(Code.InvalidArgument, "content-type must be application/json", 415);
+  }
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    throw new HttpError(Code.InvalidArgument, "request body is not valid UTF-8");
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new HttpError(Code.InvalidArgument, `request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new HttpError(Code.InvalidArgument, "request body must be a JSON object");
+  }
+  return value as JsonObject;
+}
+
+function queryObject(search: URLSearchParams): JsonObject {
+  const out: JsonObject = {};
+  for (const key of new Set(search.keys())) {
+    const values = search.getAll(key);
+    if (values.length > 1) throw new HttpError(Code.InvalidArgument, `query parameter ${JSON.stringify(key)} is given more than once`);
+    out[key] = values[0];
+  }
+  return out;
+}
+
+/** Sets the path parameter in the JSON request, refusing a body that says otherwise. */
+function applyPathParam(json: JsonObject, field: string, value: string): void {
+  for (const key of [field, snakeToCamel(field)]) {
+    const given: JsonValue | undefined = json[key];
+    if (given !== undefined && given !== value) throw new ValidationError(field, "does not match the path");
+    delete json[key];
+  }
+  json[field] = value;
+}
+
+export interface RestHandlerOptions {
+  impl: QueueServiceImpl;
+  maxBodyBytes: number;
+}
+
+export function writeJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  if (res.headersSent) {
+    res.end();
+    return;
+  }
+  for (const [k, v] of Object.entries(headers)) {
+    // Connection-specific headers are HTTP/1.1 only; HTTP/2 forbids them.
+    if (k === "connection" && res instanceof Http2ServerResponse) continue;
+    res.setHeader(k, v);
+  }
+  res.setHeader("content-type", "application/json");
+  res.setHeader("content-length", Buffer.byteLength(text));
+  res.statusCode = status;
+  res.end(text);
+}
+
+export function writeError(res: NodeResponse, err: unknown, info: RequestInfo): void {
+  const m = mapError(err);
+  info.code ??= m.codeName;
+  if (m.internal) info.error ??= err;
+  writeJson(res, m.httpStatus, restErrorBody(m, info.requestId), err instanceof HttpError ? err.headers : {});
+}
+
+/**
+ * Serves a request whose path isRestPath(). Every failure, including a bug
+ * here, is answered as a REST error; nothing reaches the queue before the
+ * route, path id and body have been decoded.
+ */
+export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo, opts: RestHandlerOptions): Promise<void> {
+  info.protocol = "rest";
+  try {
+    const matches = matchPath(url.pathname);
+    const match = matches.find((m) => m.route.method === req.method);
+    if (!match) {
+      const allow = [...new Set(matches.map((m) => m.route.method))].join(", ");
+      throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${url.pathname}`, 405, { allow });
+    }
+    const { route, param } = match;
+    const method = QueueServiceDesc.method[route.rpc];
+    info.operation = method.name;
+
+    let pathValue: string | undefined;
+    if (param) {
+      try {
+        pathValue = decodeURIComponent(param.value);
+      } catch {
+        throw new ValidationError(param.field, "is not a valid path segment");
+      }
+      if (UUID_PARAMS.has(param.field)) {
+        pathValue = requireUuid(param.field, pathValue);
+        if (param.field === "task_id") info.taskId = pathValue;
+        else info.jobId = pathValue;
+      }
+    }
+
+    let json: JsonObject;
+    if (route.method === "GET") {
+      json = queryObject(url.searchParams);
+    } else {
+      if ([...url.searchParams.keys()].length > 0) throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
+      json = await decodeBody(req, opts.maxBodyBytes);
+    }
+    if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
+
+    let request: MessageShape<DescMessage>;
+    try {
+      request = fromJson(route.request, json);
+    } catch (err) {
+      throw new HttpError(Code.InvalidArgument, (err as Error).message);
+    }
+
+    const abort = new AbortController();
+    const onClose = () => {
+      if (!res.writableFinished) abort.abort(new Error("client closed the request"));
+    };
+    res.once("close", onClose);
+    const ctx: HandlerContext = createHandlerContext({
+      service: QueueServiceDesc,
+      method,
+      protocolName: "rest",
+      requestMethod: req.method ?? "GET",
+      url: url.toString(),
+      requestHeader: headersOf(req),
+      requestSignal: abort.signal,
+      contextValues: createContextValues().set(requestInfoKey, info),
+    });
+    const impl = opts.impl[route.rpc] as (r: MessageShape<DescMessage>, c: HandlerContext) => Promise<unknown>;
+    const result = create(route.response, (await impl(request, ctx)) as never);
+    res.removeListener("close", onClose);
+    const status = route.status?.(result, info) ?? 200;
+    if (status === 204) {
+      res.statusCode = 204;
+      res.end();
+      return;
+    }
+    writeJson(res, status, toJson(route.response, result, JSON_WRITE));
+  } catch (err) {
+    writeError(res, err, info);
+  }
+}
+
+function headersOf(req: NodeRequest): Headers {
+  const h = new Headers();
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (k.startsWith(":") || v === undefined) continue;
+    if (Array.isArray(v)) for (const item of v) h.append(k, item);
+    else h.set(k, v);
+  }
+  return h;
+}

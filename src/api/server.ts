@@ -1,0 +1,271 @@
+// The coordinator's one port: HTTP/1.1 and cleartext HTTP/2 (h2c with prior
+// knowledge, as grpcio speaks it). Node's http2 server falls back to HTTP/1.1
+// only over TLS, so a plain TCP server peeks at each connection's first bytes
+// and hands it to an http2 server (connection preface "PRI * HTTP/2.0") or to
+// an http server. Both run the same request handler:
+//   GET /healthz, GET /readyz → REST routes (rest.ts) → Connect router
+//   (gRPC, gRPC-Web, Connect; everything else is a 404 in the REST error shape).
+// Every response carries X-Request-Id; every request ends in one log line.
+
+import { randomUUID } from "node:crypto";
+import http from "node:http";
+import http2 from "node:http2";
+import net from "node:net";
+import { performance } from "node:perf_hooks";
+import { Code, createContextValues } from "@connectrpc/connect";
+import { codeToString } from "@connectrpc/connect/protocol-connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { Logger } from "pino";
+import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import type { QueueService } from "../queue/service.js";
+import { HttpError, REQUEST_ID_HEADER } from "./errors.js";
+import { handleRest, isRestPath, writeError, writeJson, type NodeRequest, type NodeResponse } from "./rest.js";
+import { createQueueServiceImpl, requestInfoKey, type RequestInfo } from "./service.js";
+
+export interface ApiServerOptions {
+  queue: QueueService;
+  logger: Logger;
+  maxBodyBytes: number;
+  requestTimeoutMs: number;
+  readiness: () => Promise<{ ready: boolean; detail?: string }>;
+}
+
+export interface ApiServer {
+  /** Binds; resolves the bound port (useful with port 0). */
+  listen(port: number, host: string): Promise<number>;
+  /** Stops accepting, lets in-flight requests finish up to timeoutMs, then destroys the remaining sockets. */
+  close(timeoutMs: number): Promise<void>;
+}
+
+const H2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+/** A connection that sends nothing this long after connecting is dropped. */
+const FIRST_BYTES_TIMEOUT_MS = 30_000;
+const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** The incoming X-Request-Id when it is sane, else a new UUID. */
+export function requestIdFor(header: string | string[] | undefined): string {
+  const value = Array.isArray(header) ? header[0] : header;
+  return value !== undefined && SANE_REQUEST_ID.test(value) ? value : randomUUID();
+}
+
+function protocolOf(req: NodeRequest): string {
+  const ct = String(req.headers["content-type"] ?? "");
+  if (ct.startsWith("application/grpc-web")) return "grpc-web";
+  if (ct.startsWith("application/grpc")) return "grpc";
+  return "connect";
+}
+
+export function createApiServer(opts: ApiServerOptions): ApiServer {
+  const { logger } = opts;
+  const impl = createQueueServiceImpl({ queue: opts.queue, requestTimeoutMs: opts.requestTimeoutMs });
+  const infos = new WeakMap<object, RequestInfo>();
+
+  const connectHandler = connectNodeAdapter({
+    routes: (router) => router.service(QueueServiceDesc, impl),
+    readMaxBytes: opts.maxBodyBytes,
+    // Same rule as REST: a field this server does not know is an error, not silently dropped.
+    jsonOptions: { ignoreUnknownFields: false },
+    contextValues: (req) => createContextValues().set(requestInfoKey, infos.get(req)),
+    fallback: (req, res) => {
+      const info = infos.get(req) ?? { requestId: requestIdFor(undefined) };
+      info.protocol ??= "http";
+      writeError(res, new HttpError(Code.NotFound, `no route for ${req.method} ${(req.url ?? "/").split("?")[0]}`, 404), info);
+    },
+  });
+
+  let closing = false;
+  /** HTTP/1.1 requests in flight per socket, so close() can drop idle keep-alive sockets at once. */
+  const inFlight = new Map<net.Socket, number>();
+
+  function logRequest(req: NodeRequest, res: NodeResponse, info: RequestInfo, start: number, path: string): void {
+    let code = info.code;
+    if (code === undefined) {
+      // Answered by connect-es itself (bad framing, limits): trailers-only gRPC errors have the status in the headers.
+      const grpcStatus = res.getHeader("grpc-status");
+      if (grpcStatus !== undefined) code = Number(grpcStatus) === 0 ? "ok" : codeToString(Number(grpcStatus) as Code);
+    }
+    const line = {
+      request_id: info.requestId,
+      protocol: info.protocol,
+      method: req.method,
+      path,
+      operation: info.operation,
+      task_id: info.taskId,
+      job_id: info.jobId,
+      worker_id: info.workerId,
+      status: res.statusCode,
+      code,
+      duration_ms: Math.round((performance.now() - start) * 1000) / 1000,
+      aborted: res.writableFinished ? undefined : true,
+    };
+    if (info.error !== undefined) logger.error({ ...line, err: info.error }, "request failed");
+    else logger.info(line, "request");
+  }
+
+  async function handle(req: NodeRequest, res: NodeResponse): Promise<void> {
+    const start = performance.now();
+    const info: RequestInfo = { requestId: requestIdFor(req.headers[REQUEST_ID_HEADER]) };
+    infos.set(req, info);
+    res.setHeader(REQUEST_ID_HEADER, info.requestId);
+    const rawUrl = req.url ?? "/";
+    const path = rawUrl.split("?")[0];
+    res.once("close", () => logRequest(req, res, info, start, path));
+
+    const socket = req.socket as net.Socket;
+    if (req.httpVersionMajor === 1) {
+      inFlight.set(socket, (inFlight.get(socket) ?? 0) + 1);
+      if (closing) res.setHeader("connection", "close");
+      res.once("close", () => {
+        const n = (inFlight.get(socket) ?? 1) - 1;
+        inFlight.set(socket, n);
+        if (closing && n === 0) socket.end();
+      });
+    }
+
+    try {
+      let url: URL;
+      try {
+        url = new URL(rawUrl, "http://localhost");
+      } catch {
+        throw new HttpError(Code.InvalidArgument, "malformed request URL");
+      }
+      if (url.pathname === "/healthz" || url.pathname === "/readyz") {
+        info.protocol = "http";
+        info.operation = url.pathname.slice(1);
+        if (req.method !== "GET" && req.method !== "HEAD") {
+          throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${url.pathname}`, 405, { allow: "GET, HEAD" });
+        }
+        if (url.pathname === "/healthz") {
+          writeJson(res, 200, { status: "ok" });
+          return;
+        }
+        let r: { ready: boolean; detail?: string };
+        try {
+          r = await opts.readiness();
+        } catch (err) {
+          logger.warn({ err, request_id: info.requestId }, "readiness check failed");
+          r = { ready: false, detail: "readiness check failed" };
+        }
+        writeJson(res, r.ready ? 200 : 503, r.ready ? { status: "ready" } : { status: "not_ready", detail: r.detail ?? "" });
+        return;
+      }
+      if (isRestPath(url.pathname)) {
+        await handleRest(req, res, url, info, { impl, maxBodyBytes: opts.maxBodyBytes });
+        return;
+      }
+      info.protocol = protocolOf(req);
+      connectHandler(req, res);
+    } catch (err) {
+      writeError(res, err, info);
+    }
+  }
+
+  const onRequest = (req: NodeRequest, res: NodeResponse) => {
+    handle(req, res).catch((err: unknown) => {
+      logger.error({ err }, "request handler failed");
+      if (!res.headersSent) res.statusCode = 500;
+      res.end();
+    });
+  };
+
+  const h1 = http.createServer(onRequest);
+  const h2 = http2.createServer({}, onRequest);
+  const sessions = new Set<http2.ServerHttp2Session>();
+  h2.on("session", (session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+    if (closing) session.close();
+  });
+  // Errors on an individual connection are the client's business; never crash the process.
+  h1.on("clientError", (_err, socket) => {
+    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+    else socket.destroy();
+  });
+  h2.on("sessionError", () => {});
+
+  const sockets = new Set<net.Socket>();
+
+  function dispatch(socket: net.Socket): void {
+    let buffered: Buffer = Buffer.alloc(0);
+    const onError = () => socket.destroy();
+    const onTimeout = () => socket.destroy();
+    const onData = (chunk: Buffer) => {
+      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+      const n = Math.min(buffered.length, H2_PREFACE.length);
+      const h2Prefix = buffered.subarray(0, n).equals(H2_PREFACE.subarray(0, n));
+      if (h2Prefix && buffered.length < H2_PREFACE.length) return; // undecided: wait for more bytes
+      socket.removeListener("data", onData);
+      socket.removeListener("error", onError);
+      socket.removeListener("timeout", onTimeout);
+      socket.setTimeout(0);
+      socket.pause();
+      socket.unshift(buffered);
+      if (h2Prefix) {
+        h2.emit("connection", socket);
+      } else {
+        h1.emit("connection", socket);
+        process.nextTick(() => socket.resume());
+      }
+    };
+    socket.on("error", onError);
+    socket.setTimeout(FIRST_BYTES_TIMEOUT_MS, onTimeout);
+    socket.on("data", onData);
+  }
+
+  const tcp = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.once("close", () => {
+      sockets.delete(socket);
+      inFlight.delete(socket);
+    });
+    if (closing) {
+      socket.destroy();
+      return;
+    }
+    dispatch(socket);
+  });
+
+  let closed: Promise<void> | undefined;
+
+  return {
+    listen(port: number, host: string): Promise<number> {
+      return new Promise((resolve, reject) => {
+        const onError = (err: Error) => reject(err);
+        tcp.once("error", onError);
+        tcp.listen(port, host, () => {
+          tcp.removeListener("error", onError);
+          resolve((tcp.address() as net.AddressInfo).port);
+        });
+      });
+    },
+
+    close(timeoutMs: number): Promise<void> {
+      closed ??= (async () => {
+        closing = true;
+        const stopped = new Promise<void>((resolve) => tcp.close(() => resolve()));
+        // Idle HTTP/1.1 keep-alive sockets and sockets that never sent a request go now;
+        // busy ones close after their response (connection: close); HTTP/2 sessions get GOAWAY
+        // and close when their streams are done.
+        for (const socket of sockets) {
+          if (!inFlight.get(socket)) socket.destroy();
+        }
+        for (const session of sessions) session.close();
+        const drained = new Promise<void>((resolve) => {
+          const check = () => (sockets.size === 0 ? resolve() : setTimeout(check, 20).unref());
+          check();
+        });
+        let timer: NodeJS.Timeout | undefined;
+        const timedOut = new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+          timer.unref();
+        });
+        await Promise.race([drained, timedOut]);
+        clearTimeout(timer);
+        for (const socket of sockets) socket.destroy();
+        for (const session of sessions) session.destroy();
+        await stopped;
+      })();
+      return closed;
+    },
+  };
+}

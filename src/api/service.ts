@@ -1,0 +1,219 @@
+// The leasehold.queue.v1.QueueService implementation: one plain object typed by
+// the generated service, shared by the Connect router (gRPC, gRPC-Web, Connect)
+// and the REST routes. Each method is thin: decode (convert.ts) → call the
+// QueueService under the request's deadline → encode (convert.ts). Errors are
+// mapped in errors.ts only.
+
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import {
+  CancelJobResponseSchema,
+  ClaimTasksResponseSchema,
+  CompleteTaskResponseSchema,
+  CreateJobResponseSchema,
+  FailTaskResponseSchema,
+  ListWorkloadsResponseSchema,
+  PutWorkloadResponseSchema,
+  QueueService as QueueServiceDesc,
+  RenewLeaseResponseSchema,
+} from "../../gen/leasehold/queue/v1/queue_pb.js";
+import { DeadlineExceededError, QueueError } from "../queue/errors.js";
+import type { QueueService } from "../queue/service.js";
+import { requireUuid } from "../queue/validation.js";
+import * as convert from "./convert.js";
+import { mapError, REQUEST_ID_HEADER, toConnectError } from "./errors.js";
+
+/** Per-request facts gathered for the request log line (server.ts) and the REST status (rest.ts). */
+export interface RequestInfo {
+  requestId: string;
+  /** "rest", "connect", "grpc", "grpc-web" or "http". */
+  protocol?: string;
+  /** RPC name, e.g. "ClaimTasks". */
+  operation?: string;
+  taskId?: string;
+  jobId?: string;
+  workerId?: string;
+  /** Connect code name of the outcome ("ok", "aborted", …) when the handler ran. */
+  code?: string;
+  /** CreateJob: false for an idempotent replay (REST answers 200 instead of 201). */
+  created?: boolean;
+  /** An unexpected error (mapped to INTERNAL): logged server side, never sent. */
+  error?: unknown;
+}
+
+/** Carries the RequestInfo of the current request into the handler (see server.ts / rest.ts). */
+export const requestInfoKey = createContextKey<RequestInfo | undefined>(undefined, { description: "leasehold request info" });
+
+export interface QueueServiceImplOptions {
+  queue: QueueService;
+  /** Deadline of a call without a shorter client deadline. */
+  requestTimeoutMs: number;
+}
+
+/** Margin a long poll gets beyond its wait_seconds: requestTimeoutMs. */
+export function callTimeoutMs(requestTimeoutMs: number, waitSeconds = 0): number {
+  const wait = Number.isFinite(waitSeconds) ? Math.min(Math.max(waitSeconds, 0), 3600) : 0;
+  return requestTimeoutMs + wait * 1000;
+}
+
+export type QueueServiceImpl = ServiceImpl<typeof QueueServiceDesc>;
+
+export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServiceImpl {
+  const { queue, requestTimeoutMs } = opts;
+
+  function infoOf(ctx: HandlerContext): RequestInfo {
+    let info = ctx.values.get(requestInfoKey);
+    if (!info) {
+      // Used without server.ts (e.g. createRouterTransport in a test): make one up.
+      info = { requestId: ctx.requestHeader.get(REQUEST_ID_HEADER) ?? randomUUID() };
+      ctx.values.set(requestInfoKey, info);
+    }
+    info.protocol ??= ctx.protocolName;
+    return info;
+  }
+
+  /**
+   * Runs one call: the signal aborts at the client's deadline (Connect parses
+   * connect-timeout-ms / grpc-timeout into ctx.signal), when the client goes
+   * away, or after timeoutMs, whichever is first. The answer never waits past
+   * that signal even if the queue does not honour it.
+   */
+  async function run<T>(
+    ctx: HandlerContext,
+    operation: string,
+    ids: { taskId?: string; jobId?: string; workerId?: string },
+    fn: (signal: AbortSignal, info: RequestInfo) => Promise<T>,
+    timeoutMs = requestTimeoutMs,
+  ): Promise<T> {
+    const info = infoOf(ctx);
+    info.operation = operation;
+    if (ids.taskId) info.taskId = ids.taskId;
+    if (ids.jobId) info.jobId = ids.jobId;
+    if (ids.workerId) info.workerId = ids.workerId;
+    const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(timeoutMs)]);
+    let onAbort: (() => void) | undefined;
+    try {
+      const aborted = new Promise<never>((_, reject) => {
+        onAbort = () => reject(new DeadlineExceededError("the request deadline passed before the queue answered"));
+        if (signal.aborted) onAbort();
+        else signal.addEventListener("abort", onAbort, { once: true });
+      });
+      const result = await Promise.race([fn(signal, info), aborted]);
+      info.code = "ok";
+      return result;
+    } catch (err) {
+      // A call cut short by the deadline may surface as a driver error: it is still the deadline.
+      const cause = signal.aborted && !(err instanceof QueueError) ? new DeadlineExceededError("the request deadline passed", { cause: err }) : err;
+      const mapped = mapError(cause);
+      info.code = mapped.codeName;
+      if (mapped.internal) info.error = err;
+      throw toConnectError(cause, info.requestId);
+    } finally {
+      if (onAbort) signal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /** Ids are checked here too, so a malformed one is INVALID_ARGUMENT on every transport, before any query. */
+  const uuid = (field: string, v: string) => requireUuid(field, v);
+
+  return {
+    async createJob(req, ctx) {
+      return run(ctx, "CreateJob", {}, async (signal, info) => {
+        const r = await queue.createJob(convert.createJobInput(req), { signal });
+        info.created = r.created;
+        info.jobId = r.job.id;
+        return create(CreateJobResponseSchema, { job: convert.jobMessage(r.job), tasks: r.tasks.map(convert.taskMessage) });
+      });
+    },
+
+    async claimTasks(req, ctx) {
+      // Long-poll hook: wait_seconds is passed through to the queue, and the
+      // call's deadline is extended by it so requestTimeoutMs never cuts a wait short.
+      return run(
+        ctx,
+        "ClaimTasks",
+        { workerId: req.workerId },
+        async (signal) => {
+          const tasks = await queue.claimTasks(convert.claimTasksInput(req), { signal });
+          return create(ClaimTasksResponseSchema, { tasks: tasks.map(convert.taskMessage) });
+        },
+        callTimeoutMs(requestTimeoutMs, req.waitSeconds),
+      );
+    },
+
+    async renewLease(req, ctx) {
+      return run(ctx, "RenewLease", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
+        uuid("task_id", req.taskId);
+        const task = await queue.renewLease(convert.renewLeaseInput(req), { signal });
+        info.jobId = task.jobId;
+        return create(RenewLeaseResponseSchema, { task: convert.taskMessage(task) });
+      });
+    },
+
+    async completeTask(req, ctx) {
+      return run(ctx, "CompleteTask", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
+        uuid("task_id", req.taskId);
+        const task = await queue.completeTask(convert.completeTaskInput(req), { signal });
+        info.jobId = task.jobId;
+        return create(CompleteTaskResponseSchema, { task: convert.taskMessage(task) });
+      });
+    },
+
+    async completeTasks(req, ctx) {
+      const workers = new Set(req.results.map((r) => r.workerId));
+      return run(ctx, "CompleteTasks", { workerId: workers.size === 1 ? [...workers][0] : undefined }, async (signal) => {
+        req.results.forEach((r, i) => uuid(`results[${i}].task_id`, r.taskId));
+        const inputs = convert.completeTasksInput(req);
+        const outcomes = await queue.completeTasks(inputs, { signal });
+        return convert.completeTasksResponse(inputs, outcomes);
+      });
+    },
+
+    async failTask(req, ctx) {
+      return run(ctx, "FailTask", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
+        uuid("task_id", req.taskId);
+        const task = await queue.failTask(convert.failTaskInput(req), { signal });
+        info.jobId = task.jobId;
+        return create(FailTaskResponseSchema, { task: convert.taskMessage(task) });
+      });
+    },
+
+    async getJob(req, ctx) {
+      return run(ctx, "GetJob", { jobId: req.jobId }, async (signal) => {
+        const status = await queue.getJobStatus(uuid("job_id", req.jobId), { signal });
+        return convert.getJobResponse(status);
+      });
+    },
+
+    async listCompletedResults(req, ctx) {
+      return run(ctx, "ListCompletedResults", { jobId: req.jobId }, async (signal) => {
+        uuid("job_id", req.jobId);
+        const page = await queue.listCompletedResults(convert.listCompletedResultsInput(req), { signal });
+        return convert.listCompletedResultsResponse(page);
+      });
+    },
+
+    async cancelJob(req, ctx) {
+      return run(ctx, "CancelJob", { jobId: req.jobId }, async (signal) => {
+        uuid("job_id", req.jobId);
+        const job = await queue.cancelJob(convert.cancelJobInput(req), { signal });
+        return create(CancelJobResponseSchema, { job: convert.jobMessage(job) });
+      });
+    },
+
+    async putWorkload(req, ctx) {
+      return run(ctx, "PutWorkload", {}, async (signal) => {
+        const workload = await queue.putWorkload(convert.putWorkloadInput(req), { signal });
+        return create(PutWorkloadResponseSchema, { workload: convert.workloadMessage(workload) });
+      });
+    },
+
+    async listWorkloads(_req, ctx) {
+      return run(ctx, "ListWorkloads", {}, async (signal) => {
+        const workloads = await queue.listWorkloads({ signal });
+        return create(ListWorkloadsResponseSchema, { workloads: workloads.map(convert.workloadMessage) });
+      });
+    },
+  };
+}
