@@ -1,0 +1,147 @@
+// Shared by the benchmark and the soak: a throwaway PostgreSQL, a real coordinator process,
+// and a cheap HTTP/1.1 client for the load generator.
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import pg from "pg";
+import { startEmbeddedPostgres, type EmbeddedDatabase } from "../src/store/postgres/embedded.js";
+import { migrate } from "../src/store/postgres/migrate.js";
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export function quantile(sorted: number[], q: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+export function summary(samples: number[]) {
+  const s = [...samples].sort((a, b) => a - b);
+  return { p50: quantile(s, 0.5), p95: quantile(s, 0.95), p99: quantile(s, 0.99), n: s.length };
+}
+
+export const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }) : "-");
+
+export async function startDatabase(): Promise<{ url: string; stop: () => Promise<void> }> {
+  let embedded: EmbeddedDatabase | undefined;
+  let dir: string | undefined;
+  let admin = process.env.DATABASE_URL;
+  if (!admin) {
+    dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-bench-"));
+    chmodSync(dir, 0o755);
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false });
+    admin = embedded.url;
+  }
+  const name = `leasehold_bench_${process.pid}`;
+  const c = new pg.Client({ connectionString: admin });
+  await c.connect();
+  await c.query(`CREATE DATABASE ${name}`);
+  await c.end();
+  const u = new URL(admin);
+  u.pathname = `/${name}`;
+  const url = u.toString();
+  await migrate(url, "up");
+  return {
+    url,
+    async stop() {
+      const c2 = new pg.Client({ connectionString: admin });
+      await c2.connect();
+      await c2.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c2.end();
+      await embedded?.stop();
+      if (dir) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface Coordinator {
+  url: string;
+  child: ChildProcess;
+  peakRssMb(): number;
+  rssMb(): number;
+  stop(): Promise<void>;
+}
+
+export async function startCoordinator(databaseUrl: string, env: Record<string, string> = {}): Promise<Coordinator> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", ...env },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    try {
+      const res = await fetch(`${url}/readyz`);
+      if (res.ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (i > 200 || child.exitCode !== null) throw new Error("coordinator did not become ready");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  let peak = 0;
+  const readRss = () => {
+    try {
+      const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"));
+      if (m) peak = Math.max(peak, Number(m[1]) / 1024);
+    } catch {
+      // exited
+    }
+    return peak;
+  };
+  return {
+    url,
+    child,
+    peakRssMb: readRss,
+    rssMb: () => {
+      try {
+        const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"));
+        return m ? Number(m[1]) / 1024 : NaN;
+      } catch {
+        return NaN;
+      }
+    },
+    stop: () =>
+      new Promise((resolve) => {
+        readRss();
+        child.once("exit", () => resolve());
+        child.kill("SIGTERM");
+      }),
+  };
+}
+
+/** REST over HTTP/1.1 with keep-alive: node:http, which costs the generator far less CPU than fetch. */
+export function restClient(baseUrl: string, maxSockets = 64) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets });
+  const u = new URL(baseUrl);
+  return (method: string, pathname: string, body?: unknown): Promise<{ status: number; json: unknown }> =>
+    new Promise((resolve, reject) => {
+      const data = body === undefined ? undefined : JSON.stringify(body);
+      const req = http.request(
+        { host: u.hostname, port: u.port, method, path: pathname, agent, headers: data ? { "content-type": "application/json", "content-length": Buffer.byteLength(data) } : {} },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c) => chunks.push(c));
+          res.on("end", () => {
+            const text = Buffer.concat(chunks).toString();
+            resolve({ status: res.statusCode ?? 0, json: text ? JSON.parse(text) : null });
+          });
+        },
+      );
+      req.on("error", reject);
+      req.end(data);
+    });
+}
+

@@ -1,0 +1,103 @@
+// npm run soak: steady claim → complete load against a real coordinator for SOAK_SECONDS
+// (default 600), printing throughput, coordinator RSS, open file descriptors and database
+// connections every 10 s, then whether any of them grew. Not part of npm test.
+
+import { createHash } from "node:crypto";
+import { readdirSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import pg from "pg";
+import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
+import { fmt, restClient, startCoordinator, startDatabase } from "./harness.js";
+
+const SECONDS = Number(process.env.SOAK_SECONDS ?? 600);
+const WORKERS = Number(process.env.SOAK_WORKERS ?? 16);
+const SHA = createHash("sha256").update("soak").digest("hex");
+
+async function main() {
+  const db = await startDatabase();
+  const coordinator = await startCoordinator(db.url);
+  const rpc = createClient(QueueService, createConnectTransport({ baseUrl: coordinator.url, httpVersion: "2" }));
+  const rest = restClient(coordinator.url);
+  const probe = new pg.Client({ connectionString: db.url });
+  await probe.connect();
+  await rpc.putWorkload({ name: "soak", leaseSeconds: 60, maxAttempts: 3 });
+
+  const stopAt = performance.now() + SECONDS * 1000;
+  let completed = 0;
+  let errors = 0;
+
+  // Keep a backlog of a few thousand tasks: new 1,000-task jobs while the queue runs low.
+  const feeder = (async () => {
+    while (performance.now() < stopAt) {
+      const { rows } = await probe.query(`SELECT count(*)::int AS n FROM tasks WHERE workload = 'soak' AND status = 'pending'`);
+      if (rows[0].n < 5000) {
+        await rest("POST", "/jobs", {
+          workload: "soak",
+          tasks: Array.from({ length: 1000 }, (_, i) => ({ chunk_index: i, input_uri: `s3://soak/${i}`, input_sha256: SHA })),
+        });
+      } else {
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  })();
+
+  const workers = Array.from({ length: WORKERS }, async (_, id) => {
+    const workerId = `soak-${id}`;
+    while (performance.now() < stopAt) {
+      try {
+        const { tasks } = await rpc.claimTasks({ workerId, workloads: ["soak"], maxTasks: 1, waitSeconds: 1 });
+        for (const t of tasks) {
+          await rpc.completeTask({ taskId: t.id, workerId, attempt: t.attempt, resultUri: "s3://soak/out", resultSha256: SHA, metrics: { id } });
+          completed++;
+        }
+      } catch {
+        errors++;
+      }
+    }
+  });
+
+  const samples: Array<{ rss: number; fds: number; conns: number }> = [];
+  let last = completed;
+  let lastAt = performance.now();
+  const fdCount = () => {
+    try {
+      return readdirSync(`/proc/${coordinator.child.pid}/fd`).length;
+    } catch {
+      return NaN;
+    }
+  };
+  console.log("elapsed_s  tasks/s  rss_mb  fds  db_conns  errors");
+  const reporter = setInterval(async () => {
+    const now = performance.now();
+    const rate = (completed - last) / ((now - lastAt) / 1000);
+    last = completed;
+    lastAt = now;
+    const { rows } = await probe.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'leasehold%'`);
+    const sample = { rss: coordinator.rssMb(), fds: fdCount(), conns: rows[0].n };
+    samples.push(sample);
+    console.log(
+      `${fmt((SECONDS * 1000 - (stopAt - now)) / 1000).padStart(9)}  ${fmt(rate).padStart(7)}  ${fmt(sample.rss, 1).padStart(6)}  ${String(sample.fds).padStart(3)}  ${String(sample.conns).padStart(8)}  ${errors}`,
+    );
+  }, 10_000);
+
+  await Promise.all([feeder, ...workers]);
+  clearInterval(reporter);
+  await probe.end();
+  await coordinator.stop();
+  await db.stop();
+
+  // Growth: compare the second sample (after warm-up) with the last.
+  if (samples.length >= 3) {
+    const a = samples[1];
+    const b = samples[samples.length - 1];
+    console.log(`\nafter warm-up → end: rss ${fmt(a.rss, 1)} → ${fmt(b.rss, 1)} MB, fds ${a.fds} → ${b.fds}, db connections ${a.conns} → ${b.conns}`);
+  }
+  console.log(`completed ${completed} tasks in ${SECONDS} s (${fmt(completed / SECONDS)} tasks/s), ${errors} errors, coordinator peak RSS ${fmt(coordinator.peakRssMb(), 1)} MB`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
