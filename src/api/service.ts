@@ -128,17 +128,19 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     },
 
     async claimTasks(req, ctx) {
-      // Long-poll hook: wait_seconds is passed through to the queue, and the
-      // call's deadline is extended by it so requestTimeoutMs never cuts a wait short.
+      // A long poll (wait_seconds) extends the call's timeout by its wait, so requestTimeoutMs
+      // never cuts a wait short, and tells the queue the deadline so an empty answer beats it.
+      const timeoutMs = callTimeoutMs(requestTimeoutMs, req.waitSeconds);
+      const deadline = Date.now() + Math.min(timeoutMs, ctx.timeoutMs() ?? Infinity);
       return run(
         ctx,
         "ClaimTasks",
         { workerId: req.workerId },
         async (signal) => {
-          const tasks = await queue.claimTasks(convert.claimTasksInput(req), { signal });
+          const tasks = await queue.claimTasks(convert.claimTasksInput(req), { signal, deadline });
           return create(ClaimTasksResponseSchema, { tasks: tasks.map(convert.taskMessage) });
         },
-        callTimeoutMs(requestTimeoutMs, req.waitSeconds),
+        timeoutMs,
       );
     },
 

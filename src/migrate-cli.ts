@@ -1,0 +1,76 @@
+// npm run migrate -- up [N] | down [N] | create NAME
+//
+// The only way migrations reach a DATABASE_URL database: the coordinator never
+// migrates in production mode (it refuses to start while any are pending).
+import path from "node:path";
+import { Migration, runner } from "node-pg-migrate";
+import { ConfigError, loadConfig } from "./config/index.js";
+import { MIGRATIONS_DIR, MIGRATIONS_TABLE, pendingMigrations } from "./store/postgres/migrate.js";
+import pg from "pg";
+
+const USAGE = "usage: npm run migrate -- up [N] | down [N] | create NAME";
+
+function fail(message: string, code: number): never {
+  process.stderr.write(`migrate: ${message}\n`);
+  process.exit(code);
+}
+
+function databaseUrl(): string {
+  let url: string | undefined;
+  try {
+    url = loadConfig().databaseUrl;
+  } catch (err) {
+    if (err instanceof ConfigError) fail(`invalid configuration: ${err.message}`, 2);
+    throw err;
+  }
+  if (!url) fail("DATABASE_URL is not set (e.g. DATABASE_URL=postgres://user:pass@host:5432/leasehold)", 2);
+  return url;
+}
+
+function count(raw: string | undefined, fallback: number): number {
+  if (raw === undefined) return fallback;
+  if (!/^\d+$/.test(raw) || Number(raw) < 1) fail(`count must be a positive integer, got ${JSON.stringify(raw)}`, 2);
+  return Number(raw);
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, arg, ...rest] = argv;
+  if (rest.length > 0) fail(USAGE, 2);
+  switch (command) {
+    case "up":
+    case "down": {
+      const url = databaseUrl();
+      await runner({
+        databaseUrl: url,
+        dir: MIGRATIONS_DIR,
+        direction: command,
+        count: count(arg, command === "up" ? Infinity : 1),
+        migrationsTable: MIGRATIONS_TABLE,
+        singleTransaction: true,
+        log: (msg: string) => process.stdout.write(`${msg}\n`),
+      });
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      try {
+        const pending = await pendingMigrations(client);
+        process.stdout.write(pending.length === 0 ? "schema is current\n" : `${pending.length} migration(s) pending\n`);
+      } finally {
+        await client.end();
+      }
+      return;
+    }
+    case "create": {
+      if (!arg || !/^[a-z0-9][a-z0-9_-]*$/i.test(arg)) fail(`create needs a NAME of letters, digits, - and _ (${USAGE})`, 2);
+      const file = await Migration.create(arg, MIGRATIONS_DIR, { language: "sql" });
+      process.stdout.write(`created ${path.relative(process.cwd(), file)}\n`);
+      return;
+    }
+    default:
+      fail(USAGE, 2);
+  }
+}
+
+main(process.argv.slice(2)).then(
+  () => process.exit(0),
+  (err: unknown) => fail(err instanceof Error ? err.message : String(err), 1),
+);

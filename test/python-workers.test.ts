@@ -1,0 +1,328 @@
+// The Python example workers (examples/python) against a live coordinator: a
+// real server (createApiServer on port 0) over a real, freshly migrated
+// PostgreSQL database. Each worker runs as a child process (bounded in time,
+// never left behind) and prints one JSON line per action; the test checks those
+// lines against what the database then holds.
+//   json_worker.py: REST JSON with the standard library only (needs python3).
+//   grpc_worker.py: grpcio stubs generated from the proto (needs grpcio,
+//   grpcio-tools and protobuf: pip install grpcio grpcio-tools protobuf).
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiServer, type ApiServer } from "../src/api/server.js";
+import { ROOT } from "./support/process.js";
+import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
+
+const PYTHON = process.env.PYTHON ?? "python3";
+const CHILD_TIMEOUT_MS = 30_000;
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const HEX64_RE = /^[0-9a-f]{64}$/;
+
+let fx: QueueFixture;
+let server: ApiServer;
+let target: string;
+let stubsDir: string;
+
+// ---------- child processes: bounded in time, none left behind ----------
+
+interface PyRun {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  lines: any[];
+}
+
+const live = new Set<ChildProcess>();
+
+function runPython(args: string[], timeoutMs = CHILD_TIMEOUT_MS): Promise<PyRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(PYTHON, args, {
+      cwd: ROOT,
+      env: { ...process.env, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    live.add(child);
+    let stdout = "";
+    let stderr = "";
+    let timedOut = false;
+    child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill("SIGKILL");
+    }, timeoutMs);
+    child.once("error", (err) => {
+      clearTimeout(timer);
+      live.delete(child);
+      reject(new Error(`cannot run ${PYTHON} (is Python 3 installed and on PATH?): ${err.message}`));
+    });
+    child.once("close", (code, signal) => {
+      clearTimeout(timer);
+      live.delete(child);
+      const run = `${PYTHON} ${args.join(" ")}`;
+      if (timedOut) {
+        reject(new Error(`${run} was killed after ${timeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
+        return;
+      }
+      let lines: unknown[];
+      try {
+        lines = stdout
+          .split("\n")
+          .filter((l) => l.trim() !== "")
+          .map((l) => JSON.parse(l));
+      } catch (err) {
+        reject(new Error(`${run} printed a line that is not JSON (${(err as Error).message})\nstdout:\n${stdout}\nstderr:\n${stderr}`));
+        return;
+      }
+      resolve({ code, signal, stdout, stderr, lines });
+    });
+  });
+}
+
+async function killLeftovers(): Promise<void> {
+  await Promise.all(
+    [...live].map(
+      (child) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          child.once("close", () => resolve());
+          child.kill("SIGKILL");
+        }),
+    ),
+  );
+}
+
+function describeRun(r: PyRun): string {
+  return `exit ${r.code} (signal ${r.signal})\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`;
+}
+
+// ---------- grpcio availability ----------
+
+let grpcioCheck: { ok: boolean; detail: string } | undefined;
+
+/** Fails the calling test with a clear message when grpcio, grpcio-tools or protobuf is missing. */
+function requireGrpcio(): void {
+  grpcioCheck ??= (() => {
+    const r = spawnSync(PYTHON, ["-c", "import grpc, grpc_tools, google.protobuf"], { encoding: "utf8", timeout: CHILD_TIMEOUT_MS });
+    return { ok: r.status === 0, detail: r.error ? r.error.message : r.stderr.trim() };
+  })();
+  if (!grpcioCheck.ok) {
+    throw new Error(
+      `${PYTHON} cannot import grpc, grpc_tools and google.protobuf, which examples/python/grpc_worker.py needs.\n` +
+        `Install them with: ${PYTHON} -m pip install grpcio grpcio-tools protobuf\n${grpcioCheck.detail}`,
+    );
+  }
+}
+
+// ---------- fixtures ----------
+
+beforeAll(async () => {
+  fx = await queueFixture();
+  server = createApiServer({
+    queue: fx.queue,
+    logger: pino({ level: "silent" }),
+    maxBodyBytes: 64 * 1024,
+    requestTimeoutMs: 10_000,
+    readiness: async () => ({ ready: true }),
+  });
+  const port = await server.listen(0, "127.0.0.1");
+  target = `127.0.0.1:${port}`;
+  stubsDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-py-stubs-test-"));
+});
+
+afterAll(async () => {
+  await killLeftovers();
+  await server?.close(2000);
+  await fx?.close();
+  if (stubsDir) rmSync(stubsDir, { recursive: true, force: true });
+});
+
+interface TaskRow {
+  id: string;
+  chunk_index: number;
+  status: string;
+  attempt: number;
+  lease_owner: string | null;
+  result_uri: string | null;
+  result_sha256: string | null;
+  metrics: Record<string, unknown> | null;
+  error_code: string | null;
+  error_message: string | null;
+}
+
+async function taskRows(jobId: string): Promise<TaskRow[]> {
+  const { rows } = await fx.pool.query<TaskRow>(
+    `SELECT id, chunk_index, status, attempt, lease_owner, result_uri, result_sha256, metrics, error_code, error_message
+       FROM tasks WHERE job_id = $1 ORDER BY chunk_index`,
+    [jobId],
+  );
+  return rows;
+}
+
+/** A fresh workload with one job of `chunks` tasks; returns the job id and task ids by chunk. */
+async function seed(workload: string, chunks: number): Promise<{ jobId: string; taskIds: string[] }> {
+  await fx.queue.putWorkload({ name: workload, maxAttempts: 3, leaseSeconds: 30 });
+  const { job, tasks } = await fx.queue.createJob({
+    workload,
+    tasks: Array.from({ length: chunks }, (_, i) => ({ chunkIndex: i, inputUri: `s3://in/${workload}/${i}`, inputSha256: sha(`${workload}-${i}`) })),
+  });
+  return { jobId: job.id, taskIds: tasks.map((t) => t.id) };
+}
+
+// ---------- the same scenarios for both workers ----------
+
+interface WorkerKind {
+  name: string;
+  script: string;
+  /** extra CLI arguments */
+  args: () => string[];
+  before?: () => void;
+}
+
+const kinds: WorkerKind[] = [
+  { name: "json_worker.py (REST JSON, standard library)", script: "examples/python/json_worker.py", args: () => [] },
+  {
+    name: "grpc_worker.py (grpcio over h2c)",
+    script: "examples/python/grpc_worker.py",
+    args: () => ["--stubs-dir", path.join(stubsDir, "stubs")],
+    before: requireGrpcio,
+  },
+];
+
+describe.each(kinds)("$name", ({ script, args, before }) => {
+  const tag = path.basename(script, ".py");
+  const worker = (workload: string, extra: string[]) =>
+    runPython([script, "--target", target, "--workload", workload, "--worker-id", `${tag}-1`, ...args(), ...extra]);
+
+  it("claims → heartbeats → completes the first task with a manifest, fails the second; the job fails", async () => {
+    before?.();
+    const workload = `py_${tag}_flow`;
+    const { jobId, taskIds } = await seed(workload, 2);
+
+    const r = await worker(workload, ["--tasks", "2", "--max-tasks", "1", "--lease-seconds", "20"]);
+    expect(r.code, describeRun(r)).toBe(0);
+    expect(r.lines.map((l) => l.action)).toEqual(["claim", "heartbeat", "complete", "claim", "heartbeat", "fail", "done"]);
+    const [claim1, beat1, complete, claim2, beat2, fail, done] = r.lines;
+
+    // Claim order within a job is by chunk index.
+    expect(claim1).toMatchObject({ worker_id: `${tag}-1`, workload, tasks: [{ task_id: taskIds[0], job_id: jobId, chunk_index: 0, attempt: 1 }] });
+    expect(claim2).toMatchObject({ tasks: [{ task_id: taskIds[1], job_id: jobId, chunk_index: 1, attempt: 1 }] });
+    for (const [beat, id] of [
+      [beat1, taskIds[0]],
+      [beat2, taskIds[1]],
+    ]) {
+      expect(beat).toMatchObject({ task_id: id, attempt: 1 });
+      // RFC 3339 UTC, about 20 s ahead (the lease asked for).
+      const ahead = Date.parse(beat.lease_expires_at) - Date.now();
+      expect(ahead).toBeGreaterThan(10_000);
+      expect(ahead).toBeLessThanOrEqual(21_000);
+    }
+    expect(complete).toMatchObject({ task_id: taskIds[0], attempt: 1, status: "TASK_STATUS_COMPLETED" });
+    expect(complete.result_uri).toBe(`example://leasehold-results/${jobId}/0.json`);
+    expect(complete.result_sha256).toMatch(HEX64_RE);
+    expect(complete.metrics).toMatchObject({ worker: `${tag}-1` });
+    expect(complete.metrics.bytes).toBeGreaterThan(0);
+    expect(fail).toMatchObject({ task_id: taskIds[1], attempt: 1, error_code: "example_failure", retryable: false, status: "TASK_STATUS_FAILED" });
+    expect(done).toEqual({ action: "done", processed: 2, lease_lost: 0 });
+
+    // What the database holds is exactly what the worker reported.
+    const rows = await taskRows(jobId);
+    expect(rows).toEqual([
+      {
+        id: taskIds[0],
+        chunk_index: 0,
+        status: "completed",
+        attempt: 1,
+        lease_owner: `${tag}-1`,
+        result_uri: complete.result_uri,
+        result_sha256: complete.result_sha256,
+        metrics: complete.metrics,
+        error_code: null,
+        error_message: null,
+      },
+      {
+        id: taskIds[1],
+        chunk_index: 1,
+        status: "failed",
+        attempt: 1,
+        lease_owner: `${tag}-1`,
+        result_uri: null,
+        result_sha256: null,
+        metrics: null,
+        error_code: "example_failure",
+        error_message: fail.error_message,
+      },
+    ]);
+    const status = await fx.queue.getJobStatus(jobId);
+    expect(status.job.status).toBe("failed");
+    expect(status.taskCounts).toEqual({ pending: 0, leased: 0, completed: 1, failed: 1, cancelled: 0 });
+    expect(status.totalTasks).toBe(2);
+    expect(status.progress).toBe(0.5);
+    const results = await fx.queue.listCompletedResults({ jobId });
+    expect(results.results).toHaveLength(1);
+    expect(results.results[0]).toMatchObject({
+      chunkIndex: 0,
+      taskId: taskIds[0],
+      resultUri: complete.result_uri,
+      resultSha256: complete.result_sha256,
+      metrics: complete.metrics,
+    });
+  });
+
+  it("exits 0 with an empty claim when nothing is queued", async () => {
+    before?.();
+    const workload = `py_${tag}_empty`;
+    await fx.queue.putWorkload({ name: workload });
+    const r = await worker(workload, ["--tasks", "2", "--wait-seconds", "0"]);
+    expect(r.code, describeRun(r)).toBe(0);
+    expect(r.lines).toEqual([
+      { action: "claim", worker_id: `${tag}-1`, workload, tasks: [] },
+      { action: "done", processed: 0, lease_lost: 0 },
+    ]);
+  });
+
+  it("reports a lost lease (expired before the result) with the request id, drops the task and exits 3", async () => {
+    before?.();
+    const workload = `py_${tag}_lost`;
+    const { jobId, taskIds } = await seed(workload, 1);
+    // Lease of 1 s, 2.5 s of "work": the result arrives after the lease expired → ABORTED / 409.
+    const r = await worker(workload, ["--tasks", "1", "--lease-seconds", "1", "--work-seconds", "2.5"]);
+    expect(r.code, describeRun(r)).toBe(3);
+    expect(r.lines.map((l) => l.action)).toEqual(["claim", "heartbeat", "lease_lost", "done"]);
+    const lost = r.lines[2];
+    expect(lost).toMatchObject({ task_id: taskIds[0], attempt: 1, step: "complete" });
+    expect(lost.request_id).toMatch(UUID_RE);
+    expect(lost.message).toMatch(/lease/i);
+    expect(r.lines[3]).toEqual({ action: "done", processed: 1, lease_lost: 1 });
+    expect(r.stderr).toContain(lost.request_id);
+
+    // Nothing was recorded: the task is still leased (expired, for the reaper), the job running.
+    const [row] = await taskRows(jobId);
+    expect(row).toMatchObject({ status: "leased", attempt: 1, result_uri: null, result_sha256: null, error_code: null });
+    expect((await fx.queue.getJobStatus(jobId)).job.status).toBe("running");
+  });
+});
+
+describe("grpc_worker.py stubs", () => {
+  it("generates importable leasehold.queue.v1 stubs with --generate-only", async () => {
+    requireGrpcio();
+    const dir = path.join(stubsDir, "generate-only");
+    const r = await runPython(["examples/python/grpc_worker.py", "--generate-only", "--stubs-dir", dir]);
+    expect(r.code, describeRun(r)).toBe(0);
+    expect(r.lines).toEqual([{ action: "stubs", dir }]);
+    const check = await runPython([
+      "-c",
+      `import sys, queue; sys.path.insert(0, ${JSON.stringify(dir)}); ` +
+        "from leasehold.queue.v1 import queue_pb2, queue_pb2_grpc; import json; " +
+        "print(json.dumps({'package': queue_pb2.DESCRIPTOR.package, 'stdlib_queue': hasattr(queue, 'Queue'), " +
+        "'stub': hasattr(queue_pb2_grpc, 'QueueServiceStub')}))",
+    ]);
+    expect(check.code, describeRun(check)).toBe(0);
+    expect(check.lines).toEqual([{ package: "leasehold.queue.v1", stdlib_queue: true, stub: true }]);
+  });
+});
