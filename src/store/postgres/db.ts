@@ -33,7 +33,7 @@ const UNAVAILABLE_CODES = new Set(["57P01", "57P02", "57P03", "53300", "53400", 
 function isConnectionFailure(err: unknown): boolean {
   const e = err as { code?: string; message?: string };
   if (e?.code && (UNAVAILABLE_CODES.has(e.code) || e.code.startsWith("08"))) return true;
-  return /timeout exceeded when trying to connect|Connection terminated|connection terminated|Client has encountered a connection error|Client was closed|the database system is (starting up|shutting down)/.test(
+  return /timeout exceeded when trying to connect|Connection terminated|connection terminated|Client has encountered a connection error|Client was closed|Cannot use a pool after calling end|the database system is (starting up|shutting down)/.test(
     e?.message ?? "",
   );
 }
