@@ -199,6 +199,39 @@ function queryObject(search: URLSearchParams): JsonObject {
   return out;
 }
 
+/**
+ * protobuf-es names a scalar field that fails to decode, but not a message-typed one
+ * ("cannot decode message google.protobuf.Struct from JSON Array(2)"): find the field
+ * (and list index) that fails on its own and put its proto name in front.
+ */
+function describeDecodeError(schema: DescMessage, json: JsonValue, err: Error, path = ""): string {
+  if (json === null || typeof json !== "object" || Array.isArray(json)) return path ? `${path}: ${err.message}` : err.message;
+  for (const [key, value] of Object.entries(json)) {
+    const field = schema.fields.find((f) => f.name === key || f.jsonName === key);
+    if (!field) continue;
+    const at = path ? `${path}.${field.name}` : field.name;
+    try {
+      fromJson(schema, { [key]: value });
+      continue;
+    } catch (fieldErr) {
+      if (field.fieldKind === "list" && field.listKind === "message" && Array.isArray(value)) {
+        for (let i = 0; i < value.length; i++) {
+          try {
+            fromJson(field.message, value[i]);
+          } catch (itemErr) {
+            return describeDecodeError(field.message, value[i], itemErr as Error, `${at}[${i}]`);
+          }
+        }
+      }
+      if (field.fieldKind === "message" && field.message.typeName.startsWith("leasehold.")) {
+        return describeDecodeError(field.message, value, fieldErr as Error, at);
+      }
+      return `${at}: ${(fieldErr as Error).message}`;
+    }
+  }
+  return path ? `${path}: ${err.message}` : err.message;
+}
+
 /** Sets the path parameter in the JSON request, refusing a body that says otherwise. */
 function applyPathParam(json: JsonObject, field: string, value: string): void {
   for (const key of [field, snakeToCamel(field)]) {
@@ -283,7 +316,7 @@ export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, 
     try {
       request = fromJson(route.request, json);
     } catch (err) {
-      throw new HttpError(Code.InvalidArgument, (err as Error).message);
+      throw new HttpError(Code.InvalidArgument, describeDecodeError(route.request, json, err as Error));
     }
 
     const abort = new AbortController();

@@ -60,11 +60,14 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   const impl = createQueueServiceImpl({ queue: opts.queue, requestTimeoutMs: opts.requestTimeoutMs });
   const infos = new WeakMap<object, RequestInfo>();
 
+  // Same rules as REST: a field this server does not know is an error, not silently dropped, and
+  // a body that is not UTF-8 is refused (connect-es' default decoder would replace bad bytes with U+FFFD).
+  // textDecoder is read by connect-es' JSON serialization though its option type does not list it.
+  const jsonOptions = { ignoreUnknownFields: false, textDecoder: new TextDecoder("utf-8", { fatal: true }) };
   const connectHandler = connectNodeAdapter({
     routes: (router) => router.service(QueueServiceDesc, impl),
     readMaxBytes: opts.maxBodyBytes,
-    // Same rule as REST: a field this server does not know is an error, not silently dropped.
-    jsonOptions: { ignoreUnknownFields: false },
+    jsonOptions,
     contextValues: (req) => createContextValues().set(requestInfoKey, infos.get(req)),
     fallback: (req, res) => {
       const info = infos.get(req) ?? { requestId: requestIdFor(undefined) };
@@ -178,8 +181,15 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   });
   // Errors on an individual connection are the client's business; never crash the process.
   h1.on("clientError", (_err, socket) => {
-    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
-    else socket.destroy();
+    if (!socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const requestId = randomUUID();
+    const body = JSON.stringify({ error: { code: "invalid_argument", message: "malformed HTTP request", request_id: requestId } });
+    socket.end(
+      `HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-type: application/json\r\n${REQUEST_ID_HEADER}: ${requestId}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
   });
   h2.on("sessionError", () => {});
 

@@ -99,15 +99,23 @@ function requireUri(field: string, v: unknown): string {
   return uri;
 }
 
+/** A UTF-16 surrogate without its pair: not a Unicode scalar value, so not UTF-8, and jsonb refuses its escape. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function checkJsonString(field: string, s: string): void {
+  if (s.includes("\u0000")) fail(field, "must not contain NUL characters");
+  if (LONE_SURROGATE.test(s)) fail(field, "must be valid UTF-8 (no unpaired surrogates)");
+}
+
 function checkJsonStrings(field: string, v: JsonValue, depth: number): void {
   if (depth > 32) fail(field, "is nested too deeply (at most 32 levels)");
   if (typeof v === "string") {
-    if (v.includes("\u0000")) fail(field, "must not contain NUL characters");
+    checkJsonString(field, v);
   } else if (Array.isArray(v)) {
     for (const item of v) checkJsonStrings(field, item, depth + 1);
   } else if (v !== null && typeof v === "object") {
     for (const [k, item] of Object.entries(v)) {
-      if (k.includes("\u0000")) fail(field, "must not contain NUL characters");
+      checkJsonString(field, k);
       checkJsonStrings(field, item, depth + 1);
     }
   } else if (typeof v === "number" && !Number.isFinite(v)) {
