@@ -114,7 +114,7 @@ function rawSqlRun(pool: pg.Pool, workload: string, maxTasks: number) {
         await pool.query({ name: "complete", text: COMPLETE_TASK, values: [rows[0].id, workerId, rows[0].attempt, "s3://out/raw", SHA, null] });
       } else {
         const batch = rows.map((r) => ({ task_id: r.id, worker_id: workerId, attempt: r.attempt, result_uri: "s3://out/raw", result_sha256: SHA, metrics: null }));
-        await pool.query({ name: "complete_many", text: COMPLETE_TASKS, values: [JSON.stringify(batch)] });
+        await pool.query({ name: "complete_many", text: COMPLETE_TASKS, values: [JSON.stringify(batch), rows.map((r) => r.id)] });
       }
       done += rows.length;
     }
@@ -162,7 +162,8 @@ async function main() {
       rows.push([`end-to-end, ${label}, max_tasks ${maxTasks}`, `${fmt(r.tasksPerSecond)} tasks/s`]);
       console.error(`${label} max_tasks ${maxTasks}: ${fmt(r.tasksPerSecond)} tasks/s`);
     }
-    const rawPool = new pg.Pool({ connectionString: db.url, max: WORKERS });
+    // Same connection settings as the coordinator's pool, one connection per worker.
+    const rawPool = createPool({ connectionString: db.url, max: WORKERS, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000, applicationName: "leasehold-bench-raw" });
     const raw1 = await (async () => {
       await fill(store, "bench_raw_1", perRun * 2);
       return rawSqlRun(rawPool, "bench_raw_1", 1);

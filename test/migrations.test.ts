@@ -29,7 +29,7 @@ it("migrates an empty database up to the latest, down by one, and up again", asy
   expect(await pendingMigrations(client)).toEqual([]);
   const { rows } = await client.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'tasks' ORDER BY indexname`);
   expect(rows.map((r) => r.indexname)).toEqual(
-    expect.arrayContaining(["tasks_claim_pending_idx", "tasks_claim_expired_idx", "tasks_status_lease_created_idx", "tasks_job_chunk_key"]),
+    expect.arrayContaining(["tasks_claim_pending_idx", "tasks_status_lease_created_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_key"]),
   );
 
   await migrate(db.url, "down");

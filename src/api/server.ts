@@ -222,7 +222,9 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     socket.on("data", onData);
   }
 
-  const tcp = net.createServer((socket) => {
+  // noDelay: a request/response protocol must not wait on Nagle's algorithm (the http server sets
+  // it on its own sockets, but these sockets are accepted here and only handed over).
+  const tcp = net.createServer({ noDelay: true }, (socket) => {
     sockets.add(socket);
     socket.once("close", () => {
       sockets.delete(socket);

@@ -21,6 +21,9 @@ export function createPool(opts: PoolOptions): pg.Pool {
     connectionTimeoutMillis: opts.connectTimeoutMs,
     idleTimeoutMillis: 30_000,
     application_name: opts.applicationName ?? "leasehold",
+    // The hot statements are prepared (named) and their plans are index-driven whatever the
+    // parameters; re-planning the claim's CTEs for every call cost more than running them.
+    options: "-c plan_cache_mode=force_generic_plan",
   });
   // An idle client whose server went away (restart, failover) emits here; without a listener
   // the process would crash. The pool drops that client and the next checkout connects anew.

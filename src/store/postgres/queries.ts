@@ -49,7 +49,7 @@ export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
  *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
- *     expired: leases whose holder went silent, with attempts left (tasks_claim_expired_idx),
+ *     expired: leases whose holder went silent, with attempts left (tasks_status_lease_created_idx),
  *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx).
  * - FOR UPDATE SKIP LOCKED: concurrent claimers skip each other's candidates instead of queueing.
  * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
@@ -222,14 +222,15 @@ WHERE j.status = 'running'
 /*
  * Complete a batch of leased tasks in one statement, each fenced by its own (worker, attempt,
  * live lease) exactly as COMPLETE_TASK. Rows that do not match are left alone and explained
- * one by one by the caller. Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
+ * one by one by the caller. The ids also come as a uuid[] ($2) so the rows are found through the
+ * primary key whatever the planner guesses about the recordset. Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
  */
 export const COMPLETE_TASKS = `
 UPDATE tasks t
 SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
     completed_at = now(), lease_expires_at = NULL, version = t.version + 1
 FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
-WHERE t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
   AND t.lease_expires_at > now()
 RETURNING t.*`;
 

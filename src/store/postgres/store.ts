@@ -311,7 +311,7 @@ export class PostgresQueue implements QueueService {
       const payload = JSON.stringify(
         batch.map((b) => ({ task_id: b.taskId, worker_id: b.workerId, attempt: b.attempt, result_uri: b.resultUri, result_sha256: b.resultSha256, metrics: b.metrics ?? null })),
       );
-      const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: [payload] });
+      const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: [payload, ids] });
       const completed = new Map(rows.map((r) => [r.id as string, toTask(r)]));
       if (completed.size > 0) {
         const jobs = [...new Set(rows.map((r) => r.job_id as string))];
