@@ -245,9 +245,14 @@ function startReaper(queue: QueueService, intervalMs: number, logger: Logger): R
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
+  const stopping = new AbortController();
+  // Like a request, a pass has a deadline (and stop() cuts it short), so a locked table or a slow
+  // database never holds a pooled connection for longer than that.
+  const passDeadlineMs = Math.max(intervalMs, 5000);
   const tick = async () => {
     try {
-      const { requeued, failed } = await queue.expireLeases();
+      const signal = AbortSignal.any([stopping.signal, AbortSignal.timeout(passDeadlineMs)]);
+      const { requeued, failed } = await queue.expireLeases({ signal });
       if (requeued > 0 || failed > 0) logger.info({ requeued, failed }, "expired leases");
     } catch (err) {
       logger.warn({ err }, "lease reaper failed; retrying next interval");
@@ -267,6 +272,7 @@ function startReaper(queue: QueueService, intervalMs: number, logger: Logger): R
     async stop() {
       stopped = true;
       clearTimeout(timer);
+      stopping.abort();
       await running;
     },
   };
