@@ -30,8 +30,9 @@ CREATE TABLE jobs (
   completed_at     timestamptz
 );
 
--- Maintenance sweeps look only at unfinished jobs.
-CREATE INDEX jobs_unfinished_idx ON jobs (status) WHERE status IN ('pending', 'running');
+-- Unfinished jobs by status: the maintenance sweep's `status = 'running'`, and the claim's
+-- `status = 'pending' AND id = ANY(...)` as one index condition.
+CREATE INDEX jobs_unfinished_idx ON jobs (status, id) WHERE status IN ('pending', 'running');
 
 CREATE TABLE tasks (
   id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -77,8 +78,10 @@ CREATE INDEX tasks_status_lease_created_idx ON tasks (status, lease_expires_at, 
 CREATE INDEX tasks_claim_pending_idx ON tasks (workload, priority DESC, created_at, chunk_index)
   WHERE status = 'pending';
 
--- Is anything of this job still unfinished? Answered per job without reading its completed chunks.
-CREATE INDEX tasks_job_unfinished_idx ON tasks (job_id)
+-- Is anything of this job still unfinished (or still pending)? Answered per job without reading
+-- its completed chunks; status is in the key so `job_id = $1 AND status = 'pending'` is one index
+-- condition, which keeps the planner off a sequential scan when most of the table is pending.
+CREATE INDEX tasks_job_unfinished_idx ON tasks (job_id, status)
   WHERE status IN ('pending', 'leased');
 
 -- Down Migration

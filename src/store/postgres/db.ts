@@ -21,9 +21,13 @@ export function createPool(opts: PoolOptions): pg.Pool {
     connectionTimeoutMillis: opts.connectTimeoutMs,
     idleTimeoutMillis: 30_000,
     application_name: opts.applicationName ?? "leasehold",
-    // The hot statements are prepared (named) and their plans are index-driven whatever the
-    // parameters; re-planning the claim's CTEs for every call cost more than running them.
-    options: "-c plan_cache_mode=force_generic_plan",
+    // Every statement of the store is meant to be index-driven:
+    // - plan_cache_mode: the hot statements are prepared (named) and their plans do not depend on
+    //   the parameters; re-planning the claim's CTEs on every call cost more than running them.
+    // - enable_seqscan=off: "does this job have unfinished tasks" is an EXISTS, and with most of
+    //   the table pending the planner bets on a sequential scan finding a match at once; at the
+    //   end of a job there is none and that scan reads the whole table. Indexes cover every query.
+    options: "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off",
   });
   // An idle client whose server went away (restart, failover) emits here; without a listener
   // the process would crash. The pool drops that client and the next checkout connects anew.

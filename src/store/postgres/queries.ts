@@ -55,6 +55,8 @@ export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
  * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
  * - The job moves to running in the same statement; `status = 'pending'` keeps that a no-op
  *   (and lock-free) for jobs already running.
+ * - Rows are written through `id = ANY(ARRAY(...))`: a primary-key lookup whatever the plan cache
+ *   guesses about the size of `picked` (a joined CTE once got a generic plan with a seq scan).
  * $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
  */
 export const CLAIM_TASKS = `
@@ -87,15 +89,14 @@ WITH expired AS (
   SET status = 'leased',
       attempt = t.attempt + 1,
       lease_owner = $3,
-      lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
+      lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1
-  FROM picked, workloads wl
-  WHERE t.id = picked.id AND wl.name = t.workload
+  WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
   RETURNING t.*
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
-  WHERE id IN (SELECT job_id FROM claimed) AND status = 'pending'
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
 )
 SELECT * FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
@@ -128,9 +129,11 @@ WITH done AS (
   RETURNING *
 ), finished AS (
   UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
-  FROM done
-  WHERE j.id = done.job_id AND j.status = 'running'
-    AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status IN ('pending', 'leased') AND o.id <> done.id)
+  WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
+    AND NOT EXISTS (
+      SELECT 1 FROM tasks o
+      WHERE o.job_id = (SELECT job_id FROM done) AND o.status IN ('pending', 'leased') AND o.id <> $1
+    )
   RETURNING j.id
 )
 SELECT done.*,
@@ -162,13 +165,11 @@ WITH cur AS (
   RETURNING t.*
 ), failed_job AS (
   UPDATE jobs j SET status = 'failed', completed_at = now(), updated_at = now()
-  FROM cur
-  WHERE j.id = cur.job_id AND cur.status = 'failed' AND j.status IN ('pending', 'running')
+  WHERE j.id = (SELECT job_id FROM cur WHERE cur.status = 'failed') AND j.status IN ('pending', 'running')
   RETURNING j.id
 ), cancelled AS (
   UPDATE tasks o SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = o.version + 1
-  FROM failed_job
-  WHERE o.job_id = failed_job.id AND o.status IN ('pending', 'leased') AND o.id <> $1
+  WHERE o.job_id = (SELECT id FROM failed_job) AND o.status IN ('pending', 'leased') AND o.id <> $1
 ), woken AS (
   -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
   SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
@@ -196,8 +197,7 @@ SET status = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' E
     error_code = 'lease_expired',
     error_message = 'the lease expired before the worker reported a result',
     version = t.version + 1
-FROM expired
-WHERE t.id = expired.id
+WHERE t.id = ANY (ARRAY(SELECT id FROM expired))
 RETURNING t.id, t.job_id, t.workload, t.status`;
 
 // The reaper, second half, in the same transaction so it sees the first half's rows: jobs that
@@ -209,8 +209,7 @@ WITH failed_jobs AS (
   RETURNING id
 )
 UPDATE tasks t SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = t.version + 1
-FROM failed_jobs
-WHERE t.job_id = failed_jobs.id AND t.status IN ('pending', 'leased')`;
+WHERE t.job_id = ANY (ARRAY(SELECT id FROM failed_jobs)) AND t.status IN ('pending', 'leased')`;
 
 // Safety net for a coordinator that died between a completion's commit and its re-check:
 // running jobs with nothing unfinished are completed. One partial-index probe per running job.
