@@ -9,9 +9,11 @@ import { existsSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type pg from "pg";
-import { pino, type Logger } from "pino";
+import type { Logger } from "pino";
+import { Authenticator } from "./api/auth.js";
 import { createApiServer, type ApiServer } from "./api/server.js";
 import { ConfigError, loadConfig, type Config } from "./config/index.js";
+import { createLogger } from "./logger.js";
 import { LongPollingQueue } from "./queue/long-poll.js";
 import type { QueueService } from "./queue/service.js";
 import type { EmbeddedDatabase } from "./store/postgres/embedded.js";
@@ -131,13 +133,22 @@ class Coordinator {
       maxBodyBytes: config.maxBodyBytes,
       requestTimeoutMs: config.requestTimeoutMs,
       readiness: () => this.readiness(),
+      auth: config.authTokens.length > 0 ? new Authenticator(config.authTokens) : undefined,
+      tls: config.tls,
     });
     const port = await this.server.listen(config.port, config.host);
-    const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
+    const scheme = config.tls ? "https" : "http";
+    const url = `${scheme}://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
     const database = redactUrl(databaseUrl);
     const where = embedded ? `embedded PostgreSQL, data in ${this.embedded?.dataDir}` : "DATABASE_URL";
     process.stderr.write(`leasehold listening on ${url} (database ${database}; ${where})\n`);
-    logger.info({ url, database, mode: embedded ? "embedded" : "production" }, "listening");
+    logger.info({ url, database, mode: embedded ? "embedded" : "production", tokens: config.authTokens.length, tls: config.tls !== undefined }, "listening");
+    if (config.authTokens.length === 0) {
+      logger.warn(
+        { host: config.host },
+        "no AUTH_TOKENS_FILE: the API is open to anyone who can reach the port (see README, Authentication)",
+      );
+    }
   }
 
   /** Starts (initialising on first use) the embedded cluster, creates and migrates the database; returns its URL. */
@@ -369,7 +380,7 @@ async function run(): Promise<number> {
     process.stderr.write(`leasehold: invalid configuration: ${err.message}\n`);
     return 2;
   }
-  const logger = pino({ name: "leasehold", level: config.logLevel, timestamp: pino.stdTimeFunctions.isoTime });
+  const logger = createLogger(config.logLevel);
   const coordinator = new Coordinator(config, logger);
   const stopped = new Promise<number>((resolve) => {
     onShutdownSignal(logger, () => void coordinator.stop().then(() => resolve(0)));

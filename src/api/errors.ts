@@ -11,8 +11,10 @@ import {
   IdempotencyConflictError,
   LeaseConflictError,
   NotFoundError,
+  PermissionDeniedError,
   QueueError,
   ResultConflictError,
+  UnauthenticatedError,
   UnavailableError,
   ValidationError,
 } from "../queue/errors.js";
@@ -52,6 +54,8 @@ function codeOfQueueError(err: QueueError): Code | undefined {
   if (err instanceof ResultConflictError || err instanceof IdempotencyConflictError) return Code.AlreadyExists;
   if (err instanceof UnavailableError) return Code.Unavailable;
   if (err instanceof DeadlineExceededError) return Code.DeadlineExceeded;
+  if (err instanceof UnauthenticatedError) return Code.Unauthenticated;
+  if (err instanceof PermissionDeniedError) return Code.PermissionDenied;
   return undefined;
 }
 

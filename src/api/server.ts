@@ -6,11 +6,14 @@
 //   GET /healthz, GET /readyz → REST routes (rest.ts) → Connect router
 //   (gRPC, gRPC-Web, Connect; everything else is a 404 in the REST error shape).
 // Every response carries X-Request-Id; every request ends in one log line.
+// With TLS (options.tls) the port is an http2 secure server with allowHTTP1:
+// ALPN picks HTTP/2 or HTTP/1.1, and the same request handler serves both.
 
 import { randomUUID } from "node:crypto";
 import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
+import type tls from "node:tls";
 import { performance } from "node:perf_hooks";
 import { Code, createContextValues } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
@@ -18,6 +21,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
 import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import type { QueueService } from "../queue/service.js";
+import type { Authenticator } from "./auth.js";
 import { HttpError, REQUEST_ID_HEADER } from "./errors.js";
 import { handleRest, isRestPath, writeError, writeJson, type NodeRequest, type NodeResponse } from "./rest.js";
 import { createQueueServiceImpl, requestInfoKey, type RequestInfo } from "./service.js";
@@ -28,6 +32,10 @@ export interface ApiServerOptions {
   maxBodyBytes: number;
   requestTimeoutMs: number;
   readiness: () => Promise<{ ready: boolean; detail?: string }>;
+  /** Bearer tokens; undefined: the API is open. /healthz and /readyz are always open. */
+  auth?: Authenticator;
+  /** PEM certificate chain and key: serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN) instead of cleartext. */
+  tls?: { cert: Buffer | string; key: Buffer | string };
 }
 
 export interface ApiServer {
@@ -57,7 +65,7 @@ function protocolOf(req: NodeRequest): string {
 
 export function createApiServer(opts: ApiServerOptions): ApiServer {
   const { logger } = opts;
-  const impl = createQueueServiceImpl({ queue: opts.queue, requestTimeoutMs: opts.requestTimeoutMs });
+  const impl = createQueueServiceImpl({ queue: opts.queue, requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth });
   const infos = new WeakMap<object, RequestInfo>();
 
   // Same rules as REST: a field this server does not know is an error, not silently dropped, and
@@ -79,6 +87,9 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   let closing = false;
   /** HTTP/1.1 requests in flight per socket, so close() can drop idle keep-alive sockets at once. */
   const inFlight = new Map<net.Socket, number>();
+  /** Sockets carrying HTTP/2: never "idle" by the HTTP/1.1 count; their sessions drain by GOAWAY. */
+  const http2Sockets = new WeakSet<net.Socket>();
+  const isHttp2 = (socket: net.Socket) => http2Sockets.has(socket) || (socket as tls.TLSSocket).alpnProtocol === "h2";
 
   function logRequest(req: NodeRequest, res: NodeResponse, info: RequestInfo, start: number, path: string): void {
     let code = info.code;
@@ -96,6 +107,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
       task_id: info.taskId,
       job_id: info.jobId,
       worker_id: info.workerId,
+      role: info.role,
       status: res.statusCode,
       code,
       duration_ms: Math.round((performance.now() - start) * 1000) / 1000,
@@ -174,11 +186,13 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   const h1 = http.createServer(onRequest);
   const h2 = http2.createServer({}, onRequest);
   const sessions = new Set<http2.ServerHttp2Session>();
-  h2.on("session", (session) => {
-    sessions.add(session);
-    session.once("close", () => sessions.delete(session));
-    if (closing) session.close();
-  });
+  const trackSessions = (server: http2.Http2Server | http2.Http2SecureServer) =>
+    server.on("session", (session) => {
+      sessions.add(session);
+      session.once("close", () => sessions.delete(session));
+      if (closing) session.close();
+    });
+  trackSessions(h2);
   // Errors on an individual connection are the client's business; never crash the process.
   h1.on("clientError", (_err, socket) => {
     if (!socket.writable) {
@@ -193,7 +207,9 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   });
   h2.on("sessionError", () => {});
 
+  /** Connections HTTP requests run on (TLS sockets with TLS), and every accepted TCP socket (the same set without TLS). */
   const sockets = new Set<net.Socket>();
+  let rawSockets: Set<net.Socket>;
 
   function dispatch(socket: net.Socket): void {
     let buffered: Buffer = Buffer.alloc(0);
@@ -211,6 +227,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
       socket.pause();
       socket.unshift(buffered);
       if (h2Prefix) {
+        http2Sockets.add(socket);
         h2.emit("connection", socket);
       } else {
         h1.emit("connection", socket);
@@ -222,20 +239,48 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     socket.on("data", onData);
   }
 
-  // noDelay: a request/response protocol must not wait on Nagle's algorithm (the http server sets
-  // it on its own sockets, but these sockets are accepted here and only handed over).
-  const tcp = net.createServer({ noDelay: true }, (socket) => {
+  const track = (socket: net.Socket) => {
     sockets.add(socket);
     socket.once("close", () => {
       sockets.delete(socket);
       inFlight.delete(socket);
     });
-    if (closing) {
-      socket.destroy();
-      return;
-    }
-    dispatch(socket);
-  });
+  };
+  let listener: net.Server;
+  if (opts.tls) {
+    // ALPN chooses the protocol; HTTP/1.1 requests on it come with the TLS socket as req.socket.
+    const secure = http2.createSecureServer(
+      { cert: opts.tls.cert, key: opts.tls.key, allowHTTP1: true, ALPNProtocols: ["h2", "http/1.1"], handshakeTimeout: FIRST_BYTES_TIMEOUT_MS },
+      onRequest,
+    );
+    trackSessions(secure);
+    secure.on("sessionError", () => {});
+    // The raw TCP socket (closes with its TLS socket) counts for draining; the TLS socket is the one
+    // HTTP/1.1 requests run on, so close() can tell an idle keep-alive connection from a busy one.
+    const raw = new Set<net.Socket>();
+    secure.on("connection", (socket: net.Socket) => {
+      socket.setNoDelay(true);
+      raw.add(socket);
+      socket.once("close", () => raw.delete(socket));
+      if (closing) socket.destroy();
+    });
+    secure.on("secureConnection", (socket: tls.TLSSocket) => track(socket));
+    // Handshakes still in progress at close() are dropped with the rest after the timeout.
+    rawSockets = raw;
+    listener = secure;
+  } else {
+    // noDelay: a request/response protocol must not wait on Nagle's algorithm (the http server sets
+    // it on its own sockets, but these sockets are accepted here and only handed over).
+    listener = net.createServer({ noDelay: true }, (socket) => {
+      track(socket);
+      if (closing) {
+        socket.destroy();
+        return;
+      }
+      dispatch(socket);
+    });
+    rawSockets = sockets;
+  }
 
   let closed: Promise<void> | undefined;
 
@@ -243,10 +288,10 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     listen(port: number, host: string): Promise<number> {
       return new Promise((resolve, reject) => {
         const onError = (err: Error) => reject(err);
-        tcp.once("error", onError);
-        tcp.listen(port, host, () => {
-          tcp.removeListener("error", onError);
-          resolve((tcp.address() as net.AddressInfo).port);
+        listener.once("error", onError);
+        listener.listen(port, host, () => {
+          listener.removeListener("error", onError);
+          resolve((listener.address() as net.AddressInfo).port);
         });
       });
     },
@@ -254,16 +299,16 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     close(timeoutMs: number): Promise<void> {
       closed ??= (async () => {
         closing = true;
-        const stopped = new Promise<void>((resolve) => tcp.close(() => resolve()));
+        const stopped = new Promise<void>((resolve) => listener.close(() => resolve()));
         // Idle HTTP/1.1 keep-alive sockets and sockets that never sent a request go now;
         // busy ones close after their response (connection: close); HTTP/2 sessions get GOAWAY
         // and close when their streams are done.
         for (const socket of sockets) {
-          if (!inFlight.get(socket)) socket.destroy();
+          if (!inFlight.get(socket) && !isHttp2(socket)) socket.destroy();
         }
         for (const session of sessions) session.close();
         const drained = new Promise<void>((resolve) => {
-          const check = () => (sockets.size === 0 ? resolve() : setTimeout(check, 20).unref());
+          const check = () => (sockets.size === 0 && rawSockets.size === 0 ? resolve() : setTimeout(check, 20).unref());
           check();
         });
         let timer: NodeJS.Timeout | undefined;
@@ -274,6 +319,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
         await Promise.race([drained, timedOut]);
         clearTimeout(timer);
         for (const socket of sockets) socket.destroy();
+        for (const socket of rawSockets) socket.destroy();
         for (const session of sessions) session.destroy();
         await stopped;
       })();

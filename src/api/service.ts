@@ -2,7 +2,8 @@
 // the generated service, shared by the Connect router (gRPC, gRPC-Web, Connect)
 // and the REST routes. Each method is thin: decode (convert.ts) → call the
 // QueueService under the request's deadline → encode (convert.ts). Errors are
-// mapped in errors.ts only.
+// mapped in errors.ts only. With tokens configured, every call is authorized
+// (auth.ts) before anything else, so all transports share that one check.
 
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
@@ -21,6 +22,7 @@ import {
 import { DeadlineExceededError, QueueError } from "../queue/errors.js";
 import type { QueueService } from "../queue/service.js";
 import { requireUuid } from "../queue/validation.js";
+import type { Authenticator, MethodName } from "./auth.js";
 import * as convert from "./convert.js";
 import { mapError, REQUEST_ID_HEADER, toConnectError } from "./errors.js";
 
@@ -34,6 +36,8 @@ export interface RequestInfo {
   taskId?: string;
   jobId?: string;
   workerId?: string;
+  /** Role of the caller's bearer token (unset when the API is open or the token was refused). */
+  role?: string;
   /** Connect code name of the outcome ("ok", "aborted", …) when the handler ran. */
   code?: string;
   /** CreateJob: false for an idempotent replay (REST answers 200 instead of 201). */
@@ -49,6 +53,8 @@ export interface QueueServiceImplOptions {
   queue: QueueService;
   /** Deadline of a call without a shorter client deadline. */
   requestTimeoutMs: number;
+  /** Bearer-token check; undefined: the API is open (no tokens configured). */
+  auth?: Authenticator;
 }
 
 /** Margin a long poll gets beyond its wait_seconds: requestTimeoutMs. */
@@ -60,7 +66,7 @@ export function callTimeoutMs(requestTimeoutMs: number, waitSeconds = 0): number
 export type QueueServiceImpl = ServiceImpl<typeof QueueServiceDesc>;
 
 export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServiceImpl {
-  const { queue, requestTimeoutMs } = opts;
+  const { queue, requestTimeoutMs, auth } = opts;
 
   function infoOf(ctx: HandlerContext): RequestInfo {
     let info = ctx.values.get(requestInfoKey);
@@ -81,6 +87,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
    */
   async function run<T>(
     ctx: HandlerContext,
+    req: unknown,
     operation: string,
     ids: { taskId?: string; jobId?: string; workerId?: string },
     fn: (signal: AbortSignal, info: RequestInfo) => Promise<T>,
@@ -94,6 +101,10 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(timeoutMs)]);
     let onAbort: (() => void) | undefined;
     try {
+      if (auth) {
+        const method = ctx.method.localName as MethodName;
+        info.role = auth.authorize(ctx.requestHeader.get("authorization"), method, operation, req as never).role;
+      }
       const aborted = new Promise<never>((_, reject) => {
         onAbort = () => reject(new DeadlineExceededError("the request deadline passed before the queue answered"));
         if (signal.aborted) onAbort();
@@ -119,7 +130,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
 
   return {
     async createJob(req, ctx) {
-      return run(ctx, "CreateJob", {}, async (signal, info) => {
+      return run(ctx, req, "CreateJob", {}, async (signal, info) => {
         const r = await queue.createJob(convert.createJobInput(req), { signal });
         info.created = r.created;
         info.jobId = r.job.id;
@@ -134,6 +145,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
       const deadline = Date.now() + Math.min(timeoutMs, ctx.timeoutMs() ?? Infinity);
       return run(
         ctx,
+        req,
         "ClaimTasks",
         { workerId: req.workerId },
         async (signal) => {
@@ -145,7 +157,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     },
 
     async renewLease(req, ctx) {
-      return run(ctx, "RenewLease", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
+      return run(ctx, req, "RenewLease", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
         uuid("task_id", req.taskId);
         const task = await queue.renewLease(convert.renewLeaseInput(req), { signal });
         info.jobId = task.jobId;
@@ -154,7 +166,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     },
 
     async completeTask(req, ctx) {
-      return run(ctx, "CompleteTask", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
+      return run(ctx, req, "CompleteTask", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
         uuid("task_id", req.taskId);
         const task = await queue.completeTask(convert.completeTaskInput(req), { signal });
         info.jobId = task.jobId;
@@ -164,7 +176,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
 
     async completeTasks(req, ctx) {
       const workers = new Set(req.results.map((r) => r.workerId));
-      return run(ctx, "CompleteTasks", { workerId: workers.size === 1 ? [...workers][0] : undefined }, async (signal) => {
+      return run(ctx, req, "CompleteTasks", { workerId: workers.size === 1 ? [...workers][0] : undefined }, async (signal) => {
         req.results.forEach((r, i) => uuid(`results[${i}].task_id`, r.taskId));
         const inputs = convert.completeTasksInput(req);
         const outcomes = await queue.completeTasks(inputs, { signal });
@@ -173,7 +185,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     },
 
     async failTask(req, ctx) {
-      return run(ctx, "FailTask", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
+      return run(ctx, req, "FailTask", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
         uuid("task_id", req.taskId);
         const task = await queue.failTask(convert.failTaskInput(req), { signal });
         info.jobId = task.jobId;
@@ -182,14 +194,14 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     },
 
     async getJob(req, ctx) {
-      return run(ctx, "GetJob", { jobId: req.jobId }, async (signal) => {
+      return run(ctx, req, "GetJob", { jobId: req.jobId }, async (signal) => {
         const status = await queue.getJobStatus(uuid("job_id", req.jobId), { signal });
         return convert.getJobResponse(status);
       });
     },
 
     async listCompletedResults(req, ctx) {
-      return run(ctx, "ListCompletedResults", { jobId: req.jobId }, async (signal) => {
+      return run(ctx, req, "ListCompletedResults", { jobId: req.jobId }, async (signal) => {
         uuid("job_id", req.jobId);
         const page = await queue.listCompletedResults(convert.listCompletedResultsInput(req), { signal });
         return convert.listCompletedResultsResponse(page);
@@ -197,7 +209,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     },
 
     async cancelJob(req, ctx) {
-      return run(ctx, "CancelJob", { jobId: req.jobId }, async (signal) => {
+      return run(ctx, req, "CancelJob", { jobId: req.jobId }, async (signal) => {
         uuid("job_id", req.jobId);
         const job = await queue.cancelJob(convert.cancelJobInput(req), { signal });
         return create(CancelJobResponseSchema, { job: convert.jobMessage(job) });
@@ -205,14 +217,14 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     },
 
     async putWorkload(req, ctx) {
-      return run(ctx, "PutWorkload", {}, async (signal) => {
+      return run(ctx, req, "PutWorkload", {}, async (signal) => {
         const workload = await queue.putWorkload(convert.putWorkloadInput(req), { signal });
         return create(PutWorkloadResponseSchema, { workload: convert.workloadMessage(workload) });
       });
     },
 
-    async listWorkloads(_req, ctx) {
-      return run(ctx, "ListWorkloads", {}, async (signal) => {
+    async listWorkloads(req, ctx) {
+      return run(ctx, req, "ListWorkloads", {}, async (signal) => {
         const workloads = await queue.listWorkloads({ signal });
         return create(ListWorkloadsResponseSchema, { workloads: workloads.map(convert.workloadMessage) });
       });

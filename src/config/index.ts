@@ -1,5 +1,10 @@
 // The only reader of process.env. Parsed and validated once at start; a bad
 // value is a ConfigError naming the variable (main prints it and exits 2).
+// Files named by variables (AUTH_TOKENS_FILE, TLS_CERT_FILE, TLS_KEY_FILE) are
+// read and checked here too, so a bad file is a config error like a bad value.
+
+import { createPrivateKey, X509Certificate } from "node:crypto";
+import { readFileSync } from "node:fs";
 
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 
@@ -26,6 +31,24 @@ export interface Config {
   /** Embedded mode only: where the cluster lives and which port it listens on. */
   embeddedDataDir: string;
   embeddedPort: number;
+  /** Hashed bearer tokens from AUTH_TOKENS_FILE; empty: the API is open (loopback only unless allowUnauthenticated). */
+  authTokens: AuthTokenEntry[];
+  /** ALLOW_UNAUTHENTICATED=true: without tokens, binding a non-loopback HOST is allowed. */
+  allowUnauthenticated: boolean;
+  /** TLS_CERT_FILE + TLS_KEY_FILE (PEM contents); unset: cleartext. */
+  tls: { cert: Buffer; key: Buffer } | undefined;
+}
+
+export const ROLES = ["submitter", "worker", "admin"] as const;
+export type Role = (typeof ROLES)[number];
+
+/** One line of AUTH_TOKENS_FILE: `<sha256-hex> <role> [worker_id prefix, workers only]`. */
+export interface AuthTokenEntry {
+  /** sha256 of the token, 64 lowercase hex characters. */
+  sha256: string;
+  role: Role;
+  /** Workers only: every worker_id the token uses must start with this. */
+  workerPrefix?: string;
 }
 
 export class ConfigError extends Error {
@@ -60,6 +83,10 @@ export const CONFIG_VARIABLES = [
   ["LOG_LEVEL", "info", "pino level: fatal, error, warn, info, debug, trace, silent"],
   ["EMBEDDED_PG_DIR", ".data/pg", "embedded mode: data directory"],
   ["EMBEDDED_PG_PORT", "54329", "embedded mode: port of the embedded PostgreSQL"],
+  ["AUTH_TOKENS_FILE", "(unset: no authentication)", "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix]` per line (see Authentication)"],
+  ["ALLOW_UNAUTHENTICATED", "false", "`true` lets a coordinator without tokens bind an address other than loopback"],
+  ["TLS_CERT_FILE", "(unset: cleartext)", "PEM certificate chain; with TLS_KEY_FILE serves HTTPS (HTTP/2 and HTTP/1.1 by ALPN) on PORT"],
+  ["TLS_KEY_FILE", "(unset: cleartext)", "PEM private key of TLS_CERT_FILE"],
 ] as const;
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
@@ -86,6 +113,107 @@ function url(env: Env, name: string): string | undefined {
   return raw;
 }
 
+function bool(env: Env, name: string): boolean {
+  const raw = (env[name] ?? "").trim().toLowerCase();
+  if (raw === "" || raw === "false") return false;
+  if (raw === "true") return true;
+  throw new ConfigError(name, `must be true or false, got ${JSON.stringify(env[name])}`);
+}
+
+/** The same rule as a request's worker_id: printable ASCII, no spaces here (the line is space separated). */
+const WORKER_PREFIX = /^[\x21-\x7e]{1,128}$/;
+const SHA256_HEX = /^[0-9a-fA-F]{64}$/;
+
+/**
+ * Checks one token entry; returns what is wrong with it, or undefined. Shared by
+ * AUTH_TOKENS_FILE parsing and the `leasehold token new` command.
+ */
+export function tokenEntryProblem(fields: string[]): string | undefined {
+  const [hash, role, prefix, ...rest] = fields;
+  if (!SHA256_HEX.test(hash ?? "")) return "the first field must be the sha256 of the token as 64 hex characters (the hash, not the token)";
+  if (!ROLES.includes(role as Role)) return `the role must be one of ${ROLES.join(", ")}`;
+  if (rest.length > 0) return "too many fields (expected: <sha256-hex> <role> [worker_id prefix])";
+  if (role === "worker") {
+    if (prefix === undefined) return "a worker token needs the worker_id prefix it may use as third field";
+    if (!WORKER_PREFIX.test(prefix) || prefix.startsWith("#")) {
+      return "the worker_id prefix must be 1-128 printable ASCII characters, not starting with #";
+    }
+  } else if (prefix !== undefined) {
+    return `only worker tokens take a worker_id prefix, not ${role}`;
+  }
+  return undefined;
+}
+
+/** AUTH_TOKENS_FILE contents → entries; a bad line is a ConfigError naming the variable and the line number. */
+export function parseAuthTokens(text: string, source = "AUTH_TOKENS_FILE"): AuthTokenEntry[] {
+  const entries: AuthTokenEntry[] = [];
+  const seen = new Map<string, number>();
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const lineNo = i + 1;
+    // A comment starts at a '#' that begins the line or follows whitespace ('#' may appear inside a prefix).
+    const line = raw.replace(/(^|\s)#.*$/, "").trim();
+    if (line === "") return;
+    const fields = line.split(/\s+/);
+    // Never echo the line: if someone pasted a token instead of its hash, it must not reach a log.
+    const problem = tokenEntryProblem(fields);
+    if (problem) throw new ConfigError("AUTH_TOKENS_FILE", `${source} line ${lineNo}: ${problem}`);
+    const sha256 = fields[0].toLowerCase();
+    const dup = seen.get(sha256);
+    if (dup !== undefined) throw new ConfigError("AUTH_TOKENS_FILE", `${source} line ${lineNo}: the same token hash is already on line ${dup}`);
+    seen.set(sha256, lineNo);
+    entries.push({ sha256, role: fields[1] as Role, ...(fields[2] !== undefined ? { workerPrefix: fields[2] } : {}) });
+  });
+  return entries;
+}
+
+function readVariableFile(env: Env, name: string): { path: string; data: Buffer } | undefined {
+  const file = env[name];
+  if (file === undefined || file === "") return undefined;
+  try {
+    return { path: file, data: readFileSync(file) };
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new ConfigError(name, `cannot read ${file} (${code})`);
+  }
+}
+
+function authTokens(env: Env): AuthTokenEntry[] {
+  const file = readVariableFile(env, "AUTH_TOKENS_FILE");
+  if (!file) return [];
+  const entries = parseAuthTokens(file.data.toString("utf8"), file.path);
+  if (entries.length === 0) throw new ConfigError("AUTH_TOKENS_FILE", `${file.path} holds no token (unset the variable to run without authentication)`);
+  return entries;
+}
+
+function tls(env: Env): Config["tls"] {
+  const certFile = readVariableFile(env, "TLS_CERT_FILE");
+  const keyFile = readVariableFile(env, "TLS_KEY_FILE");
+  if (!certFile && !keyFile) return undefined;
+  if (!certFile) throw new ConfigError("TLS_CERT_FILE", "must be set together with TLS_KEY_FILE");
+  if (!keyFile) throw new ConfigError("TLS_KEY_FILE", "must be set together with TLS_CERT_FILE");
+  let cert: X509Certificate;
+  try {
+    cert = new X509Certificate(certFile.data);
+  } catch {
+    throw new ConfigError("TLS_CERT_FILE", `${certFile.path} is not a PEM certificate`);
+  }
+  try {
+    if (!cert.checkPrivateKey(createPrivateKey(keyFile.data))) {
+      throw new ConfigError("TLS_KEY_FILE", `${keyFile.path} is not the private key of ${certFile.path}`);
+    }
+  } catch (err) {
+    if (err instanceof ConfigError) throw err;
+    throw new ConfigError("TLS_KEY_FILE", `${keyFile.path} is not a PEM private key (an encrypted key is not supported)`);
+  }
+  return { cert: certFile.data, key: keyFile.data };
+}
+
+/** Addresses that only this machine can reach; without tokens the coordinator binds nothing else by default. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
 const LOG_LEVELS: readonly LogLevel[] = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
 
 export function loadConfig(env: Env = process.env): Config {
@@ -93,6 +221,15 @@ export function loadConfig(env: Env = process.env): Config {
   if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError("LOG_LEVEL", `must be one of ${LOG_LEVELS.join(", ")}`);
   const host = env.HOST || "127.0.0.1";
   if (/\s/.test(host)) throw new ConfigError("HOST", "must be a host name or address");
+  const tokens = authTokens(env);
+  const allowUnauthenticated = bool(env, "ALLOW_UNAUTHENTICATED");
+  if (tokens.length === 0 && !allowUnauthenticated && !isLoopback(host)) {
+    throw new ConfigError(
+      "HOST",
+      `${host} is not a loopback address and no AUTH_TOKENS_FILE is set: anyone who reaches the port could use the API ` +
+        "(configure tokens, or set ALLOW_UNAUTHENTICATED=true)",
+    );
+  }
   return {
     databaseUrl: url(env, "DATABASE_URL"),
     listenDatabaseUrl: url(env, "LISTEN_DATABASE_URL"),
@@ -112,5 +249,8 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel,
     embeddedDataDir: env.EMBEDDED_PG_DIR || ".data/pg",
     embeddedPort: int(env, "EMBEDDED_PG_PORT", 54329, 1, 65535),
+    authTokens: tokens,
+    allowUnauthenticated,
+    tls: tls(env),
   };
 }

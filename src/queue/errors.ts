@@ -65,3 +65,13 @@ export class UnavailableError extends QueueError {
 export class DeadlineExceededError extends QueueError {
   readonly kind = "deadline_exceeded";
 }
+
+/** No bearer token, or one that matches no configured token. */
+export class UnauthenticatedError extends QueueError {
+  readonly kind = "unauthenticated";
+}
+
+/** A known token whose role may not make this call, or a worker_id outside the token's prefix. */
+export class PermissionDeniedError extends QueueError {
+  readonly kind = "permission_denied";
+}
