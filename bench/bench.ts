@@ -211,6 +211,20 @@ async function main() {
       rows.push([`  end-to-end on the deep table, Connect, max_tasks 1`, `${fmt(big.tasksPerSecond)} tasks/s`]);
     }
     rows.push(["coordinator peak RSS", `${fmt(coordinator.peakRssMb())} MB`]);
+
+    // The generator's own ceiling: the same worker loops against the real API layer over an
+    // in-memory queue (no database), in its own process on the same cores.
+    const stub = await startCoordinator(db.url, {}, "bench/stub-coordinator.ts");
+    try {
+      const stubRpc = createClient(QueueService, createConnectTransport({ baseUrl: stub.url, httpVersion: "2" }));
+      const stubRest = restClient(stub.url, WORKERS * 2);
+      await connectRun(stubRpc, "stub", 1, 2);
+      const sc = await connectRun(stubRpc, "stub", 1);
+      const sr = await restRun(stubRest, "stub", 1);
+      rows.push(["generator + API layer alone (no database), max_tasks 1 (Connect, REST)", `${fmt(sc.tasksPerSecond)}, ${fmt(sr.tasksPerSecond)} tasks/s`]);
+    } finally {
+      await stub.stop();
+    }
   } finally {
     await coordinator.stop();
     await storePool.end();

@@ -74,9 +74,9 @@ export interface Coordinator {
   stop(): Promise<void>;
 }
 
-export async function startCoordinator(databaseUrl: string, env: Record<string, string> = {}): Promise<Coordinator> {
+export async function startCoordinator(databaseUrl: string, env: Record<string, string> = {}, script = "src/main.ts"): Promise<Coordinator> {
   const port = await freePort();
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+  const child = spawn(process.execPath, ["--import", "tsx", script], {
     env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", ...env },
     stdio: ["ignore", "ignore", "inherit"],
   });

@@ -1,0 +1,59 @@
+// A coordinator with the real API layer (createApiServer: Connect + REST, request ids, error
+// mapping) over a queue that answers from memory: what the load generator and the API layer
+// can do with no database behind them. Used by npm run bench for the generator's own ceiling.
+import { pino } from "pino";
+import { createApiServer } from "../src/api/server.js";
+import type { QueueService } from "../src/queue/service.js";
+import type { Task } from "../src/queue/types.js";
+
+const now = new Date();
+let seq = 0;
+function task(workerId: string): Task {
+  const n = ++seq;
+  return {
+    id: `00000000-0000-4000-8000-${String(n % 1e12).padStart(12, "0")}`,
+    jobId: "00000000-0000-4000-8000-000000000000",
+    chunkIndex: n,
+    workload: "stub",
+    inputUri: "s3://stub",
+    inputSha256: "a".repeat(64),
+    parameters: {},
+    status: "leased",
+    attempt: 1,
+    maxAttempts: 3,
+    priority: 0,
+    leaseOwner: workerId,
+    leaseExpiresAt: now,
+    resultUri: null,
+    resultSha256: null,
+    metrics: null,
+    errorCode: null,
+    errorMessage: null,
+    createdAt: now,
+    startedAt: now,
+    completedAt: null,
+    runAfter: now,
+    version: 1,
+    traceparent: null,
+  };
+}
+
+const unsupported = () => Promise.reject(new Error("not in the stub"));
+const queue: QueueService = {
+  claimTasks: async (input) => Array.from({ length: input.maxTasks ?? 1 }, () => task(input.workerId)),
+  completeTask: async (input) => ({ ...task(input.workerId), id: input.taskId, status: "completed", resultUri: input.resultUri, resultSha256: input.resultSha256 }),
+  completeTasks: async (inputs) => inputs.map((i) => ({ task: { ...task(i.workerId), id: i.taskId, status: "completed" as const, resultUri: i.resultUri, resultSha256: i.resultSha256 } })),
+  createJob: unsupported,
+  renewLease: unsupported,
+  failTask: unsupported,
+  expireLeases: unsupported,
+  getJobStatus: unsupported,
+  listCompletedResults: unsupported,
+  cancelJob: unsupported,
+  putWorkload: unsupported,
+  listWorkloads: async () => [],
+};
+
+const server = createApiServer({ queue, logger: pino({ level: "warn" }), maxBodyBytes: 8 << 20, requestTimeoutMs: 10_000, readiness: async () => ({ ready: true }) });
+await server.listen(Number(process.env.PORT), "127.0.0.1");
+process.on("SIGTERM", () => void server.close(1000).then(() => process.exit(0)));
