@@ -21,7 +21,6 @@ import {
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { DeadlineExceededError, QueueError } from "../queue/errors.js";
 import type { QueueService } from "../queue/service.js";
-import { requireUuid } from "../queue/validation.js";
 import type { Authenticator, MethodName } from "./auth.js";
 import * as convert from "./convert.js";
 import { mapError, REQUEST_ID_HEADER, toConnectError } from "./errors.js";
@@ -125,9 +124,6 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     }
   }
 
-  /** Ids are checked here too, so a malformed one is INVALID_ARGUMENT on every transport, before any query. */
-  const uuid = (field: string, v: string) => requireUuid(field, v);
-
   return {
     async createJob(req, ctx) {
       return run(ctx, req, "CreateJob", {}, async (signal, info) => {
@@ -158,7 +154,6 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
 
     async renewLease(req, ctx) {
       return run(ctx, req, "RenewLease", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
-        uuid("task_id", req.taskId);
         const task = await queue.renewLease(convert.renewLeaseInput(req), { signal });
         info.jobId = task.jobId;
         return create(RenewLeaseResponseSchema, { task: convert.taskMessage(task) });
@@ -167,7 +162,6 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
 
     async completeTask(req, ctx) {
       return run(ctx, req, "CompleteTask", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
-        uuid("task_id", req.taskId);
         const task = await queue.completeTask(convert.completeTaskInput(req), { signal });
         info.jobId = task.jobId;
         return create(CompleteTaskResponseSchema, { task: convert.taskMessage(task) });
@@ -177,7 +171,6 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     async completeTasks(req, ctx) {
       const workers = new Set(req.results.map((r) => r.workerId));
       return run(ctx, req, "CompleteTasks", { workerId: workers.size === 1 ? [...workers][0] : undefined }, async (signal) => {
-        req.results.forEach((r, i) => uuid(`results[${i}].task_id`, r.taskId));
         const inputs = convert.completeTasksInput(req);
         const outcomes = await queue.completeTasks(inputs, { signal });
         return convert.completeTasksResponse(inputs, outcomes);
@@ -186,7 +179,6 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
 
     async failTask(req, ctx) {
       return run(ctx, req, "FailTask", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
-        uuid("task_id", req.taskId);
         const task = await queue.failTask(convert.failTaskInput(req), { signal });
         info.jobId = task.jobId;
         return create(FailTaskResponseSchema, { task: convert.taskMessage(task) });
@@ -195,14 +187,13 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
 
     async getJob(req, ctx) {
       return run(ctx, req, "GetJob", { jobId: req.jobId }, async (signal) => {
-        const status = await queue.getJobStatus(uuid("job_id", req.jobId), { signal });
+        const status = await queue.getJobStatus(req.jobId, { signal });
         return convert.getJobResponse(status);
       });
     },
 
     async listCompletedResults(req, ctx) {
       return run(ctx, req, "ListCompletedResults", { jobId: req.jobId }, async (signal) => {
-        uuid("job_id", req.jobId);
         const page = await queue.listCompletedResults(convert.listCompletedResultsInput(req), { signal });
         return convert.listCompletedResultsResponse(page);
       });
@@ -210,7 +201,6 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
 
     async cancelJob(req, ctx) {
       return run(ctx, req, "CancelJob", { jobId: req.jobId }, async (signal) => {
-        uuid("job_id", req.jobId);
         const job = await queue.cancelJob(convert.cancelJobInput(req), { signal });
         return create(CancelJobResponseSchema, { job: convert.jobMessage(job) });
       });
