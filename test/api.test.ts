@@ -4,7 +4,7 @@
 // HTTP/2) on one port, and the REST routes through fetch.
 import { createHash, randomUUID } from "node:crypto";
 import { Writable } from "node:stream";
-import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
+import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
 import { pino } from "pino";
@@ -13,6 +13,7 @@ import { JobStatus, QueueService, TaskStatus } from "../gen/leasehold/queue/v1/q
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { rpcError } from "./support/rpc.js";
 
 const MAX_BODY_BYTES = 64 * 1024;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -66,15 +67,6 @@ function expectRestError(a: RestAnswer, status: number, code: string, mentions?:
   expect(typeof a.body.error.message).toBe("string");
   if (mentions) expect(a.body.error.message).toContain(mentions);
   expect(a.body.error.request_id).toBe(a.headers.get("x-request-id"));
-}
-
-async function rpcError(p: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await p;
-  } catch (err) {
-    return ConnectError.from(err);
-  }
-  throw new Error("expected the call to fail");
 }
 
 beforeAll(async () => {

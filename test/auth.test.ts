@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { Writable } from "node:stream";
 import type tls from "node:tls";
-import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { Code, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -22,6 +22,7 @@ import { createLogger } from "../src/logger.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { ROOT } from "./support/process.js";
+import { rpcError } from "./support/rpc.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 
@@ -110,15 +111,6 @@ async function counts() {
     "SELECT (SELECT count(*)::int FROM jobs) AS jobs, (SELECT count(*)::int FROM tasks) AS tasks, (SELECT count(*)::int FROM workloads) AS workloads",
   );
   return rows[0];
-}
-
-async function rpcError(p: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await p;
-  } catch (err) {
-    return ConnectError.from(err);
-  }
-  throw new Error("expected the call to fail");
 }
 
 describe("configuration", () => {
