@@ -29,7 +29,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file leasehold/queue/v1/queue.proto.
  */
 export const file_leasehold_queue_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("Ch5sZWFzZWhvbGQvcXVldWUvdjEvcXVldWUucHJvdG8SEmxlYXNlaG9sZC5xdWV1ZS52MSKHAQoIVGFza1NwZWMSEwoLY2h1bmtfaW5kZXgYASABKAUSEQoJaW5wdXRfdXJpGAIgASgJEhQKDGlucHV0X3NoYTI1NhgDIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIQCgh3b3JrbG9hZBgFIAEoCSKRAwoDSm9iEgoKAmlkGAEgASgJEhAKCHdvcmtsb2FkGAIgASgJEhEKCWlucHV0X3VyaRgDIAEoCRIUCgxpbnB1dF9zaGEyNTYYBCABKAkSKwoKcGFyYW1ldGVycxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoGc3RhdHVzGAYgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIQCghwcmlvcml0eRgHIAEoBRIXCg9pZGVtcG90ZW5jeV9rZXkYCCABKAkSEwoLdHJhY2VwYXJlbnQYCSABKAkSFQoNY2FuY2VsX3JlYXNvbhgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIosFCgRUYXNrEgoKAmlkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtjaHVua19pbmRleBgDIAEoBRIQCgh3b3JrbG9hZBgEIAEoCRIRCglpbnB1dF91cmkYBSABKAkSFAoMaW5wdXRfc2hhMjU2GAYgASgJEisKCnBhcmFtZXRlcnMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KBnN0YXR1cxgIIAEoDjIeLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrU3RhdHVzEg8KB2F0dGVtcHQYCSABKAUSFAoMbWF4X2F0dGVtcHRzGAogASgFEhAKCHByaW9yaXR5GAsgASgFEhMKC2xlYXNlX293bmVyGAwgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlc3VsdF91cmkYDiABKAkSFQoNcmVzdWx0X3NoYTI1NhgPIAEoCRIoCgdtZXRyaWNzGBAgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgplcnJvcl9jb2RlGBEgASgJEhUKDWVycm9yX21lc3NhZ2UYEiABKAkSLgoKY3JlYXRlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMY29tcGxldGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd2ZXJzaW9uGBYgASgFEhMKC3RyYWNlcGFyZW50GBcgASgJImMKClRhc2tDb3VudHMSDwoHcGVuZGluZxgBIAEoBRIOCgZsZWFzZWQYAiABKAUSEQoJY29tcGxldGVkGAMgASgFEg4KBmZhaWxlZBgEIAEoBRIRCgljYW5jZWxsZWQYBSABKAUivQEKDlJlc3VsdE1hbmlmZXN0EhMKC2NodW5rX2luZGV4GAEgASgFEg8KB3Rhc2tfaWQYAiABKAkSEgoKcmVzdWx0X3VyaRgDIAEoCRIVCg1yZXN1bHRfc2hhMjU2GAQgASgJEigKB21ldHJpY3MYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjAKDGNvbXBsZXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi2QEKCFdvcmtsb2FkEgwKBG5hbWUYASABKAkSFAoMbWF4X2F0dGVtcHRzGAIgASgFEhUKDWxlYXNlX3NlY29uZHMYAyABKAUSMgoRcGFyYW1ldGVyc19zY2hlbWEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpMCChBDcmVhdGVKb2JSZXF1ZXN0EhAKCHdvcmtsb2FkGAEgASgJEhEKCWlucHV0X3VyaRgCIAEoCRIUCgxpbnB1dF9zaGEyNTYYAyABKAkSKwoKcGFyYW1ldGVycxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEAoIcHJpb3JpdHkYBSABKAUSGQoMbWF4X2F0dGVtcHRzGAYgASgFSACIAQESFwoPaWRlbXBvdGVuY3lfa2V5GAcgASgJEhMKC3RyYWNlcGFyZW50GAggASgJEisKBXRhc2tzGAkgAygLMhwubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2tTcGVjQg8KDV9tYXhfYXR0ZW1wdHMiYgoRQ3JlYXRlSm9iUmVzcG9uc2USJAoDam9iGAEgASgLMhcubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYhInCgV0YXNrcxgCIAMoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrIqMBChFDbGFpbVRhc2tzUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSEQoJd29ya2xvYWRzGAIgAygJEhYKCW1heF90YXNrcxgDIAEoBUgAiAEBEhoKDWxlYXNlX3NlY29uZHMYBCABKAVIAYgBARIUCgx3YWl0X3NlY29uZHMYBSABKAVCDAoKX21heF90YXNrc0IQCg5fbGVhc2Vfc2Vjb25kcyI9ChJDbGFpbVRhc2tzUmVzcG9uc2USJwoFdGFza3MYASADKAsyGC5sZWFzZWhvbGQucXVldWUudjEuVGFzayJ2ChFSZW5ld0xlYXNlUmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJEhEKCXdvcmtlcl9pZBgCIAEoCRIPCgdhdHRlbXB0GAMgASgFEhoKDWxlYXNlX3NlY29uZHMYBCABKAVIAIgBAUIQCg5fbGVhc2Vfc2Vjb25kcyI8ChJSZW5ld0xlYXNlUmVzcG9uc2USJgoEdGFzaxgBIAEoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrIp8BChNDb21wbGV0ZVRhc2tSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEQoJd29ya2VyX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSEgoKcmVzdWx0X3VyaRgEIAEoCRIVCg1yZXN1bHRfc2hhMjU2GAUgASgJEigKB21ldHJpY3MYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ij4KFENvbXBsZXRlVGFza1Jlc3BvbnNlEiYKBHRhc2sYASABKAsyGC5sZWFzZWhvbGQucXVldWUudjEuVGFzayJQChRDb21wbGV0ZVRhc2tzUmVxdWVzdBI4CgdyZXN1bHRzGAEgAygLMicubGVhc2Vob2xkLnF1ZXVlLnYxLkNvbXBsZXRlVGFza1JlcXVlc3QiUgoVQ29tcGxldGVUYXNrc1Jlc3BvbnNlEjkKCG91dGNvbWVzGAEgAygLMicubGVhc2Vob2xkLnF1ZXVlLnYxLkNvbXBsZXRlVGFza091dGNvbWUifwoTQ29tcGxldGVUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEiYKBHRhc2sYAiABKAsyGC5sZWFzZWhvbGQucXVldWUudjEuVGFzaxIvCgVlcnJvchgDIAEoCzIgLmxlYXNlaG9sZC5xdWV1ZS52MS5PdXRjb21lRXJyb3IiLQoMT3V0Y29tZUVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSLRAQoPRmFpbFRhc2tSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEQoJd29ya2VyX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSEgoKZXJyb3JfY29kZRgEIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAUgASgJEhYKCXJldHJ5YWJsZRgGIAEoCEgAiAEBEiAKE3JldHJ5X2FmdGVyX3NlY29uZHMYByABKAVIAYgBAUIMCgpfcmV0cnlhYmxlQhYKFF9yZXRyeV9hZnRlcl9zZWNvbmRzIjoKEEZhaWxUYXNrUmVzcG9uc2USJgoEdGFzaxgBIAEoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIpIBCg5HZXRKb2JSZXNwb25zZRIkCgNqb2IYASABKAsyFy5sZWFzZWhvbGQucXVldWUudjEuSm9iEjMKC3Rhc2tfY291bnRzGAIgASgLMh4ubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2tDb3VudHMSEwoLdG90YWxfdGFza3MYAyABKAUSEAoIcHJvZ3Jlc3MYBCABKAEiVAobTGlzdENvbXBsZXRlZFJlc3VsdHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJsChxMaXN0Q29tcGxldGVkUmVzdWx0c1Jlc3BvbnNlEjMKB3Jlc3VsdHMYASADKAsyIi5sZWFzZWhvbGQucXVldWUudjEuUmVzdWx0TWFuaWZlc3QSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSI5ChFDYW5jZWxKb2JSZXNwb25zZRIkCgNqb2IYASABKAsyFy5sZWFzZWhvbGQucXVldWUudjEuSm9iIrABChJQdXRXb3JrbG9hZFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIZCgxtYXhfYXR0ZW1wdHMYAiABKAVIAIgBARIaCg1sZWFzZV9zZWNvbmRzGAMgASgFSAGIAQESMgoRcGFyYW1ldGVyc19zY2hlbWEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg8KDV9tYXhfYXR0ZW1wdHNCEAoOX2xlYXNlX3NlY29uZHMiRQoTUHV0V29ya2xvYWRSZXNwb25zZRIuCgh3b3JrbG9hZBgBIAEoCzIcLmxlYXNlaG9sZC5xdWV1ZS52MS5Xb3JrbG9hZCIWChRMaXN0V29ya2xvYWRzUmVxdWVzdCJIChVMaXN0V29ya2xvYWRzUmVzcG9uc2USLwoJd29ya2xvYWRzGAEgAygLMhwubGVhc2Vob2xkLnF1ZXVlLnYxLldvcmtsb2FkKqgBCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhYKElRBU0tfU1RBVFVTX0xFQVNFRBACEhkKFVRBU0tfU1RBVFVTX0NPTVBMRVRFRBADEhYKElRBU0tfU1RBVFVTX0ZBSUxFRBAEEhkKFVRBU0tfU1RBVFVTX0NBTkNFTExFRBAFKqIBCglKb2JTdGF0dXMSGgoWSk9CX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKEkpPQl9TVEFUVVNfUEVORElORxABEhYKEkpPQl9TVEFUVVNfUlVOTklORxACEhgKFEpPQl9TVEFUVVNfQ09NUExFVEVEEAMSFQoRSk9CX1NUQVRVU19GQUlMRUQQBBIYChRKT0JfU1RBVFVTX0NBTkNFTExFRBAFMr0ICgxRdWV1ZVNlcnZpY2USWAoJQ3JlYXRlSm9iEiQubGVhc2Vob2xkLnF1ZXVlLnYxLkNyZWF0ZUpvYlJlcXVlc3QaJS5sZWFzZWhvbGQucXVldWUudjEuQ3JlYXRlSm9iUmVzcG9uc2USWwoKQ2xhaW1UYXNrcxIlLmxlYXNlaG9sZC5xdWV1ZS52MS5DbGFpbVRhc2tzUmVxdWVzdBomLmxlYXNlaG9sZC5xdWV1ZS52MS5DbGFpbVRhc2tzUmVzcG9uc2USWwoKUmVuZXdMZWFzZRIlLmxlYXNlaG9sZC5xdWV1ZS52MS5SZW5ld0xlYXNlUmVxdWVzdBomLmxlYXNlaG9sZC5xdWV1ZS52MS5SZW5ld0xlYXNlUmVzcG9uc2USYQoMQ29tcGxldGVUYXNrEicubGVhc2Vob2xkLnF1ZXVlLnYxLkNvbXBsZXRlVGFza1JlcXVlc3QaKC5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrUmVzcG9uc2USZAoNQ29tcGxldGVUYXNrcxIoLmxlYXNlaG9sZC5xdWV1ZS52MS5Db21wbGV0ZVRhc2tzUmVxdWVzdBopLmxlYXNlaG9sZC5xdWV1ZS52MS5Db21wbGV0ZVRhc2tzUmVzcG9uc2USVQoIRmFpbFRhc2sSIy5sZWFzZWhvbGQucXVldWUudjEuRmFpbFRhc2tSZXF1ZXN0GiQubGVhc2Vob2xkLnF1ZXVlLnYxLkZhaWxUYXNrUmVzcG9uc2USVAoGR2V0Sm9iEiEubGVhc2Vob2xkLnF1ZXVlLnYxLkdldEpvYlJlcXVlc3QaIi5sZWFzZWhvbGQucXVldWUudjEuR2V0Sm9iUmVzcG9uc2UiA5ACARJ+ChRMaXN0Q29tcGxldGVkUmVzdWx0cxIvLmxlYXNlaG9sZC5xdWV1ZS52MS5MaXN0Q29tcGxldGVkUmVzdWx0c1JlcXVlc3QaMC5sZWFzZWhvbGQucXVldWUudjEuTGlzdENvbXBsZXRlZFJlc3VsdHNSZXNwb25zZSIDkAIBElgKCUNhbmNlbEpvYhIkLmxlYXNlaG9sZC5xdWV1ZS52MS5DYW5jZWxKb2JSZXF1ZXN0GiUubGVhc2Vob2xkLnF1ZXVlLnYxLkNhbmNlbEpvYlJlc3BvbnNlEl4KC1B1dFdvcmtsb2FkEiYubGVhc2Vob2xkLnF1ZXVlLnYxLlB1dFdvcmtsb2FkUmVxdWVzdBonLmxlYXNlaG9sZC5xdWV1ZS52MS5QdXRXb3JrbG9hZFJlc3BvbnNlEmkKDUxpc3RXb3JrbG9hZHMSKC5sZWFzZWhvbGQucXVldWUudjEuTGlzdFdvcmtsb2Fkc1JlcXVlc3QaKS5sZWFzZWhvbGQucXVldWUudjEuTGlzdFdvcmtsb2Fkc1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch5sZWFzZWhvbGQvcXVldWUvdjEvcXVldWUucHJvdG8SEmxlYXNlaG9sZC5xdWV1ZS52MSKHAQoIVGFza1NwZWMSEwoLY2h1bmtfaW5kZXgYASABKAUSEQoJaW5wdXRfdXJpGAIgASgJEhQKDGlucHV0X3NoYTI1NhgDIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIQCgh3b3JrbG9hZBgFIAEoCSKRAwoDSm9iEgoKAmlkGAEgASgJEhAKCHdvcmtsb2FkGAIgASgJEhEKCWlucHV0X3VyaRgDIAEoCRIUCgxpbnB1dF9zaGEyNTYYBCABKAkSKwoKcGFyYW1ldGVycxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoGc3RhdHVzGAYgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIQCghwcmlvcml0eRgHIAEoBRIXCg9pZGVtcG90ZW5jeV9rZXkYCCABKAkSEwoLdHJhY2VwYXJlbnQYCSABKAkSFQoNY2FuY2VsX3JlYXNvbhgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIosFCgRUYXNrEgoKAmlkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtjaHVua19pbmRleBgDIAEoBRIQCgh3b3JrbG9hZBgEIAEoCRIRCglpbnB1dF91cmkYBSABKAkSFAoMaW5wdXRfc2hhMjU2GAYgASgJEisKCnBhcmFtZXRlcnMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KBnN0YXR1cxgIIAEoDjIeLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrU3RhdHVzEg8KB2F0dGVtcHQYCSABKAUSFAoMbWF4X2F0dGVtcHRzGAogASgFEhAKCHByaW9yaXR5GAsgASgFEhMKC2xlYXNlX293bmVyGAwgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlc3VsdF91cmkYDiABKAkSFQoNcmVzdWx0X3NoYTI1NhgPIAEoCRIoCgdtZXRyaWNzGBAgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgplcnJvcl9jb2RlGBEgASgJEhUKDWVycm9yX21lc3NhZ2UYEiABKAkSLgoKY3JlYXRlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMY29tcGxldGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd2ZXJzaW9uGBYgASgFEhMKC3RyYWNlcGFyZW50GBcgASgJImMKClRhc2tDb3VudHMSDwoHcGVuZGluZxgBIAEoBRIOCgZsZWFzZWQYAiABKAUSEQoJY29tcGxldGVkGAMgASgFEg4KBmZhaWxlZBgEIAEoBRIRCgljYW5jZWxsZWQYBSABKAUivQEKDlJlc3VsdE1hbmlmZXN0EhMKC2NodW5rX2luZGV4GAEgASgFEg8KB3Rhc2tfaWQYAiABKAkSEgoKcmVzdWx0X3VyaRgDIAEoCRIVCg1yZXN1bHRfc2hhMjU2GAQgASgJEigKB21ldHJpY3MYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjAKDGNvbXBsZXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi9gEKCFdvcmtsb2FkEgwKBG5hbWUYASABKAkSFAoMbWF4X2F0dGVtcHRzGAIgASgFEhUKDWxlYXNlX3NlY29uZHMYAyABKAUSMgoRcGFyYW1ldGVyc19zY2hlbWEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE21heF9wZW5kaW5nX3NlY29uZHMYByABKAUikwIKEENyZWF0ZUpvYlJlcXVlc3QSEAoId29ya2xvYWQYASABKAkSEQoJaW5wdXRfdXJpGAIgASgJEhQKDGlucHV0X3NoYTI1NhgDIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIQCghwcmlvcml0eRgFIAEoBRIZCgxtYXhfYXR0ZW1wdHMYBiABKAVIAIgBARIXCg9pZGVtcG90ZW5jeV9rZXkYByABKAkSEwoLdHJhY2VwYXJlbnQYCCABKAkSKwoFdGFza3MYCSADKAsyHC5sZWFzZWhvbGQucXVldWUudjEuVGFza1NwZWNCDwoNX21heF9hdHRlbXB0cyJiChFDcmVhdGVKb2JSZXNwb25zZRIkCgNqb2IYASABKAsyFy5sZWFzZWhvbGQucXVldWUudjEuSm9iEicKBXRhc2tzGAIgAygLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2siowEKEUNsYWltVGFza3NSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIRCgl3b3JrbG9hZHMYAiADKAkSFgoJbWF4X3Rhc2tzGAMgASgFSACIAQESGgoNbGVhc2Vfc2Vjb25kcxgEIAEoBUgBiAEBEhQKDHdhaXRfc2Vjb25kcxgFIAEoBUIMCgpfbWF4X3Rhc2tzQhAKDl9sZWFzZV9zZWNvbmRzIj0KEkNsYWltVGFza3NSZXNwb25zZRInCgV0YXNrcxgBIAMoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrInYKEVJlbmV3TGVhc2VSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEQoJd29ya2VyX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSGgoNbGVhc2Vfc2Vjb25kcxgEIAEoBUgAiAEBQhAKDl9sZWFzZV9zZWNvbmRzIjwKElJlbmV3TGVhc2VSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sinwEKE0NvbXBsZXRlVGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRISCgpyZXN1bHRfdXJpGAQgASgJEhUKDXJlc3VsdF9zaGEyNTYYBSABKAkSKAoHbWV0cmljcxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiPgoUQ29tcGxldGVUYXNrUmVzcG9uc2USJgoEdGFzaxgBIAEoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrIlAKFENvbXBsZXRlVGFza3NSZXF1ZXN0EjgKB3Jlc3VsdHMYASADKAsyJy5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrUmVxdWVzdCJSChVDb21wbGV0ZVRhc2tzUmVzcG9uc2USOQoIb3V0Y29tZXMYASADKAsyJy5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrT3V0Y29tZSJ/ChNDb21wbGV0ZVRhc2tPdXRjb21lEg8KB3Rhc2tfaWQYASABKAkSJgoEdGFzaxgCIAEoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrEi8KBWVycm9yGAMgASgLMiAubGVhc2Vob2xkLnF1ZXVlLnYxLk91dGNvbWVFcnJvciItCgxPdXRjb21lRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItEBCg9GYWlsVGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRISCgplcnJvcl9jb2RlGAQgASgJEhUKDWVycm9yX21lc3NhZ2UYBSABKAkSFgoJcmV0cnlhYmxlGAYgASgISACIAQESIAoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgHIAEoBUgBiAEBQgwKCl9yZXRyeWFibGVCFgoUX3JldHJ5X2FmdGVyX3NlY29uZHMiOgoQRmFpbFRhc2tSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2siHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkikgEKDkdldEpvYlJlc3BvbnNlEiQKA2pvYhgBIAEoCzIXLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2ISMwoLdGFza19jb3VudHMYAiABKAsyHi5sZWFzZWhvbGQucXVldWUudjEuVGFza0NvdW50cxITCgt0b3RhbF90YXNrcxgDIAEoBRIQCghwcm9ncmVzcxgEIAEoASJUChtMaXN0Q29tcGxldGVkUmVzdWx0c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImwKHExpc3RDb21wbGV0ZWRSZXN1bHRzUmVzcG9uc2USMwoHcmVzdWx0cxgBIAMoCzIiLmxlYXNlaG9sZC5xdWV1ZS52MS5SZXN1bHRNYW5pZmVzdBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMgoQQ2FuY2VsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIjkKEUNhbmNlbEpvYlJlc3BvbnNlEiQKA2pvYhgBIAEoCzIXLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2Ii6gEKElB1dFdvcmtsb2FkUmVxdWVzdBIMCgRuYW1lGAEgASgJEhkKDG1heF9hdHRlbXB0cxgCIAEoBUgAiAEBEhoKDWxlYXNlX3NlY29uZHMYAyABKAVIAYgBARIyChFwYXJhbWV0ZXJzX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSIAoTbWF4X3BlbmRpbmdfc2Vjb25kcxgFIAEoBUgCiAEBQg8KDV9tYXhfYXR0ZW1wdHNCEAoOX2xlYXNlX3NlY29uZHNCFgoUX21heF9wZW5kaW5nX3NlY29uZHMiRQoTUHV0V29ya2xvYWRSZXNwb25zZRIuCgh3b3JrbG9hZBgBIAEoCzIcLmxlYXNlaG9sZC5xdWV1ZS52MS5Xb3JrbG9hZCIWChRMaXN0V29ya2xvYWRzUmVxdWVzdCJIChVMaXN0V29ya2xvYWRzUmVzcG9uc2USLwoJd29ya2xvYWRzGAEgAygLMhwubGVhc2Vob2xkLnF1ZXVlLnYxLldvcmtsb2FkIrkBChVSZXBvcnRQcm9ncmVzc1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRIQCghwcm9ncmVzcxgEIAEoARIPCgdtZXNzYWdlGAUgASgJEhoKEnBhcnRpYWxfcmVzdWx0X3VyaRgGIAEoCRIaCg1sZWFzZV9zZWNvbmRzGAcgASgFSACIAQFCEAoOX2xlYXNlX3NlY29uZHMiQAoWUmVwb3J0UHJvZ3Jlc3NSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sihQQKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoCRIuCgRraW5kGAMgASgOMiAubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYkV2ZW50S2luZBIPCgd0YXNrX2lkGAQgASgJEhMKC2NodW5rX2luZGV4GAUgASgFEjMKC3Rhc2tfc3RhdHVzGAYgASgOMh4ubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2tTdGF0dXMSPAoUcHJldmlvdXNfdGFza19zdGF0dXMYByABKA4yHi5sZWFzZWhvbGQucXVldWUudjEuVGFza1N0YXR1cxIxCgpqb2Jfc3RhdHVzGAggASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxI6ChNwcmV2aW91c19qb2Jfc3RhdHVzGAkgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIPCgdhdHRlbXB0GAogASgFEhEKCXdvcmtlcl9pZBgLIAEoCRIQCghwcm9ncmVzcxgMIAEoARIPCgdtZXNzYWdlGA0gASgJEhoKEnBhcnRpYWxfcmVzdWx0X3VyaRgOIAEoCRISCgplcnJvcl9jb2RlGA8gASgJEi4KCmNyZWF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiEKD1dhdGNoSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkigwEKEFdhdGNoSm9iUmVzcG9uc2USNgoIc25hcHNob3QYASABKAsyIi5sZWFzZWhvbGQucXVldWUudjEuR2V0Sm9iUmVzcG9uc2VIABItCgVldmVudBgCIAEoCzIcLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2JFdmVudEgAQggKBnVwZGF0ZSJNCg9SZXRyeUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhkKDG1heF9hdHRlbXB0cxgCIAEoBUgAiAEBQg8KDV9tYXhfYXR0ZW1wdHMiTwoQUmV0cnlKb2JSZXNwb25zZRIkCgNqb2IYASABKAsyFy5sZWFzZWhvbGQucXVldWUudjEuSm9iEhUKDXJldHJpZWRfdGFza3MYAiABKAUieQoPTGlzdEpvYnNSZXF1ZXN0Ei0KBnN0YXR1cxgBIAEoDjIdLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2JTdGF0dXMSEAoId29ya2xvYWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiUgoQTGlzdEpvYnNSZXNwb25zZRIlCgRqb2JzGAEgAygLMhcubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkqqAEKClRhc2tTdGF0dXMSGwoXVEFTS19TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNUQVNLX1NUQVRVU19QRU5ESU5HEAESFgoSVEFTS19TVEFUVVNfTEVBU0VEEAISGQoVVEFTS19TVEFUVVNfQ09NUExFVEVEEAMSFgoSVEFTS19TVEFUVVNfRkFJTEVEEAQSGQoVVEFTS19TVEFUVVNfQ0FOQ0VMTEVEEAUqogEKCUpvYlN0YXR1cxIaChZKT0JfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSSk9CX1NUQVRVU19QRU5ESU5HEAESFgoSSk9CX1NUQVRVU19SVU5OSU5HEAISGAoUSk9CX1NUQVRVU19DT01QTEVURUQQAxIVChFKT0JfU1RBVFVTX0ZBSUxFRBAEEhgKFEpPQl9TVEFUVVNfQ0FOQ0VMTEVEEAUqjwEKDEpvYkV2ZW50S2luZBIeChpKT0JfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEh4KGkpPQl9FVkVOVF9LSU5EX1RBU0tfU1RBVFVTEAESIAocSk9CX0VWRU5UX0tJTkRfVEFTS19QUk9HUkVTUxACEh0KGUpPQl9FVkVOVF9LSU5EX0pPQl9TVEFUVVMQAzK3CwoMUXVldWVTZXJ2aWNlElgKCUNyZWF0ZUpvYhIkLmxlYXNlaG9sZC5xdWV1ZS52MS5DcmVhdGVKb2JSZXF1ZXN0GiUubGVhc2Vob2xkLnF1ZXVlLnYxLkNyZWF0ZUpvYlJlc3BvbnNlElsKCkNsYWltVGFza3MSJS5sZWFzZWhvbGQucXVldWUudjEuQ2xhaW1UYXNrc1JlcXVlc3QaJi5sZWFzZWhvbGQucXVldWUudjEuQ2xhaW1UYXNrc1Jlc3BvbnNlElsKClJlbmV3TGVhc2USJS5sZWFzZWhvbGQucXVldWUudjEuUmVuZXdMZWFzZVJlcXVlc3QaJi5sZWFzZWhvbGQucXVldWUudjEuUmVuZXdMZWFzZVJlc3BvbnNlEmEKDENvbXBsZXRlVGFzaxInLmxlYXNlaG9sZC5xdWV1ZS52MS5Db21wbGV0ZVRhc2tSZXF1ZXN0GigubGVhc2Vob2xkLnF1ZXVlLnYxLkNvbXBsZXRlVGFza1Jlc3BvbnNlEmQKDUNvbXBsZXRlVGFza3MSKC5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrc1JlcXVlc3QaKS5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrc1Jlc3BvbnNlElUKCEZhaWxUYXNrEiMubGVhc2Vob2xkLnF1ZXVlLnYxLkZhaWxUYXNrUmVxdWVzdBokLmxlYXNlaG9sZC5xdWV1ZS52MS5GYWlsVGFza1Jlc3BvbnNlElQKBkdldEpvYhIhLmxlYXNlaG9sZC5xdWV1ZS52MS5HZXRKb2JSZXF1ZXN0GiIubGVhc2Vob2xkLnF1ZXVlLnYxLkdldEpvYlJlc3BvbnNlIgOQAgESfgoUTGlzdENvbXBsZXRlZFJlc3VsdHMSLy5sZWFzZWhvbGQucXVldWUudjEuTGlzdENvbXBsZXRlZFJlc3VsdHNSZXF1ZXN0GjAubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RDb21wbGV0ZWRSZXN1bHRzUmVzcG9uc2UiA5ACARJYCglDYW5jZWxKb2ISJC5sZWFzZWhvbGQucXVldWUudjEuQ2FuY2VsSm9iUmVxdWVzdBolLmxlYXNlaG9sZC5xdWV1ZS52MS5DYW5jZWxKb2JSZXNwb25zZRJeCgtQdXRXb3JrbG9hZBImLmxlYXNlaG9sZC5xdWV1ZS52MS5QdXRXb3JrbG9hZFJlcXVlc3QaJy5sZWFzZWhvbGQucXVldWUudjEuUHV0V29ya2xvYWRSZXNwb25zZRJpCg1MaXN0V29ya2xvYWRzEigubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RXb3JrbG9hZHNSZXF1ZXN0GikubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RXb3JrbG9hZHNSZXNwb25zZSIDkAIBEmcKDlJlcG9ydFByb2dyZXNzEikubGVhc2Vob2xkLnF1ZXVlLnYxLlJlcG9ydFByb2dyZXNzUmVxdWVzdBoqLmxlYXNlaG9sZC5xdWV1ZS52MS5SZXBvcnRQcm9ncmVzc1Jlc3BvbnNlElwKCFdhdGNoSm9iEiMubGVhc2Vob2xkLnF1ZXVlLnYxLldhdGNoSm9iUmVxdWVzdBokLmxlYXNlaG9sZC5xdWV1ZS52MS5XYXRjaEpvYlJlc3BvbnNlIgOQAgEwARJVCghSZXRyeUpvYhIjLmxlYXNlaG9sZC5xdWV1ZS52MS5SZXRyeUpvYlJlcXVlc3QaJC5sZWFzZWhvbGQucXVldWUudjEuUmV0cnlKb2JSZXNwb25zZRJaCghMaXN0Sm9icxIjLmxlYXNlaG9sZC5xdWV1ZS52MS5MaXN0Sm9ic1JlcXVlc3QaJC5sZWFzZWhvbGQucXVldWUudjEuTGlzdEpvYnNSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One chunk of a job as submitted.
@@ -512,6 +512,14 @@ export type Workload = Message<"leasehold.queue.v1.Workload"> & {
    * @generated from field: google.protobuf.Timestamp updated_at = 6;
    */
   updatedAt?: Timestamp | undefined;
+
+  /**
+   * Tasks left claimable but unclaimed this many seconds fail with error_code
+   * "expired" (which fails their job); 0 means never.
+   *
+   * @generated from field: int32 max_pending_seconds = 7;
+   */
+  maxPendingSeconds: number;
 };
 
 /**
@@ -1237,6 +1245,14 @@ export type PutWorkloadRequest = Message<"leasehold.queue.v1.PutWorkloadRequest"
    * @generated from field: google.protobuf.Struct parameters_schema = 4;
    */
   parametersSchema?: JsonObject | undefined;
+
+  /**
+   * Fail tasks left claimable but unclaimed this long (error_code "expired");
+   * unset or 0 means never.
+   *
+   * @generated from field: optional int32 max_pending_seconds = 5;
+   */
+  maxPendingSeconds?: number | undefined;
 };
 
 /**
@@ -1302,6 +1318,400 @@ export type ListWorkloadsResponse = Message<"leasehold.queue.v1.ListWorkloadsRes
  */
 export const ListWorkloadsResponseSchema: GenMessage<ListWorkloadsResponse> = /*@__PURE__*/
   messageDesc(file_leasehold_queue_v1_queue, 29);
+
+/**
+ * Request of ReportProgress.
+ *
+ * @generated from message leasehold.queue.v1.ReportProgressRequest
+ */
+export type ReportProgressRequest = Message<"leasehold.queue.v1.ReportProgressRequest"> & {
+  /**
+   * Id of the leased task.
+   *
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * The worker holding the lease.
+   *
+   * @generated from field: string worker_id = 2;
+   */
+  workerId: string;
+
+  /**
+   * The attempt given by ClaimTasks (fencing token).
+   *
+   * @generated from field: int32 attempt = 3;
+   */
+  attempt: number;
+
+  /**
+   * Fraction done, from 0 to 1.
+   *
+   * @generated from field: double progress = 4;
+   */
+  progress: number;
+
+  /**
+   * Human-readable status line; optional.
+   *
+   * @generated from field: string message = 5;
+   */
+  message: string;
+
+  /**
+   * Where a partial result can already be read; optional.
+   *
+   * @generated from field: string partial_result_uri = 6;
+   */
+  partialResultUri: string;
+
+  /**
+   * New lease length from now; unset means the workload's lease_seconds.
+   *
+   * @generated from field: optional int32 lease_seconds = 7;
+   */
+  leaseSeconds?: number | undefined;
+};
+
+/**
+ * Describes the message leasehold.queue.v1.ReportProgressRequest.
+ * Use `create(ReportProgressRequestSchema)` to create a new message.
+ */
+export const ReportProgressRequestSchema: GenMessage<ReportProgressRequest> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 30);
+
+/**
+ * Response of ReportProgress.
+ *
+ * @generated from message leasehold.queue.v1.ReportProgressResponse
+ */
+export type ReportProgressResponse = Message<"leasehold.queue.v1.ReportProgressResponse"> & {
+  /**
+   * The task with its extended lease.
+   *
+   * @generated from field: leasehold.queue.v1.Task task = 1;
+   */
+  task?: Task | undefined;
+};
+
+/**
+ * Describes the message leasehold.queue.v1.ReportProgressResponse.
+ * Use `create(ReportProgressResponseSchema)` to create a new message.
+ */
+export const ReportProgressResponseSchema: GenMessage<ReportProgressResponse> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 31);
+
+/**
+ * One committed change of a job or one of its tasks (the task_events table).
+ *
+ * @generated from message leasehold.queue.v1.JobEvent
+ */
+export type JobEvent = Message<"leasehold.queue.v1.JobEvent"> & {
+  /**
+   * Event id: unique, increasing in the order events were written.
+   *
+   * @generated from field: int64 id = 1;
+   */
+  id: bigint;
+
+  /**
+   * Id of the job.
+   *
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * What the event records.
+   *
+   * @generated from field: leasehold.queue.v1.JobEventKind kind = 3;
+   */
+  kind: JobEventKind;
+
+  /**
+   * Id of the task; empty for a job status event.
+   *
+   * @generated from field: string task_id = 4;
+   */
+  taskId: string;
+
+  /**
+   * Chunk index of the task; 0 for a job status event.
+   *
+   * @generated from field: int32 chunk_index = 5;
+   */
+  chunkIndex: number;
+
+  /**
+   * TASK_STATUS: the task's new status; TASK_PROGRESS: its status (leased).
+   *
+   * @generated from field: leasehold.queue.v1.TaskStatus task_status = 6;
+   */
+  taskStatus: TaskStatus;
+
+  /**
+   * TASK_STATUS: the task's status before the change.
+   *
+   * @generated from field: leasehold.queue.v1.TaskStatus previous_task_status = 7;
+   */
+  previousTaskStatus: TaskStatus;
+
+  /**
+   * JOB_STATUS: the job's new status.
+   *
+   * @generated from field: leasehold.queue.v1.JobStatus job_status = 8;
+   */
+  jobStatus: JobStatus;
+
+  /**
+   * JOB_STATUS: the job's status before the change.
+   *
+   * @generated from field: leasehold.queue.v1.JobStatus previous_job_status = 9;
+   */
+  previousJobStatus: JobStatus;
+
+  /**
+   * The task's attempt at the time of the event.
+   *
+   * @generated from field: int32 attempt = 10;
+   */
+  attempt: number;
+
+  /**
+   * The lease owner at the time of the event; empty when none.
+   *
+   * @generated from field: string worker_id = 11;
+   */
+  workerId: string;
+
+  /**
+   * TASK_PROGRESS: fraction done, from 0 to 1.
+   *
+   * @generated from field: double progress = 12;
+   */
+  progress: number;
+
+  /**
+   * TASK_PROGRESS: the worker's message.
+   *
+   * @generated from field: string message = 13;
+   */
+  message: string;
+
+  /**
+   * TASK_PROGRESS: where a partial result can be read; empty when none.
+   *
+   * @generated from field: string partial_result_uri = 14;
+   */
+  partialResultUri: string;
+
+  /**
+   * TASK_STATUS: error code of a failure or retry; empty otherwise.
+   *
+   * @generated from field: string error_code = 15;
+   */
+  errorCode: string;
+
+  /**
+   * When the event was written (database clock).
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 16;
+   */
+  createdAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message leasehold.queue.v1.JobEvent.
+ * Use `create(JobEventSchema)` to create a new message.
+ */
+export const JobEventSchema: GenMessage<JobEvent> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 32);
+
+/**
+ * Request of WatchJob.
+ *
+ * @generated from message leasehold.queue.v1.WatchJobRequest
+ */
+export type WatchJobRequest = Message<"leasehold.queue.v1.WatchJobRequest"> & {
+  /**
+   * Id of the job (UUID).
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+};
+
+/**
+ * Describes the message leasehold.queue.v1.WatchJobRequest.
+ * Use `create(WatchJobRequestSchema)` to create a new message.
+ */
+export const WatchJobRequestSchema: GenMessage<WatchJobRequest> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 33);
+
+/**
+ * One message of a WatchJob stream: the first is a snapshot, every later one an event.
+ *
+ * @generated from message leasehold.queue.v1.WatchJobResponse
+ */
+export type WatchJobResponse = Message<"leasehold.queue.v1.WatchJobResponse"> & {
+  /**
+   * The snapshot or the event.
+   *
+   * @generated from oneof leasehold.queue.v1.WatchJobResponse.update
+   */
+  update: {
+    /**
+     * The job as GetJob returns it, when the stream starts.
+     *
+     * @generated from field: leasehold.queue.v1.GetJobResponse snapshot = 1;
+     */
+    value: GetJobResponse;
+    case: "snapshot";
+  } | {
+    /**
+     * A change committed after the snapshot.
+     *
+     * @generated from field: leasehold.queue.v1.JobEvent event = 2;
+     */
+    value: JobEvent;
+    case: "event";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message leasehold.queue.v1.WatchJobResponse.
+ * Use `create(WatchJobResponseSchema)` to create a new message.
+ */
+export const WatchJobResponseSchema: GenMessage<WatchJobResponse> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 34);
+
+/**
+ * Request of RetryJob.
+ *
+ * @generated from message leasehold.queue.v1.RetryJobRequest
+ */
+export type RetryJobRequest = Message<"leasehold.queue.v1.RetryJobRequest"> & {
+  /**
+   * Id of the job (UUID).
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Fresh attempts each retried task gets; unset means the workload's max_attempts.
+   *
+   * @generated from field: optional int32 max_attempts = 2;
+   */
+  maxAttempts?: number | undefined;
+};
+
+/**
+ * Describes the message leasehold.queue.v1.RetryJobRequest.
+ * Use `create(RetryJobRequestSchema)` to create a new message.
+ */
+export const RetryJobRequestSchema: GenMessage<RetryJobRequest> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 35);
+
+/**
+ * Response of RetryJob.
+ *
+ * @generated from message leasehold.queue.v1.RetryJobResponse
+ */
+export type RetryJobResponse = Message<"leasehold.queue.v1.RetryJobResponse"> & {
+  /**
+   * The job, pending or running again.
+   *
+   * @generated from field: leasehold.queue.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+
+  /**
+   * Number of tasks put back to pending.
+   *
+   * @generated from field: int32 retried_tasks = 2;
+   */
+  retriedTasks: number;
+};
+
+/**
+ * Describes the message leasehold.queue.v1.RetryJobResponse.
+ * Use `create(RetryJobResponseSchema)` to create a new message.
+ */
+export const RetryJobResponseSchema: GenMessage<RetryJobResponse> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 36);
+
+/**
+ * Request of ListJobs.
+ *
+ * @generated from message leasehold.queue.v1.ListJobsRequest
+ */
+export type ListJobsRequest = Message<"leasehold.queue.v1.ListJobsRequest"> & {
+  /**
+   * Only jobs of this status; unset means any.
+   *
+   * @generated from field: leasehold.queue.v1.JobStatus status = 1;
+   */
+  status: JobStatus;
+
+  /**
+   * Only jobs of this workload; empty means any.
+   *
+   * @generated from field: string workload = 2;
+   */
+  workload: string;
+
+  /**
+   * Most jobs per page; 0 means 100, at most 1000.
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message leasehold.queue.v1.ListJobsRequest.
+ * Use `create(ListJobsRequestSchema)` to create a new message.
+ */
+export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 37);
+
+/**
+ * Response of ListJobs.
+ *
+ * @generated from message leasehold.queue.v1.ListJobsResponse
+ */
+export type ListJobsResponse = Message<"leasehold.queue.v1.ListJobsResponse"> & {
+  /**
+   * Jobs, newest first.
+   *
+   * @generated from field: repeated leasehold.queue.v1.Job jobs = 1;
+   */
+  jobs: Job[];
+
+  /**
+   * Token of the next page; empty when this is the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message leasehold.queue.v1.ListJobsResponse.
+ * Use `create(ListJobsResponseSchema)` to create a new message.
+ */
+export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
+  messageDesc(file_leasehold_queue_v1_queue, 38);
 
 /**
  * Lifecycle state of a task.
@@ -1413,6 +1823,47 @@ export enum JobStatus {
  */
 export const JobStatusSchema: GenEnum<JobStatus> = /*@__PURE__*/
   enumDesc(file_leasehold_queue_v1_queue, 1);
+
+/**
+ * What a job event records.
+ *
+ * @generated from enum leasehold.queue.v1.JobEventKind
+ */
+export enum JobEventKind {
+  /**
+   * Not set; never returned by the server.
+   *
+   * @generated from enum value: JOB_EVENT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A task changed status (or was leased again on a new attempt).
+   *
+   * @generated from enum value: JOB_EVENT_KIND_TASK_STATUS = 1;
+   */
+  TASK_STATUS = 1,
+
+  /**
+   * A worker reported a task's progress.
+   *
+   * @generated from enum value: JOB_EVENT_KIND_TASK_PROGRESS = 2;
+   */
+  TASK_PROGRESS = 2,
+
+  /**
+   * The job changed status.
+   *
+   * @generated from enum value: JOB_EVENT_KIND_JOB_STATUS = 3;
+   */
+  JOB_STATUS = 3,
+}
+
+/**
+ * Describes the enum leasehold.queue.v1.JobEventKind.
+ */
+export const JobEventKindSchema: GenEnum<JobEventKind> = /*@__PURE__*/
+  enumDesc(file_leasehold_queue_v1_queue, 2);
 
 /**
  * QueueService coordinates jobs split into tasks that workers lease, heartbeat
@@ -1558,6 +2009,60 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof ListWorkloadsRequestSchema;
     output: typeof ListWorkloadsResponseSchema;
+  },
+  /**
+   * Reports a leased task's progress, recorded as a task event that WatchJob
+   * streams, and extends the lease exactly as RenewLease does (same lease
+   * checks, same fencing by attempt).
+   * REST: POST /tasks/{task_id}/progress → 200.
+   *
+   * @generated from rpc leasehold.queue.v1.QueueService.ReportProgress
+   */
+  reportProgress: {
+    methodKind: "unary";
+    input: typeof ReportProgressRequestSchema;
+    output: typeof ReportProgressResponseSchema;
+  },
+  /**
+   * Streams a job: first its current snapshot, then every task status change,
+   * progress report and job status change as it commits, in commit order;
+   * the stream ends after the event that makes the job final (at once when
+   * the job is already final).
+   * REST: GET /jobs/{job_id}/events → 200 text/event-stream, one
+   * WatchJobResponse as JSON per `data:` line.
+   *
+   * @generated from rpc leasehold.queue.v1.QueueService.WatchJob
+   */
+  watchJob: {
+    methodKind: "server_streaming";
+    input: typeof WatchJobRequestSchema;
+    output: typeof WatchJobResponseSchema;
+  },
+  /**
+   * Puts a failed or cancelled job's failed and cancelled tasks back to
+   * pending with a fresh attempt budget, and the job back to pending (or
+   * running when some of its tasks had run). A job that is not failed or
+   * cancelled is FAILED_PRECONDITION.
+   * REST: POST /jobs/{job_id}/retry → 200.
+   *
+   * @generated from rpc leasehold.queue.v1.QueueService.RetryJob
+   */
+  retryJob: {
+    methodKind: "unary";
+    input: typeof RetryJobRequestSchema;
+    output: typeof RetryJobResponseSchema;
+  },
+  /**
+   * Lists jobs, newest first, optionally only those of one status and/or
+   * workload, one page at a time.
+   * REST: GET /jobs?status=&workload=&page_size=&page_token= → 200.
+   *
+   * @generated from rpc leasehold.queue.v1.QueueService.ListJobs
+   */
+  listJobs: {
+    methodKind: "unary";
+    input: typeof ListJobsRequestSchema;
+    output: typeof ListJobsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leasehold_queue_v1_queue, 0);
