@@ -52,6 +52,12 @@ const queue: QueueService = {
   cancelJob: unsupported,
   putWorkload: unsupported,
   listWorkloads: async () => [],
+  reportProgress: unsupported,
+  retryJob: unsupported,
+  listJobs: unsupported,
+  watchJob: () => ({ [Symbol.asyncIterator]: () => ({ next: unsupported }) }),
+  maintain: unsupported,
+  taskStats: unsupported,
 };
 
 const server = createApiServer({ queue, logger: pino({ level: "warn" }), maxBodyBytes: 8 << 20, requestTimeoutMs: 10_000, readiness: async () => ({ ready: true }) });

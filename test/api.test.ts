@@ -578,6 +578,12 @@ describe("deadlines and unexpected errors", () => {
       cancelJob: (i, o) => real.cancelJob(i, o),
       putWorkload: (i, o) => real.putWorkload(i, o),
       listWorkloads: (o) => waitForAbort("list", o?.signal),
+      reportProgress: (i, o) => real.reportProgress(i, o),
+      retryJob: (i, o) => real.retryJob(i, o),
+      listJobs: (i, o) => real.listJobs(i, o),
+      watchJob: (i, o) => real.watchJob(i, o),
+      maintain: (o) => real.maintain(o),
+      taskStats: (s, o) => real.taskStats(s, o),
     };
     const sink = new Writable({
       write(chunk: Buffer, _enc, cb) {

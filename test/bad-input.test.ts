@@ -222,7 +222,7 @@ rest("wait_seconds negative", "POST", "/tasks/claim", claim({ wait_seconds: -1 }
 rest("wait_seconds 1e400", "POST", "/tasks/claim", raw(`{"worker_id": "w", "workloads": ["${W}"], "wait_seconds": 1e400}`), "wait_seconds");
 rest("attempt 0", "POST", hb, lease({ attempt: 0 }), "attempt");
 rest("attempt negative", "POST", hb, lease({ attempt: -1 }), "attempt");
-rest("attempt over max_attempts limit", "POST", hb, lease({ attempt: LIMITS.maxAttempts.max + 1 }), "attempt");
+rest("attempt over the attempt limit", "POST", hb, lease({ attempt: LIMITS.attempt.max + 1 }), "attempt");
 rest("attempt 1.5", "POST", hb, lease({ attempt: 1.5 }), "attempt");
 rest("attempt beyond int32", "POST", res, result({ attempt: 99_999_999_999 }), "attempt");
 rest("attempt int32 max", "POST", res, result({ attempt: 2 ** 31 - 1 }), "attempt");

@@ -8,8 +8,13 @@ import { timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   CompleteTasksResponseSchema,
   GetJobResponseSchema,
+  JobEventKind,
+  JobEventSchema,
   JobSchema,
   JobStatus,
+  ListJobsResponseSchema,
+  RetryJobResponseSchema,
+  WatchJobResponseSchema,
   ListCompletedResultsResponseSchema,
   ResultManifestSchema,
   TaskSchema,
@@ -26,8 +31,14 @@ import {
   type Job as PbJob,
   type ListCompletedResultsRequest,
   type ListCompletedResultsResponse,
+  type ListJobsRequest,
+  type ListJobsResponse,
   type PutWorkloadRequest,
   type RenewLeaseRequest,
+  type ReportProgressRequest,
+  type RetryJobRequest,
+  type RetryJobResponse,
+  type WatchJobResponse,
   type ResultManifest as PbResultManifest,
   type Task as PbTask,
   type Workload as PbWorkload,
@@ -46,8 +57,14 @@ import type {
   JsonObject,
   ListCompletedResultsInput,
   ListCompletedResultsResult,
+  ListJobsInput,
+  ListJobsResult,
+  JobUpdate,
   PutWorkloadInput,
   RenewLeaseInput,
+  ReportProgressInput,
+  RetryJobInput,
+  RetryJobResult,
   ResultManifest,
   Task,
   TaskStatus as DomainTaskStatus,
@@ -88,6 +105,12 @@ const JOB_STATUS: Record<DomainJobStatus, JobStatus> = {
   failed: JobStatus.FAILED,
   cancelled: JobStatus.CANCELLED,
 };
+
+const JOB_EVENT_KIND = {
+  task_status: JobEventKind.TASK_STATUS,
+  task_progress: JobEventKind.TASK_PROGRESS,
+  job_status: JobEventKind.JOB_STATUS,
+} as const;
 
 // ---- requests → domain inputs ----
 
@@ -167,7 +190,30 @@ export function putWorkloadInput(r: PutWorkloadRequest): PutWorkloadInput {
     maxAttempts: r.maxAttempts,
     leaseSeconds: r.leaseSeconds,
     parametersSchema: domainJson(r.parametersSchema) ?? null,
+    maxPendingSeconds: r.maxPendingSeconds,
   };
+}
+
+export function reportProgressInput(r: ReportProgressRequest): ReportProgressInput {
+  return {
+    taskId: r.taskId,
+    workerId: r.workerId,
+    attempt: r.attempt,
+    progress: r.progress,
+    message: opt(r.message),
+    partialResultUri: opt(r.partialResultUri),
+    leaseSeconds: r.leaseSeconds,
+  };
+}
+
+export function retryJobInput(r: RetryJobRequest): RetryJobInput {
+  return { jobId: r.jobId, maxAttempts: r.maxAttempts };
+}
+
+/** JOB_STATUS_UNSPECIFIED (0) means any status; an unknown number is passed on for validation to refuse. */
+export function listJobsInput(r: ListJobsRequest): ListJobsInput {
+  const status = r.status === JobStatus.UNSPECIFIED ? undefined : (Object.entries(JOB_STATUS).find(([, v]) => v === r.status)?.[0] ?? String(r.status));
+  return { status: status as ListJobsInput["status"], workload: opt(r.workload), pageSize: r.pageSize, pageToken: opt(r.pageToken) };
 }
 
 // ---- domain objects → messages ----
@@ -224,6 +270,7 @@ export function workloadMessage(w: Workload): PbWorkload {
     maxAttempts: w.maxAttempts,
     leaseSeconds: w.leaseSeconds,
     parametersSchema: struct(w.parametersSchema),
+    maxPendingSeconds: w.maxPendingSeconds ?? 0,
     createdAt: ts(w.createdAt),
     updatedAt: ts(w.updatedAt),
   });
@@ -267,5 +314,42 @@ export function completeTasksResponse(inputs: CompleteTaskInput[], outcomes: Com
       const m = mapError(o.error);
       return { taskId: inputs[i]?.taskId ?? "", error: { code: m.codeName, message: m.message } };
     }),
+  });
+}
+
+export function retryJobResponse(r: RetryJobResult): RetryJobResponse {
+  return create(RetryJobResponseSchema, { job: jobMessage(r.job), retriedTasks: r.retriedTasks });
+}
+
+export function listJobsResponse(r: ListJobsResult): ListJobsResponse {
+  return create(ListJobsResponseSchema, { jobs: r.jobs.map(jobMessage), nextPageToken: r.nextPageToken });
+}
+
+export function watchJobResponse(u: JobUpdate): WatchJobResponse {
+  if (u.snapshot) return create(WatchJobResponseSchema, { update: { case: "snapshot", value: getJobResponse(u.snapshot) } });
+  const e = u.event;
+  const job = e.kind === "job_status";
+  return create(WatchJobResponseSchema, {
+    update: {
+      case: "event",
+      value: create(JobEventSchema, {
+        id: BigInt(e.id),
+        jobId: e.jobId,
+        kind: JOB_EVENT_KIND[e.kind],
+        taskId: e.taskId ?? "",
+        chunkIndex: e.chunkIndex ?? 0,
+        taskStatus: job || !e.status ? TaskStatus.UNSPECIFIED : TASK_STATUS[e.status as DomainTaskStatus],
+        previousTaskStatus: job || !e.previousStatus ? TaskStatus.UNSPECIFIED : TASK_STATUS[e.previousStatus as DomainTaskStatus],
+        jobStatus: job && e.status ? JOB_STATUS[e.status as DomainJobStatus] : JobStatus.UNSPECIFIED,
+        previousJobStatus: job && e.previousStatus ? JOB_STATUS[e.previousStatus as DomainJobStatus] : JobStatus.UNSPECIFIED,
+        attempt: e.attempt ?? 0,
+        workerId: e.workerId ?? "",
+        progress: e.progress ?? 0,
+        message: e.message ?? "",
+        partialResultUri: e.partialResultUri ?? "",
+        errorCode: e.errorCode ?? "",
+        createdAt: ts(e.createdAt),
+      }),
+    },
   });
 }

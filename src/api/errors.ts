@@ -8,6 +8,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import {
   DeadlineExceededError,
+  FailedPreconditionError,
   IdempotencyConflictError,
   LeaseConflictError,
   NotFoundError,
@@ -56,6 +57,7 @@ function codeOfQueueError(err: QueueError): Code | undefined {
   if (err instanceof DeadlineExceededError) return Code.DeadlineExceeded;
   if (err instanceof UnauthenticatedError) return Code.Unauthenticated;
   if (err instanceof PermissionDeniedError) return Code.PermissionDenied;
+  if (err instanceof FailedPreconditionError) return Code.FailedPrecondition;
   return undefined;
 }
 

@@ -23,8 +23,11 @@ import {
   FailTaskResponseSchema,
   GetJobRequestSchema,
   GetJobResponseSchema,
+  JobStatus,
   ListCompletedResultsRequestSchema,
   ListCompletedResultsResponseSchema,
+  ListJobsRequestSchema,
+  ListJobsResponseSchema,
   ListWorkloadsRequestSchema,
   ListWorkloadsResponseSchema,
   PutWorkloadRequestSchema,
@@ -32,6 +35,12 @@ import {
   QueueService as QueueServiceDesc,
   RenewLeaseRequestSchema,
   RenewLeaseResponseSchema,
+  ReportProgressRequestSchema,
+  ReportProgressResponseSchema,
+  RetryJobRequestSchema,
+  RetryJobResponseSchema,
+  WatchJobRequestSchema,
+  WatchJobResponseSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
@@ -54,6 +63,16 @@ interface Route {
   response: DescMessage;
   /** Success status; default 200. */
   status?: (response: MessageShape<DescMessage>, info: RequestInfo) => number;
+  /** Rewrites the decoded query or body before the message is decoded (friendlier REST spellings). */
+  normalize?: (json: JsonObject) => void;
+  /** A server-streaming RPC, served as Server-Sent Events. */
+  stream?: true;
+}
+
+/** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`. */
+function jobStatusName(json: JsonObject): void {
+  const v = json.status;
+  if (typeof v === "string" && /^[a-z]+$/.test(v) && `JOB_STATUS_${v.toUpperCase()}` in JobStatus) json.status = `JOB_STATUS_${v.toUpperCase()}`;
 }
 
 /** The REST surface of issue 3; each row serves the same messages as its RPC. */
@@ -87,6 +106,16 @@ export const ROUTES: readonly Route[] = [
     response: ListCompletedResultsResponseSchema,
   },
   { method: "POST", pattern: "/jobs/{job_id}/cancel", rpc: "cancelJob", request: CancelJobRequestSchema, response: CancelJobResponseSchema },
+  { method: "POST", pattern: "/jobs/{job_id}/retry", rpc: "retryJob", request: RetryJobRequestSchema, response: RetryJobResponseSchema },
+  { method: "GET", pattern: "/jobs", rpc: "listJobs", request: ListJobsRequestSchema, response: ListJobsResponseSchema, normalize: jobStatusName },
+  { method: "GET", pattern: "/jobs/{job_id}/events", rpc: "watchJob", request: WatchJobRequestSchema, response: WatchJobResponseSchema, stream: true },
+  {
+    method: "POST",
+    pattern: "/tasks/{task_id}/progress",
+    rpc: "reportProgress",
+    request: ReportProgressRequestSchema,
+    response: ReportProgressResponseSchema,
+  },
   { method: "PUT", pattern: "/workloads/{name}", rpc: "putWorkload", request: PutWorkloadRequestSchema, response: PutWorkloadResponseSchema },
   { method: "GET", pattern: "/workloads", rpc: "listWorkloads", request: ListWorkloadsRequestSchema, response: ListWorkloadsResponseSchema },
 ];
@@ -311,6 +340,7 @@ export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, 
       json = await decodeBody(req, opts.maxBodyBytes);
     }
     if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
+    route.normalize?.(json);
 
     let request: MessageShape<DescMessage>;
     try {
@@ -334,6 +364,11 @@ export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, 
       requestSignal: abort.signal,
       contextValues: createContextValues().set(requestInfoKey, info),
     });
+    if (route.stream) {
+      await writeEventStream(res, route, opts.impl[route.rpc] as StreamingHandler, request, ctx, info);
+      res.removeListener("close", onClose);
+      return;
+    }
     const impl = opts.impl[route.rpc] as (r: MessageShape<DescMessage>, c: HandlerContext) => Promise<unknown>;
     const result = create(route.response, (await impl(request, ctx)) as never);
     res.removeListener("close", onClose);
@@ -346,6 +381,46 @@ export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, 
     writeJson(res, status, toJson(route.response, result, JSON_WRITE));
   } catch (err) {
     writeError(res, err, info);
+  }
+}
+
+type StreamingHandler = (r: MessageShape<DescMessage>, c: HandlerContext) => AsyncIterable<unknown>;
+
+/** SSE comment lines this often keep proxies from closing a quiet stream. */
+const SSE_KEEPALIVE_MS = 15_000;
+
+/**
+ * A server stream as Server-Sent Events: one `data:` line of JSON per message (the same JSON as
+ * the RPC's), so `EventSource` and `curl -N` both work. An error before the first message is a
+ * plain REST error answer; after it, an `event: error` carrying the REST error body ends the stream.
+ */
+async function writeEventStream(
+  res: NodeResponse,
+  route: Route,
+  handler: StreamingHandler,
+  request: MessageShape<DescMessage>,
+  ctx: HandlerContext,
+  info: RequestInfo,
+): Promise<void> {
+  const iterator = handler(request, ctx)[Symbol.asyncIterator]();
+  // The first message (or error) decides the status line.
+  const first = await iterator.next();
+  res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
+  const send = (text: string) => void res.write(text);
+  const keepalive = setInterval(() => send(": keepalive\n\n"), SSE_KEEPALIVE_MS);
+  try {
+    for (let step = first; !step.done; step = await iterator.next()) {
+      const json = toJson(route.response, create(route.response, step.value as never), JSON_WRITE);
+      send(`data: ${JSON.stringify(json)}\n\n`);
+    }
+  } catch (err) {
+    const m = mapError(err);
+    info.code = m.codeName;
+    if (m.internal) info.error ??= err;
+    send(`event: error\ndata: ${JSON.stringify(restErrorBody(m, info.requestId))}\n\n`);
+  } finally {
+    clearInterval(keepalive);
+    res.end();
   }
 }
 

@@ -75,3 +75,8 @@ export class UnauthenticatedError extends QueueError {
 export class PermissionDeniedError extends QueueError {
   readonly kind = "permission_denied";
 }
+
+/** The request is valid but the job is not in a state that allows it (e.g. retrying a running job). */
+export class FailedPreconditionError extends QueueError {
+  readonly kind = "failed_precondition";
+}

@@ -2,10 +2,16 @@
 // commits (a wake from the store's LISTEN connection), the poll interval passes (the floor
 // under lost notifications), the wait or the caller's deadline ends, or the coordinator
 // shuts down; then it claims again. An empty wait answers an empty list.
+// WatchJob streams end at shutdown too (UNAVAILABLE: the client watches again elsewhere).
 
+import { UnavailableError } from "./errors.js";
 import type { QueueService } from "./service.js";
 import type {
   CallOptions,
+  JobUpdate,
+  ListJobsInput,
+  ReportProgressInput,
+  RetryJobInput,
   CancelJobInput,
   ClaimTasksInput,
   CompleteTaskInput,
@@ -37,6 +43,8 @@ interface Waiter {
 export class LongPollingQueue implements QueueService {
   /** Parked claims in arrival order; a wake goes to the longest-waiting first. */
   private readonly waiters = new Set<Waiter>();
+  /** Open WatchJob streams, ended by close(). */
+  private readonly watches = new Set<AbortController>();
   private closed = false;
   private readonly unsubscribe: () => void;
 
@@ -103,12 +111,39 @@ export class LongPollingQueue implements QueueService {
   listWorkloads(opts?: CallOptions) {
     return this.queue.listWorkloads(opts);
   }
+  reportProgress(input: ReportProgressInput, opts?: CallOptions) {
+    return this.queue.reportProgress(input, opts);
+  }
+  retryJob(input: RetryJobInput, opts?: CallOptions) {
+    return this.queue.retryJob(input, opts);
+  }
+  listJobs(input: ListJobsInput, opts?: CallOptions) {
+    return this.queue.listJobs(input, opts);
+  }
+  maintain(opts?: CallOptions) {
+    return this.queue.maintain(opts);
+  }
+  taskStats(scope: "unfinished" | "all", opts?: CallOptions) {
+    return this.queue.taskStats(scope, opts);
+  }
+
+  async *watchJob(jobId: string, opts: CallOptions = {}): AsyncGenerator<JobUpdate> {
+    const stop = new AbortController();
+    if (this.closed) stop.abort(shuttingDown());
+    this.watches.add(stop);
+    try {
+      yield* this.queue.watchJob(jobId, { ...opts, signal: opts.signal ? AbortSignal.any([opts.signal, stop.signal]) : stop.signal });
+    } finally {
+      this.watches.delete(stop);
+    }
+  }
 
   /** Answers every parked claim at once (with an empty result) and stops waking. */
   close(): void {
     this.closed = true;
     this.unsubscribe();
     this.wakeAll();
+    for (const w of this.watches) w.abort(shuttingDown());
   }
 
   private jitteredPoll(): number {
@@ -146,4 +181,8 @@ export class LongPollingQueue implements QueueService {
   private wakeAll(): void {
     for (const w of [...this.waiters]) w.wake();
   }
+}
+
+function shuttingDown(): UnavailableError {
+  return new UnavailableError("the coordinator is shutting down; watch the job again");
 }

@@ -12,6 +12,14 @@ import type {
   JobStatusResult,
   ListCompletedResultsInput,
   ListCompletedResultsResult,
+  ListJobsInput,
+  ListJobsResult,
+  JobUpdate,
+  MaintenanceResult,
+  ReportProgressInput,
+  RetryJobInput,
+  RetryJobResult,
+  WorkloadTaskStats,
   PutWorkloadInput,
   RenewLeaseInput,
   Task,
@@ -38,4 +46,35 @@ export interface QueueService {
   cancelJob(input: CancelJobInput, opts?: CallOptions): Promise<Job>;
   putWorkload(input: PutWorkloadInput, opts?: CallOptions): Promise<Workload>;
   listWorkloads(opts?: CallOptions): Promise<Workload[]>;
+  /** Records a progress event and extends the lease, under the same checks as renewLease. */
+  reportProgress(input: ReportProgressInput, opts?: CallOptions): Promise<Task>;
+  retryJob(input: RetryJobInput, opts?: CallOptions): Promise<RetryJobResult>;
+  listJobs(input: ListJobsInput, opts?: CallOptions): Promise<ListJobsResult>;
+  /**
+   * The job's snapshot, then every event as it commits, in commit order, ending after the event
+   * that makes the job final (at once when it is final already). Ends early when opts.signal aborts.
+   */
+  watchJob(jobId: string, opts?: CallOptions): AsyncIterable<JobUpdate>;
+  /** Maintenance besides lease expiry: pending-task expiry and retention. */
+  maintain(opts?: CallOptions): Promise<MaintenanceResult>;
+  /**
+   * Task counts by workload and status, for metrics. "unfinished" counts pending and leased tasks
+   * through their partial indexes (cheap enough every few seconds); "all" also counts finished
+   * ones, a full scan: call it rarely.
+   */
+  taskStats(scope: "unfinished" | "all", opts?: CallOptions): Promise<WorkloadTaskStats[]>;
+}
+
+/**
+ * What the store reports as it happens, for metrics (counted where the rows change, so batch
+ * calls, replays and the reaper are counted exactly once each).
+ */
+export interface QueueObserver {
+  /** pickupSeconds: for each task claimed from pending, how long it had been claimable. */
+  tasksClaimed(count: number, pickupSeconds: readonly number[]): void;
+  tasksCompleted(count: number): void;
+  /** retryable: the task went back to pending (false: it failed for good). */
+  taskFailed(retryable: boolean): void;
+  /** Leases that expired: requeued ones and ones that failed for good. */
+  leasesExpired(count: number): void;
 }

@@ -17,6 +17,8 @@ export interface Workload {
   maxAttempts: number;
   leaseSeconds: number;
   parametersSchema: JsonObject | null;
+  /** Claimable tasks unclaimed this long fail with error_code "expired"; null: never. */
+  maxPendingSeconds: number | null;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -176,6 +178,8 @@ export interface PutWorkloadInput {
   maxAttempts?: number;
   leaseSeconds?: number;
   parametersSchema?: JsonObject | null;
+  /** absent or 0: never expire pending tasks */
+  maxPendingSeconds?: number;
 }
 
 export interface ExpireLeasesResult {
@@ -190,4 +194,76 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** The caller's deadline (epoch ms), when it has one: a long poll answers empty before it. */
   deadline?: number;
+}
+
+export interface ReportProgressInput extends LeaseRef {
+  /** 0..1 */
+  progress: number;
+  message?: string;
+  partialResultUri?: string;
+  leaseSeconds?: number;
+}
+
+export interface RetryJobInput {
+  jobId: string;
+  /** fresh attempts per retried task; default: the workload's max_attempts */
+  maxAttempts?: number;
+}
+
+export interface RetryJobResult {
+  job: Job;
+  retriedTasks: number;
+}
+
+export interface ListJobsInput {
+  status?: JobStatus;
+  workload?: string;
+  /** default 100, at most 1000 */
+  pageSize?: number;
+  pageToken?: string;
+}
+
+export interface ListJobsResult {
+  jobs: Job[];
+  nextPageToken: string;
+}
+
+export type JobEventKind = "task_status" | "task_progress" | "job_status";
+
+/** One committed change of a job or of one of its tasks (the task_events table). */
+export interface JobEvent {
+  id: string;
+  jobId: string;
+  kind: JobEventKind;
+  taskId: string | null;
+  chunkIndex: number | null;
+  /** task_status / task_progress: the task's status; job_status: the job's */
+  status: string | null;
+  previousStatus: string | null;
+  attempt: number | null;
+  workerId: string | null;
+  progress: number | null;
+  message: string | null;
+  partialResultUri: string | null;
+  errorCode: string | null;
+  createdAt: Date;
+}
+
+/** What WatchJob streams: one snapshot first, then events. */
+export type JobUpdate = { snapshot: JobStatusResult; event?: undefined } | { event: JobEvent; snapshot?: undefined };
+
+/** Housekeeping done by one maintenance pass (besides lease expiry). */
+export interface MaintenanceResult {
+  /** tasks failed with error_code "expired" (workload max_pending_seconds) */
+  expiredPending: number;
+  /** finished jobs deleted by retention, with their tasks and events */
+  deletedJobs: number;
+}
+
+/** Unfinished work of one workload, for metrics. */
+export interface WorkloadTaskStats {
+  workload: string;
+  counts: TaskCounts;
+  /** age of the oldest claimable pending task; 0 when none */
+  oldestPendingSeconds: number;
 }

@@ -11,11 +11,16 @@ import type {
   FailTaskInput,
   JsonObject,
   JsonValue,
+  JobStatus,
   LeaseRef,
   ListCompletedResultsInput,
+  ListJobsInput,
   PutWorkloadInput,
   RenewLeaseInput,
+  ReportProgressInput,
+  RetryJobInput,
 } from "./types.js";
+import { JOB_STATUSES } from "./types.js";
 
 /** Documented bounds (README "Limits"). MAX_TASKS_PER_JOB is configurable and passed in. */
 export const LIMITS = {
@@ -30,10 +35,14 @@ export const LIMITS = {
   leaseSeconds: { min: 1, max: 86_400 },
   waitSeconds: { min: 0, max: 30 },
   maxAttempts: { min: 1, max: 100 },
+  /** RetryJob gives a fresh budget on top of the attempts used, so attempts may pass maxAttempts.max, up to this. */
+  attempt: { max: 10_000 },
   priority: { min: -1_000_000, max: 1_000_000 },
   chunkIndexMax: 2_147_483_647,
   retryAfterSeconds: { min: 0, max: 86_400 },
   pageSize: { default: 100, max: 1000 },
+  maxPendingSeconds: { min: 1, max: 30 * 86_400 },
+  progressMessageLength: 1000,
 } as const;
 
 const WORKLOAD_NAME = /^[a-z][a-z0-9_-]{0,62}$/;
@@ -244,7 +253,7 @@ export function validateLeaseRef(input: LeaseRef): LeaseRef {
   return {
     taskId: requireUuid("task_id", input.taskId),
     workerId: requireWorkerId("worker_id", input.workerId),
-    attempt: requireInt("attempt", input.attempt, 1, LIMITS.maxAttempts.max),
+    attempt: requireInt("attempt", input.attempt, 1, LIMITS.attempt.max),
   };
 }
 
@@ -296,7 +305,7 @@ export function validateCancel(input: CancelJobInput): { jobId: string; reason: 
 export function validatePutWorkload(
   input: PutWorkloadInput,
   defaults: { maxAttempts: number; leaseSeconds: number },
-): { name: string; maxAttempts: number; leaseSeconds: number; parametersSchema: JsonObject | null } {
+): { name: string; maxAttempts: number; leaseSeconds: number; parametersSchema: JsonObject | null; maxPendingSeconds: number | null } {
   const name = requireWorkloadName("name", input.name);
   const maxAttempts = optionalInt("max_attempts", input.maxAttempts || undefined, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
   const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds;
@@ -305,7 +314,9 @@ export function validatePutWorkload(
     schema === undefined || schema === null || Object.keys(schema).length === 0
       ? null
       : requireJsonObject("parameters_schema", schema, LIMITS.parametersSchemaBytes);
-  return { name, maxAttempts, leaseSeconds, parametersSchema };
+  const maxPendingSeconds =
+    optionalInt("max_pending_seconds", input.maxPendingSeconds || undefined, LIMITS.maxPendingSeconds.min, LIMITS.maxPendingSeconds.max) ?? null;
+  return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds };
 }
 
 /** Page tokens are opaque to clients; inside they carry the last chunk_index returned. */
@@ -323,4 +334,54 @@ export function validateListResults(input: ListCompletedResultsInput): { jobId: 
     afterChunk = Number(m[1]);
   }
   return { jobId, pageSize, afterChunk };
+}
+
+export function validateReportProgress(input: ReportProgressInput): Required<Pick<ReportProgressInput, "progress">> & ReportProgressInput {
+  const ref = validateLeaseRef(input);
+  const progress = input.progress;
+  if (typeof progress !== "number" || !Number.isFinite(progress) || progress < 0 || progress > 1) fail("progress", "must be a number from 0 to 1");
+  const message = input.message ? requireText("message", input.message, LIMITS.progressMessageLength) : undefined;
+  return {
+    ...ref,
+    progress,
+    message: message?.replace(CONTROL_CHARS, " "),
+    partialResultUri: input.partialResultUri ? requireUri("partial_result_uri", input.partialResultUri) : undefined,
+    leaseSeconds: optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max),
+  };
+}
+
+export function validateRetryJob(input: RetryJobInput): { jobId: string; maxAttempts: number | null } {
+  return {
+    jobId: requireUuid("job_id", input.jobId),
+    maxAttempts: optionalInt("max_attempts", input.maxAttempts || undefined, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? null,
+  };
+}
+
+/** ListJobs pages newest first; the token is the last job's (created_at, id), created_at as the database wrote it (µs). */
+export function encodeJobsPageToken(createdAt: string, id: string): string {
+  return Buffer.from(`j:${createdAt}|${id}`).toString("base64url");
+}
+
+const JOBS_TOKEN = /^j:(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f-]{36})$/;
+
+export function validateListJobs(input: ListJobsInput): {
+  status: JobStatus | null;
+  workload: string | null;
+  pageSize: number;
+  after: { createdAt: string; id: string } | null;
+} {
+  let status: JobStatus | null = null;
+  if (input.status !== undefined && input.status !== null) {
+    if (!(JOB_STATUSES as readonly string[]).includes(input.status)) fail("status", `must be one of ${JOB_STATUSES.join(", ")}`);
+    status = input.status;
+  }
+  const workload = input.workload ? requireWorkloadName("workload", input.workload) : null;
+  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
+  let after: { createdAt: string; id: string } | null = null;
+  if (input.pageToken) {
+    const m = typeof input.pageToken === "string" ? JOBS_TOKEN.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
+    if (!m || !UUID.test(m[2]) || Number.isNaN(Date.parse(m[1]))) fail("page_token", "is not a token this server issued");
+    after = { createdAt: m[1], id: m[2].toLowerCase() };
+  }
+  return { status, workload, pageSize, after };
 }

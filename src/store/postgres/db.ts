@@ -143,10 +143,15 @@ export async function withClient<T>(pool: pg.Pool, signal: AbortSignal | undefin
   }
 }
 
-/** withClient inside BEGIN … COMMIT; any failure rolls back. */
-export async function inTransaction<T>(pool: pg.Pool, signal: AbortSignal | undefined, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+/** withClient inside BEGIN … COMMIT (or another BEGIN statement, e.g. a read-only snapshot); any failure rolls back. */
+export async function inTransaction<T>(
+  pool: pg.Pool,
+  signal: AbortSignal | undefined,
+  fn: (client: pg.PoolClient) => Promise<T>,
+  begin = "BEGIN",
+): Promise<T> {
   return withClient(pool, signal, async (client) => {
-    await client.query("BEGIN");
+    await client.query(begin);
     try {
       const result = await fn(client);
       await client.query("COMMIT");

@@ -4,20 +4,24 @@
 
 import pg from "pg";
 import type { WakeSource } from "../../queue/long-poll.js";
-import { NOTIFY_CHANNEL } from "./queries.js";
+import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./queries.js";
+import type { JobEventWakes } from "./store.js";
 
 export interface ListenerLogger {
   warn(obj: object, msg: string): void;
   info(obj: object, msg: string): void;
 }
 
-export class TaskListener implements WakeSource {
+/** Claim wake-ups (leasehold_tasks) and WatchJob wake-ups (leasehold_events) over one session. */
+export class TaskListener implements WakeSource, JobEventWakes {
   private client: pg.Client | undefined;
   private stopped = false;
   private retryMs = 100;
   private retryTimer: NodeJS.Timeout | undefined;
   private readonly subscribers = new Set<{ onWake: (workload: string, count: number) => void; onReconnect: () => void }>();
   private connectedOnce = false;
+  /** WatchJob streams by job id. */
+  private readonly jobSubscribers = new Map<string, Set<() => void>>();
 
   constructor(
     private readonly connectionString: string,
@@ -37,6 +41,16 @@ export class TaskListener implements WakeSource {
     const sub = { onWake, onReconnect };
     this.subscribers.add(sub);
     return () => this.subscribers.delete(sub);
+  }
+
+  subscribeJob(jobId: string, onWake: () => void): () => void {
+    let subs = this.jobSubscribers.get(jobId);
+    if (!subs) this.jobSubscribers.set(jobId, (subs = new Set()));
+    subs.add(onWake);
+    return () => {
+      subs.delete(onWake);
+      if (subs.size === 0 && this.jobSubscribers.get(jobId) === subs) this.jobSubscribers.delete(jobId);
+    };
   }
 
   async stop(): Promise<void> {
@@ -62,6 +76,10 @@ export class TaskListener implements WakeSource {
     client.on("error", lost);
     client.on("end", () => lost());
     client.on("notification", (msg) => {
+      if (msg.channel === EVENTS_CHANNEL && msg.payload) {
+        for (const wake of this.jobSubscribers.get(msg.payload) ?? []) wake();
+        return;
+      }
       if (msg.channel !== NOTIFY_CHANNEL || !msg.payload) return;
       const sep = msg.payload.lastIndexOf(":");
       const workload = sep < 0 ? msg.payload : msg.payload.slice(0, sep);
@@ -70,7 +88,7 @@ export class TaskListener implements WakeSource {
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${NOTIFY_CHANNEL}`);
+      await client.query(`LISTEN ${NOTIFY_CHANNEL}; LISTEN ${EVENTS_CHANNEL}`);
     } catch (err) {
       client.end().catch(() => {});
       if (!this.stopped) this.scheduleReconnect();
@@ -86,6 +104,7 @@ export class TaskListener implements WakeSource {
     if (this.connectedOnce) {
       this.log?.info({}, "LISTEN connection restored");
       for (const s of this.subscribers) s.onReconnect();
+      for (const subs of this.jobSubscribers.values()) for (const wake of subs) wake();
     }
     this.connectedOnce = true;
   }

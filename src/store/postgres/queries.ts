@@ -5,18 +5,22 @@
 // writing transaction is delivered only at commit, so a woken claimer always finds the rows.
 
 export const NOTIFY_CHANNEL = "leasehold_tasks";
+// Channel of job events (payload: the job id), raised by the task_events trigger only for jobs
+// with a row in job_watchers (see the migration for why).
+export const EVENTS_CHANNEL = "leasehold_events";
 
 
 export const SELECT_WORKLOADS_BY_NAME = `SELECT * FROM workloads WHERE name = ANY($1::text[])`;
 export const SELECT_ALL_WORKLOADS = `SELECT * FROM workloads ORDER BY name`;
 
 export const UPSERT_WORKLOAD = `
-INSERT INTO workloads (name, max_attempts, lease_seconds, parameters_schema)
-VALUES ($1, $2, $3, $4::jsonb)
+INSERT INTO workloads (name, max_attempts, lease_seconds, parameters_schema, max_pending_seconds)
+VALUES ($1, $2, $3, $4::jsonb, $5)
 ON CONFLICT (name) DO UPDATE
   SET max_attempts = EXCLUDED.max_attempts,
       lease_seconds = EXCLUDED.lease_seconds,
       parameters_schema = EXCLUDED.parameters_schema,
+      max_pending_seconds = EXCLUDED.max_pending_seconds,
       updated_at = now()
 RETURNING *`;
 
@@ -98,7 +102,10 @@ WITH expired AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
 )
-SELECT * FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
+-- pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
+SELECT claimed.*,
+  CASE WHEN claimed.id IN (SELECT id FROM fresh) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds
+FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
 // worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
@@ -262,3 +269,147 @@ export const CANCEL_JOB = `
 UPDATE jobs SET status = 'cancelled', cancel_reason = $2, completed_at = now(), updated_at = now()
 WHERE id = $1 AND status IN ('pending', 'running')
 RETURNING *`;
+
+/*
+ * A progress report: the same fenced lease extension as RENEW_LEASE plus one task_events row, in
+ * one statement, so a report from a worker that lost its lease records nothing.
+ * $5 progress, $6 message, $7 partial_result_uri.
+ */
+export const REPORT_PROGRESS = `
+WITH renewed AS (
+  UPDATE tasks t
+  SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
+      version = t.version + 1
+  FROM workloads wl
+  WHERE t.id = $1 AND ${liveLease("t")} AND wl.name = t.workload
+  RETURNING t.*
+), event AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, attempt, worker_id, progress, message, partial_result_uri)
+  SELECT job_id, id, chunk_index, 'task_progress', status::text, attempt, lease_owner, $5, $6, $7 FROM renewed
+)
+SELECT * FROM renewed`;
+
+/*
+ * RetryJob: a failed or cancelled job's failed and cancelled tasks go back to pending with a fresh
+ * attempt budget on top of the attempts used (attempt stays the fencing token, so it never goes
+ * back: a worker still holding an old attempt can never match a new lease), capped at $3. Tasks
+ * first, then the job, the lock order of the claim and of CancelJob. The job is pending again,
+ * or running when some of its tasks have run. Claimable work wakes long polls.
+ * $1 job id, $2 fresh attempts (null: the workload's max_attempts), $3 attempt cap.
+ */
+export const RETRY_JOB = `
+WITH retried AS (
+  UPDATE tasks t
+  SET status = 'pending',
+      max_attempts = least(t.attempt + coalesce($2::int, wl.max_attempts), $3::int),
+      run_after = now(), completed_at = NULL, lease_expires_at = NULL,
+      error_code = NULL, error_message = NULL, version = t.version + 1
+  FROM workloads wl
+  WHERE t.job_id = $1 AND t.status IN ('failed', 'cancelled') AND wl.name = t.workload AND t.attempt < $3::int
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled'))
+  RETURNING t.workload
+), job AS (
+  UPDATE jobs j
+  SET status = CASE WHEN EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = $1 AND o.started_at IS NOT NULL)
+                 THEN 'running' ELSE 'pending' END::job_status,
+      completed_at = NULL, cancel_reason = NULL, updated_at = now()
+  WHERE j.id = $1 AND j.status IN ('failed', 'cancelled') AND EXISTS (SELECT 1 FROM retried)
+  RETURNING j.*
+), woken AS (
+  SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM retried GROUP BY workload
+)
+SELECT job.*, (SELECT count(*) FROM retried)::int AS retried_tasks, (SELECT count(*) FROM woken) AS notified FROM job`;
+
+/*
+ * ListJobs, newest first, keyset-paginated on (created_at, id): one variant per index
+ * (jobs_created_idx, jobs_status_created_idx) because generic plans (plan_cache_mode) cannot pick
+ * an index by whether a parameter is null. created_at travels as text with microseconds so the
+ * cursor is exact. $1 after created_at ('infinity' for the first page), $2 after id, $3 limit,
+ * $4 workload ('' for any) [, $5 status].
+ */
+const jobsPage = (statusFilter: string) => `
+SELECT *, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at_cursor
+FROM jobs
+WHERE ${statusFilter} (created_at, id) < ($1::timestamptz, $2::uuid) AND ($4::text = '' OR workload = $4)
+ORDER BY created_at DESC, id DESC
+LIMIT $3`;
+export const LIST_JOBS = jobsPage("");
+export const LIST_JOBS_BY_STATUS = jobsPage("status = $5::job_status AND");
+
+// WatchJob registers its stream so the task_events trigger notifies for the job (see migration).
+export const INSERT_JOB_WATCHER = `INSERT INTO job_watchers (job_id, expires_at) VALUES ($1, now() + make_interval(secs => $2)) RETURNING id`;
+export const REFRESH_JOB_WATCHER = `UPDATE job_watchers SET expires_at = now() + make_interval(secs => $2) WHERE id = $1`;
+export const DELETE_JOB_WATCHER = `DELETE FROM job_watchers WHERE id = $1`;
+// Streams of a coordinator that died without deregistering.
+export const DELETE_EXPIRED_JOB_WATCHERS = `DELETE FROM job_watchers WHERE expires_at < now()`;
+
+export const CURRENT_SNAPSHOT = `SELECT pg_current_snapshot()::text AS snapshot`;
+
+/*
+ * The job's events committed since snapshot $2 and not before: visible now but not in $2. Every
+ * transaction older than $2's xmin had ended by then (so its rows were visible in $2 already),
+ * which bounds the index range. Returns the statement's own snapshot for the next call, and the
+ * events as one json array so there is always exactly one row.
+ */
+export const JOB_EVENTS_SINCE = `
+SELECT pg_current_snapshot()::text AS snapshot,
+  coalesce((
+    SELECT json_agg(e ORDER BY e.id) FROM task_events e
+    WHERE e.job_id = $1 AND e.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, $2::pg_snapshot)
+  ), '[]'::json) AS events`;
+
+/*
+ * Abandoned work: claimable tasks of workloads with max_pending_seconds that nobody claimed in
+ * that long fail with 'expired'. created_at <= run_after, so the created_at bound lets the scan
+ * stay inside tasks_status_lease_created_idx's pending range of old rows. $1 batch.
+ */
+export const EXPIRE_PENDING = `
+WITH stale AS (
+  SELECT c.id
+  FROM workloads w
+  CROSS JOIN LATERAL (
+    SELECT id FROM tasks
+    WHERE status = 'pending' AND lease_expires_at IS NULL AND workload = w.name
+      AND created_at <= now() - make_interval(secs => w.max_pending_seconds)
+      AND run_after <= now() - make_interval(secs => w.max_pending_seconds)
+    ORDER BY created_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+  ) c
+  WHERE w.max_pending_seconds IS NOT NULL
+)
+UPDATE tasks t
+SET status = 'failed', completed_at = now(), error_code = 'expired',
+    error_message = 'no worker claimed the task within its workload''s max_pending_seconds',
+    version = t.version + 1
+WHERE t.id = ANY (ARRAY(SELECT id FROM stale))
+RETURNING t.id, t.job_id`;
+
+/*
+ * Retention: a few old finished jobs per statement (each may hold thousands of tasks), their events
+ * first, then the jobs (tasks go by ON DELETE CASCADE). SKIP LOCKED keeps coordinators apart.
+ * $1 days, $2 jobs per batch.
+ */
+export const DELETE_OLD_JOBS = `
+WITH old AS (
+  SELECT id FROM jobs
+  WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1)
+  ORDER BY completed_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+), events AS (
+  DELETE FROM task_events WHERE job_id = ANY (ARRAY(SELECT id FROM old))
+)
+DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`;
+
+// Metrics: unfinished tasks by workload and status, read through the partial index that holds
+// exactly them, and the oldest claimable one per workload.
+export const UNFINISHED_TASK_STATS = `
+SELECT workload, status::text AS status, count(*)::int AS n,
+  coalesce(extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now())), 0)::float8 AS oldest_pending_seconds
+FROM tasks
+WHERE status IN ('pending', 'leased')
+GROUP BY workload, status`;
+
+// Metrics, rarely: every task by workload and status, a full scan (run with seqscan allowed).
+export const ALL_TASK_STATS = `SELECT workload, status::text AS status, count(*)::int AS n, 0::float8 AS oldest_pending_seconds FROM tasks GROUP BY workload, status`;

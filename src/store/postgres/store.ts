@@ -5,6 +5,7 @@ import { createHash } from "node:crypto";
 import { Ajv, type ValidateFunction } from "ajv";
 import type pg from "pg";
 import {
+  FailedPreconditionError,
   IdempotencyConflictError,
   LeaseConflictError,
   NotFoundError,
@@ -12,7 +13,7 @@ import {
   ResultConflictError,
   ValidationError,
 } from "../../queue/errors.js";
-import type { QueueService } from "../../queue/service.js";
+import type { QueueObserver, QueueService } from "../../queue/service.js";
 import {
   TASK_STATUSES,
   type CallOptions,
@@ -25,20 +26,30 @@ import {
   type ExpireLeasesResult,
   type FailTaskInput,
   type Job,
+  type JobEvent,
   type JobStatusResult,
+  type JobUpdate,
   type JsonObject,
   type JsonValue,
   type LeaseRef,
   type ListCompletedResultsInput,
   type ListCompletedResultsResult,
+  type ListJobsInput,
+  type ListJobsResult,
+  type MaintenanceResult,
   type PutWorkloadInput,
   type RenewLeaseInput,
+  type ReportProgressInput,
+  type RetryJobInput,
+  type RetryJobResult,
+  type WorkloadTaskStats,
   type Task,
   type TaskCounts,
   type Workload,
 } from "../../queue/types.js";
 import {
   LIMITS,
+  encodeJobsPageToken,
   encodePageToken,
   requireUuid,
   validateCancel,
@@ -46,9 +57,12 @@ import {
   validateComplete,
   validateCreateJob,
   validateFail,
+  validateListJobs,
   validateListResults,
   validatePutWorkload,
   validateRenew,
+  validateReportProgress,
+  validateRetryJob,
   type NormalizedCreateJob,
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
@@ -60,7 +74,32 @@ export interface StoreOptions {
   defaultLeaseSeconds: number;
   defaultMaxAttempts: number;
   maxTasksPerJob: number;
+  /** Told about claims, completions, failures and expired leases as they commit (metrics). */
+  observer?: QueueObserver;
+  /** Finished jobs older than this are deleted by maintain(); undefined: kept forever. */
+  retentionDays?: number;
+  /** WatchJob re-reads the job's events at least this often, even without a notification (default 1000). */
+  watchPollIntervalMs?: number;
+  /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
+  jobWakes?: JobEventWakes;
 }
+
+/** Where WatchJob learns that a job has new events. */
+export interface JobEventWakes {
+  /** onWake: the job has new events; also called for every job after a reconnect (notifications may be lost). */
+  subscribeJob(jobId: string, onWake: () => void): () => void;
+}
+
+const FINAL_JOB_STATUSES: readonly string[] = ["completed", "failed", "cancelled"];
+/** A watch stream's job_watchers row lives this long unless refreshed (every third of it). */
+const WATCHER_TTL_SECONDS = 60;
+/** Each database read of a watch stream gets this long, whatever the stream's own life. */
+const WATCH_READ_TIMEOUT_MS = 10_000;
+/** Expired pending tasks failed per transaction; the loop repeats while batches come back full. */
+const EXPIRY_BATCH = 1000;
+/** Old jobs deleted per statement (each with all its tasks and events), and statements per pass. */
+const RETENTION_BATCH_JOBS = 20;
+const RETENTION_BATCHES_PER_PASS = 50;
 
 /** Expired leases handled per reaper transaction; the loop repeats while batches come back full. */
 const REAPER_BATCH = 1000;
@@ -73,6 +112,7 @@ function toWorkload(r: Row): Workload {
     maxAttempts: r.max_attempts as number,
     leaseSeconds: r.lease_seconds as number,
     parametersSchema: (r.parameters_schema as JsonObject | null) ?? null,
+    maxPendingSeconds: (r.max_pending_seconds as number | null) ?? null,
     createdAt: r.created_at as Date,
     updatedAt: r.updated_at as Date,
   };
@@ -162,7 +202,13 @@ export class PostgresQueue implements QueueService {
       }
     }
     const { rows } = await withClient(this.pool, opts.signal, (c) =>
-      c.query(sql.UPSERT_WORKLOAD, [w.name, w.maxAttempts, w.leaseSeconds, w.parametersSchema === null ? null : JSON.stringify(w.parametersSchema)]),
+      c.query(sql.UPSERT_WORKLOAD, [
+        w.name,
+        w.maxAttempts,
+        w.leaseSeconds,
+        w.parametersSchema === null ? null : JSON.stringify(w.parametersSchema),
+        w.maxPendingSeconds,
+      ]),
     );
     return toWorkload(rows[0]);
   }
@@ -260,7 +306,12 @@ export class PostgresQueue implements QueueService {
         const { rows: known } = await c.query(sql.SELECT_WORKLOADS_BY_NAME, [claim.workloads]);
         const unknown = claim.workloads.find((w) => !known.some((k) => k.name === w));
         if (unknown) throw new NotFoundError("workload", unknown, `workloads[${claim.workloads.indexOf(unknown)}]`);
+        return [];
       }
+      this.options.observer?.tasksClaimed(
+        rows.length,
+        rows.flatMap((r) => (r.pickup_seconds === null ? [] : [r.pickup_seconds as number])),
+      );
       return rows.map(toTask);
     });
   }
@@ -287,6 +338,7 @@ export class PostgresQueue implements QueueService {
         values: [done.taskId, done.workerId, done.attempt, done.resultUri, done.resultSha256, done.metrics === undefined ? null : JSON.stringify(done.metrics)],
       });
       if (rows.length === 1) {
+        this.options.observer?.tasksCompleted(1);
         if (rows[0].recheck_job) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[rows[0].job_id]] });
         return toTask(rows[0]);
       }
@@ -314,6 +366,7 @@ export class PostgresQueue implements QueueService {
       const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: [payload, ids] });
       const completed = new Map(rows.map((r) => [r.id as string, toTask(r)]));
       if (completed.size > 0) {
+        this.options.observer?.tasksCompleted(completed.size);
         const jobs = [...new Set(rows.map((r) => r.job_id as string))];
         await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [jobs] });
       }
@@ -343,7 +396,10 @@ export class PostgresQueue implements QueueService {
         text: sql.FAIL_TASK,
         values: [f.taskId, f.workerId, f.attempt, f.errorCode, f.retryable, f.errorMessage, f.retryAfterSeconds ?? null],
       });
-      if (rows.length === 1) return toTask(rows[0]);
+      if (rows.length === 1) {
+        this.options.observer?.taskFailed(rows[0].status === "pending");
+        return toTask(rows[0]);
+      }
       throw leaseConflict(await this.loadTask(c, f.taskId), f);
     });
   }
@@ -363,20 +419,23 @@ export class PostgresQueue implements QueueService {
       if (batch.length < REAPER_BATCH) break;
     }
     await withClient(this.pool, opts.signal, (c) => c.query(sql.FINISH_STALLED_JOBS));
+    if (total.requeued + total.failed > 0) this.options.observer?.leasesExpired(total.requeued + total.failed);
     return total;
   }
 
   async getJobStatus(jobId: string, opts: CallOptions = {}): Promise<JobStatusResult> {
     const id = requireUuid("job_id", jobId);
-    return withClient(this.pool, opts.signal, async (c) => {
-      const { rows } = await c.query(sql.SELECT_JOB, [id]);
-      if (rows.length === 0) throw new NotFoundError("job", id);
-      const { rows: counts } = await c.query(sql.COUNT_JOB_TASKS, [id]);
-      const taskCounts = Object.fromEntries(TASK_STATUSES.map((s) => [s, 0])) as TaskCounts;
-      for (const r of counts) taskCounts[r.status as keyof TaskCounts] = r.n as number;
-      const totalTasks = counts.reduce((n, r) => n + (r.n as number), 0);
-      return { job: toJob(rows[0]), taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks };
-    });
+    return withClient(this.pool, opts.signal, (c) => this.readJobStatus(c, id));
+  }
+
+  private async readJobStatus(c: pg.PoolClient, id: string): Promise<JobStatusResult> {
+    const { rows } = await c.query(sql.SELECT_JOB, [id]);
+    if (rows.length === 0) throw new NotFoundError("job", id);
+    const { rows: counts } = await c.query(sql.COUNT_JOB_TASKS, [id]);
+    const taskCounts = emptyCounts();
+    for (const r of counts) taskCounts[r.status as keyof TaskCounts] = r.n as number;
+    const totalTasks = counts.reduce((n, r) => n + (r.n as number), 0);
+    return { job: toJob(rows[0]), taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks };
   }
 
   async listCompletedResults(input: ListCompletedResultsInput, opts: CallOptions = {}): Promise<ListCompletedResultsResult> {
@@ -419,10 +478,213 @@ export class PostgresQueue implements QueueService {
     });
   }
 
+  async reportProgress(input: ReportProgressInput, opts: CallOptions = {}): Promise<Task> {
+    const p = validateReportProgress(input);
+    return withClient(this.pool, opts.signal, async (c) => {
+      const { rows } = await c.query({
+        name: "leasehold_report_progress",
+        text: sql.REPORT_PROGRESS,
+        values: [p.taskId, p.workerId, p.attempt, p.leaseSeconds ?? null, p.progress, p.message ?? null, p.partialResultUri ?? null],
+      });
+      if (rows.length === 1) return toTask(rows[0]);
+      throw leaseConflict(await this.loadTask(c, p.taskId), p);
+    });
+  }
+
+  async retryJob(input: RetryJobInput, opts: CallOptions = {}): Promise<RetryJobResult> {
+    const r = validateRetryJob(input);
+    return withClient(this.pool, opts.signal, async (c) => {
+      const { rows } = await c.query(sql.RETRY_JOB, [r.jobId, r.maxAttempts, LIMITS.attempt.max]);
+      if (rows.length === 1) return { job: toJob(rows[0]), retriedTasks: rows[0].retried_tasks as number };
+      const { rows: jobs } = await c.query(sql.SELECT_JOB, [r.jobId]);
+      if (jobs.length === 0) throw new NotFoundError("job", r.jobId);
+      const status = jobs[0].status as string;
+      if (status !== "failed" && status !== "cancelled") {
+        throw new FailedPreconditionError(`job ${r.jobId} is ${status}: only a failed or cancelled job can be retried`);
+      }
+      throw new FailedPreconditionError(`job ${r.jobId} has no task left to retry (each is completed or has used ${LIMITS.attempt.max} attempts)`);
+    });
+  }
+
+  async listJobs(input: ListJobsInput, opts: CallOptions = {}): Promise<ListJobsResult> {
+    const q = validateListJobs(input);
+    // One row past the page tells whether another page exists.
+    const values: unknown[] = [q.after?.createdAt ?? "infinity", q.after?.id ?? "ffffffff-ffff-ffff-ffff-ffffffffffff", q.pageSize + 1, q.workload ?? ""];
+    const { rows } = await withClient(this.pool, opts.signal, (c) =>
+      q.status ? c.query(sql.LIST_JOBS_BY_STATUS, [...values, q.status]) : c.query(sql.LIST_JOBS, values),
+    );
+    const page = rows.slice(0, q.pageSize);
+    const last = page[page.length - 1];
+    return {
+      jobs: page.map(toJob),
+      nextPageToken: rows.length > q.pageSize ? encodeJobsPageToken(last.created_at_cursor as string, last.id as string) : "",
+    };
+  }
+
+  /*
+   * The stream registers itself (so the events trigger NOTIFYs for the job) before it reads the
+   * snapshot, and reads every later batch as "committed since the previous read's snapshot"
+   * (JOB_EVENTS_SINCE): nothing is missed or repeated whatever order transactions commit in. A
+   * NOTIFY only says when to read; the poll interval is the floor under lost notifications.
+   */
+  async *watchJob(jobId: string, opts: CallOptions = {}): AsyncGenerator<JobUpdate> {
+    const id = requireUuid("job_id", jobId);
+    const signal = opts.signal;
+    const pollMs = this.options.watchPollIntervalMs ?? 1000;
+    const wakes = new Wakes();
+    const unsubscribe = this.options.jobWakes?.subscribeJob(id, () => wakes.wake());
+    const read = <T>(fn: (c: pg.PoolClient) => Promise<T>, begin?: string) => {
+      const readSignal = signal ? AbortSignal.any([signal, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS)]) : AbortSignal.timeout(WATCH_READ_TIMEOUT_MS);
+      return begin ? inTransaction(this.pool, readSignal, fn, begin) : withClient(this.pool, readSignal, fn);
+    };
+    let watcherId: string | undefined;
+    try {
+      watcherId = (await read((c) => c.query(sql.INSERT_JOB_WATCHER, [id, WATCHER_TTL_SECONDS]))).rows[0].id as string;
+      let refreshedAt = Date.now();
+      const { status, snapshot } = await read(async (c) => {
+        const status = await this.readJobStatus(c, id);
+        const { rows } = await c.query(sql.CURRENT_SNAPSHOT);
+        return { status, snapshot: rows[0].snapshot as string };
+      }, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+      yield { snapshot: status };
+      if (FINAL_JOB_STATUSES.includes(status.job.status)) return;
+      let since = snapshot;
+      for (;;) {
+        await wakes.next(pollMs * (0.8 + Math.random() * 0.4), signal);
+        if (signal?.aborted) {
+          // Shutdown ends the stream with its reason (UNAVAILABLE: watch again); a client that left needs nothing.
+          if (signal.reason instanceof QueueError) throw signal.reason;
+          return;
+        }
+        if (Date.now() - refreshedAt > (WATCHER_TTL_SECONDS * 1000) / 3) {
+          await read((c) => c.query(sql.REFRESH_JOB_WATCHER, [watcherId, WATCHER_TTL_SECONDS]));
+          refreshedAt = Date.now();
+        }
+        const { rows } = await read((c) => c.query(sql.JOB_EVENTS_SINCE, [id, since]));
+        since = rows[0].snapshot as string;
+        for (const e of rows[0].events as Row[]) {
+          const event = toJobEvent(e);
+          yield { event };
+          if (event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) return;
+        }
+      }
+    } finally {
+      unsubscribe?.();
+      if (watcherId) {
+        const done = watcherId;
+        await withClient(this.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => c.query(sql.DELETE_JOB_WATCHER, [done])).catch(() => {});
+      }
+    }
+  }
+
+  async maintain(opts: CallOptions = {}): Promise<MaintenanceResult> {
+    const result: MaintenanceResult = { expiredPending: 0, deletedJobs: 0 };
+    for (;;) {
+      const expired = await inTransaction(this.pool, opts.signal, async (c) => {
+        const { rows } = await c.query(sql.EXPIRE_PENDING, [EXPIRY_BATCH]);
+        const jobs = [...new Set(rows.map((r) => r.job_id as string))];
+        if (jobs.length > 0) await c.query(sql.FAIL_JOBS_AND_CANCEL_REST, [jobs]);
+        return rows.length;
+      });
+      result.expiredPending += expired;
+      if (expired < EXPIRY_BATCH) break;
+    }
+    await withClient(this.pool, opts.signal, (c) => c.query(sql.DELETE_EXPIRED_JOB_WATCHERS));
+    const days = this.options.retentionDays;
+    if (days !== undefined) {
+      for (let i = 0; i < RETENTION_BATCHES_PER_PASS; i++) {
+        const { rowCount } = await withClient(this.pool, opts.signal, (c) => c.query(sql.DELETE_OLD_JOBS, [days, RETENTION_BATCH_JOBS]));
+        result.deletedJobs += rowCount ?? 0;
+        if ((rowCount ?? 0) < RETENTION_BATCH_JOBS) break;
+      }
+    }
+    return result;
+  }
+
+  async taskStats(scope: "unfinished" | "all", opts: CallOptions = {}): Promise<WorkloadTaskStats[]> {
+    const rows = await withClient(this.pool, opts.signal, async (c) => {
+      const unfinished = (await c.query(sql.UNFINISHED_TASK_STATS)).rows;
+      if (scope === "unfinished") return unfinished;
+      // The pool turns sequential scans off for the hot path; a count of everything wants one.
+      await c.query("BEGIN");
+      try {
+        await c.query("SET LOCAL enable_seqscan = on");
+        const all = (await c.query(sql.ALL_TASK_STATS)).rows;
+        await c.query("COMMIT");
+        // Counts from the full scan; the oldest-pending ages from the unfinished query.
+        return [...all, ...unfinished.map((r) => ({ ...r, n: 0 }))];
+      } catch (err) {
+        await c.query("ROLLBACK").catch(() => {});
+        throw err;
+      }
+    });
+    const byWorkload = new Map<string, WorkloadTaskStats>();
+    for (const r of rows) {
+      const name = r.workload as string;
+      let stats = byWorkload.get(name);
+      if (!stats) byWorkload.set(name, (stats = { workload: name, counts: emptyCounts(), oldestPendingSeconds: 0 }));
+      stats.counts[r.status as keyof TaskCounts] += r.n as number;
+      stats.oldestPendingSeconds = Math.max(stats.oldestPendingSeconds, r.oldest_pending_seconds as number);
+    }
+    return [...byWorkload.values()].sort((a, b) => a.workload.localeCompare(b.workload));
+  }
+
   private async loadTask(c: pg.PoolClient, taskId: string): Promise<Task> {
     const { rows } = await c.query(sql.SELECT_TASK, [taskId]);
     if (rows.length === 0) throw new NotFoundError("task", taskId);
     return toTask(rows[0]);
+  }
+}
+
+function emptyCounts(): TaskCounts {
+  return Object.fromEntries(TASK_STATUSES.map((s) => [s, 0])) as TaskCounts;
+}
+
+/** A task_events row as json_agg renders it (JOB_EVENTS_SINCE). */
+function toJobEvent(r: Row): JobEvent {
+  return {
+    id: String(r.id),
+    jobId: r.job_id as string,
+    kind: r.kind as JobEvent["kind"],
+    taskId: (r.task_id as string | null) ?? null,
+    chunkIndex: (r.chunk_index as number | null) ?? null,
+    status: (r.status as string | null) ?? null,
+    previousStatus: (r.previous_status as string | null) ?? null,
+    attempt: (r.attempt as number | null) ?? null,
+    workerId: (r.worker_id as string | null) ?? null,
+    progress: (r.progress as number | null) ?? null,
+    message: (r.message as string | null) ?? null,
+    partialResultUri: (r.partial_result_uri as string | null) ?? null,
+    errorCode: (r.error_code as string | null) ?? null,
+    createdAt: new Date(r.created_at as string),
+  };
+}
+
+/** Wake-ups of one watch stream: a wake that comes while nobody waits is kept for the next wait. */
+class Wakes {
+  private pending = false;
+  private resolve: (() => void) | undefined;
+
+  wake(): void {
+    this.pending = true;
+    this.resolve?.();
+  }
+
+  /** Resolves on a wake (or one that came since the last call), after ms, or when signal aborts. */
+  async next(ms: number, signal?: AbortSignal): Promise<void> {
+    if (!this.pending && !signal?.aborted) {
+      let timer: NodeJS.Timeout | undefined;
+      const done = () => this.resolve?.();
+      await new Promise<void>((resolve) => {
+        this.resolve = resolve;
+        timer = setTimeout(resolve, ms);
+        signal?.addEventListener("abort", done, { once: true });
+      });
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      this.resolve = undefined;
+    }
+    this.pending = false;
   }
 }
 
