@@ -72,7 +72,8 @@ interface Route {
 /** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`. */
 function jobStatusName(json: JsonObject): void {
   const v = json.status;
-  if (typeof v === "string" && /^[a-z]+$/.test(v) && `JOB_STATUS_${v.toUpperCase()}` in JobStatus) json.status = `JOB_STATUS_${v.toUpperCase()}`;
+  // protobuf-es enums drop the JOB_STATUS_ prefix on the TypeScript side.
+  if (typeof v === "string" && /^[a-z]+$/.test(v) && v.toUpperCase() in JobStatus) json.status = `JOB_STATUS_${v.toUpperCase()}`;
 }
 
 /** The REST surface of issue 3; each row serves the same messages as its RPC. */
