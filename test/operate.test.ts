@@ -10,6 +10,7 @@ import { FailedPreconditionError, LeaseConflictError, NotFoundError, Unavailable
 import { LongPollingQueue } from "../src/queue/long-poll.js";
 import type { JobUpdate, Task } from "../src/queue/types.js";
 import { TaskListener } from "../src/store/postgres/listener.js";
+import { JOB_EVENTS_SINCE, LIST_JOBS, LIST_JOBS_BY_STATUS } from "../src/store/postgres/queries.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
 
@@ -277,6 +278,38 @@ describe("ListJobs", () => {
     expect(cancelled.nextPageToken).toBe("");
     await expect(queue.listJobs({ pageToken: "bm9wZQ" })).rejects.toBeInstanceOf(ValidationError);
     await expect(queue.listJobs({ status: "done" as never })).rejects.toBeInstanceOf(ValidationError);
+  });
+});
+
+describe("plans", () => {
+  async function plan(text: string, values: unknown[]): Promise<string> {
+    const client = await fx.pool.connect();
+    try {
+      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`, values);
+      return rows.map((r) => r["QUERY PLAN"]).join("\n");
+    } finally {
+      client.release();
+    }
+  }
+
+  it("ListJobs reads a page off the index in order, whatever the table holds", async () => {
+    await fx.pool.query(`INSERT INTO jobs (workload, status, created_at) SELECT $1, 'completed', now() - g * interval '1 second' FROM generate_series(1, 20000) g`, [W]);
+    await fx.pool.query("ANALYZE jobs");
+    const first = await plan(LIST_JOBS, ["infinity", "ffffffff-ffff-ffff-ffff-ffffffffffff", 11, ""]);
+    expect(first).toMatch(/Index Scan using jobs_created_idx on jobs/);
+    expect(first).not.toMatch(/Sort|Seq Scan/);
+    // A rare status among 20,000 others: read through the status index, not filtered out of the newest-first scan.
+    const byStatus = await plan(LIST_JOBS_BY_STATUS, ["infinity", "ffffffff-ffff-ffff-ffff-ffffffffffff", 11, "", "failed"]);
+    expect(byStatus).toMatch(/Index Scan using jobs_status_created_idx on jobs/);
+    expect(byStatus).not.toMatch(/Sort \(|Seq Scan|Rows Removed by Filter: \d{3,}/);
+  });
+
+  it("a watch read touches only the job's events since its snapshot", async () => {
+    const jobId = await newJob(1);
+    const { rows } = await fx.pool.query(`SELECT pg_current_snapshot()::text AS s`);
+    const p = await plan(JOB_EVENTS_SINCE, [jobId, rows[0].s]);
+    expect(p).toMatch(/task_events_job_xid_idx/);
+    expect(p).not.toMatch(/Seq Scan on task_events/);
   });
 });
 
