@@ -21,6 +21,8 @@ import { migrate, pendingMigrations } from "./store/postgres/migrate.js";
 import { checkReadiness, ensureDatabase, type Readiness } from "./store/postgres/readiness.js";
 import { TaskListener } from "./store/postgres/listener.js";
 import { createPool, PostgresQueue } from "./store/postgres/store.js";
+import { Metrics } from "./telemetry/metrics.js";
+import { startTracing, traceQueue, type Tracing } from "./telemetry/tracing.js";
 
 /** Database created on the embedded cluster. */
 const EMBEDDED_DATABASE = "leasehold";
@@ -37,6 +39,8 @@ const SIGNAL_COALESCE_MS = 2000;
 const READINESS_TIMEOUT_MS = 1500;
 const POOL_END_TIMEOUT_MS = 5000;
 const EMBEDDED_STOP_TIMEOUT_MS = 10_000;
+/** Longest the last spans may take to reach the OTLP collector at shutdown. */
+const TRACING_SHUTDOWN_TIMEOUT_MS = 5000;
 const SHUTDOWN_SIGNALS = ["SIGINT", "SIGTERM"] as const;
 
 /** A startup failure worth exactly one line on stderr (no stack). */
@@ -63,6 +67,7 @@ class Coordinator {
   private listener?: TaskListener;
   private reaper?: Reaper;
   private server?: ApiServer;
+  private tracing?: Tracing;
   private startup?: Promise<void>;
   private stopping?: Promise<void>;
 
@@ -90,6 +95,8 @@ class Coordinator {
   private async doStart(): Promise<void> {
     const { config, logger } = this;
     const embedded = config.databaseUrl === undefined;
+    // Only with an OTLP endpoint: otherwise spans go to the OpenTelemetry API's no-op tracer.
+    if (config.otelExporterOtlpEndpoint !== undefined) this.tracing = startTracing();
     const databaseUrl = config.databaseUrl ?? (await this.startEmbedded());
     this.checkpoint();
 
@@ -110,17 +117,24 @@ class Coordinator {
     if (!embedded) await requireCurrentSchema(pool, databaseUrl);
     this.checkpoint();
 
+    const metrics = new Metrics({ logger, pool });
+    // Long-poll claims and WatchJob streams wake on a NOTIFY on the one LISTEN session (a direct
+    // connection, LISTEN_DATABASE_URL, when DATABASE_URL is a transaction pooler), with the poll
+    // interval as the floor.
+    this.listener = new TaskListener(config.listenDatabaseUrl ?? databaseUrl, logger);
     const store = new PostgresQueue(pool, {
+      observer: metrics.observer,
       defaultLeaseSeconds: config.defaultLeaseSeconds,
       defaultMaxAttempts: config.defaultMaxAttempts,
       maxTasksPerJob: config.maxTasksPerJob,
+      retentionDays: config.retentionDays,
+      watchPollIntervalMs: config.pollIntervalMs,
+      jobWakes: this.listener,
     });
+    metrics.attach({ stats: store }); // task counts for /metrics, read from the store at scrape time
     if (embedded) await registerDemoWorkloads(store, logger);
     this.checkpoint();
 
-    // Long-poll claims park until a NOTIFY on the one LISTEN session (a direct connection,
-    // LISTEN_DATABASE_URL, when DATABASE_URL is a transaction pooler) or the poll interval.
-    this.listener = new TaskListener(config.listenDatabaseUrl ?? databaseUrl, logger);
     await this.listener.start();
     const queue = new LongPollingQueue(store, this.listener, { pollIntervalMs: config.pollIntervalMs });
     this.shutdownHooks.push({ name: "parked long polls", run: () => queue.close() });
@@ -128,7 +142,9 @@ class Coordinator {
 
     this.reaper = startReaper(queue, config.reaperIntervalMs, logger);
     this.server = createApiServer({
-      queue,
+      // With tracing, a span per queue call of the API (the reaper's passes stay unspanned).
+      queue: this.tracing ? traceQueue(queue) : queue,
+      metrics,
       logger,
       maxBodyBytes: config.maxBodyBytes,
       requestTimeoutMs: config.requestTimeoutMs,
@@ -218,6 +234,8 @@ class Coordinator {
     if (pool) await step("database pool", () => withTimeout(pool.end(), POOL_END_TIMEOUT_MS, "pool.end()"));
     const embedded = this.embedded;
     if (embedded) await step("embedded PostgreSQL", () => stopEmbedded(embedded.db, embedded.dataDir));
+    const tracing = this.tracing;
+    if (tracing) await step("tracing", () => withTimeout(tracing.shutdown(), TRACING_SHUTDOWN_TIMEOUT_MS, "span export"));
     logger.info({ ms: Date.now() - started }, "stopped");
   }
 }
@@ -251,7 +269,10 @@ interface Reaper {
   stop(): Promise<void>;
 }
 
-/** Calls expireLeases every intervalMs, never two at once; failures are logged and retried next interval. */
+/**
+ * Calls expireLeases, then maintain (pending expiry, retention), every intervalMs, never two
+ * passes at once; failures are logged and retried next interval.
+ */
 function startReaper(queue: QueueService, intervalMs: number, logger: Logger): Reaper {
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
@@ -267,6 +288,14 @@ function startReaper(queue: QueueService, intervalMs: number, logger: Logger): R
       if (requeued > 0 || failed > 0) logger.info({ requeued, failed }, "expired leases");
     } catch (err) {
       logger.warn({ err }, "lease reaper failed; retrying next interval");
+    }
+    try {
+      const signal = AbortSignal.any([stopping.signal, AbortSignal.timeout(passDeadlineMs)]);
+      const { expiredPending, deletedJobs } = await queue.maintain({ signal });
+      if (expiredPending > 0) logger.info({ expired_tasks: expiredPending }, "failed tasks nobody claimed within max_pending_seconds");
+      if (deletedJobs > 0) logger.info({ deleted_jobs: deletedJobs }, "deleted finished jobs past RETENTION_DAYS");
+    } catch (err) {
+      logger.warn({ err }, "maintenance failed; retrying next interval");
     }
   };
   const schedule = () => {

@@ -9,7 +9,9 @@ The stubs are generated at run time from proto/leasehold/queue/v1/queue.proto
 (`python3 -m grpc_tools.protoc`) into a cache directory keyed by the proto's
 content, so nothing generated is committed; `--generate-only` just does that.
 
-Flow, per task: ClaimTasks -> RenewLease (heartbeat) -> (simulated work) ->
+Flow, per task: ClaimTasks -> RenewLease (heartbeat) -> (simulated work in
+--progress-steps steps, each followed by ReportProgress with progress =
+step/steps and a message "step k/n", which also extends the lease) ->
 CompleteTask with a result manifest (result_uri, sha256 of the result bytes,
 metrics Struct). Every task but the last of --tasks N is completed; with N >= 2
 the last one is reported with FailTask (retryable=false) to show the failure
@@ -17,7 +19,7 @@ path. The channel is grpc.insecure_channel: cleartext HTTP/2 with prior
 knowledge, which the coordinator's single port accepts.
 
 Prints one JSON object per line on stdout for every action (claim, heartbeat,
-complete, fail, lease_lost, error, done), in the same shape as json_worker.py.
+progress, complete, fail, lease_lost, error, done), in the same shape as json_worker.py.
 Exit status: 0 when every task was processed as planned (or the queue ran dry
 first); 3 when a lease was lost (ABORTED: the task was reclaimed, cancelled or
 its lease expired; the worker drops it and goes on); 1 on any other error;
@@ -133,6 +135,10 @@ class Worker:
     def status_name(self, task) -> str:
         return self.pb2.TaskStatus.Name(task.status)
 
+    @staticmethod
+    def lease_expires_at(task) -> Optional[str]:
+        return task.lease_expires_at.ToJsonString() if task.HasField("lease_expires_at") else None
+
     def call(self, step: str, task_id: str, method, request, timeout: float):
         try:
             return method(request, timeout=timeout)
@@ -156,10 +162,23 @@ class Worker:
         if args.lease_seconds is not None:
             req.lease_seconds = args.lease_seconds
         renewed = self.call("heartbeat", task.id, self.stub.RenewLease, req, args.timeout).task
-        emit("heartbeat", task_id=task.id, attempt=task.attempt,
-             lease_expires_at=renewed.lease_expires_at.ToJsonString() if renewed.HasField("lease_expires_at") else None)
-        if args.work_seconds > 0:
-            time.sleep(args.work_seconds)
+        emit("heartbeat", task_id=task.id, attempt=task.attempt, lease_expires_at=self.lease_expires_at(renewed))
+        steps = args.progress_steps
+        if steps == 0 and args.work_seconds > 0:
+            time.sleep(args.work_seconds)  # no progress reports: the work in one go
+        for step in range(1, steps + 1):
+            if args.work_seconds > 0:
+                time.sleep(args.work_seconds / steps)
+            # ReportProgress is lease-checked like RenewLease (ABORTED when the lease is no longer ours)
+            # and extends the lease the same way.
+            progress, message = step / steps, f"step {step}/{steps}"
+            req = pb2.ReportProgressRequest(task_id=task.id, worker_id=args.worker_id, attempt=task.attempt,
+                                            progress=progress, message=message)
+            if args.lease_seconds is not None:
+                req.lease_seconds = args.lease_seconds
+            reported = self.call("progress", task.id, self.stub.ReportProgress, req, args.timeout).task
+            emit("progress", task_id=task.id, attempt=task.attempt, progress=progress, message=message,
+                 lease_expires_at=self.lease_expires_at(reported))
 
         if args.tasks >= 2 and number == args.tasks:
             error_code, error_message = "example_failure", f"grpc_worker was told to fail task {number} of {args.tasks}"
@@ -196,6 +215,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lease-seconds", type=int, default=None, help="lease length to ask for (default: the workload's)")
     p.add_argument("--wait-seconds", type=int, default=2, help="long-poll a claim up to this long (default %(default)s)")
     p.add_argument("--work-seconds", type=float, default=0.0, help="simulated work time between heartbeat and result")
+    p.add_argument("--progress-steps", type=int, default=4,
+                   help="split the work into this many steps, reporting progress (which extends the lease) after "
+                        "each; 0 reports no progress (default %(default)s)")
     p.add_argument("--result-prefix", default="example://leasehold-results", help="prefix of the result_uri written in manifests")
     p.add_argument("--timeout", type=float, default=10.0, help="per-call deadline in seconds (default %(default)s)")
     p.add_argument("--proto-root", type=Path, default=DEFAULT_PROTO_ROOT, help="directory holding leasehold/queue/v1/queue.proto")
@@ -206,6 +228,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--workload and --worker-id are required")
     if args.tasks < 1 or args.max_tasks < 1:
         p.error("--tasks and --max-tasks must be at least 1")
+    if args.progress_steps < 0:
+        p.error("--progress-steps must be at least 0")
     return args
 
 

@@ -4,14 +4,16 @@
     python3 examples/python/json_worker.py --target 127.0.0.1:8080 \
         --workload thumbnails --worker-id py-json-1 --tasks 2
 
-Flow, per task: POST /tasks/claim -> POST /tasks/{id}/heartbeat -> (simulated work)
+Flow, per task: POST /tasks/claim -> POST /tasks/{id}/heartbeat -> (simulated
+work in --progress-steps steps, each followed by POST /tasks/{id}/progress with
+progress = step/steps and a message "step k/n", which also extends the lease)
 -> POST /tasks/{id}/result with a result manifest (result_uri, sha256 of the
 result bytes, metrics). Every task but the last of --tasks N is completed; with
 N >= 2 the last one is reported with POST /tasks/{id}/failure
 (retryable=false) to show the failure path.
 
 Prints one JSON object per line on stdout for every action (claim, heartbeat,
-complete, fail, lease_lost, error, done). Exit status: 0 when every task was
+progress, complete, fail, lease_lost, error, done). Exit status: 0 when every task was
 processed as planned (or the queue ran dry first); 3 when a lease was lost
 (HTTP 409: the task was reclaimed, cancelled or its lease expired; the worker
 drops it and goes on); 1 on any other error; 2 on bad arguments.
@@ -101,6 +103,14 @@ class Client:
         _, answer = self.post("heartbeat", f"/tasks/{task['id']}/heartbeat", body, task["id"])
         return answer["task"]
 
+    def progress(self, task: dict, worker_id: str, progress: float, message: str, lease_seconds: Optional[int]) -> dict:
+        """Lease-checked like a heartbeat (409 aborted when the lease is no longer ours), and extends the lease."""
+        body: dict[str, Any] = {"worker_id": worker_id, "attempt": task["attempt"], "progress": progress, "message": message}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        _, answer = self.post("progress", f"/tasks/{task['id']}/progress", body, task["id"])
+        return answer["task"]
+
     def complete(self, task: dict, worker_id: str, result_uri: str, result_sha256: str, metrics: dict) -> dict:
         body = {
             "worker_id": worker_id,
@@ -125,12 +135,20 @@ class Client:
 
 
 def process(client: Client, args: argparse.Namespace, task: dict, number: int) -> None:
-    """Heartbeat, do the (simulated) work, then report a result or a failure."""
+    """Heartbeat, do the (simulated) work reporting progress after each step, then report a result or a failure."""
     started = time.monotonic()
     renewed = client.heartbeat(task, args.worker_id, args.lease_seconds)
     emit("heartbeat", task_id=task["id"], attempt=task["attempt"], lease_expires_at=renewed.get("lease_expires_at"))
-    if args.work_seconds > 0:
-        time.sleep(args.work_seconds)
+    steps = args.progress_steps
+    if steps == 0 and args.work_seconds > 0:
+        time.sleep(args.work_seconds)  # no progress reports: the work in one go
+    for step in range(1, steps + 1):
+        if args.work_seconds > 0:
+            time.sleep(args.work_seconds / steps)
+        progress, message = step / steps, f"step {step}/{steps}"
+        reported = client.progress(task, args.worker_id, progress, message, args.lease_seconds)
+        emit("progress", task_id=task["id"], attempt=task["attempt"], progress=progress, message=message,
+             lease_expires_at=reported.get("lease_expires_at"))
 
     if args.tasks >= 2 and number == args.tasks:
         error_code, error_message = "example_failure", f"json_worker was told to fail task {number} of {args.tasks}"
@@ -164,11 +182,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lease-seconds", type=int, default=None, help="lease length to ask for (default: the workload's)")
     p.add_argument("--wait-seconds", type=int, default=2, help="long-poll a claim up to this long (default %(default)s)")
     p.add_argument("--work-seconds", type=float, default=0.0, help="simulated work time between heartbeat and result")
+    p.add_argument("--progress-steps", type=int, default=4,
+                   help="split the work into this many steps, reporting progress (which extends the lease) after "
+                        "each; 0 reports no progress (default %(default)s)")
     p.add_argument("--result-prefix", default="example://leasehold-results", help="prefix of the result_uri written in manifests")
     p.add_argument("--timeout", type=float, default=10.0, help="per-request timeout in seconds (default %(default)s)")
     args = p.parse_args(argv)
     if args.tasks < 1 or args.max_tasks < 1:
         p.error("--tasks and --max-tasks must be at least 1")
+    if args.progress_steps < 0:
+        p.error("--progress-steps must be at least 0")
     return args
 
 

@@ -3,7 +3,7 @@
 // only over TLS, so a plain TCP server peeks at each connection's first bytes
 // and hands it to an http2 server (connection preface "PRI * HTTP/2.0") or to
 // an http server. Both run the same request handler:
-//   GET /healthz, GET /readyz → REST routes (rest.ts) → Connect router
+//   GET /healthz, GET /readyz, GET /metrics (with options.metrics) → REST routes (rest.ts) → Connect router
 //   (gRPC, gRPC-Web, Connect; everything else is a 404 in the REST error shape).
 // Every response carries X-Request-Id; every request ends in one log line.
 // With TLS (options.tls) the port is an http2 secure server with allowHTTP1:
@@ -21,6 +21,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
 import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import type { QueueService } from "../queue/service.js";
+import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
 import { HttpError, REQUEST_ID_HEADER } from "./errors.js";
 import { handleRest, isRestPath, writeError, writeJson, type NodeRequest, type NodeResponse } from "./rest.js";
@@ -36,6 +37,11 @@ export interface ApiServerOptions {
   auth?: Authenticator;
   /** PEM certificate chain and key: serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN) instead of cleartext. */
   tls?: { cert: Buffer | string; key: Buffer | string };
+  /**
+   * Prometheus metrics: served on GET /metrics (with auth: to a valid token of any role) and
+   * told every RPC's duration. Undefined: /metrics is a 404.
+   */
+  metrics?: ApiMetrics;
 }
 
 export interface ApiServer {
@@ -65,7 +71,7 @@ function protocolOf(req: NodeRequest): string {
 
 export function createApiServer(opts: ApiServerOptions): ApiServer {
   const { logger } = opts;
-  const impl = createQueueServiceImpl({ queue: opts.queue, requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth });
+  const impl = createQueueServiceImpl({ queue: opts.queue, requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth, metrics: opts.metrics });
   const infos = new WeakMap<object, RequestInfo>();
 
   // Same rules as REST: a field this server does not know is an error, not silently dropped, and
@@ -162,6 +168,22 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
           r = { ready: false, detail: "readiness check failed" };
         }
         writeJson(res, r.ready ? 200 : 503, r.ready ? { status: "ready" } : { status: "not_ready", detail: r.detail ?? "" });
+        return;
+      }
+      if (url.pathname === "/metrics" && opts.metrics) {
+        info.protocol = "http";
+        info.operation = "metrics";
+        if (req.method !== "GET" && req.method !== "HEAD") {
+          throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${url.pathname}`, 405, { allow: "GET, HEAD" });
+        }
+        // With tokens configured, any valid token may scrape (UnauthenticatedError: 401 in the REST error shape).
+        if (opts.auth) info.role = opts.auth.authenticate(req.headers.authorization).role;
+        const text = await opts.metrics.render();
+        res.statusCode = 200;
+        res.setHeader("content-type", opts.metrics.contentType);
+        res.setHeader("content-length", Buffer.byteLength(text));
+        if (req.method === "HEAD") res.end();
+        else res.end(text);
         return;
       }
       if (isRestPath(url.pathname)) {

@@ -8,6 +8,7 @@
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { context } from "@opentelemetry/api";
 import {
   CancelJobResponseSchema,
   ClaimTasksResponseSchema,
@@ -18,9 +19,12 @@ import {
   PutWorkloadResponseSchema,
   QueueService as QueueServiceDesc,
   RenewLeaseResponseSchema,
+  ReportProgressResponseSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { DeadlineExceededError, QueueError } from "../queue/errors.js";
 import type { QueueService } from "../queue/service.js";
+import type { ApiMetrics } from "../telemetry/metrics.js";
+import { endRpcSpan, startRpcSpan, traceparentHeader } from "../telemetry/tracing.js";
 import type { Authenticator, MethodName } from "./auth.js";
 import * as convert from "./convert.js";
 import { mapError, REQUEST_ID_HEADER, toConnectError } from "./errors.js";
@@ -54,6 +58,8 @@ export interface QueueServiceImplOptions {
   requestTimeoutMs: number;
   /** Bearer-token check; undefined: the API is open (no tokens configured). */
   auth?: Authenticator;
+  /** Told the duration and Connect code of every call (leasehold_rpc_duration_seconds). */
+  metrics?: Pick<ApiMetrics, "observeRpc">;
 }
 
 /** Margin a long poll gets beyond its wait_seconds: requestTimeoutMs. */
@@ -82,7 +88,9 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
    * Runs one call: the signal aborts at the client's deadline (Connect parses
    * connect-timeout-ms / grpc-timeout into ctx.signal), when the client goes
    * away, or after timeoutMs, whichever is first. The answer never waits past
-   * that signal even if the queue does not honour it.
+   * that signal even if the queue does not honour it. Every call is one SERVER
+   * span (child of the caller's traceparent; fn runs inside it, so queue spans
+   * nest) and one observation of leasehold_rpc_duration_seconds.
    */
   async function run<T>(
     ctx: HandlerContext,
@@ -92,11 +100,13 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     fn: (signal: AbortSignal, info: RequestInfo) => Promise<T>,
     timeoutMs = requestTimeoutMs,
   ): Promise<T> {
+    const started = performance.now();
     const info = infoOf(ctx);
     info.operation = operation;
     if (ids.taskId) info.taskId = ids.taskId;
     if (ids.jobId) info.jobId = ids.jobId;
     if (ids.workerId) info.workerId = ids.workerId;
+    const rpc = startRpcSpan(ctx.service.typeName, operation, ctx.requestHeader, { "leasehold.request_id": info.requestId });
     const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(timeoutMs)]);
     let onAbort: (() => void) | undefined;
     try {
@@ -109,7 +119,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
         if (signal.aborted) onAbort();
         else signal.addEventListener("abort", onAbort, { once: true });
       });
-      const result = await Promise.race([fn(signal, info), aborted]);
+      const result = await Promise.race([context.with(rpc.context, () => fn(signal, info)), aborted]);
       info.code = "ok";
       return result;
     } catch (err) {
@@ -121,13 +131,18 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
       throw toConnectError(cause, info.requestId);
     } finally {
       if (onAbort) signal.removeEventListener("abort", onAbort);
+      endRpcSpan(rpc.span, info);
+      opts.metrics?.observeRpc(operation, info.code ?? "unknown", (performance.now() - started) / 1000);
     }
   }
 
   return {
     async createJob(req, ctx) {
       return run(ctx, req, "CreateJob", {}, async (signal, info) => {
-        const r = await queue.createJob(convert.createJobInput(req), { signal });
+        const input = convert.createJobInput(req);
+        // Without a traceparent field, the caller's traceparent header (an idempotent replay ignores either).
+        if (!input.traceparent) input.traceparent = traceparentHeader(ctx.requestHeader);
+        const r = await queue.createJob(input, { signal });
         info.created = r.created;
         info.jobId = r.job.id;
         return create(CreateJobResponseSchema, { job: convert.jobMessage(r.job), tasks: r.tasks.map(convert.taskMessage) });
@@ -218,6 +233,44 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
         const workloads = await queue.listWorkloads({ signal });
         return create(ListWorkloadsResponseSchema, { workloads: workloads.map(convert.workloadMessage) });
       });
+    },
+
+    async reportProgress(req, ctx) {
+      return run(ctx, req, "ReportProgress", { taskId: req.taskId, workerId: req.workerId }, async (signal, info) => {
+        const task = await queue.reportProgress(convert.reportProgressInput(req), { signal });
+        info.jobId = task.jobId;
+        return create(ReportProgressResponseSchema, { task: convert.taskMessage(task) });
+      });
+    },
+
+    async retryJob(req, ctx) {
+      return run(ctx, req, "RetryJob", { jobId: req.jobId }, async (signal) => {
+        return convert.retryJobResponse(await queue.retryJob(convert.retryJobInput(req), { signal }));
+      });
+    },
+
+    async listJobs(req, ctx) {
+      return run(ctx, req, "ListJobs", {}, async (signal) => {
+        return convert.listJobsResponse(await queue.listJobs(convert.listJobsInput(req), { signal }));
+      });
+    },
+
+    // A stream lives as long as the job runs (or the client stays), so it gets no request
+    // timeout; each database read inside has its own. The request log line comes at its end.
+    async *watchJob(req, ctx) {
+      const info = infoOf(ctx);
+      info.operation = "WatchJob";
+      info.jobId = req.jobId;
+      try {
+        if (auth) info.role = auth.authorize(ctx.requestHeader.get("authorization"), "watchJob", "WatchJob", req).role;
+        for await (const update of queue.watchJob(req.jobId, { signal: ctx.signal })) yield convert.watchJobResponse(update);
+        info.code = "ok";
+      } catch (err) {
+        const mapped = mapError(err);
+        info.code = mapped.codeName;
+        if (mapped.internal) info.error = err;
+        throw toConnectError(err, info.requestId);
+      }
     },
   };
 }

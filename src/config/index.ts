@@ -25,6 +25,8 @@ export interface Config {
   maxTasksPerJob: number;
   reaperIntervalMs: number;
   pollIntervalMs: number;
+  /** Finished jobs older than this many days are deleted with their tasks and events; undefined: kept. */
+  retentionDays?: number;
   maxBodyBytes: number;
   shutdownTimeoutMs: number;
   logLevel: LogLevel;
@@ -37,6 +39,11 @@ export interface Config {
   allowUnauthenticated: boolean;
   /** TLS_CERT_FILE + TLS_KEY_FILE (PEM contents); unset: cleartext. */
   tls: { cert: Buffer; key: Buffer } | undefined;
+  /**
+   * OTEL_EXPORTER_OTLP_ENDPOINT: when set, spans are exported by OTLP/HTTP (the exporter reads
+   * this and the other OTEL_EXPORTER_OTLP_* variables itself); unset: no tracing SDK at all.
+   */
+  otelExporterOtlpEndpoint?: string;
 }
 
 export const ROLES = ["submitter", "worker", "admin"] as const;
@@ -77,7 +84,8 @@ export const CONFIG_VARIABLES = [
   ["DEFAULT_MAX_ATTEMPTS", "3", "attempts of a workload registered without one"],
   ["MAX_TASKS_PER_JOB", "10000", "most tasks one CreateJob may carry"],
   ["REAPER_INTERVAL_MS", "1000", "how often expired leases are requeued or failed"],
-  ["POLL_INTERVAL_MS", "1000", "how often a parked long-poll re-checks without a notification"],
+  ["POLL_INTERVAL_MS", "1000", "how often a parked long-poll (or a WatchJob stream) re-checks without a notification"],
+  ["RETENTION_DAYS", "(unset: keep everything)", "finished jobs older than this many days are deleted, with their tasks and events, in small batches by the maintenance loop"],
   ["MAX_BODY_BYTES", "8388608", "largest request body"],
   ["SHUTDOWN_TIMEOUT_MS", "10000", "how long in-flight requests may run after SIGTERM"],
   ["LOG_LEVEL", "info", "pino level: fatal, error, warn, info, debug, trace, silent"],
@@ -87,6 +95,7 @@ export const CONFIG_VARIABLES = [
   ["ALLOW_UNAUTHENTICATED", "false", "`true` lets a coordinator without tokens bind an address other than loopback"],
   ["TLS_CERT_FILE", "(unset: cleartext)", "PEM certificate chain; with TLS_KEY_FILE serves HTTPS (HTTP/2 and HTTP/1.1 by ALPN) on PORT"],
   ["TLS_KEY_FILE", "(unset: cleartext)", "PEM private key of TLS_CERT_FILE"],
+  ["OTEL_EXPORTER_OTLP_ENDPOINT", "(unset: no tracing)", "OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`); set: spans of every RPC and queue call are exported there (other `OTEL_EXPORTER_OTLP_*` variables apply too)"],
 ] as const;
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
@@ -109,6 +118,22 @@ function url(env: Env, name: string): string | undefined {
   }
   if (parsed.protocol !== "postgres:" && parsed.protocol !== "postgresql:") {
     throw new ConfigError(name, `must be a postgres:// URL, got protocol ${parsed.protocol}`);
+  }
+  return raw;
+}
+
+/** An http(s) URL, or undefined when unset or empty. */
+function httpUrl(env: Env, name: string): string | undefined {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === "") return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(raw);
+  } catch {
+    throw new ConfigError(name, "must be an http:// or https:// URL");
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+    throw new ConfigError(name, `must be an http:// or https:// URL, got protocol ${parsed.protocol}`);
   }
   return raw;
 }
@@ -244,6 +269,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxTasksPerJob: int(env, "MAX_TASKS_PER_JOB", 10_000, 1, 1_000_000),
     reaperIntervalMs: int(env, "REAPER_INTERVAL_MS", 1000, 10, 3_600_000),
     pollIntervalMs: int(env, "POLL_INTERVAL_MS", 1000, 10, 600_000),
+    retentionDays: env.RETENTION_DAYS ? int(env, "RETENTION_DAYS", 0, 1, 36_500) : undefined,
     maxBodyBytes: int(env, "MAX_BODY_BYTES", 8 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     shutdownTimeoutMs: int(env, "SHUTDOWN_TIMEOUT_MS", 10_000, 0, 600_000),
     logLevel,
@@ -252,5 +278,6 @@ export function loadConfig(env: Env = process.env): Config {
     authTokens: tokens,
     allowUnauthenticated,
     tls: tls(env),
+    otelExporterOtlpEndpoint: httpUrl(env, "OTEL_EXPORTER_OTLP_ENDPOINT"),
   };
 }

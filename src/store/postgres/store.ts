@@ -178,8 +178,10 @@ function canonicalJson(v: JsonValue | undefined): string {
   return JSON.stringify(v);
 }
 
+/** What makes two CreateJobs "the same request": everything but the traceparent, which a traced client's retry renews. */
 function requestFingerprint(job: NormalizedCreateJob): string {
-  return createHash("sha256").update(canonicalJson(job as unknown as JsonValue)).digest("hex");
+  const { traceparent: _trace, ...request } = job;
+  return createHash("sha256").update(canonicalJson(request as unknown as JsonValue)).digest("hex");
 }
 
 export class PostgresQueue implements QueueService {

@@ -1,0 +1,232 @@
+// Prometheus metrics on a registry of our own (never prom-client's global one),
+// rendered by GET /metrics (src/api/server.ts):
+//   - default Node.js process metrics (no prefix);
+//   - counters and the pickup histogram, fed by the store through the
+//     QueueObserver that main.ts passes to PostgresQueue;
+//   - RPC durations, observed by run() in src/api/service.ts for every RPC over
+//     every transport;
+//   - task counts and pool gauges, read only when scraped: task counts come from
+//     queue.taskStats(), cached (unfinished ~5 s, all 60 s: that one is a full
+//     scan), so a scrape never costs more than those queries; a failing query
+//     keeps the last values and logs a warning, it never fails the scrape.
+
+import type { Logger } from "pino";
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { QueueObserver, QueueService } from "../queue/service.js";
+import type { TaskStatus, WorkloadTaskStats } from "../queue/types.js";
+
+/** What the pool gauges read at scrape time (a pg.Pool has these three). */
+export interface PoolCounts {
+  readonly totalCount: number;
+  readonly idleCount: number;
+  readonly waitingCount: number;
+}
+
+/** The part of the metrics the API server uses: render /metrics and time RPCs. */
+export interface ApiMetrics {
+  /** Content type of render(): Prometheus text format 0.0.4. */
+  readonly contentType: string;
+  render(): Promise<string>;
+  /** method: RPC name ("ClaimTasks"); code: Connect code name ("ok", "not_found", …). */
+  observeRpc(method: string, code: string, seconds: number): void;
+}
+
+export interface MetricsOptions {
+  logger: Logger;
+  /** Source of leasehold_tasks / leasehold_oldest_pending_seconds; also settable later with attach(). */
+  stats?: Pick<QueueService, "taskStats">;
+  /** Source of leasehold_db_pool_connections; also settable later with attach(). */
+  pool?: PoolCounts;
+  /** How long "unfinished" task stats are reused; default 5 s. */
+  unfinishedTtlMs?: number;
+  /** How long "all" task stats (a full scan) are reused; default 60 s. */
+  allTtlMs?: number;
+  /** Longest a stats query may take before the scrape goes on with the last values; default 5 s. */
+  statsTimeoutMs?: number;
+}
+
+/** 1 ms … 30 s: plain calls take milliseconds, long polls up to their wait. */
+export const RPC_DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30];
+/** 10 ms … 1 day: how long a task waited to be claimed. */
+export const PICKUP_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600];
+
+/** From taskStats("unfinished"), refreshed often. */
+const UNFINISHED_STATUSES: readonly TaskStatus[] = ["pending", "leased"];
+/** From taskStats("all"), a full scan, refreshed rarely. */
+const FINISHED_STATUSES: readonly TaskStatus[] = ["completed", "failed", "cancelled"];
+
+/** One taskStats scope, cached: refreshed at most once per ttl (failures included), concurrent scrapes share a query. */
+class StatsCache {
+  /** undefined until the first successful query. */
+  value: WorkloadTaskStats[] | undefined;
+  private attemptedAt = -Infinity;
+  private inFlight: Promise<void> | undefined;
+
+  constructor(
+    private readonly scope: "unfinished" | "all",
+    private readonly ttlMs: number,
+    private readonly timeoutMs: number,
+    private readonly logger: Logger,
+  ) {}
+
+  refresh(source: Pick<QueueService, "taskStats"> | undefined): Promise<void> {
+    if (!source || performance.now() - this.attemptedAt < this.ttlMs) return this.inFlight ?? Promise.resolve();
+    this.attemptedAt = performance.now();
+    this.inFlight ??= (async () => {
+      try {
+        this.value = await source.taskStats(this.scope, { signal: AbortSignal.timeout(this.timeoutMs) });
+      } catch (err) {
+        this.logger.warn({ err, scope: this.scope }, "task stats for metrics failed; keeping the last values");
+      } finally {
+        this.inFlight = undefined;
+      }
+    })();
+    return this.inFlight;
+  }
+}
+
+export class Metrics implements ApiMetrics {
+  readonly registry = new Registry();
+  /** Pass as StoreOptions.observer: the store reports claims, completions, failures and expired leases. */
+  readonly observer: QueueObserver;
+
+  /** Read at scrape time; see attach(). */
+  private readonly sources: { stats?: Pick<QueueService, "taskStats">; pool?: PoolCounts };
+  private readonly rpcDuration: Histogram<"method" | "code">;
+
+  constructor(opts: MetricsOptions) {
+    const { registry } = this;
+    const logger = opts.logger;
+    const sources = { stats: opts.stats, pool: opts.pool };
+    this.sources = sources;
+    collectDefaultMetrics({ register: registry });
+
+    const claims = new Counter({ name: "leasehold_claims_total", help: "Tasks leased by ClaimTasks.", registers: [registry] });
+    const completions = new Counter({ name: "leasehold_completions_total", help: "Tasks completed.", registers: [registry] });
+    const failures = new Counter({
+      name: "leasehold_failures_total",
+      help: "Tasks reported failed by FailTask; retryable=\"true\": the task went back to pending.",
+      labelNames: ["retryable"] as const,
+      registers: [registry],
+    });
+    failures.inc({ retryable: "true" }, 0);
+    failures.inc({ retryable: "false" }, 0);
+    const expirations = new Counter({
+      name: "leasehold_lease_expirations_total",
+      help: "Leases that expired (requeued or failed for good by the reaper).",
+      registers: [registry],
+    });
+    const pickup = new Histogram({
+      name: "leasehold_pickup_seconds",
+      help: "How long a claimed task had been claimable before it was claimed.",
+      buckets: PICKUP_BUCKETS,
+      registers: [registry],
+    });
+    this.rpcDuration = new Histogram({
+      name: "leasehold_rpc_duration_seconds",
+      help: "Duration of RPCs (every transport, REST included) by RPC name and Connect code.",
+      labelNames: ["method", "code"] as const,
+      buckets: RPC_DURATION_BUCKETS,
+      registers: [registry],
+    });
+
+    // The store calls these inside its own code paths: they must never throw.
+    this.observer = {
+      tasksClaimed(count, pickupSeconds) {
+        if (count > 0) claims.inc(count);
+        for (const s of pickupSeconds) if (Number.isFinite(s) && s >= 0) pickup.observe(s);
+      },
+      tasksCompleted(count) {
+        if (count > 0) completions.inc(count);
+      },
+      taskFailed(retryable) {
+        failures.inc({ retryable: retryable ? "true" : "false" });
+      },
+      leasesExpired(count) {
+        if (count > 0) expirations.inc(count);
+      },
+    };
+
+    // Registered before the task gauges: a scrape collects in registration order, so the pool is
+    // read before the stats queries of the same scrape take (or wait for) connections.
+    new Gauge({
+      name: "leasehold_db_pool_connections",
+      help: "PostgreSQL pool connections: total open, idle, and requests waiting for one.",
+      labelNames: ["state"] as const,
+      registers: [registry],
+      collect() {
+        const pool = sources.pool;
+        if (!pool) return;
+        this.set({ state: "total" }, pool.totalCount);
+        this.set({ state: "idle" }, pool.idleCount);
+        this.set({ state: "waiting" }, pool.waitingCount);
+      },
+    });
+
+    const timeoutMs = opts.statsTimeoutMs ?? 5000;
+    const unfinished = new StatsCache("unfinished", opts.unfinishedTtlMs ?? 5000, timeoutMs, logger);
+    const all = new StatsCache("all", opts.allTtlMs ?? 60_000, timeoutMs, logger);
+
+    new Gauge({
+      name: "leasehold_tasks",
+      help: "Tasks by workload and status (pending and leased refreshed every few seconds, finished statuses every minute).",
+      labelNames: ["workload", "status"] as const,
+      registers: [registry],
+      async collect() {
+        await Promise.all([unfinished.refresh(sources.stats), all.refresh(sources.stats)]);
+        this.reset();
+        const workloads = knownWorkloads(unfinished.value, all.value);
+        const set = (source: WorkloadTaskStats[] | undefined, statuses: readonly TaskStatus[]) => {
+          if (!source) return; // never answered yet: no series rather than made-up zeros
+          const byName = new Map(source.map((s) => [s.workload, s]));
+          for (const workload of workloads) {
+            const counts = byName.get(workload)?.counts;
+            for (const status of statuses) this.set({ workload, status }, counts?.[status] ?? 0);
+          }
+        };
+        set(unfinished.value, UNFINISHED_STATUSES);
+        set(all.value, FINISHED_STATUSES);
+      },
+    });
+
+    new Gauge({
+      name: "leasehold_oldest_pending_seconds",
+      help: "Age of the oldest claimable pending task per workload (0: none).",
+      labelNames: ["workload"] as const,
+      registers: [registry],
+      async collect() {
+        await unfinished.refresh(sources.stats);
+        this.reset();
+        if (!unfinished.value) return;
+        const byName = new Map(unfinished.value.map((s) => [s.workload, s]));
+        for (const workload of knownWorkloads(unfinished.value, all.value)) {
+          this.set({ workload }, byName.get(workload)?.oldestPendingSeconds ?? 0);
+        }
+      },
+    });
+  }
+
+  /** Sets the sources read at scrape time (the store exists only after the observer is handed to it). */
+  attach(sources: { stats?: Pick<QueueService, "taskStats">; pool?: PoolCounts }): void {
+    if (sources.stats) this.sources.stats = sources.stats;
+    if (sources.pool) this.sources.pool = sources.pool;
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  render(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  observeRpc(method: string, code: string, seconds: number): void {
+    this.rpcDuration.observe({ method, code }, seconds);
+  }
+}
+
+function knownWorkloads(...sources: (WorkloadTaskStats[] | undefined)[]): string[] {
+  const names = new Set<string>();
+  for (const source of sources) for (const s of source ?? []) names.add(s.workload);
+  return [...names].sort();
+}

@@ -1,0 +1,208 @@
+// Traces through the OpenTelemetry API. Spans are always made through
+// trace.getTracer("leasehold"); without a registered SDK (OTEL_EXPORTER_OTLP_ENDPOINT
+// unset) that is the API's no-op tracer and costs next to nothing.
+//   - startTracing(): the SDK (NodeTracerProvider, BatchSpanProcessor, OTLP/HTTP
+//     exporter configured by the standard OTEL_* variables, W3C trace context);
+//     main.ts starts it only when the endpoint is configured and shuts it down
+//     (flushing) at the end of a graceful stop.
+//   - startRpcSpan()/endRpcSpan(): one SERVER span per RPC (used by run() in
+//     src/api/service.ts), child of the caller's `traceparent` header.
+//   - traceQueue(): one INTERNAL span "queue.<method>" per QueueService call.
+
+import {
+  context,
+  propagation,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+  type TextMapGetter,
+} from "@opentelemetry/api";
+import { W3CTraceContextPropagator } from "@opentelemetry/core";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+// A dependency of sdk-trace-base (pinned to the same 2.12.1), needed for the service name.
+import { resourceFromAttributes } from "@opentelemetry/resources";
+import { BatchSpanProcessor, NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
+import { QueueError } from "../queue/errors.js";
+import type { QueueService } from "../queue/service.js";
+
+export const TRACER_NAME = "leasehold";
+export const SERVICE_NAME = "leasehold";
+
+export function tracer() {
+  return trace.getTracer(TRACER_NAME);
+}
+
+export interface Tracing {
+  /** Flushes pending spans and stops the exporter. */
+  shutdown(): Promise<void>;
+}
+
+/**
+ * Starts and registers the tracing SDK: spans are batched and sent by OTLP/HTTP to
+ * OTEL_EXPORTER_OTLP_ENDPOINT (the exporter reads that and the other OTEL_EXPORTER_OTLP_*
+ * variables itself); incoming `traceparent` headers are honoured (W3C trace context).
+ */
+export function startTracing(): Tracing {
+  const provider = new NodeTracerProvider({
+    resource: resourceFromAttributes({ "service.name": SERVICE_NAME }),
+    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())],
+  });
+  provider.register({ propagator: new W3CTraceContextPropagator() });
+  return { shutdown: () => provider.shutdown() };
+}
+
+const headersGetter: TextMapGetter<Headers> = {
+  keys: (carrier) => [...carrier.keys()],
+  get: (carrier, key) => carrier.get(key) ?? undefined,
+};
+
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
+
+/**
+ * The request's `traceparent` header when it is a valid W3C traceparent (version 00..fe,
+ * non-zero ids); undefined otherwise (an invalid header is ignored, as W3C asks).
+ */
+export function traceparentHeader(headers: Headers): string | undefined {
+  const value = headers.get("traceparent")?.trim();
+  const m = value ? TRACEPARENT.exec(value) : null;
+  if (!m || m[1] === "ff" || /^0+$/.test(m[2]) || /^0+$/.test(m[3])) return undefined;
+  return value;
+}
+
+export interface RpcSpan {
+  span: Span;
+  /** The context to run the handler in: child spans nest under the RPC span. */
+  context: Context;
+}
+
+/**
+ * Starts the SERVER span of one RPC, named "<service>/<method>"
+ * ("leasehold.queue.v1.QueueService/ClaimTasks"), child of the caller's traceparent.
+ */
+export function startRpcSpan(serviceTypeName: string, methodName: string, headers: Headers, attributes: Attributes): RpcSpan {
+  const parent = propagation.extract(context.active(), headers, headersGetter);
+  const span = tracer().startSpan(
+    `${serviceTypeName}/${methodName}`,
+    {
+      kind: SpanKind.SERVER,
+      attributes: { "rpc.system": "connect_rpc", "rpc.service": serviceTypeName, "rpc.method": methodName, ...attributes },
+    },
+    parent,
+  );
+  return { span, context: trace.setSpan(parent, span) };
+}
+
+/** Ends an RPC span: ids learnt during the call, and the Connect code ("ok" or the error's). */
+export function endRpcSpan(span: Span, outcome: { code?: string; taskId?: string; jobId?: string; workerId?: string; protocol?: string }): void {
+  if (!span.isRecording()) {
+    span.end();
+    return;
+  }
+  const attrs: Attributes = { "rpc.connect_rpc.status_code": outcome.code ?? "unknown" };
+  if (outcome.taskId) attrs["leasehold.task_id"] = outcome.taskId;
+  if (outcome.jobId) attrs["leasehold.job_id"] = outcome.jobId;
+  if (outcome.workerId) attrs["leasehold.worker_id"] = outcome.workerId;
+  if (outcome.protocol) attrs["leasehold.protocol"] = outcome.protocol;
+  span.setAttributes(attrs);
+  if (outcome.code !== "ok") span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.code ?? "unknown" });
+  span.end();
+}
+
+/**
+ * Every method of QueueService, so traceQueue wraps them all: a method added to the
+ * interface does not compile until it is listed here.
+ */
+const QUEUE_METHODS: { [K in keyof QueueService]: true } = {
+  createJob: true,
+  claimTasks: true,
+  renewLease: true,
+  completeTask: true,
+  completeTasks: true,
+  failTask: true,
+  expireLeases: true,
+  getJobStatus: true,
+  listCompletedResults: true,
+  cancelJob: true,
+  putWorkload: true,
+  listWorkloads: true,
+  reportProgress: true,
+  retryJob: true,
+  listJobs: true,
+  watchJob: true,
+  maintain: true,
+  taskStats: true,
+};
+
+const ID_ATTRIBUTES: [field: string, attribute: string][] = [
+  ["taskId", "leasehold.task_id"],
+  ["jobId", "leasehold.job_id"],
+  ["workerId", "leasehold.worker_id"],
+  ["workload", "leasehold.workload"],
+];
+
+/** Ids found in a call's first argument (an input object, or a job id for getJobStatus/watchJob). */
+function callAttributes(method: string, first: unknown): Attributes {
+  const attrs: Attributes = { "leasehold.queue.method": method };
+  if (typeof first === "string" && (method === "getJobStatus" || method === "watchJob")) {
+    attrs["leasehold.job_id"] = first;
+  } else if (first !== null && typeof first === "object" && !Array.isArray(first)) {
+    for (const [field, attribute] of ID_ATTRIBUTES) {
+      const value = (first as Record<string, unknown>)[field];
+      if (typeof value === "string" && value !== "") attrs[attribute] = value;
+    }
+  } else if (Array.isArray(first)) {
+    attrs["leasehold.batch_size"] = first.length;
+  }
+  return attrs;
+}
+
+function failSpan(span: Span, err: unknown): void {
+  const name = err instanceof Error ? err.name : "Error";
+  span.setAttribute("error.type", name);
+  // Expected outcomes (not found, lease conflict, …) carry their name; anything else its exception too.
+  if (!(err instanceof QueueError)) span.recordException(err instanceof Error ? err : String(err));
+  span.setStatus({ code: SpanStatusCode.ERROR, message: name });
+}
+
+/**
+ * The queue with one INTERNAL span "queue.<method>" around every call, child of the
+ * active span (the RPC's). A method that returns a promise is spanned until it settles;
+ * one that returns something else (watchJob's AsyncIterable) only for its creation, and
+ * its result is passed through untouched so streaming works as before.
+ */
+export function traceQueue(queue: QueueService): QueueService {
+  const wrapped: Record<string, unknown> = {};
+  for (const method of Object.keys(QUEUE_METHODS) as (keyof QueueService)[]) {
+    const original = queue[method] as (...args: unknown[]) => unknown;
+    wrapped[method] = function traced(...args: unknown[]): unknown {
+      const span = tracer().startSpan(`queue.${method}`, { kind: SpanKind.INTERNAL, attributes: callAttributes(method, args[0]) });
+      let result: unknown;
+      try {
+        result = context.with(trace.setSpan(context.active(), span), () => original.apply(queue, args));
+      } catch (err) {
+        failSpan(span, err);
+        span.end();
+        throw err;
+      }
+      if (result !== null && typeof result === "object" && typeof (result as PromiseLike<unknown>).then === "function") {
+        return Promise.resolve(result).then(
+          (value: unknown) => {
+            span.end();
+            return value;
+          },
+          (err: unknown) => {
+            failSpan(span, err);
+            span.end();
+            throw err;
+          },
+        );
+      }
+      span.end();
+      return result;
+    };
+  }
+  return wrapped as unknown as QueueService;
+}
