@@ -2,7 +2,8 @@
 // real server (createApiServer on port 0) over a real, freshly migrated
 // PostgreSQL database. Each worker runs as a child process (bounded in time,
 // never left behind) and prints one JSON line per action; the test checks those
-// lines against what the database then holds.
+// lines against what the database then holds (tasks, and the task_progress
+// rows of task_events that ReportProgress writes).
 //   json_worker.py: REST JSON with the standard library only (needs python3).
 //   grpc_worker.py: grpcio stubs generated from the proto (needs grpcio,
 //   grpcio-tools and protobuf: pip install grpcio grpcio-tools protobuf).
@@ -20,6 +21,8 @@ const PYTHON = process.env.PYTHON ?? "python3";
 const CHILD_TIMEOUT_MS = 30_000;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const HEX64_RE = /^[0-9a-f]{64}$/;
+/** The workers' default --progress-steps: ReportProgress after each quarter of the work. */
+const PROGRESS_STEPS = 4;
 
 let fx: QueueFixture;
 let server: ApiServer;
@@ -164,6 +167,27 @@ async function taskRows(jobId: string): Promise<TaskRow[]> {
   return rows;
 }
 
+interface ProgressRow {
+  task_id: string;
+  chunk_index: number;
+  status: string;
+  attempt: number;
+  worker_id: string;
+  progress: number;
+  message: string | null;
+  partial_result_uri: string | null;
+}
+
+/** The job's progress reports (task_events of kind task_progress), in the order they were recorded. */
+async function progressRows(jobId: string): Promise<ProgressRow[]> {
+  const { rows } = await fx.pool.query<ProgressRow>(
+    `SELECT task_id, chunk_index, status, attempt, worker_id, progress, message, partial_result_uri
+       FROM task_events WHERE job_id = $1 AND kind = 'task_progress' ORDER BY id`,
+    [jobId],
+  );
+  return rows;
+}
+
 /** A fresh workload with one job of `chunks` tasks; returns the job id and task ids by chunk. */
 async function seed(workload: string, chunks: number): Promise<{ jobId: string; taskIds: string[] }> {
   await fx.queue.putWorkload({ name: workload, maxAttempts: 3, leaseSeconds: 30 });
@@ -199,15 +223,22 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
   const worker = (workload: string, extra: string[]) =>
     runPython([script, "--target", target, "--workload", workload, "--worker-id", `${tag}-1`, ...args(), ...extra]);
 
-  it("claims → heartbeats → completes the first task with a manifest, fails the second; the job fails", async () => {
+  it("claims → heartbeats → reports progress → completes the first task with a manifest, fails the second; the job fails", async () => {
     before?.();
     const workload = `py_${tag}_flow`;
     const { jobId, taskIds } = await seed(workload, 2);
 
-    const r = await worker(workload, ["--tasks", "2", "--max-tasks", "1", "--lease-seconds", "20"]);
+    // 0.2 s of "work" per task, in PROGRESS_STEPS steps each followed by a progress report.
+    const r = await worker(workload, ["--tasks", "2", "--max-tasks", "1", "--lease-seconds", "20", "--work-seconds", "0.2"]);
     expect(r.code, describeRun(r)).toBe(0);
-    expect(r.lines.map((l) => l.action)).toEqual(["claim", "heartbeat", "complete", "claim", "heartbeat", "fail", "done"]);
-    const [claim1, beat1, complete, claim2, beat2, fail, done] = r.lines;
+    const reports = Array<string>(PROGRESS_STEPS).fill("progress");
+    expect(r.lines.map((l) => l.action)).toEqual(["claim", "heartbeat", ...reports, "complete", "claim", "heartbeat", ...reports, "fail", "done"]);
+    const of = (action: string) => r.lines.filter((l) => l.action === action);
+    const [claim1, claim2] = of("claim");
+    const [beat1, beat2] = of("heartbeat");
+    const [complete] = of("complete");
+    const [fail] = of("fail");
+    const [done] = of("done");
 
     // Claim order within a job is by chunk index.
     expect(claim1).toMatchObject({ worker_id: `${tag}-1`, workload, tasks: [{ task_id: taskIds[0], job_id: jobId, chunk_index: 0, attempt: 1 }] });
@@ -217,8 +248,33 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
       [beat2, taskIds[1]],
     ]) {
       expect(beat).toMatchObject({ task_id: id, attempt: 1 });
+    }
+
+    // Progress step/steps with "step k/n" after each step of each task, in order.
+    const expectedReports = taskIds.flatMap((taskId, chunk) =>
+      Array.from({ length: PROGRESS_STEPS }, (_, i) => ({
+        taskId,
+        chunk,
+        progress: (i + 1) / PROGRESS_STEPS,
+        message: `step ${i + 1}/${PROGRESS_STEPS}`,
+      })),
+    );
+    const progress = of("progress");
+    expect(progress).toEqual(
+      expectedReports.map(({ taskId, progress, message }) => ({
+        action: "progress",
+        task_id: taskId,
+        attempt: 1,
+        progress,
+        message,
+        lease_expires_at: expect.any(String),
+      })),
+    );
+
+    // A progress report extends the lease exactly like a heartbeat.
+    for (const line of [beat1, beat2, ...progress]) {
       // RFC 3339 UTC, about 20 s ahead (the lease asked for).
-      const ahead = Date.parse(beat.lease_expires_at) - Date.now();
+      const ahead = Date.parse(line.lease_expires_at) - Date.now();
       expect(ahead).toBeGreaterThan(10_000);
       expect(ahead).toBeLessThanOrEqual(21_000);
     }
@@ -230,7 +286,20 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
     expect(fail).toMatchObject({ task_id: taskIds[1], attempt: 1, error_code: "example_failure", retryable: false, status: "TASK_STATUS_FAILED" });
     expect(done).toEqual({ action: "done", processed: 2, lease_lost: 0 });
 
-    // What the database holds is exactly what the worker reported.
+    // What the database holds is exactly what the worker reported: one task_progress event per report ...
+    expect(await progressRows(jobId)).toEqual(
+      expectedReports.map(({ taskId, chunk, progress, message }) => ({
+        task_id: taskId,
+        chunk_index: chunk,
+        status: "leased",
+        attempt: 1,
+        worker_id: `${tag}-1`,
+        progress,
+        message,
+        partial_result_uri: null,
+      })),
+    );
+    // ... and the tasks.
     const rows = await taskRows(jobId);
     expect(rows).toEqual([
       {
@@ -286,25 +355,36 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
     ]);
   });
 
-  it("reports a lost lease (expired before the result) with the request id, drops the task and exits 3", async () => {
+  it("reports a lost lease (expired before the result or a progress report) with the request id, drops the task and exits 3", async () => {
     before?.();
-    const workload = `py_${tag}_lost`;
-    const { jobId, taskIds } = await seed(workload, 1);
-    // Lease of 1 s, 2.5 s of "work": the result arrives after the lease expired → ABORTED / 409.
-    const r = await worker(workload, ["--tasks", "1", "--lease-seconds", "1", "--work-seconds", "2.5"]);
-    expect(r.code, describeRun(r)).toBe(3);
-    expect(r.lines.map((l) => l.action)).toEqual(["claim", "heartbeat", "lease_lost", "done"]);
-    const lost = r.lines[2];
-    expect(lost).toMatchObject({ task_id: taskIds[0], attempt: 1, step: "complete" });
-    expect(lost.request_id).toMatch(UUID_RE);
-    expect(lost.message).toMatch(/lease/i);
-    expect(r.lines[3]).toEqual({ action: "done", processed: 1, lease_lost: 1 });
-    expect(r.stderr).toContain(lost.request_id);
+    // Lease of 1 s, 2.5 s of "work": what comes next arrives after the lease expired → ABORTED / 409.
+    // With --progress-steps 0 that is the result; with --progress-steps 1, the progress report
+    // after the work (lease-checked like a heartbeat). Both run at once, so the test takes 2.5 s.
+    const cases = [
+      { step: "complete", progressSteps: "0" },
+      { step: "progress", progressSteps: "1" },
+    ];
+    await Promise.all(
+      cases.map(async ({ step, progressSteps }) => {
+        const workload = `py_${tag}_lost_${step}`;
+        const { jobId, taskIds } = await seed(workload, 1);
+        const r = await worker(workload, ["--tasks", "1", "--lease-seconds", "1", "--work-seconds", "2.5", "--progress-steps", progressSteps]);
+        expect(r.code, describeRun(r)).toBe(3);
+        expect(r.lines.map((l) => l.action)).toEqual(["claim", "heartbeat", "lease_lost", "done"]);
+        const lost = r.lines[2];
+        expect(lost).toMatchObject({ task_id: taskIds[0], attempt: 1, step });
+        expect(lost.request_id).toMatch(UUID_RE);
+        expect(lost.message).toMatch(/lease/i);
+        expect(r.lines[3]).toEqual({ action: "done", processed: 1, lease_lost: 1 });
+        expect(r.stderr).toContain(lost.request_id);
 
-    // Nothing was recorded: the task is still leased (expired, for the reaper), the job running.
-    const [row] = await taskRows(jobId);
-    expect(row).toMatchObject({ status: "leased", attempt: 1, result_uri: null, result_sha256: null, error_code: null });
-    expect((await fx.queue.getJobStatus(jobId)).job.status).toBe("running");
+        // Nothing was recorded: no progress, the task still leased (expired, for the reaper), the job running.
+        expect(await progressRows(jobId)).toEqual([]);
+        const [row] = await taskRows(jobId);
+        expect(row).toMatchObject({ status: "leased", attempt: 1, result_uri: null, result_sha256: null, error_code: null });
+        expect((await fx.queue.getJobStatus(jobId)).job.status).toBe("running");
+      }),
+    );
   });
 });
 

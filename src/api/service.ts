@@ -7,7 +7,7 @@
 
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { createContextKey, type ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { context } from "@opentelemetry/api";
 import {
   CancelJobResponseSchema,
@@ -92,6 +92,21 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
    * span (child of the caller's traceparent; fn runs inside it, so queue spans
    * nest) and one observation of leasehold_rpc_duration_seconds.
    */
+  /** With tokens configured: may this caller make this call? Throws Unauthenticated / PermissionDenied. */
+  function authorize(ctx: HandlerContext, req: unknown, operation: string, info: RequestInfo): void {
+    if (!auth) return;
+    const method = ctx.method.localName as MethodName;
+    info.role = auth.authorize(ctx.requestHeader.get("authorization"), method, operation, req as never).role;
+  }
+
+  /** Records the outcome of a failed call on its RequestInfo and makes the ConnectError to throw. */
+  function rejection(cause: unknown, original: unknown, info: RequestInfo): ConnectError {
+    const mapped = mapError(cause);
+    info.code = mapped.codeName;
+    if (mapped.internal) info.error = original;
+    return toConnectError(cause, info.requestId);
+  }
+
   async function run<T>(
     ctx: HandlerContext,
     req: unknown,
@@ -110,10 +125,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(timeoutMs)]);
     let onAbort: (() => void) | undefined;
     try {
-      if (auth) {
-        const method = ctx.method.localName as MethodName;
-        info.role = auth.authorize(ctx.requestHeader.get("authorization"), method, operation, req as never).role;
-      }
+      authorize(ctx, req, operation, info);
       const aborted = new Promise<never>((_, reject) => {
         onAbort = () => reject(new DeadlineExceededError("the request deadline passed before the queue answered"));
         if (signal.aborted) onAbort();
@@ -125,10 +137,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
     } catch (err) {
       // A call cut short by the deadline may surface as a driver error: it is still the deadline.
       const cause = signal.aborted && !(err instanceof QueueError) ? new DeadlineExceededError("the request deadline passed", { cause: err }) : err;
-      const mapped = mapError(cause);
-      info.code = mapped.codeName;
-      if (mapped.internal) info.error = err;
-      throw toConnectError(cause, info.requestId);
+      throw rejection(cause, err, info);
     } finally {
       if (onAbort) signal.removeEventListener("abort", onAbort);
       endRpcSpan(rpc.span, info);
@@ -262,14 +271,11 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
       info.operation = "WatchJob";
       info.jobId = req.jobId;
       try {
-        if (auth) info.role = auth.authorize(ctx.requestHeader.get("authorization"), "watchJob", "WatchJob", req).role;
+        authorize(ctx, req, "WatchJob", info);
         for await (const update of queue.watchJob(req.jobId, { signal: ctx.signal })) yield convert.watchJobResponse(update);
         info.code = "ok";
       } catch (err) {
-        const mapped = mapError(err);
-        info.code = mapped.codeName;
-        if (mapped.internal) info.error = err;
-        throw toConnectError(err, info.requestId);
+        throw rejection(err, err, info);
       }
     },
   };
