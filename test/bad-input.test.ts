@@ -3,11 +3,13 @@
 // migrated PostgreSQL. Every one must be answered 4xx (never 5xx) with an
 // X-Request-Id (echoed in the error body), a message naming the offending field
 // where the request got far enough to have one, and no row written: the test
-// fingerprints the jobs, tasks and workloads tables around every case.
+// fingerprints the jobs, tasks, workloads, task_events and job_watchers tables
+// around every case.
 //
-// The setup leaves a pending task (so a claim that wrongly passed would lease it)
-// and a leased task (so lease calls reach the lease checks and a complete/fail that
-// wrongly passed would change it).
+// The setup leaves a pending task (so a claim that wrongly passed would lease it),
+// a leased task (so lease calls reach the lease checks and a complete/fail/progress
+// report that wrongly passed would change it) and a job that was never claimed
+// (so a retry that wrongly passed would change it).
 import { createHash } from "node:crypto";
 import http from "node:http";
 import net from "node:net";
@@ -36,6 +38,8 @@ interface Fixture {
   jobId: string;
   /** Leased by WORKER at attempt 1. */
   taskId: string;
+  /** A job none of whose tasks was ever claimed (status pending). */
+  pendingJobId: string;
 }
 
 /** Sent as bytes, not JSON-encoded. */
@@ -105,6 +109,7 @@ const claim = (extra: Record<string, unknown> = {}) => ({ worker_id: "bi-claimer
 const lease = (extra: Record<string, unknown> = {}) => ({ worker_id: WORKER, attempt: 1, ...extra });
 const result = (extra: Record<string, unknown> = {}) => lease({ result_uri: "s3://bi/out/0", result_sha256: sha("out0"), ...extra });
 const failure = (extra: Record<string, unknown> = {}) => lease({ error_code: "oops", retryable: true, ...extra });
+const progress = (extra: Record<string, unknown> = {}) => lease({ progress: 0.5, message: "half way", partial_result_uri: "s3://bi/partial/0", ...extra });
 const withId = (f: Fixture, body: Record<string, unknown>) => ({ task_id: f.taskId, ...body });
 const nested = (depth: number): Record<string, unknown> => {
   let v: Record<string, unknown> = { leaf: 1 };
@@ -120,6 +125,10 @@ const res = (f: Fixture) => `/tasks/${f.taskId}/result`;
 const fl = (f: Fixture) => `/tasks/${f.taskId}/failure`;
 const cancel = (f: Fixture) => `/jobs/${f.jobId}/cancel`;
 const results = (q: string) => (f: Fixture) => `/jobs/${f.jobId}/results?${q}`;
+const prog = (f: Fixture) => `/tasks/${f.taskId}/progress`;
+const retry = (f: Fixture) => `/jobs/${f.jobId}/retry`;
+const retryPending = (f: Fixture) => `/jobs/${f.pendingJobId}/retry`;
+const events = (f: Fixture) => `/jobs/${f.jobId}/events`;
 
 // =============================== REST ===============================
 
@@ -364,6 +373,103 @@ rest("heartbeat with a stale attempt", "POST", hb, lease({ attempt: 2 }), "attem
 rest("failure from a foreign worker", "POST", fl, failure({ worker_id: "intruder" }), /intruder/, { status: 409, code: "aborted" });
 rest("cancel of an unknown job", "POST", `/jobs/${UNKNOWN_ID}/cancel`, {}, "job", { status: 404 });
 
+// ReportProgress: POST /tasks/{task_id}/progress (lease checks as a heartbeat; a pass would extend the lease and add a task_events row).
+rest("progress -0.1", "POST", prog, progress({ progress: -0.1 }), "progress");
+rest("progress 1.5", "POST", prog, progress({ progress: 1.5 }), "progress");
+rest("progress \"NaN\"", "POST", prog, progress({ progress: "NaN" }), "progress");
+rest("progress \"Infinity\"", "POST", prog, progress({ progress: "Infinity" }), "progress");
+rest("progress: non-numeric string", "POST", prog, progress({ progress: "half" }), "progress");
+rest("progress: boolean", "POST", prog, progress({ progress: true }), "progress");
+rest("progress 1e400", "POST", prog, raw(`{"worker_id": "${WORKER}", "attempt": 1, "progress": 1e400}`), "progress");
+rest("progress without worker_id", "POST", prog, { attempt: 1, progress: 0.5 }, "worker_id");
+rest("progress without attempt", "POST", prog, { worker_id: WORKER, progress: 0.5 }, "attempt");
+rest("progress empty body", "POST", prog, undefined, "worker_id");
+rest("progress attempt 0", "POST", prog, progress({ attempt: 0 }), "attempt");
+rest("progress message over the limit", "POST", prog, progress({ message: big(LIMITS.progressMessageLength + 1) }), "message");
+rest("progress message: number", "POST", prog, progress({ message: 5 }), "message");
+rest("NUL in a progress message", "POST", prog, progress({ message: "half\u0000way" }), "message");
+rest("lone surrogate in a progress message", "POST", prog, progress({ message: "half\ud800" }), "message");
+rest("partial_result_uri with whitespace", "POST", prog, progress({ partial_result_uri: "s3://bi/part ial" }), "partial_result_uri");
+rest("partial_result_uri with a newline", "POST", prog, progress({ partial_result_uri: "s3://bi/partial\n" }), "partial_result_uri");
+rest("partial_result_uri over the limit", "POST", prog, progress({ partial_result_uri: `s3://${big(LIMITS.uriLength)}` }), "partial_result_uri");
+rest("progress lease_seconds over the limit", "POST", prog, progress({ lease_seconds: LIMITS.leaseSeconds.max + 1 }), "lease_seconds");
+rest("progress lease_seconds negative", "POST", prog, progress({ lease_seconds: -1 }), "lease_seconds");
+rest("unknown field on a progress report", "POST", prog, progress({ percent: 50 }), "percent");
+rest("progress body task_id differs from the path", "POST", prog, progress({ task_id: UNKNOWN_ID }), "task_id");
+rest("progress task id not a UUID", "POST", "/tasks/not-a-uuid/progress", progress(), "task_id");
+rest("progress task id a number", "POST", "/tasks/123/progress", progress(), "task_id");
+rest("progress query parameter", "POST", (f) => `/tasks/${f.taskId}/progress?progress=0.5`, progress(), /query/);
+rest("progress text/plain", "POST", prog, progress(), /content-type/, { status: 415, contentType: "text/plain" });
+rest("GET a progress route", "GET", prog, undefined, /GET/, { status: 405 });
+rest("progress of an unknown task", "POST", `/tasks/${UNKNOWN_ID}/progress`, progress(), "task", { status: 404 });
+rest("progress with a stale attempt", "POST", prog, progress({ attempt: 2 }), "attempt", { status: 409, code: "aborted" });
+rest("progress from a foreign worker", "POST", prog, progress({ worker_id: "intruder" }), /intruder/, { status: 409, code: "aborted" });
+
+// RetryJob: POST /jobs/{job_id}/retry (a pass would put tasks back to pending and write events).
+rest("retry job id not a UUID", "POST", "/jobs/not-a-uuid/retry", {}, "job_id");
+rest("retry job id one digit too long", "POST", `/jobs/${UNKNOWN_ID}0/retry`, {}, "job_id");
+rest("SQL as a retry job id", "POST", "/jobs/%27%3B%20DROP%20TABLE%20jobs%3B%20--/retry", {}, "job_id");
+// max_attempts is 1..100 as on CreateJob: an explicit 0 is not "unset" (the field has presence).
+rest("retry max_attempts 0", "POST", retryPending, { max_attempts: 0 }, "max_attempts");
+rest("retry max_attempts 101", "POST", retryPending, { max_attempts: LIMITS.maxAttempts.max + 1 }, "max_attempts");
+rest("retry max_attempts negative", "POST", retryPending, { max_attempts: -1 }, "max_attempts");
+rest("retry max_attempts 1.5", "POST", retryPending, { max_attempts: 1.5 }, "max_attempts");
+rest("retry max_attempts: string", "POST", retryPending, { max_attempts: "3x" }, "max_attempts");
+rest("retry max_attempts beyond int32", "POST", retryPending, { max_attempts: 2 ** 31 }, "max_attempts");
+rest("unknown field on a retry", "POST", retry, { reason: "again" }, "reason");
+rest("retry body job_id differs from the path", "POST", retry, { job_id: UNKNOWN_ID }, "job_id");
+rest("retry JSON array body", "POST", retry, raw("[]"), /object/);
+rest("retry query parameter", "POST", (f) => `/jobs/${f.jobId}/retry?max_attempts=3`, {}, /query/);
+rest("GET a retry route", "GET", retry, undefined, /GET/, { status: 405 });
+rest("retry of an unknown job", "POST", `/jobs/${UNKNOWN_ID}/retry`, {}, UNKNOWN_ID, { status: 404 });
+rest("retry of an unknown job with max_attempts", "POST", `/jobs/${UNKNOWN_ID}/retry`, { max_attempts: 5 }, UNKNOWN_ID, { status: 404 });
+rest("retry of a pending job", "POST", retryPending, {}, /pending/, { code: "failed_precondition" });
+rest("retry of a pending job with max_attempts", "POST", retryPending, { max_attempts: 5 }, /pending/, { code: "failed_precondition" });
+rest("retry of a running job", "POST", retry, {}, /running/, { code: "failed_precondition" });
+
+// ListJobs: GET /jobs?status=&workload=&page_size=&page_token=.
+rest("jobs status=bogus", "GET", "/jobs?status=bogus", undefined, "status");
+rest("jobs status=JOB_STATUS_BOGUS", "GET", "/jobs?status=JOB_STATUS_BOGUS", undefined, "status");
+rest("jobs status=99", "GET", "/jobs?status=99", undefined, "status");
+rest("jobs status SQL", "GET", `/jobs?status=${encodeURIComponent(SQL)}`, undefined, "status");
+rest("jobs status given twice", "GET", "/jobs?status=failed&status=pending", undefined, "status");
+rest("jobs page_size -1", "GET", "/jobs?page_size=-1", undefined, "page_size");
+rest("jobs page_size over the limit", "GET", `/jobs?page_size=${LIMITS.pageSize.max + 1}`, undefined, "page_size");
+rest("jobs page_size x", "GET", "/jobs?page_size=x", undefined, "page_size");
+rest("jobs page_size 1.5", "GET", "/jobs?page_size=1.5", undefined, "page_size");
+rest("jobs page_size beyond int32", "GET", "/jobs?page_size=99999999999", undefined, "page_size");
+rest("jobs page_token garbage", "GET", "/jobs?page_token=!!!not-a-token!!!", undefined, "page_token");
+rest("jobs page_token of the results route", "GET", `/jobs?page_token=${b64url("c:1")}`, undefined, "page_token");
+rest("jobs page_token with a bad time", "GET", `/jobs?page_token=${b64url(`j:2024-13-45T99:99:99.000000Z|${UNKNOWN_ID}`)}`, undefined, "page_token");
+rest("jobs page_token with a bad id", "GET", `/jobs?page_token=${b64url("j:2024-01-01T00:00:00.000000Z|zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz")}`, undefined, "page_token");
+rest("SQL in a jobs page_token", "GET", `/jobs?page_token=${b64url(`j:2024-01-01T00:00:00.000000Z|${UNKNOWN_ID}'; DROP TABLE jobs; --`)}`, undefined, "page_token");
+rest("jobs workload with capitals", "GET", "/jobs?workload=BI_MAIN", undefined, "workload");
+rest("jobs workload with a space", "GET", "/jobs?workload=bi%20main", undefined, "workload");
+rest("jobs workload with a dot", "GET", "/jobs?workload=bi.main", undefined, "workload");
+rest("SQL as a jobs workload", "GET", `/jobs?workload=${encodeURIComponent(`${W}${SQL}`)}`, undefined, "workload");
+rest("NUL in a jobs workload", "GET", "/jobs?workload=bi%00", undefined, "workload");
+rest("unknown query parameter on /jobs", "GET", "/jobs?colour=red", undefined, "colour");
+rest("misspelt query parameter on /jobs", "GET", "/jobs?pagesize=5", undefined, "pagesize");
+
+// WatchJob over SSE: GET /jobs/{job_id}/events; an error before the first message is a plain JSON REST error.
+rest("events job id not a UUID", "GET", "/jobs/not-a-uuid/events", undefined, "job_id");
+rest("events job id without dashes", "GET", `/jobs/${UNKNOWN_ID.replace(/-/g, "")}/events`, undefined, "job_id");
+rest("events path traversal as the job id", "GET", "/jobs/..%2F..%2Fetc%2Fpasswd/events", undefined, "job_id");
+rest("events of an unknown job", "GET", `/jobs/${UNKNOWN_ID}/events`, undefined, UNKNOWN_ID, { status: 404 });
+rest("events unknown query parameter", "GET", (f) => `/jobs/${f.jobId}/events?since=5`, undefined, "since");
+rest("events query job_id differs from the path", "GET", (f) => `/jobs/${f.jobId}/events?job_id=${UNKNOWN_ID}`, undefined, "job_id");
+rest("POST on events", "POST", events, {}, /POST/, { status: 405 });
+rest("PUT on events", "PUT", events, {}, /PUT/, { status: 405 });
+rest("events with an extra segment", "GET", (f) => `/jobs/${f.jobId}/events/extra`, undefined, /events/, { status: 404 });
+
+// PutWorkload max_pending_seconds: 0 (off) or 1..2,592,000.
+rest("max_pending_seconds negative", "PUT", `/workloads/${W}`, { max_pending_seconds: -1 }, "max_pending_seconds");
+rest("max_pending_seconds over the limit", "PUT", `/workloads/${W}`, { max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
+rest("max_pending_seconds: string", "PUT", `/workloads/${W}`, { max_pending_seconds: "a day" }, "max_pending_seconds");
+rest("max_pending_seconds 1.5", "PUT", `/workloads/${W}`, { max_pending_seconds: 1.5 }, "max_pending_seconds");
+rest("max_pending_seconds beyond int32", "PUT", `/workloads/${W}`, { max_pending_seconds: 2 ** 31 }, "max_pending_seconds");
+rest("max_pending_seconds over the limit on a new workload", "PUT", "/workloads/bi_new", { max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
+
 // ============================ Connect JSON ============================
 
 rpc("malformed JSON", "ClaimTasks", raw("{not json"), /JSON/);
@@ -440,6 +546,49 @@ rpc("bad traceparent", "CreateJob", job({ traceparent: "01-zz" }), "traceparent"
 rpc("invalid JSON Schema", "PutWorkload", { name: W, parameters_schema: { type: "nonsense" } }, "parameters_schema");
 rpc("unknown workload", "ClaimTasks", claim({ workloads: ["bi_nobody"] }), "workloads[0]", { status: 404 });
 rpc("stale attempt", "RenewLease", (f) => withId(f, lease({ attempt: 2 })), "attempt", { status: 409, code: "aborted" });
+// ReportProgress, RetryJob, ListJobs, PutWorkload max_pending_seconds.
+rpc("empty ReportProgress", "ReportProgress", {}, "task_id");
+rpc("ReportProgress without worker_id", "ReportProgress", (f) => ({ task_id: f.taskId, attempt: 1, progress: 0.5 }), "worker_id");
+rpc("ReportProgress without attempt", "ReportProgress", (f) => ({ task_id: f.taskId, worker_id: WORKER, progress: 0.5 }), "attempt");
+rpc("progress -0.1", "ReportProgress", (f) => withId(f, progress({ progress: -0.1 })), "progress");
+rpc("progress 1.5", "ReportProgress", (f) => withId(f, progress({ progress: 1.5 })), "progress");
+rpc("progress \"NaN\"", "ReportProgress", (f) => withId(f, progress({ progress: "NaN" })), "progress");
+rpc("progress \"-Infinity\"", "ReportProgress", (f) => withId(f, progress({ progress: "-Infinity" })), "progress");
+rpc("progress: string", "ReportProgress", (f) => withId(f, progress({ progress: "half" })), "progress");
+rpc("progress message over the limit", "ReportProgress", (f) => withId(f, progress({ message: big(LIMITS.progressMessageLength + 1) })), "message");
+rpc("NUL in a progress message", "ReportProgress", (f) => withId(f, progress({ message: "\u0000" })), "message");
+rpc("partial_result_uri with whitespace", "ReportProgress", (f) => withId(f, progress({ partial_result_uri: "s3://bi/a b" })), "partial_result_uri");
+rpc("partial_result_uri over the limit", "ReportProgress", (f) => withId(f, progress({ partial_result_uri: `s3://${big(LIMITS.uriLength)}` })), "partial_result_uri");
+rpc("progress lease_seconds over the limit", "ReportProgress", (f) => withId(f, progress({ lease_seconds: LIMITS.leaseSeconds.max + 1 })), "lease_seconds");
+rpc("progress task_id not a UUID", "ReportProgress", progress({ task_id: "nope" }), "task_id");
+rpc("unknown field on ReportProgress", "ReportProgress", (f) => withId(f, progress({ percent: 50 })), "percent");
+rpc("progress of an unknown task", "ReportProgress", progress({ task_id: UNKNOWN_ID }), "task", { status: 404 });
+rpc("progress with a stale attempt", "ReportProgress", (f) => withId(f, progress({ attempt: 2 })), "attempt", { status: 409, code: "aborted" });
+rpc("progress from a foreign worker", "ReportProgress", (f) => withId(f, progress({ worker_id: "intruder" })), /intruder/, { status: 409, code: "aborted" });
+rpc("empty RetryJob", "RetryJob", {}, "job_id");
+rpc("retry job_id not a UUID", "RetryJob", { job_id: "nope" }, "job_id");
+rpc("SQL as a retry job_id", "RetryJob", { job_id: `${UNKNOWN_ID}${SQL}` }, "job_id");
+rpc("retry max_attempts 0", "RetryJob", (f) => ({ job_id: f.pendingJobId, max_attempts: 0 }), "max_attempts");
+rpc("retry max_attempts 101", "RetryJob", (f) => ({ job_id: f.pendingJobId, max_attempts: LIMITS.maxAttempts.max + 1 }), "max_attempts");
+rpc("retry max_attempts: string", "RetryJob", (f) => ({ job_id: f.pendingJobId, max_attempts: "3x" }), "max_attempts");
+rpc("unknown field on RetryJob", "RetryJob", (f) => ({ job_id: f.jobId, reason: "again" }), "reason");
+rpc("retry of an unknown job", "RetryJob", { job_id: UNKNOWN_ID }, UNKNOWN_ID, { status: 404 });
+rpc("retry of a pending job", "RetryJob", (f) => ({ job_id: f.pendingJobId }), /pending/, { code: "failed_precondition" });
+rpc("retry of a running job", "RetryJob", (f) => ({ job_id: f.jobId, max_attempts: 5 }), /running/, { code: "failed_precondition" });
+// connect-es names the enum type, not the field, of an enum it cannot decode.
+rpc("ListJobs status bogus", "ListJobs", { status: "bogus" }, /leasehold\.queue\.v1\.JobStatus/);
+rpc("ListJobs status 99", "ListJobs", { status: 99 }, "status");
+rpc("ListJobs status: object", "ListJobs", { status: { v: 1 } }, /leasehold\.queue\.v1\.JobStatus/);
+rpc("ListJobs page_size negative", "ListJobs", { page_size: -1 }, "page_size");
+rpc("ListJobs page_size over the limit", "ListJobs", { page_size: LIMITS.pageSize.max + 1 }, "page_size");
+rpc("ListJobs page_size: string", "ListJobs", { page_size: "x" }, "page_size");
+rpc("ListJobs page_token garbage", "ListJobs", { page_token: "garbage" }, "page_token");
+rpc("ListJobs workload with capitals", "ListJobs", { workload: "BI_MAIN" }, "workload");
+rpc("ListJobs unknown field", "ListJobs", { colour: "red" }, "colour");
+rpc("max_pending_seconds negative", "PutWorkload", { name: W, max_pending_seconds: -1 }, "max_pending_seconds");
+rpc("max_pending_seconds over the limit", "PutWorkload", { name: W, max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
+rpc("max_pending_seconds: string", "PutWorkload", { name: W, max_pending_seconds: "a day" }, "max_pending_seconds");
+rpc("GET on ReportProgress", "ReportProgress", undefined, undefined, { status: 405, method: "GET", noBody: true });
 rpc("body over the limit", "CreateJob", () => job({ parameters: { blob: big(MAX_BODY_BYTES) } }), undefined, { status: 429, code: "resource_exhausted" });
 rpc("text/plain", "ClaimTasks", claim(), undefined, { status: 415, contentType: "text/plain", noBody: true });
 rpc("no content-type", "CreateJob", job(), undefined, { status: 415, contentType: null, noBody: true });
@@ -515,19 +664,29 @@ interface Snapshot {
   jobs: number;
   tasks: number;
   workloads: number;
+  task_events: number;
+  job_watchers: number;
   digest: string;
 }
 
-/** Row counts and a digest of every row, so an UPDATE (a lease taken, a task finished) shows as well as an INSERT. */
+/**
+ * Row counts and a digest of every row, so an UPDATE (a lease taken, a task finished) shows as well
+ * as an INSERT; task_events (progress reports, status changes) and job_watchers (WatchJob streams,
+ * which must be gone by the time the answer is) included.
+ */
 async function snapshot(): Promise<Snapshot> {
   const { rows } = await pool.query<Snapshot>(`
     SELECT (SELECT count(*) FROM jobs)::int AS jobs,
            (SELECT count(*) FROM tasks)::int AS tasks,
            (SELECT count(*) FROM workloads)::int AS workloads,
+           (SELECT count(*) FROM task_events)::int AS task_events,
+           (SELECT count(*) FROM job_watchers)::int AS job_watchers,
            md5(concat_ws('#',
              (SELECT string_agg(j::text, '|' ORDER BY j.id) FROM jobs j),
              (SELECT string_agg(t::text, '|' ORDER BY t.id) FROM tasks t),
-             (SELECT string_agg(w::text, '|' ORDER BY w.name) FROM workloads w))) AS digest`);
+             (SELECT string_agg(w::text, '|' ORDER BY w.name) FROM workloads w),
+             (SELECT string_agg(e::text, '|' ORDER BY e.id) FROM task_events e),
+             (SELECT string_agg(jw::text, '|' ORDER BY jw.id) FROM job_watchers jw))) AS digest`);
   return rows[0];
 }
 
@@ -559,9 +718,14 @@ beforeAll(async () => {
   });
   const [leased] = await queue.claimTasks({ workerId: WORKER, workloads: [W], maxTasks: 1, leaseSeconds: 3600 });
   expect(leased.attempt).toBe(1);
-  fixture = { jobId: created.job.id, taskId: leased.id };
+  // Created after the claim, so never claimed: pending, and RetryJob must refuse it.
+  const pending = await queue.createJob({ workload: W, inputUri: "s3://bi/setup/pending", inputSha256: sha("setup-pending") });
+  expect(pending.job.status).toBe("pending");
+  fixture = { jobId: created.job.id, taskId: leased.id, pendingJobId: pending.job.id };
   initial = await snapshot();
-  expect(initial).toMatchObject({ jobs: 1, tasks: 2, workloads: 2 });
+  // The claim's status changes are events; no watcher is left.
+  expect(initial).toMatchObject({ jobs: 2, tasks: 3, workloads: 2, job_watchers: 0 });
+  expect(initial.task_events).toBeGreaterThan(0);
 });
 
 afterAll(async () => {
@@ -606,7 +770,8 @@ describe("bad input", () => {
     const code = c.code ?? (c.via === "rest" ? DEFAULT_CODE[c.status] : c.status === 400 ? "invalid_argument" : c.status === 404 ? "not_found" : undefined);
     let message: string | undefined;
     if (c.via === "rest" || c.restShaped) {
-      // REST errors, and the server's own fallback for unknown Connect paths.
+      // REST errors, and the server's own fallback for unknown Connect paths; JSON even on the SSE route.
+      expect(a.headers["content-type"], where).toMatch(/^application\/json/);
       expect(a.json?.error, where).toBeTypeOf("object");
       expect(a.json.error.request_id, where).toBe(requestId);
       if (code) expect(a.json.error.code, where).toBe(code);
@@ -642,8 +807,10 @@ describe("bad input", () => {
 
   it("wrote nothing across the whole table, and every table is still there", async () => {
     expect(await snapshot()).toEqual(initial);
-    const { rows } = await pool.query("SELECT to_regclass('jobs') IS NOT NULL AS jobs, to_regclass('tasks') IS NOT NULL AS tasks, to_regclass('workloads') IS NOT NULL AS workloads");
-    expect(rows[0]).toEqual({ jobs: true, tasks: true, workloads: true });
+    const { rows } = await pool.query(
+      "SELECT to_regclass('jobs') IS NOT NULL AS jobs, to_regclass('tasks') IS NOT NULL AS tasks, to_regclass('workloads') IS NOT NULL AS workloads, to_regclass('task_events') IS NOT NULL AS task_events",
+    );
+    expect(rows[0]).toEqual({ jobs: true, tasks: true, workloads: true, task_events: true });
   });
 });
 

@@ -353,7 +353,7 @@ export function validateReportProgress(input: ReportProgressInput): Required<Pic
 export function validateRetryJob(input: RetryJobInput): { jobId: string; maxAttempts: number | null } {
   return {
     jobId: requireUuid("job_id", input.jobId),
-    maxAttempts: optionalInt("max_attempts", input.maxAttempts || undefined, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? null,
+    maxAttempts: optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? null,
   };
 }
 
