@@ -14,7 +14,7 @@ import { Code, createClient, type Client, type Interceptor, type Transport } fro
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { QueueService, TaskStatus } from "../gen/leasehold/queue/v1/queue_pb.js";
+import { JobStatus, QueueService, TaskStatus } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { Authenticator } from "../src/api/auth.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { ConfigError, loadConfig, parseAuthTokens, type AuthTokenEntry } from "../src/config/index.js";
@@ -104,6 +104,63 @@ async function taskRow(id: string) {
     [id],
   );
   return rows[0];
+}
+
+/** Progress rows of a task, and every event row of its job: a refused ReportProgress writes neither. */
+async function eventCounts(taskId: string) {
+  const { rows } = await pool.query(
+    `SELECT (SELECT count(*)::int FROM task_events WHERE task_id = $1 AND kind = 'task_progress') AS progress,
+            (SELECT count(*)::int FROM task_events WHERE job_id = (SELECT job_id FROM tasks WHERE id = $1)) AS job_events`,
+    [taskId],
+  );
+  return rows[0] as { progress: number; job_events: number };
+}
+
+async function jobStatus(id: string): Promise<string> {
+  return (await pool.query("SELECT status::text FROM jobs WHERE id = $1", [id])).rows[0].status;
+}
+
+async function watcherCount(): Promise<number> {
+  return (await pool.query("SELECT count(*)::int AS n FROM job_watchers")).rows[0].n;
+}
+
+interface SseAnswer {
+  status: number;
+  contentType: string;
+  text: string;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  messages: any[];
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  body: any;
+}
+
+/**
+ * GET /jobs/{id}/events. A 200 is read until the stream ends (a final job's ends after its snapshot)
+ * or, with firstOnly, until the first message; any other answer is a JSON REST error.
+ */
+async function sse(jobId: string, token: string | undefined, firstOnly = false): Promise<SseAnswer> {
+  const abort = new AbortController();
+  const headers: Record<string, string> = token === undefined ? {} : { authorization: `Bearer ${token}` };
+  const res = await fetch(`${base}/jobs/${jobId}/events`, { headers, signal: abort.signal });
+  const contentType = res.headers.get("content-type") ?? "";
+  if (res.status !== 200 || !res.body) {
+    const text = await res.text();
+    return { status: res.status, contentType, text, messages: [], body: text ? JSON.parse(text) : undefined };
+  }
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  const messages = () => text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)));
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value, { stream: true });
+    if (firstOnly && messages().length > 0) {
+      abort.abort();
+      break;
+    }
+  }
+  return { status: res.status, contentType, text, messages: messages(), body: undefined };
 }
 
 async function counts() {
@@ -336,6 +393,131 @@ describe("REST", () => {
   });
 });
 
+describe("REST: ReportProgress, WatchJob (SSE), RetryJob, ListJobs", () => {
+  const workload = "auth_ops";
+  let jobId: string;
+  let taskId: string;
+  let cancelledJobId: string;
+
+  beforeAll(async () => {
+    const put = await rest("PUT", `/workloads/${workload}`, TOKENS.admin, { max_attempts: 3, lease_seconds: 60 });
+    expect(put.status, put.text).toBe(200);
+    const created = await rest("POST", "/jobs", TOKENS.submitter, {
+      workload,
+      tasks: [0, 1].map((i) => ({ chunk_index: i, input_uri: `s3://ops/${i}`, input_sha256: sha(`ops${i}`) })),
+    });
+    expect(created.status, created.text).toBe(201);
+    jobId = created.body.job.id;
+    const claimed = await rest("POST", "/tasks/claim", TOKENS.gpu, { worker_id: "gpu-ops", workloads: [workload], max_tasks: 1 });
+    expect(claimed.status, claimed.text).toBe(200);
+    taskId = claimed.body.tasks[0].id;
+    const other = await rest("POST", "/jobs", TOKENS.submitter, { workload, input_uri: "s3://ops/c", input_sha256: sha("ops-c") });
+    cancelledJobId = other.body.job.id;
+    expect((await rest("POST", `/jobs/${cancelledJobId}/cancel`, TOKENS.submitter, { reason: "auth test" })).status).toBe(200);
+  });
+
+  it("a worker reports progress only as a worker_id under its prefix; a submitter may not; refused: no task_events row, lease unchanged", async () => {
+    const report = (workerId: string) => ({ worker_id: workerId, attempt: 1, progress: 0.25, message: "a quarter", lease_seconds: 600 });
+    const route = `/tasks/${taskId}/progress`;
+    const row = await taskRow(taskId);
+    const events = await eventCounts(taskId);
+    expect(events.progress).toBe(0);
+
+    expectDenied(await rest("POST", route, undefined, report("gpu-ops")), 401);
+    expectDenied(await rest("POST", route, WRONG_TOKEN, report("gpu-ops")), 401);
+    // The cpu- worker acting as the gpu- lease holder (which would otherwise succeed).
+    const foreign = await rest("POST", route, TOKENS.cpu, report("gpu-ops"));
+    expectDenied(foreign, 403);
+    expect(foreign.body.error.message).toMatch(/worker_id "gpu-ops" is outside this token's prefix "cpu-"/);
+    // Its own prefix's worker_id, and ids that merely contain the prefix.
+    expectDenied(await rest("POST", route, TOKENS.gpu, report("cpu-1")), 403);
+    expectDenied(await rest("POST", route, TOKENS.gpu, report("xgpu-ops")), 403);
+    expectDenied(await rest("POST", route, TOKENS.gpu, report("GPU-ops")), 403);
+    // Submitters do not report progress, not even as the lease holder.
+    expectDenied(await rest("POST", route, TOKENS.submitter, report("gpu-ops")), 403);
+    expect(await taskRow(taskId)).toEqual(row);
+    expect(await eventCounts(taskId)).toEqual(events);
+
+    const ok = await rest("POST", route, TOKENS.gpu, report("gpu-ops"));
+    expect(ok.status, ok.text).toBe(200);
+    expect(ok.body.task.lease_owner).toBe("gpu-ops");
+    expect(await eventCounts(taskId)).toEqual({ progress: 1, job_events: events.job_events + 1 });
+    expect((await taskRow(taskId)).version).toBe(row.version + 1);
+    // Admin may report as any worker_id.
+    const admin = await rest("POST", route, TOKENS.admin, { ...report("gpu-ops"), progress: 0.5 });
+    expect(admin.status, admin.text).toBe(200);
+    expect((await eventCounts(taskId)).progress).toBe(2);
+  });
+
+  it("WatchJob over SSE: submitter and admin get the stream; a worker gets 403, no token 401, both JSON before any stream", async () => {
+    for (const token of [TOKENS.submitter, TOKENS.admin]) {
+      // A cancelled job: the snapshot, then the end of the stream.
+      const done = await sse(cancelledJobId, token);
+      expect(done.status, done.text).toBe(200);
+      expect(done.contentType).toMatch(/^text\/event-stream/);
+      expect(done.messages).toHaveLength(1);
+      expect(done.messages[0].snapshot.job).toMatchObject({ id: cancelledJobId, status: "JOB_STATUS_CANCELLED" });
+      // A running job: the first message is its snapshot.
+      const live = await sse(jobId, token, true);
+      expect(live.status, live.text).toBe(200);
+      expect(live.messages[0].snapshot.job).toMatchObject({ id: jobId, status: "JOB_STATUS_RUNNING" });
+    }
+    await expect.poll(watcherCount).toBe(0);
+    for (const [token, status] of [
+      [undefined, 401],
+      [WRONG_TOKEN, 401],
+      [TOKENS.gpu, 403],
+      [TOKENS.cpu, 403],
+    ] as const) {
+      for (const id of [jobId, cancelledJobId]) {
+        const a = await sse(id, token);
+        expect(a.contentType, a.text).toMatch(/^application\/json/);
+        expectDenied(a, status);
+      }
+    }
+    // Refused before the stream registered itself.
+    expect(await watcherCount()).toBe(0);
+  });
+
+  it("RetryJob: submitter and admin may retry a cancelled job; a worker gets 403 and no token 401, the job unchanged", async () => {
+    const before = await pool.query("SELECT j::text AS j FROM jobs j WHERE id = $1", [cancelledJobId]);
+    const tasks = async () => (await pool.query("SELECT status::text, attempt FROM tasks WHERE job_id = $1", [cancelledJobId])).rows;
+    const tasksBefore = await tasks();
+    expectDenied(await rest("POST", `/jobs/${cancelledJobId}/retry`, undefined, {}), 401);
+    expectDenied(await rest("POST", `/jobs/${cancelledJobId}/retry`, WRONG_TOKEN, { max_attempts: 2 }), 401);
+    expectDenied(await rest("POST", `/jobs/${cancelledJobId}/retry`, TOKENS.gpu, {}), 403);
+    expectDenied(await rest("POST", `/jobs/${cancelledJobId}/retry`, TOKENS.cpu, { max_attempts: 2 }), 403);
+    expect((await pool.query("SELECT j::text AS j FROM jobs j WHERE id = $1", [cancelledJobId])).rows).toEqual(before.rows);
+    expect(await tasks()).toEqual(tasksBefore);
+
+    const retried = await rest("POST", `/jobs/${cancelledJobId}/retry`, TOKENS.submitter, { max_attempts: 2 });
+    expect(retried.status, retried.text).toBe(200);
+    expect(retried.body).toMatchObject({ job: { id: cancelledJobId, status: "JOB_STATUS_PENDING" }, retried_tasks: 1 });
+    expect((await rest("POST", `/jobs/${cancelledJobId}/cancel`, TOKENS.submitter, {})).status).toBe(200);
+    const byAdmin = await rest("POST", `/jobs/${cancelledJobId}/retry`, TOKENS.admin, {});
+    expect(byAdmin.status, byAdmin.text).toBe(200);
+    expect(byAdmin.body.job.status).toBe("JOB_STATUS_PENDING");
+    // Leave it cancelled for the tests after this one.
+    expect((await rest("POST", `/jobs/${cancelledJobId}/cancel`, TOKENS.admin, {})).status).toBe(200);
+    expect(await jobStatus(cancelledJobId)).toBe("cancelled");
+  });
+
+  it("ListJobs: submitter and admin may list; a worker gets 403 and no token 401", async () => {
+    for (const token of [TOKENS.submitter, TOKENS.admin]) {
+      const all = await rest("GET", `/jobs?workload=${workload}`, token);
+      expect(all.status, all.text).toBe(200);
+      expect(all.body.jobs.map((j: { id: string }) => j.id).sort()).toEqual([jobId, cancelledJobId].sort());
+      const cancelled = await rest("GET", `/jobs?workload=${workload}&status=cancelled`, token);
+      expect(cancelled.status, cancelled.text).toBe(200);
+      expect(cancelled.body.jobs.map((j: { id: string }) => j.id)).toEqual([cancelledJobId]);
+    }
+    expectDenied(await rest("GET", "/jobs", undefined), 401);
+    expectDenied(await rest("GET", `/jobs?workload=${workload}`, WRONG_TOKEN), 401);
+    expectDenied(await rest("GET", "/jobs", TOKENS.gpu), 403);
+    expectDenied(await rest("GET", `/jobs?status=JOB_STATUS_FAILED`, TOKENS.cpu), 403);
+  });
+});
+
 describe.each([
   ["grpc (HTTP/2)", (baseUrl: string, i: Interceptor[]) => createGrpcTransport({ baseUrl, interceptors: i })],
   ["grpc-web (HTTP/1.1)", (baseUrl: string, i: Interceptor[]) => createGrpcWebTransport({ baseUrl, httpVersion: "1.1", interceptors: i })],
@@ -377,6 +559,69 @@ describe.each([
 
     expect((await as(TOKENS.gpu).completeTask(manifest)).task?.status).toBe(TaskStatus.COMPLETED);
     expect((await as(TOKENS.submitter).listCompletedResults({ jobId })).results).toHaveLength(1);
+  });
+
+  /** Every message of a WatchJob stream (which ends after the snapshot of a final job). */
+  const watch = async (client: Client<typeof QueueService>, jobId: string) => {
+    const out = [];
+    for await (const m of client.watchJob({ jobId })) out.push(m);
+    return out;
+  };
+
+  it("ReportProgress for workers under their prefix; WatchJob, RetryJob and ListJobs for submitter and admin only", async () => {
+    const ops = `${workload}_ops`;
+    await as(TOKENS.admin).putWorkload({ name: ops });
+    const jobId = (await as(TOKENS.submitter).createJob({ workload: ops, inputUri: "s3://in/ops", inputSha256: sha("in-ops") })).job!.id;
+    const [task] = (await as(TOKENS.gpu).claimTasks({ workerId: "gpu-9", workloads: [ops] })).tasks;
+    const report = { taskId: task.id, workerId: "gpu-9", attempt: 1, progress: 0.5, message: "half" };
+
+    // ReportProgress.
+    const row = await taskRow(task.id);
+    const events = await eventCounts(task.id);
+    expect((await rpcError(as().reportProgress(report))).code).toBe(Code.Unauthenticated);
+    expect((await rpcError(as(WRONG_TOKEN).reportProgress(report))).code).toBe(Code.Unauthenticated);
+    const denied = await rpcError(as(TOKENS.cpu).reportProgress(report));
+    expect(denied.code).toBe(Code.PermissionDenied);
+    expect(denied.rawMessage).toMatch(/worker_id "gpu-9" is outside this token's prefix "cpu-"/);
+    expect((await rpcError(as(TOKENS.gpu).reportProgress({ ...report, workerId: "cpu-9" }))).code).toBe(Code.PermissionDenied);
+    expect((await rpcError(as(TOKENS.submitter).reportProgress(report))).code).toBe(Code.PermissionDenied);
+    expect(await taskRow(task.id)).toEqual(row);
+    expect(await eventCounts(task.id)).toEqual(events);
+    expect((await as(TOKENS.gpu).reportProgress(report)).task?.leaseOwner).toBe("gpu-9");
+    expect((await as(TOKENS.admin).reportProgress({ ...report, progress: 0.75 })).task?.leaseOwner).toBe("gpu-9");
+    expect((await eventCounts(task.id)).progress).toBe(events.progress + 2);
+
+    // WatchJob (server streaming: the refusal ends the stream before any message), on a final job.
+    await as(TOKENS.submitter).cancelJob({ jobId });
+    for (const token of [TOKENS.submitter, TOKENS.admin]) {
+      const messages = await watch(as(token), jobId);
+      expect(messages).toHaveLength(1);
+      expect(messages[0].update.case).toBe("snapshot");
+    }
+    expect((await rpcError(watch(as(), jobId))).code).toBe(Code.Unauthenticated);
+    expect((await rpcError(watch(as(WRONG_TOKEN), jobId))).code).toBe(Code.Unauthenticated);
+    expect((await rpcError(watch(as(TOKENS.gpu), jobId))).code).toBe(Code.PermissionDenied);
+    expect((await rpcError(watch(as(TOKENS.cpu), jobId))).code).toBe(Code.PermissionDenied);
+
+    // RetryJob.
+    const before = await jobStatus(jobId);
+    expect(before).toBe("cancelled");
+    expect((await rpcError(as().retryJob({ jobId }))).code).toBe(Code.Unauthenticated);
+    expect((await rpcError(as(TOKENS.gpu).retryJob({ jobId }))).code).toBe(Code.PermissionDenied);
+    expect((await rpcError(as(TOKENS.cpu).retryJob({ jobId, maxAttempts: 2 }))).code).toBe(Code.PermissionDenied);
+    expect(await jobStatus(jobId)).toBe(before);
+    expect((await as(TOKENS.submitter).retryJob({ jobId, maxAttempts: 2 })).retriedTasks).toBe(1);
+    await as(TOKENS.submitter).cancelJob({ jobId });
+    expect((await as(TOKENS.admin).retryJob({ jobId })).job?.status).not.toBe(JobStatus.CANCELLED);
+
+    // ListJobs.
+    expect((await rpcError(as().listJobs({}))).code).toBe(Code.Unauthenticated);
+    expect((await rpcError(as(WRONG_TOKEN).listJobs({ workload: ops }))).code).toBe(Code.Unauthenticated);
+    expect((await rpcError(as(TOKENS.gpu).listJobs({ workload: ops }))).code).toBe(Code.PermissionDenied);
+    expect((await rpcError(as(TOKENS.cpu).listJobs({ status: JobStatus.FAILED }))).code).toBe(Code.PermissionDenied);
+    for (const token of [TOKENS.submitter, TOKENS.admin]) {
+      expect((await as(token).listJobs({ workload: ops })).jobs.map((j) => j.id)).toEqual([jobId]);
+    }
   });
 });
 
