@@ -5,8 +5,8 @@
 // writing transaction is delivered only at commit, so a woken claimer always finds the rows.
 
 export const NOTIFY_CHANNEL = "leasehold_tasks";
-// Channel of job events (payload: the job id), raised by the task_events trigger only for jobs
-// with a row in job_watchers (see the migration for why).
+// Channel of job events (payload: the job id), raised by the status-event triggers and by
+// REPORT_PROGRESS, only for jobs with a row in job_watchers (see the migration for why).
 export const EVENTS_CHANNEL = "leasehold_events";
 
 
@@ -286,8 +286,12 @@ WITH renewed AS (
 ), event AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, attempt, worker_id, progress, message, partial_result_uri)
   SELECT job_id, id, chunk_index, 'task_progress', status::text, attempt, lease_owner, $5, $6, $7 FROM renewed
+), woken AS (
+  -- As the status-event triggers do: only a watched job is notified.
+  SELECT pg_notify('${EVENTS_CHANNEL}', renewed.job_id::text) FROM renewed
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = renewed.job_id)
 )
-SELECT * FROM renewed`;
+SELECT renewed.*, (SELECT count(*) FROM woken) AS notified FROM renewed`;
 
 /*
  * RetryJob: a failed or cancelled job's failed and cancelled tasks go back to pending with a fresh
