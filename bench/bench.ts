@@ -131,6 +131,8 @@ async function main() {
   const store = new PostgresQueue(storePool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
   const rest = restClient(coordinator.url, WORKERS * 2);
   const rpc = createClient(QueueService, createConnectTransport({ baseUrl: coordinator.url, httpVersion: "2" }));
+  // The same Connect protocol over HTTP/1.1: Node's http2 costs more CPU per call on both ends.
+  const rpcH1 = createClient(QueueService, createConnectTransport({ baseUrl: coordinator.url, httpVersion: "1.1" }));
   const rows: Array<[string, string]> = [];
   const perRun = SECONDS * 4000 * 2; // generous backlog so no run drains its workload
   try {
@@ -156,6 +158,7 @@ async function main() {
     const runs: Array<[string, (w: string) => Promise<RunResult>, number]> = [
       ["Connect/HTTP2", (w) => connectRun(rpc, w, 1), 1],
       ["Connect/HTTP2", (w) => connectRun(rpc, w, 10), 10],
+      ["Connect/HTTP1.1", (w) => connectRun(rpcH1, w, 1), 1],
       ["REST/HTTP1.1", (w) => restRun(rest, w, 1), 1],
       ["REST/HTTP1.1", (w) => restRun(rest, w, 10), 10],
     ];
@@ -182,7 +185,10 @@ async function main() {
     rows.push(["raw SQL ceiling (pg, same statements), max_tasks 1", `${fmt(raw1.tasksPerSecond)} tasks/s`]);
     rows.push(["raw SQL ceiling (pg, same statements), max_tasks 10", `${fmt(raw10.tasksPerSecond)} tasks/s`]);
     const c1 = results["Connect/HTTP2 1"];
-    rows.push(["ratio end-to-end / raw SQL, max_tasks 1 (Connect, REST)", `${fmt(c1.tasksPerSecond / raw1.tasksPerSecond, 2)}, ${fmt(results["REST/HTTP1.1 1"].tasksPerSecond / raw1.tasksPerSecond, 2)}`]);
+    rows.push([
+      "ratio end-to-end / raw SQL, max_tasks 1 (Connect/HTTP2, Connect/HTTP1.1, REST)",
+      [c1, results["Connect/HTTP1.1 1"], results["REST/HTTP1.1 1"]].map((r) => fmt(r.tasksPerSecond / raw1.tasksPerSecond, 2)).join(", "),
+    ]);
     rows.push(["ratio end-to-end / raw SQL, max_tasks 10 (Connect, REST)", `${fmt(results["Connect/HTTP2 10"].tasksPerSecond / raw10.tasksPerSecond, 2)}, ${fmt(results["REST/HTTP1.1 10"].tasksPerSecond / raw10.tasksPerSecond, 2)}`]);
     const lat = c1.claimLatencyMs;
     rows.push(["claim latency under load, Connect, max_tasks 1 (p50/p95/p99)", `${fmt(lat.p50, 2)} / ${fmt(lat.p95, 2)} / ${fmt(lat.p99, 2)} ms`]);
@@ -238,11 +244,16 @@ async function main() {
     const stub = await startCoordinator(db.url, {}, "bench/stub-coordinator.ts");
     try {
       const stubRpc = createClient(QueueService, createConnectTransport({ baseUrl: stub.url, httpVersion: "2" }));
+      const stubRpcH1 = createClient(QueueService, createConnectTransport({ baseUrl: stub.url, httpVersion: "1.1" }));
       const stubRest = restClient(stub.url, WORKERS * 2);
       await connectRun(stubRpc, "stub", 1, 2);
       const sc = await connectRun(stubRpc, "stub", 1);
+      const sc1 = await connectRun(stubRpcH1, "stub", 1);
       const sr = await restRun(stubRest, "stub", 1);
-      rows.push(["generator + API layer alone (no database), max_tasks 1 (Connect, REST)", `${fmt(sc.tasksPerSecond)}, ${fmt(sr.tasksPerSecond)} tasks/s`]);
+      rows.push([
+        "generator + API layer alone (no database), max_tasks 1 (Connect/HTTP2, Connect/HTTP1.1, REST)",
+        `${fmt(sc.tasksPerSecond)}, ${fmt(sc1.tasksPerSecond)}, ${fmt(sr.tasksPerSecond)} tasks/s`,
+      ]);
     } finally {
       await stub.stop();
     }
