@@ -12,12 +12,13 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pino } from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { ROOT } from "./support/process.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 
-const PYTHON = process.env.PYTHON ?? "python3";
+/** The test venv's python (made by the global setup from requirements-dev.txt), or PYTHON when set. */
+const PYTHON = inject("python");
 const CHILD_TIMEOUT_MS = 30_000;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const HEX64_RE = /^[0-9a-f]{64}$/;
@@ -117,7 +118,7 @@ function requireGrpcio(): void {
   if (!grpcioCheck.ok) {
     throw new Error(
       `${PYTHON} cannot import grpc, grpc_tools and google.protobuf, which examples/python/grpc_worker.py needs.\n` +
-        `Install them with: ${PYTHON} -m pip install grpcio grpcio-tools protobuf\n${grpcioCheck.detail}`,
+        `The test setup installs them into .venv from requirements-dev.txt; delete .venv to rebuild it.\n${grpcioCheck.detail}`,
     );
   }
 }

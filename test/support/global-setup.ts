@@ -8,11 +8,14 @@ import pg from "pg";
 import type { TestProject } from "vitest/node";
 import { startEmbeddedPostgres, type EmbeddedDatabase } from "../../src/store/postgres/embedded.js";
 import { migrate } from "../../src/store/postgres/migrate.js";
+import { ensurePythonEnv } from "./python-env.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
     adminDatabaseUrl: string;
     templateDatabase: string;
+    /** The python of the test venv (or PYTHON, when set, as is). */
+    python: string;
   }
 }
 
@@ -34,6 +37,7 @@ function withDatabase(url: string, database: string): string {
 }
 
 export default async function setup(project: TestProject) {
+  project.provide("python", process.env.PYTHON ?? ensurePythonEnv());
   let embedded: EmbeddedDatabase | undefined;
   let dataDir: string | undefined;
   let adminUrl = process.env.TEST_DATABASE_URL;
