@@ -100,20 +100,23 @@ class Coordinator {
     const databaseUrl = config.databaseUrl ?? (await this.startEmbedded());
     this.checkpoint();
 
+    // A connection the server drops (restart, failover) is a log line, never an exit: createPool
+    // listens on every client, idle or checked out. In embedded mode a terminal Ctrl-C also
+    // reaches Postgres, so expect it while stopping.
+    const connectionLost = (state: string) => (err: Error & { code?: string }) => {
+      const fields = { error: err.message, code: err.code };
+      if (this.stopRequested) logger.debug(fields, `${state} database connection closed`);
+      else logger.warn(fields, `${state} database connection failed`);
+    };
     const pool = createPool({
       connectionString: databaseUrl,
       max: config.pgPoolMax,
       statementTimeoutMs: config.pgStatementTimeoutMs,
       connectTimeoutMs: config.pgConnectTimeoutMs,
+      onClientError: connectionLost("busy"),
     });
     this.pool = pool;
-    // An idle client whose server connection drops emits on the pool (createPool keeps that from crashing us).
-    // In embedded mode a terminal Ctrl-C also reaches Postgres, so expect it while stopping.
-    pool.on("error", (err: Error & { code?: string }) => {
-      const fields = { error: err.message, code: err.code };
-      if (this.stopRequested) logger.debug(fields, "idle database connection closed");
-      else logger.warn(fields, "idle database connection failed");
-    });
+    pool.on("error", connectionLost("idle"));
     if (!embedded) await requireCurrentSchema(pool, databaseUrl);
     this.checkpoint();
 

@@ -3,10 +3,10 @@
 // The only way migrations reach a DATABASE_URL database: the coordinator never
 // migrates in production mode (it refuses to start while any are pending).
 import path from "node:path";
-import { Migration, runner } from "node-pg-migrate";
+import { Migration } from "node-pg-migrate";
 import { ConfigError, loadConfig } from "./config/index.js";
-import { MIGRATIONS_DIR, MIGRATIONS_TABLE, pendingMigrations } from "./store/postgres/migrate.js";
-import pg from "pg";
+import { openClient } from "./store/postgres/db.js";
+import { migrate, MIGRATIONS_DIR, pendingMigrations } from "./store/postgres/migrate.js";
 
 const USAGE = "usage: npm run migrate -- up [N] | down [N] | create NAME";
 
@@ -40,17 +40,8 @@ async function main(argv: string[]): Promise<void> {
     case "up":
     case "down": {
       const url = databaseUrl();
-      await runner({
-        databaseUrl: url,
-        dir: MIGRATIONS_DIR,
-        direction: command,
-        count: count(arg, command === "up" ? Infinity : 1),
-        migrationsTable: MIGRATIONS_TABLE,
-        singleTransaction: true,
-        log: (msg: string) => process.stdout.write(`${msg}\n`),
-      });
-      const client = new pg.Client({ connectionString: url });
-      await client.connect();
+      await migrate(url, command, count(arg, command === "up" ? Infinity : 1), (msg: string) => process.stdout.write(`${msg}\n`));
+      const client = await openClient({ connectionString: url });
       try {
         const pending = await pendingMigrations(client);
         process.stdout.write(pending.length === 0 ? "schema is current\n" : `${pending.length} migration(s) pending\n`);

@@ -2,7 +2,7 @@
 // PostgreSQL, with workers that die. Every test is bounded in time and kills what it started.
 import { createHash } from "node:crypto";
 import http from "node:http";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
@@ -299,6 +299,194 @@ describe("PostgreSQL restarts", () => {
       await cluster.stop().catch(() => {});
     }
   }, 90_000);
+});
+
+/** `pg_ctl stop -m MODE` by hand (pg_ctl refuses to run as root): signal the postmaster, wait for it to go. */
+async function stopPostgres(dataDir: string, mode: "fast" | "immediate"): Promise<void> {
+  const pid = Number(readFileSync(path.join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
+  process.kill(pid, mode === "fast" ? "SIGINT" : "SIGQUIT");
+  await until(() => {
+    try {
+      process.kill(pid, 0);
+      return false;
+    } catch {
+      return true;
+    }
+  }, 30_000);
+}
+
+/** Polls cond every 50 ms until it holds; throws after timeoutMs. */
+async function until(cond: () => boolean | Promise<boolean>, timeoutMs: number, what = "condition"): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe("PostgreSQL restarts under load", () => {
+  let pgDir: string | undefined;
+  afterAll(() => {
+    if (pgDir) rmSync(pgDir, { recursive: true, force: true });
+  });
+
+  it("with workers, parked long polls, a watch stream and readiness probes running, fast and immediate restarts kill no coordinator and lose or double nothing", async () => {
+    pgDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-restarts-"));
+    chmodSync(pgDir, 0o755);
+    const port = await freePort();
+    const dataDir = path.join(pgDir, "db");
+    let cluster: EmbeddedDatabase = await startEmbeddedPostgres({ dataDir, port, persistent: true });
+    try {
+      const c0 = new pg.Client({ connectionString: cluster.url });
+      await c0.connect();
+      await c0.query("CREATE DATABASE leasehold");
+      await c0.end();
+      const url = cluster.urlFor("leasehold");
+      await migrate(url, "up");
+      const coordinators = await startCoordinators(3, { DATABASE_URL: url, PG_POOL_MAX: "4", REQUEST_TIMEOUT_MS: "3000", PG_CONNECT_TIMEOUT_MS: "1000" });
+      const exits = coordinators.map((c) => c.proc.exited.then((e) => ({ ...e, stderr: c.proc.stderr() })));
+      const base = (i: number) => coordinators[i % coordinators.length].base;
+      expect((await call(base(0), "PUT", "/workloads/churn", { lease_seconds: 4, max_attempts: 20 })).status).toBe(200);
+      expect((await call(base(0), "PUT", "/workloads/quiet", {})).status).toBe(200);
+      const TOTAL = 3000;
+      const created = await call(base(0), "POST", "/jobs", { workload: "churn", tasks: manyTasks(TOTAL) }, 60_000);
+      expect(created.status).toBe(201);
+      const jobId = (created.body!.job as { id: string }).id;
+
+      const accepted = new Map<string, Claim[]>();
+      const statuses = new Map<number, number>();
+      const count = (s: number) => statuses.set(s, (statuses.get(s) ?? 0) + 1);
+      let done = 0;
+      let finished = false;
+      const deadline = Date.now() + 240_000;
+      const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+      // Workers: claim five, then one result per task, retried through outages until it is
+      // accepted (200) or the lease has moved on (409: the task comes back to someone else).
+      const worker = async (w: number) => {
+        const me = `w${w}`;
+        while (!finished && Date.now() < deadline) {
+          const claim = await call(base(w), "POST", "/tasks/claim", { worker_id: me, workloads: ["churn"], max_tasks: 5 });
+          count(claim.status);
+          if (claim.status !== 200) {
+            await pause(claim.status === 204 ? 20 : 100);
+            continue;
+          }
+          for (const t of claim.body!.tasks as Array<{ id: string; attempt: number }>) {
+            for (;;) {
+              const res = await call(base(w), "POST", `/tasks/${t.id}/result`, { worker_id: me, attempt: t.attempt, result_uri: `s3://out/${t.id}`, result_sha256: SHA });
+              count(res.status);
+              if (res.status === 200) {
+                accepted.set(t.id, [...(accepted.get(t.id) ?? []), { worker: me, attempt: t.attempt }]);
+                done++;
+              }
+              if (res.status === 200 || res.status === 409 || Date.now() > deadline) break;
+              await pause(100);
+            }
+          }
+        }
+      };
+      // Long polls parked on a workload that never gets work, on every coordinator.
+      const parked = async (i: number) => {
+        while (!finished && Date.now() < deadline) {
+          const res = await call(base(i), "POST", "/tasks/claim", { worker_id: `idle${i}`, workloads: ["quiet"], wait_seconds: 2 });
+          count(res.status);
+          if (res.status !== 204) await pause(100);
+        }
+      };
+      // Readiness probes, as a load balancer would send them.
+      const readiness = coordinators.map(() => 0);
+      const probe = async (i: number) => {
+        while (!finished && Date.now() < deadline) {
+          readiness[i] = (await call(base(i), "GET", "/readyz", undefined, 2000)).status;
+          await pause(100);
+        }
+      };
+      // A WatchJob stream (SSE), reopened whenever an outage ends it, until it reports the job final.
+      let watchFinal = "";
+      let watchOpens = 0;
+      const watch = async () => {
+        while (!watchFinal && !finished && Date.now() < deadline) {
+          watchOpens++;
+          await new Promise<void>((resolve) => {
+            const req = http.get(new URL(`/jobs/${jobId}/events`, base(watchOpens)), { agent: false }, (res) => {
+              let buf = "";
+              res.setEncoding("utf8");
+              res.on("data", (d: string) => {
+                buf += d;
+                const m = /"status":"(JOB_STATUS_(?:COMPLETED|FAILED|CANCELLED))"/.exec(buf);
+                if (m) watchFinal = m[1];
+                buf = buf.slice(-200);
+              });
+              res.on("end", resolve);
+              res.on("error", () => resolve());
+            });
+            req.on("error", () => resolve());
+          });
+          if (!watchFinal) await pause(200);
+        }
+      };
+      // A coordinator that exits fails the test at once, with what it printed.
+      const alive = () => {
+        const dead = coordinators.find((c) => c.proc.child.exitCode !== null || c.proc.child.signalCode !== null);
+        if (dead) throw new Error(`a coordinator exited (${dead.proc.child.exitCode ?? dead.proc.child.signalCode}):\n${dead.proc.stderr().slice(-3000)}`);
+        return true;
+      };
+      const allReady = (status: number) => alive() && readiness.every((s) => s === status);
+
+      const chaos = (async () => {
+        for (const mode of ["fast", "immediate", "fast", "immediate"] as const) {
+          const before = done;
+          await until(() => alive() && (done >= before + 300 || Date.now() > deadline), 120_000, "progress before a restart");
+          await stopPostgres(dataDir, mode);
+          await until(() => allReady(503), 30_000, `every coordinator unready after -m ${mode}`);
+          cluster = await startEmbeddedPostgres({ dataDir, port, persistent: true });
+          await until(() => allReady(200), 30_000, `every coordinator ready again after -m ${mode}`);
+        }
+      })();
+
+      const watching = watch();
+      const load = Promise.all([
+        ...Array.from({ length: 12 }, (_, w) => worker(w)),
+        ...coordinators.map((_, i) => parked(i)),
+        ...coordinators.map((_, i) => probe(i)),
+      ]);
+      // On a failure, stop the load before reporting it.
+      await chaos.catch((err: unknown) => {
+        finished = true;
+        throw err;
+      });
+      await until(() => done >= TOTAL || Date.now() > deadline, 240_000, "every task completed");
+      await until(() => watchFinal !== "" || Date.now() > deadline, 30_000, "the watch stream to see the job final");
+      finished = true;
+      await Promise.all([load, watching]);
+
+      // Every coordinator is still the process that was started, and each is ready.
+      for (const c of coordinators) expect(c.proc.child.exitCode, c.proc.stderr()).toBeNull();
+      expect(await Promise.race([Promise.all(exits), pause(10).then(() => "running")])).toBe("running");
+      for (const c of coordinators) expect((await call(c.base, "GET", "/readyz")).status).toBe(200);
+      expect(watchFinal).toBe("JOB_STATUS_COMPLETED");
+      // Outages are 503 (or 504 at a deadline), never a 500.
+      expect([...statuses.keys()].filter((s) => s >= 500 && s !== 503 && s !== 504)).toEqual([]);
+      expect(statuses.get(0) ?? 0).toBe(0);
+
+      const check = new pg.Client({ connectionString: url });
+      await check.connect();
+      try {
+        const { rows } = await check.query(`SELECT id, status, lease_owner, attempt FROM tasks`);
+        expect(rows.filter((r) => r.status !== "completed")).toEqual([]);
+        // Each task accepted exactly once, and the row holds that acceptance.
+        expect(accepted.size).toBe(TOTAL);
+        for (const r of rows) expect(accepted.get(r.id)).toEqual([{ worker: r.lease_owner, attempt: r.attempt }]);
+        const { rows: job } = await check.query(`SELECT status FROM jobs WHERE id = $1`, [jobId]);
+        expect(job[0].status).toBe("completed");
+      } finally {
+        await check.end();
+      }
+    } finally {
+      await cluster.stop().catch(() => {});
+    }
+  }, 300_000);
 });
 
 describe("overload", () => {

@@ -11,6 +11,8 @@ export interface PoolOptions {
   /** longest wait for a connection (new or from the pool's queue) before UNAVAILABLE */
   connectTimeoutMs: number;
   applicationName?: string;
+  /** Told of a connection that failed while checked out (logging only; the caller's query fails too). */
+  onClientError?: (err: Error) => void;
 }
 
 export function createPool(opts: PoolOptions): pg.Pool {
@@ -32,7 +34,33 @@ export function createPool(opts: PoolOptions): pg.Pool {
   // An idle client whose server went away (restart, failover) emits here; without a listener
   // the process would crash. The pool drops that client and the next checkout connects anew.
   pool.on("error", () => {});
+  // A checked-out client has no pool listener: pg-pool removes its idle listener on checkout.
+  // When the server ends the session under it (57P01 at a fast shutdown, a crash, a network cut)
+  // pg emits `error` on the client itself, and an `error` with no listener ends the process.
+  // The query that was running rejects with the same error (the request answers 503) and
+  // withClient releases the client as broken, so the listener only has to exist.
+  pool.on("connect", (client) => {
+    client.on("error", (err) => opts.onClientError?.(err));
+  });
   return pool;
+}
+
+/**
+ * A standalone connection (setup, migrations, checks) that cannot take the process down: pg
+ * emits `error` on a client whose server goes away, even between queries, and the process ends
+ * on an `error` with no listener. A query in flight rejects with the same error, so the caller
+ * still sees the failure.
+ */
+export async function openClient(config: pg.ClientConfig): Promise<pg.Client> {
+  const client = new pg.Client(config);
+  client.on("error", () => {});
+  try {
+    await client.connect();
+  } catch (err) {
+    await client.end().catch(() => {});
+    throw err;
+  }
+  return client;
 }
 
 const UNAVAILABLE_CODES = new Set(["57P01", "57P02", "57P03", "53300", "53400", "ECONNREFUSED", "ECONNRESET", "ENOTFOUND", "EPIPE", "ETIMEDOUT"]);
@@ -106,15 +134,14 @@ export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefine
 export async function cancelBackend(pool: pg.Pool, client: pg.PoolClient): Promise<void> {
   const pid = (client as unknown as { processID?: number }).processID;
   if (!pid) return;
-  const canceller = new pg.Client((pool as unknown as { options: pg.ClientConfig }).options);
-  canceller.on("error", () => {});
+  let canceller: pg.Client | undefined;
   try {
-    await canceller.connect();
+    canceller = await openClient((pool as unknown as { options: pg.ClientConfig }).options);
     await canceller.query("SELECT pg_cancel_backend($1)", [pid]);
   } catch {
     // Best effort: statement_timeout still bounds the query.
   } finally {
-    await canceller.end().catch(() => {});
+    await canceller?.end().catch(() => {});
   }
 }
 

@@ -3,21 +3,29 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { runner } from "node-pg-migrate";
+import { openClient } from "./db.js";
 
 /** The source migrations folder (tsc does not copy .sql files, so never a build output). */
 export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../migrations");
 export const MIGRATIONS_TABLE = "pgmigrations";
 
-export async function migrate(databaseUrl: string, direction: "up" | "down", count?: number): Promise<void> {
-  await runner({
-    databaseUrl,
-    dir: MIGRATIONS_DIR,
-    direction,
-    count: count ?? (direction === "up" ? Infinity : 1),
-    migrationsTable: MIGRATIONS_TABLE,
-    singleTransaction: true,
-    log: () => {},
-  });
+export async function migrate(databaseUrl: string, direction: "up" | "down", count?: number, log: (msg: string) => void = () => {}): Promise<void> {
+  // Our own connection rather than the runner's, which has no `error` listener: a database
+  // restart during a migration must fail the migration, not end the process.
+  const dbClient = await openClient({ connectionString: databaseUrl });
+  try {
+    await runner({
+      dbClient,
+      dir: MIGRATIONS_DIR,
+      direction,
+      count: count ?? (direction === "up" ? Infinity : 1),
+      migrationsTable: MIGRATIONS_TABLE,
+      singleTransaction: true,
+      log,
+    });
+  } finally {
+    await dbClient.end().catch(() => {});
+  }
 }
 
 /** Migration names the code expects, oldest first. */

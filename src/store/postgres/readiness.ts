@@ -1,13 +1,13 @@
 // Database checks main needs outside the queue itself: creating the embedded
 // database on first start, and the /readyz probe.
-import pg from "pg";
+import type pg from "pg";
+import { openClient } from "./db.js";
 import { pendingMigrations } from "./migrate.js";
 
 /** Creates `database` on the cluster behind adminUrl unless it exists. Returns true if created. */
 export async function ensureDatabase(adminUrl: string, database: string): Promise<boolean> {
   if (!/^[a-z_][a-z0-9_]*$/.test(database)) throw new Error(`unsafe database name ${JSON.stringify(database)}`);
-  const client = new pg.Client({ connectionString: adminUrl });
-  await client.connect();
+  const client = await openClient({ connectionString: adminUrl });
   try {
     const { rowCount } = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [database]);
     if (rowCount) return false;
