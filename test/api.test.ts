@@ -469,6 +469,41 @@ async function fetchRaw(method: string, path: string, body: Buffer): Promise<Res
   return { status: res.status, headers: res.headers, text, body: text ? JSON.parse(text) : undefined };
 }
 
+describe("one JSON shape on REST and Connect JSON", () => {
+  const workload = "json_shape";
+  /** A Connect unary call with a JSON body, as a plain HTTP client sends it. */
+  const connect = async (method: string, body: unknown) => {
+    const res = await fetch(`${base}/leasehold.queue.v1.QueueService/${method}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    return { status: res.status, body: (await res.json()) as Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any
+  };
+
+  it("answers with proto field names and every field present, defaults included, as REST does", async () => {
+    expect((await connect("PutWorkload", { name: workload })).status).toBe(200);
+    const empty = await connect("ClaimTasks", { worker_id: "shape-1", workloads: [workload] });
+    expect(empty).toEqual({ status: 200, body: { tasks: [] } });
+    const created = await connect("CreateJob", {
+      workload,
+      tasks: [{ chunkIndex: 0, input_uri: "s3://in/0", inputSha256: sha("shape") }],
+    });
+    expect(created.status).toBe(200);
+    expect(created.body.tasks[0]).toMatchObject({ chunk_index: 0, attempt: 0, priority: 0, status: "TASK_STATUS_PENDING" });
+    const viaConnect = await connect("ClaimTasks", { worker_id: "shape-1", workloads: [workload] });
+    const task = viaConnect.body.tasks[0];
+    expect(task).toMatchObject({ chunk_index: 0, attempt: 1, lease_owner: "shape-1", job_id: created.body.job.id });
+    expect(task.lease_expires_at).toMatch(/^\d{4}-\d\d-\d\dT.*Z$/);
+    expect(Object.keys(task).filter((k) => /[A-Z]/.test(k))).toEqual([]);
+    // The same task read over REST has the same keys.
+    const job = await rest("GET", `/jobs/${created.body.job.id}`);
+    const viaRest = await connect("GetJob", { job_id: created.body.job.id });
+    expect(Object.keys(viaRest.body.job).sort()).toEqual(Object.keys(job.body.job).sort());
+    expect(viaRest.body.job.priority).toBe(0);
+  });
+});
+
 describe("request ids, health and logs", () => {
   it("keeps a sane X-Request-Id and replaces an insane one", async () => {
     const kept = await rest("GET", "/workloads", undefined, { "x-request-id": "abc-123.def:4_5" });

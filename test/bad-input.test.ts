@@ -10,12 +10,14 @@
 // a leased task (so lease calls reach the lease checks and a complete/fail/progress
 // report that wrongly passed would change it) and a job that was never claimed
 // (so a retry that wrongly passed would change it).
+import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import http from "node:http";
 import net from "node:net";
+import { promisify } from "node:util";
 import type pg from "pg";
 import { pino } from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { LIMITS } from "../src/queue/validation.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
@@ -27,6 +29,7 @@ const W = "bi_main";
 const W_SCHEMA = "bi_schema";
 const WORKER = "bi-worker";
 const SERVICE = "/leasehold.queue.v1.QueueService";
+const execFileAsync = promisify(execFile);
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const UNKNOWN_ID = "3f1e2d4c-5b6a-4978-8a9b-0c1d2e3f4a5b";
 const SQL = "'; DROP TABLE tasks; --";
@@ -226,6 +229,12 @@ rest("max_tasks beyond int32", "POST", "/tasks/claim", claim({ max_tasks: 2 ** 3
 rest("max_tasks fractional", "POST", "/tasks/claim", claim({ max_tasks: 2.5 }), "max_tasks");
 rest("lease_seconds over the limit", "POST", "/tasks/claim", claim({ lease_seconds: LIMITS.leaseSeconds.max + 1 }), "lease_seconds");
 rest("lease_seconds negative", "POST", "/tasks/claim", claim({ lease_seconds: -5 }), "lease_seconds");
+rest("max_tasks 0", "POST", "/tasks/claim", claim({ max_tasks: 0 }), "max_tasks");
+rest("claim lease_seconds 0", "POST", "/tasks/claim", claim({ lease_seconds: 0 }), "lease_seconds");
+rest("heartbeat lease_seconds 0", "POST", hb, lease({ lease_seconds: 0 }), "lease_seconds");
+rest("progress lease_seconds 0", "POST", prog, progress({ lease_seconds: 0 }), "lease_seconds");
+rest("workload max_attempts 0", "PUT", `/workloads/${W}`, { max_attempts: 0 }, "max_attempts");
+rest("workload lease_seconds 0", "PUT", `/workloads/${W}`, { lease_seconds: 0 }, "lease_seconds");
 rest("wait_seconds over the limit", "POST", "/tasks/claim", claim({ wait_seconds: LIMITS.waitSeconds.max + 1 }), "wait_seconds");
 rest("wait_seconds negative", "POST", "/tasks/claim", claim({ wait_seconds: -1 }), "wait_seconds");
 rest("wait_seconds 1e400", "POST", "/tasks/claim", raw(`{"worker_id": "w", "workloads": ["${W}"], "wait_seconds": 1e400}`), "wait_seconds");
@@ -589,10 +598,18 @@ rpc("max_pending_seconds negative", "PutWorkload", { name: W, max_pending_second
 rpc("max_pending_seconds over the limit", "PutWorkload", { name: W, max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
 rpc("max_pending_seconds: string", "PutWorkload", { name: W, max_pending_seconds: "a day" }, "max_pending_seconds");
 rpc("GET on ReportProgress", "ReportProgress", undefined, undefined, { status: 405, method: "GET", noBody: true });
-rpc("body over the limit", "CreateJob", () => job({ parameters: { blob: big(MAX_BODY_BYTES) } }), undefined, { status: 429, code: "resource_exhausted" });
-rpc("text/plain", "ClaimTasks", claim(), undefined, { status: 415, contentType: "text/plain", noBody: true });
-rpc("no content-type", "CreateJob", job(), undefined, { status: 415, contentType: null, noBody: true });
-rpc("multipart/form-data", "GetJob", raw("--b\r\n\r\nx\r\n--b--\r\n"), undefined, { status: 415, contentType: "multipart/form-data; boundary=b", noBody: true });
+rpc("body over the limit", "CreateJob", () => job({ parameters: { blob: big(MAX_BODY_BYTES) } }), undefined, { status: 413, code: "resource_exhausted" });
+rpc("text/plain", "ClaimTasks", claim(), /application\/json/, { status: 415, contentType: "text/plain" });
+rpc("no content-type", "CreateJob", job(), /application\/json/, { status: 415, contentType: null });
+rpc("form-urlencoded (urllib's default)", "ClaimTasks", raw("worker_id=w"), /application\/json/, { status: 415, contentType: "application/x-www-form-urlencoded" });
+rpc("multipart/form-data", "GetJob", raw("--b\r\n\r\nx\r\n--b--\r\n"), /application\/json/, { status: 415, contentType: "multipart/form-data; boundary=b" });
+// Optional fields: present and out of range is an error, 0 included; only an absent field takes the default.
+rpc("max_tasks 0", "ClaimTasks", claim({ max_tasks: 0 }), "max_tasks");
+rpc("claim lease_seconds 0", "ClaimTasks", claim({ lease_seconds: 0 }), "lease_seconds");
+rpc("renew lease_seconds 0", "RenewLease", (f) => withId(f, lease({ lease_seconds: 0 })), "lease_seconds");
+rpc("progress lease_seconds 0", "ReportProgress", (f) => withId(f, progress({ lease_seconds: 0 })), "lease_seconds");
+rpc("workload max_attempts 0", "PutWorkload", { name: W, max_attempts: 0 }, "max_attempts");
+rpc("workload lease_seconds 0", "PutWorkload", { name: W, lease_seconds: 0 }, "lease_seconds");
 rpc("unknown method", "Nope", {}, /Nope/, { status: 404, restShaped: true });
 rpc("unknown service", "/leasehold.queue.v1.Other/ClaimTasks", claim(), /Other/, { status: 404, restShaped: true });
 rpc("GET on ClaimTasks", "ClaimTasks", undefined, undefined, { status: 405, method: "GET", noBody: true });
@@ -803,6 +820,35 @@ describe("bad input", () => {
     const a = await sendRaw("GET /jobs/a b c HTTP/1.1\r\nhost: x\r\n\r\n");
     expect(a.head).toMatch(/^HTTP\/1\.1 4\d\d /);
     expect(a.head.toLowerCase(), a.head).toMatch(/\r\nx-request-id: \S+/);
+  });
+
+  it("Python's urllib, which sends a whole over-limit body before it reads, gets the 413 and its JSON error on REST and Connect", async () => {
+    const before = await snapshot();
+    // 20 MiB of JSON whitespace: urllib sends `Connection: close` and writes it all, then reads.
+    const script = `
+import json, sys, urllib.request, urllib.error
+body = b'{"workload": "${W}", "tasks": [' + b' ' * (20 * 1024 * 1024) + b']}'
+out = []
+for path in ["/jobs", "${SERVICE}/CreateJob"]:
+    req = urllib.request.Request(sys.argv[1] + path, data=body, method="POST", headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            out.append({"path": path, "status": r.status})
+    except urllib.error.HTTPError as e:
+        out.append({"path": path, "status": e.code, "body": json.loads(e.read()), "request_id": e.headers.get("x-request-id")})
+    except Exception as e:
+        out.append({"path": path, "error": repr(e)})
+print(json.dumps(out))
+`;
+    // Asynchronously: the server answering it runs in this process.
+    const r = await execFileAsync(inject("python"), ["-c", script, `http://127.0.0.1:${port}`], { encoding: "utf8", timeout: 60_000 });
+    const [restAnswer, connectAnswer] = JSON.parse(r.stdout) as Array<Record<string, any>>; // eslint-disable-line @typescript-eslint/no-explicit-any
+    expect(restAnswer).toMatchObject({ status: 413, body: { error: { code: "resource_exhausted" } } });
+    expect(restAnswer.body.error.request_id).toBe(restAnswer.request_id);
+    expect(restAnswer.body.error.message).toContain(String(MAX_BODY_BYTES));
+    expect(connectAnswer).toMatchObject({ status: 413, body: { code: "resource_exhausted" } });
+    expect(connectAnswer.request_id).toBeTruthy();
+    expect(await snapshot()).toEqual(before);
   });
 
   it("wrote nothing across the whole table, and every table is still there", async () => {

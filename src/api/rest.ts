@@ -44,6 +44,7 @@ import {
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
+import { endResponse, readBody } from "./body.js";
 import { HttpError, mapError, restErrorBody } from "./errors.js";
 import { requestInfoKey, type QueueServiceImpl, type RequestInfo } from "./service.js";
 
@@ -169,24 +170,6 @@ export function isRestPath(pathname: string): boolean {
   return matchPath(pathname).length > 0;
 }
 
-/** Reads the whole body, refusing more than maxBytes without buffering past the limit. */
-async function readBody(req: NodeRequest, maxBytes: number): Promise<Buffer> {
-  const declared = req.headers["content-length"];
-  if (declared !== undefined && Number(declared) > maxBytes) {
-    throw new HttpError(Code.ResourceExhausted, `request body exceeds ${maxBytes} bytes`, 413, { connection: "close" });
-  }
-  const chunks: Buffer[] = [];
-  let total = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    total += chunk.length;
-    if (total > maxBytes) {
-      throw new HttpError(Code.ResourceExhausted, `request body exceeds ${maxBytes} bytes`, 413, { connection: "close" });
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, total);
-}
-
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 function isJsonContentType(value: string | undefined): boolean {
@@ -291,7 +274,7 @@ export function writeJson(res: NodeResponse, status: number, body: unknown, head
   res.setHeader("content-type", "application/json");
   res.setHeader("content-length", Buffer.byteLength(text));
   res.statusCode = status;
-  res.end(text);
+  endResponse(res, text);
 }
 
 export function writeError(res: NodeResponse, err: unknown, info: RequestInfo): void {

@@ -23,6 +23,7 @@ import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/q
 import type { QueueService } from "../queue/service.js";
 import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
+import { refuseBeforeConnect } from "./connect-precheck.js";
 import { HttpError, REQUEST_ID_HEADER } from "./errors.js";
 import { handleRest, isRestPath, writeError, writeJson, type NodeRequest, type NodeResponse } from "./rest.js";
 import { createQueueServiceImpl, requestInfoKey, type RequestInfo } from "./service.js";
@@ -77,7 +78,16 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   // Same rules as REST: a field this server does not know is an error, not silently dropped, and
   // a body that is not UTF-8 is refused (connect-es' default decoder would replace bad bytes with U+FFFD).
   // textDecoder is read by connect-es' JSON serialization though its option type does not list it.
-  const jsonOptions = { ignoreUnknownFields: false, textDecoder: new TextDecoder("utf-8", { fatal: true }) };
+  // Answers have the one JSON shape of the contract on every transport, the one REST uses: proto
+  // field names, and every field present with its default (chunk 0 has a chunk_index, an empty
+  // claim a "tasks": []), so a client can index into an answer without guarding each key.
+  // Either spelling is still accepted on input.
+  const jsonOptions = {
+    ignoreUnknownFields: false,
+    textDecoder: new TextDecoder("utf-8", { fatal: true }),
+    useProtoFieldName: true,
+    alwaysEmitImplicit: true,
+  };
   const connectHandler = connectNodeAdapter({
     routes: (router) => router.service(QueueServiceDesc, impl),
     readMaxBytes: opts.maxBodyBytes,
@@ -191,6 +201,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
         return;
       }
       info.protocol = protocolOf(req);
+      if (refuseBeforeConnect(req, res, info, opts.maxBodyBytes)) return;
       connectHandler(req, res);
     } catch (err) {
       writeError(res, err, info);

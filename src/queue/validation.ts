@@ -243,8 +243,8 @@ export function validateClaim(input: ClaimTasksInput): NormalizedClaim {
   if (!Array.isArray(input.workloads) || input.workloads.length === 0) fail("workloads", "must name at least one workload");
   if (input.workloads.length > 64) fail("workloads", "must name at most 64 workloads");
   const workloads = [...new Set(input.workloads.map((w, i) => requireWorkloadName(`workloads[${i}]`, w)))];
-  const maxTasks = optionalInt("max_tasks", input.maxTasks || undefined, 1, LIMITS.maxClaimBatch) ?? 1;
-  const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max);
+  const maxTasks = optionalInt("max_tasks", input.maxTasks, 1, LIMITS.maxClaimBatch) ?? 1;
+  const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max);
   const waitSeconds = optionalInt("wait_seconds", input.waitSeconds, LIMITS.waitSeconds.min, LIMITS.waitSeconds.max) ?? 0;
   return { workerId, workloads, maxTasks, leaseSeconds, waitSeconds };
 }
@@ -260,7 +260,7 @@ export function validateLeaseRef(input: LeaseRef): LeaseRef {
 export function validateRenew(input: RenewLeaseInput): RenewLeaseInput {
   return {
     ...validateLeaseRef(input),
-    leaseSeconds: optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max),
+    leaseSeconds: optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max),
   };
 }
 
@@ -307,8 +307,8 @@ export function validatePutWorkload(
   defaults: { maxAttempts: number; leaseSeconds: number },
 ): { name: string; maxAttempts: number; leaseSeconds: number; parametersSchema: JsonObject | null; maxPendingSeconds: number | null } {
   const name = requireWorkloadName("name", input.name);
-  const maxAttempts = optionalInt("max_attempts", input.maxAttempts || undefined, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
-  const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds;
+  const maxAttempts = optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
+  const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds;
   const schema = input.parametersSchema;
   const parametersSchema =
     schema === undefined || schema === null || Object.keys(schema).length === 0
@@ -346,7 +346,7 @@ export function validateReportProgress(input: ReportProgressInput): Required<Pic
     progress,
     message: message?.replace(CONTROL_CHARS, " "),
     partialResultUri: input.partialResultUri ? requireUri("partial_result_uri", input.partialResultUri) : undefined,
-    leaseSeconds: optionalInt("lease_seconds", input.leaseSeconds || undefined, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max),
+    leaseSeconds: optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max),
   };
 }
 

@@ -571,7 +571,8 @@ export type CreateJobRequest = Message<"leasehold.queue.v1.CreateJobRequest"> & 
   priority: number;
 
   /**
-   * Attempts per task; unset means the workload's max_attempts.
+   * Attempts per task, 1–100; unset means the workload's max_attempts. A value
+   * that is present is checked as given: 0 is INVALID_ARGUMENT, not "unset".
    *
    * @generated from field: optional int32 max_attempts = 6;
    */
@@ -656,14 +657,15 @@ export type ClaimTasksRequest = Message<"leasehold.queue.v1.ClaimTasksRequest"> 
   workloads: string[];
 
   /**
-   * Most tasks to lease; default 1, at most 100.
+   * Most tasks to lease, 1–100; unset means 1. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_tasks = 3;
    */
   maxTasks?: number | undefined;
 
   /**
-   * Lease length; unset means each workload's lease_seconds.
+   * Lease length, 1–86,400 seconds; unset means each workload's lease_seconds.
+   * Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 4;
    */
@@ -734,7 +736,8 @@ export type RenewLeaseRequest = Message<"leasehold.queue.v1.RenewLeaseRequest"> 
   attempt: number;
 
   /**
-   * New lease length from now; unset means the workload's lease_seconds.
+   * New lease length from now, 1–86,400 seconds; unset means the workload's
+   * lease_seconds. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 4;
    */
@@ -1226,14 +1229,16 @@ export type PutWorkloadRequest = Message<"leasehold.queue.v1.PutWorkloadRequest"
   name: string;
 
   /**
-   * Attempts per task; unset means the server default (DEFAULT_MAX_ATTEMPTS).
+   * Attempts per task, 1–100; unset means the server default
+   * (DEFAULT_MAX_ATTEMPTS). Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_attempts = 2;
    */
   maxAttempts?: number | undefined;
 
   /**
-   * Lease length of claims; unset means the server default (DEFAULT_LEASE_SECONDS).
+   * Lease length of claims, 1–86,400 seconds; unset means the server default
+   * (DEFAULT_LEASE_SECONDS). Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 3;
    */
@@ -1368,7 +1373,8 @@ export type ReportProgressRequest = Message<"leasehold.queue.v1.ReportProgressRe
   partialResultUri: string;
 
   /**
-   * New lease length from now; unset means the workload's lease_seconds.
+   * New lease length from now, 1–86,400 seconds; unset means the workload's
+   * lease_seconds. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 7;
    */
@@ -1601,7 +1607,8 @@ export type RetryJobRequest = Message<"leasehold.queue.v1.RetryJobRequest"> & {
   jobId: string;
 
   /**
-   * Fresh attempts each retried task gets; unset means the workload's max_attempts.
+   * Fresh attempts each retried task gets, 1–100; unset means the workload's
+   * max_attempts. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_attempts = 2;
    */
