@@ -1,6 +1,4 @@
 #!/usr/bin/env node
-// Launcher of the `leasehold` command (src/cli.ts, run through tsx like the rest of the project).
-import { register } from "tsx/esm/api";
-
-register();
-await import("../src/cli.ts");
+// Launcher of the `leasehold` command: the compiled CLI (dist/src/cli.js, built by `npm run build`,
+// which `npm ci` / `npm install` run on their own through `prepare`).
+await import("../dist/src/cli.js");

@@ -608,7 +608,7 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
-/** True when this module is the program (node src/cli.ts, bin/leasehold.js or its npm symlink), not an import. */
+/** True when this module is the program (node src/cli.ts, dist/src/cli.js, bin/leasehold.js or its npm symlink), not an import. */
 function isProgram(): boolean {
   const script = process.argv[1];
   if (script === undefined) return false;
@@ -619,7 +619,9 @@ function isProgram(): boolean {
     return false;
   }
   const self = fileURLToPath(import.meta.url);
-  return real === self || real === path.resolve(path.dirname(self), "../bin/leasehold.js");
+  // bin/leasehold.js sits at the project root, above src/ (run from source) or dist/src/ (the build).
+  const bins = [path.resolve(path.dirname(self), "../bin/leasehold.js"), path.resolve(path.dirname(self), "../../bin/leasehold.js")];
+  return real === self || bins.includes(real);
 }
 
 if (isProgram()) process.exitCode = await main(process.argv.slice(2));

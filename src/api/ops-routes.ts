@@ -1,0 +1,65 @@
+// The operational routes beside the API: GET /healthz (the process answers), GET /readyz (the
+// database answers and the schema is current) and GET /metrics (Prometheus).
+import { Code } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import type { ApiMetrics } from "../telemetry/metrics.js";
+import type { Authenticator } from "./auth.js";
+import { HttpError } from "./errors.js";
+import { writeJson, type NodeRequest, type NodeResponse } from "./rest.js";
+import type { RequestInfo } from "./service.js";
+
+export interface OpsRoutesOptions {
+  logger: Logger;
+  readiness: () => Promise<{ ready: boolean; detail?: string }>;
+  /** With tokens configured, /metrics needs a valid token of any role; /healthz and /readyz stay open. */
+  auth?: Authenticator;
+  /** Undefined: /metrics is a 404 (answered by the API's fallback). */
+  metrics?: ApiMetrics;
+}
+
+export type OpsRoutes = (req: NodeRequest, res: NodeResponse, pathname: string, info: RequestInfo) => Promise<boolean>;
+
+function allowGet(req: NodeRequest, pathname: string): void {
+  if (req.method !== "GET" && req.method !== "HEAD") {
+    throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${pathname}`, 405, { allow: "GET, HEAD" });
+  }
+}
+
+/** Serves pathname if it is an operational route (resolving true); errors are thrown as HttpError / queue errors. */
+export function createOpsRoutes(opts: OpsRoutesOptions): OpsRoutes {
+  return async (req, res, pathname, info) => {
+    if (pathname === "/healthz" || pathname === "/readyz") {
+      info.protocol = "http";
+      info.operation = pathname.slice(1);
+      allowGet(req, pathname);
+      if (pathname === "/healthz") {
+        writeJson(res, 200, { status: "ok" });
+        return true;
+      }
+      let r: { ready: boolean; detail?: string };
+      try {
+        r = await opts.readiness();
+      } catch (err) {
+        opts.logger.warn({ err, request_id: info.requestId }, "readiness check failed");
+        r = { ready: false, detail: "readiness check failed" };
+      }
+      writeJson(res, r.ready ? 200 : 503, r.ready ? { status: "ready" } : { status: "not_ready", detail: r.detail ?? "" });
+      return true;
+    }
+    if (pathname === "/metrics" && opts.metrics) {
+      info.protocol = "http";
+      info.operation = "metrics";
+      allowGet(req, pathname);
+      // With tokens configured, any valid token may scrape (UnauthenticatedError: 401 in the REST error shape).
+      if (opts.auth) info.role = opts.auth.authenticate(req.headers.authorization).role;
+      const text = await opts.metrics.render();
+      res.statusCode = 200;
+      res.setHeader("content-type", opts.metrics.contentType);
+      res.setHeader("content-length", Buffer.byteLength(text));
+      if (req.method === "HEAD") res.end();
+      else res.end(text);
+      return true;
+    }
+    return false;
+  };
+}
