@@ -192,7 +192,8 @@ class Coordinator {
       const why = recent.filter((l) => /FATAL|ERROR|HINT|already|in use/.test(l)).join(" | ") || (err instanceof Error ? err.message : String(err));
       throw new StartupError(
         `embedded PostgreSQL failed to start in ${dataDir} on port ${config.embeddedPort}: ${why || "no detail"} ` +
-          "(another instance still running? see `pgrep -a postgres`; or set EMBEDDED_PG_PORT)",
+          "(another instance still running on this data directory or port? see `pgrep -a postgres`; " +
+          "or give this one its own: EMBEDDED_PG_DIR=<another data directory> and EMBEDDED_PG_PORT=<another port>)",
       );
     }
     this.embedded = { db, dataDir };

@@ -582,6 +582,8 @@ describe("deadlines and unexpected errors", () => {
       retryJob: (i, o) => real.retryJob(i, o),
       listJobs: (i, o) => real.listJobs(i, o),
       watchJob: (i, o) => real.watchJob(i, o),
+      listTasks: (i, o) => real.listTasks(i, o),
+      getTask: (i, o) => real.getTask(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };
