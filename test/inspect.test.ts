@@ -342,6 +342,12 @@ describe.each(transports)("over %s", (label, makeTransport) => {
     // The failing event carries the worker's message.
     const failedEvent = resumed.find((m) => m.update.case === "event" && m.update.value.taskStatus === TaskStatus.FAILED);
     expect(failedEvent?.update.value).toMatchObject({ chunkIndex: 2, errorCode: "oom", errorMessage: "out of memory at step 12" });
+    // An id that cannot be an event's is refused, naming the field.
+    const negative = await rpcError((async () => {
+      for await (const m of client.watchJob({ jobId: s.jobId, afterEventId: -3n })) void m;
+    })());
+    expect(negative.code).toBe(Code.InvalidArgument);
+    expect(negative.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["after_event_id"]);
     // Resumed after the last event: nothing is left, and the job is final.
     const none = [];
     for await (const m of client.watchJob({ jobId: s.jobId, afterEventId: BigInt(all.at(-1)!) })) none.push(m);
