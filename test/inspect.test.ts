@@ -584,3 +584,68 @@ describe("ConnectError details", () => {
     expect(fromBinary(BadRequestSchema, status.details[0].value).fieldViolations.map((v) => v.field)).toEqual(["task_id"]);
   });
 });
+
+describe("attempts from the event log (store)", () => {
+  const workload = "insp_store";
+
+  beforeAll(async () => {
+    await queue.putWorkload({ name: workload, maxAttempts: 3, leaseSeconds: 60 });
+  });
+
+  it("a claim that takes an expired lease back ends the previous attempt as LEASE_EXPIRED; progress belongs to its attempt", async () => {
+    const { job, tasks } = await queue.createJob({ workload, inputUri: "s3://insp/store", inputSha256: sha("store") });
+    const [first] = await queue.claimTasks({ workerId: "store-a", workloads: [workload] });
+    await queue.reportProgress({ taskId: first.id, workerId: "store-a", attempt: 1, progress: 0.3, message: "a third" });
+    await queue.reportProgress({ taskId: first.id, workerId: "store-a", attempt: 1, progress: 0.6, message: "two thirds" });
+    // The lease runs out and another worker's claim takes the task back (no reaper in between).
+    await pool.query("UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [first.id]);
+    const [second] = await queue.claimTasks({ workerId: "store-b", workloads: [workload] });
+    expect([second.id, second.attempt]).toEqual([first.id, 2]);
+    const { rows } = await pool.query("SELECT status, previous_status, attempt FROM task_events WHERE task_id = $1 AND kind = 'task_status' ORDER BY id", [first.id]);
+    expect(rows.at(-1)).toEqual({ status: "leased", previous_status: "leased", attempt: 2 });
+
+    const detail = await queue.getTask(first.id);
+    expect(detail.task.id).toBe(tasks[0].id);
+    expect(detail.attempts.map((a) => [a.attempt, a.workerId, a.outcome, a.errorCode, a.retried])).toEqual([
+      [1, "store-a", "lease_expired", "lease_expired", true],
+      [2, "store-b", "running", null, false],
+    ]);
+    expect(detail.attempts[0].lastProgress).toMatchObject({ progress: 0.6, message: "two thirds" });
+    expect(detail.attempts[0].endedAt?.getTime()).toBe(detail.attempts[1].leasedAt.getTime());
+    expect(detail.attempts[1].lastProgress).toBeNull();
+
+    await queue.completeTask({ taskId: first.id, workerId: "store-b", attempt: 2, resultUri: "s3://insp/store-out", resultSha256: sha("store-out") });
+    const page = await queue.listTasks({ jobId: job.id, status: "completed" });
+    expect(page.tasks.map((t) => t.attempts.map((a) => a.outcome))).toEqual([["lease_expired", "completed"]]);
+    expect((await queue.getJobStatus(job.id)).failure).toBeNull();
+  });
+
+  it("a retried job keeps its earlier attempts; its failure goes away and comes back with the new one", async () => {
+    const { job, tasks } = await queue.createJob({ workload, inputUri: "s3://insp/retry", inputSha256: sha("retry"), maxAttempts: 1 });
+    const [t] = await queue.claimTasks({ workerId: "store-c", workloads: [workload] });
+    expect(t.id).toBe(tasks[0].id);
+    await queue.failTask({ taskId: t.id, workerId: "store-c", attempt: 1, errorCode: "disk_full", errorMessage: "no space left" });
+    expect((await queue.getJobStatus(job.id)).failure).toMatchObject({ taskId: t.id, errorCode: "disk_full", errorMessage: "no space left", attempt: 1, workerId: "store-c" });
+    await queue.retryJob({ jobId: job.id, maxAttempts: 1 });
+    expect((await queue.getJobStatus(job.id)).failure).toBeNull();
+    const [again] = await queue.claimTasks({ workerId: "store-d", workloads: [workload] });
+    await queue.failTask({ taskId: again.id, workerId: "store-d", attempt: 2, errorCode: "segfault", errorMessage: "signal 11", retryable: false });
+    expect((await queue.getJobStatus(job.id)).failure).toMatchObject({ errorCode: "segfault", attempt: 2, workerId: "store-d" });
+    expect((await queue.getTask(t.id)).attempts.map((a) => [a.workerId, a.outcome, a.errorCode, a.errorMessage, a.retried])).toEqual([
+      ["store-c", "failed", "disk_full", "no space left", false],
+      ["store-d", "failed", "segfault", "signal 11", false],
+    ]);
+  });
+
+  it("a task nobody claimed fails with 'expired' and no attempt; the job's failure says so", async () => {
+    const name = "insp_expiring";
+    await queue.putWorkload({ name, maxPendingSeconds: 60 });
+    const { job, tasks } = await queue.createJob({ workload: name, inputUri: "s3://insp/expiring", inputSha256: sha("expiring") });
+    await pool.query("UPDATE tasks SET created_at = now() - interval '2 minutes', run_after = now() - interval '2 minutes' WHERE job_id = $1", [job.id]);
+    expect((await queue.maintain()).expiredPending).toBe(1);
+    const status = await queue.getJobStatus(job.id);
+    expect(status.job.status).toBe("failed");
+    expect(status.failure).toMatchObject({ taskId: tasks[0].id, chunkIndex: 0, errorCode: "expired", attempt: 0, workerId: null });
+    expect((await queue.getTask(tasks[0].id)).attempts).toEqual([]);
+  });
+});
