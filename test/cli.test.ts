@@ -18,7 +18,7 @@ import {
   TaskStatus,
   WatchJobResponseSchema,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { exitCodeOf, parseJobStatus, table, WatchState } from "../src/cli.js";
+import { exitCodeOf, failureLine, parseJobStatus, parseTaskStatus, table, WatchState } from "../src/cli.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, ROOT, spawnCoordinator } from "./support/process.js";
 
@@ -199,6 +199,21 @@ describe("WatchState (unit)", () => {
     s.apply(event({ kind: JobEventKind.JOB_STATUS, jobStatus: JobStatus.CANCELLED, previousJobStatus: JobStatus.RUNNING }));
     expect(exitCodeOf(s.status)).toBe(3);
     expect([JobStatus.COMPLETED, JobStatus.FAILED].map(exitCodeOf)).toEqual([0, 1]);
+  });
+
+  it("remembers the task that failed the job from a live stream (not a retried failure) and names it", () => {
+    const s = new WatchState();
+    s.apply(create(WatchJobResponseSchema, { update: { case: "snapshot", value: create(GetJobResponseSchema, { job: { id: "j", status: JobStatus.RUNNING }, totalTasks: 2 }) } }));
+    const event = (e: MessageInitShape<typeof JobEventSchema>) =>
+      create(WatchJobResponseSchema, { update: { case: "event", value: create(JobEventSchema, { jobId: "j", kind: JobEventKind.TASK_STATUS, ...e }) } });
+    s.apply(event({ taskId: "t7", chunkIndex: 7, previousTaskStatus: TaskStatus.LEASED, taskStatus: TaskStatus.PENDING, attempt: 1, workerId: "w1", errorCode: "nan" }));
+    expect(s.failure).toBeUndefined();
+    s.apply(event({ taskId: "t7", chunkIndex: 7, previousTaskStatus: TaskStatus.LEASED, taskStatus: TaskStatus.FAILED, attempt: 2, workerId: "w2", errorCode: "oom", errorMessage: "out of memory" }));
+    s.apply(event({ taskId: "t8", chunkIndex: 8, previousTaskStatus: TaskStatus.PENDING, taskStatus: TaskStatus.CANCELLED }));
+    expect(s.failure && failureLine(s.failure)).toBe("chunk 7 (task t7, attempt 2, worker w2): oom: out of memory");
+    expect(failureLine({ chunkIndex: 3, taskId: "t3", attempt: 0, workerId: "", errorCode: "expired", errorMessage: "" })).toBe("chunk 3 (task t3): expired");
+    expect(parseTaskStatus("leased")).toBe(TaskStatus.LEASED);
+    expect(() => parseTaskStatus("running")).toThrow(/--status must be one of pending, leased/);
   });
 
   it("parses status names and aligns tables", () => {

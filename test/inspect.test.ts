@@ -557,6 +557,29 @@ describe("Server-Sent Events", () => {
     expect((fresh.events[0].data as { snapshot: { failure: Record<string, unknown> } }).snapshot.failure).toMatchObject({ task_id: t.id, error_code: "oom" });
   });
 
+  it("a resumed stream with nothing new yet answers 200 at once and sends the next events as they commit", async () => {
+    const jobId = (await client.createJob({ workload, inputUri: "s3://sse/4", inputSha256: sha("sse4") })).job!.id;
+    const [t] = (await client.claimTasks({ workerId: "sse-w", workloads: [workload] })).tasks;
+    const seen = await eventIds(jobId);
+    const { status, body } = await new Promise<{ status: number; body: Promise<string> }>((resolve, reject) => {
+      http
+        .get(`${base}/jobs/${jobId}/events`, { headers: { "last-event-id": seen.at(-1)! } }, (res) => {
+          let raw = "";
+          res.setEncoding("utf8");
+          res.on("data", (d: string) => (raw += d));
+          resolve({ status: res.statusCode ?? 0, body: new Promise((done) => res.on("end", () => done(raw))) });
+        })
+        .on("error", reject);
+    });
+    // The status line came before anything happened to the job.
+    expect(status).toBe(200);
+    expect(await eventIds(jobId)).toEqual(seen);
+    await client.completeTask({ taskId: t.id, workerId: "sse-w", attempt: 1, resultUri: "s3://sse/out4", resultSha256: sha("sse-out4") });
+    const ids = [...(await body).matchAll(/^id: (\d+)$/gm)].map((m) => m[1]);
+    expect(ids).toEqual(await eventIds(jobId, Number(seen.at(-1))));
+    expect(ids.length).toBeGreaterThanOrEqual(2);
+  });
+
   it("refuses a Last-Event-ID that is not an event id with a 400 naming the field", async () => {
     const jobId = (await client.createJob({ workload, inputUri: "s3://sse/3", inputSha256: sha("sse3") })).job!.id;
     const a = await rest("GET", `/jobs/${jobId}/events`, undefined, { "last-event-id": "yesterday" });

@@ -75,6 +75,11 @@ interface Route {
   stream?: true;
   /** Streams: the SSE `id:` of a message (an EventSource resumes after it with Last-Event-ID); undefined: none. */
   eventId?: (message: unknown) => string | undefined;
+  /**
+   * Streams: true when this request may have nothing to send for a while (a resumed WatchJob has
+   * no snapshot), so the status line goes out after a short wait instead of with the first message.
+   */
+  mayStartQuiet?: (request: MessageShape<DescMessage>) => boolean;
 }
 
 /** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`. */
@@ -137,6 +142,7 @@ export const ROUTES: readonly Route[] = [
     response: WatchJobResponseSchema,
     stream: true,
     eventId: watchEventId,
+    mayStartQuiet: (r) => (r as MessageShape<typeof WatchJobRequestSchema>).afterEventId !== 0n,
   },
   { method: "GET", pattern: "/jobs/{job_id}/tasks", rpc: "listTasks", request: ListTasksRequestSchema, response: ListTasksResponseSchema, normalize: taskStatusName },
   { method: "GET", pattern: "/tasks/{task_id}", rpc: "getTask", request: GetTaskRequestSchema, response: GetTaskResponseSchema },
@@ -442,8 +448,13 @@ type StreamingHandler = (r: MessageShape<DescMessage>, c: HandlerContext) => Asy
 /** SSE comment lines this often keep proxies from closing a quiet stream. */
 const SSE_KEEPALIVE_MS = 15_000;
 
-/** How long a stream may stay silent before its status line goes out anyway (a resumed WatchJob has no snapshot to send first). */
-const SSE_FIRST_MESSAGE_WAIT_MS = 250;
+/**
+ * How long a stream that may start quiet waits for its first message before the status line goes
+ * out anyway: long enough that a refusal (unknown job, bad input, a few milliseconds normally) is
+ * still a plain REST error with its status, short enough that a proxy does not give up on a
+ * resumed stream whose next event is minutes away.
+ */
+const SSE_QUIET_START_MS = 1000;
 
 /**
  * A server stream as Server-Sent Events: one `data:` line of JSON per message (the same JSON as
@@ -461,10 +472,12 @@ async function writeEventStream(
   info: RequestInfo,
 ): Promise<void> {
   const iterator = handler(request, ctx)[Symbol.asyncIterator]();
-  // The first message (or error) decides the status line, unless the stream stays silent a while.
+  // The first message (or error) decides the status line, unless a quiet stream stays silent a while.
   const first = iterator.next();
   let timer: NodeJS.Timeout | undefined;
-  const early = await Promise.race([first, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSE_FIRST_MESSAGE_WAIT_MS)))]);
+  const early = route.mayStartQuiet?.(request)
+    ? await Promise.race([first, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSE_QUIET_START_MS)))])
+    : await first;
   clearTimeout(timer);
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
   const send = (text: string) => void res.write(text);
