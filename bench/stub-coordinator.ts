@@ -56,6 +56,8 @@ const queue: QueueService = {
   retryJob: unsupported,
   listJobs: unsupported,
   watchJob: () => ({ [Symbol.asyncIterator]: () => ({ next: unsupported }) }),
+  listTasks: unsupported,
+  getTask: unsupported,
   maintain: unsupported,
   taskStats: unsupported,
 };

@@ -20,14 +20,18 @@ import { ConnectError, createClient, type CallOptions, type Client, type Interce
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ROLES, tokenEntryProblem } from "./config/index.js";
+import { BadRequestSchema } from "../gen/google/rpc/error_details_pb.js";
 import {
+  AttemptOutcome,
   CancelJobResponseSchema,
   CreateJobRequestSchema,
   CreateJobResponseSchema,
   GetJobResponseSchema,
+  GetTaskResponseSchema,
   JobEventKind,
   JobStatus,
   ListJobsResponseSchema,
+  ListTasksResponseSchema,
   ListWorkloadsResponseSchema,
   PutWorkloadResponseSchema,
   QueueService,
@@ -37,7 +41,10 @@ import {
   WatchJobResponseSchema,
   type GetJobResponse,
   type Job,
+  type JobFailure,
   type ResultManifest,
+  type TaskAttempt,
+  type TaskDetail,
   type WatchJobResponse,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
 
@@ -54,8 +61,11 @@ const USAGE = `usage: leasehold [--url URL] [--token T] [--json] [--timeout-ms N
   job submit FILE.json|- [--watch]
                                  create a job from a CreateJobRequest in proto JSON
                                  (- reads stdin); --watch then watches it
-  job get ID                     status, task counts and progress of a job
-  job watch ID                   follow a job until it finishes
+  job get ID                     status, task counts and progress of a job (and why it failed)
+  job watch ID                   follow a job until it finishes (and say why it failed)
+  job tasks ID [--status pending|leased|completed|failed|cancelled]
+                                 a job's tasks in chunk order, with attempts and errors
+  task get ID                    one task and each of its attempts: worker, times, outcome
   job results ID [--page-size N] result manifests of the completed tasks, by chunk
   job cancel ID [--reason R]     cancel a pending or running job
   job retry ID [--max-attempts N]
@@ -155,12 +165,36 @@ export function parseJobStatus(name: string): JobStatus {
   return JobStatus[name.toUpperCase() as keyof typeof JobStatus];
 }
 
+const TASK_STATUS_NAMES = ["pending", "leased", "completed", "failed", "cancelled"] as const;
+
+/** "failed" → TaskStatus.FAILED. */
+export function parseTaskStatus(name: string): TaskStatus {
+  const i = TASK_STATUS_NAMES.indexOf(name.toLowerCase() as (typeof TASK_STATUS_NAMES)[number]);
+  if (i < 0) throw new UsageError(`--status must be one of ${TASK_STATUS_NAMES.join(", ")}, not ${JSON.stringify(name)}`);
+  return TaskStatus[name.toUpperCase() as keyof typeof TaskStatus];
+}
+
 export function jobStatusName(s: JobStatus): string {
   return (JobStatus[s] ?? String(s)).toLowerCase();
 }
 
 function taskStatusName(s: TaskStatus): string {
   return (TaskStatus[s] ?? String(s)).toLowerCase();
+}
+
+function outcomeName(o: AttemptOutcome): string {
+  return (AttemptOutcome[o] ?? String(o)).toLowerCase();
+}
+
+/** "oom: out of memory" (the message only when there is one). */
+function errorText(code: string, message: string): string {
+  return message ? `${code}: ${message}` : code;
+}
+
+/** "chunk 3117 (task …, attempt 2, worker w-7): oom: out of memory" */
+export function failureLine(f: Pick<JobFailure, "chunkIndex" | "taskId" | "attempt" | "workerId" | "errorCode" | "errorMessage">): string {
+  const where = [`task ${f.taskId}`, ...(f.attempt > 0 ? [`attempt ${f.attempt}`] : []), ...(f.workerId ? [`worker ${f.workerId}`] : [])];
+  return `chunk ${f.chunkIndex} (${where.join(", ")}): ${errorText(f.errorCode, f.errorMessage)}`;
 }
 
 /** Leading global options ("leasehold --url X job get ID"): how many tokens they take. */
@@ -248,6 +282,8 @@ export class WatchState {
   readonly counts = new Map<TaskStatus, number>();
   /** Latest progress fraction of each task leased now. */
   readonly progress = new Map<string, number>();
+  /** What failed the job: from a final snapshot, or the first task that failed for good. */
+  failure: Pick<JobFailure, "chunkIndex" | "taskId" | "attempt" | "workerId" | "errorCode" | "errorMessage"> | undefined;
 
   /** Applies one stream message; true when a task or the job changed status. */
   apply(msg: WatchJobResponse): boolean {
@@ -264,6 +300,9 @@ export class WatchState {
         this.add(e.taskStatus, 1);
         // A new status (or a new lease) starts the task's progress over.
         this.progress.delete(e.taskId);
+        if (e.taskStatus === TaskStatus.FAILED && this.failure === undefined) {
+          this.failure = { chunkIndex: e.chunkIndex, taskId: e.taskId, attempt: e.attempt, workerId: e.workerId, errorCode: e.errorCode, errorMessage: e.errorMessage };
+        }
         return true;
       case JobEventKind.TASK_PROGRESS:
         if (e.taskStatus === TaskStatus.LEASED || e.taskStatus === TaskStatus.UNSPECIFIED) this.progress.set(e.taskId, e.progress);
@@ -288,6 +327,7 @@ export class WatchState {
     this.counts.set(TaskStatus.FAILED, c?.failed ?? 0);
     this.counts.set(TaskStatus.CANCELLED, c?.cancelled ?? 0);
     this.progress.clear();
+    this.failure = s.failure;
   }
 
   private add(status: TaskStatus, n: number): void {
@@ -341,7 +381,10 @@ async function watch(inv: Invocation, jobId: string): Promise<number> {
   if (code === undefined) {
     throw new CliError(`the stream of job ${jobId} ended before the job finished (status ${jobStatusName(state.status)})`);
   }
-  if (!inv.json) out(`job ${jobId} ${jobStatusName(state.status)}: ${state.count(TaskStatus.COMPLETED)}/${state.total} tasks completed`);
+  if (!inv.json) {
+    out(`job ${jobId} ${jobStatusName(state.status)}: ${state.count(TaskStatus.COMPLETED)}/${state.total} tasks completed`);
+    if (state.status === JobStatus.FAILED && state.failure) out(`failed at ${failureLine(state.failure)}`);
+  }
   return code;
 }
 
@@ -460,6 +503,61 @@ const COMMANDS: Record<string, Command> = {
           `tasks:    ${res.totalTasks} (pending ${c?.pending ?? 0}, leased ${c?.leased ?? 0}, completed ${c?.completed ?? 0}, failed ${c?.failed ?? 0}, cancelled ${c?.cancelled ?? 0})`,
         );
         out(`progress: ${percent(res.progress)}`);
+        if (res.failure) out(`failure:  ${failureLine(res.failure)}`);
+      }
+      return 0;
+    },
+  },
+
+  "job tasks": {
+    positionals: ["ID"],
+    options: { status: { type: "string" } },
+    async run({ client, callOptions, json, args: [jobId], opts }) {
+      const status = typeof opts.status === "string" ? parseTaskStatus(opts.status) : TaskStatus.UNSPECIFIED;
+      const tasks: TaskDetail[] = [];
+      let pageToken = "";
+      do {
+        const res = await client.listTasks({ jobId, status, pageSize: 1000, pageToken }, callOptions);
+        tasks.push(...res.tasks);
+        pageToken = res.nextPageToken;
+      } while (pageToken !== "");
+      if (json) printJson(jsonOf(ListTasksResponseSchema, { $typeName: "leasehold.queue.v1.ListTasksResponse", tasks, nextPageToken: "" }));
+      else if (tasks.length === 0) out("no tasks");
+      else {
+        const rows = tasks.map(({ task, attempts }) => {
+          const last = attempts.at(-1);
+          return [
+            String(task?.chunkIndex ?? "?"),
+            taskStatusName(task?.status ?? TaskStatus.UNSPECIFIED),
+            `${task?.attempt ?? 0}/${task?.maxAttempts ?? 0}`,
+            last?.workerId || "-",
+            task?.id ?? "?",
+            task?.errorCode ? errorText(task.errorCode, task.errorMessage) : "",
+          ];
+        });
+        out(table([["CHUNK", "STATUS", "ATTEMPT", "WORKER", "TASK", "ERROR"], ...rows]));
+      }
+      return 0;
+    },
+  },
+
+  "task get": {
+    positionals: ["ID"],
+    options: {},
+    async run({ client, callOptions, json, args: [taskId] }) {
+      const res = await client.getTask({ taskId }, callOptions);
+      if (json) printJson(jsonOf(GetTaskResponseSchema, res));
+      else {
+        const t = res.task;
+        out(`task ${t?.id} (job ${t?.jobId}, chunk ${t?.chunkIndex}, workload ${t?.workload})`);
+        out(`status:   ${taskStatusName(t?.status ?? TaskStatus.UNSPECIFIED)} (attempt ${t?.attempt ?? 0} of ${t?.maxAttempts ?? 0})`);
+        if (t?.errorCode) out(`error:    ${errorText(t.errorCode, t.errorMessage)}`);
+        if (t?.resultUri) out(`result:   ${t.resultUri} ${t.resultSha256}`);
+        if (res.attempts.length === 0) out("attempts: none (never leased)");
+        else {
+          out("attempts:");
+          out(table(res.attempts.map(attemptRow)).replace(/^/gm, "  "));
+        }
       }
       return 0;
     },
@@ -567,10 +665,26 @@ async function runCommand(argv: string[]): Promise<number> {
   return cmd.run({ client, callOptions: timeoutMs === undefined ? {} : { timeoutMs }, json: values.json === true, args: positionals, opts });
 }
 
-/** "leasehold: not_found: job … not found (request id …)" */
+/** One attempt as a row: number, worker, leased, ended, outcome and what it said. */
+function attemptRow(a: TaskAttempt): string[] {
+  const p = a.lastProgress;
+  const detail = [
+    ...(a.errorCode ? [errorText(a.errorCode, a.errorMessage)] : []),
+    ...(p ? [`progress ${percent(p.progress)}${p.message ? ` ${JSON.stringify(p.message)}` : ""}`] : []),
+  ].join("; ");
+  const outcome = `${outcomeName(a.outcome)}${a.retried ? " (retried)" : ""}`;
+  return [`#${a.attempt}`, a.workerId || "-", time(a.leasedAt), a.endedAt ? time(a.endedAt) : "-", outcome, detail];
+}
+
+/**
+ * "leasehold: not_found: job … not found (request id …)", and each field violation on a line of
+ * its own when there are several (one is already the message).
+ */
 export function describeConnectError(err: ConnectError): string {
   const requestId = err.metadata.get("x-request-id");
-  return `${codeToString(err.code)}: ${err.rawMessage}${requestId ? ` (request id ${requestId})` : ""}`;
+  const violations = err.findDetails(BadRequestSchema).flatMap((d) => d.fieldViolations);
+  const list = violations.length > 1 ? violations.map((v) => `\n  ${v.field}: ${v.description}`).join("") : "";
+  return `${codeToString(err.code)}: ${err.rawMessage}${requestId ? ` (request id ${requestId})` : ""}${list}`;
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -9,6 +9,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import type pg from "pg";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RequestInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { JobStatus, QueueService, TaskStatus } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
@@ -231,12 +232,13 @@ describe.each(transports)("every RPC over %s", (label, makeTransport) => {
     await client.cancelJob({ jobId });
   });
 
-  it("maps errors to codes and carries the request id in message and metadata", async () => {
+  it("maps errors to codes and carries the request id in metadata and a RequestInfo detail, not in the message", async () => {
     const missing = await rpcError(client.getJob({ jobId: randomUUID() }));
     expect(missing.code).toBe(Code.NotFound);
     const requestId = missing.metadata.get("x-request-id");
     expect(requestId).toBeTruthy();
-    expect(missing.rawMessage).toContain(`request_id: ${requestId!.split(",")[0].trim()}`);
+    expect(missing.rawMessage).not.toContain("request_id");
+    expect(missing.findDetails(RequestInfoSchema).map((d) => d.requestId)).toEqual([requestId!.split(",")[0].trim()]);
 
     const bad = await rpcError(client.getJob({ jobId: "not-a-uuid" }));
     expect(bad.code).toBe(Code.InvalidArgument);
@@ -247,7 +249,8 @@ describe.each(transports)("every RPC over %s", (label, makeTransport) => {
     );
     expect([Code.NotFound, Code.InvalidArgument]).toContain(unknownWorkload.code);
     expect(unknownWorkload.metadata.get("x-request-id")).toContain("client-id-1");
-    expect(unknownWorkload.rawMessage).toContain("request_id: client-id-1");
+    expect(unknownWorkload.rawMessage).not.toContain("client-id-1");
+    expect(unknownWorkload.findDetails(RequestInfoSchema)[0]?.requestId).toBe("client-id-1");
   });
 });
 
@@ -617,6 +620,8 @@ describe("deadlines and unexpected errors", () => {
       retryJob: (i, o) => real.retryJob(i, o),
       listJobs: (i, o) => real.listJobs(i, o),
       watchJob: (i, o) => real.watchJob(i, o),
+      listTasks: (i, o) => real.listTasks(i, o),
+      getTask: (i, o) => real.getTask(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

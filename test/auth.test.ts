@@ -516,6 +516,23 @@ describe("REST: ReportProgress, WatchJob (SSE), RetryJob, ListJobs", () => {
     expectDenied(await rest("GET", "/jobs", TOKENS.gpu), 403);
     expectDenied(await rest("GET", `/jobs?status=JOB_STATUS_FAILED`, TOKENS.cpu), 403);
   });
+
+  it("ListTasks and GetTask: submitter and admin may read; a worker gets 403 and no token 401", async () => {
+    for (const token of [TOKENS.submitter, TOKENS.admin]) {
+      const list = await rest("GET", `/jobs/${jobId}/tasks`, token);
+      expect(list.status, list.text).toBe(200);
+      expect(list.body.tasks.map((t: { task: { id: string } }) => t.task.id)).toContain(taskId);
+      const leased = await rest("GET", `/jobs/${jobId}/tasks?status=leased`, token);
+      expect(leased.body.tasks.map((t: { task: { id: string } }) => t.task.id)).toEqual([taskId]);
+      const one = await rest("GET", `/tasks/${taskId}`, token);
+      expect(one.status, one.text).toBe(200);
+      expect(one.body.attempts.map((a: { worker_id: string; outcome: string }) => [a.worker_id, a.outcome])).toEqual([["gpu-ops", "ATTEMPT_OUTCOME_RUNNING"]]);
+    }
+    expectDenied(await rest("GET", `/jobs/${jobId}/tasks`, undefined), 401);
+    expectDenied(await rest("GET", `/tasks/${taskId}`, WRONG_TOKEN), 401);
+    expectDenied(await rest("GET", `/jobs/${jobId}/tasks?status=failed`, TOKENS.gpu), 403);
+    expectDenied(await rest("GET", `/tasks/${taskId}`, TOKENS.cpu), 403);
+  });
 });
 
 describe.each([
@@ -568,7 +585,7 @@ describe.each([
     return out;
   };
 
-  it("ReportProgress for workers under their prefix; WatchJob, RetryJob and ListJobs for submitter and admin only", async () => {
+  it("ReportProgress for workers under their prefix; WatchJob, RetryJob, ListJobs, ListTasks and GetTask for submitter and admin only", async () => {
     const ops = `${workload}_ops`;
     await as(TOKENS.admin).putWorkload({ name: ops });
     const jobId = (await as(TOKENS.submitter).createJob({ workload: ops, inputUri: "s3://in/ops", inputSha256: sha("in-ops") })).job!.id;
@@ -621,6 +638,16 @@ describe.each([
     expect((await rpcError(as(TOKENS.cpu).listJobs({ status: JobStatus.FAILED }))).code).toBe(Code.PermissionDenied);
     for (const token of [TOKENS.submitter, TOKENS.admin]) {
       expect((await as(token).listJobs({ workload: ops })).jobs.map((j) => j.id)).toEqual([jobId]);
+    }
+
+    // ListTasks and GetTask: job reads, as GetJob.
+    expect((await rpcError(as().listTasks({ jobId }))).code).toBe(Code.Unauthenticated);
+    expect((await rpcError(as(WRONG_TOKEN).getTask({ taskId: task.id }))).code).toBe(Code.Unauthenticated);
+    expect((await rpcError(as(TOKENS.gpu).listTasks({ jobId }))).code).toBe(Code.PermissionDenied);
+    expect((await rpcError(as(TOKENS.cpu).getTask({ taskId: task.id }))).code).toBe(Code.PermissionDenied);
+    for (const token of [TOKENS.submitter, TOKENS.admin]) {
+      expect((await as(token).listTasks({ jobId })).tasks.map((t) => t.task?.id)).toEqual([task.id]);
+      expect((await as(token).getTask({ taskId: task.id })).attempts.map((a) => a.workerId)).toEqual(["gpu-9"]);
     }
   });
 });

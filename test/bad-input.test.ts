@@ -471,6 +471,42 @@ rest("POST on events", "POST", events, {}, /POST/, { status: 405 });
 rest("PUT on events", "PUT", events, {}, /PUT/, { status: 405 });
 rest("events with an extra segment", "GET", (f) => `/jobs/${f.jobId}/events/extra`, undefined, /events/, { status: 404 });
 
+// Resuming an SSE stream: Last-Event-ID / after_event_id must be an event id.
+rest("events after_event_id not a number", "GET", (f) => `/jobs/${f.jobId}/events?after_event_id=yesterday`, undefined, "after_event_id");
+rest("events after_event_id negative", "GET", (f) => `/jobs/${f.jobId}/events?after_event_id=-1`, undefined, "after_event_id");
+rest("events after_event_id beyond int64", "GET", (f) => `/jobs/${f.jobId}/events?after_event_id=99999999999999999999`, undefined, "after_event_id");
+rest("events after_event_id of an unknown job", "GET", `/jobs/${UNKNOWN_ID}/events?after_event_id=1`, undefined, UNKNOWN_ID, { status: 404 });
+
+// ListTasks: GET /jobs/{job_id}/tasks?status=&page_size=&page_token=; GetTask: GET /tasks/{task_id}.
+const tasksOf = (q: string) => (f: Fixture) => `/jobs/${f.jobId}/tasks?${q}`;
+rest("tasks status=done", "GET", tasksOf("status=done"), undefined, /status: "done" is not a value: must be one of pending, leased, completed, failed, cancelled/);
+rest("tasks status of a job (running)", "GET", tasksOf("status=running"), undefined, "status");
+rest("tasks status=TASK_STATUS_BOGUS", "GET", tasksOf("status=TASK_STATUS_BOGUS"), undefined, "status");
+rest("tasks status=99", "GET", tasksOf("status=99"), undefined, "status");
+rest("tasks status SQL", "GET", (f) => `/jobs/${f.jobId}/tasks?status=${encodeURIComponent(SQL)}`, undefined, "status");
+rest("tasks page_size -1", "GET", tasksOf("page_size=-1"), undefined, "page_size");
+rest("tasks page_size over the limit", "GET", tasksOf(`page_size=${LIMITS.pageSize.max + 1}`), undefined, "page_size");
+rest("tasks page_token garbage", "GET", tasksOf("page_token=!!!not-a-token!!!"), undefined, "page_token");
+rest("tasks page_token of the results route", "GET", tasksOf(`page_token=${b64url("c:1")}`), undefined, "page_token");
+rest("tasks page_token of another status", "GET", tasksOf(`status=failed&page_token=${b64url("t:*:0")}`), undefined, /page_token: was issued for a different status filter/);
+rest("tasks page_token beyond the chunk range", "GET", tasksOf(`page_token=${b64url("t:*:9999999999")}`), undefined, "page_token");
+rest("tasks of a job id not a UUID", "GET", "/jobs/not-a-uuid/tasks", undefined, "job_id");
+rest("tasks of an unknown job", "GET", `/jobs/${UNKNOWN_ID}/tasks`, undefined, UNKNOWN_ID, { status: 404 });
+rest("tasks unknown query parameter", "GET", tasksOf("state=failed"), undefined, "state");
+rest("POST on tasks", "POST", (f) => `/jobs/${f.jobId}/tasks`, {}, /POST/, { status: 405 });
+rest("task id not a UUID", "GET", "/tasks/chunk-3117", undefined, "task_id");
+rest("task SQL as the id", "GET", `/tasks/${encodeURIComponent(SQL)}`, undefined, "task_id");
+rest("unknown task", "GET", `/tasks/${UNKNOWN_ID}`, undefined, UNKNOWN_ID, { status: 404 });
+rest("task unknown query parameter", "GET", (f) => `/tasks/${f.taskId}?attempts=all`, undefined, "attempts");
+rest("DELETE on a task", "DELETE", (f) => `/tasks/${f.taskId}`, undefined, /DELETE/, { status: 405 });
+
+// Required fields say so; an attempt ahead of the current one is not called stale.
+rest("heartbeat with attempt 0 (missing)", "POST", hb, lease({ attempt: 0 }), /^attempt: is required/);
+rest("result without worker_id", "POST", res, { attempt: 1, result_uri: "s3://bi/out", result_sha256: sha("out") }, /^worker_id: is required/);
+rest("failure with an empty error_code", "POST", fl, failure({ error_code: "" }), /^error_code: is required/);
+rest("heartbeat with an attempt ahead", "POST", hb, lease({ attempt: 7 }), /attempt 7 of task \S+ was never leased; the current attempt is 1/, { status: 409, code: "aborted" });
+rest("parameters breaking the schema twice", "POST", "/jobs", { workload: W_SCHEMA, input_uri: "s3://a", input_sha256: sha("a"), parameters: { quality: "ultra", size: 3 } }, /\(2 problems\)/);
+
 // PutWorkload max_pending_seconds: 0 (off) or 1..2,592,000.
 rest("max_pending_seconds negative", "PUT", `/workloads/${W}`, { max_pending_seconds: -1 }, "max_pending_seconds");
 rest("max_pending_seconds over the limit", "PUT", `/workloads/${W}`, { max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
@@ -598,6 +634,15 @@ rpc("max_pending_seconds negative", "PutWorkload", { name: W, max_pending_second
 rpc("max_pending_seconds over the limit", "PutWorkload", { name: W, max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
 rpc("max_pending_seconds: string", "PutWorkload", { name: W, max_pending_seconds: "a day" }, "max_pending_seconds");
 rpc("GET on ReportProgress", "ReportProgress", undefined, undefined, { status: 405, method: "GET", noBody: true });
+rpc("ListTasks job_id missing", "ListTasks", {}, /^job_id: is required/);
+rpc("ListTasks status 99", "ListTasks", (f) => ({ job_id: f.jobId, status: 99 }), "status");
+rpc("ListTasks page_token garbage", "ListTasks", (f) => ({ job_id: f.jobId, page_token: "garbage" }), "page_token");
+rpc("ListTasks unknown job", "ListTasks", { job_id: UNKNOWN_ID }, UNKNOWN_ID, { status: 404 });
+rpc("GetTask task_id missing", "GetTask", {}, /^task_id: is required/);
+rpc("GetTask task_id not a UUID", "GetTask", { task_id: "x" }, "task_id");
+rpc("GetTask unknown task", "GetTask", { task_id: UNKNOWN_ID }, UNKNOWN_ID, { status: 404 });
+rpc("RenewLease attempt missing", "RenewLease", (f) => ({ task_id: f.taskId, worker_id: WORKER }), /^attempt: is required/);
+rpc("FailTask attempt ahead", "FailTask", (f) => withId(f, failure({ attempt: 9 })), /never leased/, { status: 409, code: "aborted" });
 rpc("body over the limit", "CreateJob", () => job({ parameters: { blob: big(MAX_BODY_BYTES) } }), undefined, { status: 413, code: "resource_exhausted" });
 rpc("text/plain", "ClaimTasks", claim(), /application\/json/, { status: 415, contentType: "text/plain" });
 rpc("no content-type", "CreateJob", job(), /application\/json/, { status: 415, contentType: null });

@@ -18,7 +18,7 @@ import {
   TaskStatus,
   WatchJobResponseSchema,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { exitCodeOf, parseJobStatus, table, WatchState } from "../src/cli.js";
+import { exitCodeOf, failureLine, parseJobStatus, parseTaskStatus, table, WatchState } from "../src/cli.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, ROOT, spawnCoordinator } from "./support/process.js";
 
@@ -201,6 +201,21 @@ describe("WatchState (unit)", () => {
     expect([JobStatus.COMPLETED, JobStatus.FAILED].map(exitCodeOf)).toEqual([0, 1]);
   });
 
+  it("remembers the task that failed the job from a live stream (not a retried failure) and names it", () => {
+    const s = new WatchState();
+    s.apply(create(WatchJobResponseSchema, { update: { case: "snapshot", value: create(GetJobResponseSchema, { job: { id: "j", status: JobStatus.RUNNING }, totalTasks: 2 }) } }));
+    const event = (e: MessageInitShape<typeof JobEventSchema>) =>
+      create(WatchJobResponseSchema, { update: { case: "event", value: create(JobEventSchema, { jobId: "j", kind: JobEventKind.TASK_STATUS, ...e }) } });
+    s.apply(event({ taskId: "t7", chunkIndex: 7, previousTaskStatus: TaskStatus.LEASED, taskStatus: TaskStatus.PENDING, attempt: 1, workerId: "w1", errorCode: "nan" }));
+    expect(s.failure).toBeUndefined();
+    s.apply(event({ taskId: "t7", chunkIndex: 7, previousTaskStatus: TaskStatus.LEASED, taskStatus: TaskStatus.FAILED, attempt: 2, workerId: "w2", errorCode: "oom", errorMessage: "out of memory" }));
+    s.apply(event({ taskId: "t8", chunkIndex: 8, previousTaskStatus: TaskStatus.PENDING, taskStatus: TaskStatus.CANCELLED }));
+    expect(s.failure && failureLine(s.failure)).toBe("chunk 7 (task t7, attempt 2, worker w2): oom: out of memory");
+    expect(failureLine({ chunkIndex: 3, taskId: "t3", attempt: 0, workerId: "", errorCode: "expired", errorMessage: "" })).toBe("chunk 3 (task t3): expired");
+    expect(parseTaskStatus("leased")).toBe(TaskStatus.LEASED);
+    expect(() => parseTaskStatus("running")).toThrow(/--status must be one of pending, leased/);
+  });
+
   it("parses status names and aligns tables", () => {
     expect(parseJobStatus("failed")).toBe(JobStatus.FAILED);
     expect(parseJobStatus("Cancelled")).toBe(JobStatus.CANCELLED);
@@ -341,7 +356,10 @@ describe("leasehold CLI against a live coordinator", () => {
     const cancelled = await newJob("cli_cancel", 2);
     const [watchFailed, cancel] = await Promise.all([cli(["job", "watch", failed]), cli(["job", "cancel", cancelled, "--reason", "not needed"])]);
     expect(watchFailed.code, watchFailed.stderr).toBe(1);
-    expect(watchFailed.stdout).toBe(`job ${failed} failed: 0/1 tasks completed\n`);
+    const failedTask = (await rest("GET", `/jobs/${failed}/tasks`)).json.tasks as { task: { id: string } }[];
+    expect(watchFailed.stdout).toBe(
+      `job ${failed} failed: 0/1 tasks completed\nfailed at chunk 0 (task ${failedTask[0].task.id}, attempt 1, worker w-fail): bad_input: no\n`,
+    );
     expect(cancel.code, cancel.stderr).toBe(0);
     expect(cancel.stdout).toBe(`job ${cancelled} cancelled\n`);
 
@@ -426,6 +444,95 @@ describe("leasehold CLI against a live coordinator", () => {
     expect(missingFile.stderr).toMatch(/^leasehold: cannot read .*missing\.json: ENOENT/);
     expect(down.code).toBe(1);
     expect(down.stderr).toMatch(/^leasehold: unavailable: /);
+  });
+});
+
+describe("why a job failed", () => {
+  /** A job of three chunks: 0 completed, 1 failed retryably then for good (which fails the job), 2 cancelled. */
+  async function failingJob(workload: string): Promise<{ jobId: string; ids: string[] }> {
+    const jobId = await newJob(workload, 3, { max_attempts: 2 });
+    const [t0] = await claim(workload, "w-a", 1);
+    await complete("w-a", t0);
+    const [t1] = await claim(workload, "w-b", 1);
+    await ok("POST", `/tasks/${t1.id}/failure`, { worker_id: "w-b", attempt: 1, error_code: "nan", error_message: "NaN at step 7", retry_after_seconds: 0 });
+    const [again] = await claim(workload, "w-c", 1);
+    expect([again.id, again.attempt]).toEqual([t1.id, 2]);
+    await ok("POST", `/tasks/${t1.id}/failure`, { worker_id: "w-c", attempt: 2, error_code: "oom", error_message: "out of memory", retryable: false });
+    const tasks = (await rest("GET", `/jobs/${jobId}/tasks`)).json.tasks as { task: { id: string } }[];
+    return { jobId, ids: tasks.map((t) => t.task.id) };
+  }
+
+  it("job get and job watch name the failing chunk and its error; job watch --json's snapshot carries it", async () => {
+    const { jobId, ids } = await failingJob("cli_why");
+    const [get, watch, watchJson] = await Promise.all([cli(["job", "get", jobId]), cli(["job", "watch", jobId]), cli(["--json", "job", "watch", jobId])]);
+    expect(get.code, get.stderr).toBe(0);
+    expect(get.stdout).toContain(`failure:  chunk 1 (task ${ids[1]}, attempt 2, worker w-c): oom: out of memory\n`);
+    expect(watch.code).toBe(1);
+    expect(watch.stdout).toBe(`job ${jobId} failed: 1/3 tasks completed\nfailed at chunk 1 (task ${ids[1]}, attempt 2, worker w-c): oom: out of memory\n`);
+    expect(watchJson.code).toBe(1);
+    expect(JSON.parse(watchJson.stdout).snapshot.failure).toMatchObject({ task_id: ids[1], chunk_index: 1, error_code: "oom", error_message: "out of memory" });
+  });
+
+  it("job tasks [--status failed] lists tasks in chunk order with their errors (human and --json)", async () => {
+    const { jobId, ids } = await failingJob("cli_tasks");
+    const [all, failed, failedJson, bad] = await Promise.all([
+      cli(["job", "tasks", jobId]),
+      cli(["job", "tasks", jobId, "--status", "failed"]),
+      cliJson<{ tasks: { task: { id: string; chunk_index: number }; attempts: { outcome: string; error_code: string }[] }[] }>(["job", "tasks", jobId, "--status", "failed"]),
+      cli(["job", "tasks", jobId, "--status", "done"]),
+    ]);
+    expect(all.code, all.stderr).toBe(0);
+    const lines = all.stdout.trimEnd().split("\n");
+    expect(lines[0].split(/ +/)).toEqual(["CHUNK", "STATUS", "ATTEMPT", "WORKER", "TASK", "ERROR"]);
+    expect(lines.slice(1).map((l) => l.split(/ +/).slice(0, 5))).toEqual([
+      ["0", "completed", "1/2", "w-a", ids[0]],
+      ["1", "failed", "2/2", "w-c", ids[1]],
+      ["2", "cancelled", "0/2", "-", ids[2]],
+    ]);
+    expect(lines[2]).toMatch(/oom: out of memory$/);
+    expect(failed.stdout.trimEnd().split("\n").slice(1).map((l) => l.split(/ +/)[0])).toEqual(["1"]);
+    expect(failedJson.tasks.map((t) => t.task.id)).toEqual([ids[1]]);
+    expect(failedJson.tasks[0].attempts.map((a) => [a.outcome, a.error_code])).toEqual([
+      ["ATTEMPT_OUTCOME_FAILED", "nan"],
+      ["ATTEMPT_OUTCOME_FAILED", "oom"],
+    ]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("--status must be one of pending, leased, completed, failed, cancelled");
+  });
+
+  it("task get shows each attempt: worker, outcome and error (human and --json); an unknown task exits 1", async () => {
+    const { ids } = await failingJob("cli_task_get");
+    const [human, json, unknown] = await Promise.all([
+      cli(["task", "get", ids[1]]),
+      cliJson<{ task: { id: string; status: string }; attempts: { attempt: number; worker_id: string; outcome: string; retried: boolean }[] }>(["task", "get", ids[1]]),
+      cli(["task", "get", randomUUID()]),
+    ]);
+    expect(human.code, human.stderr).toBe(0);
+    const lines = human.stdout.trimEnd().split("\n");
+    expect(lines[1]).toBe("status:   failed (attempt 2 of 2)");
+    expect(lines[2]).toBe("error:    oom: out of memory");
+    expect(lines[3]).toBe("attempts:");
+    expect(lines[4]).toMatch(/^ {2}#1 +w-b +\S+Z +\S+Z +failed \(retried\) +nan: NaN at step 7$/);
+    expect(lines[5]).toMatch(/^ {2}#2 +w-c +\S+Z +\S+Z +failed +oom: out of memory$/);
+    expect(json.task).toMatchObject({ id: ids[1], status: "TASK_STATUS_FAILED" });
+    expect(json.attempts.map((a) => [a.attempt, a.worker_id, a.outcome, a.retried])).toEqual([
+      [1, "w-b", "ATTEMPT_OUTCOME_FAILED", true],
+      [2, "w-c", "ATTEMPT_OUTCOME_FAILED", false],
+    ]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/^leasehold: not_found: task_id: task "[0-9a-f-]+" not found \(request id [\w.:-]+\)\n$/);
+  });
+
+  it("an error with several field violations prints each on its own line, and the request id once", async () => {
+    await putWorkload("cli_schema", { parameters_schema: { type: "object", required: ["model"], properties: { lr: { type: "number" } } } });
+    const file = path.join(tmp, "bad-params.json");
+    writeFileSync(file, JSON.stringify({ workload: "cli_schema", input_uri: "s3://in/x", input_sha256: sha("x"), parameters: { lr: "fast" } }));
+    const r = await cli(["job", "submit", file]);
+    expect(r.code).toBe(1);
+    const lines = r.stderr.trimEnd().split("\n");
+    expect(lines[0]).toMatch(/^leasehold: invalid_argument: parameters: does not match the cli_schema schema \(2 problems\): .* \(request id [\w.:-]+\)$/);
+    expect(lines.slice(1)).toEqual(["  parameters.model: is required", "  parameters.lr: must be number"]);
+    expect(r.stderr.match(/request id/g)).toHaveLength(1);
   });
 });
 

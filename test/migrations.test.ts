@@ -35,10 +35,12 @@ it("migrates an empty database up to the latest, down by one, and up again", asy
   await migrate(db.url, "down");
   const latest = expectedMigrations().at(-1);
   expect(await pendingMigrations(client)).toEqual([latest]);
-  // The latest migration (#7's events) goes down to the tables of the first.
-  expect(await tables()).toEqual(["jobs", "pgmigrations", "tasks", "workloads"]);
-  const { rows: triggers } = await client.query(`SELECT tgname FROM pg_trigger WHERE NOT tgisinternal`);
-  expect(triggers).toEqual([]);
+  // The latest migration (inspection) takes back only its own column and index; the event log and its triggers stay.
+  expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
+  const { rows: columns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`);
+  expect(columns).toEqual([]);
+  const { rows: triggers } = await client.query(`SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname`);
+  expect(triggers.map((r) => r.tgname)).toEqual(["jobs_status_events", "tasks_status_events"]);
 
   await migrate(db.url, "up");
   expect(await pendingMigrations(client)).toEqual([]);

@@ -407,3 +407,32 @@ describe("grpc_worker.py stubs", () => {
     expect(check.lines).toEqual([{ package: "leasehold.queue.v1", stdlib_queue: true, stub: true }]);
   });
 });
+
+describe("rich error details from Python grpcio", () => {
+  it("reads BadRequest (every violation) and RequestInfo from grpc-status-details-bin, as grpcio-status does", async () => {
+    requireGrpcio();
+    const workload = "py_schema";
+    await fx.queue.putWorkload({
+      name: workload,
+      parametersSchema: { type: "object", required: ["model"], additionalProperties: false, properties: { lr: { type: "number" } } },
+    });
+    const jobsBefore = await fx.count("jobs");
+    const dir = path.join(stubsDir, "status-details");
+    const r = await runPython(["test/support/grpc_status_details.py", ROOT, target, dir, workload]);
+    expect(r.code, describeRun(r)).toBe(0);
+    expect(r.lines).toEqual([
+      { code: "INVALID_ARGUMENT", message: "task_id: must be a UUID", violations: [["task_id", "must be a UUID"]], request_id: "py-get-task" },
+      {
+        code: "INVALID_ARGUMENT",
+        message: expect.stringMatching(/^parameters: does not match the py_schema schema \(3 problems\)/),
+        violations: [
+          ["parameters.model", "is required"],
+          ["parameters.batch", "is not allowed (the schema has no such property)"],
+          ["parameters.lr", "must be number"],
+        ],
+        request_id: "py-create-job",
+      },
+    ]);
+    expect(await fx.count("jobs")).toBe(jobsBefore);
+  });
+});

@@ -338,8 +338,12 @@ describe("5. results are idempotent", () => {
     expect(again.version).toBe(done.version);
     expect((await taskRow(t.id)).version).toBe(done.version);
     await expect(q.completeTask({ ...manifest, resultSha256: sha("other") })).rejects.toBeInstanceOf(ResultConflictError);
-    await expect(q.completeTask({ ...manifest, metrics: { frames: 11 } })).rejects.toBeInstanceOf(ResultConflictError);
+    await expect(q.completeTask({ ...manifest, resultUri: "s3://out/elsewhere" })).rejects.toBeInstanceOf(ResultConflictError);
+    // The result is its uri and checksum: other metrics (a retry that recomputed a duration) are the same result; the first metrics stay.
+    const remeasured = await q.completeTask({ ...manifest, metrics: { frames: 11 } });
+    expect(remeasured.version).toBe(done.version);
     expect((await taskRow(t.id)).result_sha256).toBe(sha("r0"));
+    expect((await taskRow(t.id)).metrics).toEqual({ frames: 10, psnr: 41.5 });
   });
 });
 

@@ -260,6 +260,16 @@ describe("embedded mode", () => {
     const workloads = ((await (await fetch(`${base2}/workloads`)).json()) as { workloads: { name: string; max_attempts: number }[] })
       .workloads;
     expect(workloads.find((w) => w.name === "kept")?.max_attempts).toBe(7);
+
+    // A second coordinator on the same data directory cannot start; its hint names both settings.
+    const third = spawnCoordinator(env);
+    expect((await exitWithin(third, 60_000)).code, third.stderr()).toBe(1);
+    const hint = third.stderrLines().find((l) => l.includes("embedded PostgreSQL failed to start"));
+    expect(hint, third.stderr()).toContain(dataDir);
+    expect(hint).toContain("EMBEDDED_PG_DIR");
+    expect(hint).toContain("EMBEDDED_PG_PORT");
+    expect((await fetch(`${base2}/healthz`)).status).toBe(200);
+
     second.signal("SIGINT");
     expect((await exitWithin(second, 20_000)).code, second.stderr()).toBe(0);
     expect(postgresFor(dataDir)).toEqual([]);

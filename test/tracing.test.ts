@@ -205,8 +205,8 @@ describe("failed calls", () => {
 describe("traceQueue", () => {
   it("passes watchJob's AsyncIterable through untouched and spans its creation", async () => {
     const updates: JobUpdate[] = [
-      { event: { id: "1", jobId: "j", kind: "job_status", taskId: null, chunkIndex: null, status: "running", previousStatus: "pending", attempt: null, workerId: null, progress: null, message: null, partialResultUri: null, errorCode: null, createdAt: new Date() } },
-      { event: { id: "2", jobId: "j", kind: "job_status", taskId: null, chunkIndex: null, status: "completed", previousStatus: "running", attempt: null, workerId: null, progress: null, message: null, partialResultUri: null, errorCode: null, createdAt: new Date() } },
+      { event: { id: "1", jobId: "j", kind: "job_status", taskId: null, chunkIndex: null, status: "running", previousStatus: "pending", attempt: null, workerId: null, progress: null, message: null, partialResultUri: null, errorCode: null, errorMessage: null, createdAt: new Date() } },
+      { event: { id: "2", jobId: "j", kind: "job_status", taskId: null, chunkIndex: null, status: "completed", previousStatus: "running", attempt: null, workerId: null, progress: null, message: null, partialResultUri: null, errorCode: null, errorMessage: null, createdAt: new Date() } },
     ];
     async function* stream(): AsyncGenerator<JobUpdate> {
       for (const u of updates) {

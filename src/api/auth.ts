@@ -30,6 +30,8 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   watchJob: { roles: ["submitter"] },
   retryJob: { roles: ["submitter"] },
   listJobs: { roles: ["submitter"] },
+  listTasks: { roles: ["submitter"] },
+  getTask: { roles: ["submitter"] },
   claimTasks: { roles: ["worker"], workerIds: (r) => [r.workerId] },
   renewLease: { roles: ["worker"], workerIds: (r) => [r.workerId] },
   completeTask: { roles: ["worker"], workerIds: (r) => [r.workerId] },

@@ -6,7 +6,11 @@
 import { create, type JsonObject as PbJsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
+  AttemptOutcome,
   CompleteTasksResponseSchema,
+  GetTaskResponseSchema,
+  ListTasksResponseSchema,
+  TaskAttemptSchema,
   GetJobResponseSchema,
   JobEventKind,
   JobEventSchema,
@@ -28,6 +32,12 @@ import {
   type CreateJobRequest,
   type FailTaskRequest,
   type GetJobResponse,
+  type GetTaskRequest,
+  type GetTaskResponse,
+  type ListTasksRequest,
+  type ListTasksResponse,
+  type TaskAttempt as PbTaskAttempt,
+  type WatchJobRequest,
   type Job as PbJob,
   type ListCompletedResultsRequest,
   type ListCompletedResultsResponse,
@@ -59,7 +69,13 @@ import type {
   ListCompletedResultsResult,
   ListJobsInput,
   ListJobsResult,
+  ListTasksInput,
+  ListTasksResult,
   JobUpdate,
+  TaskAttempt,
+  TaskDetail,
+  WatchOptions,
+  AttemptOutcome as DomainAttemptOutcome,
   PutWorkloadInput,
   RenewLeaseInput,
   ReportProgressInput,
@@ -104,6 +120,14 @@ const JOB_STATUS: Record<DomainJobStatus, JobStatus> = {
   completed: JobStatus.COMPLETED,
   failed: JobStatus.FAILED,
   cancelled: JobStatus.CANCELLED,
+};
+
+const ATTEMPT_OUTCOME: Record<DomainAttemptOutcome, AttemptOutcome> = {
+  running: AttemptOutcome.RUNNING,
+  completed: AttemptOutcome.COMPLETED,
+  failed: AttemptOutcome.FAILED,
+  lease_expired: AttemptOutcome.LEASE_EXPIRED,
+  cancelled: AttemptOutcome.CANCELLED,
 };
 
 const JOB_EVENT_KIND = {
@@ -216,6 +240,21 @@ export function listJobsInput(r: ListJobsRequest): ListJobsInput {
   return { status: status as ListJobsInput["status"], workload: opt(r.workload), pageSize: r.pageSize, pageToken: opt(r.pageToken) };
 }
 
+/** TASK_STATUS_UNSPECIFIED (0) means any status; an unknown number is passed on for validation to refuse. */
+export function listTasksInput(r: ListTasksRequest): ListTasksInput {
+  const status = r.status === TaskStatus.UNSPECIFIED ? undefined : (Object.entries(TASK_STATUS).find(([, v]) => v === r.status)?.[0] ?? String(r.status));
+  return { jobId: r.jobId, status: status as ListTasksInput["status"], pageSize: r.pageSize, pageToken: opt(r.pageToken) };
+}
+
+export function getTaskInput(r: GetTaskRequest): string {
+  return r.taskId;
+}
+
+/** after_event_id 0 (unset): a fresh stream with a snapshot. */
+export function watchOptions(r: WatchJobRequest): Pick<WatchOptions, "afterEventId"> {
+  return r.afterEventId === 0n ? {} : { afterEventId: r.afterEventId.toString() };
+}
+
 // ---- domain objects → messages ----
 
 export function jobMessage(j: Job): PbJob {
@@ -299,6 +338,49 @@ export function getJobResponse(s: JobStatusResult): GetJobResponse {
     },
     totalTasks: s.totalTasks,
     progress: s.progress,
+    failure: s.failure
+      ? {
+          taskId: s.failure.taskId,
+          chunkIndex: s.failure.chunkIndex,
+          errorCode: s.failure.errorCode ?? "",
+          errorMessage: s.failure.errorMessage ?? "",
+          attempt: s.failure.attempt,
+          workerId: s.failure.workerId ?? "",
+          failedAt: ts(s.failure.failedAt),
+        }
+      : undefined,
+  });
+}
+
+export function taskAttemptMessage(a: TaskAttempt): PbTaskAttempt {
+  return create(TaskAttemptSchema, {
+    attempt: a.attempt,
+    workerId: a.workerId ?? "",
+    leasedAt: ts(a.leasedAt),
+    endedAt: ts(a.endedAt),
+    outcome: ATTEMPT_OUTCOME[a.outcome] ?? AttemptOutcome.UNSPECIFIED,
+    errorCode: a.errorCode ?? "",
+    errorMessage: a.errorMessage ?? "",
+    retried: a.retried,
+    lastProgress: a.lastProgress
+      ? {
+          progress: a.lastProgress.progress,
+          message: a.lastProgress.message ?? "",
+          partialResultUri: a.lastProgress.partialResultUri ?? "",
+          reportedAt: ts(a.lastProgress.reportedAt),
+        }
+      : undefined,
+  });
+}
+
+export function getTaskResponse(d: TaskDetail): GetTaskResponse {
+  return create(GetTaskResponseSchema, { task: taskMessage(d.task), attempts: d.attempts.map(taskAttemptMessage) });
+}
+
+export function listTasksResponse(r: ListTasksResult): ListTasksResponse {
+  return create(ListTasksResponseSchema, {
+    tasks: r.tasks.map((d) => ({ task: taskMessage(d.task), attempts: d.attempts.map(taskAttemptMessage) })),
+    nextPageToken: r.nextPageToken,
   });
 }
 
@@ -348,6 +430,7 @@ export function watchJobResponse(u: JobUpdate): WatchJobResponse {
         message: e.message ?? "",
         partialResultUri: e.partialResultUri ?? "",
         errorCode: e.errorCode ?? "",
+        errorMessage: e.errorMessage ?? "",
         createdAt: ts(e.createdAt),
       }),
     },

@@ -2,10 +2,14 @@
 // errors (src/queue/errors.ts) → Connect Code → HTTP status. The HTTP status
 // comes from connect-es's own Code → status table, so REST and the Connect
 // protocol always agree. Anything unexpected is INTERNAL with a generic
-// message: database text and stacks stay in the server log.
+// message: database text and stacks stay in the server log. Errors carry the
+// standard rich details: google.rpc.RequestInfo (the request id) always, and
+// google.rpc.BadRequest (every field violation) for invalid input; REST bodies
+// carry the same violations as a list.
 
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
+import { BadRequestSchema, RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import {
   DeadlineExceededError,
   FailedPreconditionError,
@@ -18,6 +22,7 @@ import {
   UnauthenticatedError,
   UnavailableError,
   ValidationError,
+  type FieldViolation,
 } from "../queue/errors.js";
 
 export const REQUEST_ID_HEADER = "x-request-id";
@@ -33,6 +38,8 @@ export interface MappedError {
   message: string;
   /** True when the error was not one we expected: log it with its cause. */
   internal: boolean;
+  /** Invalid input: every broken rule, by field (google.rpc.BadRequest). */
+  violations?: readonly FieldViolation[];
 }
 
 /** Transport-level failures raised by the REST layer (bad JSON, unknown route…). */
@@ -70,7 +77,10 @@ export function mapError(err: unknown): MappedError {
   if (err instanceof HttpError) return mapped(err.code, err.message, false, err.httpStatus);
   if (err instanceof QueueError) {
     const code = codeOfQueueError(err);
-    return code === undefined ? mapped(Code.Internal, INTERNAL_MESSAGE, true) : mapped(code, err.message);
+    if (code === undefined) return mapped(Code.Internal, INTERNAL_MESSAGE, true);
+    const m = mapped(code, err.message);
+    if (err instanceof ValidationError) m.violations = err.violations;
+    return m;
   }
   if (err instanceof ConnectError) {
     // Ours (from toConnectError): the cause is the original error.
@@ -84,16 +94,29 @@ export function mapError(err: unknown): MappedError {
 }
 
 /**
- * The ConnectError a handler throws: code and safe message from mapError, the
- * request id appended to the message and set as error metadata (gRPC sends it
- * as a trailer, Connect as a header), the original error kept as `cause`.
+ * The ConnectError a handler throws: code and safe message from mapError; the
+ * request id as error metadata (gRPC sends it as a trailer, Connect as a header)
+ * and as a google.rpc.RequestInfo detail, not in the message (clients print the
+ * message, and would print the id again); field violations as a
+ * google.rpc.BadRequest detail; the original error kept as `cause`.
  */
 export function toConnectError(err: unknown, requestId: string): ConnectError {
   const m = mapError(err);
-  return new ConnectError(`${m.message} (request_id: ${requestId})`, m.code, { [REQUEST_ID_HEADER]: requestId }, undefined, err);
+  const details: ConstructorParameters<typeof ConnectError>[3] = [];
+  if (m.violations && m.violations.length > 0) {
+    details.push({ desc: BadRequestSchema, value: { fieldViolations: m.violations.map((v) => ({ field: v.field, description: v.description })) } });
+  }
+  details.push({ desc: RequestInfoSchema, value: { requestId } });
+  return new ConnectError(m.message, m.code, { [REQUEST_ID_HEADER]: requestId }, details, err);
 }
 
-/** Body of a REST error answer. */
-export function restErrorBody(m: MappedError, requestId: string): { error: { code: string; message: string; request_id: string } } {
-  return { error: { code: m.codeName, message: m.message, request_id: requestId } };
+export interface RestErrorBody {
+  error: { code: string; message: string; request_id: string; violations?: { field: string; description: string }[] };
+}
+
+/** Body of a REST error answer; `violations` only for invalid input. */
+export function restErrorBody(m: MappedError, requestId: string): RestErrorBody {
+  const body: RestErrorBody = { error: { code: m.codeName, message: m.message, request_id: requestId } };
+  if (m.violations && m.violations.length > 0) body.error.violations = m.violations.map((v) => ({ field: v.field, description: v.description }));
+  return body;
 }

@@ -4,7 +4,7 @@
 // decoded with the generated message's JSON codec (proto names or lowerCamelCase,
 // unknown fields rejected) and answers encoded with proto field names.
 
-import { create, fromJson, toJson, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
+import { create, fromJson, toJson, type DescEnum, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import { Http2ServerResponse } from "node:http2";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Code, createContextValues, createHandlerContext, type HandlerContext } from "@connectrpc/connect";
@@ -23,7 +23,13 @@ import {
   FailTaskResponseSchema,
   GetJobRequestSchema,
   GetJobResponseSchema,
+  GetTaskRequestSchema,
+  GetTaskResponseSchema,
   JobStatus,
+  ListTasksRequestSchema,
+  ListTasksResponseSchema,
+  TaskStatus,
+  type WatchJobResponse,
   ListCompletedResultsRequestSchema,
   ListCompletedResultsResponseSchema,
   ListJobsRequestSchema,
@@ -68,6 +74,13 @@ interface Route {
   normalize?: (json: JsonObject) => void;
   /** A server-streaming RPC, served as Server-Sent Events. */
   stream?: true;
+  /** Streams: the SSE `id:` of a message (an EventSource resumes after it with Last-Event-ID); undefined: none. */
+  eventId?: (message: unknown) => string | undefined;
+  /**
+   * Streams: true when this request may have nothing to send for a while (a resumed WatchJob has
+   * no snapshot), so the status line goes out after a short wait instead of with the first message.
+   */
+  mayStartQuiet?: (request: MessageShape<DescMessage>) => boolean;
 }
 
 /** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`. */
@@ -75,6 +88,18 @@ function jobStatusName(json: JsonObject): void {
   const v = json.status;
   // protobuf-es enums drop the JOB_STATUS_ prefix on the TypeScript side.
   if (typeof v === "string" && /^[a-z]+$/.test(v) && v.toUpperCase() in JobStatus) json.status = `JOB_STATUS_${v.toUpperCase()}`;
+}
+
+/** `?status=failed` as well as the proto's `TASK_STATUS_FAILED`. */
+function taskStatusName(json: JsonObject): void {
+  const v = json.status;
+  if (typeof v === "string" && /^[a-z]+$/.test(v) && v.toUpperCase() in TaskStatus) json.status = `TASK_STATUS_${v.toUpperCase()}`;
+}
+
+/** A WatchJob event's id; the snapshot has none (a resumed stream sends no snapshot). */
+function watchEventId(message: unknown): string | undefined {
+  const u = (message as WatchJobResponse).update;
+  return u.case === "event" ? u.value.id.toString() : undefined;
 }
 
 /** The REST surface of issue 3; each row serves the same messages as its RPC. */
@@ -110,7 +135,18 @@ export const ROUTES: readonly Route[] = [
   { method: "POST", pattern: "/jobs/{job_id}/cancel", rpc: "cancelJob", request: CancelJobRequestSchema, response: CancelJobResponseSchema },
   { method: "POST", pattern: "/jobs/{job_id}/retry", rpc: "retryJob", request: RetryJobRequestSchema, response: RetryJobResponseSchema },
   { method: "GET", pattern: "/jobs", rpc: "listJobs", request: ListJobsRequestSchema, response: ListJobsResponseSchema, normalize: jobStatusName },
-  { method: "GET", pattern: "/jobs/{job_id}/events", rpc: "watchJob", request: WatchJobRequestSchema, response: WatchJobResponseSchema, stream: true },
+  {
+    method: "GET",
+    pattern: "/jobs/{job_id}/events",
+    rpc: "watchJob",
+    request: WatchJobRequestSchema,
+    response: WatchJobResponseSchema,
+    stream: true,
+    eventId: watchEventId,
+    mayStartQuiet: (r) => (r as MessageShape<typeof WatchJobRequestSchema>).afterEventId !== 0n,
+  },
+  { method: "GET", pattern: "/jobs/{job_id}/tasks", rpc: "listTasks", request: ListTasksRequestSchema, response: ListTasksResponseSchema, normalize: taskStatusName },
+  { method: "GET", pattern: "/tasks/{task_id}", rpc: "getTask", request: GetTaskRequestSchema, response: GetTaskResponseSchema },
   {
     method: "POST",
     pattern: "/tasks/{task_id}/progress",
@@ -162,7 +198,10 @@ function matchPath(pathname: string): Match[] {
     }
     if (ok) out.push({ route, param });
   }
-  return out;
+  // A literal path wins over a pattern: GET /tasks/claim is a wrong method on the claim route
+  // (405), not a task id "claim" for GET /tasks/{task_id}.
+  const literal = out.filter((m) => m.param === undefined);
+  return literal.length > 0 ? literal : out;
 }
 
 /** True when the path belongs to the REST surface (so the Connect router is not asked). */
@@ -212,13 +251,24 @@ function queryObject(search: URLSearchParams): JsonObject {
   return out;
 }
 
+/** "must be one of pending, running, … (or JOB_STATUS_PENDING, …)" for an enum field, without the UNSPECIFIED zero. */
+function enumExpectation(e: DescEnum): string {
+  const values = e.values.filter((v) => v.number !== 0);
+  const short = values.map((v) => v.localName.toLowerCase());
+  return `must be one of ${short.join(", ")} (or ${values.map((v) => v.name).join(", ")})`;
+}
+
 /**
  * protobuf-es names a scalar field that fails to decode, but not a message-typed one
- * ("cannot decode message google.protobuf.Struct from JSON Array(2)"): find the field
- * (and list index) that fails on its own and put its proto name in front.
+ * ("cannot decode message google.protobuf.Struct from JSON Array(2)"), and for an enum only
+ * the value it refused: find the field (and list index) that fails on its own, and refuse it as
+ * a ValidationError naming it (with the accepted values of an enum). An error no field explains
+ * stays an HttpError with protobuf-es' message.
  */
-function describeDecodeError(schema: DescMessage, json: JsonValue, err: Error, path = ""): string {
-  if (json === null || typeof json !== "object" || Array.isArray(json)) return path ? `${path}: ${err.message}` : err.message;
+function decodeError(schema: DescMessage, json: JsonValue, err: Error, path = ""): Error {
+  if (json === null || typeof json !== "object" || Array.isArray(json)) {
+    return path ? new ValidationError(path, err.message) : new HttpError(Code.InvalidArgument, err.message);
+  }
   for (const [key, value] of Object.entries(json)) {
     const field = schema.fields.find((f) => f.name === key || f.jsonName === key);
     if (!field) continue;
@@ -232,17 +282,20 @@ function describeDecodeError(schema: DescMessage, json: JsonValue, err: Error, p
           try {
             fromJson(field.message, value[i]);
           } catch (itemErr) {
-            return describeDecodeError(field.message, value[i], itemErr as Error, `${at}[${i}]`);
+            return decodeError(field.message, value[i], itemErr as Error, `${at}[${i}]`);
           }
         }
       }
       if (field.fieldKind === "message" && field.message.typeName.startsWith("leasehold.")) {
-        return describeDecodeError(field.message, value, fieldErr as Error, at);
+        return decodeError(field.message, value, fieldErr as Error, at);
       }
-      return `${at}: ${(fieldErr as Error).message}`;
+      if (field.fieldKind === "enum" && typeof value === "string") {
+        return new ValidationError(at, `${JSON.stringify(value)} is not a value: ${enumExpectation(field.enum)}`);
+      }
+      return new ValidationError(at, (fieldErr as Error).message);
     }
   }
-  return path ? `${path}: ${err.message}` : err.message;
+  return path ? new ValidationError(path, err.message) : new HttpError(Code.InvalidArgument, err.message);
 }
 
 /** Sets the path parameter in the JSON request, refusing a body that says otherwise. */
@@ -327,10 +380,15 @@ export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, 
     route.normalize?.(json);
 
     let request: MessageShape<DescMessage>;
+    // EventSource resumes a stream by sending the last id it saw; ?after_event_id= says the same.
+    const lastEventId = req.headers["last-event-id"];
+    if (route.stream && typeof lastEventId === "string" && lastEventId !== "" && json.after_event_id === undefined && json.afterEventId === undefined) {
+      json.after_event_id = lastEventId;
+    }
     try {
       request = fromJson(route.request, json);
     } catch (err) {
-      throw new HttpError(Code.InvalidArgument, describeDecodeError(route.request, json, err as Error));
+      throw decodeError(route.request, json, err as Error);
     }
 
     const abort = new AbortController();
@@ -374,9 +432,19 @@ type StreamingHandler = (r: MessageShape<DescMessage>, c: HandlerContext) => Asy
 const SSE_KEEPALIVE_MS = 15_000;
 
 /**
+ * How long a stream that may start quiet waits for its first message before the status line goes
+ * out anyway: long enough that a refusal (unknown job, bad input, a few milliseconds normally) is
+ * still a plain REST error with its status, short enough that a proxy does not give up on a
+ * resumed stream whose next event is minutes away.
+ */
+const SSE_QUIET_START_MS = 1000;
+
+/**
  * A server stream as Server-Sent Events: one `data:` line of JSON per message (the same JSON as
- * the RPC's), so `EventSource` and `curl -N` both work. An error before the first message is a
- * plain REST error answer; after it, an `event: error` carrying the REST error body ends the stream.
+ * the RPC's), so `EventSource` and `curl -N` both work, preceded by an `id:` line where the route
+ * gives the message one (EventSource sends the last as Last-Event-ID when it reconnects). An error
+ * before the first message is a plain REST error answer; after it, an `event: error` carrying the
+ * REST error body ends the stream.
  */
 async function writeEventStream(
   res: NodeResponse,
@@ -387,15 +455,22 @@ async function writeEventStream(
   info: RequestInfo,
 ): Promise<void> {
   const iterator = handler(request, ctx)[Symbol.asyncIterator]();
-  // The first message (or error) decides the status line.
-  const first = await iterator.next();
+  // The first message (or error) decides the status line, unless a quiet stream stays silent a while.
+  const first = iterator.next();
+  let timer: NodeJS.Timeout | undefined;
+  const early = route.mayStartQuiet?.(request)
+    ? await Promise.race([first, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSE_QUIET_START_MS)))])
+    : await first;
+  clearTimeout(timer);
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
   const send = (text: string) => void res.write(text);
+  if (early === undefined) send(": waiting for the next event\n\n");
   const keepalive = setInterval(() => send(": keepalive\n\n"), SSE_KEEPALIVE_MS);
   try {
-    for (let step = first; !step.done; step = await iterator.next()) {
+    for (let step = await first; !step.done; step = await iterator.next()) {
       const json = toJson(route.response, create(route.response, step.value as never), JSON_WRITE);
-      send(`data: ${JSON.stringify(json)}\n\n`);
+      const id = route.eventId?.(step.value);
+      send(`${id === undefined ? "" : `id: ${id}\n`}data: ${JSON.stringify(json)}\n\n`);
     }
   } catch (err) {
     const m = mapError(err);

@@ -264,6 +264,20 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
       });
     },
 
+    async listTasks(req, ctx) {
+      return run(ctx, req, "ListTasks", { jobId: req.jobId }, async (signal) => {
+        return convert.listTasksResponse(await queue.listTasks(convert.listTasksInput(req), { signal }));
+      });
+    },
+
+    async getTask(req, ctx) {
+      return run(ctx, req, "GetTask", { taskId: req.taskId }, async (signal, info) => {
+        const detail = await queue.getTask(convert.getTaskInput(req), { signal });
+        info.jobId = detail.task.jobId;
+        return convert.getTaskResponse(detail);
+      });
+    },
+
     // A stream lives as long as the job runs (or the client stays), so it gets no request
     // timeout; each database read inside has its own. The request log line comes at its end.
     async *watchJob(req, ctx) {
@@ -272,7 +286,7 @@ export function createQueueServiceImpl(opts: QueueServiceImplOptions): QueueServ
       info.jobId = req.jobId;
       try {
         authorize(ctx, req, "WatchJob", info);
-        for await (const update of queue.watchJob(req.jobId, { signal: ctx.signal })) yield convert.watchJobResponse(update);
+        for await (const update of queue.watchJob(req.jobId, { signal: ctx.signal, ...convert.watchOptions(req) })) yield convert.watchJobResponse(update);
         info.code = "ok";
       } catch (err) {
         throw rejection(err, err, info);

@@ -10,14 +10,26 @@ export abstract class QueueError extends Error {
   }
 }
 
-/** The request is malformed or breaks a limit; `field` names the offending field. */
+/** One broken rule of a request: the field (a path such as `tasks[2].input_sha256`) and what it must be. */
+export interface FieldViolation {
+  field: string;
+  description: string;
+}
+
+/**
+ * The request is malformed or breaks a limit; `field` names the offending field. `violations`
+ * lists every broken rule found (at least this one): transports send them as google.rpc.BadRequest.
+ */
 export class ValidationError extends QueueError {
   readonly kind = "validation";
+  readonly violations: readonly FieldViolation[];
   constructor(
     readonly field: string,
     readonly detail: string,
+    violations?: readonly FieldViolation[],
   ) {
     super(`${field}: ${detail}`);
+    this.violations = violations && violations.length > 0 ? violations : [{ field, description: detail }];
   }
 }
 
@@ -33,7 +45,8 @@ export class NotFoundError extends QueueError {
   }
 }
 
-export type LeaseConflictReason = "not_leaseholder" | "stale_attempt" | "lease_expired" | "task_cancelled" | "task_finished";
+/** attempt_ahead: an attempt the task has not reached (never leased at it), as opposed to a stale one. */
+export type LeaseConflictReason = "not_leaseholder" | "stale_attempt" | "attempt_ahead" | "lease_expired" | "task_cancelled" | "task_finished";
 
 /** A stale, foreign or expired lease, or a task that is cancelled or already finished. */
 export class LeaseConflictError extends QueueError {

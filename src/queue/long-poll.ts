@@ -10,6 +10,8 @@ import type {
   CallOptions,
   JobUpdate,
   ListJobsInput,
+  ListTasksInput,
+  WatchOptions,
   ReportProgressInput,
   RetryJobInput,
   CancelJobInput,
@@ -120,6 +122,12 @@ export class LongPollingQueue implements QueueService {
   listJobs(input: ListJobsInput, opts?: CallOptions) {
     return this.queue.listJobs(input, opts);
   }
+  listTasks(input: ListTasksInput, opts?: CallOptions) {
+    return this.queue.listTasks(input, opts);
+  }
+  getTask(taskId: string, opts?: CallOptions) {
+    return this.queue.getTask(taskId, opts);
+  }
   maintain(opts?: CallOptions) {
     return this.queue.maintain(opts);
   }
@@ -127,7 +135,7 @@ export class LongPollingQueue implements QueueService {
     return this.queue.taskStats(scope, opts);
   }
 
-  async *watchJob(jobId: string, opts: CallOptions = {}): AsyncGenerator<JobUpdate> {
+  async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
     const stop = new AbortController();
     if (this.closed) stop.abort(shuttingDown());
     this.watches.add(stop);

@@ -14,7 +14,11 @@ import type {
   ListCompletedResultsResult,
   ListJobsInput,
   ListJobsResult,
+  ListTasksInput,
+  ListTasksResult,
   JobUpdate,
+  TaskDetail,
+  WatchOptions,
   MaintenanceResult,
   ReportProgressInput,
   RetryJobInput,
@@ -53,8 +57,13 @@ export interface QueueService {
   /**
    * The job's snapshot, then every event as it commits, in commit order, ending after the event
    * that makes the job final (at once when it is final already). Ends early when opts.signal aborts.
+   * With opts.afterEventId (a resumed stream): no snapshot; the job's events after that one, then live.
    */
-  watchJob(jobId: string, opts?: CallOptions): AsyncIterable<JobUpdate>;
+  watchJob(jobId: string, opts?: WatchOptions): AsyncIterable<JobUpdate>;
+  /** A job's tasks in chunk order (optionally of one status), one page at a time, each with its attempts. */
+  listTasks(input: ListTasksInput, opts?: CallOptions): Promise<ListTasksResult>;
+  /** One task with its attempts. */
+  getTask(taskId: string, opts?: CallOptions): Promise<TaskDetail>;
   /** Maintenance besides lease expiry: pending-task expiry and retention. */
   maintain(opts?: CallOptions): Promise<MaintenanceResult>;
   /**

@@ -143,6 +143,20 @@ export interface JobStatusResult {
   totalTasks: number;
   /** completed / total, 0..1 */
   progress: number;
+  /** Set only while the job is failed: the task failure that failed it. */
+  failure?: JobFailure | null;
+}
+
+/** The task failure that failed a job (the earliest, should two tasks have failed at once). */
+export interface JobFailure {
+  taskId: string;
+  chunkIndex: number;
+  errorCode: string | null;
+  errorMessage: string | null;
+  /** the task's last attempt; 0 when it was never leased */
+  attempt: number;
+  workerId: string | null;
+  failedAt: Date | null;
 }
 
 export interface ResultManifest {
@@ -246,7 +260,15 @@ export interface JobEvent {
   message: string | null;
   partialResultUri: string | null;
   errorCode: string | null;
+  /** null in events written before the log recorded it */
+  errorMessage: string | null;
   createdAt: Date;
+}
+
+/** WatchJob's options: a call's, plus where a resumed stream picks up. */
+export interface WatchOptions extends CallOptions {
+  /** Resume: skip the snapshot and send the events written after this event id (decimal). */
+  afterEventId?: string;
 }
 
 /** What WatchJob streams: one snapshot first, then events. */
@@ -266,4 +288,49 @@ export interface WorkloadTaskStats {
   counts: TaskCounts;
   /** age of the oldest claimable pending task; 0 when none */
   oldestPendingSeconds: number;
+}
+
+export interface ListTasksInput {
+  jobId: string;
+  /** only tasks of this status; absent: any */
+  status?: TaskStatus;
+  /** default 100, at most 1000 */
+  pageSize?: number;
+  pageToken?: string;
+}
+
+export type AttemptOutcome = "running" | "completed" | "failed" | "lease_expired" | "cancelled";
+
+/** The last progress report of one attempt. */
+export interface AttemptProgress {
+  progress: number;
+  message: string | null;
+  partialResultUri: string | null;
+  reportedAt: Date;
+}
+
+/** One lease of a task, from its claim to its end, as the event log tells it. */
+export interface TaskAttempt {
+  attempt: number;
+  workerId: string | null;
+  leasedAt: Date;
+  /** null while the attempt runs */
+  endedAt: Date | null;
+  outcome: AttemptOutcome;
+  errorCode: string | null;
+  errorMessage: string | null;
+  /** failed / lease_expired: the task went back to pending for another attempt */
+  retried: boolean;
+  lastProgress: AttemptProgress | null;
+}
+
+/** A task with the history of its attempts, oldest first. */
+export interface TaskDetail {
+  task: Task;
+  attempts: TaskAttempt[];
+}
+
+export interface ListTasksResult {
+  tasks: TaskDetail[];
+  nextPageToken: string;
 }

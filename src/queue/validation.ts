@@ -15,12 +15,14 @@ import type {
   LeaseRef,
   ListCompletedResultsInput,
   ListJobsInput,
+  ListTasksInput,
   PutWorkloadInput,
   RenewLeaseInput,
   ReportProgressInput,
   RetryJobInput,
+  TaskStatus,
 } from "./types.js";
-import { JOB_STATUSES } from "./types.js";
+import { JOB_STATUSES, TASK_STATUSES } from "./types.js";
 
 /** Documented bounds (README "Limits"). MAX_TASKS_PER_JOB is configurable and passed in. */
 export const LIMITS = {
@@ -43,6 +45,8 @@ export const LIMITS = {
   pageSize: { default: 100, max: 1000 },
   maxPendingSeconds: { min: 1, max: 30 * 86_400 },
   progressMessageLength: 1000,
+  /** Parameters-schema violations reported per request (all are counted; the rest are summed up). */
+  schemaViolations: 20,
 } as const;
 
 const WORKLOAD_NAME = /^[a-z][a-z0-9_-]{0,62}$/;
@@ -57,6 +61,11 @@ const CONTROL_CHARS = /[\x00-\x08\x0b-\x1f\x7f]/g;
 
 function fail(field: string, message: string): never {
   throw new ValidationError(field, message);
+}
+
+/** Absent: what proto3 sends for an unset string or number (no presence), or JSON null/omitted. */
+function isMissing(v: unknown): boolean {
+  return v === undefined || v === null || v === "" || v === 0;
 }
 
 function isInteger(v: unknown): v is number {
@@ -75,6 +84,7 @@ function optionalInt(field: string, v: unknown, min: number, max: number): numbe
 
 /** A string without NUL (PostgreSQL text cannot hold it), within a length bound. */
 export function requireText(field: string, v: unknown, maxLength: number, opts: { allowEmpty?: boolean } = {}): string {
+  if (!opts.allowEmpty && (v === undefined || v === null || v === "")) fail(field, "is required");
   if (typeof v !== "string") fail(field, "must be a string");
   if (!opts.allowEmpty && v.length === 0) fail(field, "must not be empty");
   if (v.length > maxLength) fail(field, `must be at most ${maxLength} characters`);
@@ -88,16 +98,19 @@ function optionalText(field: string, v: unknown, maxLength: number): string | un
 }
 
 export function requireUuid(field: string, v: unknown): string {
+  if (v === undefined || v === null || v === "") fail(field, "is required");
   if (typeof v !== "string" || !UUID.test(v)) fail(field, "must be a UUID");
   return v.toLowerCase();
 }
 
 export function requireWorkloadName(field: string, v: unknown): string {
+  if (v === undefined || v === null || v === "") fail(field, "is required");
   if (typeof v !== "string" || !WORKLOAD_NAME.test(v)) fail(field, "must match ^[a-z][a-z0-9_-]{0,62}$");
   return v;
 }
 
 export function requireSha256(field: string, v: unknown): string {
+  if (v === undefined || v === null || v === "") fail(field, "is required");
   if (typeof v !== "string" || !SHA256.test(v.toLowerCase())) fail(field, "must be 64 hexadecimal characters (sha256)");
   return v.toLowerCase();
 }
@@ -253,7 +266,8 @@ export function validateLeaseRef(input: LeaseRef): LeaseRef {
   return {
     taskId: requireUuid("task_id", input.taskId),
     workerId: requireWorkerId("worker_id", input.workerId),
-    attempt: requireInt("attempt", input.attempt, 1, LIMITS.attempt.max),
+    // proto3 cannot tell an unset attempt from 0, and 0 is never a lease's attempt: either way it is missing.
+    attempt: isMissing(input.attempt) ? fail("attempt", "is required (the attempt ClaimTasks returned, from 1)") : requireInt("attempt", input.attempt, 1, LIMITS.attempt.max),
   };
 }
 
@@ -282,6 +296,7 @@ export interface NormalizedFail extends LeaseRef {
 
 export function validateFail(input: FailTaskInput): NormalizedFail {
   const ref = validateLeaseRef(input);
+  if (isMissing(input.errorCode)) fail("error_code", "is required");
   if (typeof input.errorCode !== "string" || !ERROR_CODE.test(input.errorCode)) {
     fail("error_code", "must match ^[a-z0-9_.-]{1,64}$");
   }
@@ -384,4 +399,32 @@ export function validateListJobs(input: ListJobsInput): {
     after = { createdAt: m[1], id: m[2].toLowerCase() };
   }
   return { status, workload, pageSize, after };
+}
+
+/**
+ * ListTasks pages in chunk order; the token carries the last chunk_index returned and the status
+ * filter it was issued under, so a token is never applied to a different listing.
+ */
+export function encodeTasksPageToken(status: TaskStatus | null, lastChunkIndex: number): string {
+  return Buffer.from(`t:${status ?? "*"}:${lastChunkIndex}`).toString("base64url");
+}
+
+const TASKS_TOKEN = /^t:([a-z]+|\*):(\d{1,10})$/;
+
+export function validateListTasks(input: ListTasksInput): { jobId: string; status: TaskStatus | null; pageSize: number; afterChunk: number } {
+  const jobId = requireUuid("job_id", input.jobId);
+  let status: TaskStatus | null = null;
+  if (input.status !== undefined && input.status !== null) {
+    if (!(TASK_STATUSES as readonly string[]).includes(input.status)) fail("status", `must be one of ${TASK_STATUSES.join(", ")}`);
+    status = input.status;
+  }
+  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
+  let afterChunk = -1;
+  if (input.pageToken) {
+    const m = typeof input.pageToken === "string" ? TASKS_TOKEN.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
+    if (!m || Number(m[2]) > LIMITS.chunkIndexMax) fail("page_token", "is not a token this server issued");
+    if (m[1] !== (status ?? "*")) fail("page_token", "was issued for a different status filter");
+    afterChunk = Number(m[2]);
+  }
+  return { jobId, status, pageSize, afterChunk };
 }

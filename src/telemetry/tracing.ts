@@ -132,6 +132,8 @@ const QUEUE_METHODS: { [K in keyof QueueService]: true } = {
   retryJob: true,
   listJobs: true,
   watchJob: true,
+  listTasks: true,
+  getTask: true,
   maintain: true,
   taskStats: true,
 };
@@ -143,11 +145,13 @@ const ID_ATTRIBUTES: [field: string, attribute: string][] = [
   ["workload", "leasehold.workload"],
 ];
 
-/** Ids found in a call's first argument (an input object, or a job id for getJobStatus/watchJob). */
+/** Ids found in a call's first argument (an input object, a job id for getJobStatus/watchJob, a task id for getTask). */
 function callAttributes(method: string, first: unknown): Attributes {
   const attrs: Attributes = { "leasehold.queue.method": method };
   if (typeof first === "string" && (method === "getJobStatus" || method === "watchJob")) {
     attrs["leasehold.job_id"] = first;
+  } else if (typeof first === "string" && method === "getTask") {
+    attrs["leasehold.task_id"] = first;
   } else if (first !== null && typeof first === "object" && !Array.isArray(first)) {
     for (const [field, attribute] of ID_ATTRIBUTES) {
       const value = (first as Record<string, unknown>)[field];

@@ -61,8 +61,8 @@ export async function startEmbeddedMode(opts: {
     const why = recent.filter((l) => /FATAL|ERROR|HINT|already|in use/.test(l)).join(" | ") || (err instanceof Error ? err.message : String(err));
     throw new EmbeddedStartError(
       `embedded PostgreSQL failed to start in ${dataDir} on port ${opts.port}: ${why || "no detail"} ` +
-        "(another coordinator already running on this data directory or port? see `pgrep -a postgres`; " +
-        "or give this one its own EMBEDDED_PG_DIR and EMBEDDED_PG_PORT)",
+        "(another instance still running on this data directory or port? see `pgrep -a postgres`; " +
+        "or give this one its own: EMBEDDED_PG_DIR=<another data directory> and EMBEDDED_PG_PORT=<another port>)",
     );
   }
   const stop = () => stopEmbedded(db, dataDir);

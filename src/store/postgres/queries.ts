@@ -417,3 +417,62 @@ GROUP BY workload, status`;
 
 // Metrics, rarely: every task by workload and status, a full scan (run with seqscan allowed).
 export const ALL_TASK_STATS = `SELECT workload, status::text AS status, count(*)::int AS n, 0::float8 AS oldest_pending_seconds FROM tasks GROUP BY workload, status`;
+
+// ---------------------------------------------------------------------------------------------
+// Task inspection (ListTasks, GetTask, the failure of a failed job). Reads only: none of these
+// runs on the claim/complete path.
+
+/*
+ * ListTasks, keyset-paginated on chunk_index. One variant per index, as for ListJobs (generic
+ * plans cannot choose by a parameter's value): every task or one status through tasks_job_chunk_key
+ * (the job's chunks in order, others filtered out), and failed tasks through the partial
+ * tasks_job_failed_idx, so "why did it fail" does not walk a 10,000-chunk job's completed chunks.
+ * $1 job id, $2 after chunk_index (-1 for the first page), $3 limit [, $4 status].
+ */
+const tasksPage = (statusFilter: string) => `
+SELECT * FROM tasks
+WHERE job_id = $1 AND chunk_index > $2 ${statusFilter}
+ORDER BY chunk_index
+LIMIT $3`;
+export const LIST_TASKS = tasksPage("");
+export const LIST_TASKS_BY_STATUS = tasksPage("AND status = $4::task_status");
+export const LIST_FAILED_TASKS = tasksPage("AND status = 'failed'");
+
+/*
+ * The events the attempts of some of a job's tasks are told from: every status change, and the
+ * last progress report of each attempt (a chatty worker may have sent thousands). Through the
+ * (job_id, xid) index, so it reads the job's events and keeps those of the tasks asked for: an
+ * index on task_id would serve it better but cost every claim and completion a second index
+ * write (the primary key on id measured ~8% of throughput). $1 job id, $2 task ids.
+ */
+export const TASK_ATTEMPT_EVENTS = `
+SELECT * FROM (
+  (SELECT * FROM task_events
+   WHERE job_id = $1 AND task_id = ANY($2::uuid[]) AND kind = 'task_status')
+  UNION ALL
+  (SELECT DISTINCT ON (task_id, attempt) * FROM task_events
+   WHERE job_id = $1 AND task_id = ANY($2::uuid[]) AND kind = 'task_progress'
+   ORDER BY task_id, attempt, id DESC)
+) e
+ORDER BY id`;
+
+/*
+ * The task that failed a failed job: its failed task (the first to fail, should two have failed in
+ * concurrent transactions), through tasks_job_failed_idx. lease_owner is kept when a task fails,
+ * so it names the worker of the last attempt.
+ */
+export const JOB_FAILURE = `
+SELECT id, chunk_index, error_code, error_message, attempt, lease_owner, completed_at
+FROM tasks
+WHERE job_id = $1 AND status = 'failed'
+ORDER BY completed_at, chunk_index
+LIMIT 1`;
+
+/*
+ * A resumed WatchJob stream: the job's events written after the last one the client saw, read in
+ * the snapshot's transaction so the live part continues from exactly there. In id (write) order:
+ * an event of a transaction that committed after a later-numbered one was streamed after it and
+ * has a lower id, so resuming right between the two would skip it; the window is one commit race
+ * wide and only matters to a client that disconnected inside it. $1 job id, $2 after event id.
+ */
+export const JOB_EVENTS_AFTER = `SELECT * FROM task_events WHERE job_id = $1 AND id > $2::bigint ORDER BY id`;

@@ -2,7 +2,7 @@
 // then the statements of ./queries.ts under the caller's deadline.
 
 import { createHash } from "node:crypto";
-import { Ajv, type ValidateFunction } from "ajv";
+import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import type pg from "pg";
 import {
   FailedPreconditionError,
@@ -12,7 +12,9 @@ import {
   QueueError,
   ResultConflictError,
   ValidationError,
+  type FieldViolation,
 } from "../../queue/errors.js";
+import { attemptsOf } from "../../queue/attempts.js";
 import type { QueueObserver, QueueService } from "../../queue/service.js";
 import {
   TASK_STATUSES,
@@ -36,6 +38,11 @@ import {
   type ListCompletedResultsResult,
   type ListJobsInput,
   type ListJobsResult,
+  type ListTasksInput,
+  type ListTasksResult,
+  type JobFailure,
+  type TaskDetail,
+  type WatchOptions,
   type MaintenanceResult,
   type PutWorkloadInput,
   type RenewLeaseInput,
@@ -51,7 +58,9 @@ import {
   LIMITS,
   encodeJobsPageToken,
   encodePageToken,
+  encodeTasksPageToken,
   requireUuid,
+  validateListTasks,
   validateCancel,
   validateClaim,
   validateComplete,
@@ -185,7 +194,8 @@ function requestFingerprint(job: NormalizedCreateJob): string {
 }
 
 export class PostgresQueue implements QueueService {
-  private readonly ajv = new Ajv({ allErrors: false, strict: false });
+  // allErrors: a client fixing its parameters wants every problem at once, not one per round trip.
+  private readonly ajv = new Ajv({ allErrors: true, strict: false });
   /** Compiled parameter schemas, keyed by workload name and its updated_at. */
   private readonly validators = new Map<string, ValidateFunction>();
 
@@ -246,7 +256,7 @@ export class PostgresQueue implements QueueService {
         const validate = this.parametersValidator(w);
         if (validate && !validate(t.parameters)) {
           const field = input.tasks?.length ? `tasks[${i}].parameters` : "parameters";
-          throw new ValidationError(field, `does not match the ${w.name} schema: ${this.ajv.errorsText(validate.errors, { dataVar: "parameters" })}`);
+          throw schemaError(field, w.name, validate.errors ?? []);
         }
       });
 
@@ -437,7 +447,9 @@ export class PostgresQueue implements QueueService {
     const taskCounts = emptyCounts();
     for (const r of counts) taskCounts[r.status as keyof TaskCounts] = r.n as number;
     const totalTasks = counts.reduce((n, r) => n + (r.n as number), 0);
-    return { job: toJob(rows[0]), taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks };
+    const job = toJob(rows[0]);
+    const failure = job.status === "failed" ? await this.readJobFailure(c, id) : null;
+    return { job, taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks, failure };
   }
 
   async listCompletedResults(input: ListCompletedResultsInput, opts: CallOptions = {}): Promise<ListCompletedResultsResult> {
@@ -529,8 +541,10 @@ export class PostgresQueue implements QueueService {
    * (JOB_EVENTS_SINCE): nothing is missed or repeated whatever order transactions commit in. A
    * NOTIFY only says when to read; the poll interval is the floor under lost notifications.
    */
-  async *watchJob(jobId: string, opts: CallOptions = {}): AsyncGenerator<JobUpdate> {
+  async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
     const id = requireUuid("job_id", jobId);
+    const after = opts.afterEventId === undefined || opts.afterEventId === "0" ? undefined : opts.afterEventId;
+    if (after !== undefined && !/^[1-9]\d{0,18}$/.test(after)) throw new ValidationError("after_event_id", "must be an event id (a positive integer)");
     const signal = opts.signal;
     const pollMs = this.options.watchPollIntervalMs ?? 1000;
     const wakes = new Wakes();
@@ -543,12 +557,19 @@ export class PostgresQueue implements QueueService {
     try {
       watcherId = (await read((c) => c.query(sql.INSERT_JOB_WATCHER, [id, WATCHER_TTL_SECONDS]))).rows[0].id as string;
       let refreshedAt = Date.now();
-      const { status, snapshot } = await read(async (c) => {
+      const { status, snapshot, missed } = await read(async (c) => {
         const status = await this.readJobStatus(c, id);
         const { rows } = await c.query(sql.CURRENT_SNAPSHOT);
-        return { status, snapshot: rows[0].snapshot as string };
+        // A resumed stream: what was written after the client's last event, up to this snapshot.
+        const missed = after === undefined ? [] : (await c.query(sql.JOB_EVENTS_AFTER, [id, after])).rows.map(toJobEvent);
+        return { status, snapshot: rows[0].snapshot as string, missed };
       }, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-      yield { snapshot: status };
+      if (after === undefined) yield { snapshot: status };
+      for (const event of missed) {
+        yield { event };
+        if (event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) return;
+      }
+      // Final already (for a resumed stream: the client saw the final event before it left).
       if (FINAL_JOB_STATUSES.includes(status.job.status)) return;
       let since = snapshot;
       for (;;) {
@@ -631,6 +652,68 @@ export class PostgresQueue implements QueueService {
     return [...byWorkload.values()].sort((a, b) => a.workload.localeCompare(b.workload));
   }
 
+  // ---- task inspection ----
+
+  async listTasks(input: ListTasksInput, opts: CallOptions = {}): Promise<ListTasksResult> {
+    const q = validateListTasks(input);
+    return withClient(this.pool, opts.signal, async (c) => {
+      // One row past the page tells whether another page exists.
+      const values = [q.jobId, q.afterChunk, q.pageSize + 1];
+      const { rows } =
+        q.status === null
+          ? await c.query(sql.LIST_TASKS, values)
+          : q.status === "failed"
+            ? await c.query(sql.LIST_FAILED_TASKS, values)
+            : await c.query(sql.LIST_TASKS_BY_STATUS, [...values, q.status]);
+      if (rows.length === 0) {
+        const { rows: found } = await c.query(sql.JOB_EXISTS, [q.jobId]);
+        if (!found[0].found) throw new NotFoundError("job", q.jobId);
+      }
+      const page = rows.slice(0, q.pageSize).map(toTask);
+      return {
+        tasks: await this.withAttempts(c, q.jobId, page),
+        nextPageToken: rows.length > q.pageSize ? encodeTasksPageToken(q.status, page[page.length - 1].chunkIndex) : "",
+      };
+    });
+  }
+
+  async getTask(taskId: string, opts: CallOptions = {}): Promise<TaskDetail> {
+    const id = requireUuid("task_id", taskId);
+    return withClient(this.pool, opts.signal, async (c) => {
+      const task = await this.loadTask(c, id);
+      return (await this.withAttempts(c, task.jobId, [task]))[0];
+    });
+  }
+
+  /** Tasks of one job with their attempts, from one read of the job's events. */
+  private async withAttempts(c: pg.PoolClient, jobId: string, tasks: Task[]): Promise<TaskDetail[]> {
+    if (tasks.length === 0) return [];
+    const { rows } = await c.query(sql.TASK_ATTEMPT_EVENTS, [jobId, tasks.map((t) => t.id)]);
+    const byTask = new Map<string, JobEvent[]>();
+    for (const r of rows) {
+      const e = toJobEvent(r);
+      const list = byTask.get(e.taskId ?? "");
+      if (list) list.push(e);
+      else byTask.set(e.taskId ?? "", [e]);
+    }
+    return tasks.map((task) => ({ task, attempts: attemptsOf(task, byTask.get(task.id) ?? []) }));
+  }
+
+  private async readJobFailure(c: pg.PoolClient, jobId: string): Promise<JobFailure | null> {
+    const { rows } = await c.query(sql.JOB_FAILURE, [jobId]);
+    const r = rows[0];
+    if (!r) return null;
+    return {
+      taskId: r.id as string,
+      chunkIndex: r.chunk_index as number,
+      errorCode: (r.error_code as string | null) ?? null,
+      errorMessage: (r.error_message as string | null) ?? null,
+      attempt: r.attempt as number,
+      workerId: (r.lease_owner as string | null) ?? null,
+      failedAt: (r.completed_at as Date | null) ?? null,
+    };
+  }
+
   private async loadTask(c: pg.PoolClient, taskId: string): Promise<Task> {
     const { rows } = await c.query(sql.SELECT_TASK, [taskId]);
     if (rows.length === 0) throw new NotFoundError("task", taskId);
@@ -658,6 +741,7 @@ function toJobEvent(r: Row): JobEvent {
     message: (r.message as string | null) ?? null,
     partialResultUri: (r.partial_result_uri as string | null) ?? null,
     errorCode: (r.error_code as string | null) ?? null,
+    errorMessage: (r.error_message as string | null) ?? null,
     createdAt: new Date(r.created_at as string),
   };
 }
@@ -696,11 +780,15 @@ function countBy(keys: string[]): Map<string, number> {
   return counts;
 }
 
-/** A completion that matched no live lease: a replay of the accepted manifest returns the task, anything else is a conflict. */
+/**
+ * A completion that matched no live lease: a replay of the accepted result returns the task, anything
+ * else is a conflict. A result is its result_uri and result_sha256; metrics describe the run (a retried
+ * request may have recomputed a duration), so a replay with other metrics is the same result and
+ * the metrics first recorded stay.
+ */
 function replayOrConflict(task: Task, done: CompleteTaskInput): Task {
   if (task.status === "completed" && task.attempt === done.attempt && task.leaseOwner === done.workerId) {
-    const same =
-      task.resultUri === done.resultUri && task.resultSha256 === done.resultSha256 && canonicalJson(task.metrics) === canonicalJson(done.metrics ?? null);
+    const same = task.resultUri === done.resultUri && task.resultSha256 === done.resultSha256;
     if (same) return task; // nothing written
     throw new ResultConflictError(`task ${task.id} is already completed with a different result manifest`);
   }
@@ -713,6 +801,12 @@ function leaseConflict(task: Task, ref: LeaseRef): LeaseConflictError {
   if (task.status === "completed" || task.status === "failed") {
     return new LeaseConflictError("task_finished", `task ${task.id} is already ${task.status}`);
   }
+  if (ref.attempt > task.attempt) {
+    return new LeaseConflictError(
+      "attempt_ahead",
+      `attempt ${ref.attempt} of task ${task.id} was never leased; the current attempt is ${task.attempt} (send the attempt ClaimTasks returned)`,
+    );
+  }
   if (task.attempt !== ref.attempt) {
     return new LeaseConflictError("stale_attempt", `attempt ${ref.attempt} of task ${task.id} is stale; the current attempt is ${task.attempt}`);
   }
@@ -720,4 +814,34 @@ function leaseConflict(task: Task, ref: LeaseRef): LeaseConflictError {
     return new LeaseConflictError("not_leaseholder", `worker ${JSON.stringify(ref.workerId)} does not hold the lease on task ${task.id}`);
   }
   return new LeaseConflictError("lease_expired", `the lease on task ${task.id} has expired`);
+}
+
+/**
+ * A parameters-schema failure as one ValidationError listing every violation (up to
+ * LIMITS.schemaViolations), each named by its path in the request ("parameters.lr",
+ * "tasks[2].parameters.batch") with what the schema expected there.
+ */
+function schemaError(field: string, workload: string, errors: readonly ErrorObject[]): ValidationError {
+  const at = (instancePath: string, property?: string) => {
+    const parts = instancePath.split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+    if (property !== undefined) parts.push(property);
+    return field + parts.map((p) => (/^\d+$/.test(p) ? `[${p}]` : /^[A-Za-z_][A-Za-z0-9_]*$/.test(p) ? `.${p}` : `[${JSON.stringify(p)}]`)).join("");
+  };
+  const all: FieldViolation[] = errors.map((e) => {
+    const params = e.params as Record<string, unknown>;
+    if (e.keyword === "required") return { field: at(e.instancePath, String(params.missingProperty)), description: "is required" };
+    if (e.keyword === "additionalProperties") {
+      return { field: at(e.instancePath, String(params.additionalProperty)), description: "is not allowed (the schema has no such property)" };
+    }
+    if (e.keyword === "enum") return { field: at(e.instancePath), description: `must be one of ${JSON.stringify(params.allowedValues)}` };
+    return { field: at(e.instancePath), description: e.message ?? `breaks the schema's ${e.keyword} rule` };
+  });
+  const shown = all.slice(0, LIMITS.schemaViolations);
+  const more = all.length - shown.length;
+  const list = shown.map((v) => `${v.field} ${v.description}`).join("; ");
+  return new ValidationError(
+    field,
+    `does not match the ${workload} schema (${all.length} problem${all.length === 1 ? "" : "s"}): ${list}${more > 0 ? `; and ${more} more` : ""}`,
+    shown,
+  );
 }
