@@ -1,0 +1,91 @@
+"""The gRPC transport (grpcio over HTTP/2; cleartext for http://, TLS for https://)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+from google.protobuf import json_format
+
+from .errors import LeaseholdError, error_for
+from .queue.v1 import queue_pb2, queue_pb2_grpc
+
+JsonObject = dict[str, Any]
+
+# The client retries with its own jittered backoff; grpc's default reconnect
+# backoff grows to two minutes, which would leave a worker idle long after a
+# restarted coordinator is back.
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.keepalive_time_ms", 30_000),
+]
+
+
+class GrpcTransport:
+    """Calls through generated ``QueueServiceStub`` methods; messages converted from and to proto JSON."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"coordinator URL must be http://host:port or https://host:port, not {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        target = f"{parts.hostname}:{port}"
+        if parts.scheme == "https":
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=_CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._stub = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    @staticmethod
+    def _request(method: str, request: JsonObject) -> Any:
+        cls = getattr(queue_pb2, f"{method}Request")
+        return json_format.ParseDict(request, cls())
+
+    @staticmethod
+    def _json(message: Any) -> JsonObject:
+        out: JsonObject = json_format.MessageToDict(message, preserving_proto_field_name=True)
+        return out
+
+    @staticmethod
+    def _error(method: str, e: grpc.RpcError) -> LeaseholdError:
+        request_id = None
+        for md in (e.initial_metadata, e.trailing_metadata):
+            try:
+                for key, value in md() or ():
+                    if key == "x-request-id":
+                        request_id = value
+            except Exception:
+                pass
+        code = e.code()
+        name = code.name.lower() if code is not None else "unknown"
+        return error_for(name, f"{method}: {e.details()}", request_id=request_id)
+
+    def call(self, method: str, request: JsonObject, timeout: float) -> JsonObject:
+        """A unary RPC."""
+        fn = getattr(self._stub, method)
+        try:
+            response = fn(self._request(method, request), timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise self._error(method, e) from None
+        return self._json(response)
+
+    def stream(self, method: str, request: JsonObject, timeout: float | None) -> Iterator[JsonObject]:
+        """A server-streaming RPC."""
+        fn = getattr(self._stub, method)
+        call = fn(self._request(method, request), timeout=timeout, metadata=self._metadata)
+        try:
+            for message in call:
+                yield self._json(message)
+        except grpc.RpcError as e:
+            raise self._error(method, e) from None
+        finally:
+            call.cancel()
+
+    def close(self) -> None:
+        """Closes the channel."""
+        self._channel.close()
