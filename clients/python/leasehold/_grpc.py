@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import grpc
 from google.protobuf import json_format
 
+from ._transport import Interrupt
 from .errors import LeaseholdError, error_for
 from .queue.v1 import queue_pb2, queue_pb2_grpc
 
@@ -65,11 +66,21 @@ class GrpcTransport:
         name = code.name.lower() if code is not None else "unknown"
         return error_for(name, f"{method}: {e.details()}", request_id=request_id)
 
-    def call(self, method: str, request: JsonObject, timeout: float) -> JsonObject:
+    def call(self, method: str, request: JsonObject, timeout: float, interrupt: Interrupt | None = None) -> JsonObject:
         """A unary RPC."""
         fn = getattr(self._stub, method)
         try:
-            response = fn(self._request(method, request), timeout=timeout, metadata=self._metadata)
+            if interrupt is None:
+                response = fn(self._request(method, request), timeout=timeout, metadata=self._metadata)
+            else:
+                future = fn.future(self._request(method, request), timeout=timeout, metadata=self._metadata)
+                interrupt.arm(future.cancel)
+                try:
+                    response = future.result()
+                finally:
+                    interrupt.disarm()
+        except grpc.FutureCancelledError:
+            raise error_for("cancelled", f"{method}: interrupted") from None
         except grpc.RpcError as e:
             raise self._error(method, e) from None
         return self._json(response)

@@ -7,12 +7,14 @@ JSON transport works where grpcio and protobuf are not installed.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
+import socket
 import ssl
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -22,13 +24,43 @@ JsonObject = dict[str, Any]
 
 SERVICE = "leasehold.queue.v1.QueueService"
 
-__all__ = ["JsonTransport", "Transport", "make_transport"]
+__all__ = ["Interrupt", "JsonTransport", "Transport", "make_transport"]
+
+
+class Interrupt:
+    """Lets another thread abort a call in flight (a parked long poll, when a worker begins to drain)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancel: Callable[[], None] | None = None
+        self.cancelled = False
+
+    def arm(self, cancel: Callable[[], None]) -> None:
+        """Called by the transport with how to abort the call it is about to block on."""
+        with self._lock:
+            self._cancel = cancel
+            fire = self.cancelled
+        if fire:
+            cancel()
+
+    def disarm(self) -> None:
+        """Called by the transport once the call returned."""
+        with self._lock:
+            self._cancel = None
+
+    def cancel(self) -> None:
+        """Aborts the armed call (and any later one armed on this object)."""
+        with self._lock:
+            self.cancelled = True
+            cancel = self._cancel
+        if cancel is not None:
+            cancel()
 
 
 class Transport(Protocol):
     """One coordinator connection (thread-safe)."""
 
-    def call(self, method: str, request: JsonObject, timeout: float) -> JsonObject:
+    def call(self, method: str, request: JsonObject, timeout: float, interrupt: Interrupt | None = None) -> JsonObject:
         """A unary RPC; raises a :class:`~leasehold.errors.LeaseholdError` subclass on failure."""
         ...
 
@@ -61,6 +93,14 @@ _HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission
 # processed, so the request is sent again once on a fresh connection.
 _STALE = (http.client.RemoteDisconnected, http.client.BadStatusLine, BrokenPipeError, ConnectionResetError,
           ConnectionAbortedError)
+
+
+def _shutdown(sock: socket.socket | None) -> None:
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class JsonTransport:
@@ -110,7 +150,7 @@ class JsonTransport:
                 if conn in self._all:
                     self._all.remove(conn)
 
-    def call(self, method: str, request: JsonObject, timeout: float) -> JsonObject:
+    def call(self, method: str, request: JsonObject, timeout: float, interrupt: Interrupt | None = None) -> JsonObject:
         """A unary RPC as a Connect JSON POST."""
         body = json.dumps(request, separators=(",", ":")).encode()
         path = f"{self._prefix}/{SERVICE}/{method}"
@@ -119,8 +159,14 @@ class JsonTransport:
             conn, reused = self._connection(timeout)
             try:
                 conn.request("POST", path, body, headers)
-                resp = conn.getresponse()
-                raw = resp.read()
+                if interrupt is not None:
+                    interrupt.arm(functools.partial(_shutdown, conn.sock))
+                try:
+                    resp = conn.getresponse()
+                    raw = resp.read()
+                finally:
+                    if interrupt is not None:
+                        interrupt.disarm()
             except _STALE as e:
                 self._drop()
                 if reused and attempt == 1:

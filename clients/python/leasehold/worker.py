@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from . import _otel
-from ._transport import Transport, make_transport
+from ._transport import Interrupt, Transport, make_transport
 from .errors import (
     AbortedError,
     InvalidArgumentError,
@@ -347,6 +347,7 @@ class Worker:
         self._beat_wake = threading.Event()
         self._beats_stop = threading.Event()
         self._pool: Any = None
+        self._poll = Interrupt()
         self.stats = {"claimed": 0, "completed": 0, "failed": 0, "dropped": 0, "released": 0}
 
     # ---------- registration ----------
@@ -367,6 +368,9 @@ class Worker:
         if self._stop.is_set():
             self._hurry.set()
         self._stop.set()
+        # A parked claim would hold the drain up to wait_seconds: abort it. Should the coordinator have
+        # leased tasks in the instant before, they come back when that lease expires.
+        self._poll.cancel()
         with self._cond:
             self._cond.notify_all()
 
@@ -430,9 +434,10 @@ class Worker:
                 log.warning("coordinator not reachable at %s (%s); retrying in %.1f s", self.url, e, delay)
                 self._stop.wait(delay)
 
-    def _call(self, method: str, request: JsonObject, extra_timeout: float = 0.0) -> JsonObject:
+    def _call(self, method: str, request: JsonObject, extra_timeout: float = 0.0,
+              interrupt: Interrupt | None = None) -> JsonObject:
         assert self._transport is not None
-        return self._transport.call(method, request, self.request_timeout + extra_timeout)
+        return self._transport.call(method, request, self.request_timeout + extra_timeout, interrupt)
 
     def _run(self) -> None:
         log.info("worker %s: %d lane(s) for %s at %s over %s", self.worker_id, self.concurrency,
@@ -459,7 +464,7 @@ class Worker:
                 if left <= 0:
                     break
                 self._cond.wait(min(left, 0.5))
-        # A claim parked in a long poll answers within its wait; tasks it brings are given back at once.
+        # The claimer's parked poll was aborted; a claim answered in the meantime has its tasks given back.
         claimer.join(self.wait_seconds + self.request_timeout)
         with self._cond:
             unfinished = [lease for lease in self._leases.values() if not lease.finished and not lease.lost]
@@ -496,8 +501,10 @@ class Worker:
             if self.wait_seconds > 0:
                 req["wait_seconds"] = self.wait_seconds
             try:
-                res = self._call("ClaimTasks", req, extra_timeout=self.wait_seconds)
+                res = self._call("ClaimTasks", req, extra_timeout=self.wait_seconds, interrupt=self._poll)
             except LeaseholdError as e:
+                if self._stop.is_set():
+                    return
                 delay = backoff.next()
                 if not outage:
                     log.warning("claim failed (%s); retrying with backoff", e)

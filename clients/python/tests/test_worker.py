@@ -6,8 +6,9 @@ from __future__ import annotations
 import collections
 import hashlib
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from conftest import Env, WorkerProc, wait_for
 
