@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
 from ._otel import current_traceparent
 from ._transport import Transport, make_transport
+from .errors import UnavailableError
 from .models import (
     CreatedJob,
     Job,
@@ -123,12 +125,25 @@ class Client:
             yield WatchUpdate.from_json(message)
 
     def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
-        """Blocks until the job is final (completed, failed or cancelled) and returns it."""
-        last: Job | None = None
-        for update in self.watch(job_id, timeout=timeout):
-            if update.snapshot is not None:
-                last = update.snapshot.job
-        return self.get_job(job_id).job if last is None or not last.finished else last
+        """Blocks until the job is final (completed, failed or cancelled) and returns it.
+
+        A stream the coordinator ends early (it shuts down streams on restart) is opened again.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.1
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                for _ in self.watch(job_id, timeout=left):
+                    pass
+                job = self.get_job(job_id).job
+                if job.finished:
+                    return job
+            except UnavailableError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def results(self, job_id: str, *, page_size: int | None = None) -> Iterator[ResultManifest]:
         """Iterates over the result manifests of the job's completed tasks in chunk order, across every page."""

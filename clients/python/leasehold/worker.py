@@ -348,7 +348,12 @@ class Worker:
         self._beats_stop = threading.Event()
         self._pool: Any = None
         self._poll = Interrupt()
+        self._stats_lock = threading.Lock()
         self.stats = {"claimed": 0, "completed": 0, "failed": 0, "dropped": 0, "released": 0}
+
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self.stats[what] += n
 
     # ---------- registration ----------
 
@@ -528,7 +533,7 @@ class Worker:
     def _dispatch(self, record: TaskRecord) -> None:
         task = Task(record, self.worker_id, self if self._pool is None else None)
         handler = self._handlers.get(record.workload)
-        self.stats["claimed"] += 1
+        self._count("claimed")
         if self._stop.is_set() or handler is None:
             why = "the worker is draining" if handler is not None else f"no handler for workload {record.workload!r}"
             self._release(task, why)
@@ -560,7 +565,7 @@ class Worker:
                 req["retry_after_seconds"] = retry_after
             try:
                 self._call("FailTask", req)
-                self.stats["released"] += 1
+                self._count("released")
                 log.info("gave task %s (attempt %d) back: %s", task.id, task.attempt, why)
                 return
             except InvalidArgumentError:
@@ -597,6 +602,8 @@ class Worker:
 
     def _execute(self, lease: _Lease) -> _Outcome | None:
         task = lease.task
+        if lease.lost:  # given back by the drain before a lane got to it
+            return None
         if self._stop.is_set() and not lease.started:
             # Claimed before the drain began but not yet started: someone else can start it now.
             lease.lost = True
@@ -627,7 +634,7 @@ class Worker:
         return outcome
 
     def _drop(self, lease: _Lease, why: str) -> None:
-        self.stats["dropped"] += 1
+        self._count("dropped")
         log.warning("dropping the result of task %s (attempt %d): %s", lease.task.id, lease.task.attempt, why)
 
     def _forget(self, lease: _Lease) -> None:
@@ -691,7 +698,8 @@ class Worker:
         while not self._beats_stop.is_set():
             now = time.monotonic()
             with self._cond:
-                live = [lease for lease in self._leases.values() if not lease.lost and not lease.finished]
+                # Finished leases too: a result waiting for delivery (a coordinator restart) keeps its lease.
+                live = [lease for lease in self._leases.values() if not lease.lost]
             wake = now + 1.0
             for lease in live:
                 if lease.next_beat <= now:
@@ -704,7 +712,10 @@ class Worker:
         try:
             res = self._call("RenewLease", self._lease_request(lease.task))
         except (AbortedError, NotFoundError) as e:
-            self._lost(lease, e)
+            if lease.finished:
+                lease.lost = True  # its result was accepted meanwhile, or will be dropped as late
+            else:
+                self._lost(lease, e)
             return
         except LeaseholdError as e:
             # Try again soon: the lease may still be saved once the coordinator is back.
@@ -803,13 +814,13 @@ class Worker:
                 code = str(field_of(err, "code", "unknown"))
                 self._refused(o, code, str(field_of(err, "message", "")), None)
             else:
-                self.stats["completed"] += 1
+                self._count("completed")
             self._forget(o.lease)
 
     def _send_one_result(self, o: _Outcome) -> None:
         try:
             self._retrying("CompleteTask", self._result_request(o))
-            self.stats["completed"] += 1
+            self._count("completed")
         except InvalidArgumentError as e:
             o.error = TaskError(f"the coordinator refused the handler's result: {e.message}", code="invalid_result")
             self._send_failure(o)
@@ -820,7 +831,7 @@ class Worker:
 
     def _refused(self, o: _Outcome, code: str, message: str, request_id: str | None) -> None:
         """A result the coordinator would not take; never sent again (it would be refused again)."""
-        self.stats["dropped"] += 1
+        self._count("dropped")
         task = o.lease.task
         if code == "aborted":
             log.warning("late result of task %s (attempt %d) refused, lease lost: %s (request id %s)",
@@ -843,7 +854,7 @@ class Worker:
                         exc_info=e if not isinstance(e, TaskError) else None)
         try:
             self._retrying("FailTask", req)
-            self.stats["failed"] += 1
+            self._count("failed")
         except LeaseholdError as err:
             self._refused(o, err.code, err.message, err.request_id)
         self._forget(o.lease)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import collections
 import hashlib
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conftest import Env, WorkerProc, wait_for
 
-from leasehold import Client, TaskSpec
+import leasehold.worker as worker_module
+from leasehold import Client, Result, TaskSpec, UnavailableError, Worker
 
 
 def sha(text: str) -> str:
@@ -193,3 +195,53 @@ def test_exceptions_become_failures_and_progress_is_reported(admin: Client, work
     assert admin.get_job(chatty.id).job.status == "completed"
     stats = drained(worker)
     assert (stats["completed"], stats["failed"]) == (2, 2)
+
+
+def test_a_lost_complete_tasks_answer_is_sent_again_and_accepted(
+        env: Env, admin: Client, workload: Callable[..., str], transport: str, monkeypatch: Any) -> None:
+    # The first CompleteTasks is applied by the coordinator but its answer "lost" on the way back.
+    w = workload(lease_seconds=30)
+    job = admin.create_job(w, tasks=specs(5)).job
+    real = worker_module.make_transport
+    lost: list[int] = []
+
+    class LossyTransport:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def call(self, method: str, request: dict[str, Any], timeout: float, interrupt: Any = None) -> dict[str, Any]:
+            answer: dict[str, Any] = self.inner.call(method, request, timeout, interrupt)
+            if method == "CompleteTasks" and not lost:
+                lost.append(len(request["results"]))
+                raise UnavailableError("the answer was lost")
+            return answer
+
+        def close(self) -> None:
+            self.inner.close()
+
+    monkeypatch.setattr(worker_module, "make_transport", lambda *a: LossyTransport(real(*a)))
+    worker = Worker(env.main.url, workloads=[w], token=env.tokens.worker, worker_id="pyw-lossy", transport=transport,
+                    concurrency=5)
+    worker.handler(w)(lambda task: Result(uri=f"mem://{task.chunk_index}", sha256=sha(str(task.chunk_index))))
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        assert admin.wait(job.id, timeout=30).status == "completed"
+    finally:
+        worker.stop()
+        runner.join(30)
+    assert lost and lost[0] >= 1
+    assert (worker.stats["completed"], worker.stats["dropped"], worker.stats["failed"]) == (5, 0, 0)
+    assert [r.result_uri for r in admin.results(job.id)] == [f"mem://{i}" for i in range(5)]
+
+
+def test_process_lanes_run_handlers_in_child_processes(admin: Client, workload: Callable[..., str],
+                                                       spawn: Callable[..., WorkerProc]) -> None:
+    w = workload(lease_seconds=30)
+    job = admin.create_job(w, tasks=specs(4, lambda i: {"action": "progress"})).job
+    worker = spawn(w, "pyw-procs", concurrency=2, executor="process")
+    [running] = worker.wait_event("running")
+    assert admin.wait(job.id, timeout=60).status == "completed"
+    pids = {r.metrics["pid"] for r in admin.results(job.id) if r.metrics}
+    assert pids and running["pid"] not in pids
+    assert drained(worker)["completed"] == 4
