@@ -101,8 +101,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="leasehold-pybench-") as d:
         proc, url = start_coordinator(Path(d))
         try:
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
             print(f"one worker process, {args.concurrency} lanes, no-op handler; coordinator {url}; "
-                  f"{os.cpu_count()} CPUs", flush=True)
+                  f"{os.cpu_count()} CPUs, load average {load}", flush=True)
             with Client(url) as admin:
                 for n in range(args.runs):
                     for transport in args.transports.split(","):
