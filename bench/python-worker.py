@@ -97,6 +97,7 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--transports", default="json,grpc")
+    p.add_argument("--batched-only", action="store_true", help="only the prefetch + CompleteTasks batches mode")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="leasehold-pybench-") as d:
         proc, url = start_coordinator(Path(d))
@@ -107,7 +108,9 @@ def main() -> int:
             with Client(url) as admin:
                 for n in range(args.runs):
                     for transport in args.transports.split(","):
-                        for prefetch, batched in ((True, True), (True, False), (False, True), (False, False)):
+                        modes = ((True, True),) if args.batched_only else ((True, True), (True, False), (False, True),
+                                                                           (False, False))
+                        for prefetch, batched in modes:
                             # The slow modes need fewer tasks for a stable figure.
                             tasks = args.tasks if prefetch and batched else min(args.tasks, 1000)
                             one_run(url, admin, transport, prefetch, batched, tasks, args.concurrency, n)
