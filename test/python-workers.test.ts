@@ -1,15 +1,13 @@
-// The Python example workers (examples/python) against a live coordinator: a
-// real server (createApiServer on port 0) over a real, freshly migrated
-// PostgreSQL database. Each worker runs as a child process (bounded in time,
-// never left behind) and prints one JSON line per action; the test checks those
-// lines against what the database then holds (tasks, and the task_progress
-// rows of task_events that ReportProgress writes).
-//   json_worker.py: REST JSON with the standard library only (needs python3).
-//   grpc_worker.py: grpcio stubs generated from the proto (needs grpcio,
-//   grpcio-tools and protobuf: pip install grpcio grpcio-tools protobuf).
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import os from "node:os";
+// The Python examples (examples/python) against a live coordinator: a real
+// server (createApiServer on port 0) over a real, freshly migrated PostgreSQL
+// database. Each runs as a child process (bounded in time, never left behind);
+// the tests check what they print against what the database then holds (tasks,
+// and the task_progress rows of task_events that ReportProgress writes).
+//   json_worker.py: REST JSON with the standard library only (needs python3),
+//     one JSON line per action.
+//   worker.py + submit.py: the leasehold package (clients/python, installed in
+//     the test venv), over Connect JSON and over gRPC.
+import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
@@ -28,7 +26,6 @@ const PROGRESS_STEPS = 4;
 let fx: QueueFixture;
 let server: ApiServer;
 let target: string;
-let stubsDir: string;
 
 // ---------- child processes: bounded in time, none left behind ----------
 
@@ -43,14 +40,24 @@ interface PyRun {
 
 const live = new Set<ChildProcess>();
 
-function runPython(args: string[], timeoutMs = CHILD_TIMEOUT_MS): Promise<PyRun> {
+interface RunOptions {
+  timeoutMs?: number;
+  env?: Record<string, string>;
+  /** stdout is not JSON lines (a program that logs) */
+  text?: boolean;
+  /** gets the child, e.g. to signal it */
+  onSpawn?: (child: ChildProcess) => void;
+}
+
+function runPython(args: string[], { timeoutMs = CHILD_TIMEOUT_MS, env = {}, text = false, onSpawn }: RunOptions = {}): Promise<PyRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(PYTHON, args, {
       cwd: ROOT,
-      env: { ...process.env, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1" },
+      env: { ...process.env, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1", ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     live.add(child);
+    onSpawn?.(child);
     let stdout = "";
     let stderr = "";
     let timedOut = false;
@@ -73,8 +80,9 @@ function runPython(args: string[], timeoutMs = CHILD_TIMEOUT_MS): Promise<PyRun>
         reject(new Error(`${run} was killed after ${timeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
         return;
       }
-      let lines: unknown[];
+      let lines: unknown[] = [];
       try {
+        if (text) return resolve({ code, signal, stdout, stderr, lines });
         lines = stdout
           .split("\n")
           .filter((l) => l.trim() !== "")
@@ -105,24 +113,6 @@ function describeRun(r: PyRun): string {
   return `exit ${r.code} (signal ${r.signal})\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`;
 }
 
-// ---------- grpcio availability ----------
-
-let grpcioCheck: { ok: boolean; detail: string } | undefined;
-
-/** Fails the calling test with a clear message when grpcio, grpcio-tools or protobuf is missing. */
-function requireGrpcio(): void {
-  grpcioCheck ??= (() => {
-    const r = spawnSync(PYTHON, ["-c", "import grpc, grpc_tools, google.protobuf"], { encoding: "utf8", timeout: CHILD_TIMEOUT_MS });
-    return { ok: r.status === 0, detail: r.error ? r.error.message : r.stderr.trim() };
-  })();
-  if (!grpcioCheck.ok) {
-    throw new Error(
-      `${PYTHON} cannot import grpc, grpc_tools and google.protobuf, which examples/python/grpc_worker.py needs.\n` +
-        `The test setup installs them into .venv from requirements-dev.txt; delete .venv to rebuild it.\n${grpcioCheck.detail}`,
-    );
-  }
-}
-
 // ---------- fixtures ----------
 
 beforeAll(async () => {
@@ -136,14 +126,12 @@ beforeAll(async () => {
   });
   const port = await server.listen(0, "127.0.0.1");
   target = `127.0.0.1:${port}`;
-  stubsDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-py-stubs-test-"));
 });
 
 afterAll(async () => {
   await killLeftovers();
   await server?.close(2000);
   await fx?.close();
-  if (stubsDir) rmSync(stubsDir, { recursive: true, force: true });
 });
 
 interface TaskRow {
@@ -211,12 +199,6 @@ interface WorkerKind {
 
 const kinds: WorkerKind[] = [
   { name: "json_worker.py (REST JSON, standard library)", script: "examples/python/json_worker.py", args: () => [] },
-  {
-    name: "grpc_worker.py (grpcio over h2c)",
-    script: "examples/python/grpc_worker.py",
-    args: () => ["--stubs-dir", path.join(stubsDir, "stubs")],
-    before: requireGrpcio,
-  },
 ];
 
 describe.each(kinds)("$name", ({ script, args, before }) => {
@@ -389,22 +371,47 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
   });
 });
 
-describe("grpc_worker.py stubs", () => {
-  it("generates importable leasehold.queue.v1 stubs with --generate-only", async () => {
-    requireGrpcio();
-    const dir = path.join(stubsDir, "generate-only");
-    const r = await runPython(["examples/python/grpc_worker.py", "--generate-only", "--stubs-dir", dir]);
-    expect(r.code, describeRun(r)).toBe(0);
-    expect(r.lines).toEqual([{ action: "stubs", dir }]);
-    const check = await runPython([
-      "-c",
-      `import sys, queue; sys.path.insert(0, ${JSON.stringify(dir)}); ` +
-        "from leasehold.queue.v1 import queue_pb2, queue_pb2_grpc; import json; " +
-        "print(json.dumps({'package': queue_pb2.DESCRIPTOR.package, 'stdlib_queue': hasattr(queue, 'Queue'), " +
-        "'stub': hasattr(queue_pb2_grpc, 'QueueServiceStub')}))",
-    ]);
-    expect(check.code, describeRun(check)).toBe(0);
-    expect(check.lines).toEqual([{ package: "leasehold.queue.v1", stdlib_queue: true, stub: true }]);
+describe.each(["json", "grpc"])("worker.py and submit.py (the leasehold package, %s)", (transport) => {
+  it("submit.py creates a job, follows it to completed and prints its results; worker.py runs it and drains on SIGTERM", async () => {
+    const workload = `py_pkg_${transport}`;
+    await fx.queue.putWorkload({ name: workload, leaseSeconds: 30 });
+    const env = { LEASEHOLD_TRANSPORT: transport };
+    let workerChild: ChildProcess | undefined;
+    const worker = runPython(["examples/python/worker.py", `http://${target}`, workload], {
+      env,
+      text: true,
+      onSpawn: (c) => (workerChild = c),
+    });
+    const submit = await runPython(["examples/python/submit.py", `http://${target}`, workload, "5"], { env });
+    expect(submit.code, describeRun(submit)).toBe(0);
+    workerChild?.kill("SIGTERM");
+    const ran = await worker;
+    expect(ran.code, describeRun(ran)).toBe(0);
+    expect(ran.stderr).toMatch(/drained/);
+
+    // The job's status when the watch began (the worker may have claimed already), each change after
+    // it, then the results.
+    const statuses = submit.lines.filter((l) => "status" in l);
+    const results = submit.lines.filter((l) => "chunk_index" in l);
+    const jobId = statuses[0].job_id;
+    expect(jobId).toMatch(UUID_RE);
+    expect(statuses.map((l) => l.job_id)).toEqual(statuses.map(() => jobId));
+    expect([["pending", "running", "completed"], ["running", "completed"]]).toContainEqual(statuses.map((l) => l.status));
+    expect(submit.lines).toEqual([...statuses, ...results]);
+    expect(results.map((r) => r.chunk_index)).toEqual([0, 1, 2, 3, 4]);
+    const rows = await taskRows(jobId);
+    expect(rows.map((r) => [r.status, r.attempt, r.result_uri, r.result_sha256])).toEqual(
+      results.map((r) => ["completed", 1, r.uri, r.sha256]),
+    );
+    for (const row of rows) {
+      expect(row.result_sha256).toMatch(HEX64_RE);
+      expect(row.metrics).toEqual({ bytes: expect.any(Number), worker: row.lease_owner });
+    }
+    // One "halfway" report per task, from task.progress() (lanes run at once: compare by chunk).
+    const progress = (await progressRows(jobId)).sort((a, b) => a.chunk_index - b.chunk_index);
+    expect(progress.map((p) => [p.chunk_index, p.progress, p.message, p.worker_id])).toEqual(
+      rows.map((r) => [r.chunk_index, 0.5, "halfway", r.lease_owner]),
+    );
   });
 });
 

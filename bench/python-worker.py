@@ -1,0 +1,124 @@
+"""No-op tasks per second through one Python worker process (the leasehold package), per transport.
+
+    .venv/bin/python bench/python-worker.py [--tasks 5000] [--concurrency 32] [--runs 1]
+
+Starts a coordinator (`node --import tsx src/main.ts`) on an embedded PostgreSQL in a temporary directory
+(or on DATABASE_URL, a migrated database), then for each transport (Connect JSON, gRPC) and each mode
+(prefetch and/or batched results, on and off) queues --tasks no-op
+tasks and runs one Worker in this process until it has completed them all. Prints one line per run:
+tasks/s (wall clock from run() until the last result is acknowledged) and the worker's CPU seconds per
+1,000 tasks. A benchmark, not a test: numbers move with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from leasehold import Client, DeadlineExceededError, Result, Task, TaskSpec, UnavailableError, Worker
+
+ROOT = Path(__file__).resolve().parents[1]
+SHA = hashlib.sha256(b"noop").hexdigest()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_coordinator(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PORT", "HOST", "AUTH_TOKENS_FILE")}
+    env.update(PORT=str(port), LOG_LEVEL="warn")
+    if "DATABASE_URL" not in env:
+        os.chmod(tmp, 0o755)
+        env.update(EMBEDDED_PG_DIR=str(tmp / "pg"), EMBEDDED_PG_PORT=str(free_port()))
+    log = open(tmp / "coordinator.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(["node", "--import", "tsx", "src/main.ts"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    deadline = time.monotonic() + 90
+    while not re.search(r"leasehold listening on", (tmp / "coordinator.log").read_text(errors="replace")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"coordinator did not start:\n{(tmp / 'coordinator.log').read_text()}")
+        time.sleep(0.1)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def one_run(url: str, admin: Client, transport: str, prefetch: bool, batched: bool, tasks: int, concurrency: int,
+            n: int) -> None:
+    workload = f"bench_{transport}_{int(prefetch)}{int(batched)}_{n}"
+    admin.put_workload(workload, lease_seconds=60)
+    for start in range(0, tasks, 500):
+        count = min(500, tasks - start)
+        chunks = [TaskSpec(i, f"mem://in/{i}", SHA) for i in range(count)]
+        # On a loaded machine a large CreateJob can hit the statement timeout; the key makes a retry safe.
+        for attempt in range(5):
+            try:
+                admin.create_job(workload, tasks=chunks, idempotency_key=f"{workload}-{start}")
+                break
+            except (DeadlineExceededError, UnavailableError):
+                if attempt == 4:
+                    raise
+                time.sleep(1)
+    worker = Worker(url, workloads=[workload], concurrency=concurrency, transport=transport, wait_seconds=1,
+                    prefetch=prefetch, batch_results=batched)
+
+    @worker.handler(workload)
+    def noop(task: Task) -> Result:
+        return Result(uri="mem://out", sha256=SHA)
+
+    def stop_when_done() -> None:
+        while worker.stats["completed"] < tasks:
+            time.sleep(0.005)
+        worker.stop()
+
+    threading.Thread(target=stop_when_done, daemon=True).start()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    worker.run()
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    mode = ("prefetch" if prefetch else "1 per claim") + ", " + ("CompleteTasks batches" if batched else "CompleteTask each")
+    print(f"{transport:4}  {mode:36}  {tasks / elapsed:8,.0f} tasks/s  ({tasks} tasks in {elapsed:5.2f} s; "
+          f"worker CPU {cpu / tasks * 1000:.2f} s per 1,000 tasks)", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", type=int, default=5000)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--transports", default="json,grpc")
+    p.add_argument("--batched-only", action="store_true", help="only the prefetch + CompleteTasks batches mode")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="leasehold-pybench-") as d:
+        proc, url = start_coordinator(Path(d))
+        try:
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"one worker process, {args.concurrency} lanes, no-op handler; coordinator {url}; "
+                  f"{os.cpu_count()} CPUs, load average {load}", flush=True)
+            with Client(url) as admin:
+                for n in range(args.runs):
+                    for transport in args.transports.split(","):
+                        modes = ((True, True),) if args.batched_only else ((True, True), (True, False), (False, True),
+                                                                           (False, False))
+                        for prefetch, batched in modes:
+                            # The slow modes need fewer tasks for a stable figure.
+                            tasks = args.tasks if prefetch and batched else min(args.tasks, 1000)
+                            one_run(url, admin, transport, prefetch, batched, tasks, args.concurrency, n)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Exceptions of the leasehold client: one per coordinator error code."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AbortedError",
+    "AlreadyExistsError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "InternalError",
+    "InvalidArgumentError",
+    "LeaseholdError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "WorkerConfigError",
+    "error_for",
+]
+
+
+class LeaseholdError(Exception):
+    """A call to the coordinator failed.
+
+    Attributes:
+        code: The Connect/gRPC code name in snake case (``"not_found"``, ``"aborted"``, ...).
+        message: The coordinator's message.
+        request_id: The coordinator's ``X-Request-Id`` of the call (matches its log line); ``None``
+            when the call never got an answer (connection refused or reset).
+        http_status: The HTTP status for the JSON transport; ``None`` over gRPC.
+    """
+
+    code = "unknown"
+
+    def __init__(self, message: str, *, code: str | None = None, request_id: str | None = None,
+                 http_status: int | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.request_id = request_id
+        self.http_status = http_status
+
+    def __str__(self) -> str:
+        rid = f" (request id {self.request_id})" if self.request_id else ""
+        return f"{self.code}: {self.message}{rid}"
+
+
+class InvalidArgumentError(LeaseholdError):
+    """The request broke a limit or named something malformed (HTTP 400)."""
+
+    code = "invalid_argument"
+
+
+class FailedPreconditionError(LeaseholdError):
+    """The request does not fit the current state, e.g. retrying a job that is not failed (HTTP 400)."""
+
+    code = "failed_precondition"
+
+
+class UnauthenticatedError(LeaseholdError):
+    """The bearer token is missing or unknown (HTTP 401)."""
+
+    code = "unauthenticated"
+
+
+class PermissionDeniedError(LeaseholdError):
+    """The token's role may not make the call, or the worker_id is outside its prefix (HTTP 403)."""
+
+    code = "permission_denied"
+
+
+class NotFoundError(LeaseholdError):
+    """No such job, task or workload (HTTP 404)."""
+
+    code = "not_found"
+
+
+class AbortedError(LeaseholdError):
+    """The lease is stale, foreign or expired, or the task was cancelled or finished (HTTP 409)."""
+
+    code = "aborted"
+
+
+class AlreadyExistsError(LeaseholdError):
+    """A different result manifest, or a different request under the same idempotency key (HTTP 409)."""
+
+    code = "already_exists"
+
+
+class UnavailableError(LeaseholdError):
+    """The coordinator or its database cannot be reached (HTTP 503, or no connection at all)."""
+
+    code = "unavailable"
+
+
+class DeadlineExceededError(LeaseholdError):
+    """The call's deadline passed (HTTP 504, or the client's own timeout)."""
+
+    code = "deadline_exceeded"
+
+
+class InternalError(LeaseholdError):
+    """The coordinator failed unexpectedly (HTTP 500)."""
+
+    code = "internal"
+
+
+class WorkerConfigError(Exception):
+    """A worker cannot start as configured (e.g. a worker_id outside its token's prefix)."""
+
+
+_BY_CODE: dict[str, type[LeaseholdError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgumentError, FailedPreconditionError, UnauthenticatedError, PermissionDeniedError, NotFoundError,
+        AbortedError, AlreadyExistsError, UnavailableError, DeadlineExceededError, InternalError,
+    )
+}
+
+# Codes without a class of their own map onto the nearest one, keeping their name in .code.
+_ALIASES: dict[str, type[LeaseholdError]] = {
+    "canceled": UnavailableError,
+    "cancelled": UnavailableError,
+    "resource_exhausted": UnavailableError,
+    "out_of_range": InvalidArgumentError,
+}
+
+
+def error_for(code: str, message: str, *, request_id: str | None = None,
+              http_status: int | None = None) -> LeaseholdError:
+    """The typed exception for a coordinator error code (snake case)."""
+    cls = _BY_CODE.get(code) or _ALIASES.get(code) or LeaseholdError
+    return cls(message, code=code, request_id=request_id, http_status=http_status)

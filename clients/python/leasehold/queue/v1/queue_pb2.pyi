@@ -1,0 +1,529 @@
+import datetime
+
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATUS_UNSPECIFIED: _ClassVar[TaskStatus]
+    TASK_STATUS_PENDING: _ClassVar[TaskStatus]
+    TASK_STATUS_LEASED: _ClassVar[TaskStatus]
+    TASK_STATUS_COMPLETED: _ClassVar[TaskStatus]
+    TASK_STATUS_FAILED: _ClassVar[TaskStatus]
+    TASK_STATUS_CANCELLED: _ClassVar[TaskStatus]
+
+class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATUS_UNSPECIFIED: _ClassVar[JobStatus]
+    JOB_STATUS_PENDING: _ClassVar[JobStatus]
+    JOB_STATUS_RUNNING: _ClassVar[JobStatus]
+    JOB_STATUS_COMPLETED: _ClassVar[JobStatus]
+    JOB_STATUS_FAILED: _ClassVar[JobStatus]
+    JOB_STATUS_CANCELLED: _ClassVar[JobStatus]
+
+class JobEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_EVENT_KIND_UNSPECIFIED: _ClassVar[JobEventKind]
+    JOB_EVENT_KIND_TASK_STATUS: _ClassVar[JobEventKind]
+    JOB_EVENT_KIND_TASK_PROGRESS: _ClassVar[JobEventKind]
+    JOB_EVENT_KIND_JOB_STATUS: _ClassVar[JobEventKind]
+TASK_STATUS_UNSPECIFIED: TaskStatus
+TASK_STATUS_PENDING: TaskStatus
+TASK_STATUS_LEASED: TaskStatus
+TASK_STATUS_COMPLETED: TaskStatus
+TASK_STATUS_FAILED: TaskStatus
+TASK_STATUS_CANCELLED: TaskStatus
+JOB_STATUS_UNSPECIFIED: JobStatus
+JOB_STATUS_PENDING: JobStatus
+JOB_STATUS_RUNNING: JobStatus
+JOB_STATUS_COMPLETED: JobStatus
+JOB_STATUS_FAILED: JobStatus
+JOB_STATUS_CANCELLED: JobStatus
+JOB_EVENT_KIND_UNSPECIFIED: JobEventKind
+JOB_EVENT_KIND_TASK_STATUS: JobEventKind
+JOB_EVENT_KIND_TASK_PROGRESS: JobEventKind
+JOB_EVENT_KIND_JOB_STATUS: JobEventKind
+
+class TaskSpec(_message.Message):
+    __slots__ = ("chunk_index", "input_uri", "input_sha256", "parameters", "workload")
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    INPUT_URI_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    chunk_index: int
+    input_uri: str
+    input_sha256: str
+    parameters: _struct_pb2.Struct
+    workload: str
+    def __init__(self, chunk_index: _Optional[int] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., workload: _Optional[str] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    INPUT_URI_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REASON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    workload: str
+    input_uri: str
+    input_sha256: str
+    parameters: _struct_pb2.Struct
+    status: JobStatus
+    priority: int
+    idempotency_key: str
+    traceparent: str
+    cancel_reason: str
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    completed_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    INPUT_URI_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_URI_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    chunk_index: int
+    workload: str
+    input_uri: str
+    input_sha256: str
+    parameters: _struct_pb2.Struct
+    status: TaskStatus
+    attempt: int
+    max_attempts: int
+    priority: int
+    lease_owner: str
+    lease_expires_at: _timestamp_pb2.Timestamp
+    result_uri: str
+    result_sha256: str
+    metrics: _struct_pb2.Struct
+    error_code: str
+    error_message: str
+    created_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    completed_at: _timestamp_pb2.Timestamp
+    version: int
+    traceparent: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., priority: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
+
+class TaskCounts(_message.Message):
+    __slots__ = ("pending", "leased", "completed", "failed", "cancelled")
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    pending: int
+    leased: int
+    completed: int
+    failed: int
+    cancelled: int
+    def __init__(self, pending: _Optional[int] = ..., leased: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ...) -> None: ...
+
+class ResultManifest(_message.Message):
+    __slots__ = ("chunk_index", "task_id", "result_uri", "result_sha256", "metrics", "completed_at")
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_URI_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    chunk_index: int
+    task_id: str
+    result_uri: str
+    result_sha256: str
+    metrics: _struct_pb2.Struct
+    completed_at: _timestamp_pb2.Timestamp
+    def __init__(self, chunk_index: _Optional[int] = ..., task_id: _Optional[str] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Workload(_message.Message):
+    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "created_at", "updated_at", "max_pending_seconds")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    MAX_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_attempts: int
+    lease_seconds: int
+    parameters_schema: _struct_pb2.Struct
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    max_pending_seconds: int
+    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ...) -> None: ...
+
+class CreateJobRequest(_message.Message):
+    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks")
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    INPUT_URI_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    input_uri: str
+    input_sha256: str
+    parameters: _struct_pb2.Struct
+    priority: int
+    max_attempts: int
+    idempotency_key: str
+    traceparent: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
+    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ...) -> None: ...
+
+class CreateJobResponse(_message.Message):
+    __slots__ = ("job", "tasks")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
+
+class ClaimTasksRequest(_message.Message):
+    __slots__ = ("worker_id", "workloads", "max_tasks", "lease_seconds", "wait_seconds")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    workloads: _containers.RepeatedScalarFieldContainer[str]
+    max_tasks: int
+    lease_seconds: int
+    wait_seconds: int
+    def __init__(self, worker_id: _Optional[str] = ..., workloads: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., wait_seconds: _Optional[int] = ...) -> None: ...
+
+class ClaimTasksResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
+
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("task_id", "worker_id", "attempt", "lease_seconds")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    worker_id: str
+    attempt: int
+    lease_seconds: int
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class CompleteTaskRequest(_message.Message):
+    __slots__ = ("task_id", "worker_id", "attempt", "result_uri", "result_sha256", "metrics")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_URI_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    worker_id: str
+    attempt: int
+    result_uri: str
+    result_sha256: str
+    metrics: _struct_pb2.Struct
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class CompleteTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class CompleteTasksRequest(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CompleteTaskRequest]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteTaskRequest, _Mapping]]] = ...) -> None: ...
+
+class CompleteTasksResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[CompleteTaskOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[CompleteTaskOutcome, _Mapping]]] = ...) -> None: ...
+
+class CompleteTaskOutcome(_message.Message):
+    __slots__ = ("task_id", "task", "error")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    task: Task
+    error: OutcomeError
+    def __init__(self, task_id: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., error: _Optional[_Union[OutcomeError, _Mapping]] = ...) -> None: ...
+
+class OutcomeError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class FailTaskRequest(_message.Message):
+    __slots__ = ("task_id", "worker_id", "attempt", "error_code", "error_message", "retryable", "retry_after_seconds")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    worker_id: str
+    attempt: int
+    error_code: str
+    error_message: str
+    retryable: bool
+    retry_after_seconds: int
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after_seconds: _Optional[int] = ...) -> None: ...
+
+class FailTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job", "task_counts", "total_tasks", "progress")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TASK_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    task_counts: TaskCounts
+    total_tasks: int
+    progress: float
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., task_counts: _Optional[_Union[TaskCounts, _Mapping]] = ..., total_tasks: _Optional[int] = ..., progress: _Optional[float] = ...) -> None: ...
+
+class ListCompletedResultsRequest(_message.Message):
+    __slots__ = ("job_id", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListCompletedResultsResponse(_message.Message):
+    __slots__ = ("results", "next_page_token")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ResultManifest]
+    next_page_token: str
+    def __init__(self, results: _Optional[_Iterable[_Union[ResultManifest, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class PutWorkloadRequest(_message.Message):
+    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "max_pending_seconds")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    MAX_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_attempts: int
+    lease_seconds: int
+    parameters_schema: _struct_pb2.Struct
+    max_pending_seconds: int
+    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ...) -> None: ...
+
+class PutWorkloadResponse(_message.Message):
+    __slots__ = ("workload",)
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    workload: Workload
+    def __init__(self, workload: _Optional[_Union[Workload, _Mapping]] = ...) -> None: ...
+
+class ListWorkloadsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListWorkloadsResponse(_message.Message):
+    __slots__ = ("workloads",)
+    WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    workloads: _containers.RepeatedCompositeFieldContainer[Workload]
+    def __init__(self, workloads: _Optional[_Iterable[_Union[Workload, _Mapping]]] = ...) -> None: ...
+
+class ReportProgressRequest(_message.Message):
+    __slots__ = ("task_id", "worker_id", "attempt", "progress", "message", "partial_result_uri", "lease_seconds")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_RESULT_URI_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    worker_id: str
+    attempt: int
+    progress: float
+    message: str
+    partial_result_uri: str
+    lease_seconds: int
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., progress: _Optional[float] = ..., message: _Optional[str] = ..., partial_result_uri: _Optional[str] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+
+class ReportProgressResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("id", "job_id", "kind", "task_id", "chunk_index", "task_status", "previous_task_status", "job_status", "previous_job_status", "attempt", "worker_id", "progress", "message", "partial_result_uri", "error_code", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TASK_STATUS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_TASK_STATUS_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATUS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_JOB_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_RESULT_URI_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    job_id: str
+    kind: JobEventKind
+    task_id: str
+    chunk_index: int
+    task_status: TaskStatus
+    previous_task_status: TaskStatus
+    job_status: JobStatus
+    previous_job_status: JobStatus
+    attempt: int
+    worker_id: str
+    progress: float
+    message: str
+    partial_result_uri: str
+    error_code: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEventKind, str]] = ..., task_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., task_status: _Optional[_Union[TaskStatus, str]] = ..., previous_task_status: _Optional[_Union[TaskStatus, str]] = ..., job_status: _Optional[_Union[JobStatus, str]] = ..., previous_job_status: _Optional[_Union[JobStatus, str]] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., progress: _Optional[float] = ..., message: _Optional[str] = ..., partial_result_uri: _Optional[str] = ..., error_code: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class WatchJobResponse(_message.Message):
+    __slots__ = ("snapshot", "event")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: GetJobResponse
+    event: JobEvent
+    def __init__(self, snapshot: _Optional[_Union[GetJobResponse, _Mapping]] = ..., event: _Optional[_Union[JobEvent, _Mapping]] = ...) -> None: ...
+
+class RetryJobRequest(_message.Message):
+    __slots__ = ("job_id", "max_attempts")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    max_attempts: int
+    def __init__(self, job_id: _Optional[str] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+
+class RetryJobResponse(_message.Message):
+    __slots__ = ("job", "retried_tasks")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RETRIED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    retried_tasks: int
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., retried_tasks: _Optional[int] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("status", "workload", "page_size", "page_token")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    status: JobStatus
+    workload: str
+    page_size: int
+    page_token: str
+    def __init__(self, status: _Optional[_Union[JobStatus, str]] = ..., workload: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
