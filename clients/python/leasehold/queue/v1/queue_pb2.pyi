@@ -35,6 +35,15 @@ class JobEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_EVENT_KIND_TASK_STATUS: _ClassVar[JobEventKind]
     JOB_EVENT_KIND_TASK_PROGRESS: _ClassVar[JobEventKind]
     JOB_EVENT_KIND_JOB_STATUS: _ClassVar[JobEventKind]
+
+class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_OUTCOME_UNSPECIFIED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_RUNNING: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_COMPLETED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_FAILED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_LEASE_EXPIRED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_CANCELLED: _ClassVar[AttemptOutcome]
 TASK_STATUS_UNSPECIFIED: TaskStatus
 TASK_STATUS_PENDING: TaskStatus
 TASK_STATUS_LEASED: TaskStatus
@@ -51,6 +60,12 @@ JOB_EVENT_KIND_UNSPECIFIED: JobEventKind
 JOB_EVENT_KIND_TASK_STATUS: JobEventKind
 JOB_EVENT_KIND_TASK_PROGRESS: JobEventKind
 JOB_EVENT_KIND_JOB_STATUS: JobEventKind
+ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
+ATTEMPT_OUTCOME_RUNNING: AttemptOutcome
+ATTEMPT_OUTCOME_COMPLETED: AttemptOutcome
+ATTEMPT_OUTCOME_FAILED: AttemptOutcome
+ATTEMPT_OUTCOME_LEASE_EXPIRED: AttemptOutcome
+ATTEMPT_OUTCOME_CANCELLED: AttemptOutcome
 
 class TaskSpec(_message.Message):
     __slots__ = ("chunk_index", "input_uri", "input_sha256", "parameters", "workload")
@@ -345,16 +360,36 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class GetJobResponse(_message.Message):
-    __slots__ = ("job", "task_counts", "total_tasks", "progress")
+    __slots__ = ("job", "task_counts", "total_tasks", "progress", "failure")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TASK_COUNTS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     job: Job
     task_counts: TaskCounts
     total_tasks: int
     progress: float
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., task_counts: _Optional[_Union[TaskCounts, _Mapping]] = ..., total_tasks: _Optional[int] = ..., progress: _Optional[float] = ...) -> None: ...
+    failure: JobFailure
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., task_counts: _Optional[_Union[TaskCounts, _Mapping]] = ..., total_tasks: _Optional[int] = ..., progress: _Optional[float] = ..., failure: _Optional[_Union[JobFailure, _Mapping]] = ...) -> None: ...
+
+class JobFailure(_message.Message):
+    __slots__ = ("task_id", "chunk_index", "error_code", "error_message", "attempt", "worker_id", "failed_at")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    FAILED_AT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    chunk_index: int
+    error_code: str
+    error_message: str
+    attempt: int
+    worker_id: str
+    failed_at: _timestamp_pb2.Timestamp
+    def __init__(self, task_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListCompletedResultsRequest(_message.Message):
     __slots__ = ("job_id", "page_size", "page_token")
@@ -443,7 +478,7 @@ class ReportProgressResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("id", "job_id", "kind", "task_id", "chunk_index", "task_status", "previous_task_status", "job_status", "previous_job_status", "attempt", "worker_id", "progress", "message", "partial_result_uri", "error_code", "created_at")
+    __slots__ = ("id", "job_id", "kind", "task_id", "chunk_index", "task_status", "previous_task_status", "job_status", "previous_job_status", "attempt", "worker_id", "progress", "message", "partial_result_uri", "error_code", "created_at", "error_message")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -460,6 +495,7 @@ class JobEvent(_message.Message):
     PARTIAL_RESULT_URI_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     id: int
     job_id: str
     kind: JobEventKind
@@ -476,13 +512,16 @@ class JobEvent(_message.Message):
     partial_result_uri: str
     error_code: str
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[int] = ..., job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEventKind, str]] = ..., task_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., task_status: _Optional[_Union[TaskStatus, str]] = ..., previous_task_status: _Optional[_Union[TaskStatus, str]] = ..., job_status: _Optional[_Union[JobStatus, str]] = ..., previous_job_status: _Optional[_Union[JobStatus, str]] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., progress: _Optional[float] = ..., message: _Optional[str] = ..., partial_result_uri: _Optional[str] = ..., error_code: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    error_message: str
+    def __init__(self, id: _Optional[int] = ..., job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEventKind, str]] = ..., task_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., task_status: _Optional[_Union[TaskStatus, str]] = ..., previous_task_status: _Optional[_Union[TaskStatus, str]] = ..., job_status: _Optional[_Union[JobStatus, str]] = ..., previous_job_status: _Optional[_Union[JobStatus, str]] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., progress: _Optional[float] = ..., message: _Optional[str] = ..., partial_result_uri: _Optional[str] = ..., error_code: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "after_event_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    after_event_id: int
+    def __init__(self, job_id: _Optional[str] = ..., after_event_id: _Optional[int] = ...) -> None: ...
 
 class WatchJobResponse(_message.Message):
     __slots__ = ("snapshot", "event")
@@ -527,3 +566,79 @@ class ListJobsResponse(_message.Message):
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     next_page_token: str
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("job_id", "status", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    status: TaskStatus
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks", "next_page_token")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskDetail]
+    next_page_token: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskDetail, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetTaskRequest(_message.Message):
+    __slots__ = ("task_id",)
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class GetTaskResponse(_message.Message):
+    __slots__ = ("task", "attempts")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    attempts: _containers.RepeatedCompositeFieldContainer[TaskAttempt]
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ...) -> None: ...
+
+class TaskDetail(_message.Message):
+    __slots__ = ("task", "attempts")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    attempts: _containers.RepeatedCompositeFieldContainer[TaskAttempt]
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ...) -> None: ...
+
+class TaskAttempt(_message.Message):
+    __slots__ = ("attempt", "worker_id", "leased_at", "ended_at", "outcome", "error_code", "error_message", "retried", "last_progress")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRIED_FIELD_NUMBER: _ClassVar[int]
+    LAST_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    worker_id: str
+    leased_at: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    outcome: AttemptOutcome
+    error_code: str
+    error_message: str
+    retried: bool
+    last_progress: AttemptProgress
+    def __init__(self, attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., leased_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., retried: _Optional[bool] = ..., last_progress: _Optional[_Union[AttemptProgress, _Mapping]] = ...) -> None: ...
+
+class AttemptProgress(_message.Message):
+    __slots__ = ("progress", "message", "partial_result_uri", "reported_at")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_RESULT_URI_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_AT_FIELD_NUMBER: _ClassVar[int]
+    progress: float
+    message: str
+    partial_result_uri: str
+    reported_at: _timestamp_pb2.Timestamp
+    def __init__(self, progress: _Optional[float] = ..., message: _Optional[str] = ..., partial_result_uri: _Optional[str] = ..., reported_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -113,6 +113,16 @@ class QueueServiceStub:
                 request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
+        self.ListTasks = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ListTasks',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListTasksResponse.FromString,
+                _registered_method=True)
+        self.GetTask = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/GetTask',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -150,9 +160,12 @@ class QueueServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CompleteTask(self, request, context):
-        """Records the result manifest of a leased task and completes it. Sending the
-        same manifest again for a completed task succeeds again (idempotent);
-        a different manifest is ALREADY_EXISTS.
+        """Records the result manifest of a leased task and completes it. A result is
+        identified by its result_uri and result_sha256: sending them again (same
+        task, worker and attempt) for a completed task succeeds again and changes
+        nothing, even when its metrics differ (a retried request that recomputed a
+        duration; the metrics first recorded are kept); a different result_uri or
+        result_sha256 is ALREADY_EXISTS.
         REST: POST /tasks/{task_id}/result → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -267,6 +280,25 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTasks(self, request, context):
+        """Lists a job's tasks in chunk order, optionally only those of one status,
+        one page at a time, each with its attempts (from the job's event log).
+        REST: GET /jobs/{job_id}/tasks?status=&page_size=&page_token= → 200
+        (`status` as `failed` or `TASK_STATUS_FAILED`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTask(self, request, context):
+        """Returns one task with its attempts: who leased it, when, and how each
+        attempt ended.
+        REST: GET /tasks/{task_id} → 200.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -344,6 +376,16 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.ListJobs,
                     request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListJobsRequest.FromString,
                     response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'ListTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTasks,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListTasksRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'GetTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTask,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -755,6 +797,60 @@ class QueueService:
             '/leasehold.queue.v1.QueueService/ListJobs',
             leasehold_dot_queue_dot_v1_dot_queue__pb2.ListJobsRequest.SerializeToString,
             leasehold_dot_queue_dot_v1_dot_queue__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ListTasks',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListTasksRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/GetTask',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,
