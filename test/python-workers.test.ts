@@ -8,6 +8,8 @@
 //   worker.py + submit.py: the leasehold package (clients/python, installed in
 //     the test venv), over Connect JSON and over gRPC.
 import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
@@ -417,14 +419,13 @@ describe.each(["json", "grpc"])("worker.py and submit.py (the leasehold package,
 
 describe("rich error details from Python grpcio", () => {
   it("reads BadRequest (every violation) and RequestInfo from grpc-status-details-bin, as grpcio-status does", async () => {
-    requireGrpcio();
     const workload = "py_schema";
     await fx.queue.putWorkload({
       name: workload,
       parametersSchema: { type: "object", required: ["model"], additionalProperties: false, properties: { lr: { type: "number" } } },
     });
     const jobsBefore = await fx.count("jobs");
-    const dir = path.join(stubsDir, "status-details");
+    const dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-status-details-"));
     const r = await runPython(["test/support/grpc_status_details.py", ROOT, target, dir, workload]);
     expect(r.code, describeRun(r)).toBe(0);
     expect(r.lines).toEqual([
@@ -441,5 +442,6 @@ describe("rich error details from Python grpcio", () => {
       },
     ]);
     expect(await fx.count("jobs")).toBe(jobsBefore);
+    rmSync(dir, { recursive: true, force: true });
   });
 });
