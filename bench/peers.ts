@@ -71,16 +71,16 @@ function childrenOf(ppid: number): number[] {
   return out;
 }
 
-/** The embedded postmaster is a child of this process; its backends are its children. */
-function postgresTicks(): number {
-  let total = 0;
+/** The embedded postmaster is a child of this process; its backends are its children. Per pid, so a backend that exits is not subtracted. */
+function postgresTicks(): Map<number, number> {
+  const out = new Map<number, number>();
   for (const pm of childrenOf(process.pid)) {
     const comm = safeRead(`/proc/${pm}/comm`).trim();
     if (comm !== "postgres") continue;
-    total += procTicks(pm);
-    for (const b of childrenOf(pm)) total += procTicks(b);
+    out.set(pm, procTicks(pm));
+    for (const b of childrenOf(pm)) out.set(b, procTicks(b));
   }
-  return total;
+  return out;
 }
 
 function safeRead(p: string): string {
@@ -93,7 +93,7 @@ function safeRead(p: string): string {
 
 interface CpuSample {
   coordinator: number;
-  postgres: number;
+  postgres: Map<number, number>;
   self: number;
 }
 
@@ -101,16 +101,16 @@ function cpuNow(coordinator?: Coordinator): CpuSample {
   const u = process.cpuUsage();
   return {
     coordinator: coordinator?.child.pid ? procTicks(coordinator.child.pid) * TICK_MS : 0,
-    postgres: postgresTicks() * TICK_MS,
+    postgres: postgresTicks(),
     self: (u.user + u.system) / 1000,
   };
 }
 
-/** CPU milliseconds per item of each process between two samples. Backends that exit in between are lost (none do here). */
+/** CPU milliseconds per item of each process between two samples (a backend that exits in between is not counted). */
 function cpuPer(a: CpuSample, b: CpuSample, items: number) {
   return {
     coordinator: (b.coordinator - a.coordinator) / items,
-    postgres: (b.postgres - a.postgres) / items,
+    postgres: ([...b.postgres].reduce((sum, [pid, t]) => sum + t - (a.postgres.get(pid) ?? 0), 0) * TICK_MS) / items,
     self: (b.self - a.self) / items,
   };
 }

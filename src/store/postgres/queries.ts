@@ -24,24 +24,51 @@ ON CONFLICT (name) DO UPDATE
       updated_at = now()
 RETURNING *`;
 
-// ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key safe: the loser
-// gets no row (after waiting for the winner's commit) and reads the winner's job instead.
-export const INSERT_JOB = `
-INSERT INTO jobs (workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING *`;
+// With xmin, which changes whenever the row is written: CreateJob's cached copy of a workload is
+// current exactly when its xmin still matches (CREATE_JOB checks that in the inserting statement).
+export const SELECT_WORKLOADS_WITH_XMIN = `SELECT *, xmin::text AS row_xmin FROM workloads WHERE name = ANY($1::text[])`;
+
+/*
+ * CreateJob in one statement and one round trip (it took six: SELECT workloads, BEGIN, INSERT job,
+ * INSERT tasks, NOTIFY, COMMIT). One statement is one transaction, so constraint failures still
+ * abort all of it, and the NOTIFY still goes out only at commit, when the tasks are visible.
+ * - fresh: the workloads the caller validated against (names $10, xmins $11) are unchanged; if
+ *   not, nothing is inserted and the caller re-reads them and tries again.
+ * - ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key safe: the loser
+ *   gets no job row (after waiting for the winner's commit), so no tasks either, and reads the
+ *   winner's job instead.
+ * - The tasks travel as parallel arrays through unnest, not as one jsonb document through
+ *   jsonb_to_recordset, and come back as nothing: ids are made by the caller (time-ordered,
+ *   so consecutive inserts share index pages), created_at and run_after are the job's now().
+ *   Measured for 10,000 tasks on 2 cores (median of 5): jsonb_to_recordset + RETURNING * 389 ms,
+ *   without RETURNING 334 ms, unnest 316 ms.
+ * The one row always comes back (LEFT JOIN), saying which of the three happened.
+ * $1 job id, $2 workload, $3 input_uri, $4 input_sha256, $5 parameters, $6 priority,
+ * $7 idempotency_key, $8 request_sha256, $9 traceparent, $10/$11 workload names/xmins,
+ * $12.. task arrays (id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts),
+ * $19/$20 wake-ups (workload, count).
+ */
+export const CREATE_JOB = `
+WITH fresh AS (
+  SELECT count(*) = cardinality($10::text[]) AS ok
+  FROM workloads w JOIN unnest($10::text[], $11::text[]) AS v(name, x) ON w.name = v.name AND w.xmin::text = v.x
+), job AS (
+  INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent)
+  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9 FROM fresh WHERE fresh.ok
+  ON CONFLICT (idempotency_key) DO NOTHING
+  RETURNING *
+), tasks_in AS (
+  INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent)
+  SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent
+  FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[])
+    AS u(id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts)
+), woken AS (
+  SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n) FROM job, unnest($19::text[], $20::int[]) AS x(w, n)
+)
+SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified, job.*
+FROM (SELECT 1) one LEFT JOIN job ON true`;
 
 export const SELECT_JOB_BY_IDEMPOTENCY_KEY = `SELECT * FROM jobs WHERE idempotency_key = $1`;
-
-// The whole task list travels as one jsonb parameter and is inserted in one statement:
-// a 10,000-task job is one round trip, and constraint failures abort all of it.
-export const INSERT_TASKS = `
-INSERT INTO tasks (job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent)
-SELECT $1, s.chunk_index, s.workload, s.input_uri, s.input_sha256, coalesce(s.parameters, '{}'::jsonb), s.max_attempts, $3, $4
-FROM jsonb_to_recordset($2::jsonb)
-  AS s(chunk_index int, workload text, input_uri text, input_sha256 text, parameters jsonb, max_attempts int)
-RETURNING *`;
 
 export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':' || n) FROM unnest($1::text[], $2::int[]) AS x(w, n)`;
 
