@@ -136,15 +136,20 @@ FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
 // worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
+// `status::text`: with `status = 'leased'` the generic plan of the completion found the row through
+// tasks_status_lease_created_idx (`status = 'leased' AND lease_expires_at > now()`, filtering on
+// id), which walks every leased entry, dead ones included: each completed task leaves one there
+// whose lease_expires_at stays in the future for a lease length. The cast keeps the partial
+// indexes' predicates unprovable, so the primary key is the only way in.
 const liveLease = (t: string) =>
-  `${t}.status = 'leased' AND ${t}.lease_owner = $2 AND ${t}.attempt = $3 AND ${t}.lease_expires_at > now()`;
+  `${t}.id = $1 AND ${t}.status::text = 'leased' AND ${t}.lease_owner = $2 AND ${t}.attempt = $3 AND ${t}.lease_expires_at > now()`;
 
 export const RENEW_LEASE = `
 UPDATE tasks t
 SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
     version = t.version + 1
 FROM workloads wl
-WHERE t.id = $1 AND ${liveLease("t")} AND wl.name = t.workload
+WHERE ${liveLease("t")} AND wl.name = t.workload
 RETURNING t.*`;
 
 /*
@@ -159,7 +164,7 @@ WITH done AS (
   UPDATE tasks
   SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
       completed_at = now(), lease_expires_at = NULL, version = version + 1
-  WHERE tasks.id = $1 AND ${liveLease("tasks")}
+  WHERE ${liveLease("tasks")}
   RETURNING *
 ), finished AS (
   UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
@@ -195,7 +200,7 @@ WITH cur AS (
       error_code = $4,
       error_message = $6,
       version = t.version + 1
-  WHERE t.id = $1 AND ${liveLease("t")}
+  WHERE ${liveLease("t")}
   RETURNING t.*
 ), failed_job AS (
   UPDATE jobs j SET status = 'failed', completed_at = now(), updated_at = now()
@@ -308,7 +313,7 @@ WITH renewed AS (
   SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
       version = t.version + 1
   FROM workloads wl
-  WHERE t.id = $1 AND ${liveLease("t")} AND wl.name = t.workload
+  WHERE ${liveLease("t")} AND wl.name = t.workload
   RETURNING t.*
 ), event AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, attempt, worker_id, progress, message, partial_result_uri)
