@@ -374,7 +374,8 @@ export const LIST_JOBS_BY_STATUS = jobsPage("status = $5::job_status AND");
 
 // WatchJob registers its stream so the task_events trigger notifies for the job (see migration).
 export const INSERT_JOB_WATCHER = `INSERT INTO job_watchers (job_id, expires_at) VALUES ($1, now() + make_interval(secs => $2)) RETURNING id`;
-export const REFRESH_JOB_WATCHER = `UPDATE job_watchers SET expires_at = now() + make_interval(secs => $2) WHERE id = $1`;
+// Every stream of a coordinator at once (WatchHub), so open streams cost one statement per refresh, not one each.
+export const REFRESH_JOB_WATCHERS = `UPDATE job_watchers SET expires_at = now() + make_interval(secs => $2) WHERE id = ANY($1::uuid[])`;
 export const DELETE_JOB_WATCHER = `DELETE FROM job_watchers WHERE id = $1`;
 // Streams of a coordinator that died without deregistering.
 export const DELETE_EXPIRED_JOB_WATCHERS = `DELETE FROM job_watchers WHERE expires_at < now()`;
@@ -393,6 +394,22 @@ SELECT pg_current_snapshot()::text AS snapshot,
     SELECT json_agg(e ORDER BY e.id) FROM task_events e
     WHERE e.job_id = $1 AND e.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, $2::pg_snapshot)
   ), '[]'::json) AS events`;
+
+/*
+ * The floor under lost notifications for all of a coordinator's watch streams in one statement:
+ * which streams (by position in the arrays: job $1[i], the stream's last snapshot $2[i]) have
+ * events committed since their snapshot. One probe of task_events_job_xid_idx per stream, the same
+ * bounds as JOB_EVENTS_SINCE; the streams named then read their events themselves.
+ * Measured with 1,000 idle streams and a 1 s interval: 1 statement/s instead of ~1,000 (and 50/s
+ * of watcher refreshes, now REFRESH_JOB_WATCHERS once per 20 s).
+ */
+export const WATCHED_JOBS_WITH_EVENTS = `
+SELECT w.i::int AS i
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS w(job_id, since, i)
+WHERE EXISTS (
+  SELECT 1 FROM task_events e
+  WHERE e.job_id = w.job_id AND e.xid >= pg_snapshot_xmin(w.since::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, w.since::pg_snapshot)
+)`;
 
 /*
  * Abandoned work: claimable tasks of workloads with max_pending_seconds that nobody claimed in

@@ -68,6 +68,7 @@ import {
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
 import * as sql from "./queries.js";
+import { WatchHub } from "./watch-hub.js";
 
 export { createPool } from "./db.js";
 
@@ -79,7 +80,7 @@ export interface StoreOptions {
   observer?: QueueObserver;
   /** Finished jobs older than this are deleted by maintain(); undefined: kept forever. */
   retentionDays?: number;
-  /** WatchJob re-reads the job's events at least this often, even without a notification (default 1000). */
+  /** How often the coordinator checks, in one statement for all its WatchJob streams, for events no notification announced (default 1000). */
   watchPollIntervalMs?: number;
   /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
   jobWakes?: JobEventWakes;
@@ -192,10 +193,19 @@ export class PostgresQueue implements QueueService {
   /** Workloads as CreateJob last read them, with the row's xmin (CREATE_JOB checks it is still current). */
   private readonly workloadCache = new Map<string, { workload: Workload; xmin: string }>();
 
+  /** The poll floor and watcher refresh of all this coordinator's WatchJob streams. */
+  private readonly watchHub: WatchHub;
+
   constructor(
     private readonly pool: pg.Pool,
     private readonly options: StoreOptions,
-  ) {}
+  ) {
+    this.watchHub = new WatchHub(pool, {
+      pollIntervalMs: options.watchPollIntervalMs ?? 1000,
+      watcherTtlSeconds: WATCHER_TTL_SECONDS,
+      readTimeoutMs: WATCH_READ_TIMEOUT_MS,
+    });
+  }
 
   async putWorkload(input: PutWorkloadInput, opts: CallOptions = {}): Promise<Workload> {
     const w = validatePutWorkload(input, { maxAttempts: this.options.defaultMaxAttempts, leaseSeconds: this.options.defaultLeaseSeconds });
@@ -576,12 +586,12 @@ export class PostgresQueue implements QueueService {
    * The stream registers itself (so the events trigger NOTIFYs for the job) before it reads the
    * snapshot, and reads every later batch as "committed since the previous read's snapshot"
    * (JOB_EVENTS_SINCE): nothing is missed or repeated whatever order transactions commit in. A
-   * NOTIFY only says when to read; the poll interval is the floor under lost notifications.
+   * NOTIFY only says when to read; the floor under lost notifications is the coordinator's
+   * WatchHub, one statement per poll interval for all its streams.
    */
   async *watchJob(jobId: string, opts: CallOptions = {}): AsyncGenerator<JobUpdate> {
     const id = requireUuid("job_id", jobId);
     const signal = opts.signal;
-    const pollMs = this.options.watchPollIntervalMs ?? 1000;
     const wakes = new Wakes();
     const unsubscribe = this.options.jobWakes?.subscribeJob(id, () => wakes.wake());
     const read = <T>(fn: (c: pg.PoolClient) => Promise<T>, begin?: string) => {
@@ -589,9 +599,9 @@ export class PostgresQueue implements QueueService {
       return begin ? inTransaction(this.pool, readSignal, fn, begin) : withClient(this.pool, readSignal, fn);
     };
     let watcherId: string | undefined;
+    let leaveHub: (() => void) | undefined;
     try {
       watcherId = (await read((c) => c.query(sql.INSERT_JOB_WATCHER, [id, WATCHER_TTL_SECONDS]))).rows[0].id as string;
-      let refreshedAt = Date.now();
       const { status, snapshot } = await read(async (c) => {
         const status = await this.readJobStatus(c, id);
         const { rows } = await c.query(sql.CURRENT_SNAPSHOT);
@@ -599,20 +609,18 @@ export class PostgresQueue implements QueueService {
       }, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
       yield { snapshot: status };
       if (FINAL_JOB_STATUSES.includes(status.job.status)) return;
-      let since = snapshot;
+      const stream = { jobId: id, since: snapshot, watcherId, wake: () => wakes.wake() };
+      leaveHub = this.watchHub.add(stream);
       for (;;) {
-        await wakes.next(pollMs * (0.8 + Math.random() * 0.4), signal);
+        // No timeout of its own: the hub wakes the stream when its job has news.
+        await wakes.next(Infinity, signal);
         if (signal?.aborted) {
           // Shutdown ends the stream with its reason (UNAVAILABLE: watch again); a client that left needs nothing.
           if (signal.reason instanceof QueueError) throw signal.reason;
           return;
         }
-        if (Date.now() - refreshedAt > (WATCHER_TTL_SECONDS * 1000) / 3) {
-          await read((c) => c.query(sql.REFRESH_JOB_WATCHER, [watcherId, WATCHER_TTL_SECONDS]));
-          refreshedAt = Date.now();
-        }
-        const { rows } = await read((c) => c.query(sql.JOB_EVENTS_SINCE, [id, since]));
-        since = rows[0].snapshot as string;
+        const { rows } = await read((c) => c.query(sql.JOB_EVENTS_SINCE, [id, stream.since]));
+        stream.since = rows[0].snapshot as string;
         for (const e of rows[0].events as Row[]) {
           const event = toJobEvent(e);
           yield { event };
@@ -620,12 +628,18 @@ export class PostgresQueue implements QueueService {
         }
       }
     } finally {
+      leaveHub?.();
       unsubscribe?.();
       if (watcherId) {
         const done = watcherId;
         await withClient(this.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => c.query(sql.DELETE_JOB_WATCHER, [done])).catch(() => {});
       }
     }
+  }
+
+  /** Open watch streams and the floor checks run for them (one statement each, whatever their number). */
+  watchStats(): { streams: number; checks: number } {
+    return { streams: this.watchHub.size, checks: this.watchHub.checks };
   }
 
   async maintain(opts: CallOptions = {}): Promise<MaintenanceResult> {
@@ -721,14 +735,14 @@ class Wakes {
     this.resolve?.();
   }
 
-  /** Resolves on a wake (or one that came since the last call), after ms, or when signal aborts. */
+  /** Resolves on a wake (or one that came since the last call), after ms (Infinity: never), or when signal aborts. */
   async next(ms: number, signal?: AbortSignal): Promise<void> {
     if (!this.pending && !signal?.aborted) {
       let timer: NodeJS.Timeout | undefined;
       const done = () => this.resolve?.();
       await new Promise<void>((resolve) => {
         this.resolve = resolve;
-        timer = setTimeout(resolve, ms);
+        if (Number.isFinite(ms)) timer = setTimeout(resolve, ms); // setTimeout would read Infinity as 1 ms
         signal?.addEventListener("abort", done, { once: true });
       });
       clearTimeout(timer);
