@@ -24,24 +24,51 @@ ON CONFLICT (name) DO UPDATE
       updated_at = now()
 RETURNING *`;
 
-// ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key safe: the loser
-// gets no row (after waiting for the winner's commit) and reads the winner's job instead.
-export const INSERT_JOB = `
-INSERT INTO jobs (workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING *`;
+// With xmin, which changes whenever the row is written: CreateJob's cached copy of a workload is
+// current exactly when its xmin still matches (CREATE_JOB checks that in the inserting statement).
+export const SELECT_WORKLOADS_WITH_XMIN = `SELECT *, xmin::text AS row_xmin FROM workloads WHERE name = ANY($1::text[])`;
+
+/*
+ * CreateJob in one statement and one round trip (it took six: SELECT workloads, BEGIN, INSERT job,
+ * INSERT tasks, NOTIFY, COMMIT). One statement is one transaction, so constraint failures still
+ * abort all of it, and the NOTIFY still goes out only at commit, when the tasks are visible.
+ * - fresh: the workloads the caller validated against (names $10, xmins $11) are unchanged; if
+ *   not, nothing is inserted and the caller re-reads them and tries again.
+ * - ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key safe: the loser
+ *   gets no job row (after waiting for the winner's commit), so no tasks either, and reads the
+ *   winner's job instead.
+ * - The tasks travel as parallel arrays through unnest, not as one jsonb document through
+ *   jsonb_to_recordset, and come back as nothing: ids are made by the caller (time-ordered,
+ *   so consecutive inserts share index pages), created_at and run_after are the job's now().
+ *   Measured for 10,000 tasks on 2 cores (median of 5): jsonb_to_recordset + RETURNING * 389 ms,
+ *   without RETURNING 334 ms, unnest 316 ms.
+ * The one row always comes back (LEFT JOIN), saying which of the three happened.
+ * $1 job id, $2 workload, $3 input_uri, $4 input_sha256, $5 parameters, $6 priority,
+ * $7 idempotency_key, $8 request_sha256, $9 traceparent, $10/$11 workload names/xmins,
+ * $12.. task arrays (id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts),
+ * $19/$20 wake-ups (workload, count).
+ */
+export const CREATE_JOB = `
+WITH fresh AS (
+  SELECT count(*) = cardinality($10::text[]) AS ok
+  FROM workloads w JOIN unnest($10::text[], $11::text[]) AS v(name, x) ON w.name = v.name AND w.xmin::text = v.x
+), job AS (
+  INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent)
+  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9 FROM fresh WHERE fresh.ok
+  ON CONFLICT (idempotency_key) DO NOTHING
+  RETURNING *
+), tasks_in AS (
+  INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent)
+  SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent
+  FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[])
+    AS u(id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts)
+), woken AS (
+  SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n) FROM job, unnest($19::text[], $20::int[]) AS x(w, n)
+)
+SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified, job.*
+FROM (SELECT 1) one LEFT JOIN job ON true`;
 
 export const SELECT_JOB_BY_IDEMPOTENCY_KEY = `SELECT * FROM jobs WHERE idempotency_key = $1`;
-
-// The whole task list travels as one jsonb parameter and is inserted in one statement:
-// a 10,000-task job is one round trip, and constraint failures abort all of it.
-export const INSERT_TASKS = `
-INSERT INTO tasks (job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent)
-SELECT $1, s.chunk_index, s.workload, s.input_uri, s.input_sha256, coalesce(s.parameters, '{}'::jsonb), s.max_attempts, $3, $4
-FROM jsonb_to_recordset($2::jsonb)
-  AS s(chunk_index int, workload text, input_uri text, input_sha256 text, parameters jsonb, max_attempts int)
-RETURNING *`;
 
 export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':' || n) FROM unnest($1::text[], $2::int[]) AS x(w, n)`;
 
@@ -109,15 +136,20 @@ FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
 // worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
+// `status::text`: with `status = 'leased'` the generic plan of the completion found the row through
+// tasks_status_lease_created_idx (`status = 'leased' AND lease_expires_at > now()`, filtering on
+// id), which walks every leased entry, dead ones included: each completed task leaves one there
+// whose lease_expires_at stays in the future for a lease length. The cast keeps the partial
+// indexes' predicates unprovable, so the primary key is the only way in.
 const liveLease = (t: string) =>
-  `${t}.status = 'leased' AND ${t}.lease_owner = $2 AND ${t}.attempt = $3 AND ${t}.lease_expires_at > now()`;
+  `${t}.id = $1 AND ${t}.status::text = 'leased' AND ${t}.lease_owner = $2 AND ${t}.attempt = $3 AND ${t}.lease_expires_at > now()`;
 
 export const RENEW_LEASE = `
 UPDATE tasks t
 SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
     version = t.version + 1
 FROM workloads wl
-WHERE t.id = $1 AND ${liveLease("t")} AND wl.name = t.workload
+WHERE ${liveLease("t")} AND wl.name = t.workload
 RETURNING t.*`;
 
 /*
@@ -132,7 +164,7 @@ WITH done AS (
   UPDATE tasks
   SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
       completed_at = now(), lease_expires_at = NULL, version = version + 1
-  WHERE tasks.id = $1 AND ${liveLease("tasks")}
+  WHERE ${liveLease("tasks")}
   RETURNING *
 ), finished AS (
   UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
@@ -168,7 +200,7 @@ WITH cur AS (
       error_code = $4,
       error_message = $6,
       version = t.version + 1
-  WHERE t.id = $1 AND ${liveLease("t")}
+  WHERE ${liveLease("t")}
   RETURNING t.*
 ), failed_job AS (
   UPDATE jobs j SET status = 'failed', completed_at = now(), updated_at = now()
@@ -281,7 +313,7 @@ WITH renewed AS (
   SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
       version = t.version + 1
   FROM workloads wl
-  WHERE t.id = $1 AND ${liveLease("t")} AND wl.name = t.workload
+  WHERE ${liveLease("t")} AND wl.name = t.workload
   RETURNING t.*
 ), event AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, attempt, worker_id, progress, message, partial_result_uri)
@@ -342,7 +374,8 @@ export const LIST_JOBS_BY_STATUS = jobsPage("status = $5::job_status AND");
 
 // WatchJob registers its stream so the task_events trigger notifies for the job (see migration).
 export const INSERT_JOB_WATCHER = `INSERT INTO job_watchers (job_id, expires_at) VALUES ($1, now() + make_interval(secs => $2)) RETURNING id`;
-export const REFRESH_JOB_WATCHER = `UPDATE job_watchers SET expires_at = now() + make_interval(secs => $2) WHERE id = $1`;
+// Every stream of a coordinator at once (WatchHub), so open streams cost one statement per refresh, not one each.
+export const REFRESH_JOB_WATCHERS = `UPDATE job_watchers SET expires_at = now() + make_interval(secs => $2) WHERE id = ANY($1::uuid[])`;
 export const DELETE_JOB_WATCHER = `DELETE FROM job_watchers WHERE id = $1`;
 // Streams of a coordinator that died without deregistering.
 export const DELETE_EXPIRED_JOB_WATCHERS = `DELETE FROM job_watchers WHERE expires_at < now()`;
@@ -361,6 +394,22 @@ SELECT pg_current_snapshot()::text AS snapshot,
     SELECT json_agg(e ORDER BY e.id) FROM task_events e
     WHERE e.job_id = $1 AND e.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, $2::pg_snapshot)
   ), '[]'::json) AS events`;
+
+/*
+ * The floor under lost notifications for all of a coordinator's watch streams in one statement:
+ * which streams (by position in the arrays: job $1[i], the stream's last snapshot $2[i]) have
+ * events committed since their snapshot. One probe of task_events_job_xid_idx per stream, the same
+ * bounds as JOB_EVENTS_SINCE; the streams named then read their events themselves.
+ * Measured with 1,000 idle streams and a 1 s interval: 1 statement/s instead of ~1,000 (and 50/s
+ * of watcher refreshes, now REFRESH_JOB_WATCHERS once per 20 s).
+ */
+export const WATCHED_JOBS_WITH_EVENTS = `
+SELECT w.i::int AS i
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS w(job_id, since, i)
+WHERE EXISTS (
+  SELECT 1 FROM task_events e
+  WHERE e.job_id = w.job_id AND e.xid >= pg_snapshot_xmin(w.since::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, w.since::pg_snapshot)
+)`;
 
 /*
  * Abandoned work: claimable tasks of workloads with max_pending_seconds that nobody claimed in

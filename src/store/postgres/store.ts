@@ -1,7 +1,7 @@
 // PostgresQueue: the QueueService on PostgreSQL. Validation first (nothing invalid reaches SQL),
 // then the statements of ./queries.ts under the caller's deadline.
 
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import type pg from "pg";
 import {
@@ -11,6 +11,7 @@ import {
   NotFoundError,
   QueueError,
   ResultConflictError,
+  UnavailableError,
   ValidationError,
   type FieldViolation,
 } from "../../queue/errors.js";
@@ -76,6 +77,7 @@ import {
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
 import * as sql from "./queries.js";
+import { WatchHub } from "./watch-hub.js";
 
 export { createPool } from "./db.js";
 
@@ -87,7 +89,7 @@ export interface StoreOptions {
   observer?: QueueObserver;
   /** Finished jobs older than this are deleted by maintain(); undefined: kept forever. */
   retentionDays?: number;
-  /** WatchJob re-reads the job's events at least this often, even without a notification (default 1000). */
+  /** How often the coordinator checks, in one statement for all its WatchJob streams, for events no notification announced (default 1000). */
   watchPollIntervalMs?: number;
   /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
   jobWakes?: JobEventWakes;
@@ -198,11 +200,22 @@ export class PostgresQueue implements QueueService {
   private readonly ajv = new Ajv({ allErrors: true, strict: false });
   /** Compiled parameter schemas, keyed by workload name and its updated_at. */
   private readonly validators = new Map<string, ValidateFunction>();
+  /** Workloads as CreateJob last read them, with the row's xmin (CREATE_JOB checks it is still current). */
+  private readonly workloadCache = new Map<string, { workload: Workload; xmin: string }>();
+
+  /** The poll floor and watcher refresh of all this coordinator's WatchJob streams. */
+  private readonly watchHub: WatchHub;
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly options: StoreOptions,
-  ) {}
+  ) {
+    this.watchHub = new WatchHub(pool, {
+      pollIntervalMs: options.watchPollIntervalMs ?? 1000,
+      watcherTtlSeconds: WATCHER_TTL_SECONDS,
+      readTimeoutMs: WATCH_READ_TIMEOUT_MS,
+    });
+  }
 
   async putWorkload(input: PutWorkloadInput, opts: CallOptions = {}): Promise<Workload> {
     const w = validatePutWorkload(input, { maxAttempts: this.options.defaultMaxAttempts, leaseSeconds: this.options.defaultLeaseSeconds });
@@ -244,65 +257,111 @@ export class PostgresQueue implements QueueService {
   async createJob(input: CreateJobInput, opts: CallOptions = {}): Promise<CreateJobResult> {
     const job = validateCreateJob(input, this.options.maxTasksPerJob);
     const fingerprint = job.idempotencyKey ? requestFingerprint(job) : null;
+    const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload)])];
+    const jobId = uuidv7();
+    const ids = uuidv7s(job.tasks.length);
+    const perWorkload = countBy(job.tasks.map((t) => t.workload));
 
     return withClient(this.pool, opts.signal, async (c) => {
-      const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload)])];
-      const { rows: workloadRows } = await c.query(sql.SELECT_WORKLOADS_BY_NAME, [names]);
-      const workloads = new Map(workloadRows.map((r) => [r.name as string, toWorkload(r)]));
-      if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
-      job.tasks.forEach((t, i) => {
-        const w = workloads.get(t.workload);
-        if (!w) throw new NotFoundError("workload", t.workload, `tasks[${i}].workload`);
-        const validate = this.parametersValidator(w);
-        if (validate && !validate(t.parameters)) {
-          const field = input.tasks?.length ? `tasks[${i}].parameters` : "parameters";
-          throw schemaError(field, w.name, validate.errors ?? []);
-        }
-      });
-
-      await c.query("BEGIN");
-      try {
-        const { rows: jobRows } = await c.query(sql.INSERT_JOB, [
-          job.workload,
-          job.inputUri,
-          job.inputSha256,
-          JSON.stringify(job.parameters),
-          job.priority,
-          job.idempotencyKey,
-          fingerprint,
-          job.traceparent,
-        ]);
-        if (jobRows.length === 0) {
-          // The key was used before: the same request is a replay, anything else a conflict.
-          await c.query("ROLLBACK");
-          const { rows } = await c.query(sql.SELECT_JOB_BY_IDEMPOTENCY_KEY, [job.idempotencyKey]);
-          if (rows[0]?.request_sha256 !== fingerprint) {
-            throw new IdempotencyConflictError(`idempotency_key: was used for a different request (job ${rows[0]?.id})`);
+      // The cached workloads are used as they are when CREATE_JOB finds them unchanged; a miss
+      // (or a change made through any coordinator) reads them again.
+      let refresh = names.some((n) => !this.workloadCache.has(n));
+      for (let round = 0; ; round++) {
+        if (refresh) await this.loadWorkloads(c, names);
+        const workloads = new Map(names.flatMap((n) => (this.workloadCache.has(n) ? [[n, this.workloadCache.get(n)!] as const] : [])));
+        if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
+        const maxAttempts: number[] = [];
+        job.tasks.forEach((t, i) => {
+          const w = workloads.get(t.workload)?.workload;
+          if (!w) throw new NotFoundError("workload", t.workload, `tasks[${i}].workload`);
+          const validate = this.parametersValidator(w);
+          if (validate && !validate(t.parameters)) {
+            const field = input.tasks?.length ? `tasks[${i}].parameters` : "parameters";
+            throw schemaError(field, w.name, validate.errors ?? []);
           }
-          const { rows: taskRows } = await c.query(sql.SELECT_JOB_TASKS, [rows[0].id]);
-          return { job: toJob(rows[0]), tasks: taskRows.map(toTask), created: false };
+          maxAttempts.push(job.maxAttempts ?? w.maxAttempts);
+        });
+        const { rows } = await c.query({
+          name: "leasehold_create_job",
+          text: sql.CREATE_JOB,
+          values: [
+            jobId,
+            job.workload,
+            job.inputUri,
+            job.inputSha256,
+            JSON.stringify(job.parameters),
+            job.priority,
+            job.idempotencyKey,
+            fingerprint,
+            job.traceparent,
+            names,
+            names.map((n) => workloads.get(n)!.xmin),
+            ids,
+            job.tasks.map((t) => t.chunkIndex),
+            job.tasks.map((t) => t.workload),
+            job.tasks.map((t) => t.inputUri),
+            job.tasks.map((t) => t.inputSha256),
+            job.tasks.map((t) => JSON.stringify(t.parameters)),
+            maxAttempts,
+            [...perWorkload.keys()],
+            [...perWorkload.values()],
+          ],
+        });
+        const row = rows[0];
+        if (!row.fresh) {
+          if (round >= 3) throw new UnavailableError("the job's workloads kept changing while it was submitted; retry");
+          refresh = true;
+          continue;
         }
-        const tasksJson = JSON.stringify(
-          job.tasks.map((t) => ({
-            chunk_index: t.chunkIndex,
-            workload: t.workload,
-            input_uri: t.inputUri,
-            input_sha256: t.inputSha256,
-            parameters: t.parameters,
-            max_attempts: job.maxAttempts ?? workloads.get(t.workload)!.maxAttempts,
-          })),
-        );
-        const { rows: taskRows } = await c.query(sql.INSERT_TASKS, [jobRows[0].id, tasksJson, job.priority, job.traceparent]);
-        const perWorkload = countBy(job.tasks.map((t) => t.workload));
-        await c.query(sql.NOTIFY_WORKLOADS, [[...perWorkload.keys()], [...perWorkload.values()]]);
-        await c.query("COMMIT");
-        const tasks = taskRows.map(toTask).sort((a, b) => a.chunkIndex - b.chunkIndex);
-        return { job: toJob(jobRows[0]), tasks, created: true };
-      } catch (err) {
-        await c.query("ROLLBACK").catch(() => {});
-        throw err;
+        if (row.id === null) {
+          // The key was used before: the same request is a replay, anything else a conflict.
+          const { rows: prior } = await c.query(sql.SELECT_JOB_BY_IDEMPOTENCY_KEY, [job.idempotencyKey]);
+          if (prior[0]?.request_sha256 !== fingerprint) {
+            throw new IdempotencyConflictError(`idempotency_key: was used for a different request (job ${prior[0]?.id})`);
+          }
+          const { rows: taskRows } = await c.query(sql.SELECT_JOB_TASKS, [prior[0].id]);
+          return { job: toJob(prior[0]), tasks: taskRows.map(toTask), created: false };
+        }
+        const created = toJob(row);
+        // The rows as the database holds them, without reading them back: every column is either
+        // what was sent or a default of the same statement (now() is the job's created_at).
+        const tasks: Task[] = job.tasks.map((t, i) => ({
+          id: ids[i],
+          jobId,
+          chunkIndex: t.chunkIndex,
+          workload: t.workload,
+          inputUri: t.inputUri,
+          inputSha256: t.inputSha256,
+          parameters: t.parameters,
+          status: "pending",
+          attempt: 0,
+          maxAttempts: maxAttempts[i],
+          priority: job.priority,
+          leaseOwner: null,
+          leaseExpiresAt: null,
+          resultUri: null,
+          resultSha256: null,
+          metrics: null,
+          errorCode: null,
+          errorMessage: null,
+          createdAt: created.createdAt,
+          startedAt: null,
+          completedAt: null,
+          runAfter: created.createdAt,
+          version: 0,
+          traceparent: job.traceparent,
+        }));
+        tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
+        return { job: created, tasks, created: true };
       }
     });
+  }
+
+  /** Reads these workloads into the cache (and drops the ones that do not exist). */
+  private async loadWorkloads(c: pg.PoolClient, names: string[]): Promise<void> {
+    const { rows } = await c.query(sql.SELECT_WORKLOADS_WITH_XMIN, [names]);
+    for (const n of names) this.workloadCache.delete(n);
+    for (const r of rows) this.workloadCache.set(r.name as string, { workload: toWorkload(r), xmin: r.row_xmin as string });
   }
 
   async claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
@@ -539,14 +598,14 @@ export class PostgresQueue implements QueueService {
    * The stream registers itself (so the events trigger NOTIFYs for the job) before it reads the
    * snapshot, and reads every later batch as "committed since the previous read's snapshot"
    * (JOB_EVENTS_SINCE): nothing is missed or repeated whatever order transactions commit in. A
-   * NOTIFY only says when to read; the poll interval is the floor under lost notifications.
+   * NOTIFY only says when to read; the floor under lost notifications is the coordinator's
+   * WatchHub, one statement per poll interval for all its streams.
    */
   async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
     const id = requireUuid("job_id", jobId);
     const after = opts.afterEventId === undefined || opts.afterEventId === "0" ? undefined : opts.afterEventId;
     if (after !== undefined && !/^[1-9]\d{0,18}$/.test(after)) throw new ValidationError("after_event_id", "must be an event id (a positive integer)");
     const signal = opts.signal;
-    const pollMs = this.options.watchPollIntervalMs ?? 1000;
     const wakes = new Wakes();
     const unsubscribe = this.options.jobWakes?.subscribeJob(id, () => wakes.wake());
     const read = <T>(fn: (c: pg.PoolClient) => Promise<T>, begin?: string) => {
@@ -554,9 +613,9 @@ export class PostgresQueue implements QueueService {
       return begin ? inTransaction(this.pool, readSignal, fn, begin) : withClient(this.pool, readSignal, fn);
     };
     let watcherId: string | undefined;
+    let leaveHub: (() => void) | undefined;
     try {
       watcherId = (await read((c) => c.query(sql.INSERT_JOB_WATCHER, [id, WATCHER_TTL_SECONDS]))).rows[0].id as string;
-      let refreshedAt = Date.now();
       const { status, snapshot, missed } = await read(async (c) => {
         const status = await this.readJobStatus(c, id);
         const { rows } = await c.query(sql.CURRENT_SNAPSHOT);
@@ -571,20 +630,18 @@ export class PostgresQueue implements QueueService {
       }
       // Final already (for a resumed stream: the client saw the final event before it left).
       if (FINAL_JOB_STATUSES.includes(status.job.status)) return;
-      let since = snapshot;
+      const stream = { jobId: id, since: snapshot, watcherId, wake: () => wakes.wake() };
+      leaveHub = this.watchHub.add(stream);
       for (;;) {
-        await wakes.next(pollMs * (0.8 + Math.random() * 0.4), signal);
+        // No timeout of its own: the hub wakes the stream when its job has news.
+        await wakes.next(Infinity, signal);
         if (signal?.aborted) {
           // Shutdown ends the stream with its reason (UNAVAILABLE: watch again); a client that left needs nothing.
           if (signal.reason instanceof QueueError) throw signal.reason;
           return;
         }
-        if (Date.now() - refreshedAt > (WATCHER_TTL_SECONDS * 1000) / 3) {
-          await read((c) => c.query(sql.REFRESH_JOB_WATCHER, [watcherId, WATCHER_TTL_SECONDS]));
-          refreshedAt = Date.now();
-        }
-        const { rows } = await read((c) => c.query(sql.JOB_EVENTS_SINCE, [id, since]));
-        since = rows[0].snapshot as string;
+        const { rows } = await read((c) => c.query(sql.JOB_EVENTS_SINCE, [id, stream.since]));
+        stream.since = rows[0].snapshot as string;
         for (const e of rows[0].events as Row[]) {
           const event = toJobEvent(e);
           yield { event };
@@ -592,12 +649,18 @@ export class PostgresQueue implements QueueService {
         }
       }
     } finally {
+      leaveHub?.();
       unsubscribe?.();
       if (watcherId) {
         const done = watcherId;
         await withClient(this.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => c.query(sql.DELETE_JOB_WATCHER, [done])).catch(() => {});
       }
     }
+  }
+
+  /** Open watch streams and the floor checks run for them (one statement each, whatever their number). */
+  watchStats(): { streams: number; checks: number } {
+    return { streams: this.watchHub.size, checks: this.watchHub.checks };
   }
 
   async maintain(opts: CallOptions = {}): Promise<MaintenanceResult> {
@@ -756,14 +819,14 @@ class Wakes {
     this.resolve?.();
   }
 
-  /** Resolves on a wake (or one that came since the last call), after ms, or when signal aborts. */
+  /** Resolves on a wake (or one that came since the last call), after ms (Infinity: never), or when signal aborts. */
   async next(ms: number, signal?: AbortSignal): Promise<void> {
     if (!this.pending && !signal?.aborted) {
       let timer: NodeJS.Timeout | undefined;
       const done = () => this.resolve?.();
       await new Promise<void>((resolve) => {
         this.resolve = resolve;
-        timer = setTimeout(resolve, ms);
+        if (Number.isFinite(ms)) timer = setTimeout(resolve, ms); // setTimeout would read Infinity as 1 ms
         signal?.addEventListener("abort", done, { once: true });
       });
       clearTimeout(timer);
@@ -772,6 +835,30 @@ class Wakes {
     }
     this.pending = false;
   }
+}
+
+/*
+ * Time-ordered UUIDs (version 7: 48 bits of Unix milliseconds, then random bits). Rows inserted
+ * together land on the same primary-key pages instead of 10,000 random ones, so an insert dirties
+ * (and, after a checkpoint, writes in full to the WAL) a few index pages, not one per row.
+ */
+function uuidv7s(n: number): string[] {
+  const bytes = randomBytes(16 * n);
+  const ms = Date.now();
+  const out: string[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const b = bytes.subarray(16 * i, 16 * i + 16);
+    b.writeUIntBE(ms, 0, 6);
+    b[6] = (b[6] & 0x0f) | 0x70;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const h = b.toString("hex");
+    out[i] = `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  }
+  return out;
+}
+
+function uuidv7(): string {
+  return uuidv7s(1)[0];
 }
 
 function countBy(keys: string[]): Map<string, number> {

@@ -1,0 +1,530 @@
+// npm run bench:peers: Leasehold next to the Postgres queues a user would pick instead
+// (graphile-worker and pg-boss, pinned devDependencies), on the same PostgreSQL server, at the
+// same concurrency, in the same run. Prints each measure with the peer's figure and the ratio,
+// and the medians over --runs N (default 3). Not a test.
+//
+//   --runs N | PEERS_RUNS (3)       full rounds; medians are reported
+//   PEERS_SECONDS (5)               length of each timed window (after a 1 s unmeasured warm-up)
+//   PEERS_WORKERS (16)              workers, submitters and peer concurrency
+//
+// How each side runs (say so wherever a number is quoted):
+// - Leasehold: a real coordinator process (`src/main.ts`, PG_POOL_MAX 8, LOG_LEVEL warn) driven
+//   over REST/HTTP1.1 by a lean node:http keep-alive generator in this process, as `npm run bench`.
+// - graphile-worker 0.17.3 (0.18 needs Node 22), in this process: `run()` with concurrency 16,
+//   its defaults otherwise (LISTEN/NOTIFY, prepared statements, pool of concurrency + 2);
+//   `makeWorkerUtils().addJobs` / `addJob` for enqueueing.
+// - pg-boss 10.4.2 (11 and 12 need Node 22), in this process: 16 loops of `fetch(batchSize 16)`
+//   then `complete(ids)` over a queue kept ~1,000–2,000 deep (see the batched measure), which is what its `work()` does minus the poll-interval sleep after each
+//   batch (10.x sleeps up to pollingIntervalSeconds even after a full batch; 12.x added a burst mode
+//   that refetches at once, and this loop is its equivalent); `insert()` for enqueueing.
+// CPU per task of each process (coordinator, PostgreSQL backends, this process) is reported from
+// /proc for the arithmetic behind the ratios.
+
+import { createHash } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import os from "node:os";
+import { performance } from "node:perf_hooks";
+import { Logger, makeWorkerUtils, run as runGraphile, type WorkerUtils } from "graphile-worker";
+import pg from "pg";
+import PgBoss from "pg-boss";
+import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
+import { fmt, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
+
+const argRuns = process.argv.indexOf("--runs");
+const RUNS = Number(argRuns >= 0 ? process.argv[argRuns + 1] : (process.env.PEERS_RUNS ?? 3));
+const SECONDS = Number(process.env.PEERS_SECONDS ?? 5);
+const WORKERS = Number(process.env.PEERS_WORKERS ?? 16);
+const WARMUP_MS = 1000;
+const SHA = createHash("sha256").update("peers").digest("hex");
+const PICKUP_SAMPLES = 40;
+
+type Rest = ReturnType<typeof restClient>;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const quietLogger = new Logger(() => () => {});
+
+// ---------- CPU accounting from /proc (Linux) ----------
+
+const TICK_MS = 10; // USER_HZ is 100 on Linux
+
+function procTicks(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return Number(f[11]) + Number(f[12]); // utime + stime
+  } catch {
+    return 0;
+  }
+}
+
+function childrenOf(ppid: number): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (Number(f[1]) === ppid) out.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+/** The embedded postmaster is a child of this process; its backends are its children. Per pid, so a backend that exits is not subtracted. */
+function postgresTicks(): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const pm of childrenOf(process.pid)) {
+    const comm = safeRead(`/proc/${pm}/comm`).trim();
+    if (comm !== "postgres") continue;
+    out.set(pm, procTicks(pm));
+    for (const b of childrenOf(pm)) out.set(b, procTicks(b));
+  }
+  return out;
+}
+
+function safeRead(p: string): string {
+  try {
+    return readFileSync(p, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+interface CpuSample {
+  coordinator: number;
+  postgres: Map<number, number>;
+  self: number;
+}
+
+function cpuNow(coordinator?: Coordinator): CpuSample {
+  const u = process.cpuUsage();
+  return {
+    coordinator: coordinator?.child.pid ? procTicks(coordinator.child.pid) * TICK_MS : 0,
+    postgres: postgresTicks(),
+    self: (u.user + u.system) / 1000,
+  };
+}
+
+/** CPU milliseconds per item of each process between two samples (a backend that exits in between is not counted). */
+function cpuPer(a: CpuSample, b: CpuSample, items: number) {
+  return {
+    coordinator: (b.coordinator - a.coordinator) / items,
+    postgres: ([...b.postgres].reduce((sum, [pid, t]) => sum + t - (a.postgres.get(pid) ?? 0), 0) * TICK_MS) / items,
+    self: (b.self - a.self) / items,
+  };
+}
+
+// ---------- measurement ----------
+
+interface Measure {
+  rate: number;
+  cpu: { coordinator: number; postgres: number; self: number };
+}
+
+/**
+ * Runs `start` (which begins the load and returns a stop function), lets it warm up, then counts
+ * for SECONDS through `count()`.
+ */
+async function window(start: () => Promise<() => Promise<void>>, count: () => number | Promise<number>, coordinator?: Coordinator): Promise<Measure> {
+  const stop = await start();
+  await sleep(WARMUP_MS);
+  const c0 = await count();
+  const cpu0 = cpuNow(coordinator);
+  const t0 = performance.now();
+  await sleep(SECONDS * 1000);
+  const c1 = await count();
+  const cpu1 = cpuNow(coordinator);
+  const elapsed = (performance.now() - t0) / 1000;
+  await stop();
+  const items = Math.max(1, c1 - c0);
+  return { rate: (c1 - c0) / elapsed, cpu: cpuPer(cpu0, cpu1, items) };
+}
+
+/** W copies of loop(), each running until stopped; returns the stopper. */
+function loops(n: number, loop: (id: number, running: () => boolean) => Promise<void>): () => Promise<void> {
+  let running = true;
+  const all = Promise.all(Array.from({ length: n }, (_, i) => loop(i, () => running)));
+  return async () => {
+    running = false;
+    await all;
+  };
+}
+
+function tasks(n: number) {
+  return Array.from({ length: n }, (_, i) => ({ chunk_index: i, input_uri: `s3://peers/${i}`, input_sha256: SHA }));
+}
+
+async function fillLeasehold(store: PostgresQueue, workload: string, count: number, perJob = 10_000) {
+  await store.putWorkload({ name: workload, leaseSeconds: 300, maxAttempts: 3 });
+  for (let done = 0; done < count; done += perJob) {
+    const n = Math.min(perJob, count - done);
+    await store.createJob({ workload, tasks: tasks(n).map((t) => ({ chunkIndex: t.chunk_index, inputUri: t.input_uri, inputSha256: t.input_sha256 })) });
+  }
+}
+
+function leaseholdClaimComplete(rest: Rest, workload: string, maxTasks: number) {
+  let done = 0;
+  const start = async () =>
+    loops(WORKERS, async (id, running) => {
+      const worker_id = `peers-${id}`;
+      while (running()) {
+        const claim = await rest("POST", "/tasks/claim", { worker_id, workloads: [workload], max_tasks: maxTasks });
+        if (claim.status !== 200) throw new Error(`claim answered ${claim.status}: the backlog ran out`);
+        const got = (claim.json as { tasks: Array<{ id: string; attempt: number; chunk_index: number }> }).tasks;
+        if (got.length === 1) {
+          const t = got[0];
+          const r = await rest("POST", `/tasks/${t.id}/result`, { worker_id, attempt: t.attempt, result_uri: `s3://out/${t.chunk_index}`, result_sha256: SHA });
+          if (r.status !== 200) throw new Error(`complete answered ${r.status}`);
+        } else {
+          const r = await rest("POST", "/tasks/results", {
+            results: got.map((t) => ({ task_id: t.id, worker_id, attempt: t.attempt, result_uri: `s3://out/${t.chunk_index}`, result_sha256: SHA })),
+          });
+          if (r.status !== 200) throw new Error(`complete answered ${r.status}`);
+        }
+        done += got.length;
+      }
+    });
+  return { start, count: () => done };
+}
+
+function leaseholdSubmitters(rest: Rest, workload: string) {
+  let done = 0;
+  const start = async () =>
+    loops(WORKERS, async (id, running) => {
+      let i = 0;
+      while (running()) {
+        const r = await rest("POST", "/jobs", { workload, tasks: [{ chunk_index: 0, input_uri: `s3://one/${id}/${i++}`, input_sha256: SHA }] });
+        if (r.status !== 201) throw new Error(`POST /jobs answered ${r.status}`);
+        done++;
+      }
+    });
+  return { start, count: () => done };
+}
+
+/** count jobs of one task each, written by SQL as CreateJob would (the fill is not what is measured). */
+async function fillOneTaskJobs(url: string, workload: string, count: number) {
+  await withClient(url, async (c) => {
+    await c.query(
+      `WITH j AS (INSERT INTO jobs (workload) SELECT $1 FROM generate_series(1, $2) RETURNING id)
+       INSERT INTO tasks (job_id, chunk_index, workload, input_uri, input_sha256, max_attempts) SELECT id, 0, $1, 's3://one', $3, 3 FROM j`,
+      [workload, count, SHA],
+    );
+    await c.query("VACUUM ANALYZE jobs, tasks");
+  });
+}
+
+async function enqueueRate(fn: () => Promise<unknown>, n: number): Promise<number> {
+  const t0 = performance.now();
+  await fn();
+  return n / ((performance.now() - t0) / 1000);
+}
+
+// ---------- peers ----------
+
+async function graphileWorkerRun(url: string, schema: string, onJob: () => void) {
+  return runGraphile({
+    connectionString: url,
+    schema,
+    concurrency: WORKERS,
+    noHandleSignals: true,
+    logger: quietLogger,
+    taskList: {
+      peers: async () => {
+        onJob();
+      },
+    },
+  });
+}
+
+async function graphileFill(utils: WorkerUtils, count: number) {
+  for (let done = 0; done < count; done += 10_000) {
+    const n = Math.min(10_000, count - done);
+    await utils.addJobs(Array.from({ length: n }, (_, i) => ({ identifier: "peers", payload: { i: done + i } })));
+  }
+}
+
+async function bossFill(boss: PgBoss, queue: string, count: number) {
+  for (let done = 0; done < count; done += 10_000) {
+    const n = Math.min(10_000, count - done);
+    await boss.insert(Array.from({ length: n }, (_, i) => ({ name: queue, data: { i: done + i } })));
+  }
+}
+
+// ---------- one round ----------
+
+type Row = Record<string, { leasehold: number; peer: number; peerName: string; unit: string }>;
+
+interface Round {
+  rows: Row;
+  cpu: Record<string, Measure["cpu"]>;
+  pickup: { leasehold: ReturnType<typeof summary>; peer: ReturnType<typeof summary> };
+}
+
+async function round(n: number, ctx: { leaseholdUrl: string; rest: Rest; store: PostgresQueue; coordinator: Coordinator; gwUrl: string; bossUrl: string }): Promise<Round> {
+  const { rest, store, coordinator } = ctx;
+  const rows: Row = {};
+  const cpu: Round["cpu"] = {};
+  const log = (s: string) => console.error(`[round ${n}] ${s}`);
+
+  // graphile-worker: a fresh schema per round, so every round starts from an empty table.
+  const gwSchema = `graphile_worker_${n}`;
+  const utils = await makeWorkerUtils({ connectionString: ctx.gwUrl, schema: gwSchema, logger: quietLogger });
+  await utils.migrate();
+  const boss = new PgBoss({ connectionString: ctx.bossUrl, schema: `pgboss_${n}`, max: WORKERS, supervise: false, schedule: false });
+  boss.on("error", (err) => console.error("pg-boss:", err));
+  await boss.start();
+  const bossQueue = `peers_${n}`;
+  await boss.createQueue(bossQueue);
+
+  try {
+    // 1. Enqueue 10,000 (one job of 10,000 tasks / 10,000 jobs), median of 3.
+    await rest("PUT", `/workloads/enqueue_${n}`, { lease_seconds: 300 });
+    const lEnq: number[] = [];
+    const gEnq: number[] = [];
+    const bEnq: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      lEnq.push(
+        await enqueueRate(async () => {
+          const r = await rest("POST", "/jobs", { workload: `enqueue_${n}`, tasks: tasks(10_000) });
+          if (r.status !== 201) throw new Error(`enqueue answered ${r.status}`);
+        }, 10_000),
+      );
+      gEnq.push(await enqueueRate(() => utils.addJobs(Array.from({ length: 10_000 }, (_, j) => ({ identifier: "enq", payload: { j } }))), 10_000));
+      bEnq.push(await enqueueRate(() => boss.insert(Array.from({ length: 10_000 }, (_, j) => ({ name: bossQueue, data: { j } }))), 10_000));
+    }
+    rows["enqueue 10,000 tasks (one job) vs addJobs"] = { leasehold: med(lEnq), peer: med(gEnq), peerName: "graphile-worker addJobs", unit: "tasks/s" };
+    rows["enqueue 10,000 tasks (one job) vs pg-boss insert"] = { leasehold: med(lEnq), peer: med(bEnq), peerName: "pg-boss insert", unit: "tasks/s" };
+    log(`enqueue: leasehold ${fmt(med(lEnq))}, graphile ${fmt(med(gEnq))}, pg-boss ${fmt(med(bEnq))}`);
+    // Clear the peers' enqueued rows so the claim runs start from the same state as Leasehold's.
+    await withClient(ctx.gwUrl, (c) => c.query(`DELETE FROM ${gwSchema}._private_jobs`));
+    await boss.deleteQueue(bossQueue).catch(() => {});
+    await boss.createQueue(bossQueue);
+
+    // 2. One-task jobs, 16 concurrent submitters.
+    const sub = leaseholdSubmitters(rest, `onejob_${n}`);
+    await rest("PUT", `/workloads/onejob_${n}`, { lease_seconds: 300 });
+    const lSub = await window(sub.start, sub.count, coordinator);
+    let gAdded = 0;
+    const gSub = await window(
+      async () =>
+        loops(WORKERS, async (id, running) => {
+          let i = 0;
+          while (running()) {
+            await utils.addJob("peers_one", { id, i: i++ });
+            gAdded++;
+          }
+        }),
+      () => gAdded,
+      coordinator,
+    );
+    rows["one-task jobs, 16 concurrent submitters"] = { leasehold: lSub.rate, peer: gSub.rate, peerName: "graphile-worker addJob ×16", unit: "jobs/s" };
+    cpu["submit one-task job (leasehold)"] = lSub.cpu;
+    cpu["submit one-task job (graphile addJob)"] = gSub.cpu;
+    log(`one-task jobs: leasehold ${fmt(lSub.rate)}, graphile ${fmt(gSub.rate)}`);
+    await withClient(ctx.gwUrl, (c) => c.query(`DELETE FROM ${gwSchema}._private_jobs`));
+
+    // 3. Single-task claim → complete: Leasehold over REST vs graphile-worker concurrency 16.
+    const backlog1 = Math.max(20_000, Math.ceil(SECONDS + 2) * 3000);
+    await fillLeasehold(store, `single_${n}`, backlog1);
+    const single = leaseholdClaimComplete(rest, `single_${n}`, 1);
+    const lSingle = await window(single.start, single.count, coordinator);
+    const gwBacklog = Math.max(40_000, Math.ceil(SECONDS + 2) * 8000);
+    await graphileFill(utils, gwBacklog);
+    let gDone = 0;
+    let runner: Awaited<ReturnType<typeof graphileWorkerRun>> | undefined;
+    const gSingle = await window(
+      async () => {
+        runner = await graphileWorkerRun(ctx.gwUrl, gwSchema, () => gDone++);
+        return async () => {
+          await runner?.stop();
+        };
+      },
+      () => gDone,
+      coordinator,
+    );
+    rows["single-task claim → complete (REST) vs graphile-worker"] = { leasehold: lSingle.rate, peer: gSingle.rate, peerName: "graphile-worker concurrency 16", unit: "tasks/s" };
+    cpu["claim→complete, max_tasks 1 (leasehold)"] = lSingle.cpu;
+    cpu["job (graphile-worker)"] = gSingle.cpu;
+    log(`single: leasehold ${fmt(lSingle.rate)}, graphile ${fmt(gSingle.rate)}`);
+
+    // 4. Claim → complete when every job has one task (filled by SQL, not measured).
+    await fillOneTaskJobs(ctx.leaseholdUrl, `onejob_${n}`, Math.max(15_000, Math.ceil(SECONDS + 2) * 2500));
+    const oneJob = leaseholdClaimComplete(rest, `onejob_${n}`, 1);
+    const lOne = await window(oneJob.start, oneJob.count, coordinator);
+    rows["claim → complete, every job one task (REST) vs graphile-worker"] = { leasehold: lOne.rate, peer: gSingle.rate, peerName: "graphile-worker concurrency 16", unit: "tasks/s" };
+    cpu["claim→complete, one-task jobs (leasehold)"] = lOne.cpu;
+    log(`one-task-job claim→complete: leasehold ${fmt(lOne.rate)}`);
+
+    // 5. Batched: max_tasks 10 + CompleteTasks vs pg-boss fetch/complete, batch 16.
+    await fillLeasehold(store, `batch_${n}`, Math.max(40_000, Math.ceil(SECONDS + 2) * 8000));
+    const batch = leaseholdClaimComplete(rest, `batch_${n}`, 10);
+    const lBatch = await window(batch.start, batch.count, coordinator);
+    // pg-boss 10's fetch orders by (priority, created_on, id), which its partial index job_i5
+    // (name, start_after) does not hold, so every fetch sorts the whole backlog: with 40,000 jobs
+    // waiting it measured ~250 jobs/s. Its best case is a shallow queue, so a feeder keeps
+    // ~1,000–2,000 jobs waiting (the feeder's inserts are inside the measured window).
+    const batchQueue = `peers_batch_${n}`;
+    await boss.createQueue(batchQueue);
+    await bossFill(boss, batchQueue, 2000);
+    let bDone = 0;
+    let bInserted = 2000;
+    const bBatch = await window(
+      async () => {
+        const stopWorkers = loops(WORKERS, async (_id, running) => {
+          while (running()) {
+            const jobs = await boss.fetch(batchQueue, { batchSize: 16 });
+            if (jobs.length === 0) {
+              await sleep(1);
+              continue;
+            }
+            await boss.complete(
+              batchQueue,
+              jobs.map((j) => j.id),
+            );
+            bDone += jobs.length;
+          }
+        });
+        const stopFeeder = loops(1, async (_id, running) => {
+          while (running()) {
+            if (bInserted - bDone < 1000) {
+              await bossFill(boss, batchQueue, 1000);
+              bInserted += 1000;
+            } else {
+              await sleep(5);
+            }
+          }
+        });
+        return async () => {
+          await stopWorkers();
+          await stopFeeder();
+        };
+      },
+      () => bDone,
+      coordinator,
+    );
+    rows["batched claim + complete (max_tasks 10) vs pg-boss batch 16"] = { leasehold: lBatch.rate, peer: bBatch.rate, peerName: "pg-boss fetch/complete batch 16 ×16, shallow queue", unit: "tasks/s" };
+    cpu["claim→complete, max_tasks 10 (leasehold)"] = lBatch.cpu;
+    cpu["job, batch 16 (pg-boss)"] = bBatch.cpu;
+    log(`batched: leasehold ${fmt(lBatch.rate)}, pg-boss ${fmt(bBatch.rate)}`);
+
+    // 6. Pickup: job committed → a parked worker holds it. Leasehold: REST long poll; graphile: LISTEN/NOTIFY.
+    await store.putWorkload({ name: `pickup_${n}`, leaseSeconds: 300 });
+    const lPick: number[] = [];
+    for (let i = 0; i < PICKUP_SAMPLES; i++) {
+      const parked = rest("POST", "/tasks/claim", { worker_id: "pickup", workloads: [`pickup_${n}`], wait_seconds: 10 }).then((r) => ({ at: performance.now(), ok: r.status === 200 }));
+      await sleep(20);
+      await store.createJob({ workload: `pickup_${n}`, tasks: [{ chunkIndex: 0, inputUri: "s3://p", inputSha256: SHA }] });
+      const committed = performance.now();
+      const got = await parked;
+      if (got.ok) lPick.push(Math.max(0, got.at - committed));
+    }
+    const gPick: number[] = [];
+    let onPicked: (() => void) | undefined;
+    const pickRunner = await runGraphile({
+      connectionString: ctx.gwUrl,
+      schema: gwSchema,
+      concurrency: WORKERS,
+      noHandleSignals: true,
+      logger: quietLogger,
+      taskList: { pickup: async () => onPicked?.() },
+    });
+    try {
+      await sleep(500);
+      for (let i = 0; i < PICKUP_SAMPLES; i++) {
+        const picked = new Promise<number>((resolve) => (onPicked = () => resolve(performance.now())));
+        await sleep(20);
+        await utils.addJob("pickup", {});
+        const committed = performance.now();
+        gPick.push(Math.max(0, (await picked) - committed));
+      }
+    } finally {
+      await pickRunner.stop();
+    }
+    const pickup = { leasehold: summary(lPick), peer: summary(gPick) };
+    log(`pickup p50: leasehold ${fmt(pickup.leasehold.p50, 2)} ms, graphile ${fmt(pickup.peer.p50, 2)} ms`);
+    return { rows, cpu, pickup };
+  } finally {
+    await boss.stop({ graceful: false, wait: true }).catch(() => {});
+    await utils.release();
+  }
+}
+
+async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+function med(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+async function main() {
+  const started = performance.now();
+  console.error(`leasehold bench:peers: ${RUNS} round(s), ${WORKERS} workers, ${SECONDS}s windows, ${os.cpus().length} cores, node ${process.version}`);
+  const db = await startDatabase();
+  // The peers get databases of their own on the same server.
+  const gwUrl = await createDatabase(db.url, `peers_graphile_${process.pid}`);
+  const bossUrl = await createDatabase(db.url, `peers_pgboss_${process.pid}`);
+  const coordinator = await startCoordinator(db.url, { PG_POOL_MAX: "8" });
+  const storePool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
+  const store = new PostgresQueue(storePool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
+  const rest = restClient(coordinator.url, WORKERS * 2);
+  const rounds: Round[] = [];
+  try {
+    for (let i = 1; i <= RUNS; i++) rounds.push(await round(i, { leaseholdUrl: db.url, rest, store, coordinator, gwUrl, bossUrl }));
+  } finally {
+    await coordinator.stop();
+    await storePool.end();
+    await db.stop();
+  }
+  print(rounds, coordinator.peakRssMb());
+  console.log(`(total ${fmt((performance.now() - started) / 1000)} s)`);
+  process.exit(0);
+}
+
+async function createDatabase(url: string, name: string): Promise<string> {
+  await withClient(url, (c) => c.query(`CREATE DATABASE ${name}`));
+  const u = new URL(url);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+function print(rounds: Round[], rssMb: number) {
+  console.log(`\nLeasehold vs peers — ${WORKERS} workers, ${SECONDS}s windows, ${rounds.length} round(s), ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}`);
+  console.log("ratio = Leasehold / peer, per round; the last columns are medians over rounds\n");
+  const names = Object.keys(rounds[0].rows);
+  const width = Math.max(...names.map((n) => n.length), 40);
+  console.log(`${"measure".padEnd(width)}  ${"per round: leasehold / peer (ratio)".padEnd(48)}  median leasehold | peer | ratio`);
+  for (const name of names) {
+    const per = rounds.map((r) => r.rows[name]);
+    const cells = per.map((p) => `${fmt(p.leasehold)}/${fmt(p.peer)} (${fmt(p.leasehold / p.peer, 2)})`).join("  ");
+    const u = per[0].unit;
+    console.log(
+      `${name.padEnd(width)}  ${cells.padEnd(48)}  ${fmt(med(per.map((p) => p.leasehold)))} | ${fmt(med(per.map((p) => p.peer)))} ${u} (${per[0].peerName}) | ${fmt(med(per.map((p) => p.leasehold / p.peer)), 2)}×`,
+    );
+  }
+  const pl = rounds.map((r) => r.pickup.leasehold);
+  const pp = rounds.map((r) => r.pickup.peer);
+  console.log(
+    `${"pickup p50 / p95, REST long poll vs graphile-worker LISTEN".padEnd(width)}  ${rounds.map((r) => `${fmt(r.pickup.leasehold.p50, 1)}/${fmt(r.pickup.leasehold.p95, 1)} vs ${fmt(r.pickup.peer.p50, 1)}/${fmt(r.pickup.peer.p95, 1)}`).join("  ").padEnd(48)}  ${fmt(med(pl.map((s) => s.p50)), 2)} / ${fmt(med(pl.map((s) => s.p95)), 2)} ms | ${fmt(med(pp.map((s) => s.p50)), 2)} / ${fmt(med(pp.map((s) => s.p95)), 2)} ms`,
+  );
+  console.log(`\nCPU per task (ms, medians over rounds): coordinator | PostgreSQL (all backends) | this process (generator or in-process peer)`);
+  for (const key of Object.keys(rounds[0].cpu)) {
+    const xs = rounds.map((r) => r.cpu[key]);
+    console.log(`  ${key.padEnd(46)} ${fmt(med(xs.map((x) => x.coordinator)), 3)} | ${fmt(med(xs.map((x) => x.postgres)), 3)} | ${fmt(med(xs.map((x) => x.self)), 3)}`);
+  }
+  console.log(`coordinator peak RSS: ${fmt(rssMb)} MB`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

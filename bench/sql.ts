@@ -1,0 +1,150 @@
+// npm run bench:sql: Leasehold's claim and complete statements as SQL only (no coordinator), next to
+// a bare SKIP LOCKED queue loop on a two-index table, 16 connections, prepared statements, in
+// alternating runs on one server; plus WAL bytes per task and EXPLAIN (ANALYZE, BUFFERS, WAL) of
+// one claim and one completion in steady state. Not a test.
+//
+//   --runs N | SQL_RUNS (3)   alternating pairs     SQL_SECONDS (4)   length of each run
+//   SQL_WORKERS (16)          connections           SQL_MAX_TASKS (1) tasks per claim (Leasehold)
+//   SQL_SETUP                 SQL run once before the runs (A/B of a candidate change)
+
+import { createHash } from "node:crypto";
+import { performance } from "node:perf_hooks";
+import pg from "pg";
+import { CLAIM_TASKS, COMPLETE_TASK, COMPLETE_TASKS } from "../src/store/postgres/queries.js";
+import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
+import { fmt, startDatabase } from "./harness.js";
+
+const argRuns = process.argv.indexOf("--runs");
+const RUNS = Number(argRuns >= 0 ? process.argv[argRuns + 1] : (process.env.SQL_RUNS ?? 3));
+const SECONDS = Number(process.env.SQL_SECONDS ?? 4);
+const WORKERS = Number(process.env.SQL_WORKERS ?? 16);
+const MAX_TASKS = Number(process.env.SQL_MAX_TASKS ?? 1);
+const SHA = createHash("sha256").update("sql").digest("hex");
+
+// The bare loop: what graphile-worker and River do, minus everything else (claim by a partial
+// index in run_at order, complete by deleting the row).
+const BARE_SCHEMA = `
+CREATE TABLE bare_jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, queue text NOT NULL, payload jsonb NOT NULL DEFAULT '{}',
+  run_at timestamptz NOT NULL DEFAULT now(), attempts int NOT NULL DEFAULT 0, locked_by text, locked_at timestamptz);
+CREATE INDEX bare_jobs_available ON bare_jobs (queue, run_at, id) WHERE locked_at IS NULL;`;
+const BARE_CLAIM = `
+UPDATE bare_jobs SET locked_by = $2, locked_at = now(), attempts = attempts + 1
+WHERE id = (SELECT id FROM bare_jobs WHERE queue = $1 AND locked_at IS NULL AND run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id`;
+const BARE_COMPLETE = `DELETE FROM bare_jobs WHERE id = $1 AND locked_by = $2`;
+
+async function run(pool: pg.Pool, loop: (c: pg.PoolClient, id: number) => Promise<number>): Promise<{ rate: number; walPerTask: number }> {
+  const lsn = async () => (await pool.query("SELECT pg_current_wal_insert_lsn()::text AS l")).rows[0].l as string;
+  const clients = await Promise.all(Array.from({ length: WORKERS }, () => pool.connect()));
+  const w0 = await lsn();
+  const t0 = performance.now();
+  const stopAt = t0 + SECONDS * 1000;
+  const counts = await Promise.all(
+    clients.map(async (c, id) => {
+      let n = 0;
+      while (performance.now() < stopAt) {
+        const got = await loop(c, id);
+        if (got === 0) throw new Error("backlog ran out");
+        n += got;
+      }
+      return n;
+    }),
+  );
+  const elapsed = (performance.now() - t0) / 1000;
+  const w1 = await lsn();
+  for (const c of clients) c.release();
+  const done = counts.reduce((a, b) => a + b, 0);
+  const wal = Number((await pool.query("SELECT pg_wal_lsn_diff($1, $2) AS d", [w1, w0])).rows[0].d);
+  return { rate: done / elapsed, walPerTask: wal / done };
+}
+
+async function main() {
+  const db = await startDatabase();
+  const pool = createPool({ connectionString: db.url, max: WORKERS + 2, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000, applicationName: "leasehold-bench-sql" });
+  const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
+  const perRun = Math.ceil(SECONDS * 6000);
+  const results: Array<{ bare: Awaited<ReturnType<typeof run>>; leasehold: Awaited<ReturnType<typeof run>> }> = [];
+  try {
+    await pool.query(BARE_SCHEMA);
+    // A/B hook: SQL run once before anything is measured (e.g. a candidate index or setting).
+    if (process.env.SQL_SETUP) await pool.query(process.env.SQL_SETUP);
+    const leaseholdLoop = (workload: string) => async (c: pg.PoolClient, id: number) => {
+      const workerId = `sql-${id}`;
+      const { rows } = await c.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], MAX_TASKS, workerId, null] });
+      if (rows.length === 1) {
+        const r = await c.query({ name: "complete", text: COMPLETE_TASK, values: [rows[0].id, workerId, rows[0].attempt, "s3://out", SHA, null] });
+        if (r.rows[0]?.recheck_job) throw new Error("unexpected recheck mid-job");
+      } else if (rows.length > 1) {
+        const batch = rows.map((r) => ({ task_id: r.id, worker_id: workerId, attempt: r.attempt, result_uri: "s3://out", result_sha256: SHA, metrics: null }));
+        await c.query({ name: "complete_many", text: COMPLETE_TASKS, values: [JSON.stringify(batch), rows.map((r) => r.id)] });
+      }
+      return rows.length;
+    };
+    const bareLoop = (queue: string) => async (c: pg.PoolClient, id: number) => {
+      const { rows } = await c.query({ name: "bare_claim", text: BARE_CLAIM, values: [queue, `sql-${id}`] });
+      if (rows.length === 0) return 0;
+      await c.query({ name: "bare_complete", text: BARE_COMPLETE, values: [rows[0].id, `sql-${id}`] });
+      return 1;
+    };
+    const fill = async (i: number) => {
+      const workload = `sql_${i}`;
+      await store.putWorkload({ name: workload, leaseSeconds: 300 });
+      for (let done = 0; done < perRun * MAX_TASKS; done += 10_000) {
+        const n = Math.min(10_000, perRun * MAX_TASKS - done);
+        await store.createJob({ workload, tasks: Array.from({ length: n }, (_, k) => ({ chunkIndex: k, inputUri: `s3://in/${k}`, inputSha256: SHA })) });
+      }
+      await pool.query(`INSERT INTO bare_jobs (queue) SELECT $1 FROM generate_series(1, $2)`, [`q_${i}`, perRun]);
+      await pool.query("VACUUM ANALYZE tasks, jobs, bare_jobs");
+      await pool.query("CHECKPOINT");
+    };
+    // Warm-up, not measured.
+    await fill(0);
+    await run(pool, bareLoop("q_0"));
+    await run(pool, leaseholdLoop("sql_0"));
+    for (let i = 1; i <= RUNS; i++) {
+      await fill(i);
+      const bare = await run(pool, bareLoop(`q_${i}`));
+      const leasehold = await run(pool, leaseholdLoop(`sql_${i}`));
+      results.push({ bare, leasehold });
+      console.error(`pair ${i}: bare ${fmt(bare.rate)}/s (${fmt(bare.walPerTask)} WAL B/task), leasehold ${fmt(leasehold.rate)}/s (${fmt(leasehold.walPerTask)} WAL B/task), ratio ${fmt(leasehold.rate / bare.rate, 2)}`);
+    }
+    // One claim and one completion, explained, in the state the runs left.
+    const c = await pool.connect();
+    try {
+      await c.query("BEGIN");
+      // Prepared, so the plans shown are the generic plans the pool's connections run
+      // (plan_cache_mode=force_generic_plan).
+      const plan = async (label: string, text: string, types: string, values: unknown[]) => {
+        await c.query(`PREPARE explain_${label} (${types}) AS ${text}`);
+        const args = values.map((v) => (v === null ? "NULL" : typeof v === "number" ? String(v) : Array.isArray(v) ? `'{${v.join(",")}}'` : `'${v}'`)).join(", ");
+        const { rows } = await c.query(`EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF, SUMMARY OFF) EXECUTE explain_${label} (${args})`);
+        console.log(`\n-- ${label}\n${rows.map((r) => r["QUERY PLAN"]).join("\n")}`);
+      };
+      const w = `sql_${RUNS}`;
+      await plan("claim", CLAIM_TASKS, "text[], int, text, int", [[w], MAX_TASKS, "explain", null]);
+      // The completion in a transaction of its own, as in the loop (foreign-key checks on a row the
+      // same transaction wrote are not skipped, which would distort the plan's trigger times).
+      await c.query("COMMIT");
+      await c.query("BEGIN");
+      const { rows } = await c.query(`SELECT id, attempt FROM tasks WHERE lease_owner = 'explain' AND status = 'leased' LIMIT 1`);
+      if (rows[0]) await plan("complete", COMPLETE_TASK, "uuid, text, int, text, text, jsonb", [rows[0].id, "explain", rows[0].attempt, "s3://out", SHA, null]);
+      await c.query("ROLLBACK");
+    } finally {
+      c.release();
+    }
+  } finally {
+    await pool.end();
+    await db.stop();
+  }
+  const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  console.log(`\nSQL only, ${WORKERS} connections, ${SECONDS}s runs, ${RUNS} alternating pairs, max_tasks ${MAX_TASKS}`);
+  console.log(`bare SKIP LOCKED claim + delete:   ${fmt(med(results.map((r) => r.bare.rate)))} tasks/s, ${fmt(med(results.map((r) => r.bare.walPerTask)))} WAL bytes/task`);
+  console.log(`Leasehold claim + complete:        ${fmt(med(results.map((r) => r.leasehold.rate)))} tasks/s, ${fmt(med(results.map((r) => r.leasehold.walPerTask)))} WAL bytes/task`);
+  console.log(`ratio per pair: ${results.map((r) => fmt(r.leasehold.rate / r.bare.rate, 2)).join(", ")} (median ${fmt(med(results.map((r) => r.leasehold.rate / r.bare.rate)), 2)})`);
+  process.exit(0);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,96 @@
+// WatchHub: the poll floor and the job_watchers refresh of every WatchJob stream a coordinator
+// holds, batched. NOTIFY wake-ups still go straight to each stream (the LISTEN connection); this
+// is what catches a lost notification, with one statement per interval for all streams instead
+// of one per stream, and one watcher refresh per third of the watcher TTL instead of one each.
+
+import type pg from "pg";
+import { withClient } from "./db.js";
+import * as sql from "./queries.js";
+
+export interface WatchedStream {
+  jobId: string;
+  /** The stream's last snapshot (pg_current_snapshot text): events committed since then are news. */
+  since: string;
+  /** The stream's job_watchers row. */
+  watcherId: string;
+  /** Makes the stream read its events now. */
+  wake(): void;
+}
+
+export interface WatchHubOptions {
+  pollIntervalMs: number;
+  watcherTtlSeconds: number;
+  /** Each statement of the hub gets this long. */
+  readTimeoutMs: number;
+}
+
+export class WatchHub {
+  private readonly streams = new Set<WatchedStream>();
+  private timer: NodeJS.Timeout | undefined;
+  private busy = false;
+  private refreshedAt = Date.now();
+  private checkCount = 0;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly options: WatchHubOptions,
+  ) {}
+
+  /** Floor checks run so far (each one statement, whatever the number of streams). */
+  get checks(): number {
+    return this.checkCount;
+  }
+
+  get size(): number {
+    return this.streams.size;
+  }
+
+  add(stream: WatchedStream): () => void {
+    if (this.streams.size === 0) this.refreshedAt = Date.now(); // the first stream's row is new
+    this.streams.add(stream);
+    if (!this.timer && !this.busy) this.schedule();
+    return () => {
+      this.streams.delete(stream);
+      if (this.streams.size === 0) {
+        clearTimeout(this.timer);
+        this.timer = undefined;
+      }
+    };
+  }
+
+  private schedule(): void {
+    const ms = this.options.pollIntervalMs * (0.8 + Math.random() * 0.4);
+    this.timer = setTimeout(() => void this.tick(), ms);
+    this.timer.unref();
+  }
+
+  private async tick(): Promise<void> {
+    this.timer = undefined;
+    this.busy = true;
+    const streams = [...this.streams];
+    try {
+      if (streams.length === 0) return;
+      const signal = AbortSignal.timeout(this.options.readTimeoutMs);
+      await withClient(this.pool, signal, async (c) => {
+        if (Date.now() - this.refreshedAt > (this.options.watcherTtlSeconds * 1000) / 3) {
+          await c.query(sql.REFRESH_JOB_WATCHERS, [streams.map((s) => s.watcherId), this.options.watcherTtlSeconds]);
+          this.refreshedAt = Date.now();
+        }
+        const { rows } = await c.query({
+          name: "leasehold_watched_jobs_with_events",
+          text: sql.WATCHED_JOBS_WITH_EVENTS,
+          values: [streams.map((s) => s.jobId), streams.map((s) => s.since)],
+        });
+        this.checkCount++;
+        for (const r of rows) streams[(r.i as number) - 1]?.wake();
+      });
+    } catch {
+      // Each stream reads for itself: a database that is down ends the streams with its error,
+      // as a failed read of their own would.
+      for (const s of streams) s.wake();
+    } finally {
+      this.busy = false;
+      if (this.streams.size > 0 && !this.timer) this.schedule();
+    }
+  }
+}

@@ -1,0 +1,127 @@
+// CreateJob in one statement: the tasks it answers are the rows it wrote, and the workloads it
+// validates against (cached per coordinator) are never stale, whichever coordinator changed them.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NotFoundError, ValidationError } from "../src/queue/errors.js";
+import { PostgresQueue } from "../src/store/postgres/store.js";
+import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
+
+let f: QueueFixture;
+let a: PostgresQueue;
+let b: PostgresQueue;
+
+beforeAll(async () => {
+  f = await queueFixture();
+  a = f.queue;
+  // Another coordinator on the same database.
+  b = new PostgresQueue(f.newPool(), TEST_STORE_OPTIONS);
+});
+afterAll(async () => {
+  await f?.close();
+});
+
+const spec = (i: number, parameters?: Record<string, unknown>) => ({ chunkIndex: i, inputUri: `s3://in/${i}`, inputSha256: sha(i), parameters: parameters as never });
+
+describe("CreateJob", () => {
+  it("answers exactly the rows it wrote, in chunk order, with time-ordered ids", async () => {
+    await a.putWorkload({ name: "cj_rows", maxAttempts: 4 });
+    const r = await a.createJob({ workload: "cj_rows", parameters: { shared: 1 }, priority: 3, tasks: [spec(2, { own: "x" }), spec(0), spec(1)] });
+    const { rows } = await f.pool.query(
+      `SELECT id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, status, attempt, max_attempts, priority,
+              lease_owner, lease_expires_at, result_uri, created_at, started_at, completed_at, run_after, version, traceparent
+       FROM tasks WHERE job_id = $1 ORDER BY chunk_index`,
+      [r.job.id],
+    );
+    expect(rows).toHaveLength(3);
+    expect(r.tasks.map((t) => t.chunkIndex)).toEqual([0, 1, 2]);
+    r.tasks.forEach((t, i) => {
+      const row = rows[i];
+      expect({
+        id: t.id,
+        jobId: t.jobId,
+        chunkIndex: t.chunkIndex,
+        workload: t.workload,
+        inputUri: t.inputUri,
+        inputSha256: t.inputSha256,
+        parameters: t.parameters,
+        status: t.status,
+        attempt: t.attempt,
+        maxAttempts: t.maxAttempts,
+        priority: t.priority,
+        leaseOwner: t.leaseOwner,
+        leaseExpiresAt: t.leaseExpiresAt,
+        resultUri: t.resultUri,
+        createdAt: t.createdAt,
+        startedAt: t.startedAt,
+        completedAt: t.completedAt,
+        runAfter: t.runAfter,
+        version: t.version,
+        traceparent: t.traceparent,
+      }).toEqual({
+        id: row.id,
+        jobId: row.job_id,
+        chunkIndex: row.chunk_index,
+        workload: row.workload,
+        inputUri: row.input_uri,
+        inputSha256: row.input_sha256,
+        parameters: row.parameters,
+        status: row.status,
+        attempt: row.attempt,
+        maxAttempts: row.max_attempts,
+        priority: row.priority,
+        leaseOwner: row.lease_owner,
+        leaseExpiresAt: row.lease_expires_at,
+        resultUri: row.result_uri,
+        createdAt: row.created_at,
+        startedAt: row.started_at,
+        completedAt: row.completed_at,
+        runAfter: row.run_after,
+        version: row.version,
+        traceparent: row.traceparent,
+      });
+    });
+    expect(rows[2].parameters).toEqual({ shared: 1, own: "x" });
+    expect(rows.every((row) => row.max_attempts === 4 && row.priority === 3)).toBe(true);
+    // Version 7: the version nibble, and ids of one job share their millisecond prefix.
+    expect(r.tasks.every((t) => t.id[14] === "7")).toBe(true);
+    expect(r.job.id[14]).toBe("7");
+    expect(new Set(r.tasks.map((t) => t.id.slice(0, 13))).size).toBe(1);
+  });
+
+  it("uses the workload as another coordinator last changed it", async () => {
+    await a.putWorkload({ name: "cj_stale", maxAttempts: 2 });
+    const first = await a.createJob({ workload: "cj_stale", tasks: [spec(0)] });
+    expect(first.tasks[0].maxAttempts).toBe(2);
+    // b changes it; a's cached copy is now stale.
+    await b.putWorkload({ name: "cj_stale", maxAttempts: 7 });
+    const second = await a.createJob({ workload: "cj_stale", tasks: [spec(0)] });
+    expect(second.tasks[0].maxAttempts).toBe(7);
+    const { rows } = await f.pool.query(`SELECT max_attempts FROM tasks WHERE job_id = $1`, [second.job.id]);
+    expect(rows).toEqual([{ max_attempts: 7 }]);
+
+    // A schema added elsewhere is enforced at once, and the rejected job writes nothing.
+    await b.putWorkload({ name: "cj_stale", maxAttempts: 7, parametersSchema: { type: "object", required: ["model"] } as never });
+    const before = await f.count("jobs");
+    await expect(a.createJob({ workload: "cj_stale", tasks: [spec(0)] })).rejects.toBeInstanceOf(ValidationError);
+    expect(await f.count("jobs")).toBe(before);
+    const ok = await a.createJob({ workload: "cj_stale", parameters: { model: "m" }, tasks: [spec(0)] });
+    expect(await f.count("tasks", `job_id = '${ok.job.id}'`)).toBe(1);
+  });
+
+  it("finds a workload registered elsewhere after this coordinator was told it did not exist", async () => {
+    await expect(a.createJob({ workload: "cj_late", tasks: [spec(0)] })).rejects.toBeInstanceOf(NotFoundError);
+    await b.putWorkload({ name: "cj_late" });
+    const r = await a.createJob({ workload: "cj_late", tasks: [spec(0)] });
+    expect(await f.count("tasks", `job_id = '${r.job.id}'`)).toBe(1);
+  });
+
+  it("an idempotent replay inserts nothing and answers the first job's rows", async () => {
+    await a.putWorkload({ name: "cj_idem" });
+    const first = await a.createJob({ workload: "cj_idem", idempotencyKey: "cj-key", tasks: [spec(0), spec(1)] });
+    const again = await b.createJob({ workload: "cj_idem", idempotencyKey: "cj-key", tasks: [spec(0), spec(1)] });
+    expect(again.created).toBe(false);
+    expect(again.job.id).toBe(first.job.id);
+    expect(again.tasks.map((t) => t.id)).toEqual(first.tasks.map((t) => t.id));
+    expect(await f.count("jobs", `workload = 'cj_idem'`)).toBe(1);
+    expect(await f.count("tasks", `workload = 'cj_idem'`)).toBe(2);
+  });
+});
