@@ -9,17 +9,19 @@
 // Every other command talks to a running coordinator through the generated
 // Connect client (Connect protocol over HTTP/1.1). The CLI reads no environment
 // variables: the coordinator's address and token come from --url and --token.
+// The command line is parsed by commander; the commands themselves are the COMMANDS table.
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync, realpathSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import { fromJson, toJson, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { ConnectError, createClient, type CallOptions, type Client, type Interceptor } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { Command as Program, CommanderError } from "commander";
 import { ROLES, tokenEntryProblem } from "./config/index.js";
+import { JOB_STATUSES, TASK_STATUSES } from "./queue/types.js";
 import { BadRequestSchema } from "../gen/google/rpc/error_details_pb.js";
 import {
   AttemptOutcome,
@@ -103,32 +105,19 @@ export function configLine(token: string, role: string, workerPrefix?: string): 
   return fields.join(" ");
 }
 
-function tokenNew(args: string[]): string {
-  const { values } = parseArgs({
-    args,
-    options: { role: { type: "string" }, "worker-prefix": { type: "string" }, json: { type: "boolean", default: false } },
-    strict: true,
-    allowPositionals: false,
-  });
-  if (values.role === undefined) throw new UsageError("--role is required");
+function tokenNew(opts: { role?: string; workerPrefix?: string; json?: boolean }): string {
+  if (opts.role === undefined) throw new UsageError("--role is required");
   const token = newToken();
-  const line = configLine(token, values.role, values["worker-prefix"]);
-  if (values.json) return `${JSON.stringify({ token, config_line: line })}\n`;
+  const line = configLine(token, opts.role, opts.workerPrefix);
+  if (opts.json) return `${JSON.stringify({ token, config_line: line })}\n`;
   return `${token}\n${line}\n`;
 }
 
 // ---------------------------------------------------------------------------
 // Argument parsing
 
+/** A command's own options: "--name VALUE" (string) or a flag (boolean). */
 type OptionSpec = Record<string, { type: "string" | "boolean" }>;
-
-const GLOBAL_OPTIONS = {
-  url: { type: "string" },
-  token: { type: "string" },
-  json: { type: "boolean" },
-  "timeout-ms": { type: "string" },
-  help: { type: "boolean", short: "h" },
-} as const;
 
 interface Invocation {
   client: Client<typeof QueueService>;
@@ -136,7 +125,7 @@ interface Invocation {
   json: boolean;
   /** Positionals after the command words. */
   args: string[];
-  /** Command options, as parseArgs returns them. */
+  /** Command options by their --long-name. */
   opts: Record<string, string | boolean | undefined>;
 }
 
@@ -156,21 +145,17 @@ export function intOption(name: string, value: string | boolean | undefined, min
   return Number(value);
 }
 
-const JOB_STATUS_NAMES = ["pending", "running", "completed", "failed", "cancelled"] as const;
-
 /** "failed" → JobStatus.FAILED. */
 export function parseJobStatus(name: string): JobStatus {
-  const i = JOB_STATUS_NAMES.indexOf(name.toLowerCase() as (typeof JOB_STATUS_NAMES)[number]);
-  if (i < 0) throw new UsageError(`--status must be one of ${JOB_STATUS_NAMES.join(", ")}, not ${JSON.stringify(name)}`);
+  const i = JOB_STATUSES.indexOf(name.toLowerCase() as (typeof JOB_STATUSES)[number]);
+  if (i < 0) throw new UsageError(`--status must be one of ${JOB_STATUSES.join(", ")}, not ${JSON.stringify(name)}`);
   return JobStatus[name.toUpperCase() as keyof typeof JobStatus];
 }
 
-const TASK_STATUS_NAMES = ["pending", "leased", "completed", "failed", "cancelled"] as const;
-
 /** "failed" → TaskStatus.FAILED. */
 export function parseTaskStatus(name: string): TaskStatus {
-  const i = TASK_STATUS_NAMES.indexOf(name.toLowerCase() as (typeof TASK_STATUS_NAMES)[number]);
-  if (i < 0) throw new UsageError(`--status must be one of ${TASK_STATUS_NAMES.join(", ")}, not ${JSON.stringify(name)}`);
+  const i = TASK_STATUSES.indexOf(name.toLowerCase() as (typeof TASK_STATUSES)[number]);
+  if (i < 0) throw new UsageError(`--status must be one of ${TASK_STATUSES.join(", ")}, not ${JSON.stringify(name)}`);
   return TaskStatus[name.toUpperCase() as keyof typeof TaskStatus];
 }
 
@@ -195,18 +180,6 @@ function errorText(code: string, message: string): string {
 export function failureLine(f: Pick<JobFailure, "chunkIndex" | "taskId" | "attempt" | "workerId" | "errorCode" | "errorMessage">): string {
   const where = [`task ${f.taskId}`, ...(f.attempt > 0 ? [`attempt ${f.attempt}`] : []), ...(f.workerId ? [`worker ${f.workerId}`] : [])];
   return `chunk ${f.chunkIndex} (${where.join(", ")}): ${errorText(f.errorCode, f.errorMessage)}`;
-}
-
-/** Leading global options ("leasehold --url X job get ID"): how many tokens they take. */
-function leadingGlobals(argv: string[]): number {
-  let i = 0;
-  while (i < argv.length && argv[i].startsWith("-")) {
-    const name = argv[i].replace(/^--?/, "").split("=")[0];
-    const spec = (GLOBAL_OPTIONS as Record<string, { type: string; short?: string }>)[name] ?? (name === "h" ? GLOBAL_OPTIONS.help : undefined);
-    if (spec === undefined) throw new UsageError(`unknown option: ${argv[i]}`);
-    i += spec.type === "string" && !argv[i].includes("=") ? 2 : 1;
-  }
-  return Math.min(i, argv.length);
 }
 
 function transportFor(url: string, token: string | undefined) {
@@ -636,33 +609,73 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
-async function runCommand(argv: string[]): Promise<number> {
-  const lead = leadingGlobals(argv);
-  const [group, command, ...rest] = argv.slice(lead);
-  const name = `${group ?? ""} ${command ?? ""}`.trim();
-  const cmd = COMMANDS[name];
-  if (cmd === undefined) throw new UsageError(name === "" ? "missing command" : `unknown command: ${name}`);
-  const { values, positionals } = parseArgs({
-    args: [...argv.slice(0, lead), ...rest],
-    options: { ...GLOBAL_OPTIONS, ...cmd.options },
-    strict: true,
-    allowPositionals: true,
-  });
-  if (values.help === true) {
-    process.stdout.write(USAGE);
-    return 0;
-  }
-  if (positionals.length !== cmd.positionals.length) {
-    const expected = cmd.positionals.length === 0 ? "no arguments" : cmd.positionals.join(" ");
-    throw new UsageError(`${name} takes ${expected}${positionals.length > cmd.positionals.length ? `; unexpected: ${positionals.slice(cmd.positionals.length).join(" ")}` : ""}`);
-  }
+/** The global options, as commander parses them wherever they stand on the line. */
+interface GlobalOptions {
+  url?: string;
+  token?: string;
+  json?: boolean;
+  timeoutMs?: string;
+}
+
+async function runCommand(name: string, cmd: Command, positionals: string[], opts: Record<string, string | boolean | undefined>, globals: GlobalOptions): Promise<number> {
   if (positionals.some((p) => p === "")) throw new UsageError(`${name}: empty ${cmd.positionals.join(" ")}`);
-  const timeoutMs = intOption("timeout-ms", values["timeout-ms"], 1);
-  const url = typeof values.url === "string" ? values.url : DEFAULT_URL;
-  const token = typeof values.token === "string" ? values.token : undefined;
-  const client = createClient(QueueService, transportFor(url, token));
-  const opts = values as Record<string, string | boolean | undefined>;
-  return cmd.run({ client, callOptions: timeoutMs === undefined ? {} : { timeoutMs }, json: values.json === true, args: positionals, opts });
+  const timeoutMs = intOption("timeout-ms", globals.timeoutMs, 1);
+  const client = createClient(QueueService, transportFor(globals.url ?? DEFAULT_URL, globals.token));
+  return cmd.run({ client, callOptions: timeoutMs === undefined ? {} : { timeoutMs }, json: globals.json === true, args: positionals, opts });
+}
+
+/** commander's camelCase option keys back to the --long-names the commands use. */
+function byLongName(spec: OptionSpec, parsed: Record<string, unknown>): Record<string, string | boolean | undefined> {
+  const out: Record<string, string | boolean | undefined> = {};
+  for (const long of Object.keys(spec)) out[long] = parsed[long.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase())] as string | boolean | undefined;
+  return out;
+}
+
+/**
+ * The command line as a commander program: the global options (anywhere on the line), `token new`,
+ * and one subcommand per entry of COMMANDS ("job get" is `job` → `get`). Every command's action
+ * stores its exit code in `result`; help is the one USAGE text.
+ */
+function buildProgram(result: { code: number }): Program {
+  const configure = (p: Program) =>
+    p
+      .exitOverride()
+      .configureOutput({ writeOut: (str) => process.stdout.write(str), writeErr: () => {} })
+      .configureHelp({ formatHelp: () => USAGE })
+      .allowExcessArguments(false)
+      .helpCommand(false);
+  const program = configure(new Program("leasehold"))
+    .option("--url <URL>")
+    .option("--token <T>")
+    .option("--json")
+    .option("--timeout-ms <N>");
+  const group = (name: string) => program.commands.find((c) => c.name() === name) ?? configure(program.command(name));
+
+  configure(group("token").command("new"))
+    .option("--role <ROLE>")
+    .option("--worker-prefix <PREFIX>")
+    .action((_opts, command: Program) => {
+      const opts = command.optsWithGlobals<{ role?: string; workerPrefix?: string; json?: boolean }>();
+      process.stdout.write(tokenNew(opts));
+      if (!opts.json && process.stderr.isTTY) {
+        process.stderr.write("first line: the token (give it to the client; it is not stored anywhere)\n");
+        process.stderr.write("second line: append it to the file named by AUTH_TOKENS_FILE and restart the coordinator\n");
+      }
+      result.code = 0;
+    });
+
+  for (const [name, cmd] of Object.entries(COMMANDS)) {
+    const [groupName, commandName] = name.split(" ");
+    const sub = configure(group(groupName).command(commandName));
+    for (const positional of cmd.positionals) sub.argument(`<${positional}>`);
+    for (const [long, { type }] of Object.entries(cmd.options)) sub.option(type === "string" ? `--${long} <VALUE>` : `--${long}`);
+    sub.action(async (...args: unknown[]) => {
+      const command = args[args.length - 1] as Program;
+      const positionals = args.slice(0, cmd.positionals.length) as string[];
+      result.code = await runCommand(name, cmd, positionals, byLongName(cmd.options, command.opts()), command.optsWithGlobals<GlobalOptions>());
+    });
+  }
+  return program;
 }
 
 /** One attempt as a row: number, worker, leased, ended, outcome and what it said. */
@@ -688,30 +701,32 @@ export function describeConnectError(err: ConnectError): string {
 }
 
 export async function main(argv: string[]): Promise<number> {
+  if (argv.length === 0) {
+    process.stdout.write(USAGE);
+    return 2;
+  }
+  if (argv[0] === "help") {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const result = { code: 0 };
   try {
-    const [group, command, ...rest] = argv;
-    if (group === "help" || group === "--help" || group === "-h" || group === undefined) {
-      process.stdout.write(USAGE);
-      return group === undefined ? 2 : 0;
-    }
-    if (group === "token") {
-      if (command !== "new") throw new UsageError(`unknown command: ${[group, command].filter(Boolean).join(" ")}`);
-      process.stdout.write(tokenNew(rest));
-      if (!rest.includes("--json") && process.stderr.isTTY) {
-        process.stderr.write("first line: the token (give it to the client; it is not stored anywhere)\n");
-        process.stderr.write("second line: append it to the file named by AUTH_TOKENS_FILE and restart the coordinator\n");
-      }
-      return 0;
-    }
-    return await runCommand(argv);
+    await buildProgram(result).parseAsync(argv, { from: "user" });
+    return result.code;
   } catch (err) {
     if (err instanceof ConnectError) {
       process.stderr.write(`leasehold: ${describeConnectError(err)}\n`);
       return 1;
     }
-    const code = (err as { code?: unknown }).code;
-    if (err instanceof UsageError || (typeof code === "string" && code.startsWith("ERR_PARSE_ARGS"))) {
-      process.stderr.write(`leasehold: ${(err as Error).message}\n${USAGE}`);
+    if (err instanceof CommanderError) {
+      if (err.code === "commander.helpDisplayed" || err.code === "commander.version") return 0;
+      // "job" alone (a group without its command) asks commander for help: that is bad usage too.
+      const message = err.code === "commander.help" ? "missing command" : err.message.replace(/^error: /, "");
+      process.stderr.write(`leasehold: ${message}\n${USAGE}`);
+      return 2;
+    }
+    if (err instanceof UsageError) {
+      process.stderr.write(`leasehold: ${err.message}\n${USAGE}`);
       return 2;
     }
     if (err instanceof CliError) {
