@@ -1,21 +1,20 @@
 // PostgresQueue: the QueueService on PostgreSQL. Validation first (nothing invalid reaches SQL),
 // then the statements of ./queries.ts under the caller's deadline.
 
-import { createHash, randomBytes } from "node:crypto";
-import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+import { randomBytes } from "node:crypto";
 import type pg from "pg";
 import {
   FailedPreconditionError,
   IdempotencyConflictError,
-  LeaseConflictError,
   NotFoundError,
   QueueError,
-  ResultConflictError,
   UnavailableError,
   ValidationError,
-  type FieldViolation,
 } from "../../queue/errors.js";
 import { attemptsOf } from "../../queue/attempts.js";
+import { leaseConflict, replayOrConflict } from "../../queue/fencing.js";
+import { requestFingerprint } from "../../queue/idempotency.js";
+import { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueObserver, QueueService } from "../../queue/service.js";
 import {
   TASK_STATUSES,
@@ -32,9 +31,6 @@ import {
   type JobEvent,
   type JobStatusResult,
   type JobUpdate,
-  type JsonObject,
-  type JsonValue,
-  type LeaseRef,
   type ListCompletedResultsInput,
   type ListCompletedResultsResult,
   type ListJobsInput,
@@ -73,10 +69,10 @@ import {
   validateRenew,
   validateReportProgress,
   validateRetryJob,
-  type NormalizedCreateJob,
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
 import * as sql from "./queries.js";
+import { toJob, toJobEvent, toTask, toWorkload, type JobEventRow } from "./rows.js";
 import { WatchHub } from "./watch-hub.js";
 
 export { createPool } from "./db.js";
@@ -115,91 +111,8 @@ const RETENTION_BATCHES_PER_PASS = 50;
 /** Expired leases handled per reaper transaction; the loop repeats while batches come back full. */
 const REAPER_BATCH = 1000;
 
-type Row = Record<string, unknown>;
-
-function toWorkload(r: Row): Workload {
-  return {
-    name: r.name as string,
-    maxAttempts: r.max_attempts as number,
-    leaseSeconds: r.lease_seconds as number,
-    parametersSchema: (r.parameters_schema as JsonObject | null) ?? null,
-    maxPendingSeconds: (r.max_pending_seconds as number | null) ?? null,
-    createdAt: r.created_at as Date,
-    updatedAt: r.updated_at as Date,
-  };
-}
-
-function toJob(r: Row): Job {
-  return {
-    id: r.id as string,
-    workload: r.workload as string,
-    inputUri: r.input_uri as string,
-    inputSha256: (r.input_sha256 as string | null) ?? null,
-    parameters: r.parameters as JsonObject,
-    status: r.status as Job["status"],
-    priority: r.priority as number,
-    idempotencyKey: (r.idempotency_key as string | null) ?? null,
-    traceparent: (r.traceparent as string | null) ?? null,
-    cancelReason: (r.cancel_reason as string | null) ?? null,
-    createdAt: r.created_at as Date,
-    updatedAt: r.updated_at as Date,
-    completedAt: (r.completed_at as Date | null) ?? null,
-  };
-}
-
-function toTask(r: Row): Task {
-  return {
-    id: r.id as string,
-    jobId: r.job_id as string,
-    chunkIndex: r.chunk_index as number,
-    workload: r.workload as string,
-    inputUri: r.input_uri as string,
-    inputSha256: r.input_sha256 as string,
-    parameters: r.parameters as JsonObject,
-    status: r.status as Task["status"],
-    attempt: r.attempt as number,
-    maxAttempts: r.max_attempts as number,
-    priority: r.priority as number,
-    leaseOwner: (r.lease_owner as string | null) ?? null,
-    leaseExpiresAt: (r.lease_expires_at as Date | null) ?? null,
-    resultUri: (r.result_uri as string | null) ?? null,
-    resultSha256: (r.result_sha256 as string | null) ?? null,
-    metrics: (r.metrics as JsonObject | null) ?? null,
-    errorCode: (r.error_code as string | null) ?? null,
-    errorMessage: (r.error_message as string | null) ?? null,
-    createdAt: r.created_at as Date,
-    startedAt: (r.started_at as Date | null) ?? null,
-    completedAt: (r.completed_at as Date | null) ?? null,
-    runAfter: r.run_after as Date,
-    version: r.version as number,
-    traceparent: (r.traceparent as string | null) ?? null,
-  };
-}
-
-/** JSON with object keys sorted, so equal documents (jsonb drops key order) compare equal. */
-function canonicalJson(v: JsonValue | undefined): string {
-  if (v === undefined) return "null";
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
-  if (v !== null && typeof v === "object") {
-    return `{${Object.keys(v)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson(v[k])}`)
-      .join(",")}}`;
-  }
-  return JSON.stringify(v);
-}
-
-/** What makes two CreateJobs "the same request": everything but the traceparent, which a traced client's retry renews. */
-function requestFingerprint(job: NormalizedCreateJob): string {
-  const { traceparent: _trace, ...request } = job;
-  return createHash("sha256").update(canonicalJson(request as unknown as JsonValue)).digest("hex");
-}
-
 export class PostgresQueue implements QueueService {
-  // allErrors: a client fixing its parameters wants every problem at once, not one per round trip.
-  private readonly ajv = new Ajv({ allErrors: true, strict: false });
-  /** Compiled parameter schemas, keyed by workload name and its updated_at. */
-  private readonly validators = new Map<string, ValidateFunction>();
+  private readonly schemas = new ParameterSchemas();
   /** Workloads as CreateJob last read them, with the row's xmin (CREATE_JOB checks it is still current). */
   private readonly workloadCache = new Map<string, { workload: Workload; xmin: string }>();
 
@@ -219,13 +132,7 @@ export class PostgresQueue implements QueueService {
 
   async putWorkload(input: PutWorkloadInput, opts: CallOptions = {}): Promise<Workload> {
     const w = validatePutWorkload(input, { maxAttempts: this.options.defaultMaxAttempts, leaseSeconds: this.options.defaultLeaseSeconds });
-    if (w.parametersSchema) {
-      try {
-        this.ajv.compile(w.parametersSchema);
-      } catch (err) {
-        throw new ValidationError("parameters_schema", `is not a valid JSON Schema: ${(err as Error).message}`);
-      }
-    }
+    if (w.parametersSchema) this.schemas.check(w.parametersSchema);
     const { rows } = await withClient(this.pool, opts.signal, (c) =>
       c.query(sql.UPSERT_WORKLOAD, [
         w.name,
@@ -241,17 +148,6 @@ export class PostgresQueue implements QueueService {
   async listWorkloads(opts: CallOptions = {}): Promise<Workload[]> {
     const { rows } = await withClient(this.pool, opts.signal, (c) => c.query(sql.SELECT_ALL_WORKLOADS));
     return rows.map(toWorkload);
-  }
-
-  private parametersValidator(w: Workload): ValidateFunction | null {
-    if (!w.parametersSchema) return null;
-    const key = `${w.name}@${w.updatedAt.getTime()}`;
-    let validate = this.validators.get(key);
-    if (!validate) {
-      validate = this.ajv.compile(w.parametersSchema);
-      this.validators.set(key, validate);
-    }
-    return validate;
   }
 
   async createJob(input: CreateJobInput, opts: CallOptions = {}): Promise<CreateJobResult> {
@@ -274,11 +170,7 @@ export class PostgresQueue implements QueueService {
         job.tasks.forEach((t, i) => {
           const w = workloads.get(t.workload)?.workload;
           if (!w) throw new NotFoundError("workload", t.workload, `tasks[${i}].workload`);
-          const validate = this.parametersValidator(w);
-          if (validate && !validate(t.parameters)) {
-            const field = input.tasks?.length ? `tasks[${i}].parameters` : "parameters";
-            throw schemaError(field, w.name, validate.errors ?? []);
-          }
+          this.schemas.validate(w, t.parameters, input.tasks?.length ? `tasks[${i}].parameters` : "parameters");
           maxAttempts.push(job.maxAttempts ?? w.maxAttempts);
         });
         const { rows } = await c.query({
@@ -642,7 +534,7 @@ export class PostgresQueue implements QueueService {
         }
         const { rows } = await read((c) => c.query(sql.JOB_EVENTS_SINCE, [id, stream.since]));
         stream.since = rows[0].snapshot as string;
-        for (const e of rows[0].events as Row[]) {
+        for (const e of rows[0].events as JobEventRow[]) {
           const event = toJobEvent(e);
           yield { event };
           if (event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) return;
@@ -789,25 +681,6 @@ function emptyCounts(): TaskCounts {
 }
 
 /** A task_events row as json_agg renders it (JOB_EVENTS_SINCE). */
-function toJobEvent(r: Row): JobEvent {
-  return {
-    id: String(r.id),
-    jobId: r.job_id as string,
-    kind: r.kind as JobEvent["kind"],
-    taskId: (r.task_id as string | null) ?? null,
-    chunkIndex: (r.chunk_index as number | null) ?? null,
-    status: (r.status as string | null) ?? null,
-    previousStatus: (r.previous_status as string | null) ?? null,
-    attempt: (r.attempt as number | null) ?? null,
-    workerId: (r.worker_id as string | null) ?? null,
-    progress: (r.progress as number | null) ?? null,
-    message: (r.message as string | null) ?? null,
-    partialResultUri: (r.partial_result_uri as string | null) ?? null,
-    errorCode: (r.error_code as string | null) ?? null,
-    errorMessage: (r.error_message as string | null) ?? null,
-    createdAt: new Date(r.created_at as string),
-  };
-}
 
 /** Wake-ups of one watch stream: a wake that comes while nobody waits is kept for the next wait. */
 class Wakes {
@@ -865,70 +738,4 @@ function countBy(keys: string[]): Map<string, number> {
   const counts = new Map<string, number>();
   for (const k of keys) counts.set(k, (counts.get(k) ?? 0) + 1);
   return counts;
-}
-
-/**
- * A completion that matched no live lease: a replay of the accepted result returns the task, anything
- * else is a conflict. A result is its result_uri and result_sha256; metrics describe the run (a retried
- * request may have recomputed a duration), so a replay with other metrics is the same result and
- * the metrics first recorded stay.
- */
-function replayOrConflict(task: Task, done: CompleteTaskInput): Task {
-  if (task.status === "completed" && task.attempt === done.attempt && task.leaseOwner === done.workerId) {
-    const same = task.resultUri === done.resultUri && task.resultSha256 === done.resultSha256;
-    if (same) return task; // nothing written
-    throw new ResultConflictError(`task ${task.id} is already completed with a different result manifest`);
-  }
-  throw leaseConflict(task, done);
-}
-
-/** Why a lease-fenced write found no live lease, from the task as it is now. */
-function leaseConflict(task: Task, ref: LeaseRef): LeaseConflictError {
-  if (task.status === "cancelled") return new LeaseConflictError("task_cancelled", `task ${task.id} was cancelled`);
-  if (task.status === "completed" || task.status === "failed") {
-    return new LeaseConflictError("task_finished", `task ${task.id} is already ${task.status}`);
-  }
-  if (ref.attempt > task.attempt) {
-    return new LeaseConflictError(
-      "attempt_ahead",
-      `attempt ${ref.attempt} of task ${task.id} was never leased; the current attempt is ${task.attempt} (send the attempt ClaimTasks returned)`,
-    );
-  }
-  if (task.attempt !== ref.attempt) {
-    return new LeaseConflictError("stale_attempt", `attempt ${ref.attempt} of task ${task.id} is stale; the current attempt is ${task.attempt}`);
-  }
-  if (task.leaseOwner !== ref.workerId) {
-    return new LeaseConflictError("not_leaseholder", `worker ${JSON.stringify(ref.workerId)} does not hold the lease on task ${task.id}`);
-  }
-  return new LeaseConflictError("lease_expired", `the lease on task ${task.id} has expired`);
-}
-
-/**
- * A parameters-schema failure as one ValidationError listing every violation (up to
- * LIMITS.schemaViolations), each named by its path in the request ("parameters.lr",
- * "tasks[2].parameters.batch") with what the schema expected there.
- */
-function schemaError(field: string, workload: string, errors: readonly ErrorObject[]): ValidationError {
-  const at = (instancePath: string, property?: string) => {
-    const parts = instancePath.split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
-    if (property !== undefined) parts.push(property);
-    return field + parts.map((p) => (/^\d+$/.test(p) ? `[${p}]` : /^[A-Za-z_][A-Za-z0-9_]*$/.test(p) ? `.${p}` : `[${JSON.stringify(p)}]`)).join("");
-  };
-  const all: FieldViolation[] = errors.map((e) => {
-    const params = e.params as Record<string, unknown>;
-    if (e.keyword === "required") return { field: at(e.instancePath, String(params.missingProperty)), description: "is required" };
-    if (e.keyword === "additionalProperties") {
-      return { field: at(e.instancePath, String(params.additionalProperty)), description: "is not allowed (the schema has no such property)" };
-    }
-    if (e.keyword === "enum") return { field: at(e.instancePath), description: `must be one of ${JSON.stringify(params.allowedValues)}` };
-    return { field: at(e.instancePath), description: e.message ?? `breaks the schema's ${e.keyword} rule` };
-  });
-  const shown = all.slice(0, LIMITS.schemaViolations);
-  const more = all.length - shown.length;
-  const list = shown.map((v) => `${v.field} ${v.description}`).join("; ");
-  return new ValidationError(
-    field,
-    `does not match the ${workload} schema (${all.length} problem${all.length === 1 ? "" : "s"}): ${list}${more > 0 ? `; and ${more} more` : ""}`,
-    shown,
-  );
 }

@@ -1,0 +1,40 @@
+// The answers to a lease-fenced write that found no live lease: a replayed result is a success,
+// anything else a conflict that says why, from the task as it is now.
+import { LeaseConflictError, ResultConflictError } from "./errors.js";
+import type { CompleteTaskInput, LeaseRef, Task } from "./types.js";
+
+/**
+ * A completion that matched no live lease: a replay of the accepted result returns the task, anything
+ * else is a conflict. A result is its result_uri and result_sha256; metrics describe the run (a retried
+ * request may have recomputed a duration), so a replay with other metrics is the same result and
+ * the metrics first recorded stay.
+ */
+export function replayOrConflict(task: Task, done: CompleteTaskInput): Task {
+  if (task.status === "completed" && task.attempt === done.attempt && task.leaseOwner === done.workerId) {
+    const same = task.resultUri === done.resultUri && task.resultSha256 === done.resultSha256;
+    if (same) return task; // nothing written
+    throw new ResultConflictError(`task ${task.id} is already completed with a different result manifest`);
+  }
+  throw leaseConflict(task, done);
+}
+
+/** Why a lease-fenced write found no live lease, from the task as it is now. */
+export function leaseConflict(task: Task, ref: LeaseRef): LeaseConflictError {
+  if (task.status === "cancelled") return new LeaseConflictError("task_cancelled", `task ${task.id} was cancelled`);
+  if (task.status === "completed" || task.status === "failed") {
+    return new LeaseConflictError("task_finished", `task ${task.id} is already ${task.status}`);
+  }
+  if (ref.attempt > task.attempt) {
+    return new LeaseConflictError(
+      "attempt_ahead",
+      `attempt ${ref.attempt} of task ${task.id} was never leased; the current attempt is ${task.attempt} (send the attempt ClaimTasks returned)`,
+    );
+  }
+  if (task.attempt !== ref.attempt) {
+    return new LeaseConflictError("stale_attempt", `attempt ${ref.attempt} of task ${task.id} is stale; the current attempt is ${task.attempt}`);
+  }
+  if (task.leaseOwner !== ref.workerId) {
+    return new LeaseConflictError("not_leaseholder", `worker ${JSON.stringify(ref.workerId)} does not hold the lease on task ${task.id}`);
+  }
+  return new LeaseConflictError("lease_expired", `the lease on task ${task.id} has expired`);
+}

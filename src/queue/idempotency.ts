@@ -1,0 +1,23 @@
+// Idempotent CreateJob: what makes two requests "the same request".
+import { createHash } from "node:crypto";
+import type { JsonValue } from "@bufbuild/protobuf";
+import type { NormalizedCreateJob } from "./validation.js";
+
+/** JSON with object keys sorted, so equal documents (jsonb drops key order) compare equal. */
+export function canonicalJson(v: JsonValue | undefined): string {
+  if (v === undefined) return "null";
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
+  if (v !== null && typeof v === "object") {
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson(v[k])}`)
+      .join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/** What makes two CreateJobs "the same request": everything but the traceparent, which a traced client's retry renews. */
+export function requestFingerprint(job: NormalizedCreateJob): string {
+  const { traceparent: _trace, ...request } = job;
+  return createHash("sha256").update(canonicalJson(request as unknown as JsonValue)).digest("hex");
+}

@@ -1,0 +1,155 @@
+// The rows the store reads, one type and one mapper per table, so a column's type is stated once:
+// here, against the migrations. node-postgres hands back timestamptz as Date, int as number, jsonb
+// parsed, and bigint (task_events.id) as a string.
+import type { Job, JobEvent, JsonObject, Task, Workload } from "../../queue/types.js";
+
+export interface WorkloadRow {
+  name: string;
+  max_attempts: number;
+  lease_seconds: number;
+  parameters_schema: JsonObject | null;
+  max_pending_seconds: number | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface JobRow {
+  id: string;
+  workload: string;
+  input_uri: string;
+  input_sha256: string | null;
+  parameters: JsonObject;
+  status: Job["status"];
+  priority: number;
+  idempotency_key: string | null;
+  traceparent: string | null;
+  cancel_reason: string | null;
+  created_at: Date;
+  updated_at: Date;
+  completed_at: Date | null;
+}
+
+export interface TaskRow {
+  id: string;
+  job_id: string;
+  chunk_index: number;
+  workload: string;
+  input_uri: string;
+  input_sha256: string;
+  parameters: JsonObject;
+  status: Task["status"];
+  attempt: number;
+  max_attempts: number;
+  priority: number;
+  lease_owner: string | null;
+  lease_expires_at: Date | null;
+  result_uri: string | null;
+  result_sha256: string | null;
+  metrics: JsonObject | null;
+  error_code: string | null;
+  error_message: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  completed_at: Date | null;
+  run_after: Date;
+  version: number;
+  traceparent: string | null;
+}
+
+/** A task_events row as the watch and attempt reads select it (created_at as text, for its microseconds). */
+export interface JobEventRow {
+  id: string | number;
+  job_id: string;
+  kind: JobEvent["kind"];
+  task_id: string | null;
+  chunk_index: number | null;
+  status: string | null;
+  previous_status: string | null;
+  attempt: number | null;
+  worker_id: string | null;
+  progress: number | null;
+  message: string | null;
+  partial_result_uri: string | null;
+  error_code: string | null;
+  error_message: string | null;
+  created_at: string;
+}
+
+export function toWorkload(r: WorkloadRow): Workload {
+  return {
+    name: r.name,
+    maxAttempts: r.max_attempts,
+    leaseSeconds: r.lease_seconds,
+    parametersSchema: r.parameters_schema ?? null,
+    maxPendingSeconds: r.max_pending_seconds ?? null,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+export function toJob(r: JobRow): Job {
+  return {
+    id: r.id,
+    workload: r.workload,
+    inputUri: r.input_uri,
+    inputSha256: r.input_sha256 ?? null,
+    parameters: r.parameters,
+    status: r.status,
+    priority: r.priority,
+    idempotencyKey: r.idempotency_key ?? null,
+    traceparent: r.traceparent ?? null,
+    cancelReason: r.cancel_reason ?? null,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+    completedAt: r.completed_at ?? null,
+  };
+}
+
+export function toTask(r: TaskRow): Task {
+  return {
+    id: r.id,
+    jobId: r.job_id,
+    chunkIndex: r.chunk_index,
+    workload: r.workload,
+    inputUri: r.input_uri,
+    inputSha256: r.input_sha256,
+    parameters: r.parameters,
+    status: r.status,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts,
+    priority: r.priority,
+    leaseOwner: r.lease_owner ?? null,
+    leaseExpiresAt: r.lease_expires_at ?? null,
+    resultUri: r.result_uri ?? null,
+    resultSha256: r.result_sha256 ?? null,
+    metrics: r.metrics ?? null,
+    errorCode: r.error_code ?? null,
+    errorMessage: r.error_message ?? null,
+    createdAt: r.created_at,
+    startedAt: r.started_at ?? null,
+    completedAt: r.completed_at ?? null,
+    runAfter: r.run_after,
+    version: r.version,
+    traceparent: r.traceparent ?? null,
+  };
+}
+
+export function toJobEvent(r: JobEventRow): JobEvent {
+  return {
+    id: String(r.id),
+    jobId: r.job_id,
+    kind: r.kind,
+    taskId: r.task_id ?? null,
+    chunkIndex: r.chunk_index ?? null,
+    status: r.status ?? null,
+    previousStatus: r.previous_status ?? null,
+    attempt: r.attempt ?? null,
+    workerId: r.worker_id ?? null,
+    progress: r.progress ?? null,
+    message: r.message ?? null,
+    partialResultUri: r.partial_result_uri ?? null,
+    errorCode: r.error_code ?? null,
+    errorMessage: r.error_message ?? null,
+    createdAt: new Date(r.created_at),
+  };
+}
