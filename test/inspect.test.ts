@@ -299,6 +299,27 @@ describe.each(transports)("over %s", (label, makeTransport) => {
     expect(await fingerprint()).toEqual(before);
   });
 
+  it("a request breaking several fields lists every violation, each by its path", async () => {
+    const before = await fingerprint();
+    const lease = await rpcError(client.failTask({ taskId: "x", workerId: "", attempt: 0, errorCode: "Bad Code" }));
+    expect(lease.code).toBe(Code.InvalidArgument);
+    expect(lease.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["task_id", "worker_id", "attempt", "error_code"]);
+    expect(lease.rawMessage).toMatch(/^task_id: must be a UUID; worker_id: is required; attempt: is required .*; error_code: must match/);
+    const chunks = await rpcError(
+      client.createJob({ workload, tasks: [0, 1, 2].map((i) => ({ chunkIndex: i, inputUri: `s3://insp/${i}` })) }),
+    );
+    expect(chunks.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => [v.field, v.description])).toEqual([
+      ["tasks[0].input_sha256", "is required"],
+      ["tasks[1].input_sha256", "is required"],
+      ["tasks[2].input_sha256", "is required"],
+    ]);
+    const batch = await rpcError(
+      client.completeTasks({ results: [{ taskId: s.ids[0], workerId: "w", attempt: 1, resultUri: "s3://x" }, { taskId: "nope", workerId: "w", attempt: 1, resultUri: "s3://y", resultSha256: sha("y") }] }),
+    );
+    expect(batch.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["results[0].result_sha256", "results[1].task_id"]);
+    expect(await fingerprint()).toEqual(before);
+  });
+
   it("a missing attempt is required, an attempt ahead is not stale, and a result replay with other metrics is the same result", async () => {
     const job = await client.createJob({ workload, inputUri: "s3://insp/lease", inputSha256: sha("lease") });
     const [t] = (await client.claimTasks({ workerId: s.workers.b, workloads: [workload] })).tasks;
@@ -456,6 +477,18 @@ describe("REST", () => {
     expect(heartbeat.body.error.violations).toEqual([{ field: "attempt", description: expect.stringMatching(/^is required/) }]);
     const noCode = await rest("POST", `/tasks/${s.ids[0]}/failure`, { worker_id: s.workers.a, attempt: 1 });
     expect(noCode.body.error.violations).toEqual([{ field: "error_code", description: "is required" }]);
+    expect(await fingerprint()).toEqual(before);
+  });
+
+  it("a request breaking several fields lists every violation in the body", async () => {
+    const before = await fingerprint();
+    const a = await rest("POST", "/jobs", { workload, tasks: Array.from({ length: 25 }, (_, i) => ({ chunk_index: i, input_uri: `s3://insp/many/${i}` })) });
+    expect(a.status, a.text).toBe(400);
+    expect(a.body.error.violations).toHaveLength(20);
+    expect(a.body.error.violations[19]).toEqual({ field: "tasks[19].input_sha256", description: "is required" });
+    expect(a.body.error.message).toMatch(/^tasks\[0\]\.input_sha256: is required; tasks\[1\]\.input_sha256: is required; .*; and 5 more$/);
+    const result = await rest("POST", `/tasks/${s.ids[0]}/result`, { worker_id: "w w", attempt: -1, result_sha256: "abc" });
+    expect(result.body.error.violations.map((v: { field: string }) => v.field)).toEqual(["worker_id", "attempt", "result_uri", "result_sha256"]);
     expect(await fingerprint()).toEqual(before);
   });
 

@@ -72,6 +72,7 @@ import {
   validateRenew,
   validateReportProgress,
   validateRetryJob,
+  violationsError,
   type NormalizedCreateJob,
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
@@ -361,14 +362,18 @@ export class PostgresQueue implements QueueService {
   async completeTasks(inputs: CompleteTaskInput[], opts: CallOptions = {}): Promise<CompleteOutcome[]> {
     if (!Array.isArray(inputs) || inputs.length === 0) throw new ValidationError("results", "must hold at least one result");
     if (inputs.length > LIMITS.maxClaimBatch) throw new ValidationError("results", `must hold at most ${LIMITS.maxClaimBatch} results`);
+    // Every result is checked, and every violation named by its place in the batch.
+    const violations: FieldViolation[] = [];
     const batch = inputs.map((input, i) => {
       try {
         return validateComplete(input);
       } catch (err) {
-        if (err instanceof ValidationError) throw new ValidationError(`results[${i}].${err.field}`, err.detail);
-        throw err;
+        if (!(err instanceof ValidationError)) throw err;
+        violations.push(...err.violations.map((v) => ({ field: `results[${i}].${v.field}`, description: v.description })));
+        return input;
       }
     });
+    if (violations.length > 0) throw violationsError(violations);
     const ids = batch.map((b) => b.taskId);
     if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
     return withClient(this.pool, opts.signal, async (c) => {
@@ -818,7 +823,7 @@ function leaseConflict(task: Task, ref: LeaseRef): LeaseConflictError {
 
 /**
  * A parameters-schema failure as one ValidationError listing every violation (up to
- * LIMITS.schemaViolations), each named by its path in the request ("parameters.lr",
+ * LIMITS.violations), each named by its path in the request ("parameters.lr",
  * "tasks[2].parameters.batch") with what the schema expected there.
  */
 function schemaError(field: string, workload: string, errors: readonly ErrorObject[]): ValidationError {
@@ -836,7 +841,7 @@ function schemaError(field: string, workload: string, errors: readonly ErrorObje
     if (e.keyword === "enum") return { field: at(e.instancePath), description: `must be one of ${JSON.stringify(params.allowedValues)}` };
     return { field: at(e.instancePath), description: e.message ?? `breaks the schema's ${e.keyword} rule` };
   });
-  const shown = all.slice(0, LIMITS.schemaViolations);
+  const shown = all.slice(0, LIMITS.violations);
   const more = all.length - shown.length;
   const list = shown.map((v) => `${v.field} ${v.description}`).join("; ");
   return new ValidationError(
