@@ -15,6 +15,7 @@ import { BadRequestSchema, RequestInfoSchema } from "../gen/google/rpc/error_det
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { AttemptOutcome, JobStatus, QueueService, TaskStatus, type TaskAttempt } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
+import { JOB_FAILURE, LIST_FAILED_TASKS, LIST_TASKS, TASK_ATTEMPT_EVENTS } from "../src/store/postgres/queries.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
@@ -703,5 +704,47 @@ describe("attempts from the event log (store)", () => {
     expect(status.job.status).toBe("failed");
     expect(status.failure).toMatchObject({ taskId: tasks[0].id, chunkIndex: 0, errorCode: "expired", attempt: 0, workerId: null });
     expect((await queue.getTask(tasks[0].id)).attempts).toEqual([]);
+  });
+});
+
+describe("plans", () => {
+  async function plan(text: string, values: unknown[]): Promise<string> {
+    const client = await pool.connect();
+    try {
+      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`, values);
+      return rows.map((r) => r["QUERY PLAN"]).join("\n");
+    } finally {
+      client.release();
+    }
+  }
+
+  it("failed tasks are read off their partial index, every task off the job's chunk order, whatever the job holds", async () => {
+    const workload = "insp_plans";
+    await queue.putWorkload({ name: workload });
+    const { job } = await queue.createJob({ workload, inputUri: "s3://insp/plans", inputSha256: sha("plans") });
+    await pool.query(
+      `INSERT INTO tasks (job_id, chunk_index, workload, input_uri, input_sha256, max_attempts, status, completed_at, result_uri, result_sha256)
+       SELECT $1, g, $2, 's3://insp/plans/' || g, $3, 3, 'completed', now(), 's3://insp/plans/out/' || g, $3 FROM generate_series(1, 5000) g`,
+      [job.id, workload, sha("plans")],
+    );
+    await pool.query("UPDATE tasks SET status = 'failed', error_code = 'oom' WHERE job_id = $1 AND chunk_index IN (3117, 4000)", [job.id]);
+    await pool.query("ANALYZE tasks");
+    const failed = await plan(LIST_FAILED_TASKS, [job.id, -1, 101]);
+    expect(failed).toMatch(/Index Scan using tasks_job_failed_idx on tasks/);
+    expect(failed).not.toMatch(/Sort \(|Seq Scan|Rows Removed by Filter: \d{3,}/);
+    const failure = await plan(JOB_FAILURE, [job.id]);
+    expect(failure).toMatch(/tasks_job_failed_idx/);
+    expect(failure).not.toMatch(/Seq Scan/);
+    const page = await plan(LIST_TASKS, [job.id, 100, 101]);
+    expect(page).toMatch(/Index Scan using tasks_job_chunk_key on tasks/);
+    expect(page).not.toMatch(/Sort \(|Seq Scan/);
+    expect((await queue.listTasks({ jobId: job.id, status: "failed" })).tasks.map((t) => t.task.chunkIndex)).toEqual([3117, 4000]);
+  });
+
+  it("attempts are read through the job's events index", async () => {
+    const { rows } = await pool.query("SELECT job_id, id FROM tasks WHERE workload = 'insp_plans' ORDER BY chunk_index LIMIT 1");
+    const p = await plan(TASK_ATTEMPT_EVENTS, [rows[0].job_id, [rows[0].id]]);
+    expect(p).toMatch(/task_events_job_xid_idx/);
+    expect(p).not.toMatch(/Seq Scan on task_events/);
   });
 });
