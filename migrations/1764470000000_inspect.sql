@@ -1,25 +1,28 @@
 -- Up Migration
 
 /*
- * Task inspection (ListTasks, GetTask, the failure of a failed job) derives each attempt from
+ * Task inspection (ListTasks, GetTask, the failure of a failed job) tells each attempt from
  * task_events; a failed or retried attempt's error_message was not in the log, only in the task
- * row, where the next failure overwrites it. The status trigger now copies it into the event, in
- * the same CASE as error_code: only failing transitions carry it, so a claim or a completion
- * writes the same row as before (one more NULL column).
+ * row, where the next failure overwrites it. Events that carry an error_code (a failure, a retry,
+ * an expired lease: never a claim, a completion or a progress report) now copy the task's
+ * error_message as they are inserted.
+ * A BEFORE INSERT trigger on the log rather than a change to leasehold_task_status_event(): the
+ * status trigger stays exactly as it was (it is the hot path, and tuned on its own), and whatever
+ * writes an event with an error_code gets its message. The WHEN clause is checked before any
+ * function runs, so an event without an error_code (all of the claim/complete path) pays only that
+ * check; a failure pays one primary-key read of the row its statement just updated.
  */
 ALTER TABLE task_events ADD COLUMN error_message text;
 
-CREATE OR REPLACE FUNCTION leasehold_task_status_event() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION leasehold_event_error_message() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, error_code, error_message)
-  VALUES (NEW.job_id, NEW.id, NEW.chunk_index, 'task_status', NEW.status::text, OLD.status::text, NEW.attempt, NEW.lease_owner,
-          CASE WHEN NEW.status = 'failed' OR (NEW.status = 'pending' AND OLD.status = 'leased') THEN NEW.error_code END,
-          CASE WHEN NEW.status = 'failed' OR (NEW.status = 'pending' AND OLD.status = 'leased') THEN NEW.error_message END);
-  IF EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = NEW.job_id) THEN
-    PERFORM pg_notify('leasehold_events', NEW.job_id::text);
-  END IF;
-  RETURN NULL;
+  SELECT t.error_message INTO NEW.error_message FROM tasks t WHERE t.id = NEW.task_id;
+  RETURN NEW;
 END $$;
+
+CREATE TRIGGER task_events_error_message BEFORE INSERT ON task_events
+  FOR EACH ROW WHEN (NEW.error_code IS NOT NULL AND NEW.error_message IS NULL AND NEW.task_id IS NOT NULL)
+  EXECUTE FUNCTION leasehold_event_error_message();
 
 /*
  * A job's failed tasks in chunk order: ListTasks ?status=failed and the failure GetJob reports
@@ -31,16 +34,6 @@ CREATE INDEX tasks_job_failed_idx ON tasks (job_id, chunk_index) WHERE status = 
 -- Down Migration
 
 DROP INDEX tasks_job_failed_idx;
-
-CREATE OR REPLACE FUNCTION leasehold_task_status_event() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, error_code)
-  VALUES (NEW.job_id, NEW.id, NEW.chunk_index, 'task_status', NEW.status::text, OLD.status::text, NEW.attempt, NEW.lease_owner,
-          CASE WHEN NEW.status = 'failed' OR (NEW.status = 'pending' AND OLD.status = 'leased') THEN NEW.error_code END);
-  IF EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = NEW.job_id) THEN
-    PERFORM pg_notify('leasehold_events', NEW.job_id::text);
-  END IF;
-  RETURN NULL;
-END $$;
-
+DROP TRIGGER task_events_error_message ON task_events;
+DROP FUNCTION leasehold_event_error_message();
 ALTER TABLE task_events DROP COLUMN error_message;

@@ -15,6 +15,7 @@ import { BadRequestSchema, RequestInfoSchema } from "../gen/google/rpc/error_det
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { AttemptOutcome, JobStatus, QueueService, TaskStatus, type TaskAttempt } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
+import { JOB_FAILURE, LIST_FAILED_TASKS, LIST_TASKS, TASK_ATTEMPT_EVENTS } from "../src/store/postgres/queries.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
@@ -299,6 +300,27 @@ describe.each(transports)("over %s", (label, makeTransport) => {
     expect(await fingerprint()).toEqual(before);
   });
 
+  it("a request breaking several fields lists every violation, each by its path", async () => {
+    const before = await fingerprint();
+    const lease = await rpcError(client.failTask({ taskId: "x", workerId: "", attempt: 0, errorCode: "Bad Code" }));
+    expect(lease.code).toBe(Code.InvalidArgument);
+    expect(lease.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["task_id", "worker_id", "attempt", "error_code"]);
+    expect(lease.rawMessage).toMatch(/^task_id: must be a UUID; worker_id: is required; attempt: is required .*; error_code: must match/);
+    const chunks = await rpcError(
+      client.createJob({ workload, tasks: [0, 1, 2].map((i) => ({ chunkIndex: i, inputUri: `s3://insp/${i}` })) }),
+    );
+    expect(chunks.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => [v.field, v.description])).toEqual([
+      ["tasks[0].input_sha256", "is required"],
+      ["tasks[1].input_sha256", "is required"],
+      ["tasks[2].input_sha256", "is required"],
+    ]);
+    const batch = await rpcError(
+      client.completeTasks({ results: [{ taskId: s.ids[0], workerId: "w", attempt: 1, resultUri: "s3://x" }, { taskId: "nope", workerId: "w", attempt: 1, resultUri: "s3://y", resultSha256: sha("y") }] }),
+    );
+    expect(batch.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["results[0].result_sha256", "results[1].task_id"]);
+    expect(await fingerprint()).toEqual(before);
+  });
+
   it("a missing attempt is required, an attempt ahead is not stale, and a result replay with other metrics is the same result", async () => {
     const job = await client.createJob({ workload, inputUri: "s3://insp/lease", inputSha256: sha("lease") });
     const [t] = (await client.claimTasks({ workerId: s.workers.b, workloads: [workload] })).tasks;
@@ -456,6 +478,18 @@ describe("REST", () => {
     expect(heartbeat.body.error.violations).toEqual([{ field: "attempt", description: expect.stringMatching(/^is required/) }]);
     const noCode = await rest("POST", `/tasks/${s.ids[0]}/failure`, { worker_id: s.workers.a, attempt: 1 });
     expect(noCode.body.error.violations).toEqual([{ field: "error_code", description: "is required" }]);
+    expect(await fingerprint()).toEqual(before);
+  });
+
+  it("a request breaking several fields lists every violation in the body", async () => {
+    const before = await fingerprint();
+    const a = await rest("POST", "/jobs", { workload, tasks: Array.from({ length: 25 }, (_, i) => ({ chunk_index: i, input_uri: `s3://insp/many/${i}` })) });
+    expect(a.status, a.text).toBe(400);
+    expect(a.body.error.violations).toHaveLength(20);
+    expect(a.body.error.violations[19]).toEqual({ field: "tasks[19].input_sha256", description: "is required" });
+    expect(a.body.error.message).toMatch(/^tasks\[0\]\.input_sha256: is required; tasks\[1\]\.input_sha256: is required; .*; and 5 more$/);
+    const result = await rest("POST", `/tasks/${s.ids[0]}/result`, { worker_id: "w w", attempt: -1, result_sha256: "abc" });
+    expect(result.body.error.violations.map((v: { field: string }) => v.field)).toEqual(["worker_id", "attempt", "result_uri", "result_sha256"]);
     expect(await fingerprint()).toEqual(before);
   });
 
@@ -670,5 +704,47 @@ describe("attempts from the event log (store)", () => {
     expect(status.job.status).toBe("failed");
     expect(status.failure).toMatchObject({ taskId: tasks[0].id, chunkIndex: 0, errorCode: "expired", attempt: 0, workerId: null });
     expect((await queue.getTask(tasks[0].id)).attempts).toEqual([]);
+  });
+});
+
+describe("plans", () => {
+  async function plan(text: string, values: unknown[]): Promise<string> {
+    const client = await pool.connect();
+    try {
+      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`, values);
+      return rows.map((r) => r["QUERY PLAN"]).join("\n");
+    } finally {
+      client.release();
+    }
+  }
+
+  it("failed tasks are read off their partial index, every task off the job's chunk order, whatever the job holds", async () => {
+    const workload = "insp_plans";
+    await queue.putWorkload({ name: workload });
+    const { job } = await queue.createJob({ workload, inputUri: "s3://insp/plans", inputSha256: sha("plans") });
+    await pool.query(
+      `INSERT INTO tasks (job_id, chunk_index, workload, input_uri, input_sha256, max_attempts, status, completed_at, result_uri, result_sha256)
+       SELECT $1, g, $2, 's3://insp/plans/' || g, $3, 3, 'completed', now(), 's3://insp/plans/out/' || g, $3 FROM generate_series(1, 5000) g`,
+      [job.id, workload, sha("plans")],
+    );
+    await pool.query("UPDATE tasks SET status = 'failed', error_code = 'oom' WHERE job_id = $1 AND chunk_index IN (3117, 4000)", [job.id]);
+    await pool.query("ANALYZE tasks");
+    const failed = await plan(LIST_FAILED_TASKS, [job.id, -1, 101]);
+    expect(failed).toMatch(/Index Scan using tasks_job_failed_idx on tasks/);
+    expect(failed).not.toMatch(/Sort \(|Seq Scan|Rows Removed by Filter: \d{3,}/);
+    const failure = await plan(JOB_FAILURE, [job.id]);
+    expect(failure).toMatch(/tasks_job_failed_idx/);
+    expect(failure).not.toMatch(/Seq Scan/);
+    const page = await plan(LIST_TASKS, [job.id, 100, 101]);
+    expect(page).toMatch(/Index Scan using tasks_job_chunk_key on tasks/);
+    expect(page).not.toMatch(/Sort \(|Seq Scan/);
+    expect((await queue.listTasks({ jobId: job.id, status: "failed" })).tasks.map((t) => t.task.chunkIndex)).toEqual([3117, 4000]);
+  });
+
+  it("attempts are read through the job's events index", async () => {
+    const { rows } = await pool.query("SELECT job_id, id FROM tasks WHERE workload = 'insp_plans' ORDER BY chunk_index LIMIT 1");
+    const p = await plan(TASK_ATTEMPT_EVENTS, [rows[0].job_id, [rows[0].id]]);
+    expect(p).toMatch(/task_events_job_xid_idx/);
+    expect(p).not.toMatch(/Seq Scan on task_events/);
   });
 });

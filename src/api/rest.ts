@@ -382,7 +382,8 @@ export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, 
     let request: MessageShape<DescMessage>;
     // EventSource resumes a stream by sending the last id it saw; ?after_event_id= says the same.
     const lastEventId = req.headers["last-event-id"];
-    if (route.stream && typeof lastEventId === "string" && lastEventId !== "" && json.after_event_id === undefined && json.afterEventId === undefined) {
+    const resumable = route.stream && route.request.fields.some((f) => f.name === "after_event_id");
+    if (resumable && typeof lastEventId === "string" && lastEventId !== "" && json.after_event_id === undefined && json.afterEventId === undefined) {
       json.after_event_id = lastEventId;
     }
     try {

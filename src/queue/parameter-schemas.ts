@@ -35,7 +35,7 @@ export class ParameterSchemas {
 
 /**
  * A parameters-schema failure as one ValidationError listing every violation (up to
- * LIMITS.schemaViolations), each named by its path in the request ("parameters.lr",
+ * LIMITS.violations), each named by its path in the request ("parameters.lr",
  * "tasks[2].parameters.batch") with what the schema expected there.
  */
 function schemaError(field: string, workload: string, errors: readonly ErrorObject[]): ValidationError {
@@ -53,7 +53,7 @@ function schemaError(field: string, workload: string, errors: readonly ErrorObje
     if (e.keyword === "enum") return { field: at(e.instancePath), description: `must be one of ${JSON.stringify(params.allowedValues)}` };
     return { field: at(e.instancePath), description: e.message ?? `breaks the schema's ${e.keyword} rule` };
   });
-  const shown = all.slice(0, LIMITS.schemaViolations);
+  const shown = all.slice(0, LIMITS.violations);
   const more = all.length - shown.length;
   const list = shown.map((v) => `${v.field} ${v.description}`).join("; ");
   return new ValidationError(

@@ -2,7 +2,7 @@
 // Every rule a client can break is checked here and reported as a
 // ValidationError naming the field, so bad input never becomes a 5xx.
 
-import { ValidationError } from "./errors.js";
+import { ValidationError, type FieldViolation } from "./errors.js";
 import type {
   CancelJobInput,
   ClaimTasksInput,
@@ -45,8 +45,8 @@ export const LIMITS = {
   pageSize: { default: 100, max: 1000 },
   maxPendingSeconds: { min: 1, max: 30 * 86_400 },
   progressMessageLength: 1000,
-  /** Parameters-schema violations reported per request (all are counted; the rest are summed up). */
-  schemaViolations: 20,
+  /** Field violations (and parameters-schema violations) listed per request; the rest are only counted. */
+  violations: 20,
 } as const;
 
 const WORKLOAD_NAME = /^[a-z][a-z0-9_-]{0,62}$/;
@@ -61,6 +61,36 @@ const CONTROL_CHARS = /[\x00-\x08\x0b-\x1f\x7f]/g;
 
 function fail(field: string, message: string): never {
   throw new ValidationError(field, message);
+}
+
+/** One ValidationError for several violations: each listed (up to LIMITS.violations), the first leading the message. */
+export function violationsError(violations: readonly FieldViolation[]): ValidationError {
+  const [first, ...rest] = violations;
+  if (rest.length === 0) return new ValidationError(first.field, first.description);
+  const shown = violations.slice(0, LIMITS.violations);
+  const more = violations.length - shown.length;
+  const detail = [first.description, ...shown.slice(1).map((v) => `${v.field}: ${v.description}`)].join("; ") + (more > 0 ? `; and ${more} more` : "");
+  return new ValidationError(first.field, detail, shown);
+}
+
+/**
+ * Runs independent checks and reports every one that fails, not only the first: a client fixing
+ * its request learns all that is wrong in one round trip.
+ */
+function all<T extends readonly unknown[]>(...checks: { [K in keyof T]: () => T[K] }): T {
+  const results: unknown[] = [];
+  const violations: FieldViolation[] = [];
+  for (const check of checks) {
+    try {
+      results.push(check());
+    } catch (err) {
+      if (!(err instanceof ValidationError)) throw err;
+      violations.push(...err.violations);
+      results.push(undefined);
+    }
+  }
+  if (violations.length > 0) throw violationsError(violations);
+  return results as unknown as T;
 }
 
 /** Absent: what proto3 sends for an unset string or number (no presence), or JSON null/omitted. */
@@ -223,22 +253,39 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     tasks = [{ chunkIndex: 0, inputUri, inputSha256, parameters, workload }];
   } else {
     const seen = new Set<number>();
+    // Every task is checked, so a job whose chunks all lack input_sha256 hears about each of them.
+    const violations: FieldViolation[] = [];
     tasks = specs.map((spec, i) => {
       const at = `tasks[${i}]`;
-      if (spec === null || typeof spec !== "object") fail(at, "must be an object");
-      const chunkIndex = requireInt(`${at}.chunk_index`, spec.chunkIndex, 0, LIMITS.chunkIndexMax);
-      if (seen.has(chunkIndex)) fail(`${at}.chunk_index`, `duplicates chunk_index ${chunkIndex}`);
-      seen.add(chunkIndex);
-      const own = optionalJsonObject(`${at}.parameters`, spec.parameters);
-      return {
-        chunkIndex,
-        inputUri: requireUri(`${at}.input_uri`, spec.inputUri),
-        inputSha256: requireSha256(`${at}.input_sha256`, spec.inputSha256),
-        // A task inherits the job's parameters; its own keys win.
-        parameters: own ? { ...parameters, ...own } : parameters,
-        workload: spec.workload ? requireWorkloadName(`${at}.workload`, spec.workload) : workload,
-      };
+      try {
+        if (spec === null || typeof spec !== "object") fail(at, "must be an object");
+        const [chunkIndex, specUri, specSha256, own, specWorkload] = all(
+          () => {
+            const chunk = requireInt(`${at}.chunk_index`, spec.chunkIndex, 0, LIMITS.chunkIndexMax);
+            if (seen.has(chunk)) fail(`${at}.chunk_index`, `duplicates chunk_index ${chunk}`);
+            seen.add(chunk);
+            return chunk;
+          },
+          () => requireUri(`${at}.input_uri`, spec.inputUri),
+          () => requireSha256(`${at}.input_sha256`, spec.inputSha256),
+          () => optionalJsonObject(`${at}.parameters`, spec.parameters),
+          () => (spec.workload ? requireWorkloadName(`${at}.workload`, spec.workload) : workload),
+        );
+        return {
+          chunkIndex,
+          inputUri: specUri,
+          inputSha256: specSha256,
+          // A task inherits the job's parameters; its own keys win.
+          parameters: own ? { ...parameters, ...own } : parameters,
+          workload: specWorkload,
+        };
+      } catch (err) {
+        if (!(err instanceof ValidationError)) throw err;
+        violations.push(...err.violations);
+        return undefined as unknown as NormalizedTaskSpec;
+      }
     });
+    if (violations.length > 0) throw violationsError(violations);
   }
   return { workload, inputUri, inputSha256, parameters, priority, maxAttempts, idempotencyKey, traceparent, tasks };
 }
@@ -263,12 +310,13 @@ export function validateClaim(input: ClaimTasksInput): NormalizedClaim {
 }
 
 export function validateLeaseRef(input: LeaseRef): LeaseRef {
-  return {
-    taskId: requireUuid("task_id", input.taskId),
-    workerId: requireWorkerId("worker_id", input.workerId),
+  const [taskId, workerId, attempt] = all(
+    () => requireUuid("task_id", input.taskId),
+    () => requireWorkerId("worker_id", input.workerId),
     // proto3 cannot tell an unset attempt from 0, and 0 is never a lease's attempt: either way it is missing.
-    attempt: isMissing(input.attempt) ? fail("attempt", "is required (the attempt ClaimTasks returned, from 1)") : requireInt("attempt", input.attempt, 1, LIMITS.attempt.max),
-  };
+    () => (isMissing(input.attempt) ? fail("attempt", "is required (the attempt ClaimTasks returned, from 1)") : requireInt("attempt", input.attempt, 1, LIMITS.attempt.max)),
+  );
+  return { taskId, workerId, attempt };
 }
 
 export function validateRenew(input: RenewLeaseInput): RenewLeaseInput {
@@ -279,12 +327,13 @@ export function validateRenew(input: RenewLeaseInput): RenewLeaseInput {
 }
 
 export function validateComplete(input: CompleteTaskInput): CompleteTaskInput {
-  return {
-    ...validateLeaseRef(input),
-    resultUri: requireUri("result_uri", input.resultUri),
-    resultSha256: requireSha256("result_sha256", input.resultSha256),
-    metrics: optionalJsonObject("metrics", input.metrics),
-  };
+  const [ref, resultUri, resultSha256, metrics] = all(
+    () => validateLeaseRef(input),
+    () => requireUri("result_uri", input.resultUri),
+    () => requireSha256("result_sha256", input.resultSha256),
+    () => optionalJsonObject("metrics", input.metrics),
+  );
+  return { ...ref, resultUri, resultSha256, metrics };
 }
 
 export interface NormalizedFail extends LeaseRef {
@@ -295,19 +344,21 @@ export interface NormalizedFail extends LeaseRef {
 }
 
 export function validateFail(input: FailTaskInput): NormalizedFail {
-  const ref = validateLeaseRef(input);
-  if (isMissing(input.errorCode)) fail("error_code", "is required");
-  if (typeof input.errorCode !== "string" || !ERROR_CODE.test(input.errorCode)) {
-    fail("error_code", "must match ^[a-z0-9_.-]{1,64}$");
-  }
-  if (input.retryable !== undefined && typeof input.retryable !== "boolean") fail("retryable", "must be a boolean");
-  return {
-    ...ref,
-    errorCode: input.errorCode,
-    errorMessage: cleanErrorMessage(input.errorMessage),
-    retryable: input.retryable ?? true,
-    retryAfterSeconds: optionalInt("retry_after_seconds", input.retryAfterSeconds, LIMITS.retryAfterSeconds.min, LIMITS.retryAfterSeconds.max),
-  };
+  const [ref, errorCode, errorMessage, retryable, retryAfterSeconds] = all(
+    () => validateLeaseRef(input),
+    () => {
+      if (isMissing(input.errorCode)) fail("error_code", "is required");
+      if (typeof input.errorCode !== "string" || !ERROR_CODE.test(input.errorCode)) fail("error_code", "must match ^[a-z0-9_.-]{1,64}$");
+      return input.errorCode;
+    },
+    () => cleanErrorMessage(input.errorMessage),
+    () => {
+      if (input.retryable !== undefined && typeof input.retryable !== "boolean") fail("retryable", "must be a boolean");
+      return input.retryable ?? true;
+    },
+    () => optionalInt("retry_after_seconds", input.retryAfterSeconds, LIMITS.retryAfterSeconds.min, LIMITS.retryAfterSeconds.max),
+  );
+  return { ...ref, errorCode, errorMessage, retryable, retryAfterSeconds };
 }
 
 export function validateCancel(input: CancelJobInput): { jobId: string; reason: string | null } {

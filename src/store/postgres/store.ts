@@ -10,6 +10,7 @@ import {
   QueueError,
   UnavailableError,
   ValidationError,
+  type FieldViolation,
 } from "../../queue/errors.js";
 import { attemptsOf } from "../../queue/attempts.js";
 import { leaseConflict, replayOrConflict } from "../../queue/fencing.js";
@@ -69,6 +70,7 @@ import {
   validateRenew,
   validateReportProgress,
   validateRetryJob,
+  violationsError,
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
 import * as sql from "./queries.js";
@@ -312,14 +314,18 @@ export class PostgresQueue implements QueueService {
   async completeTasks(inputs: CompleteTaskInput[], opts: CallOptions = {}): Promise<CompleteOutcome[]> {
     if (!Array.isArray(inputs) || inputs.length === 0) throw new ValidationError("results", "must hold at least one result");
     if (inputs.length > LIMITS.maxClaimBatch) throw new ValidationError("results", `must hold at most ${LIMITS.maxClaimBatch} results`);
+    // Every result is checked, and every violation named by its place in the batch.
+    const violations: FieldViolation[] = [];
     const batch = inputs.map((input, i) => {
       try {
         return validateComplete(input);
       } catch (err) {
-        if (err instanceof ValidationError) throw new ValidationError(`results[${i}].${err.field}`, err.detail);
-        throw err;
+        if (!(err instanceof ValidationError)) throw err;
+        violations.push(...err.violations.map((v) => ({ field: `results[${i}].${v.field}`, description: v.description })));
+        return input;
       }
     });
+    if (violations.length > 0) throw violationsError(violations);
     const ids = batch.map((b) => b.taskId);
     if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
     return withClient(this.pool, opts.signal, async (c) => {
