@@ -1,4 +1,4 @@
-// Issue 8: bearer tokens with roles on every transport, worker_id prefixes,
+// Authentication: bearer tokens with roles on every transport, worker_id prefixes,
 // open mode bound to loopback, the token CLI, config errors, and TLS (HTTP/1.1
 // and HTTP/2 on one port, with a self-signed certificate made here by openssl).
 // A real server (createApiServer on port 0) over a real, migrated PostgreSQL.

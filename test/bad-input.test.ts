@@ -1,4 +1,4 @@
-// Bad input (issue 6): a table of malformed, mistyped, oversized and hostile
+// Bad input: a table of malformed, mistyped, oversized and hostile
 // requests over REST and Connect JSON against a real server on a real,
 // migrated PostgreSQL. Every one must be answered 4xx (never 5xx) with an
 // X-Request-Id (echoed in the error body), a message naming the offending field

@@ -1,4 +1,4 @@
-// Issue 7, metrics: GET /metrics on a real server (createApiServer on port 0)
+// Metrics: GET /metrics on a real server (createApiServer on port 0)
 // over a real, migrated PostgreSQL, after jobs are created, claimed, completed
 // and failed through the API. The counters come from the store's QueueObserver,
 // the task gauges from taskStats at scrape time, the RPC histogram from run().

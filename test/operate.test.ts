@@ -1,4 +1,4 @@
-// Issue 7's queue side: the task_events log, ReportProgress, WatchJob (store, REST/SSE and
+// Operating the queue: the task_events log, ReportProgress, WatchJob (store, REST/SSE and
 // Connect), RetryJob, ListJobs, pending-task expiry and retention, against a real PostgreSQL.
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";

@@ -1,4 +1,4 @@
-// Issue 7, traces: an in-memory OpenTelemetry SDK registered in this test file,
+// Traces: an in-memory OpenTelemetry SDK registered in this test file,
 // a real server (createApiServer on port 0, queue wrapped by traceQueue) over a
 // real, migrated PostgreSQL. An RPC's SERVER span continues the caller's
 // `traceparent`, store calls are its children, and CreateJob stores the header's
