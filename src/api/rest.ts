@@ -1,134 +1,106 @@
-// REST JSON routes over the SAME service implementation the Connect router
-// serves. A route only says which RPC it is, where its path parameter goes and
-// which success status it answers; bodies, path and query parameters are
-// decoded with the generated message's JSON codec (proto names or lowerCamelCase,
-// unknown fields rejected) and answers encoded with proto field names.
+// REST JSON routes: a thin transcoder onto the Connect router. A route names its RPC and where
+// its path parameter goes; the path parameter, the query (GET) or the body are merged into the
+// RPC's request JSON, which goes to the router's own handler for that RPC, in process, as a
+// Connect JSON call, so REST runs through the same interceptors (auth, deadline, span, metrics,
+// error mapping) as every other transport. The Connect JSON answer already has the REST shape
+// (proto field names, defaults present, the server's JSON options); errors become the REST error
+// body, and a server stream becomes Server-Sent Events.
 
-import { create, fromJson, toJson, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
+import { fromJson, type DescMessage, type DescMethod, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { Http2ServerResponse } from "node:http2";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
-import { Code, createContextValues, createHandlerContext, type HandlerContext } from "@connectrpc/connect";
+import { Code, createContextValues } from "@connectrpc/connect";
 import {
-  CancelJobRequestSchema,
-  CancelJobResponseSchema,
-  ClaimTasksRequestSchema,
-  ClaimTasksResponseSchema,
-  CompleteTaskRequestSchema,
-  CompleteTaskResponseSchema,
-  CompleteTasksRequestSchema,
-  CompleteTasksResponseSchema,
-  CreateJobRequestSchema,
-  CreateJobResponseSchema,
-  FailTaskRequestSchema,
-  FailTaskResponseSchema,
-  GetJobRequestSchema,
-  GetJobResponseSchema,
-  JobStatus,
-  ListCompletedResultsRequestSchema,
-  ListCompletedResultsResponseSchema,
-  ListJobsRequestSchema,
-  ListJobsResponseSchema,
-  ListWorkloadsRequestSchema,
-  ListWorkloadsResponseSchema,
-  PutWorkloadRequestSchema,
-  PutWorkloadResponseSchema,
-  QueueService as QueueServiceDesc,
-  RenewLeaseRequestSchema,
-  RenewLeaseResponseSchema,
-  ReportProgressRequestSchema,
-  ReportProgressResponseSchema,
-  RetryJobRequestSchema,
-  RetryJobResponseSchema,
-  WatchJobRequestSchema,
-  WatchJobResponseSchema,
-} from "../../gen/leasehold/queue/v1/queue_pb.js";
+  createAsyncIterable,
+  encodeEnvelope,
+  pipe,
+  transformSplitEnvelope,
+  type UniversalHandler,
+  type UniversalServerResponse,
+} from "@connectrpc/connect/protocol";
+import { codeFromString, endStreamFlag } from "@connectrpc/connect/protocol-connect";
+import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
 import { endResponse, readBody } from "./body.js";
-import { HttpError, mapError, restErrorBody } from "./errors.js";
-import { requestInfoKey, type QueueServiceImpl, type RequestInfo } from "./service.js";
+import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
+import { requestInfoKey, type RequestInfo } from "./request-info.js";
 
 type NodeHandlerFn = ReturnType<typeof connectNodeAdapter>;
 /** The request and response types connect-node serves (http or http2). */
 export type NodeRequest = Parameters<NodeHandlerFn>[0];
 export type NodeResponse = Parameters<NodeHandlerFn>[1];
 
-type MethodName = keyof QueueServiceImpl;
-
-interface Route {
-  method: "GET" | "POST" | "PUT";
+/** One REST route: an HTTP method and path pattern for one RPC. */
+export interface RestRoute {
+  method: string;
   /** Literal segments, and `{field}` for the path parameter (a proto field name). */
   pattern: string;
-  rpc: MethodName;
-  request: DescMessage;
-  response: DescMessage;
-  /** Success status; default 200. */
-  status?: (response: MessageShape<DescMessage>, info: RequestInfo) => number;
-  /** Rewrites the decoded query or body before the message is decoded (friendlier REST spellings). */
-  normalize?: (json: JsonObject) => void;
-  /** A server-streaming RPC, served as Server-Sent Events. */
-  stream?: true;
+  rpc: DescMethod;
 }
 
-/** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`. */
-function jobStatusName(json: JsonObject): void {
-  const v = json.status;
-  // protobuf-es enums drop the JOB_STATUS_ prefix on the TypeScript side.
-  if (typeof v === "string" && /^[a-z]+$/.test(v) && v.toUpperCase() in JobStatus) json.status = `JOB_STATUS_${v.toUpperCase()}`;
-}
-
-/** The REST surface of issue 3; each row serves the same messages as its RPC. */
-export const ROUTES: readonly Route[] = [
-  {
-    method: "POST",
-    pattern: "/jobs",
-    rpc: "createJob",
-    request: CreateJobRequestSchema,
-    response: CreateJobResponseSchema,
-    status: (_r, info) => (info.created === false ? 200 : 201),
-  },
-  {
-    method: "POST",
-    pattern: "/tasks/claim",
-    rpc: "claimTasks",
-    request: ClaimTasksRequestSchema,
-    response: ClaimTasksResponseSchema,
-    status: (r) => ((r as MessageShape<typeof ClaimTasksResponseSchema>).tasks.length === 0 ? 204 : 200),
-  },
-  { method: "POST", pattern: "/tasks/{task_id}/heartbeat", rpc: "renewLease", request: RenewLeaseRequestSchema, response: RenewLeaseResponseSchema },
-  { method: "POST", pattern: "/tasks/{task_id}/result", rpc: "completeTask", request: CompleteTaskRequestSchema, response: CompleteTaskResponseSchema },
-  { method: "POST", pattern: "/tasks/results", rpc: "completeTasks", request: CompleteTasksRequestSchema, response: CompleteTasksResponseSchema },
-  { method: "POST", pattern: "/tasks/{task_id}/failure", rpc: "failTask", request: FailTaskRequestSchema, response: FailTaskResponseSchema },
-  { method: "GET", pattern: "/jobs/{job_id}", rpc: "getJob", request: GetJobRequestSchema, response: GetJobResponseSchema },
-  {
-    method: "GET",
-    pattern: "/jobs/{job_id}/results",
-    rpc: "listCompletedResults",
-    request: ListCompletedResultsRequestSchema,
-    response: ListCompletedResultsResponseSchema,
-  },
-  { method: "POST", pattern: "/jobs/{job_id}/cancel", rpc: "cancelJob", request: CancelJobRequestSchema, response: CancelJobResponseSchema },
-  { method: "POST", pattern: "/jobs/{job_id}/retry", rpc: "retryJob", request: RetryJobRequestSchema, response: RetryJobResponseSchema },
-  { method: "GET", pattern: "/jobs", rpc: "listJobs", request: ListJobsRequestSchema, response: ListJobsResponseSchema, normalize: jobStatusName },
-  { method: "GET", pattern: "/jobs/{job_id}/events", rpc: "watchJob", request: WatchJobRequestSchema, response: WatchJobResponseSchema, stream: true },
-  {
-    method: "POST",
-    pattern: "/tasks/{task_id}/progress",
-    rpc: "reportProgress",
-    request: ReportProgressRequestSchema,
-    response: ReportProgressResponseSchema,
-  },
-  { method: "PUT", pattern: "/workloads/{name}", rpc: "putWorkload", request: PutWorkloadRequestSchema, response: PutWorkloadResponseSchema },
-  { method: "GET", pattern: "/workloads", rpc: "listWorkloads", request: ListWorkloadsRequestSchema, response: ListWorkloadsResponseSchema },
+/** The REST surface; each row serves the same messages as its RPC. */
+const ROUTES: readonly { method: string; pattern: string; rpc: keyof (typeof QueueServiceDesc)["method"] }[] = [
+  { method: "POST", pattern: "/jobs", rpc: "createJob" },
+  { method: "POST", pattern: "/tasks/claim", rpc: "claimTasks" },
+  { method: "POST", pattern: "/tasks/{task_id}/heartbeat", rpc: "renewLease" },
+  { method: "POST", pattern: "/tasks/{task_id}/result", rpc: "completeTask" },
+  { method: "POST", pattern: "/tasks/results", rpc: "completeTasks" },
+  { method: "POST", pattern: "/tasks/{task_id}/failure", rpc: "failTask" },
+  { method: "GET", pattern: "/jobs/{job_id}", rpc: "getJob" },
+  { method: "GET", pattern: "/jobs/{job_id}/results", rpc: "listCompletedResults" },
+  { method: "POST", pattern: "/jobs/{job_id}/cancel", rpc: "cancelJob" },
+  { method: "POST", pattern: "/jobs/{job_id}/retry", rpc: "retryJob" },
+  { method: "GET", pattern: "/jobs", rpc: "listJobs" },
+  { method: "GET", pattern: "/jobs/{job_id}/events", rpc: "watchJob" },
+  { method: "POST", pattern: "/tasks/{task_id}/progress", rpc: "reportProgress" },
+  { method: "PUT", pattern: "/workloads/{name}", rpc: "putWorkload" },
+  { method: "GET", pattern: "/workloads", rpc: "listWorkloads" },
 ];
+
+export function restRoutes(): RestRoute[] {
+  return ROUTES.map((r) => ({ method: r.method, pattern: r.pattern, rpc: QueueServiceDesc.method[r.rpc] }));
+}
+
+/**
+ * Success statuses other than 200, by RPC: a created job is 201 (an idempotent replay 200), an
+ * empty claim 204 No Content. An empty claim is `{"tasks":[]}`, and any task makes an answer far
+ * longer than 64 bytes: only a short answer is parsed to tell.
+ */
+const SUCCESS_STATUS: Record<string, (body: Uint8Array, info: RequestInfo) => number> = {
+  CreateJob: (_body, info) => (info.created === false ? 200 : 201),
+  ClaimTasks: (body) => (body.length < 64 && (JSON.parse(Buffer.from(body).toString("utf8")) as { tasks?: unknown[] }).tasks?.length === 0 ? 204 : 200),
+};
 
 /** Path parameters that are ids: a malformed one is refused before any call. */
 const UUID_PARAMS = new Set(["task_id", "job_id"]);
 
-const JSON_WRITE = { useProtoFieldName: true, alwaysEmitImplicit: true } as const;
+/**
+ * Headers of the REST request the in-process Connect call must not see: its own framing and
+ * encoding are set here, and a REST call has no client deadline of its own.
+ */
+const DROPPED_HEADERS = new Set([
+  "content-type",
+  "content-length",
+  "content-encoding",
+  "accept-encoding",
+  "connect-protocol-version",
+  "connect-timeout-ms",
+  "connect-content-encoding",
+  "connect-accept-encoding",
+  "grpc-timeout",
+]);
+
+interface CompiledRoute {
+  route: RestRoute;
+  segments: string[];
+  handler: UniversalHandler;
+  url: string;
+  stream: boolean;
+}
 
 interface Match {
-  route: Route;
+  route: CompiledRoute;
   param?: { field: string; value: string };
 }
 
@@ -136,38 +108,8 @@ function splitPath(path: string): string[] {
   return path.split("/").slice(1);
 }
 
-const compiled = ROUTES.map((route) => ({ route, segments: splitPath(route.pattern) }));
-
 function snakeToCamel(s: string): string {
   return s.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
-}
-
-/**
- * Routes whose pattern matches the path (any method). Empty: not a REST path.
- * Throws HttpError for an undecodable path segment.
- */
-function matchPath(pathname: string): Match[] {
-  const parts = splitPath(pathname);
-  const out: Match[] = [];
-  for (const { route, segments } of compiled) {
-    if (segments.length !== parts.length) continue;
-    let param: Match["param"];
-    let ok = true;
-    for (let i = 0; i < segments.length && ok; i++) {
-      const seg = segments[i];
-      if (seg.startsWith("{")) {
-        if (parts[i] === "") ok = false;
-        else param = { field: seg.slice(1, -1), value: parts[i] };
-      } else if (seg !== parts[i]) ok = false;
-    }
-    if (ok) out.push({ route, param });
-  }
-  return out;
-}
-
-/** True when the path belongs to the REST surface (so the Connect router is not asked). */
-export function isRestPath(pathname: string): boolean {
-  return matchPath(pathname).length > 0;
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
@@ -200,6 +142,17 @@ async function decodeBody(req: NodeRequest, maxBytes: number): Promise<JsonObjec
     throw new HttpError(Code.InvalidArgument, "request body must be a JSON object");
   }
   return value as JsonObject;
+}
+
+/** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`: an enum query value may be the value's short name. */
+function enumShortNames(schema: DescMessage, json: JsonObject): void {
+  for (const [key, v] of Object.entries(json)) {
+    if (typeof v !== "string" || !/^[a-z]+$/.test(v)) continue;
+    const field = schema.fields.find((f) => f.name === key || f.jsonName === key);
+    if (field?.fieldKind !== "enum") continue;
+    const value = field.enum.values.find((e) => e.localName === v.toUpperCase());
+    if (value) json[key] = value.name;
+  }
 }
 
 function queryObject(search: URLSearchParams): JsonObject {
@@ -255,10 +208,6 @@ function applyPathParam(json: JsonObject, field: string, value: string): void {
   json[field] = value;
 }
 
-export interface RestHandlerOptions {
-  impl: QueueServiceImpl;
-  maxBodyBytes: number;
-}
 
 export function writeJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
@@ -278,100 +227,188 @@ export function writeJson(res: NodeResponse, status: number, body: unknown, head
 }
 
 export function writeError(res: NodeResponse, err: unknown, info: RequestInfo): void {
-  const m = mapError(err);
-  info.code ??= m.codeName;
-  if (m.internal) info.error ??= err;
+  const m = recordFailure(info, err);
   writeJson(res, m.httpStatus, restErrorBody(m, info.requestId), err instanceof HttpError ? err.headers : {});
 }
 
-/**
- * Serves a request whose path isRestPath(). Every failure, including a bug
- * here, is answered as a REST error; nothing reaches the queue before the
- * route, path id and body have been decoded.
- */
-export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo, opts: RestHandlerOptions): Promise<void> {
-  info.protocol = "rest";
-  try {
-    const matches = matchPath(url.pathname);
-    const match = matches.find((m) => m.route.method === req.method);
-    if (!match) {
-      const allow = [...new Set(matches.map((m) => m.route.method))].join(", ");
-      throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${url.pathname}`, 405, { allow });
-    }
-    const { route, param } = match;
-    const method = QueueServiceDesc.method[route.rpc];
-    info.operation = method.name;
-
-    let pathValue: string | undefined;
-    if (param) {
-      try {
-        pathValue = decodeURIComponent(param.value);
-      } catch {
-        throw new ValidationError(param.field, "is not a valid path segment");
-      }
-      if (UUID_PARAMS.has(param.field)) {
-        pathValue = requireUuid(param.field, pathValue);
-        if (param.field === "task_id") info.taskId = pathValue;
-        else info.jobId = pathValue;
-      }
-    }
-
-    let json: JsonObject;
-    if (route.method === "GET") {
-      json = queryObject(url.searchParams);
-    } else {
-      if ([...url.searchParams.keys()].length > 0) throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
-      json = await decodeBody(req, opts.maxBodyBytes);
-    }
-    if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
-    route.normalize?.(json);
-
-    let request: MessageShape<DescMessage>;
-    try {
-      request = fromJson(route.request, json);
-    } catch (err) {
-      throw new HttpError(Code.InvalidArgument, describeDecodeError(route.request, json, err as Error));
-    }
-
-    const abort = new AbortController();
-    const onClose = () => {
-      if (!res.writableFinished) abort.abort(new Error("client closed the request"));
-    };
-    res.once("close", onClose);
-    const ctx: HandlerContext = createHandlerContext({
-      service: QueueServiceDesc,
-      method,
-      protocolName: "rest",
-      requestMethod: req.method ?? "GET",
-      url: url.toString(),
-      requestHeader: headersOf(req),
-      requestSignal: abort.signal,
-      contextValues: createContextValues().set(requestInfoKey, info),
-    });
-    if (route.stream) {
-      await writeEventStream(res, route, opts.impl[route.rpc] as StreamingHandler, request, ctx, info);
-      res.removeListener("close", onClose);
-      return;
-    }
-    const impl = opts.impl[route.rpc] as (r: MessageShape<DescMessage>, c: HandlerContext) => Promise<unknown>;
-    const result = create(route.response, (await impl(request, ctx)) as never);
-    res.removeListener("close", onClose);
-    const status = route.status?.(result, info) ?? 200;
-    if (status === 204) {
-      res.statusCode = 204;
-      res.end();
-      return;
-    }
-    writeJson(res, status, toJson(route.response, result, JSON_WRITE));
-  } catch (err) {
-    writeError(res, err, info);
-  }
+export interface RestOptions {
+  /** The Connect router's handlers (ConnectRouter.handlers): one per RPC. */
+  handlers: readonly UniversalHandler[];
+  routes: readonly RestRoute[];
+  maxBodyBytes: number;
 }
 
-type StreamingHandler = (r: MessageShape<DescMessage>, c: HandlerContext) => AsyncIterable<unknown>;
+export interface Rest {
+  /** True when the path belongs to the REST surface (so the Connect router is not asked). */
+  isRestPath(pathname: string): boolean;
+  /**
+   * Serves a request whose path isRestPath(). Every failure, including a bug here, is answered
+   * as a REST error; nothing reaches the router before the route, path id and body have been
+   * decoded.
+   */
+  handle(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo): Promise<void>;
+}
+
+export function createRest(opts: RestOptions): Rest {
+  const compiled: CompiledRoute[] = opts.routes.map((route) => {
+    const handler = opts.handlers.find((h) => h.method === route.rpc);
+    if (!handler) throw new Error(`REST route ${route.method} ${route.pattern}: the router has no handler for ${route.rpc.name}`);
+    return {
+      route,
+      segments: splitPath(route.pattern),
+      handler,
+      url: `http://rest.invalid${handler.requestPath}`,
+      stream: route.rpc.methodKind === "server_streaming",
+    };
+  });
+
+  /** Routes whose pattern matches the path (any method). Empty: not a REST path. */
+  function matchPath(pathname: string): Match[] {
+    const parts = splitPath(pathname);
+    const out: Match[] = [];
+    for (const route of compiled) {
+      const { segments } = route;
+      if (segments.length !== parts.length) continue;
+      let param: Match["param"];
+      let ok = true;
+      for (let i = 0; i < segments.length && ok; i++) {
+        const seg = segments[i];
+        if (seg.startsWith("{")) {
+          if (parts[i] === "") ok = false;
+          else param = { field: seg.slice(1, -1), value: parts[i] };
+        } else if (seg !== parts[i]) ok = false;
+      }
+      if (ok) out.push({ route, param });
+    }
+    return out;
+  }
+
+  async function handle(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo): Promise<void> {
+    info.protocol = "rest";
+    try {
+      const matches = matchPath(url.pathname);
+      const match = matches.find((m) => m.route.route.method === req.method);
+      if (!match) {
+        const allow = [...new Set(matches.map((m) => m.route.route.method))].join(", ");
+        throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${url.pathname}`, 405, { allow });
+      }
+      const { route, param } = match;
+      const rpc = route.route.rpc;
+      info.operation = rpc.name;
+
+      let pathValue: string | undefined;
+      if (param) {
+        try {
+          pathValue = decodeURIComponent(param.value);
+        } catch {
+          throw new ValidationError(param.field, "is not a valid path segment");
+        }
+        if (UUID_PARAMS.has(param.field)) {
+          pathValue = requireUuid(param.field, pathValue);
+          if (param.field === "task_id") info.taskId = pathValue;
+          else info.jobId = pathValue;
+        }
+      }
+
+      let json: JsonObject;
+      if (req.method === "GET") {
+        json = queryObject(url.searchParams);
+        enumShortNames(rpc.input, json);
+      } else {
+        if ([...url.searchParams.keys()].length > 0) throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
+        json = await decodeBody(req, opts.maxBodyBytes);
+      }
+      if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
+
+      const abort = new AbortController();
+      const onClose = () => {
+        if (!res.writableFinished) abort.abort(new Error("client closed the request"));
+      };
+      res.once("close", onClose);
+      try {
+        const answer = await route.handler({
+          httpVersion: "1.1",
+          method: "POST",
+          url: route.url,
+          header: connectHeaders(req, route.stream),
+          body: route.stream ? createAsyncIterable([encodeEnvelope(0, new TextEncoder().encode(JSON.stringify(json)))]) : json,
+          signal: abort.signal,
+          contextValues: createContextValues().set(requestInfoKey, info),
+        });
+        if (route.stream) await writeEventStream(res, answer, rpc.input, json, info, opts.maxBodyBytes);
+        else await writeUnary(res, answer, rpc, json, info);
+      } finally {
+        res.removeListener("close", onClose);
+      }
+    } catch (err) {
+      writeError(res, err, info);
+    }
+  }
+
+  return { isRestPath: (pathname) => matchPath(pathname).length > 0, handle };
+}
+
+function connectHeaders(req: NodeRequest, stream: boolean): Headers {
+  const h = new Headers();
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (k.startsWith(":") || v === undefined || DROPPED_HEADERS.has(k)) continue;
+    if (Array.isArray(v)) for (const item of v) h.append(k, item);
+    else h.set(k, v);
+  }
+  h.set("content-type", stream ? "application/connect+json" : "application/json");
+  return h;
+}
+
+async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  if (body) for await (const chunk of body) chunks.push(chunk);
+  return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+}
+
+/**
+ * The REST form of a Connect error answer (`{"code", "message"}`), recorded on the RequestInfo
+ * when no interceptor saw it (the router refused the request JSON before the call). A request
+ * JSON the message type refuses is named by field, as protobuf-es does not for message fields.
+ */
+function connectFailure(error: { code?: string; message?: string } | undefined, schema: DescMessage, json: JsonObject, info: RequestInfo): MappedError {
+  const codeName = error?.code ?? "unknown";
+  const code = codeFromString(codeName) ?? Code.Unknown;
+  let message = error?.message ?? "";
+  const suffix = ` (request_id: ${info.requestId})`;
+  if (message.endsWith(suffix)) message = message.slice(0, -suffix.length);
+  if (code === Code.InvalidArgument && info.code === undefined) {
+    try {
+      fromJson(schema, json);
+    } catch (err) {
+      message = describeDecodeError(schema, json, err as Error);
+    }
+  }
+  return recordFailure(info, new HttpError(code, message));
+}
+
+async function writeUnary(res: NodeResponse, answer: UniversalServerResponse, rpc: DescMethod, json: JsonObject, info: RequestInfo): Promise<void> {
+  const body = await readAll(answer.body);
+  if (answer.status !== 200) {
+    const m = connectFailure(JSON.parse(Buffer.from(body).toString("utf8")) as { code?: string; message?: string }, rpc.input, json, info);
+    writeJson(res, m.httpStatus, restErrorBody(m, info.requestId));
+    return;
+  }
+  const status = SUCCESS_STATUS[rpc.name]?.(body, info) ?? 200;
+  if (status === 204) {
+    res.statusCode = 204;
+    res.end();
+    return;
+  }
+  res.setHeader("content-type", "application/json");
+  res.setHeader("content-length", body.byteLength);
+  res.statusCode = status;
+  res.end(body);
+}
 
 /** SSE comment lines this often keep proxies from closing a quiet stream. */
 const SSE_KEEPALIVE_MS = 15_000;
+
+const utf8Text = new TextDecoder();
 
 /**
  * A server stream as Server-Sent Events: one `data:` line of JSON per message (the same JSON as
@@ -380,40 +417,46 @@ const SSE_KEEPALIVE_MS = 15_000;
  */
 async function writeEventStream(
   res: NodeResponse,
-  route: Route,
-  handler: StreamingHandler,
-  request: MessageShape<DescMessage>,
-  ctx: HandlerContext,
+  answer: UniversalServerResponse,
+  schema: DescMessage,
+  json: JsonObject,
   info: RequestInfo,
+  maxBytes: number,
 ): Promise<void> {
-  const iterator = handler(request, ctx)[Symbol.asyncIterator]();
+  if (answer.status !== 200 || !answer.body) {
+    throw new HttpError(Code.Internal, "internal error");
+  }
+  const frames = pipe(answer.body, transformSplitEnvelope(maxBytes))[Symbol.asyncIterator]();
+  /** A frame's text, or the failure an end-of-stream frame carries (undefined: the stream ended well). */
+  const read = async (): Promise<{ data?: string; failure?: MappedError; done: boolean }> => {
+    const step = await frames.next();
+    if (step.done) return { done: true };
+    const text = utf8Text.decode(step.value.data);
+    if ((step.value.flags & endStreamFlag) !== endStreamFlag) return { data: text, done: false };
+    const end = JSON.parse(text) as { error?: { code?: string; message?: string } };
+    if (!end.error) return { done: true };
+    return { failure: connectFailure(end.error, schema, json, info), done: true };
+  };
   // The first message (or error) decides the status line.
-  const first = await iterator.next();
+  const first = await read();
+  if (first.failure) {
+    writeJson(res, first.failure.httpStatus, restErrorBody(first.failure, info.requestId));
+    return;
+  }
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
   const send = (text: string) => void res.write(text);
   const keepalive = setInterval(() => send(": keepalive\n\n"), SSE_KEEPALIVE_MS);
   try {
-    for (let step = first; !step.done; step = await iterator.next()) {
-      const json = toJson(route.response, create(route.response, step.value as never), JSON_WRITE);
-      send(`data: ${JSON.stringify(json)}\n\n`);
+    for (let step = first; ; step = await read()) {
+      if (step.data !== undefined) send(`data: ${step.data}\n\n`);
+      if (step.failure) send(`event: error\ndata: ${JSON.stringify(restErrorBody(step.failure, info.requestId))}\n\n`);
+      if (step.done) break;
     }
   } catch (err) {
-    const m = mapError(err);
-    info.code = m.codeName;
-    if (m.internal) info.error ??= err;
+    const m = recordFailure(info, err);
     send(`event: error\ndata: ${JSON.stringify(restErrorBody(m, info.requestId))}\n\n`);
   } finally {
     clearInterval(keepalive);
     res.end();
   }
-}
-
-function headersOf(req: NodeRequest): Headers {
-  const h = new Headers();
-  for (const [k, v] of Object.entries(req.headers)) {
-    if (k.startsWith(":") || v === undefined) continue;
-    if (Array.isArray(v)) for (const item of v) h.append(k, item);
-    else h.set(k, v);
-  }
-  return h;
 }

@@ -3,7 +3,7 @@
 //   - default Node.js process metrics (no prefix);
 //   - counters and the pickup histogram, fed by the store through the
 //     QueueObserver that main.ts passes to PostgresQueue;
-//   - RPC durations, observed by run() in src/api/service.ts for every RPC over
+//   - RPC durations, observed by the metrics interceptor (src/api/interceptors.ts) for every RPC over
 //     every transport;
 //   - task counts and pool gauges, read only when scraped: task counts come from
 //     queue.taskStats(), cached (unfinished ~5 s, all 60 s: that one is a full

@@ -5,8 +5,8 @@
 //     exporter configured by the standard OTEL_* variables, W3C trace context);
 //     main.ts starts it only when the endpoint is configured and shuts it down
 //     (flushing) at the end of a graceful stop.
-//   - startRpcSpan()/endRpcSpan(): one SERVER span per RPC (used by run() in
-//     src/api/service.ts), child of the caller's `traceparent` header.
+//   - startRpcSpan()/endRpcSpan(): one SERVER span per RPC (used by the tracing
+//     interceptor in src/api/interceptors.ts), child of the caller's `traceparent` header.
 //   - traceQueue(): one INTERNAL span "queue.<method>" per QueueService call.
 
 import {
