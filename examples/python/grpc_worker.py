@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A Leasehold worker over gRPC, with `grpcio` stubs generated from the proto.
 
-    pip install grpcio grpcio-tools protobuf
+    pip install grpcio grpcio-tools protobuf googleapis-common-protos
     python3 examples/python/grpc_worker.py --target 127.0.0.1:8080 \
         --workload thumbnails --worker-id py-grpc-1 --tasks 2
 
@@ -55,6 +55,16 @@ def emit(action: str, **fields: Any) -> None:
     print(json.dumps({"action": action, **fields}, sort_keys=True), flush=True)
 
 
+def google_api_protos() -> Path:
+    """Where googleapis-common-protos keeps google/api/annotations.proto, which the proto imports.
+
+    The same package provides google.api.annotations_pb2, which the generated queue_pb2 imports.
+    """
+    from google.api import annotations_pb2  # noqa: PLC0415 - only stub generation needs it
+
+    return Path(annotations_pb2.__file__).resolve().parent.parent.parent
+
+
 def generate_stubs(proto_root: Path, stubs_dir: Optional[Path] = None) -> Path:
     """Generates queue_pb2.py and queue_pb2_grpc.py (once per proto content) and returns their root.
 
@@ -72,7 +82,7 @@ def generate_stubs(proto_root: Path, stubs_dir: Optional[Path] = None) -> Path:
     stubs_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".leasehold-stubs-", dir=stubs_dir.parent))
     try:
-        cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{proto_root}",
+        cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{proto_root}", f"-I{google_api_protos()}",
                f"--python_out={work}", f"--grpc_python_out={work}", str(proto_path)]
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if run.returncode != 0:
@@ -238,13 +248,13 @@ def main(argv: list[str]) -> int:
     try:
         import grpc  # noqa: PLC0415 - a clear message beats an ImportError at the top
     except ImportError:
-        print("error: grpcio is not installed; run: pip install grpcio grpcio-tools protobuf", file=sys.stderr)
+        print("error: grpcio is not installed; run: pip install grpcio grpcio-tools protobuf googleapis-common-protos", file=sys.stderr)
         return EXIT_USAGE
     try:
         stubs_dir = generate_stubs(args.proto_root, args.stubs_dir)
         pb2, pb2_grpc = load_stubs(stubs_dir)
     except (RuntimeError, OSError, ImportError, subprocess.TimeoutExpired) as e:
-        print(f"error: cannot generate or import the stubs (pip install grpcio grpcio-tools protobuf): {e}", file=sys.stderr)
+        print(f"error: cannot generate or import the stubs (pip install grpcio grpcio-tools protobuf googleapis-common-protos): {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.generate_only:
         emit("stubs", dir=str(stubs_dir))

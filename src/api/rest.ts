@@ -1,12 +1,12 @@
-// REST JSON routes: a thin transcoder onto the Connect router. A route names its RPC and where
-// its path parameter goes; the path parameter, the query (GET) or the body are merged into the
-// RPC's request JSON, which goes to the router's own handler for that RPC, in process, as a
+// REST JSON routes: a thin transcoder onto the Connect router. The routes are the google.api.http
+// options of the proto's RPCs (the grpc-gateway convention), read from the generated descriptors
+// at start; the path parameter, and the query or the body, are merged into the RPC's request JSON, which goes to the router's own handler for that RPC, in process, as a
 // Connect JSON call, so REST runs through the same interceptors (auth, deadline, span, metrics,
 // error mapping) as every other transport. The Connect JSON answer already has the REST shape
 // (proto field names, defaults present, the server's JSON options); errors become the REST error
 // body, and a server stream becomes Server-Sent Events.
 
-import { fromJson, type DescMessage, type DescMethod, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { fromJson, getOption, hasOption, type DescMessage, type DescMethod, type DescService, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { Http2ServerResponse } from "node:http2";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Code, createContextValues } from "@connectrpc/connect";
@@ -19,7 +19,8 @@ import {
   type UniversalServerResponse,
 } from "@connectrpc/connect/protocol";
 import { codeFromString, endStreamFlag } from "@connectrpc/connect/protocol-connect";
-import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import { http as httpRule } from "../../gen/google/api/annotations_pb.js";
+import type { HttpRule } from "../../gen/google/api/http_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
 import { endResponse, readBody } from "./body.js";
@@ -37,29 +38,32 @@ export interface RestRoute {
   /** Literal segments, and `{field}` for the path parameter (a proto field name). */
   pattern: string;
   rpc: DescMethod;
+  /** Where the rest of the request comes from: "body" (`body: "*"`) or "query" (no body). */
+  from: "body" | "query";
 }
 
-/** The REST surface; each row serves the same messages as its RPC. */
-const ROUTES: readonly { method: string; pattern: string; rpc: keyof (typeof QueueServiceDesc)["method"] }[] = [
-  { method: "POST", pattern: "/jobs", rpc: "createJob" },
-  { method: "POST", pattern: "/tasks/claim", rpc: "claimTasks" },
-  { method: "POST", pattern: "/tasks/{task_id}/heartbeat", rpc: "renewLease" },
-  { method: "POST", pattern: "/tasks/{task_id}/result", rpc: "completeTask" },
-  { method: "POST", pattern: "/tasks/results", rpc: "completeTasks" },
-  { method: "POST", pattern: "/tasks/{task_id}/failure", rpc: "failTask" },
-  { method: "GET", pattern: "/jobs/{job_id}", rpc: "getJob" },
-  { method: "GET", pattern: "/jobs/{job_id}/results", rpc: "listCompletedResults" },
-  { method: "POST", pattern: "/jobs/{job_id}/cancel", rpc: "cancelJob" },
-  { method: "POST", pattern: "/jobs/{job_id}/retry", rpc: "retryJob" },
-  { method: "GET", pattern: "/jobs", rpc: "listJobs" },
-  { method: "GET", pattern: "/jobs/{job_id}/events", rpc: "watchJob" },
-  { method: "POST", pattern: "/tasks/{task_id}/progress", rpc: "reportProgress" },
-  { method: "PUT", pattern: "/workloads/{name}", rpc: "putWorkload" },
-  { method: "GET", pattern: "/workloads", rpc: "listWorkloads" },
-];
+const PATH_TEMPLATE = /^(\/([A-Za-z0-9._~-]+|\{[a-z][a-z0-9_]*\}))+$/;
 
-export function restRoutes(): RestRoute[] {
-  return ROUTES.map((r) => ({ method: r.method, pattern: r.pattern, rpc: QueueServiceDesc.method[r.rpc] }));
+function routesOfRule(rpc: DescMethod, rule: HttpRule): RestRoute[] {
+  const where = `${rpc.parent.typeName}.${rpc.name}`;
+  const { pattern } = rule;
+  if (pattern.case === undefined) throw new Error(`${where}: google.api.http option without a pattern`);
+  const method = pattern.case === "custom" ? pattern.value.kind : pattern.case.toUpperCase();
+  const path = pattern.case === "custom" ? pattern.value.path : pattern.value;
+  // The transcoder takes the simple form of the grammar only: literal segments and whole-segment
+  // field variables, the whole request as the body or none; refuse the rest at start, not per request.
+  if (!PATH_TEMPLATE.test(path) || (path.match(/\{/g) ?? []).length > 1) throw new Error(`${where}: unsupported path template ${JSON.stringify(path)}`);
+  if (rule.body !== "" && rule.body !== "*") throw new Error(`${where}: unsupported body ${JSON.stringify(rule.body)} (only "*" or none)`);
+  if (rule.responseBody !== "") throw new Error(`${where}: response_body is not supported`);
+  const param = /\{([a-z0-9_]+)\}/.exec(path)?.[1];
+  if (param !== undefined && !rpc.input.fields.some((f) => f.name === param)) throw new Error(`${where}: ${param} is not a field of ${rpc.input.typeName}`);
+  const route: RestRoute = { method, pattern: path, rpc, from: rule.body === "*" ? "body" : "query" };
+  return [route, ...rule.additionalBindings.flatMap((binding) => routesOfRule(rpc, binding))];
+}
+
+/** The REST routes a service declares with google.api.http options on its methods. */
+export function restRoutes(service: DescService): RestRoute[] {
+  return service.methods.flatMap((rpc) => (hasOption(rpc, httpRule) ? routesOfRule(rpc, getOption(rpc, httpRule)) : []));
 }
 
 /**
@@ -261,6 +265,8 @@ export function createRest(opts: RestOptions): Rest {
       stream: route.rpc.methodKind === "server_streaming",
     };
   });
+  // A literal segment wins over a path parameter (`/tasks/claim` is not a task id).
+  compiled.sort((a, b) => a.segments.filter((x) => x.startsWith("{")).length - b.segments.filter((x) => x.startsWith("{")).length);
 
   /** Routes whose pattern matches the path (any method). Empty: not a REST path. */
   function matchPath(pathname: string): Match[] {
@@ -311,7 +317,7 @@ export function createRest(opts: RestOptions): Rest {
       }
 
       let json: JsonObject;
-      if (req.method === "GET") {
+      if (route.route.from === "query") {
         json = queryObject(url.searchParams);
         enumShortNames(rpc.input, json);
       } else {

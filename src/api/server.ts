@@ -85,7 +85,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     },
   });
 
-  const rest = createRest({ handlers, routes: restRoutes(), maxBodyBytes: opts.maxBodyBytes });
+  const rest = createRest({ handlers, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
   const opsRoutes = createOpsRoutes({ logger, readiness: opts.readiness, auth: opts.auth, metrics: opts.metrics });
 
   async function handle(req: NodeRequest, res: NodeResponse): Promise<void> {
