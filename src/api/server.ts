@@ -9,7 +9,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { Logger } from "pino";
 import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import type { QueueService } from "../queue/service.js";
+import type { ApiQueue } from "../queue/service.js";
 import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
 import { refuseBeforeConnect } from "./connect-precheck.js";
@@ -23,7 +23,7 @@ import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse
 import { createQueueServiceImpl } from "./service.js";
 
 export interface ApiServerOptions {
-  queue: QueueService;
+  queue: ApiQueue;
   logger: Logger;
   maxBodyBytes: number;
   requestTimeoutMs: number;

@@ -18,7 +18,7 @@ import {
   RenewLeaseResponseSchema,
   ReportProgressResponseSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import type { QueueService } from "../queue/service.js";
+import type { ApiQueue } from "../queue/service.js";
 import type { CallOptions } from "../queue/types.js";
 import { traceparentHeader } from "../telemetry/tracing.js";
 import * as convert from "./convert.js";
@@ -32,7 +32,7 @@ function call(ctx: HandlerContext): CallOptions {
   return { signal: ctx.signal, deadline: ctx.values.get(deadlineKey) };
 }
 
-export function createQueueServiceImpl(queue: QueueService): QueueServiceImpl {
+export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
   return {
     async createJob(req, ctx) {
       const input = convert.createJobInput(req);
