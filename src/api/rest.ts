@@ -341,7 +341,7 @@ export function createRest(opts: RestOptions): Rest {
           signal: abort.signal,
           contextValues: createContextValues().set(requestInfoKey, info),
         });
-        if (route.stream) await writeEventStream(res, answer, rpc.input, json, info, opts.maxBodyBytes);
+        if (route.stream) await writeEventStream(res, answer, rpc.input, json, info);
         else await writeUnary(res, answer, rpc, json, info);
       } finally {
         res.removeListener("close", onClose);
@@ -411,6 +411,9 @@ async function writeUnary(res: NodeResponse, answer: UniversalServerResponse, rp
   res.end(body);
 }
 
+/** The router's own answer, read in process: bounded only as connect-es bounds what it writes. */
+const STREAM_FRAME_MAX_BYTES = 0xffffffff;
+
 /** SSE comment lines this often keep proxies from closing a quiet stream. */
 const SSE_KEEPALIVE_MS = 15_000;
 
@@ -427,12 +430,11 @@ async function writeEventStream(
   schema: DescMessage,
   json: JsonObject,
   info: RequestInfo,
-  maxBytes: number,
 ): Promise<void> {
   if (answer.status !== 200 || !answer.body) {
     throw new HttpError(Code.Internal, "internal error");
   }
-  const frames = pipe(answer.body, transformSplitEnvelope(maxBytes))[Symbol.asyncIterator]();
+  const frames = pipe(answer.body, transformSplitEnvelope(STREAM_FRAME_MAX_BYTES))[Symbol.asyncIterator]();
   /** A frame's text, or the failure an end-of-stream frame carries (undefined: the stream ended well). */
   const read = async (): Promise<{ data?: string; failure?: MappedError; done: boolean }> => {
     const step = await frames.next();
