@@ -6,7 +6,12 @@
 // parameters and the body ("*": the whole request) or, for GET, the query
 // string make up the request message. REST answers 200 unless an RPC says
 // otherwise. JSON output uses the proto field names below (snake_case); JSON
-// input accepts them and their lowerCamelCase form, and rejects unknown fields. Times are RFC 3339 UTC strings in JSON.
+// input accepts them and their lowerCamelCase form, and rejects unknown
+// fields. Times are RFC 3339 UTC strings in JSON.
+//
+// Bounds named LIMITS.<name> below are the one table of field limits,
+// LIMITS in src/queue/validation.ts (listed in the README's "Limits"): a
+// value outside its bound is INVALID_ARGUMENT naming the field.
 //
 // Errors: invalid input is INVALID_ARGUMENT (HTTP 400); an unknown job, task
 // or workload is NOT_FOUND (404); a stale, foreign or expired lease, or a
@@ -574,8 +579,9 @@ export type CreateJobRequest = Message<"leasehold.queue.v1.CreateJobRequest"> & 
   priority: number;
 
   /**
-   * Attempts per task, 1–100; unset means the workload's max_attempts. A value
-   * that is present is checked as given: 0 is INVALID_ARGUMENT, not "unset".
+   * Attempts per task, within LIMITS.maxAttempts; unset means the workload's
+   * max_attempts. A value that is present is checked as given: 0 is
+   * INVALID_ARGUMENT, not "unset".
    *
    * @generated from field: optional int32 max_attempts = 6;
    */
@@ -660,23 +666,24 @@ export type ClaimTasksRequest = Message<"leasehold.queue.v1.ClaimTasksRequest"> 
   workloads: string[];
 
   /**
-   * Most tasks to lease, 1–100; unset means 1. Present and 0 is INVALID_ARGUMENT.
+   * Most tasks to lease, 1 to LIMITS.maxClaimBatch; unset means 1. Present and
+   * 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_tasks = 3;
    */
   maxTasks?: number | undefined;
 
   /**
-   * Lease length, 1–86,400 seconds; unset means each workload's lease_seconds.
-   * Present and 0 is INVALID_ARGUMENT.
+   * Lease length in seconds, within LIMITS.leaseSeconds; unset means each
+   * workload's lease_seconds. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 4;
    */
   leaseSeconds?: number | undefined;
 
   /**
-   * Long poll: wait up to this many seconds (at most 30) for a task when none
-   * is claimable; 0 answers at once.
+   * Long poll: wait up to this many seconds (within LIMITS.waitSeconds) for a
+   * task when none is claimable; 0 answers at once.
    *
    * @generated from field: int32 wait_seconds = 5;
    */
@@ -739,8 +746,8 @@ export type RenewLeaseRequest = Message<"leasehold.queue.v1.RenewLeaseRequest"> 
   attempt: number;
 
   /**
-   * New lease length from now, 1–86,400 seconds; unset means the workload's
-   * lease_seconds. Present and 0 is INVALID_ARGUMENT.
+   * New lease length from now in seconds, within LIMITS.leaseSeconds; unset
+   * means the workload's lease_seconds. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 4;
    */
@@ -859,7 +866,8 @@ export const CompleteTaskResponseSchema: GenMessage<CompleteTaskResponse> = /*@_
  */
 export type CompleteTasksRequest = Message<"leasehold.queue.v1.CompleteTasksRequest"> & {
   /**
-   * The results, each as CompleteTask takes it: at least 1, at most 100, one per task.
+   * The results, each as CompleteTask takes it: 1 to LIMITS.maxClaimBatch, one
+   * per task.
    *
    * @generated from field: repeated leasehold.queue.v1.CompleteTaskRequest results = 1;
    */
@@ -1120,7 +1128,8 @@ export type ListCompletedResultsRequest = Message<"leasehold.queue.v1.ListComple
   jobId: string;
 
   /**
-   * Most results per page; 0 means 100, at most 1000.
+   * Most results per page; 0 means LIMITS.pageSize.default, at most
+   * LIMITS.pageSize.max.
    *
    * @generated from field: int32 page_size = 2;
    */
@@ -1232,16 +1241,17 @@ export type PutWorkloadRequest = Message<"leasehold.queue.v1.PutWorkloadRequest"
   name: string;
 
   /**
-   * Attempts per task, 1–100; unset means the server default
-   * (DEFAULT_MAX_ATTEMPTS). Present and 0 is INVALID_ARGUMENT.
+   * Attempts per task, within LIMITS.maxAttempts; unset means the server
+   * default (DEFAULT_MAX_ATTEMPTS). Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_attempts = 2;
    */
   maxAttempts?: number | undefined;
 
   /**
-   * Lease length of claims, 1–86,400 seconds; unset means the server default
-   * (DEFAULT_LEASE_SECONDS). Present and 0 is INVALID_ARGUMENT.
+   * Lease length of claims in seconds, within LIMITS.leaseSeconds; unset means
+   * the server default (DEFAULT_LEASE_SECONDS). Present and 0 is
+   * INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 3;
    */
@@ -1376,8 +1386,8 @@ export type ReportProgressRequest = Message<"leasehold.queue.v1.ReportProgressRe
   partialResultUri: string;
 
   /**
-   * New lease length from now, 1–86,400 seconds; unset means the workload's
-   * lease_seconds. Present and 0 is INVALID_ARGUMENT.
+   * New lease length from now in seconds, within LIMITS.leaseSeconds; unset
+   * means the workload's lease_seconds. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 7;
    */
@@ -1610,8 +1620,8 @@ export type RetryJobRequest = Message<"leasehold.queue.v1.RetryJobRequest"> & {
   jobId: string;
 
   /**
-   * Fresh attempts each retried task gets, 1–100; unset means the workload's
-   * max_attempts. Present and 0 is INVALID_ARGUMENT.
+   * Fresh attempts each retried task gets, within LIMITS.maxAttempts; unset
+   * means the workload's max_attempts. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_attempts = 2;
    */
@@ -1674,7 +1684,8 @@ export type ListJobsRequest = Message<"leasehold.queue.v1.ListJobsRequest"> & {
   workload: string;
 
   /**
-   * Most jobs per page; 0 means 100, at most 1000.
+   * Most jobs per page; 0 means LIMITS.pageSize.default, at most
+   * LIMITS.pageSize.max.
    *
    * @generated from field: int32 page_size = 3;
    */
