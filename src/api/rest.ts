@@ -1,10 +1,17 @@
 // REST JSON routes: a thin transcoder onto the Connect router. The routes are the google.api.http
 // options of the proto's RPCs (the grpc-gateway convention), read from the generated descriptors
-// at start; the path parameter, and the query or the body, are merged into the RPC's request JSON, which goes to the router's own handler for that RPC, in process, as a
-// Connect JSON call, so REST runs through the same interceptors (auth, deadline, span, metrics,
-// error mapping) as every other transport. The Connect JSON answer already has the REST shape
-// (proto field names, defaults present, the server's JSON options); errors become the REST error
-// body, and a server stream becomes Server-Sent Events.
+// at start; the path parameter, and the query or the body, are merged into the RPC's request
+// JSON, which goes to the router's own handler for that RPC, in process, as a Connect JSON call,
+// so REST runs through the same interceptors (auth, deadline, span, metrics, error mapping) as
+// every other transport. The Connect JSON answer already has the REST shape (proto field names,
+// defaults present, the server's JSON options); errors become the REST error body, and a server
+// stream becomes Server-Sent Events.
+//
+// Cost, measured on the coordinator process against an in-memory queue (2 shared cores, 5 x 4,000
+// sequential REST claims, median server CPU per call): an empty claim 213 µs when REST called the
+// service object directly, 233–253 µs through the router; a 1-task claim 240–255 µs, 280–315 µs.
+// The request JSON goes over as a parsed object (no second JSON.parse) and the answer's bytes are
+// sent as they are (no re-encoding); what remains is connect-es' per-call handler context.
 
 import { fromJson, getOption, hasOption, type DescMessage, type DescMethod, type DescService, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { Http2ServerResponse } from "node:http2";
