@@ -1,5 +1,6 @@
 // The API server: dispatch between the operational routes (ops-routes.ts), the REST routes
-// (rest.ts) and the Connect router (gRPC, gRPC-Web, Connect), on the one port the listener
+// (rest.ts, transcoded onto the router) and the Connect router (gRPC, gRPC-Web, Connect; every
+// RPC through the interceptors of interceptors.ts), on the one port the listener
 // (http-listener.ts) serves. Everything else is a 404 in the REST error shape. Every response
 // carries X-Request-Id; every request ends in one log line (request-log.ts).
 
@@ -67,7 +68,8 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     useProtoFieldName: true,
     alwaysEmitImplicit: true,
   };
-  // The router's handlers (one per RPC) also serve REST, so every transport runs the one chain.
+  // The router's handlers (one per RPC) also serve REST, so every transport runs the one chain
+  // (connectNodeAdapter calls routes before it returns).
   let handlers: readonly UniversalHandler[] = [];
   const connectHandler = connectNodeAdapter({
     routes: (router) => {
