@@ -135,7 +135,8 @@ class Coordinator {
     this.shutdownHooks.push({ name: "parked long polls", run: () => queue.close() });
     this.checkpoint();
 
-    this.maintainer = new Maintainer(queue, logger, { intervalMs: config.reaperIntervalMs });
+    // The maintenance half of the store, not through the long-poll wrapper (it changes claims only).
+    this.maintainer = new Maintainer(store, logger, { intervalMs: config.reaperIntervalMs });
     this.maintainer.start();
     this.server = createApiServer({
       // With tracing, a span per queue call of the API (the maintenance passes stay unspanned).

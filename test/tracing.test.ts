@@ -232,12 +232,20 @@ describe("traceQueue", () => {
       async listWorkloads() {
         return Array.from({ length: this.n }, (_, i) => ({ name: `w${i}` }));
       }
+      async taskStats() {
+        return [];
+      }
+      async maintain() {
+        return { expiredPending: this.n, deletedJobs: 0 };
+      }
     }
     const traced = traceQueue(new Fake() as unknown as Queue);
     expect(await traced.listWorkloads()).toHaveLength(3);
-    expect(typeof traced.taskStats).toBe("function");
-    expect(typeof traced.maintain).toBe("function");
+    expect(await traced.taskStats("unfinished")).toEqual([]);
+    expect(await traced.maintain()).toEqual({ expiredPending: 3, deletedJobs: 0 });
     expect(await waitForSpan("queue.listWorkloads")).toBeDefined();
+    expect(await waitForSpan("queue.taskStats")).toBeDefined();
+    expect(await waitForSpan("queue.maintain")).toBeDefined();
   });
 });
 

@@ -15,10 +15,21 @@ if [ -z "$python" ]; then
   if [ -x "$root/.venv/bin/python" ]; then python="$root/.venv/bin/python"; else python=python3; fi
 fi
 out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
-"$python" -m grpc_tools.protoc -I "$root/proto" \
+src="$(mktemp -d)"
+trap 'rm -rf "$out" "$src"' EXIT
+# The proto's google.api.http options are the coordinator's REST routes, nothing a client needs;
+# left in, the generated module would import google.api.annotations_pb2 and the package would
+# need googleapis-common-protos besides grpcio and protobuf. Generate from a copy without them.
+mkdir -p "$src/leasehold/queue/v1"
+sed -E -e '/^import "google\/api\/annotations\.proto";$/d' -e '/^[[:space:]]*option \(google\.api\.http\) = \{.*\};$/d' \
+  "$root/proto/leasehold/queue/v1/queue.proto" > "$src/leasehold/queue/v1/queue.proto"
+if grep -qE '(option \(google\.api|import "google/api)' "$src/leasehold/queue/v1/queue.proto"; then
+  echo "generate.sh: a google.api.http option spans several lines; keep each on one line" >&2
+  exit 1
+fi
+"$python" -m grpc_tools.protoc -I "$src" \
   --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
-  "$root/proto/leasehold/queue/v1/queue.proto"
+  "$src/leasehold/queue/v1/queue.proto"
 gen="$out/leasehold/queue/v1"
 # The _grpc module imports its messages by the proto's import path; should a
 # generator write it relative (`import queue_pb2 as ...`, as it does when run

@@ -1,4 +1,4 @@
-// Bearer tokens and roles. The service implementation (service.ts) calls
+// Bearer tokens and roles. The authorization interceptor (interceptors.ts) calls
 // authorize() at the start of every RPC, before anything reaches the queue, so
 // gRPC, gRPC-Web, Connect and REST share this one check. Tokens are known only
 // by their sha256 (AUTH_TOKENS_FILE, parsed in src/config): the presented token
@@ -41,6 +41,12 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   putWorkload: { roles: [] },
   listWorkloads: { roles: [] },
 };
+
+/** Every worker_id a request acts as (empty for RPCs that are not a worker's). */
+export function workerIdsOf<M extends MethodName>(method: M, req: RequestOf<M>): string[] {
+  const rule: Rule<M> | undefined = ACCESS[method];
+  return rule?.workerIds?.(req) ?? [];
+}
 
 export interface Principal {
   role: Role;

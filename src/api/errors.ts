@@ -24,6 +24,7 @@ import {
   ValidationError,
   type FieldViolation,
 } from "../queue/errors.js";
+import type { RequestInfo } from "./request-info.js";
 
 export const REQUEST_ID_HEADER = "x-request-id";
 export const INTERNAL_MESSAGE = "internal error";
@@ -91,6 +92,18 @@ export function mapError(err: unknown): MappedError {
     return mapped(err.code, err.rawMessage);
   }
   return mapped(Code.Internal, INTERNAL_MESSAGE, true);
+}
+
+/**
+ * Records a failed request on its RequestInfo (the log line's code, and the error itself when it
+ * was unexpected) and returns what the client may see. The first failure recorded wins: an RPC's
+ * own outcome is not overwritten by the transport that reports it.
+ */
+export function recordFailure(info: RequestInfo, err: unknown): MappedError {
+  const m = mapError(err);
+  info.code ??= m.codeName;
+  if (m.internal) info.error ??= err;
+  return m;
 }
 
 /**

@@ -6,7 +6,7 @@ import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
 import { HttpError } from "./errors.js";
 import { writeJson, type NodeRequest, type NodeResponse } from "./rest.js";
-import type { RequestInfo } from "./service.js";
+import type { RequestInfo } from "./request-info.js";
 
 export interface OpsRoutesOptions {
   logger: Logger;

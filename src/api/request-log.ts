@@ -5,7 +5,7 @@ import type { Code } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import type { Logger } from "pino";
 import type { NodeRequest, NodeResponse } from "./rest.js";
-import type { RequestInfo } from "./service.js";
+import type { RequestInfo } from "./request-info.js";
 
 /** Writes the request's line when its response closes (finished or aborted). */
 export function logWhenClosed(logger: Logger, req: NodeRequest, res: NodeResponse, info: RequestInfo, path: string): void {

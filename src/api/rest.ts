@@ -1,170 +1,119 @@
-// REST JSON routes over the SAME service implementation the Connect router
-// serves. A route only says which RPC it is, where its path parameter goes and
-// which success status it answers; bodies, path and query parameters are
-// decoded with the generated message's JSON codec (proto names or lowerCamelCase,
-// unknown fields rejected) and answers encoded with proto field names.
+// REST JSON routes: a thin transcoder onto the Connect router. The routes are the google.api.http
+// options of the proto's RPCs (the grpc-gateway convention), read from the generated descriptors
+// at start; the path parameter, and the query or the body, are merged into the RPC's request
+// JSON, which goes to the router's own handler for that RPC, in process, as a Connect JSON call,
+// so REST runs through the same interceptors (auth, deadline, span, metrics, error mapping) as
+// every other transport. The Connect JSON answer already has the REST shape (proto field names,
+// defaults present, the server's JSON options); errors become the REST error body, and a server
+// stream becomes Server-Sent Events.
+//
+// Cost, measured on the coordinator process against an in-memory queue (2 shared cores, 5 x 4,000
+// sequential REST claims, median server CPU per call): an empty claim 213 µs when REST called the
+// service object directly, 233–253 µs through the router; a 1-task claim 240–255 µs, 280–315 µs.
+// The request JSON goes over as a parsed object (no second JSON.parse) and the answer's bytes are
+// sent as they are (no re-encoding); what remains is connect-es' per-call handler context.
 
-import { create, fromJson, toJson, type DescEnum, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
+import { fromBinary, fromJson, getOption, hasOption, type DescEnum, type DescMessage, type DescMethod, type DescService, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { base64Decode } from "@bufbuild/protobuf/wire";
 import { Http2ServerResponse } from "node:http2";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
-import { Code, createContextValues, createHandlerContext, type HandlerContext } from "@connectrpc/connect";
+import { Code, createContextValues } from "@connectrpc/connect";
 import {
-  CancelJobRequestSchema,
-  CancelJobResponseSchema,
-  ClaimTasksRequestSchema,
-  ClaimTasksResponseSchema,
-  CompleteTaskRequestSchema,
-  CompleteTaskResponseSchema,
-  CompleteTasksRequestSchema,
-  CompleteTasksResponseSchema,
-  CreateJobRequestSchema,
-  CreateJobResponseSchema,
-  FailTaskRequestSchema,
-  FailTaskResponseSchema,
-  GetJobRequestSchema,
-  GetJobResponseSchema,
-  GetTaskRequestSchema,
-  GetTaskResponseSchema,
-  JobStatus,
-  ListTasksRequestSchema,
-  ListTasksResponseSchema,
-  TaskStatus,
-  type WatchJobResponse,
-  ListCompletedResultsRequestSchema,
-  ListCompletedResultsResponseSchema,
-  ListJobsRequestSchema,
-  ListJobsResponseSchema,
-  ListWorkloadsRequestSchema,
-  ListWorkloadsResponseSchema,
-  PutWorkloadRequestSchema,
-  PutWorkloadResponseSchema,
-  QueueService as QueueServiceDesc,
-  RenewLeaseRequestSchema,
-  RenewLeaseResponseSchema,
-  ReportProgressRequestSchema,
-  ReportProgressResponseSchema,
-  RetryJobRequestSchema,
-  RetryJobResponseSchema,
-  WatchJobRequestSchema,
-  WatchJobResponseSchema,
-} from "../../gen/leasehold/queue/v1/queue_pb.js";
+  createAsyncIterable,
+  encodeEnvelope,
+  pipe,
+  transformSplitEnvelope,
+  type UniversalHandler,
+  type UniversalServerResponse,
+} from "@connectrpc/connect/protocol";
+import { codeFromString, endStreamFlag } from "@connectrpc/connect/protocol-connect";
+import { http as httpRule } from "../../gen/google/api/annotations_pb.js";
+import { BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
+import type { HttpRule } from "../../gen/google/api/http_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
 import { endResponse, readBody } from "./body.js";
-import { HttpError, mapError, restErrorBody } from "./errors.js";
-import { requestInfoKey, type QueueServiceImpl, type RequestInfo } from "./service.js";
+import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
+import { requestInfoKey, type RequestInfo } from "./request-info.js";
 
 type NodeHandlerFn = ReturnType<typeof connectNodeAdapter>;
 /** The request and response types connect-node serves (http or http2). */
 export type NodeRequest = Parameters<NodeHandlerFn>[0];
 export type NodeResponse = Parameters<NodeHandlerFn>[1];
 
-type MethodName = keyof QueueServiceImpl;
-
-interface Route {
-  method: "GET" | "POST" | "PUT";
+/** One REST route: an HTTP method and path pattern for one RPC. */
+export interface RestRoute {
+  method: string;
   /** Literal segments, and `{field}` for the path parameter (a proto field name). */
   pattern: string;
-  rpc: MethodName;
-  request: DescMessage;
-  response: DescMessage;
-  /** Success status; default 200. */
-  status?: (response: MessageShape<DescMessage>, info: RequestInfo) => number;
-  /** Rewrites the decoded query or body before the message is decoded (friendlier REST spellings). */
-  normalize?: (json: JsonObject) => void;
-  /** A server-streaming RPC, served as Server-Sent Events. */
-  stream?: true;
-  /** Streams: the SSE `id:` of a message (an EventSource resumes after it with Last-Event-ID); undefined: none. */
-  eventId?: (message: unknown) => string | undefined;
-  /**
-   * Streams: true when this request may have nothing to send for a while (a resumed WatchJob has
-   * no snapshot), so the status line goes out after a short wait instead of with the first message.
-   */
-  mayStartQuiet?: (request: MessageShape<DescMessage>) => boolean;
+  rpc: DescMethod;
+  /** Where the rest of the request comes from: "body" (`body: "*"`) or "query" (no body). */
+  from: "body" | "query";
 }
 
-/** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`. */
-function jobStatusName(json: JsonObject): void {
-  const v = json.status;
-  // protobuf-es enums drop the JOB_STATUS_ prefix on the TypeScript side.
-  if (typeof v === "string" && /^[a-z]+$/.test(v) && v.toUpperCase() in JobStatus) json.status = `JOB_STATUS_${v.toUpperCase()}`;
+const PATH_TEMPLATE = /^(\/([A-Za-z0-9._~-]+|\{[a-z][a-z0-9_]*\}))+$/;
+
+function routesOfRule(rpc: DescMethod, rule: HttpRule): RestRoute[] {
+  const where = `${rpc.parent.typeName}.${rpc.name}`;
+  const { pattern } = rule;
+  if (pattern.case === undefined) throw new Error(`${where}: google.api.http option without a pattern`);
+  const method = pattern.case === "custom" ? pattern.value.kind : pattern.case.toUpperCase();
+  const path = pattern.case === "custom" ? pattern.value.path : pattern.value;
+  // The transcoder takes the simple form of the grammar only: literal segments and whole-segment
+  // field variables, the whole request as the body or none; refuse the rest at start, not per request.
+  if (!PATH_TEMPLATE.test(path) || (path.match(/\{/g) ?? []).length > 1) throw new Error(`${where}: unsupported path template ${JSON.stringify(path)}`);
+  if (rule.body !== "" && rule.body !== "*") throw new Error(`${where}: unsupported body ${JSON.stringify(rule.body)} (only "*" or none)`);
+  if (rule.responseBody !== "") throw new Error(`${where}: response_body is not supported`);
+  const param = /\{([a-z0-9_]+)\}/.exec(path)?.[1];
+  if (param !== undefined && !rpc.input.fields.some((f) => f.name === param)) throw new Error(`${where}: ${param} is not a field of ${rpc.input.typeName}`);
+  const route: RestRoute = { method, pattern: path, rpc, from: rule.body === "*" ? "body" : "query" };
+  return [route, ...rule.additionalBindings.flatMap((binding) => routesOfRule(rpc, binding))];
 }
 
-/** `?status=failed` as well as the proto's `TASK_STATUS_FAILED`. */
-function taskStatusName(json: JsonObject): void {
-  const v = json.status;
-  if (typeof v === "string" && /^[a-z]+$/.test(v) && v.toUpperCase() in TaskStatus) json.status = `TASK_STATUS_${v.toUpperCase()}`;
+/** The REST routes a service declares with google.api.http options on its methods. */
+export function restRoutes(service: DescService): RestRoute[] {
+  return service.methods.flatMap((rpc) => (hasOption(rpc, httpRule) ? routesOfRule(rpc, getOption(rpc, httpRule)) : []));
 }
 
-/** A WatchJob event's id; the snapshot has none (a resumed stream sends no snapshot). */
-function watchEventId(message: unknown): string | undefined {
-  const u = (message as WatchJobResponse).update;
-  return u.case === "event" ? u.value.id.toString() : undefined;
-}
-
-/** The REST surface of issue 3; each row serves the same messages as its RPC. */
-export const ROUTES: readonly Route[] = [
-  {
-    method: "POST",
-    pattern: "/jobs",
-    rpc: "createJob",
-    request: CreateJobRequestSchema,
-    response: CreateJobResponseSchema,
-    status: (_r, info) => (info.created === false ? 200 : 201),
-  },
-  {
-    method: "POST",
-    pattern: "/tasks/claim",
-    rpc: "claimTasks",
-    request: ClaimTasksRequestSchema,
-    response: ClaimTasksResponseSchema,
-    status: (r) => ((r as MessageShape<typeof ClaimTasksResponseSchema>).tasks.length === 0 ? 204 : 200),
-  },
-  { method: "POST", pattern: "/tasks/{task_id}/heartbeat", rpc: "renewLease", request: RenewLeaseRequestSchema, response: RenewLeaseResponseSchema },
-  { method: "POST", pattern: "/tasks/{task_id}/result", rpc: "completeTask", request: CompleteTaskRequestSchema, response: CompleteTaskResponseSchema },
-  { method: "POST", pattern: "/tasks/results", rpc: "completeTasks", request: CompleteTasksRequestSchema, response: CompleteTasksResponseSchema },
-  { method: "POST", pattern: "/tasks/{task_id}/failure", rpc: "failTask", request: FailTaskRequestSchema, response: FailTaskResponseSchema },
-  { method: "GET", pattern: "/jobs/{job_id}", rpc: "getJob", request: GetJobRequestSchema, response: GetJobResponseSchema },
-  {
-    method: "GET",
-    pattern: "/jobs/{job_id}/results",
-    rpc: "listCompletedResults",
-    request: ListCompletedResultsRequestSchema,
-    response: ListCompletedResultsResponseSchema,
-  },
-  { method: "POST", pattern: "/jobs/{job_id}/cancel", rpc: "cancelJob", request: CancelJobRequestSchema, response: CancelJobResponseSchema },
-  { method: "POST", pattern: "/jobs/{job_id}/retry", rpc: "retryJob", request: RetryJobRequestSchema, response: RetryJobResponseSchema },
-  { method: "GET", pattern: "/jobs", rpc: "listJobs", request: ListJobsRequestSchema, response: ListJobsResponseSchema, normalize: jobStatusName },
-  {
-    method: "GET",
-    pattern: "/jobs/{job_id}/events",
-    rpc: "watchJob",
-    request: WatchJobRequestSchema,
-    response: WatchJobResponseSchema,
-    stream: true,
-    eventId: watchEventId,
-    mayStartQuiet: (r) => (r as MessageShape<typeof WatchJobRequestSchema>).afterEventId !== 0n,
-  },
-  { method: "GET", pattern: "/jobs/{job_id}/tasks", rpc: "listTasks", request: ListTasksRequestSchema, response: ListTasksResponseSchema, normalize: taskStatusName },
-  { method: "GET", pattern: "/tasks/{task_id}", rpc: "getTask", request: GetTaskRequestSchema, response: GetTaskResponseSchema },
-  {
-    method: "POST",
-    pattern: "/tasks/{task_id}/progress",
-    rpc: "reportProgress",
-    request: ReportProgressRequestSchema,
-    response: ReportProgressResponseSchema,
-  },
-  { method: "PUT", pattern: "/workloads/{name}", rpc: "putWorkload", request: PutWorkloadRequestSchema, response: PutWorkloadResponseSchema },
-  { method: "GET", pattern: "/workloads", rpc: "listWorkloads", request: ListWorkloadsRequestSchema, response: ListWorkloadsResponseSchema },
-];
+/**
+ * Success statuses other than 200, by RPC: a created job is 201 (an idempotent replay 200), an
+ * empty claim 204 No Content. An empty claim is `{"tasks":[]}`, and any task makes an answer far
+ * longer than 64 bytes: only a short answer is parsed to tell.
+ */
+const SUCCESS_STATUS: Record<string, (body: Uint8Array, info: RequestInfo) => number> = {
+  CreateJob: (_body, info) => (info.created === false ? 200 : 201),
+  ClaimTasks: (body) => (body.length < 64 && (JSON.parse(Buffer.from(body).toString("utf8")) as { tasks?: unknown[] }).tasks?.length === 0 ? 204 : 200),
+};
 
 /** Path parameters that are ids: a malformed one is refused before any call. */
 const UUID_PARAMS = new Set(["task_id", "job_id"]);
 
-const JSON_WRITE = { useProtoFieldName: true, alwaysEmitImplicit: true } as const;
+/**
+ * Headers of the REST request the in-process Connect call must not see: its own framing and
+ * encoding are set here, and a REST call has no client deadline of its own.
+ */
+const DROPPED_HEADERS = new Set([
+  "content-type",
+  "content-length",
+  "content-encoding",
+  "accept-encoding",
+  "connect-protocol-version",
+  "connect-timeout-ms",
+  "connect-content-encoding",
+  "connect-accept-encoding",
+  "grpc-timeout",
+]);
+
+interface CompiledRoute {
+  route: RestRoute;
+  segments: string[];
+  handler: UniversalHandler;
+  url: string;
+  stream: boolean;
+}
 
 interface Match {
-  route: Route;
+  route: CompiledRoute;
   param?: { field: string; value: string };
 }
 
@@ -172,41 +121,8 @@ function splitPath(path: string): string[] {
   return path.split("/").slice(1);
 }
 
-const compiled = ROUTES.map((route) => ({ route, segments: splitPath(route.pattern) }));
-
 function snakeToCamel(s: string): string {
   return s.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
-}
-
-/**
- * Routes whose pattern matches the path (any method). Empty: not a REST path.
- * Throws HttpError for an undecodable path segment.
- */
-function matchPath(pathname: string): Match[] {
-  const parts = splitPath(pathname);
-  const out: Match[] = [];
-  for (const { route, segments } of compiled) {
-    if (segments.length !== parts.length) continue;
-    let param: Match["param"];
-    let ok = true;
-    for (let i = 0; i < segments.length && ok; i++) {
-      const seg = segments[i];
-      if (seg.startsWith("{")) {
-        if (parts[i] === "") ok = false;
-        else param = { field: seg.slice(1, -1), value: parts[i] };
-      } else if (seg !== parts[i]) ok = false;
-    }
-    if (ok) out.push({ route, param });
-  }
-  // A literal path wins over a pattern: GET /tasks/claim is a wrong method on the claim route
-  // (405), not a task id "claim" for GET /tasks/{task_id}.
-  const literal = out.filter((m) => m.param === undefined);
-  return literal.length > 0 ? literal : out;
-}
-
-/** True when the path belongs to the REST surface (so the Connect router is not asked). */
-export function isRestPath(pathname: string): boolean {
-  return matchPath(pathname).length > 0;
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
@@ -239,6 +155,17 @@ async function decodeBody(req: NodeRequest, maxBytes: number): Promise<JsonObjec
     throw new HttpError(Code.InvalidArgument, "request body must be a JSON object");
   }
   return value as JsonObject;
+}
+
+/** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`: an enum query value may be the value's short name. */
+function enumShortNames(schema: DescMessage, json: JsonObject): void {
+  for (const [key, v] of Object.entries(json)) {
+    if (typeof v !== "string" || !/^[a-z]+$/.test(v)) continue;
+    const field = schema.fields.find((f) => f.name === key || f.jsonName === key);
+    if (field?.fieldKind !== "enum") continue;
+    const value = field.enum.values.find((e) => e.localName === v.toUpperCase());
+    if (value) json[key] = value.name;
+  }
 }
 
 function queryObject(search: URLSearchParams): JsonObject {
@@ -308,10 +235,6 @@ function applyPathParam(json: JsonObject, field: string, value: string): void {
   json[field] = value;
 }
 
-export interface RestHandlerOptions {
-  impl: QueueServiceImpl;
-  maxBodyBytes: number;
-}
 
 export function writeJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
@@ -331,165 +254,292 @@ export function writeJson(res: NodeResponse, status: number, body: unknown, head
 }
 
 export function writeError(res: NodeResponse, err: unknown, info: RequestInfo): void {
-  const m = mapError(err);
-  info.code ??= m.codeName;
-  if (m.internal) info.error ??= err;
+  const m = recordFailure(info, err);
   writeJson(res, m.httpStatus, restErrorBody(m, info.requestId), err instanceof HttpError ? err.headers : {});
 }
 
-/**
- * Serves a request whose path isRestPath(). Every failure, including a bug
- * here, is answered as a REST error; nothing reaches the queue before the
- * route, path id and body have been decoded.
- */
-export async function handleRest(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo, opts: RestHandlerOptions): Promise<void> {
-  info.protocol = "rest";
-  try {
-    const matches = matchPath(url.pathname);
-    const match = matches.find((m) => m.route.method === req.method);
-    if (!match) {
-      const allow = [...new Set(matches.map((m) => m.route.method))].join(", ");
-      throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${url.pathname}`, 405, { allow });
-    }
-    const { route, param } = match;
-    const method = QueueServiceDesc.method[route.rpc];
-    info.operation = method.name;
-
-    let pathValue: string | undefined;
-    if (param) {
-      try {
-        pathValue = decodeURIComponent(param.value);
-      } catch {
-        throw new ValidationError(param.field, "is not a valid path segment");
-      }
-      if (UUID_PARAMS.has(param.field)) {
-        pathValue = requireUuid(param.field, pathValue);
-        if (param.field === "task_id") info.taskId = pathValue;
-        else info.jobId = pathValue;
-      }
-    }
-
-    let json: JsonObject;
-    if (route.method === "GET") {
-      json = queryObject(url.searchParams);
-    } else {
-      if ([...url.searchParams.keys()].length > 0) throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
-      json = await decodeBody(req, opts.maxBodyBytes);
-    }
-    if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
-    route.normalize?.(json);
-
-    let request: MessageShape<DescMessage>;
-    // EventSource resumes a stream by sending the last id it saw; ?after_event_id= says the same.
-    const lastEventId = req.headers["last-event-id"];
-    const resumable = route.stream && route.request.fields.some((f) => f.name === "after_event_id");
-    if (resumable && typeof lastEventId === "string" && lastEventId !== "" && json.after_event_id === undefined && json.afterEventId === undefined) {
-      json.after_event_id = lastEventId;
-    }
-    try {
-      request = fromJson(route.request, json);
-    } catch (err) {
-      throw decodeError(route.request, json, err as Error);
-    }
-
-    const abort = new AbortController();
-    const onClose = () => {
-      if (!res.writableFinished) abort.abort(new Error("client closed the request"));
-    };
-    res.once("close", onClose);
-    const ctx: HandlerContext = createHandlerContext({
-      service: QueueServiceDesc,
-      method,
-      protocolName: "rest",
-      requestMethod: req.method ?? "GET",
-      url: url.toString(),
-      requestHeader: headersOf(req),
-      requestSignal: abort.signal,
-      contextValues: createContextValues().set(requestInfoKey, info),
-    });
-    if (route.stream) {
-      await writeEventStream(res, route, opts.impl[route.rpc] as StreamingHandler, request, ctx, info);
-      res.removeListener("close", onClose);
-      return;
-    }
-    const impl = opts.impl[route.rpc] as (r: MessageShape<DescMessage>, c: HandlerContext) => Promise<unknown>;
-    const result = create(route.response, (await impl(request, ctx)) as never);
-    res.removeListener("close", onClose);
-    const status = route.status?.(result, info) ?? 200;
-    if (status === 204) {
-      res.statusCode = 204;
-      res.end();
-      return;
-    }
-    writeJson(res, status, toJson(route.response, result, JSON_WRITE));
-  } catch (err) {
-    writeError(res, err, info);
-  }
+export interface RestOptions {
+  /** The Connect router's handlers (ConnectRouter.handlers): one per RPC. */
+  handlers: readonly UniversalHandler[];
+  routes: readonly RestRoute[];
+  maxBodyBytes: number;
 }
 
-type StreamingHandler = (r: MessageShape<DescMessage>, c: HandlerContext) => AsyncIterable<unknown>;
+export interface Rest {
+  /** True when the path belongs to the REST surface (so the Connect router is not asked). */
+  isRestPath(pathname: string): boolean;
+  /**
+   * Serves a request whose path isRestPath(). Every failure, including a bug here, is answered
+   * as a REST error; nothing reaches the router before the route, path id and body have been
+   * decoded.
+   */
+  handle(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo): Promise<void>;
+}
+
+export function createRest(opts: RestOptions): Rest {
+  const compiled: CompiledRoute[] = opts.routes.map((route) => {
+    const handler = opts.handlers.find((h) => h.method === route.rpc);
+    if (!handler) throw new Error(`REST route ${route.method} ${route.pattern}: the router has no handler for ${route.rpc.name}`);
+    return {
+      route,
+      segments: splitPath(route.pattern),
+      handler,
+      url: `http://rest.invalid${handler.requestPath}`,
+      stream: route.rpc.methodKind === "server_streaming",
+    };
+  });
+  // A literal segment wins over a path parameter (`/tasks/claim` is not a task id).
+  compiled.sort((a, b) => a.segments.filter((x) => x.startsWith("{")).length - b.segments.filter((x) => x.startsWith("{")).length);
+
+  /** Routes whose pattern matches the path (any method). Empty: not a REST path. */
+  function matchPath(pathname: string): Match[] {
+    const parts = splitPath(pathname);
+    const out: Match[] = [];
+    for (const route of compiled) {
+      const { segments } = route;
+      if (segments.length !== parts.length) continue;
+      let param: Match["param"];
+      let ok = true;
+      for (let i = 0; i < segments.length && ok; i++) {
+        const seg = segments[i];
+        if (seg.startsWith("{")) {
+          if (parts[i] === "") ok = false;
+          else param = { field: seg.slice(1, -1), value: parts[i] };
+        } else if (seg !== parts[i]) ok = false;
+      }
+      if (ok) out.push({ route, param });
+    }
+    // A literal path wins over a pattern: GET /tasks/claim is a wrong method on the claim route
+    // (405), not a task id "claim" for GET /tasks/{task_id}.
+    const literal = out.filter((m) => m.param === undefined);
+    return literal.length > 0 ? literal : out;
+  }
+
+  async function handle(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo): Promise<void> {
+    info.protocol = "rest";
+    try {
+      const matches = matchPath(url.pathname);
+      const match = matches.find((m) => m.route.route.method === req.method);
+      if (!match) {
+        const allow = [...new Set(matches.map((m) => m.route.route.method))].join(", ");
+        throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${url.pathname}`, 405, { allow });
+      }
+      const { route, param } = match;
+      const rpc = route.route.rpc;
+      info.operation = rpc.name;
+
+      let pathValue: string | undefined;
+      if (param) {
+        try {
+          pathValue = decodeURIComponent(param.value);
+        } catch {
+          throw new ValidationError(param.field, "is not a valid path segment");
+        }
+        if (UUID_PARAMS.has(param.field)) {
+          pathValue = requireUuid(param.field, pathValue);
+          if (param.field === "task_id") info.taskId = pathValue;
+          else info.jobId = pathValue;
+        }
+      }
+
+      let json: JsonObject;
+      if (route.route.from === "query") {
+        json = queryObject(url.searchParams);
+        enumShortNames(rpc.input, json);
+      } else {
+        if ([...url.searchParams.keys()].length > 0) throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
+        json = await decodeBody(req, opts.maxBodyBytes);
+      }
+      if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
+      // EventSource resumes a stream by sending the last id it saw; ?after_event_id= says the same.
+      const lastEventId = req.headers["last-event-id"];
+      const resumable = route.stream && rpc.input.fields.some((f) => f.name === "after_event_id");
+      if (resumable && typeof lastEventId === "string" && lastEventId !== "" && json.after_event_id === undefined && json.afterEventId === undefined) {
+        json.after_event_id = lastEventId;
+      }
+
+      const abort = new AbortController();
+      const onClose = () => {
+        if (!res.writableFinished) abort.abort(new Error("client closed the request"));
+      };
+      res.once("close", onClose);
+      try {
+        const answering = route.handler({
+          httpVersion: "1.1",
+          method: "POST",
+          url: route.url,
+          header: connectHeaders(req, route.stream),
+          body: route.stream ? createAsyncIterable([encodeEnvelope(0, new TextEncoder().encode(JSON.stringify(json)))]) : json,
+          signal: abort.signal,
+          contextValues: createContextValues().set(requestInfoKey, info),
+        });
+        if (route.stream) await writeEventStream(res, answering, rpc.input, json, info);
+        else await writeUnary(res, await answering, rpc, json, info);
+      } finally {
+        res.removeListener("close", onClose);
+      }
+    } catch (err) {
+      writeError(res, err, info);
+    }
+  }
+
+  return { isRestPath: (pathname) => matchPath(pathname).length > 0, handle };
+}
+
+function connectHeaders(req: NodeRequest, stream: boolean): Headers {
+  const h = new Headers();
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (k.startsWith(":") || v === undefined || DROPPED_HEADERS.has(k)) continue;
+    if (Array.isArray(v)) for (const item of v) h.append(k, item);
+    else h.set(k, v);
+  }
+  h.set("content-type", stream ? "application/connect+json" : "application/json");
+  return h;
+}
+
+async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  if (body) for await (const chunk of body) chunks.push(chunk);
+  return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+}
+
+/** A Connect JSON error answer: `{"code", "message", "details": [{"type", "value"}]}`. */
+interface ConnectErrorJson {
+  code?: string;
+  message?: string;
+  details?: { type?: string; value?: string }[];
+}
+
+/**
+ * The REST form of a Connect error answer, recorded on the RequestInfo when no interceptor saw it
+ * (the router refused the request JSON before the call). A request JSON the message type refuses
+ * is named by field, as protobuf-es does not for message fields; the field violations of a
+ * google.rpc.BadRequest detail become the REST body's `violations`.
+ */
+function connectFailure(error: ConnectErrorJson | undefined, schema: DescMessage, json: JsonObject, info: RequestInfo): MappedError {
+  const codeName = error?.code ?? "unknown";
+  const code = codeFromString(codeName) ?? Code.Unknown;
+  if (code === Code.InvalidArgument && info.code === undefined) {
+    try {
+      fromJson(schema, json);
+    } catch (err) {
+      return recordFailure(info, decodeError(schema, json, err as Error));
+    }
+  }
+  const m = recordFailure(info, new HttpError(code, error?.message ?? ""));
+  const badRequest = error?.details?.find((d) => d.type === BadRequestSchema.typeName);
+  if (badRequest?.value !== undefined) {
+    const violations = fromBinary(BadRequestSchema, base64Decode(badRequest.value)).fieldViolations;
+    return { ...m, violations: violations.map((v) => ({ field: v.field, description: v.description })) };
+  }
+  return m;
+}
+
+async function writeUnary(res: NodeResponse, answer: UniversalServerResponse, rpc: DescMethod, json: JsonObject, info: RequestInfo): Promise<void> {
+  const body = await readAll(answer.body);
+  if (answer.status !== 200) {
+    const m = connectFailure(JSON.parse(Buffer.from(body).toString("utf8")) as ConnectErrorJson, rpc.input, json, info);
+    writeJson(res, m.httpStatus, restErrorBody(m, info.requestId));
+    return;
+  }
+  const status = SUCCESS_STATUS[rpc.name]?.(body, info) ?? 200;
+  if (status === 204) {
+    res.statusCode = 204;
+    res.end();
+    return;
+  }
+  res.setHeader("content-type", "application/json");
+  res.setHeader("content-length", body.byteLength);
+  res.statusCode = status;
+  res.end(body);
+}
+
+/** The router's own answer, read in process: bounded only as connect-es bounds what it writes. */
+const STREAM_FRAME_MAX_BYTES = 0xffffffff;
 
 /** SSE comment lines this often keep proxies from closing a quiet stream. */
 const SSE_KEEPALIVE_MS = 15_000;
 
+const utf8Text = new TextDecoder();
+
 /**
- * How long a stream that may start quiet waits for its first message before the status line goes
- * out anyway: long enough that a refusal (unknown job, bad input, a few milliseconds normally) is
- * still a plain REST error with its status, short enough that a proxy does not give up on a
- * resumed stream whose next event is minutes away.
+ * How long a stream that may start quiet (a resumed WatchJob sends no snapshot) waits for its first
+ * message before the status line goes out anyway: long enough that a refusal (unknown job, bad
+ * input, a few milliseconds normally) is still a plain REST error with its status, short enough
+ * that a proxy does not give up on a resumed stream whose next event is minutes away.
  */
 const SSE_QUIET_START_MS = 1000;
 
+/** The SSE `id:` of a stream message: a WatchJob event's id (the snapshot has none). */
+function eventIdOf(data: string): string | undefined {
+  if (!data.startsWith('{"event"')) return undefined;
+  const id = (JSON.parse(data) as { event?: { id?: unknown } }).event?.id;
+  return typeof id === "string" || typeof id === "number" ? String(id) : undefined;
+}
+
 /**
  * A server stream as Server-Sent Events: one `data:` line of JSON per message (the same JSON as
- * the RPC's), so `EventSource` and `curl -N` both work, preceded by an `id:` line where the route
- * gives the message one (EventSource sends the last as Last-Event-ID when it reconnects). An error
+ * the RPC's), so `EventSource` and `curl -N` both work, preceded by an `id:` line where the
+ * message has one (EventSource sends the last as Last-Event-ID when it reconnects). An error
  * before the first message is a plain REST error answer; after it, an `event: error` carrying the
  * REST error body ends the stream.
  */
 async function writeEventStream(
   res: NodeResponse,
-  route: Route,
-  handler: StreamingHandler,
-  request: MessageShape<DescMessage>,
-  ctx: HandlerContext,
+  answering: Promise<UniversalServerResponse>,
+  schema: DescMessage,
+  json: JsonObject,
   info: RequestInfo,
 ): Promise<void> {
-  const iterator = handler(request, ctx)[Symbol.asyncIterator]();
-  // The first message (or error) decides the status line, unless a quiet stream stays silent a while.
-  const first = iterator.next();
+  // connect-es resolves a stream's answer with its first frame (so headers can still change
+  // until then): the wait for the first message starts here.
+  let frames: AsyncIterator<{ flags: number; data: Uint8Array }> | undefined;
+  const open = async () => {
+    const answer = await answering;
+    if (answer.status !== 200 || !answer.body) throw new HttpError(Code.Internal, "internal error");
+    return pipe(answer.body, transformSplitEnvelope(STREAM_FRAME_MAX_BYTES))[Symbol.asyncIterator]();
+  };
+  /** A frame's text, or the failure an end-of-stream frame carries (undefined: the stream ended well). */
+  const read = async (): Promise<{ data?: string; failure?: MappedError; done: boolean }> => {
+    frames ??= await open();
+    const step = await frames.next();
+    if (step.done) return { done: true };
+    const text = utf8Text.decode(step.value.data);
+    if ((step.value.flags & endStreamFlag) !== endStreamFlag) return { data: text, done: false };
+    const end = JSON.parse(text) as { error?: ConnectErrorJson };
+    if (!end.error) return { done: true };
+    return { failure: connectFailure(end.error, schema, json, info), done: true };
+  };
+  // The first message (or error) decides the status line, unless a resumed stream stays quiet a while.
+  const firstRead = read();
   let timer: NodeJS.Timeout | undefined;
-  const early = route.mayStartQuiet?.(request)
-    ? await Promise.race([first, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSE_QUIET_START_MS)))])
-    : await first;
+  const resumed = json.after_event_id !== undefined || json.afterEventId !== undefined;
+  const early = resumed
+    ? await Promise.race([firstRead, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSE_QUIET_START_MS)))])
+    : await firstRead;
   clearTimeout(timer);
+  if (early?.failure) {
+    writeJson(res, early.failure.httpStatus, restErrorBody(early.failure, info.requestId));
+    return;
+  }
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
   const send = (text: string) => void res.write(text);
   if (early === undefined) send(": waiting for the next event\n\n");
   const keepalive = setInterval(() => send(": keepalive\n\n"), SSE_KEEPALIVE_MS);
   try {
-    for (let step = await first; !step.done; step = await iterator.next()) {
-      const json = toJson(route.response, create(route.response, step.value as never), JSON_WRITE);
-      const id = route.eventId?.(step.value);
-      send(`${id === undefined ? "" : `id: ${id}\n`}data: ${JSON.stringify(json)}\n\n`);
+    for (let step = await firstRead; ; step = await read()) {
+      if (step.data !== undefined) {
+        const id = eventIdOf(step.data);
+        send(`${id === undefined ? "" : `id: ${id}\n`}data: ${step.data}\n\n`);
+      }
+      if (step.failure) send(`event: error\ndata: ${JSON.stringify(restErrorBody(step.failure, info.requestId))}\n\n`);
+      if (step.done) break;
     }
   } catch (err) {
-    const m = mapError(err);
-    info.code = m.codeName;
-    if (m.internal) info.error ??= err;
+    const m = recordFailure(info, err);
     send(`event: error\ndata: ${JSON.stringify(restErrorBody(m, info.requestId))}\n\n`);
   } finally {
     clearInterval(keepalive);
     res.end();
   }
-}
-
-function headersOf(req: NodeRequest): Headers {
-  const h = new Headers();
-  for (const [k, v] of Object.entries(req.headers)) {
-    if (k.startsWith(":") || v === undefined) continue;
-    if (Array.isArray(v)) for (const item of v) h.append(k, item);
-    else h.set(k, v);
-  }
-  return h;
 }

@@ -1,26 +1,30 @@
 // The API server: dispatch between the operational routes (ops-routes.ts), the REST routes
-// (rest.ts) and the Connect router (gRPC, gRPC-Web, Connect), on the one port the listener
+// (rest.ts, transcoded onto the router) and the Connect router (gRPC, gRPC-Web, Connect; every
+// RPC through the interceptors of interceptors.ts), on the one port the listener
 // (http-listener.ts) serves. Everything else is a 404 in the REST error shape. Every response
 // carries X-Request-Id; every request ends in one log line (request-log.ts).
 
 import { randomUUID } from "node:crypto";
 import { Code, createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { Logger } from "pino";
 import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import type { QueueService } from "../queue/service.js";
+import type { ApiQueue } from "../queue/service.js";
 import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
 import { refuseBeforeConnect } from "./connect-precheck.js";
 import { HttpError, REQUEST_ID_HEADER } from "./errors.js";
 import { createHttpListener, type HttpListener } from "./http-listener.js";
 import { createOpsRoutes } from "./ops-routes.js";
+import { rpcInterceptors } from "./interceptors.js";
+import { protocolOf, requestInfoKey, type RequestInfo } from "./request-info.js";
 import { logWhenClosed } from "./request-log.js";
-import { handleRest, isRestPath, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
-import { createQueueServiceImpl, requestInfoKey, type RequestInfo } from "./service.js";
+import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
+import { createQueueServiceImpl } from "./service.js";
 
 export interface ApiServerOptions {
-  queue: QueueService;
+  queue: ApiQueue;
   logger: Logger;
   maxBodyBytes: number;
   requestTimeoutMs: number;
@@ -46,16 +50,9 @@ export function requestIdFor(header: string | string[] | undefined): string {
   return value !== undefined && SANE_REQUEST_ID.test(value) ? value : randomUUID();
 }
 
-function protocolOf(req: NodeRequest): string {
-  const ct = String(req.headers["content-type"] ?? "");
-  if (ct.startsWith("application/grpc-web")) return "grpc-web";
-  if (ct.startsWith("application/grpc")) return "grpc";
-  return "connect";
-}
-
 export function createApiServer(opts: ApiServerOptions): ApiServer {
   const { logger } = opts;
-  const impl = createQueueServiceImpl({ queue: opts.queue, requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth, metrics: opts.metrics });
+  const impl = createQueueServiceImpl(opts.queue);
   const infos = new WeakMap<object, RequestInfo>();
 
   // Same rules as REST: a field this server does not know is an error, not silently dropped, and
@@ -71,8 +68,15 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     useProtoFieldName: true,
     alwaysEmitImplicit: true,
   };
+  // The router's handlers (one per RPC) also serve REST, so every transport runs the one chain
+  // (connectNodeAdapter calls routes before it returns).
+  let handlers: readonly UniversalHandler[] = [];
   const connectHandler = connectNodeAdapter({
-    routes: (router) => router.service(QueueServiceDesc, impl),
+    routes: (router) => {
+      router.service(QueueServiceDesc, impl);
+      handlers = router.handlers;
+    },
+    interceptors: rpcInterceptors({ requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth, metrics: opts.metrics }),
     readMaxBytes: opts.maxBodyBytes,
     jsonOptions,
     contextValues: (req) => createContextValues().set(requestInfoKey, infos.get(req)),
@@ -83,6 +87,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     },
   });
 
+  const rest = createRest({ handlers, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
   const opsRoutes = createOpsRoutes({ logger, readiness: opts.readiness, auth: opts.auth, metrics: opts.metrics });
 
   async function handle(req: NodeRequest, res: NodeResponse): Promise<void> {
@@ -100,11 +105,11 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
         throw new HttpError(Code.InvalidArgument, "malformed request URL");
       }
       if (await opsRoutes(req, res, url.pathname, info)) return;
-      if (isRestPath(url.pathname)) {
-        await handleRest(req, res, url, info, { impl, maxBodyBytes: opts.maxBodyBytes });
+      if (rest.isRestPath(url.pathname)) {
+        await rest.handle(req, res, url, info);
         return;
       }
-      info.protocol = protocolOf(req);
+      info.protocol = protocolOf(req.headers["content-type"]);
       if (refuseBeforeConnect(req, res, info, opts.maxBodyBytes)) return;
       connectHandler(req, res);
     } catch (err) {

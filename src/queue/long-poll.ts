@@ -5,25 +5,9 @@
 // WatchJob streams end at shutdown too (UNAVAILABLE: the client watches again elsewhere).
 
 import { UnavailableError } from "./errors.js";
+import { overriding } from "./override.js";
 import type { QueueService } from "./service.js";
-import type {
-  CallOptions,
-  JobUpdate,
-  ListJobsInput,
-  ListTasksInput,
-  WatchOptions,
-  ReportProgressInput,
-  RetryJobInput,
-  CancelJobInput,
-  ClaimTasksInput,
-  CompleteTaskInput,
-  CreateJobInput,
-  FailTaskInput,
-  ListCompletedResultsInput,
-  PutWorkloadInput,
-  RenewLeaseInput,
-  Task,
-} from "./types.js";
+import type { CallOptions, ClaimTasksInput, JobUpdate, Task, WatchOptions } from "./types.js";
 
 /** Where wake-ups come from: (workload, how many tasks became claimable). */
 export interface WakeSource {
@@ -41,8 +25,14 @@ interface Waiter {
   wake: () => void;
 }
 
-/** The queue with long-poll claims; every other call goes straight to the store. */
-export class LongPollingQueue implements QueueService {
+// Every call but claimTasks and watchJob is the wrapped queue's own: the constructor returns the
+// queue seen through this object (override.ts), so nothing is passed through by hand.
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging, @typescript-eslint/no-empty-object-type
+export interface LongPollingQueue extends QueueService {}
+
+/** The queue with long-poll claims and watches that end at shutdown; every other call goes straight to the store. */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
+export class LongPollingQueue {
   /** Parked claims in arrival order; a wake goes to the longest-waiting first. */
   private readonly waiters = new Set<Waiter>();
   /** Open WatchJob streams, ended by close(). */
@@ -59,6 +49,7 @@ export class LongPollingQueue implements QueueService {
       (workload, count) => this.wakeFor(workload, count),
       () => this.wakeAll(), // notifications may have been lost while disconnected
     );
+    return overriding(queue, this) as LongPollingQueue;
   }
 
   get parked(): number {
@@ -78,61 +69,6 @@ export class LongPollingQueue implements QueueService {
       await this.park(input.workloads, Math.min(left, this.jitteredPoll()), opts.signal);
       if (this.closed || opts.signal?.aborted || Date.now() >= until) return [];
     }
-  }
-
-  createJob(input: CreateJobInput, opts?: CallOptions) {
-    return this.queue.createJob(input, opts);
-  }
-  renewLease(input: RenewLeaseInput, opts?: CallOptions) {
-    return this.queue.renewLease(input, opts);
-  }
-  completeTask(input: CompleteTaskInput, opts?: CallOptions) {
-    return this.queue.completeTask(input, opts);
-  }
-  completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions) {
-    return this.queue.completeTasks(inputs, opts);
-  }
-  failTask(input: FailTaskInput, opts?: CallOptions) {
-    return this.queue.failTask(input, opts);
-  }
-  expireLeases(opts?: CallOptions) {
-    return this.queue.expireLeases(opts);
-  }
-  getJobStatus(jobId: string, opts?: CallOptions) {
-    return this.queue.getJobStatus(jobId, opts);
-  }
-  listCompletedResults(input: ListCompletedResultsInput, opts?: CallOptions) {
-    return this.queue.listCompletedResults(input, opts);
-  }
-  cancelJob(input: CancelJobInput, opts?: CallOptions) {
-    return this.queue.cancelJob(input, opts);
-  }
-  putWorkload(input: PutWorkloadInput, opts?: CallOptions) {
-    return this.queue.putWorkload(input, opts);
-  }
-  listWorkloads(opts?: CallOptions) {
-    return this.queue.listWorkloads(opts);
-  }
-  reportProgress(input: ReportProgressInput, opts?: CallOptions) {
-    return this.queue.reportProgress(input, opts);
-  }
-  retryJob(input: RetryJobInput, opts?: CallOptions) {
-    return this.queue.retryJob(input, opts);
-  }
-  listJobs(input: ListJobsInput, opts?: CallOptions) {
-    return this.queue.listJobs(input, opts);
-  }
-  listTasks(input: ListTasksInput, opts?: CallOptions) {
-    return this.queue.listTasks(input, opts);
-  }
-  getTask(taskId: string, opts?: CallOptions) {
-    return this.queue.getTask(taskId, opts);
-  }
-  maintain(opts?: CallOptions) {
-    return this.queue.maintain(opts);
-  }
-  taskStats(scope: "unfinished" | "all", opts?: CallOptions) {
-    return this.queue.taskStats(scope, opts);
   }
 
   async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {

@@ -1,3 +1,4 @@
+import type { MaintenanceQueue } from "./maintenance.js";
 import type {
   CallOptions,
   CancelJobInput,
@@ -6,7 +7,6 @@ import type {
   CompleteTaskInput,
   CreateJobInput,
   CreateJobResult,
-  ExpireLeasesResult,
   FailTaskInput,
   Job,
   JobStatusResult,
@@ -19,7 +19,6 @@ import type {
   JobUpdate,
   TaskDetail,
   WatchOptions,
-  MaintenanceResult,
   ReportProgressInput,
   RetryJobInput,
   RetryJobResult,
@@ -31,11 +30,11 @@ import type {
 } from "./types.js";
 
 /**
- * The one surface every transport calls. Implementations validate their input
- * (throwing ValidationError before touching the database) and throw only the
- * typed errors of ./errors.ts.
+ * What the API calls: the queue operation behind every RPC, the one surface every transport
+ * reaches. Implementations validate their input (throwing ValidationError before touching the
+ * database) and throw only the typed errors of ./errors.ts.
  */
-export interface QueueService {
+export interface ApiQueue {
   createJob(input: CreateJobInput, opts?: CallOptions): Promise<CreateJobResult>;
   /** Leases up to maxTasks tasks; an empty array when nothing is claimable. */
   claimTasks(input: ClaimTasksInput, opts?: CallOptions): Promise<Task[]>;
@@ -44,7 +43,6 @@ export interface QueueService {
   /** Completes many leased tasks in one statement, each under the same lease and replay rules as completeTask. */
   completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions): Promise<CompleteOutcome[]>;
   failTask(input: FailTaskInput, opts?: CallOptions): Promise<Task>;
-  expireLeases(opts?: CallOptions): Promise<ExpireLeasesResult>;
   getJobStatus(jobId: string, opts?: CallOptions): Promise<JobStatusResult>;
   listCompletedResults(input: ListCompletedResultsInput, opts?: CallOptions): Promise<ListCompletedResultsResult>;
   cancelJob(input: CancelJobInput, opts?: CallOptions): Promise<Job>;
@@ -64,8 +62,10 @@ export interface QueueService {
   listTasks(input: ListTasksInput, opts?: CallOptions): Promise<ListTasksResult>;
   /** One task with its attempts. */
   getTask(taskId: string, opts?: CallOptions): Promise<TaskDetail>;
-  /** Maintenance besides lease expiry: pending-task expiry and retention. */
-  maintain(opts?: CallOptions): Promise<MaintenanceResult>;
+}
+
+/** What metrics read when scraped. */
+export interface TaskStatsSource {
   /**
    * Task counts by workload and status, for metrics. "unfinished" counts pending and leased tasks
    * through their partial indexes (cheap enough every few seconds); "all" also counts finished
@@ -73,6 +73,12 @@ export interface QueueService {
    */
   taskStats(scope: "unfinished" | "all", opts?: CallOptions): Promise<WorkloadTaskStats[]>;
 }
+
+/**
+ * The whole queue a store implements: what the API calls, what the maintenance loop calls
+ * (maintenance.ts) and what metrics read. Wrappers take and give the part they change.
+ */
+export interface QueueService extends ApiQueue, MaintenanceQueue, TaskStatsSource {}
 
 /**
  * What the store reports as it happens, for metrics (counted where the rows change, so batch

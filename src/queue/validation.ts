@@ -24,7 +24,11 @@ import type {
 } from "./types.js";
 import { JOB_STATUSES, TASK_STATUSES } from "./types.js";
 
-/** Documented bounds (README "Limits"). MAX_TASKS_PER_JOB is configurable and passed in. */
+/**
+ * The one table of field bounds: the proto's comments name them (LIMITS.<name>) rather than
+ * repeat the numbers; the README's "Limits" lists them for readers. MAX_TASKS_PER_JOB is
+ * configurable and passed in.
+ */
 export const LIMITS = {
   uriLength: 2048,
   workerIdLength: 128,

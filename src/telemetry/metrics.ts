@@ -3,7 +3,7 @@
 //   - default Node.js process metrics (no prefix);
 //   - counters and the pickup histogram, fed by the store through the
 //     QueueObserver that main.ts passes to PostgresQueue;
-//   - RPC durations, observed by run() in src/api/service.ts for every RPC over
+//   - RPC durations, observed by the metrics interceptor (src/api/interceptors.ts) for every RPC over
 //     every transport;
 //   - task counts and pool gauges, read only when scraped: task counts come from
 //     queue.taskStats(), cached (unfinished ~5 s, all 60 s: that one is a full
@@ -12,7 +12,7 @@
 
 import type { Logger } from "pino";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import type { QueueObserver, QueueService } from "../queue/service.js";
+import type { QueueObserver, TaskStatsSource } from "../queue/service.js";
 import type { TaskStatus, WorkloadTaskStats } from "../queue/types.js";
 
 /** What the pool gauges read at scrape time (a pg.Pool has these three). */
@@ -34,7 +34,7 @@ export interface ApiMetrics {
 export interface MetricsOptions {
   logger: Logger;
   /** Source of leasehold_tasks / leasehold_oldest_pending_seconds; also settable later with attach(). */
-  stats?: Pick<QueueService, "taskStats">;
+  stats?: TaskStatsSource;
   /** Source of leasehold_db_pool_connections; also settable later with attach(). */
   pool?: PoolCounts;
   /** How long "unfinished" task stats are reused; default 5 s. */
@@ -69,7 +69,7 @@ class StatsCache {
     private readonly logger: Logger,
   ) {}
 
-  refresh(source: Pick<QueueService, "taskStats"> | undefined): Promise<void> {
+  refresh(source: TaskStatsSource | undefined): Promise<void> {
     if (!source || performance.now() - this.attemptedAt < this.ttlMs) return this.inFlight ?? Promise.resolve();
     this.attemptedAt = performance.now();
     this.inFlight ??= (async () => {
@@ -91,7 +91,7 @@ export class Metrics implements ApiMetrics {
   readonly observer: QueueObserver;
 
   /** Read at scrape time; see attach(). */
-  private readonly sources: { stats?: Pick<QueueService, "taskStats">; pool?: PoolCounts };
+  private readonly sources: { stats?: TaskStatsSource; pool?: PoolCounts };
   private readonly rpcDuration: Histogram<"method" | "code">;
 
   constructor(opts: MetricsOptions) {
@@ -207,7 +207,7 @@ export class Metrics implements ApiMetrics {
   }
 
   /** Sets the sources read at scrape time (the store exists only after the observer is handed to it). */
-  attach(sources: { stats?: Pick<QueueService, "taskStats">; pool?: PoolCounts }): void {
+  attach(sources: { stats?: TaskStatsSource; pool?: PoolCounts }): void {
     if (sources.stats) this.sources.stats = sources.stats;
     if (sources.pool) this.sources.pool = sources.pool;
   }

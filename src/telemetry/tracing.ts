@@ -5,9 +5,9 @@
 //     exporter configured by the standard OTEL_* variables, W3C trace context);
 //     main.ts starts it only when the endpoint is configured and shuts it down
 //     (flushing) at the end of a graceful stop.
-//   - startRpcSpan()/endRpcSpan(): one SERVER span per RPC (used by run() in
-//     src/api/service.ts), child of the caller's `traceparent` header.
-//   - traceQueue(): one INTERNAL span "queue.<method>" per QueueService call.
+//   - startRpcSpan()/endRpcSpan(): one SERVER span per RPC (used by the tracing
+//     interceptor in src/api/interceptors.ts), child of the caller's `traceparent` header.
+//   - traceQueue(): one INTERNAL span "queue.<method>" per call of the queue it wraps.
 
 import {
   context,
@@ -26,7 +26,6 @@ import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 import { QueueError } from "../queue/errors.js";
-import type { QueueService } from "../queue/service.js";
 
 export const TRACER_NAME = "leasehold";
 export const SERVICE_NAME = "leasehold";
@@ -111,32 +110,8 @@ export function endRpcSpan(span: Span, outcome: { code?: string; taskId?: string
   span.end();
 }
 
-/**
- * Every method of QueueService, so traceQueue wraps them all: a method added to the
- * interface does not compile until it is listed here.
- */
-const QUEUE_METHODS: { [K in keyof QueueService]: true } = {
-  createJob: true,
-  claimTasks: true,
-  renewLease: true,
-  completeTask: true,
-  completeTasks: true,
-  failTask: true,
-  expireLeases: true,
-  getJobStatus: true,
-  listCompletedResults: true,
-  cancelJob: true,
-  putWorkload: true,
-  listWorkloads: true,
-  reportProgress: true,
-  retryJob: true,
-  listJobs: true,
-  watchJob: true,
-  listTasks: true,
-  getTask: true,
-  maintain: true,
-  taskStats: true,
-};
+/** Calls whose first argument is a job id rather than an input object. */
+const JOB_ID_ARGUMENT = new Set(["getJobStatus", "watchJob"]);
 
 const ID_ATTRIBUTES: [field: string, attribute: string][] = [
   ["taskId", "leasehold.task_id"],
@@ -148,7 +123,7 @@ const ID_ATTRIBUTES: [field: string, attribute: string][] = [
 /** Ids found in a call's first argument (an input object, a job id for getJobStatus/watchJob, a task id for getTask). */
 function callAttributes(method: string, first: unknown): Attributes {
   const attrs: Attributes = { "leasehold.queue.method": method };
-  if (typeof first === "string" && (method === "getJobStatus" || method === "watchJob")) {
+  if (typeof first === "string" && JOB_ID_ARGUMENT.has(method)) {
     attrs["leasehold.job_id"] = first;
   } else if (typeof first === "string" && method === "getTask") {
     attrs["leasehold.task_id"] = first;
@@ -171,42 +146,54 @@ function failSpan(span: Span, err: unknown): void {
   span.setStatus({ code: SpanStatusCode.ERROR, message: name });
 }
 
-/**
- * The queue with one INTERNAL span "queue.<method>" around every call, child of the
- * active span (the RPC's). A method that returns a promise is spanned until it settles;
- * one that returns something else (watchJob's AsyncIterable) only for its creation, and
- * its result is passed through untouched so streaming works as before.
- */
-export function traceQueue(queue: QueueService): QueueService {
-  const wrapped: Record<string, unknown> = {};
-  for (const method of Object.keys(QUEUE_METHODS) as (keyof QueueService)[]) {
-    const original = queue[method] as (...args: unknown[]) => unknown;
-    wrapped[method] = function traced(...args: unknown[]): unknown {
-      const span = tracer().startSpan(`queue.${method}`, { kind: SpanKind.INTERNAL, attributes: callAttributes(method, args[0]) });
-      let result: unknown;
-      try {
-        result = context.with(trace.setSpan(context.active(), span), () => original.apply(queue, args));
-      } catch (err) {
-        failSpan(span, err);
-        span.end();
-        throw err;
-      }
-      if (result !== null && typeof result === "object" && typeof (result as PromiseLike<unknown>).then === "function") {
-        return Promise.resolve(result).then(
-          (value: unknown) => {
-            span.end();
-            return value;
-          },
-          (err: unknown) => {
-            failSpan(span, err);
-            span.end();
-            throw err;
-          },
-        );
-      }
+function traced(queue: object, method: string, original: (...args: unknown[]) => unknown): (...args: unknown[]) => unknown {
+  return function traced(...args: unknown[]): unknown {
+    const span = tracer().startSpan(`queue.${method}`, { kind: SpanKind.INTERNAL, attributes: callAttributes(method, args[0]) });
+    let result: unknown;
+    try {
+      result = context.with(trace.setSpan(context.active(), span), () => original.apply(queue, args));
+    } catch (err) {
+      failSpan(span, err);
       span.end();
-      return result;
-    };
-  }
-  return wrapped as unknown as QueueService;
+      throw err;
+    }
+    if (result !== null && typeof result === "object" && typeof (result as PromiseLike<unknown>).then === "function") {
+      return Promise.resolve(result).then(
+        (value: unknown) => {
+          span.end();
+          return value;
+        },
+        (err: unknown) => {
+          failSpan(span, err);
+          span.end();
+          throw err;
+        },
+      );
+    }
+    span.end();
+    return result;
+  };
+}
+
+/**
+ * The queue with one INTERNAL span "queue.<method>" around every call, child of the active span
+ * (the RPC's): every method the queue has, with no list to keep, so a method added to the queue
+ * is spanned as it is. A method that returns a promise is spanned until it settles; one that
+ * returns something else (watchJob's AsyncIterable) only for its creation, and its result is
+ * passed through untouched so streaming works as before.
+ */
+export function traceQueue<Q extends object>(queue: Q): Q {
+  const wrapped = new Map<string, unknown>();
+  return new Proxy(queue, {
+    get(target, prop) {
+      const value: unknown = Reflect.get(target, prop, target);
+      if (typeof prop !== "string" || typeof value !== "function" || prop === "constructor") return value;
+      let fn = wrapped.get(prop);
+      if (fn === undefined) {
+        fn = traced(target, prop, value as (...args: unknown[]) => unknown);
+        wrapped.set(prop, fn);
+      }
+      return fn;
+    },
+  });
 }

@@ -2,9 +2,16 @@
 //
 // One contract for every transport: the same service is served over gRPC,
 // gRPC-Web and Connect (path /leasehold.queue.v1.QueueService/<Method>) and as
-// REST JSON routes (listed on each RPC). JSON output uses the proto field
-// names below (snake_case); JSON input accepts them and their lowerCamelCase
-// form, and rejects unknown fields. Times are RFC 3339 UTC strings in JSON.
+// REST JSON routes, declared on each RPC by its google.api.http option: path
+// parameters and the body ("*": the whole request) or, for GET, the query
+// string make up the request message. REST answers 200 unless an RPC says
+// otherwise. JSON output uses the proto field names below (snake_case); JSON
+// input accepts them and their lowerCamelCase form, and rejects unknown
+// fields. Times are RFC 3339 UTC strings in JSON.
+//
+// Bounds named LIMITS.<name> below are the one table of field limits,
+// LIMITS in src/queue/validation.ts (listed in the README's "Limits"): a
+// value outside its bound is INVALID_ARGUMENT naming the field.
 //
 // Errors: invalid input is INVALID_ARGUMENT (HTTP 400); an unknown job, task
 // or workload is NOT_FOUND (404); a stale, foreign or expired lease, or a
@@ -28,6 +35,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_google_api_annotations } from "../../../google/api/annotations_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
@@ -36,7 +44,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file leasehold/queue/v1/queue.proto.
  */
 export const file_leasehold_queue_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("Ch5sZWFzZWhvbGQvcXVldWUvdjEvcXVldWUucHJvdG8SEmxlYXNlaG9sZC5xdWV1ZS52MSKHAQoIVGFza1NwZWMSEwoLY2h1bmtfaW5kZXgYASABKAUSEQoJaW5wdXRfdXJpGAIgASgJEhQKDGlucHV0X3NoYTI1NhgDIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIQCgh3b3JrbG9hZBgFIAEoCSKRAwoDSm9iEgoKAmlkGAEgASgJEhAKCHdvcmtsb2FkGAIgASgJEhEKCWlucHV0X3VyaRgDIAEoCRIUCgxpbnB1dF9zaGEyNTYYBCABKAkSKwoKcGFyYW1ldGVycxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoGc3RhdHVzGAYgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIQCghwcmlvcml0eRgHIAEoBRIXCg9pZGVtcG90ZW5jeV9rZXkYCCABKAkSEwoLdHJhY2VwYXJlbnQYCSABKAkSFQoNY2FuY2VsX3JlYXNvbhgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIosFCgRUYXNrEgoKAmlkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtjaHVua19pbmRleBgDIAEoBRIQCgh3b3JrbG9hZBgEIAEoCRIRCglpbnB1dF91cmkYBSABKAkSFAoMaW5wdXRfc2hhMjU2GAYgASgJEisKCnBhcmFtZXRlcnMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KBnN0YXR1cxgIIAEoDjIeLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrU3RhdHVzEg8KB2F0dGVtcHQYCSABKAUSFAoMbWF4X2F0dGVtcHRzGAogASgFEhAKCHByaW9yaXR5GAsgASgFEhMKC2xlYXNlX293bmVyGAwgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlc3VsdF91cmkYDiABKAkSFQoNcmVzdWx0X3NoYTI1NhgPIAEoCRIoCgdtZXRyaWNzGBAgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgplcnJvcl9jb2RlGBEgASgJEhUKDWVycm9yX21lc3NhZ2UYEiABKAkSLgoKY3JlYXRlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMY29tcGxldGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd2ZXJzaW9uGBYgASgFEhMKC3RyYWNlcGFyZW50GBcgASgJImMKClRhc2tDb3VudHMSDwoHcGVuZGluZxgBIAEoBRIOCgZsZWFzZWQYAiABKAUSEQoJY29tcGxldGVkGAMgASgFEg4KBmZhaWxlZBgEIAEoBRIRCgljYW5jZWxsZWQYBSABKAUivQEKDlJlc3VsdE1hbmlmZXN0EhMKC2NodW5rX2luZGV4GAEgASgFEg8KB3Rhc2tfaWQYAiABKAkSEgoKcmVzdWx0X3VyaRgDIAEoCRIVCg1yZXN1bHRfc2hhMjU2GAQgASgJEigKB21ldHJpY3MYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjAKDGNvbXBsZXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi9gEKCFdvcmtsb2FkEgwKBG5hbWUYASABKAkSFAoMbWF4X2F0dGVtcHRzGAIgASgFEhUKDWxlYXNlX3NlY29uZHMYAyABKAUSMgoRcGFyYW1ldGVyc19zY2hlbWEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE21heF9wZW5kaW5nX3NlY29uZHMYByABKAUikwIKEENyZWF0ZUpvYlJlcXVlc3QSEAoId29ya2xvYWQYASABKAkSEQoJaW5wdXRfdXJpGAIgASgJEhQKDGlucHV0X3NoYTI1NhgDIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIQCghwcmlvcml0eRgFIAEoBRIZCgxtYXhfYXR0ZW1wdHMYBiABKAVIAIgBARIXCg9pZGVtcG90ZW5jeV9rZXkYByABKAkSEwoLdHJhY2VwYXJlbnQYCCABKAkSKwoFdGFza3MYCSADKAsyHC5sZWFzZWhvbGQucXVldWUudjEuVGFza1NwZWNCDwoNX21heF9hdHRlbXB0cyJiChFDcmVhdGVKb2JSZXNwb25zZRIkCgNqb2IYASABKAsyFy5sZWFzZWhvbGQucXVldWUudjEuSm9iEicKBXRhc2tzGAIgAygLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2siowEKEUNsYWltVGFza3NSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIRCgl3b3JrbG9hZHMYAiADKAkSFgoJbWF4X3Rhc2tzGAMgASgFSACIAQESGgoNbGVhc2Vfc2Vjb25kcxgEIAEoBUgBiAEBEhQKDHdhaXRfc2Vjb25kcxgFIAEoBUIMCgpfbWF4X3Rhc2tzQhAKDl9sZWFzZV9zZWNvbmRzIj0KEkNsYWltVGFza3NSZXNwb25zZRInCgV0YXNrcxgBIAMoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrInYKEVJlbmV3TGVhc2VSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEQoJd29ya2VyX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSGgoNbGVhc2Vfc2Vjb25kcxgEIAEoBUgAiAEBQhAKDl9sZWFzZV9zZWNvbmRzIjwKElJlbmV3TGVhc2VSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sinwEKE0NvbXBsZXRlVGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRISCgpyZXN1bHRfdXJpGAQgASgJEhUKDXJlc3VsdF9zaGEyNTYYBSABKAkSKAoHbWV0cmljcxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiPgoUQ29tcGxldGVUYXNrUmVzcG9uc2USJgoEdGFzaxgBIAEoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrIlAKFENvbXBsZXRlVGFza3NSZXF1ZXN0EjgKB3Jlc3VsdHMYASADKAsyJy5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrUmVxdWVzdCJSChVDb21wbGV0ZVRhc2tzUmVzcG9uc2USOQoIb3V0Y29tZXMYASADKAsyJy5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrT3V0Y29tZSJ/ChNDb21wbGV0ZVRhc2tPdXRjb21lEg8KB3Rhc2tfaWQYASABKAkSJgoEdGFzaxgCIAEoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrEi8KBWVycm9yGAMgASgLMiAubGVhc2Vob2xkLnF1ZXVlLnYxLk91dGNvbWVFcnJvciItCgxPdXRjb21lRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItEBCg9GYWlsVGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRISCgplcnJvcl9jb2RlGAQgASgJEhUKDWVycm9yX21lc3NhZ2UYBSABKAkSFgoJcmV0cnlhYmxlGAYgASgISACIAQESIAoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgHIAEoBUgBiAEBQgwKCl9yZXRyeWFibGVCFgoUX3JldHJ5X2FmdGVyX3NlY29uZHMiOgoQRmFpbFRhc2tSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2siHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiwwEKDkdldEpvYlJlc3BvbnNlEiQKA2pvYhgBIAEoCzIXLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2ISMwoLdGFza19jb3VudHMYAiABKAsyHi5sZWFzZWhvbGQucXVldWUudjEuVGFza0NvdW50cxITCgt0b3RhbF90YXNrcxgDIAEoBRIQCghwcm9ncmVzcxgEIAEoARIvCgdmYWlsdXJlGAUgASgLMh4ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYkZhaWx1cmUisAEKCkpvYkZhaWx1cmUSDwoHdGFza19pZBgBIAEoCRITCgtjaHVua19pbmRleBgCIAEoBRISCgplcnJvcl9jb2RlGAMgASgJEhUKDWVycm9yX21lc3NhZ2UYBCABKAkSDwoHYXR0ZW1wdBgFIAEoBRIRCgl3b3JrZXJfaWQYBiABKAkSLQoJZmFpbGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJUChtMaXN0Q29tcGxldGVkUmVzdWx0c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImwKHExpc3RDb21wbGV0ZWRSZXN1bHRzUmVzcG9uc2USMwoHcmVzdWx0cxgBIAMoCzIiLmxlYXNlaG9sZC5xdWV1ZS52MS5SZXN1bHRNYW5pZmVzdBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMgoQQ2FuY2VsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIjkKEUNhbmNlbEpvYlJlc3BvbnNlEiQKA2pvYhgBIAEoCzIXLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2Ii6gEKElB1dFdvcmtsb2FkUmVxdWVzdBIMCgRuYW1lGAEgASgJEhkKDG1heF9hdHRlbXB0cxgCIAEoBUgAiAEBEhoKDWxlYXNlX3NlY29uZHMYAyABKAVIAYgBARIyChFwYXJhbWV0ZXJzX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSIAoTbWF4X3BlbmRpbmdfc2Vjb25kcxgFIAEoBUgCiAEBQg8KDV9tYXhfYXR0ZW1wdHNCEAoOX2xlYXNlX3NlY29uZHNCFgoUX21heF9wZW5kaW5nX3NlY29uZHMiRQoTUHV0V29ya2xvYWRSZXNwb25zZRIuCgh3b3JrbG9hZBgBIAEoCzIcLmxlYXNlaG9sZC5xdWV1ZS52MS5Xb3JrbG9hZCIWChRMaXN0V29ya2xvYWRzUmVxdWVzdCJIChVMaXN0V29ya2xvYWRzUmVzcG9uc2USLwoJd29ya2xvYWRzGAEgAygLMhwubGVhc2Vob2xkLnF1ZXVlLnYxLldvcmtsb2FkIrkBChVSZXBvcnRQcm9ncmVzc1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRIQCghwcm9ncmVzcxgEIAEoARIPCgdtZXNzYWdlGAUgASgJEhoKEnBhcnRpYWxfcmVzdWx0X3VyaRgGIAEoCRIaCg1sZWFzZV9zZWNvbmRzGAcgASgFSACIAQFCEAoOX2xlYXNlX3NlY29uZHMiQAoWUmVwb3J0UHJvZ3Jlc3NSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sinAQKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoCRIuCgRraW5kGAMgASgOMiAubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYkV2ZW50S2luZBIPCgd0YXNrX2lkGAQgASgJEhMKC2NodW5rX2luZGV4GAUgASgFEjMKC3Rhc2tfc3RhdHVzGAYgASgOMh4ubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2tTdGF0dXMSPAoUcHJldmlvdXNfdGFza19zdGF0dXMYByABKA4yHi5sZWFzZWhvbGQucXVldWUudjEuVGFza1N0YXR1cxIxCgpqb2Jfc3RhdHVzGAggASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxI6ChNwcmV2aW91c19qb2Jfc3RhdHVzGAkgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIPCgdhdHRlbXB0GAogASgFEhEKCXdvcmtlcl9pZBgLIAEoCRIQCghwcm9ncmVzcxgMIAEoARIPCgdtZXNzYWdlGA0gASgJEhoKEnBhcnRpYWxfcmVzdWx0X3VyaRgOIAEoCRISCgplcnJvcl9jb2RlGA8gASgJEi4KCmNyZWF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWVycm9yX21lc3NhZ2UYESABKAkiOQoPV2F0Y2hKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIWCg5hZnRlcl9ldmVudF9pZBgCIAEoAyKDAQoQV2F0Y2hKb2JSZXNwb25zZRI2CghzbmFwc2hvdBgBIAEoCzIiLmxlYXNlaG9sZC5xdWV1ZS52MS5HZXRKb2JSZXNwb25zZUgAEi0KBWV2ZW50GAIgASgLMhwubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYkV2ZW50SABCCAoGdXBkYXRlIk0KD1JldHJ5Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSGQoMbWF4X2F0dGVtcHRzGAIgASgFSACIAQFCDwoNX21heF9hdHRlbXB0cyJPChBSZXRyeUpvYlJlc3BvbnNlEiQKA2pvYhgBIAEoCzIXLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2ISFQoNcmV0cmllZF90YXNrcxgCIAEoBSJ5Cg9MaXN0Sm9ic1JlcXVlc3QSLQoGc3RhdHVzGAEgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIQCgh3b3JrbG9hZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJSChBMaXN0Sm9ic1Jlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5sZWFzZWhvbGQucXVldWUudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ5ChBMaXN0VGFza3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIuCgZzdGF0dXMYAiABKA4yHi5sZWFzZWhvbGQucXVldWUudjEuVGFza1N0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJbChFMaXN0VGFza3NSZXNwb25zZRItCgV0YXNrcxgBIAMoCzIeLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrRGV0YWlsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIhCg5HZXRUYXNrUmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJImwKD0dldFRhc2tSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sSMQoIYXR0ZW1wdHMYAiADKAsyHy5sZWFzZWhvbGQucXVldWUudjEuVGFza0F0dGVtcHQiZwoKVGFza0RldGFpbBImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sSMQoIYXR0ZW1wdHMYAiADKAsyHy5sZWFzZWhvbGQucXVldWUudjEuVGFza0F0dGVtcHQiuwIKC1Rhc2tBdHRlbXB0Eg8KB2F0dGVtcHQYASABKAUSEQoJd29ya2VyX2lkGAIgASgJEi0KCWxlYXNlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjMKB291dGNvbWUYBSABKA4yIi5sZWFzZWhvbGQucXVldWUudjEuQXR0ZW1wdE91dGNvbWUSEgoKZXJyb3JfY29kZRgGIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAcgASgJEg8KB3JldHJpZWQYCCABKAgSOgoNbGFzdF9wcm9ncmVzcxgJIAEoCzIjLmxlYXNlaG9sZC5xdWV1ZS52MS5BdHRlbXB0UHJvZ3Jlc3MigQEKD0F0dGVtcHRQcm9ncmVzcxIQCghwcm9ncmVzcxgBIAEoARIPCgdtZXNzYWdlGAIgASgJEhoKEnBhcnRpYWxfcmVzdWx0X3VyaRgDIAEoCRIvCgtyZXBvcnRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAqqAEKClRhc2tTdGF0dXMSGwoXVEFTS19TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNUQVNLX1NUQVRVU19QRU5ESU5HEAESFgoSVEFTS19TVEFUVVNfTEVBU0VEEAISGQoVVEFTS19TVEFUVVNfQ09NUExFVEVEEAMSFgoSVEFTS19TVEFUVVNfRkFJTEVEEAQSGQoVVEFTS19TVEFUVVNfQ0FOQ0VMTEVEEAUqogEKCUpvYlN0YXR1cxIaChZKT0JfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSSk9CX1NUQVRVU19QRU5ESU5HEAESFgoSSk9CX1NUQVRVU19SVU5OSU5HEAISGAoUSk9CX1NUQVRVU19DT01QTEVURUQQAxIVChFKT0JfU1RBVFVTX0ZBSUxFRBAEEhgKFEpPQl9TVEFUVVNfQ0FOQ0VMTEVEEAUqjwEKDEpvYkV2ZW50S2luZBIeChpKT0JfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEh4KGkpPQl9FVkVOVF9LSU5EX1RBU0tfU1RBVFVTEAESIAocSk9CX0VWRU5UX0tJTkRfVEFTS19QUk9HUkVTUxACEh0KGUpPQl9FVkVOVF9LSU5EX0pPQl9TVEFUVVMQAyrLAQoOQXR0ZW1wdE91dGNvbWUSHwobQVRURU1QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGwoXQVRURU1QVF9PVVRDT01FX1JVTk5JTkcQARIdChlBVFRFTVBUX09VVENPTUVfQ09NUExFVEVEEAISGgoWQVRURU1QVF9PVVRDT01FX0ZBSUxFRBADEiEKHUFUVEVNUFRfT1VUQ09NRV9MRUFTRV9FWFBJUkVEEAQSHQoZQVRURU1QVF9PVVRDT01FX0NBTkNFTExFRBAFMu8MCgxRdWV1ZVNlcnZpY2USWAoJQ3JlYXRlSm9iEiQubGVhc2Vob2xkLnF1ZXVlLnYxLkNyZWF0ZUpvYlJlcXVlc3QaJS5sZWFzZWhvbGQucXVldWUudjEuQ3JlYXRlSm9iUmVzcG9uc2USWwoKQ2xhaW1UYXNrcxIlLmxlYXNlaG9sZC5xdWV1ZS52MS5DbGFpbVRhc2tzUmVxdWVzdBomLmxlYXNlaG9sZC5xdWV1ZS52MS5DbGFpbVRhc2tzUmVzcG9uc2USWwoKUmVuZXdMZWFzZRIlLmxlYXNlaG9sZC5xdWV1ZS52MS5SZW5ld0xlYXNlUmVxdWVzdBomLmxlYXNlaG9sZC5xdWV1ZS52MS5SZW5ld0xlYXNlUmVzcG9uc2USYQoMQ29tcGxldGVUYXNrEicubGVhc2Vob2xkLnF1ZXVlLnYxLkNvbXBsZXRlVGFza1JlcXVlc3QaKC5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrUmVzcG9uc2USZAoNQ29tcGxldGVUYXNrcxIoLmxlYXNlaG9sZC5xdWV1ZS52MS5Db21wbGV0ZVRhc2tzUmVxdWVzdBopLmxlYXNlaG9sZC5xdWV1ZS52MS5Db21wbGV0ZVRhc2tzUmVzcG9uc2USVQoIRmFpbFRhc2sSIy5sZWFzZWhvbGQucXVldWUudjEuRmFpbFRhc2tSZXF1ZXN0GiQubGVhc2Vob2xkLnF1ZXVlLnYxLkZhaWxUYXNrUmVzcG9uc2USVAoGR2V0Sm9iEiEubGVhc2Vob2xkLnF1ZXVlLnYxLkdldEpvYlJlcXVlc3QaIi5sZWFzZWhvbGQucXVldWUudjEuR2V0Sm9iUmVzcG9uc2UiA5ACARJ+ChRMaXN0Q29tcGxldGVkUmVzdWx0cxIvLmxlYXNlaG9sZC5xdWV1ZS52MS5MaXN0Q29tcGxldGVkUmVzdWx0c1JlcXVlc3QaMC5sZWFzZWhvbGQucXVldWUudjEuTGlzdENvbXBsZXRlZFJlc3VsdHNSZXNwb25zZSIDkAIBElgKCUNhbmNlbEpvYhIkLmxlYXNlaG9sZC5xdWV1ZS52MS5DYW5jZWxKb2JSZXF1ZXN0GiUubGVhc2Vob2xkLnF1ZXVlLnYxLkNhbmNlbEpvYlJlc3BvbnNlEl4KC1B1dFdvcmtsb2FkEiYubGVhc2Vob2xkLnF1ZXVlLnYxLlB1dFdvcmtsb2FkUmVxdWVzdBonLmxlYXNlaG9sZC5xdWV1ZS52MS5QdXRXb3JrbG9hZFJlc3BvbnNlEmkKDUxpc3RXb3JrbG9hZHMSKC5sZWFzZWhvbGQucXVldWUudjEuTGlzdFdvcmtsb2Fkc1JlcXVlc3QaKS5sZWFzZWhvbGQucXVldWUudjEuTGlzdFdvcmtsb2Fkc1Jlc3BvbnNlIgOQAgESZwoOUmVwb3J0UHJvZ3Jlc3MSKS5sZWFzZWhvbGQucXVldWUudjEuUmVwb3J0UHJvZ3Jlc3NSZXF1ZXN0GioubGVhc2Vob2xkLnF1ZXVlLnYxLlJlcG9ydFByb2dyZXNzUmVzcG9uc2USXAoIV2F0Y2hKb2ISIy5sZWFzZWhvbGQucXVldWUudjEuV2F0Y2hKb2JSZXF1ZXN0GiQubGVhc2Vob2xkLnF1ZXVlLnYxLldhdGNoSm9iUmVzcG9uc2UiA5ACATABElUKCFJldHJ5Sm9iEiMubGVhc2Vob2xkLnF1ZXVlLnYxLlJldHJ5Sm9iUmVxdWVzdBokLmxlYXNlaG9sZC5xdWV1ZS52MS5SZXRyeUpvYlJlc3BvbnNlEloKCExpc3RKb2JzEiMubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RKb2JzUmVxdWVzdBokLmxlYXNlaG9sZC5xdWV1ZS52MS5MaXN0Sm9ic1Jlc3BvbnNlIgOQAgESXQoJTGlzdFRhc2tzEiQubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RUYXNrc1JlcXVlc3QaJS5sZWFzZWhvbGQucXVldWUudjEuTGlzdFRhc2tzUmVzcG9uc2UiA5ACARJXCgdHZXRUYXNrEiIubGVhc2Vob2xkLnF1ZXVlLnYxLkdldFRhc2tSZXF1ZXN0GiMubGVhc2Vob2xkLnF1ZXVlLnYxLkdldFRhc2tSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch5sZWFzZWhvbGQvcXVldWUvdjEvcXVldWUucHJvdG8SEmxlYXNlaG9sZC5xdWV1ZS52MSKHAQoIVGFza1NwZWMSEwoLY2h1bmtfaW5kZXgYASABKAUSEQoJaW5wdXRfdXJpGAIgASgJEhQKDGlucHV0X3NoYTI1NhgDIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIQCgh3b3JrbG9hZBgFIAEoCSKRAwoDSm9iEgoKAmlkGAEgASgJEhAKCHdvcmtsb2FkGAIgASgJEhEKCWlucHV0X3VyaRgDIAEoCRIUCgxpbnB1dF9zaGEyNTYYBCABKAkSKwoKcGFyYW1ldGVycxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoGc3RhdHVzGAYgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIQCghwcmlvcml0eRgHIAEoBRIXCg9pZGVtcG90ZW5jeV9rZXkYCCABKAkSEwoLdHJhY2VwYXJlbnQYCSABKAkSFQoNY2FuY2VsX3JlYXNvbhgKIAEoCRIuCgpjcmVhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxjb21wbGV0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIosFCgRUYXNrEgoKAmlkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtjaHVua19pbmRleBgDIAEoBRIQCgh3b3JrbG9hZBgEIAEoCRIRCglpbnB1dF91cmkYBSABKAkSFAoMaW5wdXRfc2hhMjU2GAYgASgJEisKCnBhcmFtZXRlcnMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KBnN0YXR1cxgIIAEoDjIeLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrU3RhdHVzEg8KB2F0dGVtcHQYCSABKAUSFAoMbWF4X2F0dGVtcHRzGAogASgFEhAKCHByaW9yaXR5GAsgASgFEhMKC2xlYXNlX293bmVyGAwgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlc3VsdF91cmkYDiABKAkSFQoNcmVzdWx0X3NoYTI1NhgPIAEoCRIoCgdtZXRyaWNzGBAgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgplcnJvcl9jb2RlGBEgASgJEhUKDWVycm9yX21lc3NhZ2UYEiABKAkSLgoKY3JlYXRlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMY29tcGxldGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd2ZXJzaW9uGBYgASgFEhMKC3RyYWNlcGFyZW50GBcgASgJImMKClRhc2tDb3VudHMSDwoHcGVuZGluZxgBIAEoBRIOCgZsZWFzZWQYAiABKAUSEQoJY29tcGxldGVkGAMgASgFEg4KBmZhaWxlZBgEIAEoBRIRCgljYW5jZWxsZWQYBSABKAUivQEKDlJlc3VsdE1hbmlmZXN0EhMKC2NodW5rX2luZGV4GAEgASgFEg8KB3Rhc2tfaWQYAiABKAkSEgoKcmVzdWx0X3VyaRgDIAEoCRIVCg1yZXN1bHRfc2hhMjU2GAQgASgJEigKB21ldHJpY3MYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjAKDGNvbXBsZXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi9gEKCFdvcmtsb2FkEgwKBG5hbWUYASABKAkSFAoMbWF4X2F0dGVtcHRzGAIgASgFEhUKDWxlYXNlX3NlY29uZHMYAyABKAUSMgoRcGFyYW1ldGVyc19zY2hlbWEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE21heF9wZW5kaW5nX3NlY29uZHMYByABKAUikwIKEENyZWF0ZUpvYlJlcXVlc3QSEAoId29ya2xvYWQYASABKAkSEQoJaW5wdXRfdXJpGAIgASgJEhQKDGlucHV0X3NoYTI1NhgDIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIQCghwcmlvcml0eRgFIAEoBRIZCgxtYXhfYXR0ZW1wdHMYBiABKAVIAIgBARIXCg9pZGVtcG90ZW5jeV9rZXkYByABKAkSEwoLdHJhY2VwYXJlbnQYCCABKAkSKwoFdGFza3MYCSADKAsyHC5sZWFzZWhvbGQucXVldWUudjEuVGFza1NwZWNCDwoNX21heF9hdHRlbXB0cyJiChFDcmVhdGVKb2JSZXNwb25zZRIkCgNqb2IYASABKAsyFy5sZWFzZWhvbGQucXVldWUudjEuSm9iEicKBXRhc2tzGAIgAygLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2siowEKEUNsYWltVGFza3NSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIRCgl3b3JrbG9hZHMYAiADKAkSFgoJbWF4X3Rhc2tzGAMgASgFSACIAQESGgoNbGVhc2Vfc2Vjb25kcxgEIAEoBUgBiAEBEhQKDHdhaXRfc2Vjb25kcxgFIAEoBUIMCgpfbWF4X3Rhc2tzQhAKDl9sZWFzZV9zZWNvbmRzIj0KEkNsYWltVGFza3NSZXNwb25zZRInCgV0YXNrcxgBIAMoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrInYKEVJlbmV3TGVhc2VSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEQoJd29ya2VyX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSGgoNbGVhc2Vfc2Vjb25kcxgEIAEoBUgAiAEBQhAKDl9sZWFzZV9zZWNvbmRzIjwKElJlbmV3TGVhc2VSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sinwEKE0NvbXBsZXRlVGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRISCgpyZXN1bHRfdXJpGAQgASgJEhUKDXJlc3VsdF9zaGEyNTYYBSABKAkSKAoHbWV0cmljcxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiPgoUQ29tcGxldGVUYXNrUmVzcG9uc2USJgoEdGFzaxgBIAEoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrIlAKFENvbXBsZXRlVGFza3NSZXF1ZXN0EjgKB3Jlc3VsdHMYASADKAsyJy5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrUmVxdWVzdCJSChVDb21wbGV0ZVRhc2tzUmVzcG9uc2USOQoIb3V0Y29tZXMYASADKAsyJy5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrT3V0Y29tZSJ/ChNDb21wbGV0ZVRhc2tPdXRjb21lEg8KB3Rhc2tfaWQYASABKAkSJgoEdGFzaxgCIAEoCzIYLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrEi8KBWVycm9yGAMgASgLMiAubGVhc2Vob2xkLnF1ZXVlLnYxLk91dGNvbWVFcnJvciItCgxPdXRjb21lRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItEBCg9GYWlsVGFza1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRISCgplcnJvcl9jb2RlGAQgASgJEhUKDWVycm9yX21lc3NhZ2UYBSABKAkSFgoJcmV0cnlhYmxlGAYgASgISACIAQESIAoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgHIAEoBUgBiAEBQgwKCl9yZXRyeWFibGVCFgoUX3JldHJ5X2FmdGVyX3NlY29uZHMiOgoQRmFpbFRhc2tSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2siHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiwwEKDkdldEpvYlJlc3BvbnNlEiQKA2pvYhgBIAEoCzIXLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2ISMwoLdGFza19jb3VudHMYAiABKAsyHi5sZWFzZWhvbGQucXVldWUudjEuVGFza0NvdW50cxITCgt0b3RhbF90YXNrcxgDIAEoBRIQCghwcm9ncmVzcxgEIAEoARIvCgdmYWlsdXJlGAUgASgLMh4ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYkZhaWx1cmUisAEKCkpvYkZhaWx1cmUSDwoHdGFza19pZBgBIAEoCRITCgtjaHVua19pbmRleBgCIAEoBRISCgplcnJvcl9jb2RlGAMgASgJEhUKDWVycm9yX21lc3NhZ2UYBCABKAkSDwoHYXR0ZW1wdBgFIAEoBRIRCgl3b3JrZXJfaWQYBiABKAkSLQoJZmFpbGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJUChtMaXN0Q29tcGxldGVkUmVzdWx0c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImwKHExpc3RDb21wbGV0ZWRSZXN1bHRzUmVzcG9uc2USMwoHcmVzdWx0cxgBIAMoCzIiLmxlYXNlaG9sZC5xdWV1ZS52MS5SZXN1bHRNYW5pZmVzdBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMgoQQ2FuY2VsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIjkKEUNhbmNlbEpvYlJlc3BvbnNlEiQKA2pvYhgBIAEoCzIXLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2Ii6gEKElB1dFdvcmtsb2FkUmVxdWVzdBIMCgRuYW1lGAEgASgJEhkKDG1heF9hdHRlbXB0cxgCIAEoBUgAiAEBEhoKDWxlYXNlX3NlY29uZHMYAyABKAVIAYgBARIyChFwYXJhbWV0ZXJzX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSIAoTbWF4X3BlbmRpbmdfc2Vjb25kcxgFIAEoBUgCiAEBQg8KDV9tYXhfYXR0ZW1wdHNCEAoOX2xlYXNlX3NlY29uZHNCFgoUX21heF9wZW5kaW5nX3NlY29uZHMiRQoTUHV0V29ya2xvYWRSZXNwb25zZRIuCgh3b3JrbG9hZBgBIAEoCzIcLmxlYXNlaG9sZC5xdWV1ZS52MS5Xb3JrbG9hZCIWChRMaXN0V29ya2xvYWRzUmVxdWVzdCJIChVMaXN0V29ya2xvYWRzUmVzcG9uc2USLwoJd29ya2xvYWRzGAEgAygLMhwubGVhc2Vob2xkLnF1ZXVlLnYxLldvcmtsb2FkIrkBChVSZXBvcnRQcm9ncmVzc1JlcXVlc3QSDwoHdGFza19pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRIQCghwcm9ncmVzcxgEIAEoARIPCgdtZXNzYWdlGAUgASgJEhoKEnBhcnRpYWxfcmVzdWx0X3VyaRgGIAEoCRIaCg1sZWFzZV9zZWNvbmRzGAcgASgFSACIAQFCEAoOX2xlYXNlX3NlY29uZHMiQAoWUmVwb3J0UHJvZ3Jlc3NSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sinAQKCEpvYkV2ZW50EgoKAmlkGAEgASgDEg4KBmpvYl9pZBgCIAEoCRIuCgRraW5kGAMgASgOMiAubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYkV2ZW50S2luZBIPCgd0YXNrX2lkGAQgASgJEhMKC2NodW5rX2luZGV4GAUgASgFEjMKC3Rhc2tfc3RhdHVzGAYgASgOMh4ubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2tTdGF0dXMSPAoUcHJldmlvdXNfdGFza19zdGF0dXMYByABKA4yHi5sZWFzZWhvbGQucXVldWUudjEuVGFza1N0YXR1cxIxCgpqb2Jfc3RhdHVzGAggASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxI6ChNwcmV2aW91c19qb2Jfc3RhdHVzGAkgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIPCgdhdHRlbXB0GAogASgFEhEKCXdvcmtlcl9pZBgLIAEoCRIQCghwcm9ncmVzcxgMIAEoARIPCgdtZXNzYWdlGA0gASgJEhoKEnBhcnRpYWxfcmVzdWx0X3VyaRgOIAEoCRISCgplcnJvcl9jb2RlGA8gASgJEi4KCmNyZWF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWVycm9yX21lc3NhZ2UYESABKAkiOQoPV2F0Y2hKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIWCg5hZnRlcl9ldmVudF9pZBgCIAEoAyKDAQoQV2F0Y2hKb2JSZXNwb25zZRI2CghzbmFwc2hvdBgBIAEoCzIiLmxlYXNlaG9sZC5xdWV1ZS52MS5HZXRKb2JSZXNwb25zZUgAEi0KBWV2ZW50GAIgASgLMhwubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYkV2ZW50SABCCAoGdXBkYXRlIk0KD1JldHJ5Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSGQoMbWF4X2F0dGVtcHRzGAIgASgFSACIAQFCDwoNX21heF9hdHRlbXB0cyJPChBSZXRyeUpvYlJlc3BvbnNlEiQKA2pvYhgBIAEoCzIXLmxlYXNlaG9sZC5xdWV1ZS52MS5Kb2ISFQoNcmV0cmllZF90YXNrcxgCIAEoBSJ5Cg9MaXN0Sm9ic1JlcXVlc3QSLQoGc3RhdHVzGAEgASgOMh0ubGVhc2Vob2xkLnF1ZXVlLnYxLkpvYlN0YXR1cxIQCgh3b3JrbG9hZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJSChBMaXN0Sm9ic1Jlc3BvbnNlEiUKBGpvYnMYASADKAsyFy5sZWFzZWhvbGQucXVldWUudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ5ChBMaXN0VGFza3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIuCgZzdGF0dXMYAiABKA4yHi5sZWFzZWhvbGQucXVldWUudjEuVGFza1N0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJbChFMaXN0VGFza3NSZXNwb25zZRItCgV0YXNrcxgBIAMoCzIeLmxlYXNlaG9sZC5xdWV1ZS52MS5UYXNrRGV0YWlsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIhCg5HZXRUYXNrUmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJImwKD0dldFRhc2tSZXNwb25zZRImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sSMQoIYXR0ZW1wdHMYAiADKAsyHy5sZWFzZWhvbGQucXVldWUudjEuVGFza0F0dGVtcHQiZwoKVGFza0RldGFpbBImCgR0YXNrGAEgASgLMhgubGVhc2Vob2xkLnF1ZXVlLnYxLlRhc2sSMQoIYXR0ZW1wdHMYAiADKAsyHy5sZWFzZWhvbGQucXVldWUudjEuVGFza0F0dGVtcHQiuwIKC1Rhc2tBdHRlbXB0Eg8KB2F0dGVtcHQYASABKAUSEQoJd29ya2VyX2lkGAIgASgJEi0KCWxlYXNlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjMKB291dGNvbWUYBSABKA4yIi5sZWFzZWhvbGQucXVldWUudjEuQXR0ZW1wdE91dGNvbWUSEgoKZXJyb3JfY29kZRgGIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAcgASgJEg8KB3JldHJpZWQYCCABKAgSOgoNbGFzdF9wcm9ncmVzcxgJIAEoCzIjLmxlYXNlaG9sZC5xdWV1ZS52MS5BdHRlbXB0UHJvZ3Jlc3MigQEKD0F0dGVtcHRQcm9ncmVzcxIQCghwcm9ncmVzcxgBIAEoARIPCgdtZXNzYWdlGAIgASgJEhoKEnBhcnRpYWxfcmVzdWx0X3VyaRgDIAEoCRIvCgtyZXBvcnRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAqqAEKClRhc2tTdGF0dXMSGwoXVEFTS19TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNUQVNLX1NUQVRVU19QRU5ESU5HEAESFgoSVEFTS19TVEFUVVNfTEVBU0VEEAISGQoVVEFTS19TVEFUVVNfQ09NUExFVEVEEAMSFgoSVEFTS19TVEFUVVNfRkFJTEVEEAQSGQoVVEFTS19TVEFUVVNfQ0FOQ0VMTEVEEAUqogEKCUpvYlN0YXR1cxIaChZKT0JfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSSk9CX1NUQVRVU19QRU5ESU5HEAESFgoSSk9CX1NUQVRVU19SVU5OSU5HEAISGAoUSk9CX1NUQVRVU19DT01QTEVURUQQAxIVChFKT0JfU1RBVFVTX0ZBSUxFRBAEEhgKFEpPQl9TVEFUVVNfQ0FOQ0VMTEVEEAUqjwEKDEpvYkV2ZW50S2luZBIeChpKT0JfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEh4KGkpPQl9FVkVOVF9LSU5EX1RBU0tfU1RBVFVTEAESIAocSk9CX0VWRU5UX0tJTkRfVEFTS19QUk9HUkVTUxACEh0KGUpPQl9FVkVOVF9LSU5EX0pPQl9TVEFUVVMQAyrLAQoOQXR0ZW1wdE91dGNvbWUSHwobQVRURU1QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGwoXQVRURU1QVF9PVVRDT01FX1JVTk5JTkcQARIdChlBVFRFTVBUX09VVENPTUVfQ09NUExFVEVEEAISGgoWQVRURU1QVF9PVVRDT01FX0ZBSUxFRBADEiEKHUFUVEVNUFRfT1VUQ09NRV9MRUFTRV9FWFBJUkVEEAQSHQoZQVRURU1QVF9PVVRDT01FX0NBTkNFTExFRBAFMtQQCgxRdWV1ZVNlcnZpY2USagoJQ3JlYXRlSm9iEiQubGVhc2Vob2xkLnF1ZXVlLnYxLkNyZWF0ZUpvYlJlcXVlc3QaJS5sZWFzZWhvbGQucXVldWUudjEuQ3JlYXRlSm9iUmVzcG9uc2UiEILT5JMCCjoBKiIFL2pvYnMSdAoKQ2xhaW1UYXNrcxIlLmxlYXNlaG9sZC5xdWV1ZS52MS5DbGFpbVRhc2tzUmVxdWVzdBomLmxlYXNlaG9sZC5xdWV1ZS52MS5DbGFpbVRhc2tzUmVzcG9uc2UiF4LT5JMCEToBKiIML3Rhc2tzL2NsYWltEoIBCgpSZW5ld0xlYXNlEiUubGVhc2Vob2xkLnF1ZXVlLnYxLlJlbmV3TGVhc2VSZXF1ZXN0GiYubGVhc2Vob2xkLnF1ZXVlLnYxLlJlbmV3TGVhc2VSZXNwb25zZSIlgtPkkwIfOgEqIhovdGFza3Mve3Rhc2tfaWR9L2hlYXJ0YmVhdBKFAQoMQ29tcGxldGVUYXNrEicubGVhc2Vob2xkLnF1ZXVlLnYxLkNvbXBsZXRlVGFza1JlcXVlc3QaKC5sZWFzZWhvbGQucXVldWUudjEuQ29tcGxldGVUYXNrUmVzcG9uc2UiIoLT5JMCHDoBKiIXL3Rhc2tzL3t0YXNrX2lkfS9yZXN1bHQSfwoNQ29tcGxldGVUYXNrcxIoLmxlYXNlaG9sZC5xdWV1ZS52MS5Db21wbGV0ZVRhc2tzUmVxdWVzdBopLmxlYXNlaG9sZC5xdWV1ZS52MS5Db21wbGV0ZVRhc2tzUmVzcG9uc2UiGYLT5JMCEzoBKiIOL3Rhc2tzL3Jlc3VsdHMSegoIRmFpbFRhc2sSIy5sZWFzZWhvbGQucXVldWUudjEuRmFpbFRhc2tSZXF1ZXN0GiQubGVhc2Vob2xkLnF1ZXVlLnYxLkZhaWxUYXNrUmVzcG9uc2UiI4LT5JMCHToBKiIYL3Rhc2tzL3t0YXNrX2lkfS9mYWlsdXJlEmoKBkdldEpvYhIhLmxlYXNlaG9sZC5xdWV1ZS52MS5HZXRKb2JSZXF1ZXN0GiIubGVhc2Vob2xkLnF1ZXVlLnYxLkdldEpvYlJlc3BvbnNlIhmQAgGC0+STAhASDi9qb2JzL3tqb2JfaWR9EpwBChRMaXN0Q29tcGxldGVkUmVzdWx0cxIvLmxlYXNlaG9sZC5xdWV1ZS52MS5MaXN0Q29tcGxldGVkUmVzdWx0c1JlcXVlc3QaMC5sZWFzZWhvbGQucXVldWUudjEuTGlzdENvbXBsZXRlZFJlc3VsdHNSZXNwb25zZSIhkAIBgtPkkwIYEhYvam9icy97am9iX2lkfS9yZXN1bHRzEnoKCUNhbmNlbEpvYhIkLmxlYXNlaG9sZC5xdWV1ZS52MS5DYW5jZWxKb2JSZXF1ZXN0GiUubGVhc2Vob2xkLnF1ZXVlLnYxLkNhbmNlbEpvYlJlc3BvbnNlIiCC0+STAho6ASoiFS9qb2JzL3tqb2JfaWR9L2NhbmNlbBJ8CgtQdXRXb3JrbG9hZBImLmxlYXNlaG9sZC5xdWV1ZS52MS5QdXRXb3JrbG9hZFJlcXVlc3QaJy5sZWFzZWhvbGQucXVldWUudjEuUHV0V29ya2xvYWRSZXNwb25zZSIcgtPkkwIWOgEqGhEvd29ya2xvYWRzL3tuYW1lfRJ7Cg1MaXN0V29ya2xvYWRzEigubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RXb3JrbG9hZHNSZXF1ZXN0GikubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RXb3JrbG9hZHNSZXNwb25zZSIVkAIBgtPkkwIMEgovd29ya2xvYWRzEo0BCg5SZXBvcnRQcm9ncmVzcxIpLmxlYXNlaG9sZC5xdWV1ZS52MS5SZXBvcnRQcm9ncmVzc1JlcXVlc3QaKi5sZWFzZWhvbGQucXVldWUudjEuUmVwb3J0UHJvZ3Jlc3NSZXNwb25zZSIkgtPkkwIeOgEqIhkvdGFza3Mve3Rhc2tfaWR9L3Byb2dyZXNzEnkKCFdhdGNoSm9iEiMubGVhc2Vob2xkLnF1ZXVlLnYxLldhdGNoSm9iUmVxdWVzdBokLmxlYXNlaG9sZC5xdWV1ZS52MS5XYXRjaEpvYlJlc3BvbnNlIiCQAgGC0+STAhcSFS9qb2JzL3tqb2JfaWR9L2V2ZW50czABEnYKCFJldHJ5Sm9iEiMubGVhc2Vob2xkLnF1ZXVlLnYxLlJldHJ5Sm9iUmVxdWVzdBokLmxlYXNlaG9sZC5xdWV1ZS52MS5SZXRyeUpvYlJlc3BvbnNlIh+C0+STAhk6ASoiFC9qb2JzL3tqb2JfaWR9L3JldHJ5EmcKCExpc3RKb2JzEiMubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RKb2JzUmVxdWVzdBokLmxlYXNlaG9sZC5xdWV1ZS52MS5MaXN0Sm9ic1Jlc3BvbnNlIhCQAgGC0+STAgcSBS9qb2JzEnkKCUxpc3RUYXNrcxIkLmxlYXNlaG9sZC5xdWV1ZS52MS5MaXN0VGFza3NSZXF1ZXN0GiUubGVhc2Vob2xkLnF1ZXVlLnYxLkxpc3RUYXNrc1Jlc3BvbnNlIh+QAgGC0+STAhYSFC9qb2JzL3tqb2JfaWR9L3Rhc2tzEm8KB0dldFRhc2sSIi5sZWFzZWhvbGQucXVldWUudjEuR2V0VGFza1JlcXVlc3QaIy5sZWFzZWhvbGQucXVldWUudjEuR2V0VGFza1Jlc3BvbnNlIhuQAgGC0+STAhISEC90YXNrcy97dGFza19pZH1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One chunk of a job as submitted.
@@ -579,8 +587,9 @@ export type CreateJobRequest = Message<"leasehold.queue.v1.CreateJobRequest"> & 
   priority: number;
 
   /**
-   * Attempts per task, 1–100; unset means the workload's max_attempts. A value
-   * that is present is checked as given: 0 is INVALID_ARGUMENT, not "unset".
+   * Attempts per task, within LIMITS.maxAttempts; unset means the workload's
+   * max_attempts. A value that is present is checked as given: 0 is
+   * INVALID_ARGUMENT, not "unset".
    *
    * @generated from field: optional int32 max_attempts = 6;
    */
@@ -665,23 +674,24 @@ export type ClaimTasksRequest = Message<"leasehold.queue.v1.ClaimTasksRequest"> 
   workloads: string[];
 
   /**
-   * Most tasks to lease, 1–100; unset means 1. Present and 0 is INVALID_ARGUMENT.
+   * Most tasks to lease, 1 to LIMITS.maxClaimBatch; unset means 1. Present and
+   * 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_tasks = 3;
    */
   maxTasks?: number | undefined;
 
   /**
-   * Lease length, 1–86,400 seconds; unset means each workload's lease_seconds.
-   * Present and 0 is INVALID_ARGUMENT.
+   * Lease length in seconds, within LIMITS.leaseSeconds; unset means each
+   * workload's lease_seconds. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 4;
    */
   leaseSeconds?: number | undefined;
 
   /**
-   * Long poll: wait up to this many seconds (at most 30) for a task when none
-   * is claimable; 0 answers at once.
+   * Long poll: wait up to this many seconds (within LIMITS.waitSeconds) for a
+   * task when none is claimable; 0 answers at once.
    *
    * @generated from field: int32 wait_seconds = 5;
    */
@@ -744,8 +754,8 @@ export type RenewLeaseRequest = Message<"leasehold.queue.v1.RenewLeaseRequest"> 
   attempt: number;
 
   /**
-   * New lease length from now, 1–86,400 seconds; unset means the workload's
-   * lease_seconds. Present and 0 is INVALID_ARGUMENT.
+   * New lease length from now in seconds, within LIMITS.leaseSeconds; unset
+   * means the workload's lease_seconds. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 4;
    */
@@ -865,7 +875,8 @@ export const CompleteTaskResponseSchema: GenMessage<CompleteTaskResponse> = /*@_
  */
 export type CompleteTasksRequest = Message<"leasehold.queue.v1.CompleteTasksRequest"> & {
   /**
-   * Required. The results, each as CompleteTask takes it: at least 1, at most 100, one per task.
+   * Required. The results, each as CompleteTask takes it: 1 to
+   * LIMITS.maxClaimBatch, one per task.
    *
    * @generated from field: repeated leasehold.queue.v1.CompleteTaskRequest results = 1;
    */
@@ -1198,7 +1209,8 @@ export type ListCompletedResultsRequest = Message<"leasehold.queue.v1.ListComple
   jobId: string;
 
   /**
-   * Most results per page; 0 means 100, at most 1000.
+   * Most results per page; 0 means LIMITS.pageSize.default, at most
+   * LIMITS.pageSize.max.
    *
    * @generated from field: int32 page_size = 2;
    */
@@ -1310,16 +1322,17 @@ export type PutWorkloadRequest = Message<"leasehold.queue.v1.PutWorkloadRequest"
   name: string;
 
   /**
-   * Attempts per task, 1–100; unset means the server default
-   * (DEFAULT_MAX_ATTEMPTS). Present and 0 is INVALID_ARGUMENT.
+   * Attempts per task, within LIMITS.maxAttempts; unset means the server
+   * default (DEFAULT_MAX_ATTEMPTS). Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_attempts = 2;
    */
   maxAttempts?: number | undefined;
 
   /**
-   * Lease length of claims, 1–86,400 seconds; unset means the server default
-   * (DEFAULT_LEASE_SECONDS). Present and 0 is INVALID_ARGUMENT.
+   * Lease length of claims in seconds, within LIMITS.leaseSeconds; unset means
+   * the server default (DEFAULT_LEASE_SECONDS). Present and 0 is
+   * INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 3;
    */
@@ -1454,8 +1467,8 @@ export type ReportProgressRequest = Message<"leasehold.queue.v1.ReportProgressRe
   partialResultUri: string;
 
   /**
-   * New lease length from now, 1–86,400 seconds; unset means the workload's
-   * lease_seconds. Present and 0 is INVALID_ARGUMENT.
+   * New lease length from now in seconds, within LIMITS.leaseSeconds; unset
+   * means the workload's lease_seconds. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 lease_seconds = 7;
    */
@@ -1706,8 +1719,8 @@ export type RetryJobRequest = Message<"leasehold.queue.v1.RetryJobRequest"> & {
   jobId: string;
 
   /**
-   * Fresh attempts each retried task gets, 1–100; unset means the workload's
-   * max_attempts. Present and 0 is INVALID_ARGUMENT.
+   * Fresh attempts each retried task gets, within LIMITS.maxAttempts; unset
+   * means the workload's max_attempts. Present and 0 is INVALID_ARGUMENT.
    *
    * @generated from field: optional int32 max_attempts = 2;
    */
@@ -1770,7 +1783,8 @@ export type ListJobsRequest = Message<"leasehold.queue.v1.ListJobsRequest"> & {
   workload: string;
 
   /**
-   * Most jobs per page; 0 means 100, at most 1000.
+   * Most jobs per page; 0 means LIMITS.pageSize.default, at most
+   * LIMITS.pageSize.max.
    *
    * @generated from field: int32 page_size = 3;
    */
@@ -2307,7 +2321,7 @@ export const QueueService: GenService<{
   /**
    * Creates a job and its tasks (one task per chunk). With an idempotency_key,
    * repeating an identical request returns the job created the first time.
-   * REST: POST /jobs → 201 Created (200 OK for an idempotent replay).
+   * Over REST: 201 Created (200 OK for an idempotent replay).
    *
    * @generated from rpc leasehold.queue.v1.QueueService.CreateJob
    */
@@ -2319,8 +2333,7 @@ export const QueueService: GenService<{
   /**
    * Leases up to max_tasks pending tasks of the given workloads to worker_id.
    * An empty response means nothing was claimable.
-   * REST: POST /tasks/claim → 200 {"tasks": [...]}, or 204 No Content when
-   * nothing was leased.
+   * Over REST: 200 {"tasks": [...]}, or 204 No Content when nothing was leased.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.ClaimTasks
    */
@@ -2331,7 +2344,6 @@ export const QueueService: GenService<{
   },
   /**
    * Extends the lease of a task the caller holds (a heartbeat).
-   * REST: POST /tasks/{task_id}/heartbeat → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.RenewLease
    */
@@ -2347,7 +2359,6 @@ export const QueueService: GenService<{
    * nothing, even when its metrics differ (a retried request that recomputed a
    * duration; the metrics first recorded are kept); a different result_uri or
    * result_sha256 is ALREADY_EXISTS.
-   * REST: POST /tasks/{task_id}/result → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.CompleteTask
    */
@@ -2361,7 +2372,6 @@ export const QueueService: GenService<{
    * database statement), each under the same lease and replay rules as
    * CompleteTask. A malformed batch is refused whole (INVALID_ARGUMENT);
    * otherwise each result gets its own outcome, in request order.
-   * REST: POST /tasks/results → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.CompleteTasks
    */
@@ -2375,7 +2385,6 @@ export const QueueService: GenService<{
    * returns the task to pending after a backoff (retry_after_seconds, else
    * 2^attempt seconds with jitter, at most 5 minutes); otherwise the task fails
    * for good, which fails its job and cancels the job's unfinished tasks.
-   * REST: POST /tasks/{task_id}/failure → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.FailTask
    */
@@ -2386,7 +2395,6 @@ export const QueueService: GenService<{
   },
   /**
    * Returns a job with the aggregate status of its tasks.
-   * REST: GET /jobs/{job_id} → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.GetJob
    */
@@ -2398,7 +2406,6 @@ export const QueueService: GenService<{
   /**
    * Lists the result manifests of a job's completed tasks, ordered by chunk
    * index, one page at a time.
-   * REST: GET /jobs/{job_id}/results?page_size=&page_token= → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.ListCompletedResults
    */
@@ -2411,7 +2418,6 @@ export const QueueService: GenService<{
    * Cancels a pending or running job: its pending and leased tasks become
    * cancelled, and later calls by their leaseholders are ABORTED.
    * Cancelling a finished job changes nothing and returns it as it is.
-   * REST: POST /jobs/{job_id}/cancel → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.CancelJob
    */
@@ -2423,7 +2429,6 @@ export const QueueService: GenService<{
   /**
    * Registers a workload or updates its settings. Jobs and claims are accepted
    * only for registered workloads.
-   * REST: PUT /workloads/{name} → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.PutWorkload
    */
@@ -2434,7 +2439,6 @@ export const QueueService: GenService<{
   },
   /**
    * Lists the registered workloads, ordered by name.
-   * REST: GET /workloads → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.ListWorkloads
    */
@@ -2447,7 +2451,6 @@ export const QueueService: GenService<{
    * Reports a leased task's progress, recorded as a task event that WatchJob
    * streams, and extends the lease exactly as RenewLease does (same lease
    * checks, same fencing by attempt).
-   * REST: POST /tasks/{task_id}/progress → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.ReportProgress
    */
@@ -2461,8 +2464,8 @@ export const QueueService: GenService<{
    * progress report and job status change as it commits, in commit order;
    * the stream ends after the event that makes the job final (at once when
    * the job is already final).
-   * REST: GET /jobs/{job_id}/events → 200 text/event-stream, one
-   * WatchJobResponse as JSON per `data:` line.
+   * Over REST: 200 text/event-stream, one WatchJobResponse as JSON per
+   * `data:` line.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.WatchJob
    */
@@ -2476,7 +2479,6 @@ export const QueueService: GenService<{
    * pending with a fresh attempt budget, and the job back to pending (or
    * running when some of its tasks had run). A job that is not failed or
    * cancelled is FAILED_PRECONDITION.
-   * REST: POST /jobs/{job_id}/retry → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.RetryJob
    */
@@ -2488,7 +2490,6 @@ export const QueueService: GenService<{
   /**
    * Lists jobs, newest first, optionally only those of one status and/or
    * workload, one page at a time.
-   * REST: GET /jobs?status=&workload=&page_size=&page_token= → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.ListJobs
    */
@@ -2500,8 +2501,7 @@ export const QueueService: GenService<{
   /**
    * Lists a job's tasks in chunk order, optionally only those of one status,
    * one page at a time, each with its attempts (from the job's event log).
-   * REST: GET /jobs/{job_id}/tasks?status=&page_size=&page_token= → 200
-   * (`status` as `failed` or `TASK_STATUS_FAILED`).
+   * Over REST, `status` may be `failed` as well as `TASK_STATUS_FAILED`.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.ListTasks
    */
@@ -2513,7 +2513,6 @@ export const QueueService: GenService<{
   /**
    * Returns one task with its attempts: who leased it, when, and how each
    * attempt ended.
-   * REST: GET /tasks/{task_id} → 200.
    *
    * @generated from rpc leasehold.queue.v1.QueueService.GetTask
    */

@@ -135,7 +135,7 @@ class QueueServiceServicer:
     def CreateJob(self, request, context):
         """Creates a job and its tasks (one task per chunk). With an idempotency_key,
         repeating an identical request returns the job created the first time.
-        REST: POST /jobs → 201 Created (200 OK for an idempotent replay).
+        Over REST: 201 Created (200 OK for an idempotent replay).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -144,8 +144,7 @@ class QueueServiceServicer:
     def ClaimTasks(self, request, context):
         """Leases up to max_tasks pending tasks of the given workloads to worker_id.
         An empty response means nothing was claimable.
-        REST: POST /tasks/claim → 200 {"tasks": [...]}, or 204 No Content when
-        nothing was leased.
+        Over REST: 200 {"tasks": [...]}, or 204 No Content when nothing was leased.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -153,7 +152,6 @@ class QueueServiceServicer:
 
     def RenewLease(self, request, context):
         """Extends the lease of a task the caller holds (a heartbeat).
-        REST: POST /tasks/{task_id}/heartbeat → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,7 +164,6 @@ class QueueServiceServicer:
         nothing, even when its metrics differ (a retried request that recomputed a
         duration; the metrics first recorded are kept); a different result_uri or
         result_sha256 is ALREADY_EXISTS.
-        REST: POST /tasks/{task_id}/result → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -177,7 +174,6 @@ class QueueServiceServicer:
         database statement), each under the same lease and replay rules as
         CompleteTask. A malformed batch is refused whole (INVALID_ARGUMENT);
         otherwise each result gets its own outcome, in request order.
-        REST: POST /tasks/results → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -188,7 +184,6 @@ class QueueServiceServicer:
         returns the task to pending after a backoff (retry_after_seconds, else
         2^attempt seconds with jitter, at most 5 minutes); otherwise the task fails
         for good, which fails its job and cancels the job's unfinished tasks.
-        REST: POST /tasks/{task_id}/failure → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -196,7 +191,6 @@ class QueueServiceServicer:
 
     def GetJob(self, request, context):
         """Returns a job with the aggregate status of its tasks.
-        REST: GET /jobs/{job_id} → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -205,7 +199,6 @@ class QueueServiceServicer:
     def ListCompletedResults(self, request, context):
         """Lists the result manifests of a job's completed tasks, ordered by chunk
         index, one page at a time.
-        REST: GET /jobs/{job_id}/results?page_size=&page_token= → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,7 +208,6 @@ class QueueServiceServicer:
         """Cancels a pending or running job: its pending and leased tasks become
         cancelled, and later calls by their leaseholders are ABORTED.
         Cancelling a finished job changes nothing and returns it as it is.
-        REST: POST /jobs/{job_id}/cancel → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -224,7 +216,6 @@ class QueueServiceServicer:
     def PutWorkload(self, request, context):
         """Registers a workload or updates its settings. Jobs and claims are accepted
         only for registered workloads.
-        REST: PUT /workloads/{name} → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -232,7 +223,6 @@ class QueueServiceServicer:
 
     def ListWorkloads(self, request, context):
         """Lists the registered workloads, ordered by name.
-        REST: GET /workloads → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -242,7 +232,6 @@ class QueueServiceServicer:
         """Reports a leased task's progress, recorded as a task event that WatchJob
         streams, and extends the lease exactly as RenewLease does (same lease
         checks, same fencing by attempt).
-        REST: POST /tasks/{task_id}/progress → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -253,8 +242,8 @@ class QueueServiceServicer:
         progress report and job status change as it commits, in commit order;
         the stream ends after the event that makes the job final (at once when
         the job is already final).
-        REST: GET /jobs/{job_id}/events → 200 text/event-stream, one
-        WatchJobResponse as JSON per `data:` line.
+        Over REST: 200 text/event-stream, one WatchJobResponse as JSON per
+        `data:` line.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -265,7 +254,6 @@ class QueueServiceServicer:
         pending with a fresh attempt budget, and the job back to pending (or
         running when some of its tasks had run). A job that is not failed or
         cancelled is FAILED_PRECONDITION.
-        REST: POST /jobs/{job_id}/retry → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -274,7 +262,6 @@ class QueueServiceServicer:
     def ListJobs(self, request, context):
         """Lists jobs, newest first, optionally only those of one status and/or
         workload, one page at a time.
-        REST: GET /jobs?status=&workload=&page_size=&page_token= → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -283,8 +270,7 @@ class QueueServiceServicer:
     def ListTasks(self, request, context):
         """Lists a job's tasks in chunk order, optionally only those of one status,
         one page at a time, each with its attempts (from the job's event log).
-        REST: GET /jobs/{job_id}/tasks?status=&page_size=&page_token= → 200
-        (`status` as `failed` or `TASK_STATUS_FAILED`).
+        Over REST, `status` may be `failed` as well as `TASK_STATUS_FAILED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -293,7 +279,6 @@ class QueueServiceServicer:
     def GetTask(self, request, context):
         """Returns one task with its attempts: who leased it, when, and how each
         attempt ended.
-        REST: GET /tasks/{task_id} → 200.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

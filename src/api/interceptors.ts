@@ -1,0 +1,212 @@
+// Cross-cutting work on every RPC, as Connect interceptors, so that one chain serves gRPC,
+// gRPC-Web, Connect and REST (which reaches the router through the same handlers, rest.ts).
+// Outermost first:
+//   rpcMetrics     leasehold_rpc_duration_seconds by RPC name and Connect code
+//   rpcTracing     one SERVER span per RPC, child of the caller's traceparent; the call runs inside it
+//   requestFacts   the RequestInfo fields of the log line and the span: operation, ids, jobId from the answer
+//   errorMapping   every failure becomes the ConnectError of errors.ts, recorded once on the RequestInfo
+//   authorization  with tokens configured, the role and worker_id rules of auth.ts
+//   deadline       min(client deadline, requestTimeoutMs (+ wait_seconds for a long poll))
+// A server stream (WatchJob) lives as long as the job runs or the client stays: it gets no span,
+// no duration and no request deadline (each database read inside has its own); the rest applies.
+
+import { type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { createContextKey, type Interceptor, type StreamRequest, type UnaryRequest } from "@connectrpc/connect";
+import { parseTimeout as parseConnectTimeout } from "@connectrpc/connect/protocol-connect";
+import { parseTimeout as parseGrpcTimeout } from "@connectrpc/connect/protocol-grpc";
+import { context } from "@opentelemetry/api";
+import { DeadlineExceededError, QueueError } from "../queue/errors.js";
+import type { ApiMetrics } from "../telemetry/metrics.js";
+import { endRpcSpan, startRpcSpan } from "../telemetry/tracing.js";
+import { workerIdsOf, type Authenticator, type MethodName } from "./auth.js";
+import { recordFailure, toConnectError } from "./errors.js";
+import { requestInfoOf } from "./request-info.js";
+
+type AnyRequest = UnaryRequest | StreamRequest;
+
+/** The absolute deadline (ms since the epoch) a long poll must answer by; set by the deadline interceptor. */
+export const deadlineKey = createContextKey<number | undefined>(undefined, { description: "leasehold call deadline" });
+
+/** Margin a long poll gets beyond its wait_seconds: requestTimeoutMs. */
+export function callTimeoutMs(requestTimeoutMs: number, waitSeconds = 0): number {
+  const wait = Number.isFinite(waitSeconds) ? Math.min(Math.max(waitSeconds, 0), 3600) : 0;
+  return requestTimeoutMs + wait * 1000;
+}
+
+/**
+ * The one input message of a unary or server-streaming call. A server stream's input arrives as
+ * an iterable of one; it is read here and handed on as a fresh iterable, so the handler still
+ * gets it.
+ */
+async function singleInput(req: AnyRequest): Promise<{ req: AnyRequest; message: MessageShape<DescMessage> }> {
+  if (!req.stream) return { req, message: req.message };
+  const messages: MessageShape<DescMessage>[] = [];
+  for await (const m of req.message) messages.push(m);
+  return { req: { ...req, message: (async function* () { yield* messages; })() }, message: messages[0] };
+}
+
+function stringField(message: object, field: string): string | undefined {
+  const value = (message as Record<string, unknown>)[field];
+  return typeof value === "string" && value !== "" ? value : undefined;
+}
+
+/** The RequestInfo fields a request and its answer name: operation, task, job and worker. */
+export const requestFacts: Interceptor = (next) => async (request) => {
+  const info = requestInfoOf(request.contextValues, request.header);
+  info.operation = request.method.name;
+  const { req, message } = await singleInput(request);
+  if (message) {
+    const taskId = stringField(message, "taskId");
+    const jobId = stringField(message, "jobId");
+    if (taskId) info.taskId = taskId;
+    if (jobId) info.jobId = jobId;
+    // The worker a request acts as, when it acts as exactly one.
+    const workers = new Set(workerIdsOf(req.method.localName as MethodName, message as never));
+    if (workers.size === 1) info.workerId = [...workers][0] || info.workerId;
+  }
+  const res = await next(req);
+  if (!res.stream && !info.jobId) {
+    // A call on a task (or creating a job) learns its job from the answer.
+    const out = res.message as { job?: { id?: string }; task?: { jobId?: string } };
+    info.jobId = out.job?.id || out.task?.jobId || undefined;
+  }
+  return res;
+};
+
+export function rpcMetrics(metrics: Pick<ApiMetrics, "observeRpc">): Interceptor {
+  return (next) => async (req) => {
+    if (req.stream) return next(req);
+    const started = performance.now();
+    try {
+      return await next(req);
+    } finally {
+      const info = requestInfoOf(req.contextValues, req.header);
+      metrics.observeRpc(req.method.name, info.code ?? "unknown", (performance.now() - started) / 1000);
+    }
+  };
+}
+
+/** The RPC's SERVER span; the rest of the chain and the handler run in its context, so queue spans nest. */
+export const rpcTracing: Interceptor = (next) => async (req) => {
+  if (req.stream) return next(req);
+  const info = requestInfoOf(req.contextValues, req.header);
+  const rpc = startRpcSpan(req.service.typeName, req.method.name, req.header, { "leasehold.request_id": info.requestId });
+  try {
+    return await context.with(rpc.context, () => next(req));
+  } finally {
+    endRpcSpan(rpc.span, info);
+  }
+};
+
+/**
+ * The outcome of every call, recorded on its RequestInfo in one place (recordFailure), and every
+ * failure thrown as the ConnectError errors.ts makes of it; a stream's failure may come mid-stream.
+ */
+export const errorMapping: Interceptor = (next) => async (req) => {
+  const info = requestInfoOf(req.contextValues, req.header);
+  const fail = (err: unknown) => {
+    recordFailure(info, err);
+    return toConnectError(err, info.requestId);
+  };
+  try {
+    const res = await next(req);
+    if (!res.stream) {
+      info.code = "ok";
+      return res;
+    }
+    const messages = res.message;
+    return {
+      ...res,
+      message: (async function* () {
+        try {
+          yield* messages;
+          info.code = "ok";
+        } catch (err) {
+          throw fail(err);
+        }
+      })(),
+    };
+  } catch (err) {
+    throw fail(err);
+  }
+};
+
+/** With tokens configured: may this caller make this call? Throws Unauthenticated / PermissionDenied. */
+export function authorization(auth: Authenticator): Interceptor {
+  return (next) => async (request) => {
+    const info = requestInfoOf(request.contextValues, request.header);
+    const { req, message } = await singleInput(request);
+    info.role = auth.authorize(req.header.get("authorization"), req.method.localName as MethodName, req.method.name, message as never).role;
+    return next(req);
+  };
+}
+
+/** The client's own deadline (connect-timeout-ms, or grpc-timeout for gRPC and gRPC-Web), in ms from now. */
+function clientTimeoutMs(header: Headers): number | undefined {
+  const connect = header.get("connect-timeout-ms");
+  if (connect !== null) return parseConnectTimeout(connect, Number.MAX_SAFE_INTEGER).timeoutMs;
+  const grpc = header.get("grpc-timeout");
+  if (grpc !== null) return parseGrpcTimeout(grpc, Number.MAX_SAFE_INTEGER).timeoutMs;
+  return undefined;
+}
+
+/**
+ * The handler's signal aborts at the client's deadline (connect-es already links it to the
+ * request's signal), when the client goes away, or after requestTimeoutMs, whichever is first.
+ * A long poll (a wait_seconds field) extends that timeout by its wait, so requestTimeoutMs never
+ * cuts a wait short, and learns the deadline (deadlineKey) so an empty answer beats it. The answer
+ * never waits past the signal even if the queue does not honour it.
+ */
+export function deadline(requestTimeoutMs: number): Interceptor {
+  return (next) => async (req) => {
+    if (req.stream) return next(req);
+    const waitSeconds = (req.message as { waitSeconds?: unknown }).waitSeconds;
+    const timeoutMs = callTimeoutMs(requestTimeoutMs, typeof waitSeconds === "number" ? waitSeconds : 0);
+    req.contextValues.set(deadlineKey, Date.now() + Math.min(timeoutMs, clientTimeoutMs(req.header) ?? Infinity));
+    // One controller, a timer and a listener, all released when the call ends: AbortSignal.any
+    // and AbortSignal.timeout cost several times as much per call (measured: ~70 µs against ~10).
+    const controller = new AbortController();
+    let onAbort!: () => void;
+    const aborted = new Promise<never>((_, reject) => {
+      onAbort = () => {
+        controller.abort(req.signal.aborted ? req.signal.reason : new DOMException("the request deadline passed", "TimeoutError"));
+        reject(new DeadlineExceededError("the request deadline passed before the queue answered"));
+      };
+    });
+    const timer = setTimeout(onAbort, timeoutMs);
+    timer.unref();
+    if (req.signal.aborted) onAbort();
+    else req.signal.addEventListener("abort", onAbort, { once: true });
+    const { signal } = controller;
+    try {
+      return await Promise.race([next({ ...req, signal }), aborted]);
+    } catch (err) {
+      // A call cut short by the deadline may surface as a driver error: it is still the deadline.
+      throw signal.aborted && !(err instanceof QueueError) ? new DeadlineExceededError("the request deadline passed", { cause: err }) : err;
+    } finally {
+      clearTimeout(timer);
+      req.signal.removeEventListener("abort", onAbort);
+    }
+  };
+}
+
+export interface RpcInterceptorOptions {
+  /** Deadline of a call without a shorter client deadline. */
+  requestTimeoutMs: number;
+  /** Bearer-token check; undefined: the API is open (no tokens configured). */
+  auth?: Authenticator;
+  /** Told the duration and Connect code of every call (leasehold_rpc_duration_seconds). */
+  metrics?: Pick<ApiMetrics, "observeRpc">;
+}
+
+/** The chain every RPC runs through, outermost first. */
+export function rpcInterceptors(opts: RpcInterceptorOptions): Interceptor[] {
+  return [
+    ...(opts.metrics ? [rpcMetrics(opts.metrics)] : []),
+    rpcTracing,
+    requestFacts,
+    errorMapping,
+    ...(opts.auth ? [authorization(opts.auth)] : []),
+    deadline(opts.requestTimeoutMs),
+  ];
+}
