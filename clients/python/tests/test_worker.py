@@ -245,3 +245,16 @@ def test_process_lanes_run_handlers_in_child_processes(admin: Client, workload: 
     pids = {r.metrics["pid"] for r in admin.results(job.id) if r.metrics}
     assert pids and running["pid"] not in pids
     assert drained(worker)["completed"] == 4
+
+
+def test_the_jobs_traceparent_is_the_handlers_trace_context(admin: Client, workload: Callable[..., str],
+                                                            spawn: Callable[..., WorkerProc]) -> None:
+    # opentelemetry-api is installed (no SDK): the handler's current span carries the job's trace.
+    w = workload(lease_seconds=30)
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    job = admin.create_job(w, tasks=specs(1, lambda i: {"action": "trace"}), traceparent=f"00-{trace_id}-{span_id}-01").job
+    worker = spawn(w, "pyw-trace")
+    [seen] = worker.wait_event("trace")
+    assert seen["trace_id"] == trace_id
+    assert admin.wait(job.id, timeout=30).status == "completed"
+    assert drained(worker)["completed"] == 1

@@ -72,6 +72,12 @@ def main() -> int:
                 time.sleep(0.1)
             emit("finished", task_id=task.id, chunk=task.chunk_index, cancelled=task.cancelled)
             return result(task)
+        if action == "trace":
+            from opentelemetry import trace
+
+            ctx = trace.get_current_span().get_span_context()
+            emit("trace", task_id=task.id, trace_id=f"{ctx.trace_id:032x}", span_id=f"{ctx.span_id:016x}")
+            return result(task)
         if action == "progress":
             task.progress(0.5, "halfway")
             return result(task)
