@@ -853,7 +853,14 @@ class Worker:
             log.warning("task %s (attempt %d) failed for good: %s", task.id, task.attempt, req["error_message"],
                         exc_info=e if not isinstance(e, TaskError) else None)
         try:
-            self._retrying("FailTask", req)
+            try:
+                self._retrying("FailTask", req)
+            except InvalidArgumentError:
+                if "retry_after_seconds" not in req:
+                    raise
+                # A delay the coordinator will not take (an explicit 0, say): let it pick the backoff.
+                del req["retry_after_seconds"]
+                self._retrying("FailTask", req)
             self._count("failed")
         except LeaseholdError as err:
             self._refused(o, err.code, err.message, err.request_id)
