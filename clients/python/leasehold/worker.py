@@ -591,14 +591,16 @@ class Worker:
             except Exception:  # a bug of ours must not kill the lane
                 log.exception("lane failed on task %s", lease.task.id)
                 outcome = None
-            with self._cond:
-                lease.finished = True
-                self._busy -= 1
-                self._cond.notify_all()
+            # Queue the outcome before the lane counts as free: a drain that sees no busy lane then
+            # finds every outcome ahead of its end-of-reports marker.
+            lease.finished = True
             if outcome is not None:
                 self._outbox.put(outcome)
             else:
                 self._forget(lease)
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
 
     def _execute(self, lease: _Lease) -> _Outcome | None:
         task = lease.task
