@@ -164,11 +164,23 @@ class Task:
     @property
     def cancelled(self) -> bool:
         """Whether the task was cancelled or its lease lost (its result will be dropped)."""
+        if not self.cancel_event.is_set() and _child_cancelled is not None and _child_cancelled.contains(self.id):
+            self.cancel_reason = self.cancel_reason or "task cancelled or lease lost"
+            self.cancel_event.set()
         return self.cancel_event.is_set()
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Blocks until the task is cancelled or ``timeout`` seconds pass; returns :attr:`cancelled`."""
-        return self.cancel_event.wait(timeout)
+        if _child_cancelled is None:
+            return self.cancel_event.wait(timeout)
+        # In a process lane the parent's news arrives through shared memory: look every 50 ms.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.cancelled:
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            time.sleep(left)
+        return True
 
     def raise_if_cancelled(self) -> None:
         """Raises :class:`TaskCancelled` when the task was cancelled or its lease lost."""
@@ -227,13 +239,44 @@ class _Backoff:
         self.n = 0
 
 
-# Set in process-lane children: where Task.progress sends its reports (the parent forwards them).
+class _CancelledIds:
+    """Ids of cancelled tasks in shared memory, written by the parent and read by process lanes.
+
+    A ring of the latest ``slots`` ids: more than can be running at once, so a running task's id is never
+    overwritten before its handler returns.
+    """
+
+    WIDTH = 36  # a UUID as text
+
+    def __init__(self, ctx: Any, slots: int) -> None:
+        self.slots = slots
+        self.buf = ctx.Array("c", self.WIDTH * slots)  # its own lock: readers never see half an id
+        self.next = 0
+
+    def add(self, task_id: str) -> None:
+        raw = task_id.encode()[: self.WIDTH].ljust(self.WIDTH, b" ")
+        with self.buf.get_lock():
+            at = (self.next % self.slots) * self.WIDTH
+            self.buf[at: at + self.WIDTH] = raw
+            self.next += 1
+
+    def contains(self, task_id: str) -> bool:
+        raw = task_id.encode()[: self.WIDTH].ljust(self.WIDTH, b" ")
+        with self.buf.get_lock():
+            data = bytes(self.buf.raw)
+        return any(data[i: i + self.WIDTH] == raw for i in range(0, len(data), self.WIDTH))
+
+
+# Set in process-lane children: where Task.progress sends its reports (the parent forwards them), and
+# where the parent marks cancelled tasks.
 _child_progress: Any = None
+_child_cancelled: _CancelledIds | None = None
 
 
-def _child_init(progress_queue: Any) -> None:
-    global _child_progress
+def _child_init(progress_queue: Any, cancelled: _CancelledIds) -> None:
+    global _child_progress, _child_cancelled
     _child_progress = progress_queue
+    _child_cancelled = cancelled
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent drains; children just finish or are terminated
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -397,7 +440,9 @@ class Worker:
             # Fork before any thread or channel exists: a forked child must not inherit either.
             ctx = multiprocessing.get_context("fork")
             self._progress_queue: Any = ctx.SimpleQueue()
-            self._pool = ctx.Pool(self.concurrency, initializer=_child_init, initargs=(self._progress_queue,))
+            self._cancelled_ids = _CancelledIds(ctx, max(64, 4 * self.concurrency))
+            self._pool = ctx.Pool(self.concurrency, initializer=_child_init,
+                                  initargs=(self._progress_queue, self._cancelled_ids))
         self._transport = make_transport(self.url, self._token, self._transport_name)
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
@@ -475,7 +520,7 @@ class Worker:
             unfinished = [lease for lease in self._leases.values() if not lease.finished and not lease.lost]
         for lease in unfinished:
             lease.lost = True
-            lease.task._cancel("worker draining: the task was given back")
+            self._cancel(lease, "worker draining: the task was given back")
             self._release(lease.task, "the worker stopped before the handler finished")
         self._outbox.put(None)
         reporter.join(self.request_timeout * 3)
@@ -651,9 +696,14 @@ class Worker:
             req["lease_seconds"] = self.lease_seconds
         return req
 
+    def _cancel(self, lease: _Lease, reason: str) -> None:
+        lease.task._cancel(reason)
+        if self._pool is not None:
+            self._cancelled_ids.add(lease.task.id)
+
     def _lost(self, lease: _Lease, e: LeaseholdError) -> None:
         lease.lost = True
-        lease.task._cancel(f"{e.code}: {e.message}")
+        self._cancel(lease, f"{e.code}: {e.message}")
         log.warning("task %s (attempt %d) is no longer ours (%s); its handler is told to stop (request id %s)",
                     lease.task.id, lease.task.attempt, e.message, e.request_id)
 

@@ -244,6 +244,17 @@ def test_process_lanes_run_handlers_in_child_processes(admin: Client, workload: 
     assert admin.wait(job.id, timeout=60).status == "completed"
     pids = {r.metrics["pid"] for r in admin.results(job.id) if r.metrics}
     assert pids and running["pid"] not in pids
+
+    # A cancel found by the parent's heartbeat reaches the handler in its child process.
+    w2 = workload(lease_seconds=3)
+    hung = admin.create_job(w2, tasks=specs(1, lambda i: {"action": "hang"})).job
+    worker2 = spawn(w2, "pyw-procs-2", executor="process")
+    [started] = worker2.wait_event("started")
+    assert started["pid"] != worker2.wait_event("running")[0]["pid"]
+    admin.cancel(hung.id)
+    [cancelled] = worker2.wait_event("cancelled", timeout=15)
+    assert cancelled["task_id"] == started["task_id"]
+    assert drained(worker2)["dropped"] == 1
     assert drained(worker)["completed"] == 4
 
 
