@@ -214,6 +214,7 @@ class _Lease:
     started: bool = False
     finished: bool = False  # the handler returned (or raised)
     lost: bool = False  # the coordinator refused a heartbeat, or the drain gave the task back
+    beat_failing: bool = False  # the last heartbeat got no answer (logged once per outage)
 
 
 @dataclass
@@ -464,6 +465,7 @@ class Worker:
         # A heartbeat of a task that cannot exist: the coordinator checks token and worker_id before looking
         # the task up, so NOT_FOUND means both were accepted, and nothing is written either way.
         req = {"task_id": _NIL_UUID, "worker_id": self.worker_id, "attempt": 1}
+        warned = False
         while not self._stop.is_set():
             try:
                 self._call("RenewLease", req)
@@ -480,9 +482,10 @@ class Worker:
             except InvalidArgumentError as e:
                 raise WorkerConfigError(f"the coordinator refuses worker_id {self.worker_id!r}: {e.message}") from e
             except LeaseholdError as e:
-                delay = backoff.next()
-                log.warning("coordinator not reachable at %s (%s); retrying in %.1f s", self.url, e, delay)
-                self._stop.wait(delay)
+                if not warned:
+                    log.warning("coordinator not reachable at %s (%s); retrying with backoff", self.url, e)
+                warned = True
+                self._stop.wait(backoff.next())
 
     def _call(self, method: str, request: JsonObject, extra_timeout: float = 0.0,
               interrupt: Interrupt | None = None) -> JsonObject:
@@ -772,8 +775,11 @@ class Worker:
         except LeaseholdError as e:
             # Try again soon: the lease may still be saved once the coordinator is back.
             lease.next_beat = time.monotonic() + min(lease.interval, 1.0) * random.uniform(0.5, 1.0)
-            log.warning("heartbeat of task %s failed (%s); retrying", lease.task.id, e)
+            if not lease.beat_failing:
+                log.warning("heartbeat of task %s failed (%s); retrying", lease.task.id, e)
+            lease.beat_failing = True
             return
+        lease.beat_failing = False
         self._renewed(lease, res)
 
     # ---------- reporting ----------
