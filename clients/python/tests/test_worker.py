@@ -146,7 +146,7 @@ def test_drain_on_sigterm_finishes_in_flight_work_and_gives_back_the_rest(
     [finished1] = [e for e in worker.of("finished") if e["chunk"] == 1]
     assert finished1["cancelled"] is True  # the handler was told
     snap = admin.get_job(job.id)
-    assert (snap.task_counts.completed, snap.task_counts.pending, snap.task_counts.leased) == (1, 2, 0)
+    assert (snap.task_counts.completed, snap.task_counts.pending, snap.task_counts.leased) == (1, 2, 0), worker.stderr
     assert [r.chunk_index for r in admin.results(job.id)] == [0]
 
     # Given back as retryable with no delay: the next worker gets it at once, on its next attempt.
