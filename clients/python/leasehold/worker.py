@@ -417,9 +417,6 @@ class Worker:
         if self._stop.is_set():
             self._hurry.set()
         self._stop.set()
-        # A parked claim would hold the drain up to wait_seconds: abort it. Should the coordinator have
-        # leased tasks in the instant before, they come back when that lease expires.
-        self._poll.cancel()
         with self._cond:
             self._cond.notify_all()
 
@@ -517,7 +514,11 @@ class Worker:
                 if left <= 0:
                     break
                 self._cond.wait(min(left, 0.5))
-        # The claimer's parked poll was aborted; a claim answered in the meantime has its tasks given back.
+        # Only now abort a claim still in flight: it is parked (a claim that finds tasks answers at once,
+        # and its tasks are given back as they arrive), and waiting for it would hold the exit up to
+        # wait_seconds. Aborted any earlier, a claim being answered (a lane had just freed up) would
+        # leave its tasks leased to this worker until their lease expired.
+        self._poll.cancel()
         claimer.join(self.wait_seconds + self.request_timeout)
         with self._cond:
             unfinished = [lease for lease in self._leases.values() if not lease.finished and not lease.lost]

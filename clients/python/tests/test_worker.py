@@ -142,7 +142,10 @@ def test_drain_on_sigterm_finishes_in_flight_work_and_gives_back_the_rest(
     paths[0].touch()  # chunk 0 finishes during the drain; chunk 1 outlives the drain deadline
     assert worker.wait() == 0, worker.stderr
     stats = worker.of("stopped")[0]["stats"]
-    assert (stats["claimed"], stats["completed"], stats["released"]) == (2, 1, 1)
+    # Chunk 0 may finish before the worker handles the signal; its lane then claims chunk 2, which the
+    # draining worker gives back as it arrives.
+    assert stats["claimed"] in (2, 3)
+    assert (stats["completed"], stats["released"]) == (1, stats["claimed"] - 1)
     [finished1] = [e for e in worker.of("finished") if e["chunk"] == 1]
     assert finished1["cancelled"] is True  # the handler was told
     snap = admin.get_job(job.id)
@@ -154,7 +157,7 @@ def test_drain_on_sigterm_finishes_in_flight_work_and_gives_back_the_rest(
     successor = spawn(w, "pyw-successor", concurrency=2)
     assert admin.wait(job.id, timeout=30).status == "completed"
     attempts = {r.chunk_index: r.metrics["attempt"] for r in admin.results(job.id) if r.metrics}
-    assert attempts == {0: 1, 1: 2, 2: 1}
+    assert attempts == {0: 1, 1: 2, 2: stats["claimed"] - 1}
     assert drained(successor)["completed"] == 2
 
 
