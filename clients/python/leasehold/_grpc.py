@@ -17,10 +17,11 @@ JsonObject = dict[str, Any]
 
 # The client retries with its own jittered backoff; grpc's default reconnect
 # backoff grows to two minutes, which would leave a worker idle long after a
-# restarted coordinator is back.
+# restarted coordinator is back. (Not grpc.min_reconnect_backoff_ms: grpc also
+# takes it as the connect timeout, and at 100 ms a busy coordinator's SETTINGS
+# frame arrived too late: "connection attempt timed out before receiving SETTINGS frame".)
 _CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.keepalive_time_ms", 30_000),
 ]

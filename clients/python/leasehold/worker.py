@@ -164,11 +164,23 @@ class Task:
     @property
     def cancelled(self) -> bool:
         """Whether the task was cancelled or its lease lost (its result will be dropped)."""
+        if not self.cancel_event.is_set() and _child_cancelled is not None and _child_cancelled.contains(self.id):
+            self.cancel_reason = self.cancel_reason or "task cancelled or lease lost"
+            self.cancel_event.set()
         return self.cancel_event.is_set()
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Blocks until the task is cancelled or ``timeout`` seconds pass; returns :attr:`cancelled`."""
-        return self.cancel_event.wait(timeout)
+        if _child_cancelled is None:
+            return self.cancel_event.wait(timeout)
+        # In a process lane the parent's news arrives through shared memory: look every 50 ms.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.cancelled:
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            time.sleep(left)
+        return True
 
     def raise_if_cancelled(self) -> None:
         """Raises :class:`TaskCancelled` when the task was cancelled or its lease lost."""
@@ -202,6 +214,7 @@ class _Lease:
     started: bool = False
     finished: bool = False  # the handler returned (or raised)
     lost: bool = False  # the coordinator refused a heartbeat, or the drain gave the task back
+    beat_failing: bool = False  # the last heartbeat got no answer (logged once per outage)
 
 
 @dataclass
@@ -227,13 +240,44 @@ class _Backoff:
         self.n = 0
 
 
-# Set in process-lane children: where Task.progress sends its reports (the parent forwards them).
+class _CancelledIds:
+    """Ids of cancelled tasks in shared memory, written by the parent and read by process lanes.
+
+    A ring of the latest ``slots`` ids: more than can be running at once, so a running task's id is never
+    overwritten before its handler returns.
+    """
+
+    WIDTH = 36  # a UUID as text
+
+    def __init__(self, ctx: Any, slots: int) -> None:
+        self.slots = slots
+        self.buf = ctx.Array("c", self.WIDTH * slots)  # its own lock: readers never see half an id
+        self.next = 0
+
+    def add(self, task_id: str) -> None:
+        raw = task_id.encode()[: self.WIDTH].ljust(self.WIDTH, b" ")
+        with self.buf.get_lock():
+            at = (self.next % self.slots) * self.WIDTH
+            self.buf[at: at + self.WIDTH] = raw
+            self.next += 1
+
+    def contains(self, task_id: str) -> bool:
+        raw = task_id.encode()[: self.WIDTH].ljust(self.WIDTH, b" ")
+        with self.buf.get_lock():
+            data = bytes(self.buf.raw)
+        return any(data[i: i + self.WIDTH] == raw for i in range(0, len(data), self.WIDTH))
+
+
+# Set in process-lane children: where Task.progress sends its reports (the parent forwards them), and
+# where the parent marks cancelled tasks.
 _child_progress: Any = None
+_child_cancelled: _CancelledIds | None = None
 
 
-def _child_init(progress_queue: Any) -> None:
-    global _child_progress
+def _child_init(progress_queue: Any, cancelled: _CancelledIds) -> None:
+    global _child_progress, _child_cancelled
     _child_progress = progress_queue
+    _child_cancelled = cancelled
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent drains; children just finish or are terminated
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -373,9 +417,6 @@ class Worker:
         if self._stop.is_set():
             self._hurry.set()
         self._stop.set()
-        # A parked claim would hold the drain up to wait_seconds: abort it. Should the coordinator have
-        # leased tasks in the instant before, they come back when that lease expires.
-        self._poll.cancel()
         with self._cond:
             self._cond.notify_all()
 
@@ -397,7 +438,9 @@ class Worker:
             # Fork before any thread or channel exists: a forked child must not inherit either.
             ctx = multiprocessing.get_context("fork")
             self._progress_queue: Any = ctx.SimpleQueue()
-            self._pool = ctx.Pool(self.concurrency, initializer=_child_init, initargs=(self._progress_queue,))
+            self._cancelled_ids = _CancelledIds(ctx, max(64, 4 * self.concurrency))
+            self._pool = ctx.Pool(self.concurrency, initializer=_child_init,
+                                  initargs=(self._progress_queue, self._cancelled_ids))
         self._transport = make_transport(self.url, self._token, self._transport_name)
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
@@ -419,6 +462,7 @@ class Worker:
         # A heartbeat of a task that cannot exist: the coordinator checks token and worker_id before looking
         # the task up, so NOT_FOUND means both were accepted, and nothing is written either way.
         req = {"task_id": _NIL_UUID, "worker_id": self.worker_id, "attempt": 1}
+        warned = False
         while not self._stop.is_set():
             try:
                 self._call("RenewLease", req)
@@ -435,9 +479,10 @@ class Worker:
             except InvalidArgumentError as e:
                 raise WorkerConfigError(f"the coordinator refuses worker_id {self.worker_id!r}: {e.message}") from e
             except LeaseholdError as e:
-                delay = backoff.next()
-                log.warning("coordinator not reachable at %s (%s); retrying in %.1f s", self.url, e, delay)
-                self._stop.wait(delay)
+                if not warned:
+                    log.warning("coordinator not reachable at %s (%s); retrying with backoff", self.url, e)
+                warned = True
+                self._stop.wait(backoff.next())
 
     def _call(self, method: str, request: JsonObject, extra_timeout: float = 0.0,
               interrupt: Interrupt | None = None) -> JsonObject:
@@ -469,13 +514,17 @@ class Worker:
                 if left <= 0:
                     break
                 self._cond.wait(min(left, 0.5))
-        # The claimer's parked poll was aborted; a claim answered in the meantime has its tasks given back.
+        # Only now abort a claim still in flight: it is parked (a claim that finds tasks answers at once,
+        # and its tasks are given back as they arrive), and waiting for it would hold the exit up to
+        # wait_seconds. Aborted any earlier, a claim being answered (a lane had just freed up) would
+        # leave its tasks leased to this worker until their lease expired.
+        self._poll.cancel()
         claimer.join(self.wait_seconds + self.request_timeout)
         with self._cond:
             unfinished = [lease for lease in self._leases.values() if not lease.finished and not lease.lost]
         for lease in unfinished:
             lease.lost = True
-            lease.task._cancel("worker draining: the task was given back")
+            self._cancel(lease, "worker draining: the task was given back")
             self._release(lease.task, "the worker stopped before the handler finished")
         self._outbox.put(None)
         reporter.join(self.request_timeout * 3)
@@ -591,14 +640,16 @@ class Worker:
             except Exception:  # a bug of ours must not kill the lane
                 log.exception("lane failed on task %s", lease.task.id)
                 outcome = None
-            with self._cond:
-                lease.finished = True
-                self._busy -= 1
-                self._cond.notify_all()
+            # Queue the outcome before the lane counts as free: a drain that sees no busy lane then
+            # finds every outcome ahead of its end-of-reports marker.
+            lease.finished = True
             if outcome is not None:
                 self._outbox.put(outcome)
             else:
                 self._forget(lease)
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
 
     def _execute(self, lease: _Lease) -> _Outcome | None:
         task = lease.task
@@ -649,9 +700,14 @@ class Worker:
             req["lease_seconds"] = self.lease_seconds
         return req
 
+    def _cancel(self, lease: _Lease, reason: str) -> None:
+        lease.task._cancel(reason)
+        if self._pool is not None:
+            self._cancelled_ids.add(lease.task.id)
+
     def _lost(self, lease: _Lease, e: LeaseholdError) -> None:
         lease.lost = True
-        lease.task._cancel(f"{e.code}: {e.message}")
+        self._cancel(lease, f"{e.code}: {e.message}")
         log.warning("task %s (attempt %d) is no longer ours (%s); its handler is told to stop (request id %s)",
                     lease.task.id, lease.task.attempt, e.message, e.request_id)
 
@@ -720,8 +776,11 @@ class Worker:
         except LeaseholdError as e:
             # Try again soon: the lease may still be saved once the coordinator is back.
             lease.next_beat = time.monotonic() + min(lease.interval, 1.0) * random.uniform(0.5, 1.0)
-            log.warning("heartbeat of task %s failed (%s); retrying", lease.task.id, e)
+            if not lease.beat_failing:
+                log.warning("heartbeat of task %s failed (%s); retrying", lease.task.id, e)
+            lease.beat_failing = True
             return
+        lease.beat_failing = False
         self._renewed(lease, res)
 
     # ---------- reporting ----------
@@ -853,7 +912,14 @@ class Worker:
             log.warning("task %s (attempt %d) failed for good: %s", task.id, task.attempt, req["error_message"],
                         exc_info=e if not isinstance(e, TaskError) else None)
         try:
-            self._retrying("FailTask", req)
+            try:
+                self._retrying("FailTask", req)
+            except InvalidArgumentError:
+                if "retry_after_seconds" not in req:
+                    raise
+                # A delay the coordinator will not take (an explicit 0, say): let it pick the backoff.
+                del req["retry_after_seconds"]
+                self._retrying("FailTask", req)
             self._count("failed")
         except LeaseholdError as err:
             self._refused(o, err.code, err.message, err.request_id)

@@ -39,3 +39,20 @@ def test_error_codes_fit_the_coordinator_limits() -> None:
     long = type("A" * 100 + "Error", (Exception,), {})
     code = error_code_of(long())
     assert len(code) == 64 and code == "a" * 64
+
+
+def test_worker_id_defaults_to_hostname_pid_and_is_checked_locally() -> None:
+    import os
+    import socket
+
+    import pytest
+
+    from leasehold import Worker
+
+    assert Worker("http://127.0.0.1:1", workloads=["w"]).worker_id == f"{socket.gethostname()}-{os.getpid()}"
+    prefixed = Worker("http://127.0.0.1:1", workloads=["w"], worker_prefix="gpu-")
+    assert prefixed.worker_id == f"gpu-{socket.gethostname()}-{os.getpid()}"
+    with pytest.raises(ValueError, match="worker_id"):
+        Worker("http://127.0.0.1:1", workloads=["w"], worker_id="has space")
+    with pytest.raises(ValueError, match="transport"):
+        Worker("http://127.0.0.1:1", workloads=["w"], transport="carrier-pigeon")

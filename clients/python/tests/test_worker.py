@@ -142,11 +142,14 @@ def test_drain_on_sigterm_finishes_in_flight_work_and_gives_back_the_rest(
     paths[0].touch()  # chunk 0 finishes during the drain; chunk 1 outlives the drain deadline
     assert worker.wait() == 0, worker.stderr
     stats = worker.of("stopped")[0]["stats"]
-    assert (stats["claimed"], stats["completed"], stats["released"]) == (2, 1, 1)
+    # Chunk 0 may finish before the worker handles the signal; its lane then claims chunk 2, which the
+    # draining worker gives back as it arrives.
+    assert stats["claimed"] in (2, 3)
+    assert (stats["completed"], stats["released"]) == (1, stats["claimed"] - 1)
     [finished1] = [e for e in worker.of("finished") if e["chunk"] == 1]
     assert finished1["cancelled"] is True  # the handler was told
     snap = admin.get_job(job.id)
-    assert (snap.task_counts.completed, snap.task_counts.pending, snap.task_counts.leased) == (1, 2, 0)
+    assert (snap.task_counts.completed, snap.task_counts.pending, snap.task_counts.leased) == (1, 2, 0), worker.stderr
     assert [r.chunk_index for r in admin.results(job.id)] == [0]
 
     # Given back as retryable with no delay: the next worker gets it at once, on its next attempt.
@@ -154,7 +157,7 @@ def test_drain_on_sigterm_finishes_in_flight_work_and_gives_back_the_rest(
     successor = spawn(w, "pyw-successor", concurrency=2)
     assert admin.wait(job.id, timeout=30).status == "completed"
     attempts = {r.chunk_index: r.metrics["attempt"] for r in admin.results(job.id) if r.metrics}
-    assert attempts == {0: 1, 1: 2, 2: 1}
+    assert attempts == {0: 1, 1: 2, 2: stats["claimed"] - 1}
     assert drained(successor)["completed"] == 2
 
 
@@ -244,4 +247,28 @@ def test_process_lanes_run_handlers_in_child_processes(admin: Client, workload: 
     assert admin.wait(job.id, timeout=60).status == "completed"
     pids = {r.metrics["pid"] for r in admin.results(job.id) if r.metrics}
     assert pids and running["pid"] not in pids
+
+    # A cancel found by the parent's heartbeat reaches the handler in its child process.
+    w2 = workload(lease_seconds=3)
+    hung = admin.create_job(w2, tasks=specs(1, lambda i: {"action": "hang"})).job
+    worker2 = spawn(w2, "pyw-procs-2", executor="process")
+    [started] = worker2.wait_event("started")
+    assert started["pid"] != worker2.wait_event("running")[0]["pid"]
+    admin.cancel(hung.id)
+    [cancelled] = worker2.wait_event("cancelled", timeout=15)
+    assert cancelled["task_id"] == started["task_id"]
+    assert drained(worker2)["dropped"] == 1
     assert drained(worker)["completed"] == 4
+
+
+def test_the_jobs_traceparent_is_the_handlers_trace_context(admin: Client, workload: Callable[..., str],
+                                                            spawn: Callable[..., WorkerProc]) -> None:
+    # opentelemetry-api is installed (no SDK): the handler's current span carries the job's trace.
+    w = workload(lease_seconds=30)
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    job = admin.create_job(w, tasks=specs(1, lambda i: {"action": "trace"}), traceparent=f"00-{trace_id}-{span_id}-01").job
+    worker = spawn(w, "pyw-trace")
+    [seen] = worker.wait_event("trace")
+    assert seen["trace_id"] == trace_id
+    assert admin.wait(job.id, timeout=30).status == "completed"
+    assert drained(worker)["completed"] == 1

@@ -27,7 +27,12 @@ _print_lock = threading.Lock()
 
 def in_child(task: Task) -> Result:
     """The handler of process lanes (module level, so a child process can run it)."""
-    task.progress(0.5, "halfway")
+    if task.parameters.get("action") == "hang":
+        emit("started", task_id=task.id, chunk=task.chunk_index, attempt=task.attempt, pid=os.getpid())
+        task.wait_cancelled(120)
+        emit("cancelled", task_id=task.id, chunk=task.chunk_index, pid=os.getpid())
+    else:
+        task.progress(0.5, "halfway")
     body = f"{task.id}:{task.attempt}".encode()
     return Result(uri=f"mem://{task.job_id}/{task.chunk_index}", sha256=hashlib.sha256(body).hexdigest(),
                   metrics={"worker": task.worker_id, "attempt": task.attempt, "pid": os.getpid()})
@@ -71,6 +76,12 @@ def main() -> int:
             while admin.get_job(task.job_id).job.status != "failed":
                 time.sleep(0.1)
             emit("finished", task_id=task.id, chunk=task.chunk_index, cancelled=task.cancelled)
+            return result(task)
+        if action == "trace":
+            from opentelemetry import trace
+
+            ctx = trace.get_current_span().get_span_context()
+            emit("trace", task_id=task.id, trace_id=f"{ctx.trace_id:032x}", span_id=f"{ctx.span_id:016x}")
             return result(task)
         if action == "progress":
             task.progress(0.5, "halfway")
