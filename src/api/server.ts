@@ -18,6 +18,7 @@ import { createOpsRoutes } from "./ops-routes.js";
 import { logWhenClosed } from "./request-log.js";
 import { handleRest, isRestPath, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
 import { createQueueServiceImpl, requestInfoKey, type RequestInfo } from "./service.js";
+import { serveUi } from "./ui-routes.js";
 
 export interface ApiServerOptions {
   queue: QueueService;
@@ -100,6 +101,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
         throw new HttpError(Code.InvalidArgument, "malformed request URL");
       }
       if (await opsRoutes(req, res, url.pathname, info)) return;
+      if (await serveUi(req, res, url.pathname, info)) return;
       if (isRestPath(url.pathname)) {
         await handleRest(req, res, url, info, { impl, maxBodyBytes: opts.maxBodyBytes });
         return;
