@@ -196,13 +196,13 @@ describe("console as admin", () => {
   it("cancels a job after confirmation", async () => {
     const jobId = await createJob("render", 5);
     await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
-    await page.waitForSelector("#cancel-job", WAIT);
+    await page.waitForSelector("#cancel-job:not([hidden])", WAIT);
     await page.click("#cancel-job");
     await confirmDialog(page);
     await statusIs(page, "cancelled");
     await page.waitForFunction(() => document.getElementById("outcome")?.textContent?.includes("cancelled") === true, WAIT);
     expect((await api.getJob({ jobId })).job?.status).toBe(JobStatus.CANCELLED);
-    await page.waitForSelector("#retry-job", WAIT);
+    await page.waitForSelector("#retry-job:not([hidden])", WAIT);
   });
 
   it("retries a failed job and shows the failure and the task's attempts", async () => {
@@ -214,6 +214,7 @@ describe("console as admin", () => {
     await statusIs(page, "failed");
     await page.waitForFunction(() => document.getElementById("job-failure")?.textContent?.includes("decode_error") === true, WAIT);
     await page.waitForFunction(() => document.getElementById("tasks")?.textContent?.includes("bad frame 7") === true, WAIT);
+    await page.waitForSelector("#retry-job:not([hidden])", WAIT);
     await page.click("#retry-job");
     await confirmDialog(page);
     await page.waitForFunction(() => /again: \d+ tasks retried/.test(document.getElementById("outcome")?.textContent ?? ""), WAIT);
@@ -250,8 +251,9 @@ describe("console as admin", () => {
     await page.goto(`${base}/ui/#/jobs?q=${jobId}`, { waitUntil: "domcontentloaded" });
     await page.waitForFunction((id) => document.querySelectorAll("#jobs tbody tr").length === 1 && document.querySelector(`#jobs tr[data-job="${id}"]`) !== null, WAIT, jobId);
     // Keyboard: the filter form is reachable and submits with Enter.
-    await page.focus("#f-status");
     await page.select("#f-status", "completed");
+    await page.$eval("#f-q", (e) => ((e as unknown as El).value = ""));
+    await page.focus("#f-q");
     await page.keyboard.press("Enter");
     await page.waitForFunction(() => location.hash.includes("status=completed"), WAIT);
     expect(await axeSerious(page)).toEqual([]);
@@ -268,7 +270,7 @@ describe("console as submitter", () => {
     expect(await page.$("#workload-form")).toBeNull();
     const jobId = await createJob("render", 2);
     await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
-    await page.waitForSelector("#cancel-job", WAIT);
+    await page.waitForSelector("#cancel-job:not([hidden])", WAIT);
     expect(await axeSerious(page)).toEqual([]);
     await page.screenshot({ path: path.join(ARTIFACTS, "submitter-job.png"), fullPage: true });
   });

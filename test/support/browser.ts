@@ -11,11 +11,16 @@ import { ROOT } from "./process.js";
 // As root Chromium needs --no-sandbox; the rest keep it off the (closed) network and quiet.
 const FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-gpu", "--disable-dev-shm-usage"];
 
+// The package's defaults are tuned for one page per process on AWS Lambda: --single-process makes
+// a second browser context crash the browser, and the web-security switches would hide what the
+// console's CSP and same-origin rules do in a real browser.
+const DROPPED = new Set(["--single-process", "--disable-web-security", "--allow-running-insecure-content"]);
+
 export async function launchBrowser(): Promise<Browser> {
   return puppeteer.launch({
     executablePath: await chromium.executablePath(),
-    args: [...new Set([...chromium.args, ...FLAGS])],
-    headless: true,
+    args: [...new Set([...chromium.args.filter((a) => !DROPPED.has(a) && !a.startsWith("--headless")), ...FLAGS])],
+    headless: "shell",
     defaultViewport: { width: 1280, height: 900 },
     protocolTimeout: 120_000,
   });

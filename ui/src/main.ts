@@ -404,7 +404,9 @@ function renderJob(jobId: string): () => void {
 
   const header = h("div", { id: "job-header" });
   const progress = h("div", { class: "card", id: "job-progress-card" });
-  const actions = h("div", { class: "actions", id: "job-actions" });
+  const cancelButton = h("button", { type: "button", id: "cancel-job", class: "danger", hidden: true, onclick: () => snapshot?.job && void cancelJob(snapshot.job) }, "Cancel job");
+  const retryButton = h("button", { type: "button", id: "retry-job", class: "primary", hidden: true, onclick: () => snapshot?.job && void retryJob(snapshot.job) }, "Retry job");
+  const actions = h("div", { class: "actions", id: "job-actions" }, cancelButton, retryButton);
   const gridCard = h("section", { class: "card", "aria-labelledby": "grid-h" }, h("h2", { id: "grid-h" }, "Chunks"));
   const detail = h("section", { class: "card", id: "task-detail", "aria-labelledby": "detail-h", hidden: true });
   const tasksCard = h("section", { class: "card", "aria-labelledby": "tasks-h" }, h("h2", { id: "tasks-h" }, "Tasks, attempts and errors"));
@@ -432,13 +434,9 @@ function renderJob(jobId: string): () => void {
         ? h("p", { class: "error-text", id: "job-failure" }, `Failed at chunk ${snapshot.failure.chunkIndex} (attempt ${snapshot.failure.attempt}, ${snapshot.failure.workerId || "no worker"}): ${snapshot.failure.errorCode}${snapshot.failure.errorMessage ? ` — ${snapshot.failure.errorMessage}` : ""}`)
         : null,
     );
-    clear(actions);
-    if (job.status === JobStatus.PENDING || job.status === JobStatus.RUNNING) {
-      actions.append(h("button", { type: "button", id: "cancel-job", class: "danger", onclick: () => void cancelJob(job) }, "Cancel job"));
-    }
-    if (job.status === JobStatus.FAILED || job.status === JobStatus.CANCELLED) {
-      actions.append(h("button", { type: "button", id: "retry-job", class: "primary", onclick: () => void retryJob(job) }, "Retry job"));
-    }
+    // The buttons persist across re-renders (only shown or hidden), so a click never lands on a replaced node.
+    cancelButton.hidden = !(job.status === JobStatus.PENDING || job.status === JobStatus.RUNNING);
+    retryButton.hidden = !(job.status === JobStatus.FAILED || job.status === JobStatus.CANCELLED);
   };
 
   const renderProgress = () => {
