@@ -592,29 +592,48 @@ function renderJob(jobId: string): () => void {
     }, 2000);
   };
 
-  // ---- chunk statuses: uniform from the snapshot when it can be, else from ListTasks pages ----
+  // ---- chunk statuses ----
+  // The snapshot's counts say which status most chunks have: the grid starts filled with it, and
+  // only the other statuses are paged in (in parallel, one stream per status), so the grid is right
+  // after reading the minority of tasks. The majority's pages follow, only to learn their task ids.
   const loadChunks = async () => {
     if (!grid || !snapshot) return;
+    const g = grid;
     const c = snapshot.taskCounts;
-    const total = snapshot.totalTasks;
-    // A job whose tasks all share one status (new, or finished) is drawn at once, before any page.
     const order = ["pending", "leased", "completed", "failed", "cancelled"] as const;
-    const uniform = order.findIndex((s) => (c?.[s] ?? 0) === total);
-    if (uniform >= 0) grid.fill(uniform + 1);
-    performance.mark(uniform >= 0 ? "grid-known" : "grid-loading");
-    let token = "";
-    do {
-      const r = await client.listTasks({ jobId, pageSize: 1000, pageToken: token }, { signal: abort.signal });
-      for (const { task } of r.tasks) {
-        if (!task) continue;
-        chunkTask[task.chunkIndex] = task.id;
-        // A chunk an event has already reported is as new as the stream; a page may be older.
-        if (!touched[task.chunkIndex]) grid.set(task.chunkIndex, task.status);
+    const counts = order.map((s) => c?.[s] ?? 0);
+    const majority = counts.indexOf(Math.max(...counts));
+    g.fill(majority + 1);
+    const pageAll = async (status: TaskStatus) => {
+      let token = "";
+      if (status === TaskStatus.COMPLETED) {
+        // The result manifests carry chunk and task id, and cost the server far less than tasks with their attempts.
+        do {
+          const r = await client.listCompletedResults({ jobId, pageSize: 1000, pageToken: token }, { signal: abort.signal });
+          for (const m of r.results) {
+            chunkTask[m.chunkIndex] = m.taskId;
+            if (!touched[m.chunkIndex]) g.set(m.chunkIndex, TaskStatus.COMPLETED);
+          }
+          token = r.nextPageToken;
+        } while (token && !stopped);
+        return;
       }
-      token = r.nextPageToken;
-    } while (token && !stopped);
-    if (uniform < 0) performance.mark("grid-known");
-    grid.element.setAttribute("data-complete", "true");
+      do {
+        const r = await client.listTasks({ jobId, status, pageSize: 1000, pageToken: token }, { signal: abort.signal });
+        for (const { task } of r.tasks) {
+          if (!task) continue;
+          chunkTask[task.chunkIndex] = task.id;
+          // A chunk an event has already reported is as new as the stream; a page may be older.
+          if (!touched[task.chunkIndex]) g.set(task.chunkIndex, task.status);
+        }
+        token = r.nextPageToken;
+      } while (token && !stopped);
+    };
+    await Promise.all(order.map((_, i) => i).filter((i) => i !== majority && counts[i] > 0).map((i) => pageAll((i + 1) as TaskStatus)));
+    performance.mark("grid-known");
+    g.element.setAttribute("data-known", "true");
+    if (counts[majority] > 0) await pageAll((majority + 1) as TaskStatus);
+    g.element.setAttribute("data-complete", "true");
   };
 
   const cancelJob = async (job: Job) => {
