@@ -11,6 +11,9 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import type { Browser, BrowserContext, Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobStatus, QueueService, TaskStatus } from "../gen/leasehold/queue/v1/queue_pb.js";
+import { HttpError } from "../src/api/errors.js";
+import type { NodeRequest, NodeResponse } from "../src/api/rest.js";
+import { createUiRoutes } from "../src/api/ui-routes.js";
 import { ARTIFACTS, ensureUiBuilt, launchBrowser } from "./support/browser.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, spawnCoordinator } from "./support/process.js";
@@ -122,6 +125,17 @@ async function confirmDialog(page: Page): Promise<void> {
 }
 
 describe("serving", () => {
+  it("answers 503 in the REST error shape, without crashing, when the console is not built", async () => {
+    const serve = createUiRoutes({ dir: path.join(tmp, "no-ui-here") });
+    const req = { method: "GET", headers: {} } as unknown as NodeRequest;
+    const res = {} as NodeResponse;
+    const info = { requestId: "r1" };
+    const err = await serve(req, res, "/ui/", info).then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(HttpError);
+    expect((err as HttpError).httpStatus).toBe(503);
+    expect(await serve(req, res, "/jobs", info)).toBe(false);
+  });
+
   it("serves index.html uncached and hashed assets immutable, with their content types", async () => {
     const redirect = await fetch(`${base}/ui`, { redirect: "manual" });
     expect(redirect.status).toBe(308);

@@ -122,7 +122,8 @@ function chart(): HTMLElement {
   const H = 90;
   const max = Math.max(1, ...claims, ...completions);
   const line = (xs: number[]) =>
-    xs.map((v, i) => `${((i + 1) / Math.max(1, KEEP_SAMPLES - 1)) * W},${H - (v / max) * (H - 4) - 2}`).join(" ");
+    // The x axis spans the samples so far (at least a minute), so a fresh page's chart is not a sliver.
+    xs.map((v, i) => `${(i / Math.max(11, xs.length - 1)) * W},${H - (v / max) * (H - 4) - 2}`).join(" ");
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
