@@ -203,6 +203,13 @@ describe("console as admin", () => {
     await page.waitForFunction(() => document.querySelectorAll("#results tbody tr").length === 40, WAIT);
     const first = await page.$$eval("#results tbody tr td:first-child", (tds) => tds.slice(0, 3).map((td) => td.textContent));
     expect(first).toEqual(["0", "1", "2"]);
+    // The grid from the keyboard: focus it, move one chunk right, open it with Enter.
+    await page.waitForSelector(".grid-wrap[data-complete]", WAIT);
+    await page.focus("#chunk-grid");
+    await page.keyboard.press("ArrowRight");
+    await page.waitForFunction(() => document.getElementById("grid-readout")?.textContent?.startsWith("Chunk 1: completed") === true, WAIT);
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.getElementById("task-detail")?.textContent?.includes("#1 worker-live completed") === true, WAIT);
     expect(await axeSerious(page)).toEqual([]);
     await page.screenshot({ path: path.join(ARTIFACTS, "job-live-complete.png"), fullPage: true });
   });
@@ -286,6 +293,10 @@ describe("console as submitter", () => {
     await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
     await page.waitForSelector("#cancel-job:not([hidden])", WAIT);
     expect(await axeSerious(page)).toEqual([]);
+    await page.click("#cancel-job");
+    await confirmDialog(page);
+    await statusIs(page, "cancelled");
+    await page.waitForSelector("#retry-job:not([hidden])", WAIT);
     await page.screenshot({ path: path.join(ARTIFACTS, "submitter-job.png"), fullPage: true });
   });
 
