@@ -677,6 +677,10 @@ function renderJob(jobId: string): () => void {
               gridCard.replaceChildren(gridCard.firstChild as Node, grid.element);
               grid.layout();
               void loadChunks().catch((err: unknown) => !stopped && showError("Loading chunks", err));
+            } else {
+              // A new snapshot of a job already drawn (a retry's fresh stream): what changed before it has no event here.
+              touched.fill(0);
+              void loadChunks().catch((err: unknown) => !stopped && showError("Loading chunks", err));
             }
             renderHeader();
             renderProgress();
