@@ -269,6 +269,8 @@ describe("console as admin", () => {
     await page.waitForSelector(`#jobs tr[data-job="${jobId}"]`, WAIT);
     const statuses = await page.$$eval("#jobs tbody tr td:nth-child(3)", (tds) => [...new Set(tds.map((td) => td.textContent))]);
     expect(statuses).toEqual(["pending"]);
+    await page.goto(`${base}/ui/#/jobs?status=pending&age=1h`, { waitUntil: "domcontentloaded" });
+    await page.waitForSelector(`#jobs tr[data-job="${jobId}"]`, WAIT);
     await page.goto(`${base}/ui/#/jobs?q=${jobId}`, { waitUntil: "domcontentloaded" });
     await page.waitForFunction((id) => document.querySelectorAll("#jobs tbody tr").length === 1 && document.querySelector(`#jobs tr[data-job="${id}"]`) !== null, WAIT, jobId);
     // Keyboard: the filter form is reachable and submits with Enter.

@@ -280,8 +280,12 @@ function renderJobs(params: URLSearchParams): void {
   const status = params.get("status") ?? "";
   const workload = params.get("workload") ?? "";
   const q = (params.get("q") ?? "").trim();
+  const age = params.get("age") ?? "";
   const page = params.get("page") ?? "";
-  const filterKey = `${status}|${workload}`;
+  const filterKey = `${status}|${workload}|${age}`;
+  const AGES: Record<string, [string, number]> = { "1h": ["last hour", 3600], "24h": ["last 24 hours", 86400], "7d": ["last 7 days", 7 * 86400] };
+  const ageSelect = h("select", { id: "f-age", name: "age" }, h("option", { value: "" }, "any time"));
+  for (const [k, [label]] of Object.entries(AGES)) ageSelect.append(h("option", { value: k, selected: k === age }, label));
 
   const statusSelect = h("select", { id: "f-status", name: "status" }, h("option", { value: "" }, "any"));
   for (const s of ["pending", "running", "completed", "failed", "cancelled"]) {
@@ -292,6 +296,7 @@ function renderJobs(params: URLSearchParams): void {
     { class: "filters", role: "search", "aria-label": "Filter jobs" },
     h("div", {}, h("label", { for: "f-status" }, "Status"), statusSelect),
     h("div", {}, h("label", { for: "f-workload" }, "Workload"), h("input", { id: "f-workload", name: "workload", value: workload, autocomplete: "off" })),
+    h("div", {}, h("label", { for: "f-age" }, "Created"), ageSelect),
     h("div", {}, h("label", { for: "f-q" }, "Job id or idempotency key"), h("input", { id: "f-q", name: "q", value: q, autocomplete: "off", type: "search" })),
     h("button", { type: "submit", class: "primary" }, "Filter"),
   );
@@ -299,7 +304,7 @@ function renderJobs(params: URLSearchParams): void {
     ev.preventDefault();
     const fd = new FormData(form);
     const p = new URLSearchParams();
-    for (const k of ["status", "workload", "q"]) {
+    for (const k of ["status", "workload", "age", "q"]) {
       const v = String(fd.get(k) ?? "").trim();
       if (v) p.set(k, v);
     }
@@ -326,6 +331,13 @@ function renderJobs(params: URLSearchParams): void {
         const r = await client.listJobs({ status: statusValue, workload, pageSize: 50, pageToken: page });
         jobs = q ? r.jobs.filter((j) => j.idempotencyKey.includes(q) || j.id.startsWith(q)) : r.jobs;
         next = r.nextPageToken;
+        // Jobs come newest first, so the first one older than the cutoff ends the list.
+        const cutoff = AGES[age] ? Date.now() - AGES[age][1] * 1000 : undefined;
+        if (cutoff !== undefined) {
+          const young = (j: Job) => (ts(j.createdAt)?.getTime() ?? 0) >= cutoff;
+          if (r.jobs.length && !young(r.jobs[r.jobs.length - 1])) next = "";
+          jobs = jobs.filter(young);
+        }
       }
       const before = pageTokens.get(filterKey) ?? [];
       const table = h(
