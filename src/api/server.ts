@@ -22,6 +22,7 @@ import { protocolOf, requestInfoKey, type RequestInfo } from "./request-info.js"
 import { logWhenClosed } from "./request-log.js";
 import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
 import { createQueueServiceImpl } from "./service.js";
+import { serveUi } from "./ui-routes.js";
 
 export interface ApiServerOptions {
   queue: ApiQueue;
@@ -105,6 +106,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
         throw new HttpError(Code.InvalidArgument, "malformed request URL");
       }
       if (await opsRoutes(req, res, url.pathname, info)) return;
+      if (await serveUi(req, res, url.pathname, info)) return;
       if (rest.isRestPath(url.pathname)) {
         await rest.handle(req, res, url, info);
         return;
