@@ -32,10 +32,24 @@ it("migrates an empty database up to the latest, down by one, and up again", asy
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_status_lease_created_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_key"]),
   );
 
+  // The storage settings of the hot tables are set, and the latest migration takes them back.
+  const reloptions = async () =>
+    (await client.query(`SELECT relname, reloptions FROM pg_class WHERE relname IN ('tasks', 'jobs') ORDER BY relname`)).rows.map((r) => [r.relname, r.reloptions]);
+  expect(await reloptions()).toEqual([
+    ["jobs", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.02"])],
+    ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
+  ]);
   await migrate(db.url, "down");
-  const latest = expectedMigrations().at(-1);
+  const [previous, latest] = expectedMigrations().slice(-2);
   expect(await pendingMigrations(client)).toEqual([latest]);
-  // The latest migration (#7's events) goes down to the tables of the first.
+  expect(await reloptions()).toEqual([
+    ["jobs", null],
+    ["tasks", null],
+  ]);
+
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([previous, latest]);
+  // The events migration goes down to the tables of the first.
   expect(await tables()).toEqual(["jobs", "pgmigrations", "tasks", "workloads"]);
   const { rows: triggers } = await client.query(`SELECT tgname FROM pg_trigger WHERE NOT tgisinternal`);
   expect(triggers).toEqual([]);
