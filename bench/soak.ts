@@ -119,9 +119,11 @@ async function main() {
   if (samples.length >= 3) {
     const a = samples[1];
     const b = samples[samples.length - 1];
-    const first = samples[1].rate;
-    const lastRate = samples[samples.length - 1].rate;
-    console.log(`\nthroughput, last interval / first after warm-up: ${fmt(lastRate)} / ${fmt(first)} = ${fmt(lastRate / first, 2)}`);
+    // Minutes (six 10 s intervals): the first after the warm-up interval against the last.
+    const mean = (xs: typeof samples) => xs.reduce((n, x) => n + x.rate, 0) / xs.length;
+    const first = mean(samples.slice(1, 7));
+    const lastRate = mean(samples.slice(Math.max(1, samples.length - 6)));
+    console.log(`\nthroughput, last minute / first minute after warm-up: ${fmt(lastRate)} / ${fmt(first)} tasks/s = ${fmt(lastRate / first, 2)}`);
     console.log(`after warm-up → end: rss ${fmt(a.rss, 1)} → ${fmt(b.rss, 1)} MB, fds ${a.fds} → ${b.fds}, db connections ${a.conns} → ${b.conns}`);
   }
   console.log(`completed ${completed} tasks in ${SECONDS} s (${fmt(completed / SECONDS)} tasks/s), ${errors} errors, coordinator peak RSS ${fmt(coordinator.peakRssMb(), 1)} MB`);
