@@ -107,6 +107,26 @@ describe("CreateJob", () => {
     expect(await f.count("tasks", `job_id = '${ok.job.id}'`)).toBe(1);
   });
 
+  it("succeeds while another coordinator rewrites the workload without pause", async () => {
+    await a.putWorkload({ name: "cj_churn", maxAttempts: 3 });
+    await a.createJob({ workload: "cj_churn", tasks: [spec(0)] }); // cached from here on
+    let stop = false;
+    let puts = 0;
+    const churn = Array.from({ length: 4 }, async () => {
+      while (!stop) {
+        await b.putWorkload({ name: "cj_churn", maxAttempts: 3 });
+        puts++;
+      }
+    });
+    const created = [];
+    for (let i = 0; i < 30; i++) created.push(await a.createJob({ workload: "cj_churn", tasks: [spec(0), spec(1)] }));
+    stop = true;
+    await Promise.all(churn);
+    expect(puts).toBeGreaterThan(0);
+    expect(created.every((r) => r.created && r.tasks.length === 2)).toBe(true);
+    expect(await f.count("tasks", `workload = 'cj_churn'`)).toBe(1 + 30 * 2);
+  });
+
   it("finds a workload registered elsewhere after this coordinator was told it did not exist", async () => {
     await expect(a.createJob({ workload: "cj_late", tasks: [spec(0)] })).rejects.toBeInstanceOf(NotFoundError);
     await b.putWorkload({ name: "cj_late" });

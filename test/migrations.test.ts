@@ -1,4 +1,4 @@
-// 10. Migrations: up from an empty database to the latest, and down of the latest.
+// Migrations: up from an empty database to the latest, down two, and up again.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { expectedMigrations, migrate, pendingMigrations } from "../src/store/postgres/migrate.js";
@@ -22,7 +22,7 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.tablename);
 }
 
-it("migrates an empty database up to the latest, down by one, and up again", async () => {
+it("migrates an empty database up to the latest, down by one and by another, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
@@ -32,10 +32,24 @@ it("migrates an empty database up to the latest, down by one, and up again", asy
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_status_lease_created_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_key"]),
   );
 
+  // The storage settings of the hot tables are set, and the latest migration takes them back.
+  const reloptions = async () =>
+    (await client.query(`SELECT relname, reloptions FROM pg_class WHERE relname IN ('tasks', 'jobs') ORDER BY relname`)).rows.map((r) => [r.relname, r.reloptions]);
+  expect(await reloptions()).toEqual([
+    ["jobs", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.02"])],
+    ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
+  ]);
   await migrate(db.url, "down");
-  const latest = expectedMigrations().at(-1);
+  const [previous, latest] = expectedMigrations().slice(-2);
   expect(await pendingMigrations(client)).toEqual([latest]);
-  // The latest migration (inspection) takes back only its own column and index; the event log and its triggers stay.
+  expect(await reloptions()).toEqual([
+    ["jobs", null],
+    ["tasks", null],
+  ]);
+
+  // The one before (inspection) takes back only its own column and index; the event log and its triggers stay.
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([previous, latest]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`);
   expect(columns).toEqual([]);

@@ -27,13 +27,15 @@ RETURNING *`;
 // With xmin, which changes whenever the row is written: CreateJob's cached copy of a workload is
 // current exactly when its xmin still matches (CREATE_JOB checks that in the inserting statement).
 export const SELECT_WORKLOADS_WITH_XMIN = `SELECT *, xmin::text AS row_xmin FROM workloads WHERE name = ANY($1::text[])`;
+// The same, holding them unchanged until the transaction ends (PutWorkload waits).
+export const SELECT_WORKLOADS_WITH_XMIN_FOR_SHARE = `${SELECT_WORKLOADS_WITH_XMIN} ORDER BY name FOR SHARE`;
 
 /*
  * CreateJob in one statement and one round trip (it took six: SELECT workloads, BEGIN, INSERT job,
  * INSERT tasks, NOTIFY, COMMIT). One statement is one transaction, so constraint failures still
  * abort all of it, and the NOTIFY still goes out only at commit, when the tasks are visible.
  * - fresh: the workloads the caller validated against (names $10, xmins $11) are unchanged; if
- *   not, nothing is inserted and the caller re-reads them and tries again.
+ *   not, nothing is inserted and the caller tries again with them locked.
  * - ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key safe: the loser
  *   gets no job row (after waiting for the winner's commit), so no tasks either, and reads the
  *   winner's job instead.

@@ -8,7 +8,6 @@ import {
   IdempotencyConflictError,
   NotFoundError,
   QueueError,
-  UnavailableError,
   ValidationError,
   type FieldViolation,
 } from "../../queue/errors.js";
@@ -71,6 +70,7 @@ import {
   validateReportProgress,
   validateRetryJob,
   violationsError,
+  type NormalizedCreateJob,
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
 import * as sql from "./queries.js";
@@ -162,98 +162,133 @@ export class PostgresQueue implements QueueService {
 
     return withClient(this.pool, opts.signal, async (c) => {
       // The cached workloads are used as they are when CREATE_JOB finds them unchanged; a miss
-      // (or a change made through any coordinator) reads them again.
-      let refresh = names.some((n) => !this.workloadCache.has(n));
-      for (let round = 0; ; round++) {
-        if (refresh) await this.loadWorkloads(c, names);
-        const workloads = new Map(names.flatMap((n) => (this.workloadCache.has(n) ? [[n, this.workloadCache.get(n)!] as const] : [])));
-        if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
-        const maxAttempts: number[] = [];
-        job.tasks.forEach((t, i) => {
-          const w = workloads.get(t.workload)?.workload;
-          if (!w) throw new NotFoundError("workload", t.workload, `tasks[${i}].workload`);
-          this.schemas.validate(w, t.parameters, input.tasks?.length ? `tasks[${i}].parameters` : "parameters");
-          maxAttempts.push(job.maxAttempts ?? w.maxAttempts);
-        });
-        const { rows } = await c.query({
-          name: "leasehold_create_job",
-          text: sql.CREATE_JOB,
-          values: [
-            jobId,
-            job.workload,
-            job.inputUri,
-            job.inputSha256,
-            JSON.stringify(job.parameters),
-            job.priority,
-            job.idempotencyKey,
-            fingerprint,
-            job.traceparent,
-            names,
-            names.map((n) => workloads.get(n)!.xmin),
-            ids,
-            job.tasks.map((t) => t.chunkIndex),
-            job.tasks.map((t) => t.workload),
-            job.tasks.map((t) => t.inputUri),
-            job.tasks.map((t) => t.inputSha256),
-            job.tasks.map((t) => JSON.stringify(t.parameters)),
-            maxAttempts,
-            [...perWorkload.keys()],
-            [...perWorkload.values()],
-          ],
-        });
-        const row = rows[0];
-        if (!row.fresh) {
-          if (round >= 3) throw new UnavailableError("the job's workloads kept changing while it was submitted; retry");
-          refresh = true;
-          continue;
-        }
-        if (row.id === null) {
-          // The key was used before: the same request is a replay, anything else a conflict.
-          const { rows: prior } = await c.query(sql.SELECT_JOB_BY_IDEMPOTENCY_KEY, [job.idempotencyKey]);
-          if (prior[0]?.request_sha256 !== fingerprint) {
-            throw new IdempotencyConflictError(`idempotency_key: was used for a different request (job ${prior[0]?.id})`);
+      // reads them first. If they changed meanwhile (PutWorkload through any coordinator), the
+      // second try reads them FOR SHARE in a transaction, so they cannot change again before the
+      // insert: it always succeeds, however busy PutWorkload is.
+      const refresh = names.some((n) => !this.workloadCache.has(n));
+      let locked = false;
+      try {
+        for (;;) {
+          if (locked) {
+            await c.query("BEGIN");
+            await this.loadWorkloads(c, names, true);
+          } else if (refresh) {
+            await this.loadWorkloads(c, names, false);
           }
-          const { rows: taskRows } = await c.query(sql.SELECT_JOB_TASKS, [prior[0].id]);
-          return { job: toJob(prior[0]), tasks: taskRows.map(toTask), created: false };
+          const result = await this.insertJob(c, input, job, fingerprint, names, jobId, ids, perWorkload);
+          if (result === "stale") {
+            if (locked) throw new Error("workloads changed while locked");
+            locked = true;
+            continue;
+          }
+          if (locked) {
+            locked = false;
+            await c.query("COMMIT");
+          }
+          return result === "taken" ? await this.replayJob(c, job.idempotencyKey!, fingerprint) : result;
         }
-        const created = toJob(row);
-        // The rows as the database holds them, without reading them back: every column is either
-        // what was sent or a default of the same statement (now() is the job's created_at).
-        const tasks: Task[] = job.tasks.map((t, i) => ({
-          id: ids[i],
-          jobId,
-          chunkIndex: t.chunkIndex,
-          workload: t.workload,
-          inputUri: t.inputUri,
-          inputSha256: t.inputSha256,
-          parameters: t.parameters,
-          status: "pending",
-          attempt: 0,
-          maxAttempts: maxAttempts[i],
-          priority: job.priority,
-          leaseOwner: null,
-          leaseExpiresAt: null,
-          resultUri: null,
-          resultSha256: null,
-          metrics: null,
-          errorCode: null,
-          errorMessage: null,
-          createdAt: created.createdAt,
-          startedAt: null,
-          completedAt: null,
-          runAfter: created.createdAt,
-          version: 0,
-          traceparent: job.traceparent,
-        }));
-        tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
-        return { job: created, tasks, created: true };
+      } catch (err) {
+        if (locked) await c.query("ROLLBACK").catch(() => {});
+        throw err;
       }
     });
   }
 
+  /** CREATE_JOB against the cached workloads: the new job, "stale" if they changed, "taken" if the idempotency key was used before. */
+  private async insertJob(
+    c: pg.PoolClient,
+    input: CreateJobInput,
+    job: NormalizedCreateJob,
+    fingerprint: string | null,
+    names: string[],
+    jobId: string,
+    ids: string[],
+    perWorkload: Map<string, number>,
+  ): Promise<CreateJobResult | "stale" | "taken"> {
+    const workloads = new Map(names.flatMap((n) => (this.workloadCache.has(n) ? [[n, this.workloadCache.get(n)!] as const] : [])));
+    if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
+    const maxAttempts: number[] = [];
+    job.tasks.forEach((t, i) => {
+      const w = workloads.get(t.workload)?.workload;
+      if (!w) throw new NotFoundError("workload", t.workload, `tasks[${i}].workload`);
+      this.schemas.validate(w, t.parameters, input.tasks?.length ? `tasks[${i}].parameters` : "parameters");
+      maxAttempts.push(job.maxAttempts ?? w.maxAttempts);
+    });
+    const { rows } = await c.query({
+      name: "leasehold_create_job",
+      text: sql.CREATE_JOB,
+      values: [
+        jobId,
+        job.workload,
+        job.inputUri,
+        job.inputSha256,
+        JSON.stringify(job.parameters),
+        job.priority,
+        job.idempotencyKey,
+        fingerprint,
+        job.traceparent,
+        names,
+        names.map((n) => workloads.get(n)!.xmin),
+        ids,
+        job.tasks.map((t) => t.chunkIndex),
+        job.tasks.map((t) => t.workload),
+        job.tasks.map((t) => t.inputUri),
+        job.tasks.map((t) => t.inputSha256),
+        job.tasks.map((t) => JSON.stringify(t.parameters)),
+        maxAttempts,
+        [...perWorkload.keys()],
+        [...perWorkload.values()],
+      ],
+    });
+    const row = rows[0];
+    if (!row.fresh) return "stale";
+    if (row.id === null) return "taken"; // the idempotency key was used before
+    const created = toJob(row);
+    // The rows as the database holds them, without reading them back: every column is either
+    // what was sent or a default of the same statement (now() is the job's created_at).
+    const tasks: Task[] = job.tasks.map((t, i) => ({
+      id: ids[i],
+      jobId,
+      chunkIndex: t.chunkIndex,
+      workload: t.workload,
+      inputUri: t.inputUri,
+      inputSha256: t.inputSha256,
+      parameters: t.parameters,
+      status: "pending",
+      attempt: 0,
+      maxAttempts: maxAttempts[i],
+      priority: job.priority,
+      leaseOwner: null,
+      leaseExpiresAt: null,
+      resultUri: null,
+      resultSha256: null,
+      metrics: null,
+      errorCode: null,
+      errorMessage: null,
+      createdAt: created.createdAt,
+      startedAt: null,
+      completedAt: null,
+      runAfter: created.createdAt,
+      version: 0,
+      traceparent: job.traceparent,
+    }));
+    tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
+    return { job: created, tasks, created: true };
+  }
+
+  /** A CreateJob whose idempotency key was used before: the same request is a replay, anything else a conflict. */
+  private async replayJob(c: pg.PoolClient, key: string, fingerprint: string | null): Promise<CreateJobResult> {
+    const { rows: prior } = await c.query(sql.SELECT_JOB_BY_IDEMPOTENCY_KEY, [key]);
+    if (prior[0]?.request_sha256 !== fingerprint) {
+      throw new IdempotencyConflictError(`idempotency_key: was used for a different request (job ${prior[0]?.id})`);
+    }
+    const { rows: taskRows } = await c.query(sql.SELECT_JOB_TASKS, [prior[0].id]);
+    return { job: toJob(prior[0]), tasks: taskRows.map(toTask), created: false };
+  }
+
   /** Reads these workloads into the cache (and drops the ones that do not exist). */
-  private async loadWorkloads(c: pg.PoolClient, names: string[]): Promise<void> {
-    const { rows } = await c.query(sql.SELECT_WORKLOADS_WITH_XMIN, [names]);
+  private async loadWorkloads(c: pg.PoolClient, names: string[], forShare: boolean): Promise<void> {
+    const { rows } = await c.query(forShare ? sql.SELECT_WORKLOADS_WITH_XMIN_FOR_SHARE : sql.SELECT_WORKLOADS_WITH_XMIN, [names]);
     for (const n of names) this.workloadCache.delete(n);
     for (const r of rows) this.workloadCache.set(r.name as string, { workload: toWorkload(r), xmin: r.row_xmin as string });
   }
