@@ -39,7 +39,10 @@ async function fill(queue: PostgresQueue, workload: string, count: number) {
   await queue.putWorkload({ name: workload, leaseSeconds: 300, maxAttempts: 3 });
   for (let done = 0; done < count; done += 10_000) {
     const n = Math.min(10_000, count - done);
-    await queue.createJob({ workload, tasks: tasks(n).map((t) => ({ chunkIndex: t.chunk_index, inputUri: t.input_uri, inputSha256: t.input_sha256 })) });
+    await queue.createJob({
+      workload,
+      tasks: tasks(n).map((t) => ({ chunkIndex: t.chunk_index, inputUri: t.input_uri, inputSha256: t.input_sha256 })),
+    });
   }
 }
 
@@ -67,7 +70,13 @@ function connectRun(rpc: Rpc, workload: string, maxTasks: number, seconds = SECO
         await rpc.completeTask({ taskId: t.id, workerId, attempt: t.attempt, resultUri: `s3://out/${t.chunkIndex}`, resultSha256: SHA });
       } else {
         await rpc.completeTasks({
-          results: got.map((t) => ({ taskId: t.id, workerId, attempt: t.attempt, resultUri: `s3://out/${t.chunkIndex}`, resultSha256: SHA })),
+          results: got.map((t) => ({
+            taskId: t.id,
+            workerId,
+            attempt: t.attempt,
+            resultUri: `s3://out/${t.chunkIndex}`,
+            resultSha256: SHA,
+          })),
         });
       }
       done += got.length;
@@ -88,10 +97,21 @@ function restRun(rest: Rest, workload: string, maxTasks: number, seconds = SECON
       const got = (claim.json as { tasks: Array<{ id: string; attempt: number; chunk_index: number }> }).tasks;
       if (got.length === 1) {
         const t = got[0];
-        await rest("POST", `/tasks/${t.id}/result`, { worker_id, attempt: t.attempt, result_uri: `s3://out/${t.chunk_index}`, result_sha256: SHA });
+        await rest("POST", `/tasks/${t.id}/result`, {
+          worker_id,
+          attempt: t.attempt,
+          result_uri: `s3://out/${t.chunk_index}`,
+          result_sha256: SHA,
+        });
       } else {
         await rest("POST", "/tasks/results", {
-          results: got.map((t) => ({ task_id: t.id, worker_id, attempt: t.attempt, result_uri: `s3://out/${t.chunk_index}`, result_sha256: SHA })),
+          results: got.map((t) => ({
+            task_id: t.id,
+            worker_id,
+            attempt: t.attempt,
+            result_uri: `s3://out/${t.chunk_index}`,
+            result_sha256: SHA,
+          })),
         });
       }
       done += got.length;
@@ -111,9 +131,20 @@ function rawSqlRun(pool: pg.Pool, workload: string, maxTasks: number, seconds = 
       claimMs.push(performance.now() - t0);
       if (rows.length === 0) break;
       if (rows.length === 1) {
-        await pool.query({ name: "complete", text: COMPLETE_TASK, values: [rows[0].id, workerId, rows[0].attempt, "s3://out/raw", SHA, null] });
+        await pool.query({
+          name: "complete",
+          text: COMPLETE_TASK,
+          values: [rows[0].id, workerId, rows[0].attempt, "s3://out/raw", SHA, null],
+        });
       } else {
-        const batch = rows.map((r) => ({ task_id: r.id, worker_id: workerId, attempt: r.attempt, result_uri: "s3://out/raw", result_sha256: SHA, metrics: null }));
+        const batch = rows.map((r) => ({
+          task_id: r.id,
+          worker_id: workerId,
+          attempt: r.attempt,
+          result_uri: "s3://out/raw",
+          result_sha256: SHA,
+          metrics: null,
+        }));
         await pool.query({ name: "complete_many", text: COMPLETE_TASKS, values: [JSON.stringify(batch), rows.map((r) => r.id)] });
       }
       done += rows.length;
@@ -124,7 +155,9 @@ function rawSqlRun(pool: pg.Pool, workload: string, maxTasks: number, seconds = 
 
 async function main() {
   const started = performance.now();
-  console.error(`leasehold bench: ${WORKERS} workers, ${SECONDS}s per run, pool ${POOL_MAX}, ${os.cpus().length} cores, node ${process.version}`);
+  console.error(
+    `leasehold bench: ${WORKERS} workers, ${SECONDS}s per run, pool ${POOL_MAX}, ${os.cpus().length} cores, node ${process.version}`,
+  );
   const db = await startDatabase();
   const coordinator = await startCoordinator(db.url, { PG_POOL_MAX: String(POOL_MAX) });
   const storePool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
@@ -172,7 +205,13 @@ async function main() {
       console.error(`${label} max_tasks ${maxTasks}: ${fmt(r.tasksPerSecond)} tasks/s`);
     }
     // Same connection settings as the coordinator's pool, one connection per worker.
-    const rawPool = createPool({ connectionString: db.url, max: WORKERS, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000, applicationName: "leasehold-bench-raw" });
+    const rawPool = createPool({
+      connectionString: db.url,
+      max: WORKERS,
+      statementTimeoutMs: 60_000,
+      connectTimeoutMs: 10_000,
+      applicationName: "leasehold-bench-raw",
+    });
     const raw1 = await (async () => {
       await fill(store, "bench_raw_1", perRun * 2);
       return rawSqlRun(rawPool, "bench_raw_1", 1);
@@ -189,9 +228,15 @@ async function main() {
       "ratio end-to-end / raw SQL, max_tasks 1 (Connect/HTTP2, Connect/HTTP1.1, REST)",
       [c1, results["Connect/HTTP1.1 1"], results["REST/HTTP1.1 1"]].map((r) => fmt(r.tasksPerSecond / raw1.tasksPerSecond, 2)).join(", "),
     ]);
-    rows.push(["ratio end-to-end / raw SQL, max_tasks 10 (Connect, REST)", `${fmt(results["Connect/HTTP2 10"].tasksPerSecond / raw10.tasksPerSecond, 2)}, ${fmt(results["REST/HTTP1.1 10"].tasksPerSecond / raw10.tasksPerSecond, 2)}`]);
+    rows.push([
+      "ratio end-to-end / raw SQL, max_tasks 10 (Connect, REST)",
+      `${fmt(results["Connect/HTTP2 10"].tasksPerSecond / raw10.tasksPerSecond, 2)}, ${fmt(results["REST/HTTP1.1 10"].tasksPerSecond / raw10.tasksPerSecond, 2)}`,
+    ]);
     const lat = c1.claimLatencyMs;
-    rows.push(["claim latency under load, Connect, max_tasks 1 (p50/p95/p99)", `${fmt(lat.p50, 2)} / ${fmt(lat.p95, 2)} / ${fmt(lat.p99, 2)} ms`]);
+    rows.push([
+      "claim latency under load, Connect, max_tasks 1 (p50/p95/p99)",
+      `${fmt(lat.p50, 2)} / ${fmt(lat.p95, 2)} / ${fmt(lat.p99, 2)} ms`,
+    ]);
 
     // Pickup: job committed → a parked long-polling worker holds its task, over Connect and over REST.
     await store.putWorkload({ name: "bench_pickup", leaseSeconds: 300 });
@@ -207,10 +252,20 @@ async function main() {
       }
       return summary(samples);
     };
-    const pickConnect = await pickup(async () => (await rpc.claimTasks({ workerId: "pickup", workloads: ["bench_pickup"], waitSeconds: 10 })).tasks.length);
-    const pickRest = await pickup(async () => ((await rest("POST", "/tasks/claim", { worker_id: "pickup", workloads: ["bench_pickup"], wait_seconds: 10 })).status === 200 ? 1 : 0));
-    rows.push([`pickup latency, long poll over LISTEN/NOTIFY, Connect (p50/p95, n=${pickConnect.n})`, `${fmt(pickConnect.p50, 2)} / ${fmt(pickConnect.p95, 2)} ms`]);
-    rows.push([`pickup latency, long poll over LISTEN/NOTIFY, REST (p50/p95, n=${pickRest.n})`, `${fmt(pickRest.p50, 2)} / ${fmt(pickRest.p95, 2)} ms`]);
+    const pickConnect = await pickup(
+      async () => (await rpc.claimTasks({ workerId: "pickup", workloads: ["bench_pickup"], waitSeconds: 10 })).tasks.length,
+    );
+    const pickRest = await pickup(async () =>
+      (await rest("POST", "/tasks/claim", { worker_id: "pickup", workloads: ["bench_pickup"], wait_seconds: 10 })).status === 200 ? 1 : 0,
+    );
+    rows.push([
+      `pickup latency, long poll over LISTEN/NOTIFY, Connect (p50/p95, n=${pickConnect.n})`,
+      `${fmt(pickConnect.p50, 2)} / ${fmt(pickConnect.p95, 2)} ms`,
+    ]);
+    rows.push([
+      `pickup latency, long poll over LISTEN/NOTIFY, REST (p50/p95, n=${pickRest.n})`,
+      `${fmt(pickRest.p50, 2)} / ${fmt(pickRest.p95, 2)} ms`,
+    ]);
 
     if (BIG_ROWS > 0) {
       console.error(`filling ${fmt(BIG_ROWS)} rows…`);
@@ -232,10 +287,19 @@ async function main() {
       }
       const latencies = (pick: (p: (typeof pairs)[number]) => RunResult) =>
         ["p50", "p95", "p99"].map((q) => fmt(median(pairs.map((p) => pick(p).claimLatencyMs[q as "p50"])), 2)).join(" / ");
-      rows.push([`claim latency, small table, Connect, max_tasks 1 (p50/p95/p99, median of 3 alternating runs)`, `${latencies((p) => p.small)} ms`]);
+      rows.push([
+        `claim latency, small table, Connect, max_tasks 1 (p50/p95/p99, median of 3 alternating runs)`,
+        `${latencies((p) => p.small)} ms`,
+      ]);
       rows.push([`claim latency with ${fmt(BIG_ROWS)} completed+pending rows, same runs`, `${latencies((p) => p.deep)} ms`]);
-      rows.push(["  p99 deep / p99 small, each pair (median)", `${pairs.map((p) => fmt(p.deep.claimLatencyMs.p99 / p.small.claimLatencyMs.p99, 2)).join(", ")} (${fmt(median(pairs.map((p) => p.deep.claimLatencyMs.p99 / p.small.claimLatencyMs.p99)), 2)})`]);
-      rows.push([`  end-to-end, Connect, max_tasks 1, small / deep table (median)`, `${fmt(median(pairs.map((p) => p.small.tasksPerSecond)))} / ${fmt(median(pairs.map((p) => p.deep.tasksPerSecond)))} tasks/s`]);
+      rows.push([
+        "  p99 deep / p99 small, each pair (median)",
+        `${pairs.map((p) => fmt(p.deep.claimLatencyMs.p99 / p.small.claimLatencyMs.p99, 2)).join(", ")} (${fmt(median(pairs.map((p) => p.deep.claimLatencyMs.p99 / p.small.claimLatencyMs.p99)), 2)})`,
+      ]);
+      rows.push([
+        `  end-to-end, Connect, max_tasks 1, small / deep table (median)`,
+        `${fmt(median(pairs.map((p) => p.small.tasksPerSecond)))} / ${fmt(median(pairs.map((p) => p.deep.tasksPerSecond)))} tasks/s`,
+      ]);
     }
     rows.push(["coordinator peak RSS", `${fmt(coordinator.peakRssMb())} MB`]);
 
@@ -263,7 +327,9 @@ async function main() {
     await db.stop();
   }
   const width = Math.max(...rows.map((r) => r[0].length));
-  console.log(`\nLeasehold benchmark — ${WORKERS} workers, ${SECONDS}s runs, PG_POOL_MAX ${POOL_MAX}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}`);
+  console.log(
+    `\nLeasehold benchmark — ${WORKERS} workers, ${SECONDS}s runs, PG_POOL_MAX ${POOL_MAX}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}`,
+  );
   for (const [k, v] of rows) console.log(`${k.padEnd(width)}  ${v}`);
   console.log(`(total ${fmt((performance.now() - started) / 1000, 0)} s)`);
 }

@@ -46,18 +46,39 @@ async function main(): Promise<void> {
   try {
     const api = createClient(QueueService, createConnectTransport({ baseUrl: coordinator.url, httpVersion: "1.1" }));
     await api.putWorkload({ name: "render", maxAttempts: 3, leaseSeconds: 3600 });
-    const tasks = (seed: string) => Array.from({ length: CHUNKS }, (_, i) => ({ chunkIndex: i, inputUri: `s3://frames/${seed}/${i}.exr`, inputSha256: sha(`${seed}${i}`) }));
+    const tasks = (seed: string) =>
+      Array.from({ length: CHUNKS }, (_, i) => ({
+        chunkIndex: i,
+        inputUri: `s3://frames/${seed}/${i}.exr`,
+        inputSha256: sha(`${seed}${i}`),
+      }));
 
     const uniform = (await api.createJob({ workload: "render", tasks: tasks(randomUUID()) })).job!.id;
     const mixed = (await api.createJob({ workload: "render", tasks: tasks(randomUUID()), priority: 1 })).job!.id;
     // Mixed: 3,000 claimed, 2,000 of them completed, 40 failed back to pending for a retry.
     const leased = [];
-    for (let i = 0; i < 30; i++) leased.push(...(await api.claimTasks({ workerId: `render-${i % 4}`, workloads: ["render"], maxTasks: 100 })).tasks);
+    for (let i = 0; i < 30; i++)
+      leased.push(...(await api.claimTasks({ workerId: `render-${i % 4}`, workloads: ["render"], maxTasks: 100 })).tasks);
     for (let i = 0; i < 2000; i += 100) {
-      await api.completeTasks({ results: leased.slice(i, i + 100).map((t) => ({ taskId: t.id, workerId: t.leaseOwner, attempt: t.attempt, resultUri: `s3://out/${t.id}.png`, resultSha256: sha(t.id) })) });
+      await api.completeTasks({
+        results: leased.slice(i, i + 100).map((t) => ({
+          taskId: t.id,
+          workerId: t.leaseOwner,
+          attempt: t.attempt,
+          resultUri: `s3://out/${t.id}.png`,
+          resultSha256: sha(t.id),
+        })),
+      });
     }
     for (const t of leased.slice(2000, 2040)) {
-      await api.failTask({ taskId: t.id, workerId: t.leaseOwner, attempt: t.attempt, errorCode: "gpu_oom", errorMessage: "out of memory", retryAfterSeconds: 3600 });
+      await api.failTask({
+        taskId: t.id,
+        workerId: t.leaseOwner,
+        attempt: t.attempt,
+        errorCode: "gpu_oom",
+        errorMessage: "out of memory",
+        retryAfterSeconds: 3600,
+      });
     }
 
     const page = await (await browser.createBrowserContext()).newPage();
@@ -82,7 +103,15 @@ async function main(): Promise<void> {
     const work = (async () => {
       for (let i = 0; i < 40; i++) {
         const claimed = (await api.claimTasks({ workerId: `render-${i % 4}`, workloads: ["render"], maxTasks: 10 + (i % 7) * 5 })).tasks;
-        await api.completeTasks({ results: claimed.slice(0, Math.max(1, claimed.length - 4)).map((t) => ({ taskId: t.id, workerId: t.leaseOwner, attempt: t.attempt, resultUri: `s3://out/${t.id}.png`, resultSha256: sha(t.id) })) });
+        await api.completeTasks({
+          results: claimed.slice(0, Math.max(1, claimed.length - 4)).map((t) => ({
+            taskId: t.id,
+            workerId: t.leaseOwner,
+            attempt: t.attempt,
+            resultUri: `s3://out/${t.id}.png`,
+            resultSha256: sha(t.id),
+          })),
+        });
         await new Promise((res) => setTimeout(res, 1000));
       }
     })();

@@ -32,7 +32,8 @@ export function summary(samples: number[]) {
   return { p50: quantile(s, 0.5), p95: quantile(s, 0.95), p99: quantile(s, 0.99), n: s.length };
 }
 
-export const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }) : "-");
+export const fmt = (n: number, digits = 0) =>
+  Number.isFinite(n) ? n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }) : "-";
 
 export async function startDatabase(): Promise<{ url: string; stop: () => Promise<void> }> {
   let embedded: EmbeddedDatabase | undefined;
@@ -74,7 +75,11 @@ export interface Coordinator {
   stop(): Promise<void>;
 }
 
-export async function startCoordinator(databaseUrl: string, env: Record<string, string> = {}, script = "src/main.ts"): Promise<Coordinator> {
+export async function startCoordinator(
+  databaseUrl: string,
+  env: Record<string, string> = {},
+  script = "src/main.ts",
+): Promise<Coordinator> {
   const port = await freePort();
   const child = spawn(process.execPath, ["--import", "tsx", script], {
     env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", ...env },
@@ -130,7 +135,14 @@ export function restClient(baseUrl: string, maxSockets = 64) {
     new Promise((resolve, reject) => {
       const data = body === undefined ? undefined : JSON.stringify(body);
       const req = http.request(
-        { host: u.hostname, port: u.port, method, path: pathname, agent, headers: data ? { "content-type": "application/json", "content-length": Buffer.byteLength(data) } : {} },
+        {
+          host: u.hostname,
+          port: u.port,
+          method,
+          path: pathname,
+          agent,
+          headers: data ? { "content-type": "application/json", "content-length": Buffer.byteLength(data) } : {},
+        },
         (res) => {
           const chunks: Buffer[] = [];
           res.on("data", (c) => chunks.push(c));
@@ -144,4 +156,3 @@ export function restClient(baseUrl: string, maxSockets = 64) {
       req.end(data);
     });
 }
-

@@ -126,7 +126,11 @@ interface Measure {
  * Runs `start` (which begins the load and returns a stop function), lets it warm up, then counts
  * for SECONDS through `count()`.
  */
-async function window(start: () => Promise<() => Promise<void>>, count: () => number | Promise<number>, coordinator?: Coordinator): Promise<Measure> {
+async function window(
+  start: () => Promise<() => Promise<void>>,
+  count: () => number | Promise<number>,
+  coordinator?: Coordinator,
+): Promise<Measure> {
   const stop = await start();
   await sleep(WARMUP_MS);
   const c0 = await count();
@@ -159,7 +163,10 @@ async function fillLeasehold(store: PostgresQueue, workload: string, count: numb
   await store.putWorkload({ name: workload, leaseSeconds: 300, maxAttempts: 3 });
   for (let done = 0; done < count; done += perJob) {
     const n = Math.min(perJob, count - done);
-    await store.createJob({ workload, tasks: tasks(n).map((t) => ({ chunkIndex: t.chunk_index, inputUri: t.input_uri, inputSha256: t.input_sha256 })) });
+    await store.createJob({
+      workload,
+      tasks: tasks(n).map((t) => ({ chunkIndex: t.chunk_index, inputUri: t.input_uri, inputSha256: t.input_sha256 })),
+    });
   }
 }
 
@@ -174,11 +181,22 @@ function leaseholdClaimComplete(rest: Rest, workload: string, maxTasks: number) 
         const got = (claim.json as { tasks: Array<{ id: string; attempt: number; chunk_index: number }> }).tasks;
         if (got.length === 1) {
           const t = got[0];
-          const r = await rest("POST", `/tasks/${t.id}/result`, { worker_id, attempt: t.attempt, result_uri: `s3://out/${t.chunk_index}`, result_sha256: SHA });
+          const r = await rest("POST", `/tasks/${t.id}/result`, {
+            worker_id,
+            attempt: t.attempt,
+            result_uri: `s3://out/${t.chunk_index}`,
+            result_sha256: SHA,
+          });
           if (r.status !== 200) throw new Error(`complete answered ${r.status}`);
         } else {
           const r = await rest("POST", "/tasks/results", {
-            results: got.map((t) => ({ task_id: t.id, worker_id, attempt: t.attempt, result_uri: `s3://out/${t.chunk_index}`, result_sha256: SHA })),
+            results: got.map((t) => ({
+              task_id: t.id,
+              worker_id,
+              attempt: t.attempt,
+              result_uri: `s3://out/${t.chunk_index}`,
+              result_sha256: SHA,
+            })),
           });
           if (r.status !== 200) throw new Error(`complete answered ${r.status}`);
         }
@@ -194,7 +212,10 @@ function leaseholdSubmitters(rest: Rest, workload: string) {
     loops(WORKERS, async (id, running) => {
       let i = 0;
       while (running()) {
-        const r = await rest("POST", "/jobs", { workload, tasks: [{ chunk_index: 0, input_uri: `s3://one/${id}/${i++}`, input_sha256: SHA }] });
+        const r = await rest("POST", "/jobs", {
+          workload,
+          tasks: [{ chunk_index: 0, input_uri: `s3://one/${id}/${i++}`, input_sha256: SHA }],
+        });
         if (r.status !== 201) throw new Error(`POST /jobs answered ${r.status}`);
         done++;
       }
@@ -261,7 +282,10 @@ interface Round {
   pickup: { leasehold: ReturnType<typeof summary>; peer: ReturnType<typeof summary> };
 }
 
-async function round(n: number, ctx: { leaseholdUrl: string; rest: Rest; store: PostgresQueue; coordinator: Coordinator; gwUrl: string; bossUrl: string }): Promise<Round> {
+async function round(
+  n: number,
+  ctx: { leaseholdUrl: string; rest: Rest; store: PostgresQueue; coordinator: Coordinator; gwUrl: string; bossUrl: string },
+): Promise<Round> {
   const { rest, store, coordinator } = ctx;
   const rows: Row = {};
   const cpu: Round["cpu"] = {};
@@ -290,11 +314,23 @@ async function round(n: number, ctx: { leaseholdUrl: string; rest: Rest; store: 
           if (r.status !== 201) throw new Error(`enqueue answered ${r.status}`);
         }, 10_000),
       );
-      gEnq.push(await enqueueRate(() => utils.addJobs(Array.from({ length: 10_000 }, (_, j) => ({ identifier: "enq", payload: { j } }))), 10_000));
+      gEnq.push(
+        await enqueueRate(() => utils.addJobs(Array.from({ length: 10_000 }, (_, j) => ({ identifier: "enq", payload: { j } }))), 10_000),
+      );
       bEnq.push(await enqueueRate(() => boss.insert(Array.from({ length: 10_000 }, (_, j) => ({ name: bossQueue, data: { j } }))), 10_000));
     }
-    rows["enqueue 10,000 tasks (one job) vs addJobs"] = { leasehold: med(lEnq), peer: med(gEnq), peerName: "graphile-worker addJobs", unit: "tasks/s" };
-    rows["enqueue 10,000 tasks (one job) vs pg-boss insert"] = { leasehold: med(lEnq), peer: med(bEnq), peerName: "pg-boss insert", unit: "tasks/s" };
+    rows["enqueue 10,000 tasks (one job) vs addJobs"] = {
+      leasehold: med(lEnq),
+      peer: med(gEnq),
+      peerName: "graphile-worker addJobs",
+      unit: "tasks/s",
+    };
+    rows["enqueue 10,000 tasks (one job) vs pg-boss insert"] = {
+      leasehold: med(lEnq),
+      peer: med(bEnq),
+      peerName: "pg-boss insert",
+      unit: "tasks/s",
+    };
     log(`enqueue: leasehold ${fmt(med(lEnq))}, graphile ${fmt(med(gEnq))}, pg-boss ${fmt(med(bEnq))}`);
     // Clear the peers' enqueued rows so the claim runs start from the same state as Leasehold's.
     await withClient(ctx.gwUrl, (c) => c.query(`DELETE FROM ${gwSchema}._private_jobs`));
@@ -318,7 +354,12 @@ async function round(n: number, ctx: { leaseholdUrl: string; rest: Rest; store: 
       () => gAdded,
       coordinator,
     );
-    rows["one-task jobs, 16 concurrent submitters"] = { leasehold: lSub.rate, peer: gSub.rate, peerName: "graphile-worker addJob ×16", unit: "jobs/s" };
+    rows["one-task jobs, 16 concurrent submitters"] = {
+      leasehold: lSub.rate,
+      peer: gSub.rate,
+      peerName: "graphile-worker addJob ×16",
+      unit: "jobs/s",
+    };
     cpu["submit one-task job (leasehold)"] = lSub.cpu;
     cpu["submit one-task job (graphile addJob)"] = gSub.cpu;
     log(`one-task jobs: leasehold ${fmt(lSub.rate)}, graphile ${fmt(gSub.rate)}`);
@@ -343,7 +384,12 @@ async function round(n: number, ctx: { leaseholdUrl: string; rest: Rest; store: 
       () => gDone,
       coordinator,
     );
-    rows["single-task claim → complete (REST) vs graphile-worker"] = { leasehold: lSingle.rate, peer: gSingle.rate, peerName: "graphile-worker concurrency 16", unit: "tasks/s" };
+    rows["single-task claim → complete (REST) vs graphile-worker"] = {
+      leasehold: lSingle.rate,
+      peer: gSingle.rate,
+      peerName: "graphile-worker concurrency 16",
+      unit: "tasks/s",
+    };
     cpu["claim→complete, max_tasks 1 (leasehold)"] = lSingle.cpu;
     cpu["job (graphile-worker)"] = gSingle.cpu;
     log(`single: leasehold ${fmt(lSingle.rate)}, graphile ${fmt(gSingle.rate)}`);
@@ -352,7 +398,12 @@ async function round(n: number, ctx: { leaseholdUrl: string; rest: Rest; store: 
     await fillOneTaskJobs(ctx.leaseholdUrl, `onejob_${n}`, Math.max(15_000, Math.ceil(SECONDS + 2) * 2500));
     const oneJob = leaseholdClaimComplete(rest, `onejob_${n}`, 1);
     const lOne = await window(oneJob.start, oneJob.count, coordinator);
-    rows["claim → complete, every job one task (REST) vs graphile-worker"] = { leasehold: lOne.rate, peer: gSingle.rate, peerName: "graphile-worker concurrency 16", unit: "tasks/s" };
+    rows["claim → complete, every job one task (REST) vs graphile-worker"] = {
+      leasehold: lOne.rate,
+      peer: gSingle.rate,
+      peerName: "graphile-worker concurrency 16",
+      unit: "tasks/s",
+    };
     cpu["claim→complete, one-task jobs (leasehold)"] = lOne.cpu;
     log(`one-task-job claim→complete: leasehold ${fmt(lOne.rate)}`);
 
@@ -403,7 +454,12 @@ async function round(n: number, ctx: { leaseholdUrl: string; rest: Rest; store: 
       () => bDone,
       coordinator,
     );
-    rows["batched claim + complete (max_tasks 10) vs pg-boss batch 16"] = { leasehold: lBatch.rate, peer: bBatch.rate, peerName: "pg-boss fetch/complete batch 16 ×16, shallow queue", unit: "tasks/s" };
+    rows["batched claim + complete (max_tasks 10) vs pg-boss batch 16"] = {
+      leasehold: lBatch.rate,
+      peer: bBatch.rate,
+      peerName: "pg-boss fetch/complete batch 16 ×16, shallow queue",
+      unit: "tasks/s",
+    };
     cpu["claim→complete, max_tasks 10 (leasehold)"] = lBatch.cpu;
     cpu["job, batch 16 (pg-boss)"] = bBatch.cpu;
     log(`batched: leasehold ${fmt(lBatch.rate)}, pg-boss ${fmt(bBatch.rate)}`);
@@ -412,7 +468,10 @@ async function round(n: number, ctx: { leaseholdUrl: string; rest: Rest; store: 
     await store.putWorkload({ name: `pickup_${n}`, leaseSeconds: 300 });
     const lPick: number[] = [];
     for (let i = 0; i < PICKUP_SAMPLES; i++) {
-      const parked = rest("POST", "/tasks/claim", { worker_id: "pickup", workloads: [`pickup_${n}`], wait_seconds: 10 }).then((r) => ({ at: performance.now(), ok: r.status === 200 }));
+      const parked = rest("POST", "/tasks/claim", { worker_id: "pickup", workloads: [`pickup_${n}`], wait_seconds: 10 }).then((r) => ({
+        at: performance.now(),
+        ok: r.status === 200,
+      }));
       await sleep(20);
       await store.createJob({ workload: `pickup_${n}`, tasks: [{ chunkIndex: 0, inputUri: "s3://p", inputSha256: SHA }] });
       const committed = performance.now();
@@ -468,7 +527,9 @@ function med(xs: number[]): number {
 
 async function main() {
   const started = performance.now();
-  console.error(`leasehold bench:peers: ${RUNS} round(s), ${WORKERS} workers, ${SECONDS}s windows, ${os.cpus().length} cores, node ${process.version}`);
+  console.error(
+    `leasehold bench:peers: ${RUNS} round(s), ${WORKERS} workers, ${SECONDS}s windows, ${os.cpus().length} cores, node ${process.version}`,
+  );
   const db = await startDatabase();
   // The peers get databases of their own on the same server.
   const gwUrl = await createDatabase(db.url, `peers_graphile_${process.pid}`);
@@ -498,7 +559,9 @@ async function createDatabase(url: string, name: string): Promise<string> {
 }
 
 function print(rounds: Round[], rssMb: number) {
-  console.log(`\nLeasehold vs peers — ${WORKERS} workers, ${SECONDS}s windows, ${rounds.length} round(s), ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}`);
+  console.log(
+    `\nLeasehold vs peers — ${WORKERS} workers, ${SECONDS}s windows, ${rounds.length} round(s), ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}`,
+  );
   console.log("ratio = Leasehold / peer, per round; the last columns are medians over rounds\n");
   const names = Object.keys(rounds[0].rows);
   const width = Math.max(...names.map((n) => n.length), 40);
@@ -514,12 +577,24 @@ function print(rounds: Round[], rssMb: number) {
   const pl = rounds.map((r) => r.pickup.leasehold);
   const pp = rounds.map((r) => r.pickup.peer);
   console.log(
-    `${"pickup p50 / p95, REST long poll vs graphile-worker LISTEN".padEnd(width)}  ${rounds.map((r) => `${fmt(r.pickup.leasehold.p50, 1)}/${fmt(r.pickup.leasehold.p95, 1)} vs ${fmt(r.pickup.peer.p50, 1)}/${fmt(r.pickup.peer.p95, 1)}`).join("  ").padEnd(48)}  ${fmt(med(pl.map((s) => s.p50)), 2)} / ${fmt(med(pl.map((s) => s.p95)), 2)} ms | ${fmt(med(pp.map((s) => s.p50)), 2)} / ${fmt(med(pp.map((s) => s.p95)), 2)} ms`,
+    `${"pickup p50 / p95, REST long poll vs graphile-worker LISTEN".padEnd(width)}  ${rounds
+      .map(
+        (r) =>
+          `${fmt(r.pickup.leasehold.p50, 1)}/${fmt(r.pickup.leasehold.p95, 1)} vs ${fmt(r.pickup.peer.p50, 1)}/${fmt(r.pickup.peer.p95, 1)}`,
+      )
+      .join("  ")
+      .padEnd(
+        48,
+      )}  ${fmt(med(pl.map((s) => s.p50)), 2)} / ${fmt(med(pl.map((s) => s.p95)), 2)} ms | ${fmt(med(pp.map((s) => s.p50)), 2)} / ${fmt(med(pp.map((s) => s.p95)), 2)} ms`,
   );
-  console.log(`\nCPU per task (ms, medians over rounds): coordinator | PostgreSQL (all backends) | this process (generator or in-process peer)`);
+  console.log(
+    `\nCPU per task (ms, medians over rounds): coordinator | PostgreSQL (all backends) | this process (generator or in-process peer)`,
+  );
   for (const key of Object.keys(rounds[0].cpu)) {
     const xs = rounds.map((r) => r.cpu[key]);
-    console.log(`  ${key.padEnd(46)} ${fmt(med(xs.map((x) => x.coordinator)), 3)} | ${fmt(med(xs.map((x) => x.postgres)), 3)} | ${fmt(med(xs.map((x) => x.self)), 3)}`);
+    console.log(
+      `  ${key.padEnd(46)} ${fmt(med(xs.map((x) => x.coordinator)), 3)} | ${fmt(med(xs.map((x) => x.postgres)), 3)} | ${fmt(med(xs.map((x) => x.self)), 3)}`,
+    );
   }
   console.log(`coordinator peak RSS: ${fmt(rssMb)} MB`);
 }

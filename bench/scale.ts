@@ -31,7 +31,11 @@ async function main() {
           for (let done = 0; done < backlog; done += 10_000) {
             await store.createJob({
               workload,
-              tasks: Array.from({ length: Math.min(10_000, backlog - done) }, (_, i) => ({ chunkIndex: i, inputUri: "s3://scale", inputSha256: SHA })),
+              tasks: Array.from({ length: Math.min(10_000, backlog - done) }, (_, i) => ({
+                chunkIndex: i,
+                inputUri: "s3://scale",
+                inputSha256: SHA,
+              })),
             });
           }
           const clients = coordinators.map((c) => restClient(c.url, WORKERS));
@@ -47,9 +51,16 @@ async function main() {
                 if (claim.status !== 200) break;
                 const tasks = (claim.json as { tasks: Array<{ id: string; attempt: number }> }).tasks;
                 if (tasks.length === 1) {
-                  await rest("POST", `/tasks/${tasks[0].id}/result`, { worker_id, attempt: tasks[0].attempt, result_uri: "s3://o", result_sha256: SHA });
+                  await rest("POST", `/tasks/${tasks[0].id}/result`, {
+                    worker_id,
+                    attempt: tasks[0].attempt,
+                    result_uri: "s3://o",
+                    result_sha256: SHA,
+                  });
                 } else {
-                  await rest("POST", "/tasks/results", { results: tasks.map((t) => ({ task_id: t.id, worker_id, attempt: t.attempt, result_uri: "s3://o", result_sha256: SHA })) });
+                  await rest("POST", "/tasks/results", {
+                    results: tasks.map((t) => ({ task_id: t.id, worker_id, attempt: t.attempt, result_uri: "s3://o", result_sha256: SHA })),
+                  });
                 }
                 completed += tasks.length;
               }

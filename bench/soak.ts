@@ -51,7 +51,15 @@ async function main() {
     }
   })();
 
-  const sqlPool = SQL_MODE ? createPool({ connectionString: db.url, max: WORKERS, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000, applicationName: "leasehold-soak-sql" }) : undefined;
+  const sqlPool = SQL_MODE
+    ? createPool({
+        connectionString: db.url,
+        max: WORKERS,
+        statementTimeoutMs: 60_000,
+        connectTimeoutMs: 10_000,
+        applicationName: "leasehold-soak-sql",
+      })
+    : undefined;
   const workers = Array.from({ length: WORKERS }, async (_, id) => {
     const workerId = `soak-${id}`;
     while (SQL_MODE && performance.now() < stopAt) {
@@ -59,7 +67,11 @@ async function main() {
         const { rows } = await sqlPool!.query({ name: "claim", text: CLAIM_TASKS, values: [["soak"], 1, workerId, null] });
         if (rows.length === 0) await new Promise((r) => setTimeout(r, 50));
         for (const t of rows) {
-          await sqlPool!.query({ name: "complete", text: COMPLETE_TASK, values: [t.id, workerId, t.attempt, "s3://soak/out", SHA, JSON.stringify({ id })] });
+          await sqlPool!.query({
+            name: "complete",
+            text: COMPLETE_TASK,
+            values: [t.id, workerId, t.attempt, "s3://soak/out", SHA, JSON.stringify({ id })],
+          });
           completed++;
         }
       } catch {
@@ -70,7 +82,14 @@ async function main() {
       try {
         const { tasks } = await rpc.claimTasks({ workerId, workloads: ["soak"], maxTasks: 1, waitSeconds: 1 });
         for (const t of tasks) {
-          await rpc.completeTask({ taskId: t.id, workerId, attempt: t.attempt, resultUri: "s3://soak/out", resultSha256: SHA, metrics: { id } });
+          await rpc.completeTask({
+            taskId: t.id,
+            workerId,
+            attempt: t.attempt,
+            resultUri: "s3://soak/out",
+            resultSha256: SHA,
+            metrics: { id },
+          });
           completed++;
         }
       } catch {
@@ -95,7 +114,9 @@ async function main() {
     const rate = (completed - last) / ((now - lastAt) / 1000);
     last = completed;
     lastAt = now;
-    const { rows } = await probe.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'leasehold%'`);
+    const { rows } = await probe.query(
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'leasehold%'`,
+    );
     const { rows: t } = await probe.query(
       `SELECT n_dead_tup::int AS dead, autovacuum_count::int AS vacuums,
               pg_relation_size('tasks_claim_pending_idx') / 1024 AS claim_kb, pg_relation_size('tasks_status_lease_created_idx') / 1024 AS lease_kb
@@ -123,10 +144,16 @@ async function main() {
     const mean = (xs: typeof samples) => xs.reduce((n, x) => n + x.rate, 0) / xs.length;
     const first = mean(samples.slice(1, 7));
     const lastRate = mean(samples.slice(Math.max(1, samples.length - 6)));
-    console.log(`\nthroughput, last minute / first minute after warm-up: ${fmt(lastRate)} / ${fmt(first)} tasks/s = ${fmt(lastRate / first, 2)}`);
-    console.log(`after warm-up → end: rss ${fmt(a.rss, 1)} → ${fmt(b.rss, 1)} MB, fds ${a.fds} → ${b.fds}, db connections ${a.conns} → ${b.conns}`);
+    console.log(
+      `\nthroughput, last minute / first minute after warm-up: ${fmt(lastRate)} / ${fmt(first)} tasks/s = ${fmt(lastRate / first, 2)}`,
+    );
+    console.log(
+      `after warm-up → end: rss ${fmt(a.rss, 1)} → ${fmt(b.rss, 1)} MB, fds ${a.fds} → ${b.fds}, db connections ${a.conns} → ${b.conns}`,
+    );
   }
-  console.log(`completed ${completed} tasks in ${SECONDS} s (${fmt(completed / SECONDS)} tasks/s), ${errors} errors, coordinator peak RSS ${fmt(coordinator.peakRssMb(), 1)} MB`);
+  console.log(
+    `completed ${completed} tasks in ${SECONDS} s (${fmt(completed / SECONDS)} tasks/s), ${errors} errors, coordinator peak RSS ${fmt(coordinator.peakRssMb(), 1)} MB`,
+  );
 }
 
 main().catch((err) => {

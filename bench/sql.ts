@@ -60,7 +60,13 @@ async function run(pool: pg.Pool, loop: (c: pg.PoolClient, id: number) => Promis
 
 async function main() {
   const db = await startDatabase();
-  const pool = createPool({ connectionString: db.url, max: WORKERS + 2, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000, applicationName: "leasehold-bench-sql" });
+  const pool = createPool({
+    connectionString: db.url,
+    max: WORKERS + 2,
+    statementTimeoutMs: 60_000,
+    connectTimeoutMs: 10_000,
+    applicationName: "leasehold-bench-sql",
+  });
   const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
   const perRun = Math.ceil(SECONDS * 6000);
   const results: Array<{ bare: Awaited<ReturnType<typeof run>>; leasehold: Awaited<ReturnType<typeof run>> }> = [];
@@ -72,10 +78,21 @@ async function main() {
       const workerId = `sql-${id}`;
       const { rows } = await c.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], MAX_TASKS, workerId, null] });
       if (rows.length === 1) {
-        const r = await c.query({ name: "complete", text: COMPLETE_TASK, values: [rows[0].id, workerId, rows[0].attempt, "s3://out", SHA, null] });
+        const r = await c.query({
+          name: "complete",
+          text: COMPLETE_TASK,
+          values: [rows[0].id, workerId, rows[0].attempt, "s3://out", SHA, null],
+        });
         if (r.rows[0]?.recheck_job) throw new Error("unexpected recheck mid-job");
       } else if (rows.length > 1) {
-        const batch = rows.map((r) => ({ task_id: r.id, worker_id: workerId, attempt: r.attempt, result_uri: "s3://out", result_sha256: SHA, metrics: null }));
+        const batch = rows.map((r) => ({
+          task_id: r.id,
+          worker_id: workerId,
+          attempt: r.attempt,
+          result_uri: "s3://out",
+          result_sha256: SHA,
+          metrics: null,
+        }));
         await c.query({ name: "complete_many", text: COMPLETE_TASKS, values: [JSON.stringify(batch), rows.map((r) => r.id)] });
       }
       return rows.length;
@@ -91,7 +108,10 @@ async function main() {
       await store.putWorkload({ name: workload, leaseSeconds: 300 });
       for (let done = 0; done < perRun * MAX_TASKS; done += 10_000) {
         const n = Math.min(10_000, perRun * MAX_TASKS - done);
-        await store.createJob({ workload, tasks: Array.from({ length: n }, (_, k) => ({ chunkIndex: k, inputUri: `s3://in/${k}`, inputSha256: SHA })) });
+        await store.createJob({
+          workload,
+          tasks: Array.from({ length: n }, (_, k) => ({ chunkIndex: k, inputUri: `s3://in/${k}`, inputSha256: SHA })),
+        });
       }
       await pool.query(`INSERT INTO bare_jobs (queue) SELECT $1 FROM generate_series(1, $2)`, [`q_${i}`, perRun]);
       await pool.query("VACUUM ANALYZE tasks, jobs, bare_jobs");
@@ -106,7 +126,9 @@ async function main() {
       const bare = await run(pool, bareLoop(`q_${i}`));
       const leasehold = await run(pool, leaseholdLoop(`sql_${i}`));
       results.push({ bare, leasehold });
-      console.error(`pair ${i}: bare ${fmt(bare.rate)}/s (${fmt(bare.walPerTask)} WAL B/task), leasehold ${fmt(leasehold.rate)}/s (${fmt(leasehold.walPerTask)} WAL B/task), ratio ${fmt(leasehold.rate / bare.rate, 2)}`);
+      console.error(
+        `pair ${i}: bare ${fmt(bare.rate)}/s (${fmt(bare.walPerTask)} WAL B/task), leasehold ${fmt(leasehold.rate)}/s (${fmt(leasehold.walPerTask)} WAL B/task), ratio ${fmt(leasehold.rate / bare.rate, 2)}`,
+      );
     }
     // One claim and one completion, explained, in the state the runs left.
     const c = await pool.connect();
@@ -116,7 +138,9 @@ async function main() {
       // (plan_cache_mode=force_generic_plan).
       const plan = async (label: string, text: string, types: string, values: unknown[]) => {
         await c.query(`PREPARE explain_${label} (${types}) AS ${text}`);
-        const args = values.map((v) => (v === null ? "NULL" : typeof v === "number" ? String(v) : Array.isArray(v) ? `'{${v.join(",")}}'` : `'${v}'`)).join(", ");
+        const args = values
+          .map((v) => (v === null ? "NULL" : typeof v === "number" ? String(v) : Array.isArray(v) ? `'{${v.join(",")}}'` : `'${v}'`))
+          .join(", ");
         const { rows } = await c.query(`EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF, SUMMARY OFF) EXECUTE explain_${label} (${args})`);
         console.log(`\n-- ${label}\n${rows.map((r) => r["QUERY PLAN"]).join("\n")}`);
       };
@@ -127,7 +151,15 @@ async function main() {
       await c.query("COMMIT");
       await c.query("BEGIN");
       const { rows } = await c.query(`SELECT id, attempt FROM tasks WHERE lease_owner = 'explain' AND status = 'leased' LIMIT 1`);
-      if (rows[0]) await plan("complete", COMPLETE_TASK, "uuid, text, int, text, text, jsonb", [rows[0].id, "explain", rows[0].attempt, "s3://out", SHA, null]);
+      if (rows[0])
+        await plan("complete", COMPLETE_TASK, "uuid, text, int, text, text, jsonb", [
+          rows[0].id,
+          "explain",
+          rows[0].attempt,
+          "s3://out",
+          SHA,
+          null,
+        ]);
       await c.query("ROLLBACK");
     } finally {
       c.release();
@@ -138,9 +170,15 @@ async function main() {
   }
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   console.log(`\nSQL only, ${WORKERS} connections, ${SECONDS}s runs, ${RUNS} alternating pairs, max_tasks ${MAX_TASKS}`);
-  console.log(`bare SKIP LOCKED claim + delete:   ${fmt(med(results.map((r) => r.bare.rate)))} tasks/s, ${fmt(med(results.map((r) => r.bare.walPerTask)))} WAL bytes/task`);
-  console.log(`Leasehold claim + complete:        ${fmt(med(results.map((r) => r.leasehold.rate)))} tasks/s, ${fmt(med(results.map((r) => r.leasehold.walPerTask)))} WAL bytes/task`);
-  console.log(`ratio per pair: ${results.map((r) => fmt(r.leasehold.rate / r.bare.rate, 2)).join(", ")} (median ${fmt(med(results.map((r) => r.leasehold.rate / r.bare.rate)), 2)})`);
+  console.log(
+    `bare SKIP LOCKED claim + delete:   ${fmt(med(results.map((r) => r.bare.rate)))} tasks/s, ${fmt(med(results.map((r) => r.bare.walPerTask)))} WAL bytes/task`,
+  );
+  console.log(
+    `Leasehold claim + complete:        ${fmt(med(results.map((r) => r.leasehold.rate)))} tasks/s, ${fmt(med(results.map((r) => r.leasehold.walPerTask)))} WAL bytes/task`,
+  );
+  console.log(
+    `ratio per pair: ${results.map((r) => fmt(r.leasehold.rate / r.bare.rate, 2)).join(", ")} (median ${fmt(med(results.map((r) => r.leasehold.rate / r.bare.rate)), 2)})`,
+  );
   process.exit(0);
 }
 

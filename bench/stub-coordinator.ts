@@ -41,8 +41,17 @@ function task(workerId: string): Task {
 const unsupported = () => Promise.reject(new Error("not in the stub"));
 const queue: QueueService = {
   claimTasks: async (input) => Array.from({ length: input.maxTasks ?? 1 }, () => task(input.workerId)),
-  completeTask: async (input) => ({ ...task(input.workerId), id: input.taskId, status: "completed", resultUri: input.resultUri, resultSha256: input.resultSha256 }),
-  completeTasks: async (inputs) => inputs.map((i) => ({ task: { ...task(i.workerId), id: i.taskId, status: "completed" as const, resultUri: i.resultUri, resultSha256: i.resultSha256 } })),
+  completeTask: async (input) => ({
+    ...task(input.workerId),
+    id: input.taskId,
+    status: "completed",
+    resultUri: input.resultUri,
+    resultSha256: input.resultSha256,
+  }),
+  completeTasks: async (inputs) =>
+    inputs.map((i) => ({
+      task: { ...task(i.workerId), id: i.taskId, status: "completed" as const, resultUri: i.resultUri, resultSha256: i.resultSha256 },
+    })),
   createJob: unsupported,
   renewLease: unsupported,
   failTask: unsupported,
@@ -62,6 +71,12 @@ const queue: QueueService = {
   taskStats: unsupported,
 };
 
-const server = createApiServer({ queue, logger: pino({ level: "warn" }), maxBodyBytes: 8 << 20, requestTimeoutMs: 10_000, readiness: async () => ({ ready: true }) });
+const server = createApiServer({
+  queue,
+  logger: pino({ level: "warn" }),
+  maxBodyBytes: 8 << 20,
+  requestTimeoutMs: 10_000,
+  readiness: async () => ({ ready: true }),
+});
 await server.listen(Number(process.env.PORT), "127.0.0.1");
 process.on("SIGTERM", () => void server.close(1000).then(() => process.exit(0)));

@@ -81,7 +81,8 @@ async function main() {
     // so the stream openings would otherwise land in the idle window.
     await sleep(12_000);
     const stat = async () =>
-      (await probe.query(`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()`)).rows[0].n as string;
+      (await probe.query(`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()`)).rows[0]
+        .n as string;
     const x0 = Number(await stat());
     const c0 = cpuMs(coordinator.child.pid!);
     const t0 = performance.now();
@@ -127,9 +128,12 @@ async function main() {
     for (const r of requests) r.destroy();
     console.log(`\n${open} idle SSE WatchJob streams on ${JOBS} jobs, one coordinator (POLL_INTERVAL_MS 1000), ${fmt(elapsed, 1)} s idle`);
     console.log(`database transactions/s (all of the database's): ${fmt(txPerSecond, 1)}`);
-    if (TRACE) console.log(`statements seen active while idle (sampled every ~5 ms): ${busy.map(([q, n]) => `${n}× ${q}`).join(" | ") || "none"}`);
+    if (TRACE)
+      console.log(`statements seen active while idle (sampled every ~5 ms): ${busy.map(([q, n]) => `${n}× ${q}`).join(" | ") || "none"}`);
     console.log(`coordinator CPU: ${fmt(corePercent, 2)}% of a core`);
-    console.log(`event → stream (claim answered → data: line), p50 / p95 / max: ${fmt(lat.p50, 1)} / ${fmt(lat.p95, 1)} / ${fmt(Math.max(...latencies), 1)} ms; streams without the event: ${missing}`);
+    console.log(
+      `event → stream (claim answered → data: line), p50 / p95 / max: ${fmt(lat.p50, 1)} / ${fmt(lat.p95, 1)} / ${fmt(Math.max(...latencies), 1)} ms; streams without the event: ${missing}`,
+    );
   } finally {
     await probe.end();
     await coordinator.stop();

@@ -226,7 +226,11 @@ export function table(rows: string[][]): string {
 }
 
 function time(ts: Timestamp | undefined): string {
-  return ts === undefined ? "-" : timestampDate(ts).toISOString().replace(/\.\d+Z$/, "Z");
+  return ts === undefined
+    ? "-"
+    : timestampDate(ts)
+        .toISOString()
+        .replace(/\.\d+Z$/, "Z");
 }
 
 function percent(fraction: number): string {
@@ -274,7 +278,14 @@ export class WatchState {
         // A new status (or a new lease) starts the task's progress over.
         this.progress.delete(e.taskId);
         if (e.taskStatus === TaskStatus.FAILED && this.failure === undefined) {
-          this.failure = { chunkIndex: e.chunkIndex, taskId: e.taskId, attempt: e.attempt, workerId: e.workerId, errorCode: e.errorCode, errorMessage: e.errorMessage };
+          this.failure = {
+            chunkIndex: e.chunkIndex,
+            taskId: e.taskId,
+            attempt: e.attempt,
+            workerId: e.workerId,
+            errorCode: e.errorCode,
+            errorMessage: e.errorMessage,
+          };
         }
         return true;
       case JobEventKind.TASK_PROGRESS:
@@ -406,14 +417,17 @@ const COMMANDS: Record<string, Command> = {
       const schemaFile = opts["parameters-schema"];
       if (typeof schemaFile === "string") {
         const value = readJsonFile(schemaFile, await readInput(schemaFile));
-        if (value === null || typeof value !== "object" || Array.isArray(value)) throw new CliError(`${schemaFile}: a JSON Schema must be a JSON object`);
+        if (value === null || typeof value !== "object" || Array.isArray(value))
+          throw new CliError(`${schemaFile}: a JSON Schema must be a JSON object`);
         parametersSchema = value;
       }
       const res = await client.putWorkload({ name, maxAttempts, leaseSeconds, maxPendingSeconds, parametersSchema }, callOptions);
       if (json) printJson(jsonOf(PutWorkloadResponseSchema, res));
       else {
         const w = res.workload;
-        out(`workload ${w?.name}: max_attempts ${w?.maxAttempts}, lease_seconds ${w?.leaseSeconds}, max_pending_seconds ${w?.maxPendingSeconds}${w?.parametersSchema ? ", parameters_schema set" : ""}`);
+        out(
+          `workload ${w?.name}: max_attempts ${w?.maxAttempts}, lease_seconds ${w?.leaseSeconds}, max_pending_seconds ${w?.maxPendingSeconds}${w?.parametersSchema ? ", parameters_schema set" : ""}`,
+        );
       }
       return 0;
     },
@@ -598,7 +612,8 @@ const COMMANDS: Record<string, Command> = {
         jobs.push(...res.jobs.slice(0, limit - jobs.length));
         pageToken = res.nextPageToken;
       } while (pageToken !== "" && jobs.length < limit);
-      if (json) printJson(jsonOf(ListJobsResponseSchema, { $typeName: "leasehold.queue.v1.ListJobsResponse", jobs, nextPageToken: pageToken }));
+      if (json)
+        printJson(jsonOf(ListJobsResponseSchema, { $typeName: "leasehold.queue.v1.ListJobsResponse", jobs, nextPageToken: pageToken }));
       else if (jobs.length === 0) out("no jobs");
       else {
         const rows = jobs.map((j) => [j.id, jobStatusName(j.status), j.workload, String(j.priority), time(j.createdAt)]);
@@ -617,17 +632,30 @@ interface GlobalOptions {
   timeoutMs?: string;
 }
 
-async function runCommand(name: string, cmd: Command, positionals: string[], opts: Record<string, string | boolean | undefined>, globals: GlobalOptions): Promise<number> {
+async function runCommand(
+  name: string,
+  cmd: Command,
+  positionals: string[],
+  opts: Record<string, string | boolean | undefined>,
+  globals: GlobalOptions,
+): Promise<number> {
   if (positionals.some((p) => p === "")) throw new UsageError(`${name}: empty ${cmd.positionals.join(" ")}`);
   const timeoutMs = intOption("timeout-ms", globals.timeoutMs, 1);
   const client = createClient(QueueService, transportFor(globals.url ?? DEFAULT_URL, globals.token));
-  return cmd.run({ client, callOptions: timeoutMs === undefined ? {} : { timeoutMs }, json: globals.json === true, args: positionals, opts });
+  return cmd.run({
+    client,
+    callOptions: timeoutMs === undefined ? {} : { timeoutMs },
+    json: globals.json === true,
+    args: positionals,
+    opts,
+  });
 }
 
 /** commander's camelCase option keys back to the --long-names the commands use. */
 function byLongName(spec: OptionSpec, parsed: Record<string, unknown>): Record<string, string | boolean | undefined> {
   const out: Record<string, string | boolean | undefined> = {};
-  for (const long of Object.keys(spec)) out[long] = parsed[long.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase())] as string | boolean | undefined;
+  for (const long of Object.keys(spec))
+    out[long] = parsed[long.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase())] as string | boolean | undefined;
   return out;
 }
 
@@ -672,7 +700,13 @@ function buildProgram(result: { code: number }): Program {
     sub.action(async (...args: unknown[]) => {
       const command = args[args.length - 1] as Program;
       const positionals = args.slice(0, cmd.positionals.length) as string[];
-      result.code = await runCommand(name, cmd, positionals, byLongName(cmd.options, command.opts()), command.optsWithGlobals<GlobalOptions>());
+      result.code = await runCommand(
+        name,
+        cmd,
+        positionals,
+        byLongName(cmd.options, command.opts()),
+        command.optsWithGlobals<GlobalOptions>(),
+      );
     });
   }
   return program;

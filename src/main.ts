@@ -155,7 +155,10 @@ class Coordinator {
     const database = redactUrl(databaseUrl);
     const where = embedded ? `embedded PostgreSQL, data in ${this.embedded?.dataDir}` : "DATABASE_URL";
     process.stderr.write(`leasehold listening on ${url} (database ${database}; ${where})\n`);
-    logger.info({ url, database, mode: embedded ? "embedded" : "production", tokens: config.authTokens.length, tls: config.tls !== undefined }, "listening");
+    logger.info(
+      { url, database, mode: embedded ? "embedded" : "production", tokens: config.authTokens.length, tls: config.tls !== undefined },
+      "listening",
+    );
     if (config.authTokens.length === 0) {
       logger.warn(
         { host: config.host },
@@ -228,8 +231,7 @@ async function requireCurrentSchema(pool: pg.Pool, databaseUrl: string): Promise
   }
   if (pending.length > 0) {
     throw new StartupError(
-      `database schema is behind the code: ${pending.length} migration(s) pending (first: ${pending[0]}); ` +
-        "run `npm run migrate -- up`",
+      `database schema is behind the code: ${pending.length} migration(s) pending (first: ${pending[0]}); ` + "run `npm run migrate -- up`",
     );
   }
 }

@@ -149,10 +149,19 @@ describe.each(transports)("every RPC over %s", (label, makeTransport) => {
 
     const stale = await rpcError(client.renewLease({ taskId: a.id, workerId: worker, attempt: 2 }));
     expect(stale.code).toBe(Code.Aborted);
-    const foreign = await rpcError(client.completeTask({ taskId: a.id, workerId: "someone-else", attempt: 1, resultUri: "s3://out/x", resultSha256: sha("x") }));
+    const foreign = await rpcError(
+      client.completeTask({ taskId: a.id, workerId: "someone-else", attempt: 1, resultUri: "s3://out/x", resultSha256: sha("x") }),
+    );
     expect(foreign.code).toBe(Code.Aborted);
 
-    const manifest = { taskId: a.id, workerId: worker, attempt: 1, resultUri: `s3://out/${a.chunkIndex}`, resultSha256: sha("out"), metrics: { frames: 10 } };
+    const manifest = {
+      taskId: a.id,
+      workerId: worker,
+      attempt: 1,
+      resultUri: `s3://out/${a.chunkIndex}`,
+      resultSha256: sha("out"),
+      metrics: { frames: 10 },
+    };
     const done = await client.completeTask(manifest);
     expect(done.task).toMatchObject({ status: TaskStatus.COMPLETED, resultUri: manifest.resultUri, metrics: { frames: 10 } });
     const again = await client.completeTask(manifest);
@@ -161,7 +170,14 @@ describe.each(transports)("every RPC over %s", (label, makeTransport) => {
     const conflicting = await rpcError(client.completeTask({ ...manifest, resultSha256: sha("other") }));
     expect(conflicting.code).toBe(Code.AlreadyExists);
 
-    const retried = await client.failTask({ taskId: b.id, workerId: worker, attempt: 1, errorCode: "flaky", errorMessage: "try again", retryAfterSeconds: 0 });
+    const retried = await client.failTask({
+      taskId: b.id,
+      workerId: worker,
+      attempt: 1,
+      errorCode: "flaky",
+      errorMessage: "try again",
+      retryAfterSeconds: 0,
+    });
     expect(retried.task).toMatchObject({ status: TaskStatus.PENDING, attempt: 1, errorCode: "flaky", errorMessage: "try again" });
 
     const status = await client.getJob({ jobId });
@@ -172,7 +188,12 @@ describe.each(transports)("every RPC over %s", (label, makeTransport) => {
 
     const results = await client.listCompletedResults({ jobId, pageSize: 10 });
     expect(results.results).toHaveLength(1);
-    expect(results.results[0]).toMatchObject({ taskId: a.id, chunkIndex: a.chunkIndex, resultUri: manifest.resultUri, resultSha256: manifest.resultSha256 });
+    expect(results.results[0]).toMatchObject({
+      taskId: a.id,
+      chunkIndex: a.chunkIndex,
+      resultUri: manifest.resultUri,
+      resultSha256: manifest.resultSha256,
+    });
     expect(results.results[0].metrics).toEqual({ frames: 10 });
     expect(results.nextPageToken).toBe("");
 
@@ -181,11 +202,15 @@ describe.each(transports)("every RPC over %s", (label, makeTransport) => {
     expect(cancelled.job?.completedAt).toBeDefined();
     const after = await client.getJob({ jobId });
     expect(after.taskCounts).toMatchObject({ pending: 0, leased: 0, cancelled: 2, completed: 1, failed: 0 });
-    const { rows } = await pool.query("SELECT status::text, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY 1 ORDER BY 1", [jobId]);
-    expect(rows).toEqual([
-      { status: "completed", n: 1 },
-      { status: "cancelled", n: 2 },
-    ].sort((x, y) => x.status.localeCompare(y.status)));
+    const { rows } = await pool.query("SELECT status::text, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY 1 ORDER BY 1", [
+      jobId,
+    ]);
+    expect(rows).toEqual(
+      [
+        { status: "completed", n: 1 },
+        { status: "cancelled", n: 2 },
+      ].sort((x, y) => x.status.localeCompare(y.status)),
+    );
 
     // A task that fails for good fails its job.
     const job2 = await client.createJob({ workload, inputUri: "s3://in/single", inputSha256: sha("single") });
@@ -210,7 +235,13 @@ describe.each(transports)("every RPC over %s", (label, makeTransport) => {
     const jobId = created.job!.id;
     const { tasks } = await client.claimTasks({ workerId: worker, workloads: [workload], maxTasks: 3 });
     expect(tasks.map((t) => t.jobId)).toEqual([jobId, jobId, jobId]);
-    const result = (t: (typeof tasks)[number], attempt = t.attempt) => ({ taskId: t.id, workerId: worker, attempt, resultUri: `s3://out/b${t.chunkIndex}`, resultSha256: sha(`ob${t.chunkIndex}`) });
+    const result = (t: (typeof tasks)[number], attempt = t.attempt) => ({
+      taskId: t.id,
+      workerId: worker,
+      attempt,
+      resultUri: `s3://out/b${t.chunkIndex}`,
+      resultSha256: sha(`ob${t.chunkIndex}`),
+    });
     const batch = await client.completeTasks({ results: [result(tasks[0]), result(tasks[1], 2), result(tasks[2])] });
     expect(batch.outcomes).toHaveLength(3);
     expect(batch.outcomes[0]).toMatchObject({ taskId: tasks[0].id, task: { status: TaskStatus.COMPLETED } });
@@ -245,7 +276,10 @@ describe.each(transports)("every RPC over %s", (label, makeTransport) => {
     expect(bad.rawMessage).toContain("job_id");
 
     const unknownWorkload = await rpcError(
-      client.createJob({ workload: "never_registered", inputUri: "s3://x", inputSha256: sha("x") }, { headers: { "x-request-id": "client-id-1" } }),
+      client.createJob(
+        { workload: "never_registered", inputUri: "s3://x", inputSha256: sha("x") },
+        { headers: { "x-request-id": "client-id-1" } },
+      ),
     );
     expect([Code.NotFound, Code.InvalidArgument]).toContain(unknownWorkload.code);
     expect(unknownWorkload.metadata.get("x-request-id")).toContain("client-id-1");
@@ -327,7 +361,12 @@ describe("REST", () => {
     expectRestError(stale, 409, "aborted");
     const foreign = await rest("POST", `/tasks/${taskIds[0]}/heartbeat`, { worker_id: "intruder", attempt: 1 });
     expectRestError(foreign, 409, "aborted");
-    const foreignResult = await rest("POST", `/tasks/${taskIds[1]}/result`, { worker_id: "intruder", attempt: 1, result_uri: "s3://x", result_sha256: sha("x") });
+    const foreignResult = await rest("POST", `/tasks/${taskIds[1]}/result`, {
+      worker_id: "intruder",
+      attempt: 1,
+      result_uri: "s3://x",
+      result_sha256: sha("x"),
+    });
     expectRestError(foreignResult, 409, "aborted");
     const { rows } = await pool.query("SELECT status, result_uri FROM tasks WHERE id = $1", [taskIds[1]]);
     expect(rows[0]).toEqual({ status: "leased", result_uri: null });
@@ -349,10 +388,21 @@ describe("REST", () => {
   });
 
   it("failure: a retryable failure returns the task to pending; a path id is the task", async () => {
-    const failed = await rest("POST", `/tasks/${taskIds[2]}/failure`, { workerId: worker, attempt: 1, errorCode: "oom", retryable: true, retry_after_seconds: 0 });
+    const failed = await rest("POST", `/tasks/${taskIds[2]}/failure`, {
+      workerId: worker,
+      attempt: 1,
+      errorCode: "oom",
+      retryable: true,
+      retry_after_seconds: 0,
+    });
     expect(failed.status, failed.text).toBe(200);
     expect(failed.body.task).toMatchObject({ id: taskIds[2], status: "TASK_STATUS_PENDING", error_code: "oom", attempt: 1 });
-    const mismatch = await rest("POST", `/tasks/${taskIds[2]}/failure`, { task_id: taskIds[3], worker_id: worker, attempt: 1, error_code: "x" });
+    const mismatch = await rest("POST", `/tasks/${taskIds[2]}/failure`, {
+      task_id: taskIds[3],
+      worker_id: worker,
+      attempt: 1,
+      error_code: "x",
+    });
     expectRestError(mismatch, 400, "invalid_argument", "task_id");
   });
 
@@ -397,7 +447,12 @@ describe("REST", () => {
     expect(cancelled.body.job).toMatchObject({ status: "JOB_STATUS_CANCELLED", cancel_reason: "changed my mind" });
     const status = await rest("GET", `/jobs/${jobId}`);
     expect(status.body.task_counts).toEqual({ pending: 0, leased: 0, completed: 2, failed: 0, cancelled: 3 });
-    const late = await rest("POST", `/tasks/${held.id}/result`, { worker_id: worker, attempt: held.attempt, result_uri: "s3://late", result_sha256: sha("late") });
+    const late = await rest("POST", `/tasks/${held.id}/result`, {
+      worker_id: worker,
+      attempt: held.attempt,
+      result_uri: "s3://late",
+      result_sha256: sha("late"),
+    });
     expectRestError(late, 409, "aborted");
     const missing = await rest("POST", `/jobs/${randomUUID()}/cancel`);
     expectRestError(missing, 404, "not_found");
@@ -405,7 +460,10 @@ describe("REST", () => {
 
   it("POST /tasks/results completes a batch with per-result outcomes", async () => {
     expect((await rest("PUT", "/workloads/rest_batch", {})).status).toBe(200);
-    const job = await rest("POST", "/jobs", { workload: "rest_batch", tasks: [0, 1].map((i) => ({ chunk_index: i, input_uri: `s3://rb/${i}`, input_sha256: sha(`rb${i}`) })) });
+    const job = await rest("POST", "/jobs", {
+      workload: "rest_batch",
+      tasks: [0, 1].map((i) => ({ chunk_index: i, input_uri: `s3://rb/${i}`, input_sha256: sha(`rb${i}`) })),
+    });
     expect(job.status).toBe(201);
     const claim = await rest("POST", "/tasks/claim", { worker_id: "rb-worker", workloads: ["rest_batch"], max_tasks: 2 });
     expect(claim.body.tasks).toHaveLength(2);
@@ -416,7 +474,10 @@ describe("REST", () => {
     ];
     const answer = await rest("POST", "/tasks/results", { results });
     expect(answer.status, answer.text).toBe(200);
-    expect(answer.body.outcomes[0]).toMatchObject({ task_id: t0.id, task: { status: "TASK_STATUS_COMPLETED", result_uri: "s3://rb-out/0" } });
+    expect(answer.body.outcomes[0]).toMatchObject({
+      task_id: t0.id,
+      task: { status: "TASK_STATUS_COMPLETED", result_uri: "s3://rb-out/0" },
+    });
     expect(answer.body.outcomes[1]).toMatchObject({ task_id: t1.id, error: { code: "aborted" } });
     expect(answer.body.outcomes[1]).not.toHaveProperty("task");
     const status = await rest("GET", `/jobs/${job.body.job.id}`);
@@ -427,28 +488,103 @@ describe("REST", () => {
 
   describe("bad requests are 4xx and write nothing", () => {
     const cases: [string, () => Promise<RestAnswer>, number, string, string?][] = [
-      ["unknown field", () => rest("POST", "/tasks/claim", { worker_id: "w", workloads: [workload], bogus: 1 }), 400, "invalid_argument", "bogus"],
-      ["wrong type", () => rest("POST", "/tasks/claim", { worker_id: "w", workloads: [workload], max_tasks: "many" }), 400, "invalid_argument", "max_tasks"],
-      ["fractional int", () => rest("POST", "/jobs", { workload, tasks: [{ chunk_index: 1.5, input_uri: "s3://a", input_sha256: sha("a") }] }), 400, "invalid_argument", "chunk_index"],
+      [
+        "unknown field",
+        () => rest("POST", "/tasks/claim", { worker_id: "w", workloads: [workload], bogus: 1 }),
+        400,
+        "invalid_argument",
+        "bogus",
+      ],
+      [
+        "wrong type",
+        () => rest("POST", "/tasks/claim", { worker_id: "w", workloads: [workload], max_tasks: "many" }),
+        400,
+        "invalid_argument",
+        "max_tasks",
+      ],
+      [
+        "fractional int",
+        () => rest("POST", "/jobs", { workload, tasks: [{ chunk_index: 1.5, input_uri: "s3://a", input_sha256: sha("a") }] }),
+        400,
+        "invalid_argument",
+        "chunk_index",
+      ],
       ["malformed JSON", () => rest("POST", "/jobs", "{not json"), 400, "invalid_argument", "JSON"],
       ["truncated JSON", () => rest("POST", "/jobs", `{"workload": "${workload}", "tasks": [`), 400, "invalid_argument", "JSON"],
       ["JSON array body", () => rest("POST", "/jobs", "[]"), 400, "invalid_argument", "object"],
-      ["invalid field value", () => rest("POST", "/jobs", { workload, input_uri: "s3://a", input_sha256: "xyz" }), 400, "invalid_argument", "input_sha256"],
-      ["NUL in a string", () => rest("POST", "/jobs", { workload, input_uri: "s3://a\u0000b", input_sha256: sha("a") }), 400, "invalid_argument", "input_uri"],
-      ["duplicate chunk index", () => rest("POST", "/jobs", { workload, tasks: [0, 0].map((i) => ({ chunk_index: i, input_uri: "s3://a", input_sha256: sha("a") })) }), 400, "invalid_argument", "chunk_index"],
-      ["too many tasks", () => rest("POST", "/jobs", { workload, tasks: Array.from({ length: 51 }, (_, i) => ({ chunk_index: i, input_uri: "s3://a", input_sha256: sha("a") })) }), 400, "invalid_argument", "tasks"],
-      ["unregistered workload", () => rest("POST", "/jobs", { workload: "nobody_home", input_uri: "s3://a", input_sha256: sha("a") }), 404, "not_found", "nobody_home"],
-      ["invalid UUID in path", () => rest("POST", "/tasks/not-a-uuid/heartbeat", { worker_id: "w", attempt: 1 }), 400, "invalid_argument", "task_id"],
+      [
+        "invalid field value",
+        () => rest("POST", "/jobs", { workload, input_uri: "s3://a", input_sha256: "xyz" }),
+        400,
+        "invalid_argument",
+        "input_sha256",
+      ],
+      [
+        "NUL in a string",
+        () => rest("POST", "/jobs", { workload, input_uri: "s3://a\u0000b", input_sha256: sha("a") }),
+        400,
+        "invalid_argument",
+        "input_uri",
+      ],
+      [
+        "duplicate chunk index",
+        () =>
+          rest("POST", "/jobs", { workload, tasks: [0, 0].map((i) => ({ chunk_index: i, input_uri: "s3://a", input_sha256: sha("a") })) }),
+        400,
+        "invalid_argument",
+        "chunk_index",
+      ],
+      [
+        "too many tasks",
+        () =>
+          rest("POST", "/jobs", {
+            workload,
+            tasks: Array.from({ length: 51 }, (_, i) => ({ chunk_index: i, input_uri: "s3://a", input_sha256: sha("a") })),
+          }),
+        400,
+        "invalid_argument",
+        "tasks",
+      ],
+      [
+        "unregistered workload",
+        () => rest("POST", "/jobs", { workload: "nobody_home", input_uri: "s3://a", input_sha256: sha("a") }),
+        404,
+        "not_found",
+        "nobody_home",
+      ],
+      [
+        "invalid UUID in path",
+        () => rest("POST", "/tasks/not-a-uuid/heartbeat", { worker_id: "w", attempt: 1 }),
+        400,
+        "invalid_argument",
+        "task_id",
+      ],
       ["SQL in a path", () => rest("GET", "/jobs/1'%20OR%20'1'='1"), 400, "invalid_argument", "job_id"],
       ["invalid UUID in body", () => rest("POST", "/jobs/00000000-0000-0000-0000-00000000000g/cancel"), 400, "invalid_argument", "job_id"],
       ["invalid workload name in path", () => rest("PUT", "/workloads/Bad%20Name", {}), 400, "invalid_argument", "name"],
       ["unknown route", () => rest("GET", "/nope"), 404, "not_found"],
       ["unknown nested route", () => rest("POST", `/jobs/${randomUUID()}/explode`, {}), 404, "not_found"],
       ["wrong method", () => rest("DELETE", "/workloads"), 405, "unimplemented"],
-      ["wrong content type", () => rest("POST", "/jobs", "workload=x", { "content-type": "application/x-www-form-urlencoded" }), 415, "invalid_argument"],
-      ["body over the limit", () => rest("POST", "/jobs", { workload, parameters: { blob: "x".repeat(MAX_BODY_BYTES) } }), 413, "resource_exhausted"],
+      [
+        "wrong content type",
+        () => rest("POST", "/jobs", "workload=x", { "content-type": "application/x-www-form-urlencoded" }),
+        415,
+        "invalid_argument",
+      ],
+      [
+        "body over the limit",
+        () => rest("POST", "/jobs", { workload, parameters: { blob: "x".repeat(MAX_BODY_BYTES) } }),
+        413,
+        "resource_exhausted",
+      ],
       ["query on a POST route", () => rest("POST", "/tasks/claim?x=1", { worker_id: "w", workloads: [workload] }), 400, "invalid_argument"],
-      ["invalid UTF-8", () => fetchRaw("POST", "/jobs", Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d])), 400, "invalid_argument", "UTF-8"],
+      [
+        "invalid UTF-8",
+        () => fetchRaw("POST", "/jobs", Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d])),
+        400,
+        "invalid_argument",
+        "UTF-8",
+      ],
     ];
 
     it.each(cases)("%s", async (_name, send, status, code, mentions) => {
@@ -561,7 +697,13 @@ describe("request ids, health and logs", () => {
     expect(claimLines[0]).toMatchObject({ operation: "ClaimTasks", worker_id: "log-worker", status: 200, code: "ok", protocol: "rest" });
     const hbLines = logLines.filter((l) => l.request_id === "log-hb-1");
     expect(hbLines).toHaveLength(1);
-    expect(hbLines[0]).toMatchObject({ operation: "RenewLease", task_id: task.id, job_id: job.body.job.id, worker_id: "log-worker", status: 200 });
+    expect(hbLines[0]).toMatchObject({
+      operation: "RenewLease",
+      task_id: task.id,
+      job_id: job.body.job.id,
+      worker_id: "log-worker",
+      status: 200,
+    });
     expect(typeof hbLines[0].duration_ms).toBe("number");
   });
 });
@@ -569,7 +711,13 @@ describe("request ids, health and logs", () => {
 describe("close()", () => {
   it("does not wait for idle keep-alive or HTTP/2 connections", async () => {
     const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
-    const other = createApiServer({ queue, logger: pino({ level: "silent" }), maxBodyBytes: 1024, requestTimeoutMs: 1000, readiness: async () => ({ ready: true }) });
+    const other = createApiServer({
+      queue,
+      logger: pino({ level: "silent" }),
+      maxBodyBytes: 1024,
+      requestTimeoutMs: 1000,
+      readiness: async () => ({ ready: true }),
+    });
     const port = await other.listen(0, "127.0.0.1");
     const url = `http://127.0.0.1:${port}`;
     const res = await fetch(`${url}/healthz`);
@@ -631,7 +779,13 @@ describe("deadlines and unexpected errors", () => {
         cb();
       },
     });
-    slow = createApiServer({ queue, logger: pino({ level: "info" }, sink), maxBodyBytes: 4096, requestTimeoutMs: 300, readiness: async () => ({ ready: true }) });
+    slow = createApiServer({
+      queue,
+      logger: pino({ level: "info" }, sink),
+      maxBodyBytes: 4096,
+      requestTimeoutMs: 300,
+      readiness: async () => ({ ready: true }),
+    });
     url = `http://127.0.0.1:${await slow.listen(0, "127.0.0.1")}`;
   });
 

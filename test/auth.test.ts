@@ -84,7 +84,13 @@ interface RestAnswer {
   body: any;
 }
 
-async function rest(method: string, route: string, token: string | undefined, body?: unknown, headers: Record<string, string> = {}): Promise<RestAnswer> {
+async function rest(
+  method: string,
+  route: string,
+  token: string | undefined,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<RestAnswer> {
   const h: Record<string, string> = { ...headers };
   if (token !== undefined) h.authorization = `Bearer ${token}`;
   if (body !== undefined) h["content-type"] = "application/json";
@@ -150,7 +156,11 @@ async function sse(jobId: string, token: string | undefined, firstOnly = false):
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let text = "";
-  const messages = () => text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)));
+  const messages = () =>
+    text
+      .split("\n")
+      .filter((l) => l.startsWith("data: "))
+      .map((l) => JSON.parse(l.slice(6)));
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
@@ -243,7 +253,10 @@ describe("configuration", () => {
 describe("leasehold token new", () => {
   function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
     return new Promise((resolve) => {
-      const child = spawn(process.execPath, [path.join(ROOT, "bin/leasehold.js"), ...args], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+      const child = spawn(process.execPath, [path.join(ROOT, "bin/leasehold.js"), ...args], {
+        cwd: ROOT,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
       let stdout = "";
       let stderr = "";
       child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
@@ -263,7 +276,10 @@ describe("leasehold token new", () => {
     expect(out.token.length).toBeGreaterThanOrEqual(40);
     expect(out.config_line).toBe(`${sha(out.token)} worker gpu-`);
     expect(parseAuthTokens(out.config_line)).toEqual([{ sha256: sha(out.token), role: "worker", workerPrefix: "gpu-" }]);
-    expect(new Authenticator(parseAuthTokens(out.config_line)).authenticate(`Bearer ${out.token}`)).toEqual({ role: "worker", workerPrefix: "gpu-" });
+    expect(new Authenticator(parseAuthTokens(out.config_line)).authenticate(`Bearer ${out.token}`)).toEqual({
+      role: "worker",
+      workerPrefix: "gpu-",
+    });
 
     expect(b.code, b.stderr).toBe(0);
     const [token, line, ...rest] = b.stdout.trimEnd().split("\n");
@@ -294,7 +310,10 @@ describe("REST", () => {
     const job = { workload, input_uri: "s3://x", input_sha256: sha("x") };
     expectDenied(await rest("POST", "/jobs", undefined, job), 401);
     expectDenied(await rest("POST", "/jobs", WRONG_TOKEN, job), 401);
-    expectDenied(await rest("POST", "/jobs", undefined, job, { authorization: `Basic ${Buffer.from(`u:${TOKENS.admin}`).toString("base64")}` }), 401);
+    expectDenied(
+      await rest("POST", "/jobs", undefined, job, { authorization: `Basic ${Buffer.from(`u:${TOKENS.admin}`).toString("base64")}` }),
+      401,
+    );
     expectDenied(await rest("POST", "/jobs", undefined, job, { authorization: TOKENS.admin }), 401);
     expectDenied(await rest("PUT", `/workloads/${workload}`, undefined, {}), 401);
     expectDenied(await rest("GET", "/workloads", WRONG_TOKEN), 401);
@@ -332,7 +351,8 @@ describe("REST", () => {
   });
 
   it("a submitter may not claim; a worker claims only as a worker_id under its prefix", async () => {
-    const pending = async () => (await pool.query("SELECT count(*)::int AS n FROM tasks WHERE job_id = $1 AND status = 'pending'", [jobId])).rows[0].n;
+    const pending = async () =>
+      (await pool.query("SELECT count(*)::int AS n FROM tasks WHERE job_id = $1 AND status = 'pending'", [jobId])).rows[0].n;
     expect(await pending()).toBe(4);
     expectDenied(await rest("POST", "/tasks/claim", TOKENS.submitter, { worker_id: "gpu-1", workloads: [workload] }), 403);
     expectDenied(await rest("POST", "/tasks/claim", TOKENS.gpu, { worker_id: "cpu-1", workloads: [workload] }), 403);
@@ -361,7 +381,10 @@ describe("REST", () => {
     // The cpu- worker acting as the gpu- lease holder (which would otherwise succeed).
     expectDenied(await rest("POST", `/tasks/${t0}/result`, TOKENS.cpu, result), 403);
     expectDenied(await rest("POST", `/tasks/${t0}/heartbeat`, TOKENS.cpu, { worker_id: "gpu-1", attempt: 1, lease_seconds: 600 }), 403);
-    expectDenied(await rest("POST", `/tasks/${t0}/failure`, TOKENS.cpu, { worker_id: "gpu-1", attempt: 1, error_code: "boom", retryable: false }), 403);
+    expectDenied(
+      await rest("POST", `/tasks/${t0}/failure`, TOKENS.cpu, { worker_id: "gpu-1", attempt: 1, error_code: "boom", retryable: false }),
+      403,
+    );
     expectDenied(await rest("POST", "/tasks/results", TOKENS.cpu, { results: [{ task_id: t1, ...result }] }), 403);
     // A batch with one result outside the prefix writes none of them.
     expectDenied(
@@ -385,7 +408,12 @@ describe("REST", () => {
     const batch = await rest("POST", "/tasks/results", TOKENS.gpu, { results: [{ task_id: t1, ...result }] });
     expect(batch.status, batch.text).toBe(200);
     expect(batch.body.outcomes[0].task.status).toBe("TASK_STATUS_COMPLETED");
-    const failed = await rest("POST", `/tasks/${cpuTask}/failure`, TOKENS.cpu, { worker_id: "cpu-1", attempt: 1, error_code: "flaky", retry_after_seconds: 0 });
+    const failed = await rest("POST", `/tasks/${cpuTask}/failure`, TOKENS.cpu, {
+      worker_id: "cpu-1",
+      attempt: 1,
+      error_code: "flaky",
+      retry_after_seconds: 0,
+    });
     expect(failed.status, failed.text).toBe(200);
     // Admin may act as any worker_id.
     const admin = await rest("POST", `/tasks/${t2}/result`, TOKENS.admin, result);
@@ -526,7 +554,9 @@ describe("REST: ReportProgress, WatchJob (SSE), RetryJob, ListJobs", () => {
       expect(leased.body.tasks.map((t: { task: { id: string } }) => t.task.id)).toEqual([taskId]);
       const one = await rest("GET", `/tasks/${taskId}`, token);
       expect(one.status, one.text).toBe(200);
-      expect(one.body.attempts.map((a: { worker_id: string; outcome: string }) => [a.worker_id, a.outcome])).toEqual([["gpu-ops", "ATTEMPT_OUTCOME_RUNNING"]]);
+      expect(one.body.attempts.map((a: { worker_id: string; outcome: string }) => [a.worker_id, a.outcome])).toEqual([
+        ["gpu-ops", "ATTEMPT_OUTCOME_RUNNING"],
+      ]);
     }
     expectDenied(await rest("GET", `/jobs/${jobId}/tasks`, undefined), 401);
     expectDenied(await rest("GET", `/tasks/${taskId}`, WRONG_TOKEN), 401);
@@ -541,10 +571,13 @@ describe.each([
   ["connect (HTTP/1.1)", (baseUrl: string, i: Interceptor[]) => createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: i })],
 ] as [string, (baseUrl: string, i: Interceptor[]) => Transport][])("over %s", (label, makeTransport) => {
   const workload = `auth_${label.replace(/[^a-z0-9]+/gi, "_").toLowerCase()}`.replace(/_+$/, "");
-  const bearer = (token: string): Interceptor => (next) => (req) => {
-    req.header.set("authorization", `Bearer ${token}`);
-    return next(req);
-  };
+  const bearer =
+    (token: string): Interceptor =>
+    (next) =>
+    (req) => {
+      req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    };
   const as = (token?: string): Client<typeof QueueService> => createClient(QueueService, makeTransport(base, token ? [bearer(token)] : []));
 
   it("UNAUTHENTICATED without or with a wrong token, PERMISSION_DENIED for the wrong role or prefix, nothing written", async () => {
@@ -557,7 +590,9 @@ describe.each([
 
     expect((await as(TOKENS.admin).putWorkload({ name: workload })).workload?.name).toBe(workload);
     const jobId = (await as(TOKENS.submitter).createJob({ workload, inputUri: "s3://in", inputSha256: sha("in") })).job!.id;
-    expect((await rpcError(as(TOKENS.submitter).claimTasks({ workerId: "gpu-1", workloads: [workload] }))).code).toBe(Code.PermissionDenied);
+    expect((await rpcError(as(TOKENS.submitter).claimTasks({ workerId: "gpu-1", workloads: [workload] }))).code).toBe(
+      Code.PermissionDenied,
+    );
     expect((await rpcError(as(TOKENS.cpu).claimTasks({ workerId: "gpu-1", workloads: [workload] }))).code).toBe(Code.PermissionDenied);
     expect((await as(TOKENS.submitter).getJob({ jobId })).taskCounts?.pending).toBe(1);
 
@@ -570,7 +605,9 @@ describe.each([
     expect(denied.rawMessage).toMatch(/worker_id "gpu-7" is outside this token's prefix "cpu-"/);
     expect((await rpcError(as(TOKENS.cpu).completeTasks({ results: [manifest] }))).code).toBe(Code.PermissionDenied);
     expect((await rpcError(as(TOKENS.cpu).failTask({ ...manifest, errorCode: "x" }))).code).toBe(Code.PermissionDenied);
-    expect((await rpcError(as(TOKENS.cpu).renewLease({ taskId: task.id, workerId: "gpu-7", attempt: 1 }))).code).toBe(Code.PermissionDenied);
+    expect((await rpcError(as(TOKENS.cpu).renewLease({ taskId: task.id, workerId: "gpu-7", attempt: 1 }))).code).toBe(
+      Code.PermissionDenied,
+    );
     expect((await rpcError(as(TOKENS.gpu).cancelJob({ jobId }))).code).toBe(Code.PermissionDenied);
     expect(await taskRow(task.id)).toEqual(before2);
 
@@ -697,11 +734,31 @@ describe("TLS", () => {
     const keyFile = path.join(dir, "key.pem");
     execFileSync(
       "openssl",
-      ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1", "-keyout", keyFile, "-out", certFile, "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-days",
+        "1",
+        "-keyout",
+        keyFile,
+        "-out",
+        certFile,
+        "-addext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+      ],
       { stdio: "ignore" },
     );
     expect(existsSync(certFile)).toBe(true);
-    const config = loadConfig({ TLS_CERT_FILE: certFile, TLS_KEY_FILE: keyFile, AUTH_TOKENS_FILE: (writeFileSync(path.join(dir, "t"), `${sha(TOKENS.admin)} admin\n`), path.join(dir, "t")) });
+    const config = loadConfig({
+      TLS_CERT_FILE: certFile,
+      TLS_KEY_FILE: keyFile,
+      AUTH_TOKENS_FILE: (writeFileSync(path.join(dir, "t"), `${sha(TOKENS.admin)} admin\n`), path.join(dir, "t")),
+    });
     expect(config.tls).toBeDefined();
     cert = readFileSync(certFile);
     tlsServer = createApiServer({
@@ -726,11 +783,23 @@ describe("TLS", () => {
       const req = https.request(
         `${httpsBase}${route}`,
         // ALPNProtocols reaches tls.connect, though https.RequestOptions does not list it.
-        { ca: cert, agent: false, ALPNProtocols: ["http/1.1"], headers: token ? { authorization: `Bearer ${token}` } : {} } as https.RequestOptions,
+        {
+          ca: cert,
+          agent: false,
+          ALPNProtocols: ["http/1.1"],
+          headers: token ? { authorization: `Bearer ${token}` } : {},
+        } as https.RequestOptions,
         (res) => {
           let body = "";
           res.setEncoding("utf8").on("data", (d: string) => (body += d));
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, version: res.httpVersion, alpn: (res.socket as tls.TLSSocket).alpnProtocol ?? false, body }));
+          res.on("end", () =>
+            resolve({
+              status: res.statusCode ?? 0,
+              version: res.httpVersion,
+              alpn: (res.socket as tls.TLSSocket).alpnProtocol ?? false,
+              body,
+            }),
+          );
         },
       );
       req.on("error", reject);
@@ -759,7 +828,10 @@ describe("TLS", () => {
       const client = createClient(QueueService, transport);
       expect((await client.listWorkloads({})).workloads.map((w) => w.name)).toContain("auth_rest");
     }
-    const anonymous = createClient(QueueService, createConnectTransport({ baseUrl: httpsBase, httpVersion: "2", nodeOptions: { ca: cert } }));
+    const anonymous = createClient(
+      QueueService,
+      createConnectTransport({ baseUrl: httpsBase, httpVersion: "2", nodeOptions: { ca: cert } }),
+    );
     expect((await rpcError(anonymous.listWorkloads({}))).code).toBe(Code.Unauthenticated);
     // Cleartext on the TLS port gets no answer from the API.
     await expect(fetch(httpsBase.replace("https:", "http:") + "/healthz")).rejects.toThrow();

@@ -88,12 +88,34 @@ interface Opts {
 
 const cases: BadCase[] = [];
 
-function rest(name: string, method: string, path: Lazy<string>, body: BodyArg | undefined, field: string | RegExp | undefined, o: Opts = {}): void {
+function rest(
+  name: string,
+  method: string,
+  path: Lazy<string>,
+  body: BodyArg | undefined,
+  field: string | RegExp | undefined,
+  o: Opts = {},
+): void {
   cases.push({ name, via: "rest", method, path, body, field, status: o.status ?? 400, ...o });
 }
 
-function rpc(name: string, rpcMethod: string, body: BodyArg | undefined, field: string | RegExp | undefined, o: Opts & { method?: string } = {}): void {
-  cases.push({ name, via: "connect", method: o.method ?? "POST", path: rpcMethod.startsWith("/") ? rpcMethod : `${SERVICE}/${rpcMethod}`, body, field, status: o.status ?? 400, ...o });
+function rpc(
+  name: string,
+  rpcMethod: string,
+  body: BodyArg | undefined,
+  field: string | RegExp | undefined,
+  o: Opts & { method?: string } = {},
+): void {
+  cases.push({
+    name,
+    via: "connect",
+    method: o.method ?? "POST",
+    path: rpcMethod.startsWith("/") ? rpcMethod : `${SERVICE}/${rpcMethod}`,
+    body,
+    field,
+    status: o.status ?? 400,
+    ...o,
+  });
 }
 
 const DEFAULT_CODE: Record<number, string> = {
@@ -105,14 +127,20 @@ const DEFAULT_CODE: Record<number, string> = {
 };
 
 // ---- request bodies that are valid except for what a case breaks ----
-const spec = (i: number, extra: Record<string, unknown> = {}) => ({ chunk_index: i, input_uri: `s3://bi/in/${i}`, input_sha256: sha(`in${i}`), ...extra });
+const spec = (i: number, extra: Record<string, unknown> = {}) => ({
+  chunk_index: i,
+  input_uri: `s3://bi/in/${i}`,
+  input_sha256: sha(`in${i}`),
+  ...extra,
+});
 const job = (extra: Record<string, unknown> = {}) => ({ workload: W, input_uri: "s3://bi/job", input_sha256: sha("job"), ...extra });
 const jobWith = (t: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ workload: W, tasks: [spec(0, t)], ...extra });
 const claim = (extra: Record<string, unknown> = {}) => ({ worker_id: "bi-claimer", workloads: [W], ...extra });
 const lease = (extra: Record<string, unknown> = {}) => ({ worker_id: WORKER, attempt: 1, ...extra });
 const result = (extra: Record<string, unknown> = {}) => lease({ result_uri: "s3://bi/out/0", result_sha256: sha("out0"), ...extra });
 const failure = (extra: Record<string, unknown> = {}) => lease({ error_code: "oops", retryable: true, ...extra });
-const progress = (extra: Record<string, unknown> = {}) => lease({ progress: 0.5, message: "half way", partial_result_uri: "s3://bi/partial/0", ...extra });
+const progress = (extra: Record<string, unknown> = {}) =>
+  lease({ progress: 0.5, message: "half way", partial_result_uri: "s3://bi/partial/0", ...extra });
 const withId = (f: Fixture, body: Record<string, unknown>) => ({ task_id: f.taskId, ...body });
 const nested = (depth: number): Record<string, unknown> => {
   let v: Record<string, unknown> = { leaf: 1 };
@@ -148,7 +176,13 @@ rest("JSON null body", "POST", "/jobs", raw("null"), /object/);
 rest("JSON string body", "POST", "/tasks/claim", raw('"claim please"'), /object/);
 rest("JSON number body", "POST", fl, raw("42"), /object/);
 rest("JSON array body", "PUT", `/workloads/${W}`, raw("[{}]"), /object/);
-rest("truncated multi-byte character", "POST", "/tasks/claim", raw(Buffer.concat([Buffer.from('{"worker_id": "w'), Buffer.from("é").subarray(0, 1)])), /UTF-8/);
+rest(
+  "truncated multi-byte character",
+  "POST",
+  "/tasks/claim",
+  raw(Buffer.concat([Buffer.from('{"worker_id": "w'), Buffer.from("é").subarray(0, 1)])),
+  /UTF-8/,
+);
 
 // Wrong JSON types.
 rest("max_tasks: boolean", "POST", "/tasks/claim", claim({ max_tasks: true }), "max_tasks");
@@ -185,7 +219,13 @@ rest("job without workload", "POST", "/jobs", { input_uri: "s3://a", input_sha25
 rest("job without tasks or input", "POST", "/jobs", { workload: W }, "input_uri");
 rest("job without input_sha256", "POST", "/jobs", { workload: W, input_uri: "s3://a" }, "input_sha256");
 rest("task without input_uri", "POST", "/jobs", { workload: W, tasks: [{ chunk_index: 0, input_sha256: sha(0) }] }, "tasks[0].input_uri");
-rest("task without input_sha256", "POST", "/jobs", { workload: W, tasks: [{ chunk_index: 0, input_uri: "s3://a" }] }, "tasks[0].input_sha256");
+rest(
+  "task without input_sha256",
+  "POST",
+  "/jobs",
+  { workload: W, tasks: [{ chunk_index: 0, input_uri: "s3://a" }] },
+  "tasks[0].input_sha256",
+);
 rest("heartbeat without attempt", "POST", hb, { worker_id: WORKER }, "attempt");
 rest("heartbeat without worker_id", "POST", hb, { attempt: 1 }, "worker_id");
 rest("result without result_uri", "POST", res, lease({ result_sha256: sha("x") }), "result_uri");
@@ -210,9 +250,21 @@ rest("cancel reason over the limit", "POST", cancel, { reason: big(LIMITS.reason
 rest("result_uri over the limit", "POST", res, result({ result_uri: `s3://${big(LIMITS.uriLength)}` }), "result_uri");
 rest("parameters over the limit", "POST", "/jobs", job({ parameters: { blob: big(LIMITS.jsonBytes) } }), "parameters");
 rest("metrics over the limit", "POST", res, result({ metrics: { blob: big(LIMITS.jsonBytes) } }), "metrics");
-rest("parameters_schema over the limit", "PUT", `/workloads/${W}`, { parameters_schema: { description: big(LIMITS.parametersSchemaBytes) } }, "parameters_schema");
+rest(
+  "parameters_schema over the limit",
+  "PUT",
+  `/workloads/${W}`,
+  { parameters_schema: { description: big(LIMITS.parametersSchemaBytes) } },
+  "parameters_schema",
+);
 rest("workload name of 64 characters", "POST", "/jobs", job({ workload: `a${big(63)}` }), "workload");
-rest("too many workloads in a claim", "POST", "/tasks/claim", claim({ workloads: Array.from({ length: 65 }, (_, i) => `w${i}`) }), "workloads");
+rest(
+  "too many workloads in a claim",
+  "POST",
+  "/tasks/claim",
+  claim({ workloads: Array.from({ length: 65 }, (_, i) => `w${i}`) }),
+  "workloads",
+);
 rest("input_uri with whitespace", "POST", "/jobs", job({ input_uri: "s3://bi/a b" }), "input_uri");
 rest("worker_id with a space", "POST", "/tasks/claim", claim({ worker_id: "bi worker" }), "worker_id");
 rest("worker_id not ASCII", "POST", "/tasks/claim", claim({ worker_id: "wörker" }), "worker_id");
@@ -254,13 +306,25 @@ rest("max_attempts negative", "POST", "/jobs", job({ max_attempts: -3 }), "max_a
 rest("chunk_index negative", "POST", "/jobs", jobWith({ chunk_index: -1 }), "tasks[0].chunk_index");
 rest("chunk_index 1.5", "POST", "/jobs", jobWith({ chunk_index: 1.5 }), "chunk_index");
 rest("chunk_index beyond int32", "POST", "/jobs", jobWith({ chunk_index: 2 ** 31 }), "chunk_index");
-rest("retry_after_seconds over the limit", "POST", fl, failure({ retry_after_seconds: LIMITS.retryAfterSeconds.max + 1 }), "retry_after_seconds");
+rest(
+  "retry_after_seconds over the limit",
+  "POST",
+  fl,
+  failure({ retry_after_seconds: LIMITS.retryAfterSeconds.max + 1 }),
+  "retry_after_seconds",
+);
 rest("retry_after_seconds negative", "POST", fl, failure({ retry_after_seconds: -1 }), "retry_after_seconds");
 rest("failure attempt 1.5", "POST", fl, failure({ attempt: 1.5 }), "attempt");
 rest("workload lease_seconds over the limit", "PUT", `/workloads/${W}`, { lease_seconds: LIMITS.leaseSeconds.max + 1 }, "lease_seconds");
 rest("workload lease_seconds negative", "PUT", `/workloads/${W}`, { lease_seconds: -1 }, "lease_seconds");
 rest("workload max_attempts over the limit", "PUT", `/workloads/${W}`, { max_attempts: 1000 }, "max_attempts");
-rest("parameters with a non-finite number", "POST", "/jobs", raw(JSON.stringify(job({ parameters: { x: 0 } })).replace('"x":0', '"x":1e400')), "parameters");
+rest(
+  "parameters with a non-finite number",
+  "POST",
+  "/jobs",
+  raw(JSON.stringify(job({ parameters: { x: 0 } })).replace('"x":0', '"x":1e400')),
+  "parameters",
+);
 
 // Duplicate chunk indexes, too many tasks, nesting.
 rest("duplicate chunk_index", "POST", "/jobs", { workload: W, tasks: [spec(0), spec(1), spec(1)] }, "tasks[2].chunk_index");
@@ -303,13 +367,43 @@ rest("lone surrogate in a task input_uri", "POST", "/jobs", jobWith({ input_uri:
 rest("lone surrogate in a parameters value", "POST", "/jobs", job({ parameters: { a: "\ud800" } }), "parameters");
 rest("lone surrogate in a parameters key", "POST", "/jobs", job({ parameters: { "\udc00": 1 } }), "parameters");
 rest("lone surrogate in a metrics value", "POST", res, result({ metrics: { m: "\udfff" } }), "metrics");
-rest("lone surrogate in parameters_schema", "PUT", `/workloads/${W}`, { parameters_schema: { description: "\ud800" } }, "parameters_schema");
+rest(
+  "lone surrogate in parameters_schema",
+  "PUT",
+  `/workloads/${W}`,
+  { parameters_schema: { description: "\ud800" } },
+  "parameters_schema",
+);
 rest("lone surrogate in a cancel reason", "POST", cancel, { reason: "\ud83d" }, "reason");
 
 // Invalid UTF-8 bytes.
-rest("0xff in worker_id", "POST", "/tasks/claim", raw(Buffer.concat([Buffer.from('{"worker_id": "w'), Buffer.from([0xff]), Buffer.from(`", "workloads": ["${W}"]}`)])), /UTF-8/);
-rest("overlong encoding of '/'", "POST", "/jobs", raw(Buffer.concat([Buffer.from(`{"workload": "${W}", "input_uri": "s3://a`), Buffer.from([0xc0, 0xaf]), Buffer.from(`", "input_sha256": "${sha("a")}"}`)])), /UTF-8/);
-rest("UTF-8-encoded surrogate (CESU)", "POST", hb, raw(Buffer.concat([Buffer.from('{"worker_id": "'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('", "attempt": 1}')])), /UTF-8/);
+rest(
+  "0xff in worker_id",
+  "POST",
+  "/tasks/claim",
+  raw(Buffer.concat([Buffer.from('{"worker_id": "w'), Buffer.from([0xff]), Buffer.from(`", "workloads": ["${W}"]}`)])),
+  /UTF-8/,
+);
+rest(
+  "overlong encoding of '/'",
+  "POST",
+  "/jobs",
+  raw(
+    Buffer.concat([
+      Buffer.from(`{"workload": "${W}", "input_uri": "s3://a`),
+      Buffer.from([0xc0, 0xaf]),
+      Buffer.from(`", "input_sha256": "${sha("a")}"}`),
+    ]),
+  ),
+  /UTF-8/,
+);
+rest(
+  "UTF-8-encoded surrogate (CESU)",
+  "POST",
+  hb,
+  raw(Buffer.concat([Buffer.from('{"worker_id": "'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('", "attempt": 1}')])),
+  /UTF-8/,
+);
 
 // SQL-looking strings: rejected by the field rules, or passed as plain data that changes nothing.
 rest("SQL as worker_id", "POST", "/tasks/claim", claim({ worker_id: SQL }), "worker_id");
@@ -321,9 +415,25 @@ rest("SQL as traceparent", "POST", "/jobs", job({ traceparent: `00-${SQL}` }), "
 rest("SQL as a job id", "GET", "/jobs/%27%3B%20DROP%20TABLE%20jobs%3B%20--/results", undefined, "job_id");
 rest("SQL as a workload name", "PUT", "/workloads/x%27%3B%20DROP%20TABLE%20workloads%3B%20--", {}, "name");
 rest("SQL in a page_token", "GET", results(`page_token=${b64url("c:1; DROP TABLE tasks")}`), undefined, "page_token");
-rest("SQL result_uri on a stale attempt (data, refused by the lease check)", "POST", res, result({ attempt: 2, result_uri: "s3://x';DROP/**/TABLE/**/tasks;--" }), "attempt", { status: 409, code: "aborted" });
-rest("SQL worker_id without spaces (data, not the leaseholder)", "POST", res, result({ worker_id: "x';DELETE/**/FROM/**/tasks;--" }), /worker/, { status: 409, code: "aborted" });
-rest("SQL idempotency_key with an unknown workload", "POST", "/jobs", job({ workload: "bi_nobody", idempotency_key: SQL }), "workload", { status: 404 });
+rest(
+  "SQL result_uri on a stale attempt (data, refused by the lease check)",
+  "POST",
+  res,
+  result({ attempt: 2, result_uri: "s3://x';DROP/**/TABLE/**/tasks;--" }),
+  "attempt",
+  { status: 409, code: "aborted" },
+);
+rest(
+  "SQL worker_id without spaces (data, not the leaseholder)",
+  "POST",
+  res,
+  result({ worker_id: "x';DELETE/**/FROM/**/tasks;--" }),
+  /worker/,
+  { status: 409, code: "aborted" },
+);
+rest("SQL idempotency_key with an unknown workload", "POST", "/jobs", job({ workload: "bi_nobody", idempotency_key: SQL }), "workload", {
+  status: 404,
+});
 
 // Bad query parameters.
 rest("page_size -1", "GET", results("page_size=-1"), undefined, "page_size");
@@ -347,17 +457,37 @@ rest("traceparent a number", "POST", "/jobs", job({ traceparent: 5 }), "tracepar
 // Wrong content types.
 rest("text/plain", "POST", "/jobs", job(), /content-type/, { status: 415, contentType: "text/plain" });
 rest("no content-type", "POST", "/tasks/claim", claim(), /content-type/, { status: 415, contentType: null });
-rest("multipart/form-data", "POST", "/jobs", raw('--b\r\ncontent-disposition: form-data; name="workload"\r\n\r\nbi_main\r\n--b--\r\n'), /content-type/, {
+rest(
+  "multipart/form-data",
+  "POST",
+  "/jobs",
+  raw('--b\r\ncontent-disposition: form-data; name="workload"\r\n\r\nbi_main\r\n--b--\r\n'),
+  /content-type/,
+  {
+    status: 415,
+    contentType: "multipart/form-data; boundary=b",
+  },
+);
+rest("application/xml", "POST", hb, raw(`<heartbeat worker_id="${WORKER}" attempt="1"/>`), /content-type/, {
   status: 415,
-  contentType: "multipart/form-data; boundary=b",
+  contentType: "application/xml",
 });
-rest("application/xml", "POST", hb, raw(`<heartbeat worker_id="${WORKER}" attempt="1"/>`), /content-type/, { status: 415, contentType: "application/xml" });
-rest("form-urlencoded on a workload", "PUT", `/workloads/${W}`, raw("max_attempts=3"), /content-type/, { status: 415, contentType: "application/x-www-form-urlencoded" });
+rest("form-urlencoded on a workload", "PUT", `/workloads/${W}`, raw("max_attempts=3"), /content-type/, {
+  status: 415,
+  contentType: "application/x-www-form-urlencoded",
+});
 
 // Bodies over the limit.
-rest("body over the limit (content-length)", "POST", "/jobs", () => job({ parameters: { blob: big(MAX_BODY_BYTES) } }), undefined, { status: 413 });
-rest("body over the limit (chunked)", "POST", "/tasks/claim", () => claim({ worker_id: big(MAX_BODY_BYTES) }), undefined, { status: 413, chunked: true });
-rest("workload body over the limit", "PUT", `/workloads/${W}`, () => ({ parameters_schema: { d: big(MAX_BODY_BYTES) } }), undefined, { status: 413 });
+rest("body over the limit (content-length)", "POST", "/jobs", () => job({ parameters: { blob: big(MAX_BODY_BYTES) } }), undefined, {
+  status: 413,
+});
+rest("body over the limit (chunked)", "POST", "/tasks/claim", () => claim({ worker_id: big(MAX_BODY_BYTES) }), undefined, {
+  status: 413,
+  chunked: true,
+});
+rest("workload body over the limit", "PUT", `/workloads/${W}`, () => ({ parameters_schema: { d: big(MAX_BODY_BYTES) } }), undefined, {
+  status: 413,
+});
 
 // Unknown routes and wrong methods.
 rest("GET /tasks/claim", "GET", "/tasks/claim", undefined, /GET/, { status: 405 });
@@ -374,7 +504,13 @@ rest("GET the service prefix", "GET", SERVICE, undefined, /QueueService/, { stat
 
 // Well-formed requests the database refuses without a write.
 rest("unknown workload on a task", "POST", "/jobs", jobWith({ workload: "bi_nobody" }), "tasks[0].workload", { status: 404 });
-rest("parameters against the workload schema", "POST", "/jobs", { workload: W_SCHEMA, input_uri: "s3://a", input_sha256: sha("a"), parameters: { quality: "ultra" } }, "parameters");
+rest(
+  "parameters against the workload schema",
+  "POST",
+  "/jobs",
+  { workload: W_SCHEMA, input_uri: "s3://a", input_sha256: sha("a"), parameters: { quality: "ultra" } },
+  "parameters",
+);
 rest("invalid JSON Schema", "PUT", `/workloads/${W}`, { parameters_schema: { type: 12 } }, "parameters_schema");
 rest("claim of an unknown workload", "POST", "/tasks/claim", claim({ workloads: ["bi_nobody"] }), "workloads[0]", { status: 404 });
 rest("heartbeat of an unknown task", "POST", `/tasks/${UNKNOWN_ID}/heartbeat`, lease(), "task", { status: 404 });
@@ -385,8 +521,8 @@ rest("cancel of an unknown job", "POST", `/jobs/${UNKNOWN_ID}/cancel`, {}, "job"
 // ReportProgress: POST /tasks/{task_id}/progress (lease checks as a heartbeat; a pass would extend the lease and add a task_events row).
 rest("progress -0.1", "POST", prog, progress({ progress: -0.1 }), "progress");
 rest("progress 1.5", "POST", prog, progress({ progress: 1.5 }), "progress");
-rest("progress \"NaN\"", "POST", prog, progress({ progress: "NaN" }), "progress");
-rest("progress \"Infinity\"", "POST", prog, progress({ progress: "Infinity" }), "progress");
+rest('progress "NaN"', "POST", prog, progress({ progress: "NaN" }), "progress");
+rest('progress "Infinity"', "POST", prog, progress({ progress: "Infinity" }), "progress");
 rest("progress: non-numeric string", "POST", prog, progress({ progress: "half" }), "progress");
 rest("progress: boolean", "POST", prog, progress({ progress: true }), "progress");
 rest("progress 1e400", "POST", prog, raw(`{"worker_id": "${WORKER}", "attempt": 1, "progress": 1e400}`), "progress");
@@ -400,7 +536,13 @@ rest("NUL in a progress message", "POST", prog, progress({ message: "half\u0000w
 rest("lone surrogate in a progress message", "POST", prog, progress({ message: "half\ud800" }), "message");
 rest("partial_result_uri with whitespace", "POST", prog, progress({ partial_result_uri: "s3://bi/part ial" }), "partial_result_uri");
 rest("partial_result_uri with a newline", "POST", prog, progress({ partial_result_uri: "s3://bi/partial\n" }), "partial_result_uri");
-rest("partial_result_uri over the limit", "POST", prog, progress({ partial_result_uri: `s3://${big(LIMITS.uriLength)}` }), "partial_result_uri");
+rest(
+  "partial_result_uri over the limit",
+  "POST",
+  prog,
+  progress({ partial_result_uri: `s3://${big(LIMITS.uriLength)}` }),
+  "partial_result_uri",
+);
 rest("progress lease_seconds over the limit", "POST", prog, progress({ lease_seconds: LIMITS.leaseSeconds.max + 1 }), "lease_seconds");
 rest("progress lease_seconds negative", "POST", prog, progress({ lease_seconds: -1 }), "lease_seconds");
 rest("unknown field on a progress report", "POST", prog, progress({ percent: 50 }), "percent");
@@ -449,9 +591,27 @@ rest("jobs page_size 1.5", "GET", "/jobs?page_size=1.5", undefined, "page_size")
 rest("jobs page_size beyond int32", "GET", "/jobs?page_size=99999999999", undefined, "page_size");
 rest("jobs page_token garbage", "GET", "/jobs?page_token=!!!not-a-token!!!", undefined, "page_token");
 rest("jobs page_token of the results route", "GET", `/jobs?page_token=${b64url("c:1")}`, undefined, "page_token");
-rest("jobs page_token with a bad time", "GET", `/jobs?page_token=${b64url(`j:2024-13-45T99:99:99.000000Z|${UNKNOWN_ID}`)}`, undefined, "page_token");
-rest("jobs page_token with a bad id", "GET", `/jobs?page_token=${b64url("j:2024-01-01T00:00:00.000000Z|zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz")}`, undefined, "page_token");
-rest("SQL in a jobs page_token", "GET", `/jobs?page_token=${b64url(`j:2024-01-01T00:00:00.000000Z|${UNKNOWN_ID}'; DROP TABLE jobs; --`)}`, undefined, "page_token");
+rest(
+  "jobs page_token with a bad time",
+  "GET",
+  `/jobs?page_token=${b64url(`j:2024-13-45T99:99:99.000000Z|${UNKNOWN_ID}`)}`,
+  undefined,
+  "page_token",
+);
+rest(
+  "jobs page_token with a bad id",
+  "GET",
+  `/jobs?page_token=${b64url("j:2024-01-01T00:00:00.000000Z|zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz")}`,
+  undefined,
+  "page_token",
+);
+rest(
+  "SQL in a jobs page_token",
+  "GET",
+  `/jobs?page_token=${b64url(`j:2024-01-01T00:00:00.000000Z|${UNKNOWN_ID}'; DROP TABLE jobs; --`)}`,
+  undefined,
+  "page_token",
+);
 rest("jobs workload with capitals", "GET", "/jobs?workload=BI_MAIN", undefined, "workload");
 rest("jobs workload with a space", "GET", "/jobs?workload=bi%20main", undefined, "workload");
 rest("jobs workload with a dot", "GET", "/jobs?workload=bi.main", undefined, "workload");
@@ -474,12 +634,26 @@ rest("events with an extra segment", "GET", (f) => `/jobs/${f.jobId}/events/extr
 // Resuming an SSE stream: Last-Event-ID / after_event_id must be an event id.
 rest("events after_event_id not a number", "GET", (f) => `/jobs/${f.jobId}/events?after_event_id=yesterday`, undefined, "after_event_id");
 rest("events after_event_id negative", "GET", (f) => `/jobs/${f.jobId}/events?after_event_id=-1`, undefined, "after_event_id");
-rest("events after_event_id beyond int64", "GET", (f) => `/jobs/${f.jobId}/events?after_event_id=99999999999999999999`, undefined, "after_event_id");
-rest("events after_event_id of an unknown job", "GET", `/jobs/${UNKNOWN_ID}/events?after_event_id=1`, undefined, UNKNOWN_ID, { status: 404 });
+rest(
+  "events after_event_id beyond int64",
+  "GET",
+  (f) => `/jobs/${f.jobId}/events?after_event_id=99999999999999999999`,
+  undefined,
+  "after_event_id",
+);
+rest("events after_event_id of an unknown job", "GET", `/jobs/${UNKNOWN_ID}/events?after_event_id=1`, undefined, UNKNOWN_ID, {
+  status: 404,
+});
 
 // ListTasks: GET /jobs/{job_id}/tasks?status=&page_size=&page_token=; GetTask: GET /tasks/{task_id}.
 const tasksOf = (q: string) => (f: Fixture) => `/jobs/${f.jobId}/tasks?${q}`;
-rest("tasks status=done", "GET", tasksOf("status=done"), undefined, /status: "done" is not a value: must be one of pending, leased, completed, failed, cancelled/);
+rest(
+  "tasks status=done",
+  "GET",
+  tasksOf("status=done"),
+  undefined,
+  /status: "done" is not a value: must be one of pending, leased, completed, failed, cancelled/,
+);
 rest("tasks status of a job (running)", "GET", tasksOf("status=running"), undefined, "status");
 rest("tasks status=TASK_STATUS_BOGUS", "GET", tasksOf("status=TASK_STATUS_BOGUS"), undefined, "status");
 rest("tasks status=99", "GET", tasksOf("status=99"), undefined, "status");
@@ -488,7 +662,13 @@ rest("tasks page_size -1", "GET", tasksOf("page_size=-1"), undefined, "page_size
 rest("tasks page_size over the limit", "GET", tasksOf(`page_size=${LIMITS.pageSize.max + 1}`), undefined, "page_size");
 rest("tasks page_token garbage", "GET", tasksOf("page_token=!!!not-a-token!!!"), undefined, "page_token");
 rest("tasks page_token of the results route", "GET", tasksOf(`page_token=${b64url("c:1")}`), undefined, "page_token");
-rest("tasks page_token of another status", "GET", tasksOf(`status=failed&page_token=${b64url("t:*:0")}`), undefined, /page_token: was issued for a different status filter/);
+rest(
+  "tasks page_token of another status",
+  "GET",
+  tasksOf(`status=failed&page_token=${b64url("t:*:0")}`),
+  undefined,
+  /page_token: was issued for a different status filter/,
+);
 rest("tasks page_token beyond the chunk range", "GET", tasksOf(`page_token=${b64url("t:*:9999999999")}`), undefined, "page_token");
 rest("tasks of a job id not a UUID", "GET", "/jobs/not-a-uuid/tasks", undefined, "job_id");
 rest("tasks of an unknown job", "GET", `/jobs/${UNKNOWN_ID}/tasks`, undefined, UNKNOWN_ID, { status: 404 });
@@ -502,18 +682,49 @@ rest("DELETE on a task", "DELETE", (f) => `/tasks/${f.taskId}`, undefined, /DELE
 
 // Required fields say so; an attempt ahead of the current one is not called stale.
 rest("heartbeat with attempt 0 (missing)", "POST", hb, lease({ attempt: 0 }), /^attempt: is required/);
-rest("result without worker_id", "POST", res, { attempt: 1, result_uri: "s3://bi/out", result_sha256: sha("out") }, /^worker_id: is required/);
+rest(
+  "result without worker_id",
+  "POST",
+  res,
+  { attempt: 1, result_uri: "s3://bi/out", result_sha256: sha("out") },
+  /^worker_id: is required/,
+);
 rest("failure with an empty error_code", "POST", fl, failure({ error_code: "" }), /^error_code: is required/);
-rest("heartbeat with an attempt ahead", "POST", hb, lease({ attempt: 7 }), /attempt 7 of task \S+ was never leased; the current attempt is 1/, { status: 409, code: "aborted" });
-rest("parameters breaking the schema twice", "POST", "/jobs", { workload: W_SCHEMA, input_uri: "s3://a", input_sha256: sha("a"), parameters: { quality: "ultra", size: 3 } }, /\(2 problems\)/);
+rest(
+  "heartbeat with an attempt ahead",
+  "POST",
+  hb,
+  lease({ attempt: 7 }),
+  /attempt 7 of task \S+ was never leased; the current attempt is 1/,
+  { status: 409, code: "aborted" },
+);
+rest(
+  "parameters breaking the schema twice",
+  "POST",
+  "/jobs",
+  { workload: W_SCHEMA, input_uri: "s3://a", input_sha256: sha("a"), parameters: { quality: "ultra", size: 3 } },
+  /\(2 problems\)/,
+);
 
 // PutWorkload max_pending_seconds: 0 (off) or 1..2,592,000.
 rest("max_pending_seconds negative", "PUT", `/workloads/${W}`, { max_pending_seconds: -1 }, "max_pending_seconds");
-rest("max_pending_seconds over the limit", "PUT", `/workloads/${W}`, { max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
+rest(
+  "max_pending_seconds over the limit",
+  "PUT",
+  `/workloads/${W}`,
+  { max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 },
+  "max_pending_seconds",
+);
 rest("max_pending_seconds: string", "PUT", `/workloads/${W}`, { max_pending_seconds: "a day" }, "max_pending_seconds");
 rest("max_pending_seconds 1.5", "PUT", `/workloads/${W}`, { max_pending_seconds: 1.5 }, "max_pending_seconds");
 rest("max_pending_seconds beyond int32", "PUT", `/workloads/${W}`, { max_pending_seconds: 2 ** 31 }, "max_pending_seconds");
-rest("max_pending_seconds over the limit on a new workload", "PUT", "/workloads/bi_new", { max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
+rest(
+  "max_pending_seconds over the limit on a new workload",
+  "PUT",
+  "/workloads/bi_new",
+  { max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 },
+  "max_pending_seconds",
+);
 
 // ============================ Connect JSON ============================
 
@@ -521,8 +732,24 @@ rpc("malformed JSON", "ClaimTasks", raw("{not json"), /JSON/);
 rpc("truncated JSON", "CreateJob", raw(`{"workload": "${W}", "tasks": [{"chunk_index": 0`), /JSON/);
 rpc("JSON array body", "RenewLease", raw("[]"), /JSON|object/);
 rpc("trailing garbage", "GetJob", raw(`{"job_id": "${UNKNOWN_ID}"} x`), /JSON/);
-rpc("invalid UTF-8 in worker_id", "ClaimTasks", raw(Buffer.concat([Buffer.from('{"worker_id": "w'), Buffer.from([0xff]), Buffer.from(`", "workloads": ["${W}"]}`)])), /UTF-8|worker_id/i);
-rpc("invalid UTF-8 in an input_uri (else valid)", "CreateJob", raw(Buffer.concat([Buffer.from(`{"workload": "${W}", "input_uri": "s3://bi/`), Buffer.from([0xc3, 0x28]), Buffer.from(`", "input_sha256": "${sha("utf8")}"}`)])), /UTF-8|input_uri/i);
+rpc(
+  "invalid UTF-8 in worker_id",
+  "ClaimTasks",
+  raw(Buffer.concat([Buffer.from('{"worker_id": "w'), Buffer.from([0xff]), Buffer.from(`", "workloads": ["${W}"]}`)])),
+  /UTF-8|worker_id/i,
+);
+rpc(
+  "invalid UTF-8 in an input_uri (else valid)",
+  "CreateJob",
+  raw(
+    Buffer.concat([
+      Buffer.from(`{"workload": "${W}", "input_uri": "s3://bi/`),
+      Buffer.from([0xc3, 0x28]),
+      Buffer.from(`", "input_sha256": "${sha("utf8")}"}`),
+    ]),
+  ),
+  /UTF-8|input_uri/i,
+);
 rpc("max_tasks: string", "ClaimTasks", claim({ max_tasks: "many" }), "max_tasks");
 rpc("workloads: string for list", "ClaimTasks", claim({ workloads: W }), "workloads");
 // connect-es decodes Connect bodies before our code runs; for a message-typed field its error names the type.
@@ -597,19 +824,45 @@ rpc("ReportProgress without worker_id", "ReportProgress", (f) => ({ task_id: f.t
 rpc("ReportProgress without attempt", "ReportProgress", (f) => ({ task_id: f.taskId, worker_id: WORKER, progress: 0.5 }), "attempt");
 rpc("progress -0.1", "ReportProgress", (f) => withId(f, progress({ progress: -0.1 })), "progress");
 rpc("progress 1.5", "ReportProgress", (f) => withId(f, progress({ progress: 1.5 })), "progress");
-rpc("progress \"NaN\"", "ReportProgress", (f) => withId(f, progress({ progress: "NaN" })), "progress");
-rpc("progress \"-Infinity\"", "ReportProgress", (f) => withId(f, progress({ progress: "-Infinity" })), "progress");
+rpc('progress "NaN"', "ReportProgress", (f) => withId(f, progress({ progress: "NaN" })), "progress");
+rpc('progress "-Infinity"', "ReportProgress", (f) => withId(f, progress({ progress: "-Infinity" })), "progress");
 rpc("progress: string", "ReportProgress", (f) => withId(f, progress({ progress: "half" })), "progress");
-rpc("progress message over the limit", "ReportProgress", (f) => withId(f, progress({ message: big(LIMITS.progressMessageLength + 1) })), "message");
+rpc(
+  "progress message over the limit",
+  "ReportProgress",
+  (f) => withId(f, progress({ message: big(LIMITS.progressMessageLength + 1) })),
+  "message",
+);
 rpc("NUL in a progress message", "ReportProgress", (f) => withId(f, progress({ message: "\u0000" })), "message");
-rpc("partial_result_uri with whitespace", "ReportProgress", (f) => withId(f, progress({ partial_result_uri: "s3://bi/a b" })), "partial_result_uri");
-rpc("partial_result_uri over the limit", "ReportProgress", (f) => withId(f, progress({ partial_result_uri: `s3://${big(LIMITS.uriLength)}` })), "partial_result_uri");
-rpc("progress lease_seconds over the limit", "ReportProgress", (f) => withId(f, progress({ lease_seconds: LIMITS.leaseSeconds.max + 1 })), "lease_seconds");
+rpc(
+  "partial_result_uri with whitespace",
+  "ReportProgress",
+  (f) => withId(f, progress({ partial_result_uri: "s3://bi/a b" })),
+  "partial_result_uri",
+);
+rpc(
+  "partial_result_uri over the limit",
+  "ReportProgress",
+  (f) => withId(f, progress({ partial_result_uri: `s3://${big(LIMITS.uriLength)}` })),
+  "partial_result_uri",
+);
+rpc(
+  "progress lease_seconds over the limit",
+  "ReportProgress",
+  (f) => withId(f, progress({ lease_seconds: LIMITS.leaseSeconds.max + 1 })),
+  "lease_seconds",
+);
 rpc("progress task_id not a UUID", "ReportProgress", progress({ task_id: "nope" }), "task_id");
 rpc("unknown field on ReportProgress", "ReportProgress", (f) => withId(f, progress({ percent: 50 })), "percent");
 rpc("progress of an unknown task", "ReportProgress", progress({ task_id: UNKNOWN_ID }), "task", { status: 404 });
-rpc("progress with a stale attempt", "ReportProgress", (f) => withId(f, progress({ attempt: 2 })), "attempt", { status: 409, code: "aborted" });
-rpc("progress from a foreign worker", "ReportProgress", (f) => withId(f, progress({ worker_id: "intruder" })), /intruder/, { status: 409, code: "aborted" });
+rpc("progress with a stale attempt", "ReportProgress", (f) => withId(f, progress({ attempt: 2 })), "attempt", {
+  status: 409,
+  code: "aborted",
+});
+rpc("progress from a foreign worker", "ReportProgress", (f) => withId(f, progress({ worker_id: "intruder" })), /intruder/, {
+  status: 409,
+  code: "aborted",
+});
 rpc("empty RetryJob", "RetryJob", {}, "job_id");
 rpc("retry job_id not a UUID", "RetryJob", { job_id: "nope" }, "job_id");
 rpc("SQL as a retry job_id", "RetryJob", { job_id: `${UNKNOWN_ID}${SQL}` }, "job_id");
@@ -631,7 +884,12 @@ rpc("ListJobs page_token garbage", "ListJobs", { page_token: "garbage" }, "page_
 rpc("ListJobs workload with capitals", "ListJobs", { workload: "BI_MAIN" }, "workload");
 rpc("ListJobs unknown field", "ListJobs", { colour: "red" }, "colour");
 rpc("max_pending_seconds negative", "PutWorkload", { name: W, max_pending_seconds: -1 }, "max_pending_seconds");
-rpc("max_pending_seconds over the limit", "PutWorkload", { name: W, max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 }, "max_pending_seconds");
+rpc(
+  "max_pending_seconds over the limit",
+  "PutWorkload",
+  { name: W, max_pending_seconds: LIMITS.maxPendingSeconds.max + 1 },
+  "max_pending_seconds",
+);
 rpc("max_pending_seconds: string", "PutWorkload", { name: W, max_pending_seconds: "a day" }, "max_pending_seconds");
 rpc("GET on ReportProgress", "ReportProgress", undefined, undefined, { status: 405, method: "GET", noBody: true });
 rpc("ListTasks job_id missing", "ListTasks", {}, /^job_id: is required/);
@@ -643,11 +901,20 @@ rpc("GetTask task_id not a UUID", "GetTask", { task_id: "x" }, "task_id");
 rpc("GetTask unknown task", "GetTask", { task_id: UNKNOWN_ID }, UNKNOWN_ID, { status: 404 });
 rpc("RenewLease attempt missing", "RenewLease", (f) => ({ task_id: f.taskId, worker_id: WORKER }), /^attempt: is required/);
 rpc("FailTask attempt ahead", "FailTask", (f) => withId(f, failure({ attempt: 9 })), /never leased/, { status: 409, code: "aborted" });
-rpc("body over the limit", "CreateJob", () => job({ parameters: { blob: big(MAX_BODY_BYTES) } }), undefined, { status: 413, code: "resource_exhausted" });
+rpc("body over the limit", "CreateJob", () => job({ parameters: { blob: big(MAX_BODY_BYTES) } }), undefined, {
+  status: 413,
+  code: "resource_exhausted",
+});
 rpc("text/plain", "ClaimTasks", claim(), /application\/json/, { status: 415, contentType: "text/plain" });
 rpc("no content-type", "CreateJob", job(), /application\/json/, { status: 415, contentType: null });
-rpc("form-urlencoded (urllib's default)", "ClaimTasks", raw("worker_id=w"), /application\/json/, { status: 415, contentType: "application/x-www-form-urlencoded" });
-rpc("multipart/form-data", "GetJob", raw("--b\r\n\r\nx\r\n--b--\r\n"), /application\/json/, { status: 415, contentType: "multipart/form-data; boundary=b" });
+rpc("form-urlencoded (urllib's default)", "ClaimTasks", raw("worker_id=w"), /application\/json/, {
+  status: 415,
+  contentType: "application/x-www-form-urlencoded",
+});
+rpc("multipart/form-data", "GetJob", raw("--b\r\n\r\nx\r\n--b--\r\n"), /application\/json/, {
+  status: 415,
+  contentType: "multipart/form-data; boundary=b",
+});
 // Optional fields: present and out of range is an error, 0 included; only an absent field takes the default.
 rpc("max_tasks 0", "ClaimTasks", claim({ max_tasks: 0 }), "max_tasks");
 rpc("claim lease_seconds 0", "ClaimTasks", claim({ lease_seconds: 0 }), "lease_seconds");
@@ -829,7 +1096,9 @@ describe("bad input", () => {
     if (sentId) expect(requestId, where).toBe(sentId);
     else expect(requestId, where).toMatch(UUID_RE);
 
-    const code = c.code ?? (c.via === "rest" ? DEFAULT_CODE[c.status] : c.status === 400 ? "invalid_argument" : c.status === 404 ? "not_found" : undefined);
+    const code =
+      c.code ??
+      (c.via === "rest" ? DEFAULT_CODE[c.status] : c.status === 400 ? "invalid_argument" : c.status === 404 ? "not_found" : undefined);
     let message: string | undefined;
     if (c.via === "rest" || c.restShaped) {
       // REST errors, and the server's own fallback for unknown Connect paths; JSON even on the SSE route.
@@ -911,11 +1180,15 @@ describe("SQL-looking strings that are valid data", () => {
     const uri = "s3://bucket/x';DROP/**/TABLE/**/tasks;--";
     const reason = "'); DELETE FROM jobs; --";
     const before = await snapshot();
-    const created = await send("POST", "/jobs", Buffer.from(JSON.stringify(job({ idempotency_key: key, input_uri: uri }))), { "content-type": "application/json" });
+    const created = await send("POST", "/jobs", Buffer.from(JSON.stringify(job({ idempotency_key: key, input_uri: uri }))), {
+      "content-type": "application/json",
+    });
     expect(created.status, created.text).toBe(201);
     expect(created.json.job).toMatchObject({ idempotency_key: key, input_uri: uri });
     const id = created.json.job.id as string;
-    const cancelled = await send("POST", `/jobs/${id}/cancel`, Buffer.from(JSON.stringify({ reason })), { "content-type": "application/json" });
+    const cancelled = await send("POST", `/jobs/${id}/cancel`, Buffer.from(JSON.stringify({ reason })), {
+      "content-type": "application/json",
+    });
     expect(cancelled.status, cancelled.text).toBe(200);
     const { rows } = await pool.query("SELECT idempotency_key, input_uri, cancel_reason FROM jobs WHERE id = $1", [id]);
     expect(rows[0]).toEqual({ idempotency_key: key, input_uri: uri, cancel_reason: reason });

@@ -125,7 +125,11 @@ function jobFile(workload: string, n: number, name = `${workload}.json`): string
 }
 
 function chunks(workload: string, n: number) {
-  return Array.from({ length: n }, (_, i) => ({ chunk_index: i, input_uri: `s3://in/${workload}/${i}`, input_sha256: sha(`${workload}${i}`) }));
+  return Array.from({ length: n }, (_, i) => ({
+    chunk_index: i,
+    input_uri: `s3://in/${workload}/${i}`,
+    input_sha256: sha(`${workload}${i}`),
+  }));
 }
 
 // Setup goes through REST (a CLI process costs about a second); the CLI runs what is under test.
@@ -143,7 +147,12 @@ async function newJob(workload: string, n: number, workloadBody: Record<string, 
 }
 
 async function complete(worker: string, t: RestTask): Promise<void> {
-  await ok("POST", `/tasks/${t.id}/result`, { worker_id: worker, attempt: t.attempt, result_uri: resultUri(t.chunk_index), result_sha256: sha(`r${t.chunk_index}`) });
+  await ok("POST", `/tasks/${t.id}/result`, {
+    worker_id: worker,
+    attempt: t.attempt,
+    result_uri: resultUri(t.chunk_index),
+    result_sha256: sha(`r${t.chunk_index}`),
+  });
 }
 
 /** A job whose n tasks all completed. */
@@ -157,7 +166,13 @@ async function completedJob(workload: string, n: number): Promise<string> {
 async function failedJob(workload: string): Promise<string> {
   const id = await newJob(workload, 1, { max_attempts: 1 });
   const [task] = await claim(workload, "w-fail", 1);
-  await ok("POST", `/tasks/${task.id}/failure`, { worker_id: "w-fail", attempt: task.attempt, error_code: "bad_input", error_message: "no", retryable: false });
+  await ok("POST", `/tasks/${task.id}/failure`, {
+    worker_id: "w-fail",
+    attempt: task.attempt,
+    error_code: "bad_input",
+    error_message: "no",
+    retryable: false,
+  });
   return id;
 }
 
@@ -189,7 +204,11 @@ describe("WatchState (unit)", () => {
     expect(s.apply(event({ kind: JobEventKind.TASK_PROGRESS, taskId: "a", taskStatus: TaskStatus.LEASED, progress: 0.5 }))).toBe(false);
     expect(s.apply(event({ kind: JobEventKind.TASK_PROGRESS, taskId: "b", taskStatus: TaskStatus.LEASED, progress: 0.25 }))).toBe(false);
     expect(s.fraction()).toBeCloseTo((1 + 0.5 + 0.25) / 4);
-    expect(s.apply(event({ kind: JobEventKind.TASK_STATUS, taskId: "a", previousTaskStatus: TaskStatus.LEASED, taskStatus: TaskStatus.COMPLETED }))).toBe(true);
+    expect(
+      s.apply(
+        event({ kind: JobEventKind.TASK_STATUS, taskId: "a", previousTaskStatus: TaskStatus.LEASED, taskStatus: TaskStatus.COMPLETED }),
+      ),
+    ).toBe(true);
     expect(s.count(TaskStatus.LEASED)).toBe(1);
     expect(s.count(TaskStatus.COMPLETED)).toBe(2);
     expect(s.fraction()).toBeCloseTo((2 + 0.25) / 4);
@@ -203,15 +222,44 @@ describe("WatchState (unit)", () => {
 
   it("remembers the task that failed the job from a live stream (not a retried failure) and names it", () => {
     const s = new WatchState();
-    s.apply(create(WatchJobResponseSchema, { update: { case: "snapshot", value: create(GetJobResponseSchema, { job: { id: "j", status: JobStatus.RUNNING }, totalTasks: 2 }) } }));
+    s.apply(
+      create(WatchJobResponseSchema, {
+        update: { case: "snapshot", value: create(GetJobResponseSchema, { job: { id: "j", status: JobStatus.RUNNING }, totalTasks: 2 }) },
+      }),
+    );
     const event = (e: MessageInitShape<typeof JobEventSchema>) =>
-      create(WatchJobResponseSchema, { update: { case: "event", value: create(JobEventSchema, { jobId: "j", kind: JobEventKind.TASK_STATUS, ...e }) } });
-    s.apply(event({ taskId: "t7", chunkIndex: 7, previousTaskStatus: TaskStatus.LEASED, taskStatus: TaskStatus.PENDING, attempt: 1, workerId: "w1", errorCode: "nan" }));
+      create(WatchJobResponseSchema, {
+        update: { case: "event", value: create(JobEventSchema, { jobId: "j", kind: JobEventKind.TASK_STATUS, ...e }) },
+      });
+    s.apply(
+      event({
+        taskId: "t7",
+        chunkIndex: 7,
+        previousTaskStatus: TaskStatus.LEASED,
+        taskStatus: TaskStatus.PENDING,
+        attempt: 1,
+        workerId: "w1",
+        errorCode: "nan",
+      }),
+    );
     expect(s.failure).toBeUndefined();
-    s.apply(event({ taskId: "t7", chunkIndex: 7, previousTaskStatus: TaskStatus.LEASED, taskStatus: TaskStatus.FAILED, attempt: 2, workerId: "w2", errorCode: "oom", errorMessage: "out of memory" }));
+    s.apply(
+      event({
+        taskId: "t7",
+        chunkIndex: 7,
+        previousTaskStatus: TaskStatus.LEASED,
+        taskStatus: TaskStatus.FAILED,
+        attempt: 2,
+        workerId: "w2",
+        errorCode: "oom",
+        errorMessage: "out of memory",
+      }),
+    );
     s.apply(event({ taskId: "t8", chunkIndex: 8, previousTaskStatus: TaskStatus.PENDING, taskStatus: TaskStatus.CANCELLED }));
     expect(s.failure && failureLine(s.failure)).toBe("chunk 7 (task t7, attempt 2, worker w2): oom: out of memory");
-    expect(failureLine({ chunkIndex: 3, taskId: "t3", attempt: 0, workerId: "", errorCode: "expired", errorMessage: "" })).toBe("chunk 3 (task t3): expired");
+    expect(failureLine({ chunkIndex: 3, taskId: "t3", attempt: 0, workerId: "", errorCode: "expired", errorMessage: "" })).toBe(
+      "chunk 3 (task t3): expired",
+    );
     expect(parseTaskStatus("leased")).toBe(TaskStatus.LEASED);
     expect(() => parseTaskStatus("running")).toThrow(/--status must be one of pending, leased/);
   });
@@ -220,7 +268,12 @@ describe("WatchState (unit)", () => {
     expect(parseJobStatus("failed")).toBe(JobStatus.FAILED);
     expect(parseJobStatus("Cancelled")).toBe(JobStatus.CANCELLED);
     expect(() => parseJobStatus("done")).toThrow(/--status/);
-    expect(table([["A", "BB", "C"], ["aaa", "b", "c"]])).toBe("A    BB  C\naaa  b   c");
+    expect(
+      table([
+        ["A", "BB", "C"],
+        ["aaa", "b", "c"],
+      ]),
+    ).toBe("A    BB  C\naaa  b   c");
   });
 });
 
@@ -235,10 +288,19 @@ describe("leasehold CLI against a live coordinator", () => {
     ]);
     expect(put.code, put.stderr).toBe(0);
     expect(put.stdout).toBe("workload cli_alpha: max_attempts 2, lease_seconds 30, max_pending_seconds 600\n");
-    expect(putJson.workload).toMatchObject({ name: "cli_beta", max_attempts: 3, lease_seconds: 60, max_pending_seconds: 0, parameters_schema: schema });
+    expect(putJson.workload).toMatchObject({
+      name: "cli_beta",
+      max_attempts: 3,
+      lease_seconds: 60,
+      max_pending_seconds: 0,
+      parameters_schema: schema,
+    });
     expect(putJson.workload.created_at).toMatch(/^\d{4}-\d\d-\d\dT/);
 
-    const [list, listJson] = await Promise.all([cli(["workload", "list"]), cliJson<{ workloads: Record<string, unknown>[] }>(["workload", "list"])]);
+    const [list, listJson] = await Promise.all([
+      cli(["workload", "list"]),
+      cliJson<{ workloads: Record<string, unknown>[] }>(["workload", "list"]),
+    ]);
     expect(list.code, list.stderr).toBe(0);
     const lines = list.stdout.trimEnd().split("\n");
     expect(lines[0]).toMatch(/^NAME +MAX_ATTEMPTS +LEASE_SECONDS +MAX_PENDING_SECONDS +SCHEMA +UPDATED$/);
@@ -254,7 +316,11 @@ describe("leasehold CLI against a live coordinator", () => {
 
     const names = listJson.workloads.map((w) => w.name);
     expect(names).toEqual([...names].sort());
-    expect(listJson.workloads.find((w) => w.name === "cli_alpha")).toMatchObject({ max_attempts: 2, lease_seconds: 30, max_pending_seconds: 600 });
+    expect(listJson.workloads.find((w) => w.name === "cli_alpha")).toMatchObject({
+      max_attempts: 2,
+      lease_seconds: 30,
+      max_pending_seconds: 600,
+    });
   });
 
   it("job submit from a file (3 tasks), then job get shows it pending with 3 tasks", async () => {
@@ -284,7 +350,10 @@ describe("leasehold CLI against a live coordinator", () => {
     expect(json.task_counts).toEqual({ pending: 3, leased: 0, completed: 0, failed: 0, cancelled: 0 });
 
     expect(viaStdin.code, viaStdin.stderr).toBe(0);
-    const created = JSON.parse(viaStdin.stdout) as { job: JsonJob & { idempotency_key: string }; tasks: { chunk_index: number; input_uri: string }[] };
+    const created = JSON.parse(viaStdin.stdout) as {
+      job: JsonJob & { idempotency_key: string };
+      tasks: { chunk_index: number; input_uri: string }[];
+    };
     expect(created.job.idempotency_key).toBe("k1");
     expect(created.tasks).toMatchObject([{ chunk_index: 0, input_uri: "s3://in/one" }]);
 
@@ -343,7 +412,13 @@ describe("leasehold CLI against a live coordinator", () => {
     const id = await completedJob("cli_results", 3);
     const [human, json] = await Promise.all([
       cli(["job", "results", id, "--page-size", "2"]),
-      cliJson<{ chunk_index: number; result_uri: string; result_sha256: string; task_id: string }[]>(["job", "results", id, "--page-size", "1"]),
+      cliJson<{ chunk_index: number; result_uri: string; result_sha256: string; task_id: string }[]>([
+        "job",
+        "results",
+        id,
+        "--page-size",
+        "1",
+      ]),
     ]);
     expect(human.code, human.stderr).toBe(0);
     expect(human.stdout).toBe([0, 1, 2].map((i) => `${i} ${resultUri(i)} ${sha(`r${i}`)}\n`).join(""));
@@ -354,7 +429,10 @@ describe("leasehold CLI against a live coordinator", () => {
   it("job watch exits 1 on a failed job and 3 on a cancelled one (already final, and live); job cancel", async () => {
     const failed = await failedJob("cli_fail");
     const cancelled = await newJob("cli_cancel", 2);
-    const [watchFailed, cancel] = await Promise.all([cli(["job", "watch", failed]), cli(["job", "cancel", cancelled, "--reason", "not needed"])]);
+    const [watchFailed, cancel] = await Promise.all([
+      cli(["job", "watch", failed]),
+      cli(["job", "cancel", cancelled, "--reason", "not needed"]),
+    ]);
     expect(watchFailed.code, watchFailed.stderr).toBe(1);
     const failedTask = (await rest("GET", `/jobs/${failed}/tasks`)).json.tasks as { task: { id: string } }[];
     expect(watchFailed.stdout).toBe(
@@ -423,7 +501,13 @@ describe("leasehold CLI against a live coordinator", () => {
   });
 
   it("bad usage exits 2 with the usage text; an unknown job exits 1 with not_found and the request id", async () => {
-    const usage = [["job", "get"], ["job", "frobnicate", "x"], ["jobs", "list", "--status", "done"], ["workload", "put", "x", "--max-attempts", "many"], ["job", "get", "x", "--bogus"]];
+    const usage = [
+      ["job", "get"],
+      ["job", "frobnicate", "x"],
+      ["jobs", "list", "--status", "done"],
+      ["workload", "put", "x", "--max-attempts", "many"],
+      ["job", "get", "x", "--bogus"],
+    ];
     const results = await Promise.all(usage.map((args) => cli(args)));
     results.forEach((r, i) => {
       expect(r.code, usage[i].join(" ")).toBe(2);
@@ -454,23 +538,46 @@ describe("why a job failed", () => {
     const [t0] = await claim(workload, "w-a", 1);
     await complete("w-a", t0);
     const [t1] = await claim(workload, "w-b", 1);
-    await ok("POST", `/tasks/${t1.id}/failure`, { worker_id: "w-b", attempt: 1, error_code: "nan", error_message: "NaN at step 7", retry_after_seconds: 0 });
+    await ok("POST", `/tasks/${t1.id}/failure`, {
+      worker_id: "w-b",
+      attempt: 1,
+      error_code: "nan",
+      error_message: "NaN at step 7",
+      retry_after_seconds: 0,
+    });
     const [again] = await claim(workload, "w-c", 1);
     expect([again.id, again.attempt]).toEqual([t1.id, 2]);
-    await ok("POST", `/tasks/${t1.id}/failure`, { worker_id: "w-c", attempt: 2, error_code: "oom", error_message: "out of memory", retryable: false });
+    await ok("POST", `/tasks/${t1.id}/failure`, {
+      worker_id: "w-c",
+      attempt: 2,
+      error_code: "oom",
+      error_message: "out of memory",
+      retryable: false,
+    });
     const tasks = (await rest("GET", `/jobs/${jobId}/tasks`)).json.tasks as { task: { id: string } }[];
     return { jobId, ids: tasks.map((t) => t.task.id) };
   }
 
   it("job get and job watch name the failing chunk and its error; job watch --json's snapshot carries it", async () => {
     const { jobId, ids } = await failingJob("cli_why");
-    const [get, watch, watchJson] = await Promise.all([cli(["job", "get", jobId]), cli(["job", "watch", jobId]), cli(["--json", "job", "watch", jobId])]);
+    const [get, watch, watchJson] = await Promise.all([
+      cli(["job", "get", jobId]),
+      cli(["job", "watch", jobId]),
+      cli(["--json", "job", "watch", jobId]),
+    ]);
     expect(get.code, get.stderr).toBe(0);
     expect(get.stdout).toContain(`failure:  chunk 1 (task ${ids[1]}, attempt 2, worker w-c): oom: out of memory\n`);
     expect(watch.code).toBe(1);
-    expect(watch.stdout).toBe(`job ${jobId} failed: 1/3 tasks completed\nfailed at chunk 1 (task ${ids[1]}, attempt 2, worker w-c): oom: out of memory\n`);
+    expect(watch.stdout).toBe(
+      `job ${jobId} failed: 1/3 tasks completed\nfailed at chunk 1 (task ${ids[1]}, attempt 2, worker w-c): oom: out of memory\n`,
+    );
     expect(watchJson.code).toBe(1);
-    expect(JSON.parse(watchJson.stdout).snapshot.failure).toMatchObject({ task_id: ids[1], chunk_index: 1, error_code: "oom", error_message: "out of memory" });
+    expect(JSON.parse(watchJson.stdout).snapshot.failure).toMatchObject({
+      task_id: ids[1],
+      chunk_index: 1,
+      error_code: "oom",
+      error_message: "out of memory",
+    });
   });
 
   it("job tasks [--status failed] lists tasks in chunk order with their errors (human and --json)", async () => {
@@ -478,7 +585,13 @@ describe("why a job failed", () => {
     const [all, failed, failedJson, bad] = await Promise.all([
       cli(["job", "tasks", jobId]),
       cli(["job", "tasks", jobId, "--status", "failed"]),
-      cliJson<{ tasks: { task: { id: string; chunk_index: number }; attempts: { outcome: string; error_code: string }[] }[] }>(["job", "tasks", jobId, "--status", "failed"]),
+      cliJson<{ tasks: { task: { id: string; chunk_index: number }; attempts: { outcome: string; error_code: string }[] }[] }>([
+        "job",
+        "tasks",
+        jobId,
+        "--status",
+        "failed",
+      ]),
       cli(["job", "tasks", jobId, "--status", "done"]),
     ]);
     expect(all.code, all.stderr).toBe(0);
@@ -490,7 +603,13 @@ describe("why a job failed", () => {
       ["2", "cancelled", "0/2", "-", ids[2]],
     ]);
     expect(lines[2]).toMatch(/oom: out of memory$/);
-    expect(failed.stdout.trimEnd().split("\n").slice(1).map((l) => l.split(/ +/)[0])).toEqual(["1"]);
+    expect(
+      failed.stdout
+        .trimEnd()
+        .split("\n")
+        .slice(1)
+        .map((l) => l.split(/ +/)[0]),
+    ).toEqual(["1"]);
     expect(failedJson.tasks.map((t) => t.task.id)).toEqual([ids[1]]);
     expect(failedJson.tasks[0].attempts.map((a) => [a.outcome, a.error_code])).toEqual([
       ["ATTEMPT_OUTCOME_FAILED", "nan"],
@@ -504,7 +623,10 @@ describe("why a job failed", () => {
     const { ids } = await failingJob("cli_task_get");
     const [human, json, unknown] = await Promise.all([
       cli(["task", "get", ids[1]]),
-      cliJson<{ task: { id: string; status: string }; attempts: { attempt: number; worker_id: string; outcome: string; retried: boolean }[] }>(["task", "get", ids[1]]),
+      cliJson<{
+        task: { id: string; status: string };
+        attempts: { attempt: number; worker_id: string; outcome: string; retried: boolean }[];
+      }>(["task", "get", ids[1]]),
       cli(["task", "get", randomUUID()]),
     ]);
     expect(human.code, human.stderr).toBe(0);
@@ -526,11 +648,16 @@ describe("why a job failed", () => {
   it("an error with several field violations prints each on its own line, and the request id once", async () => {
     await putWorkload("cli_schema", { parameters_schema: { type: "object", required: ["model"], properties: { lr: { type: "number" } } } });
     const file = path.join(tmp, "bad-params.json");
-    writeFileSync(file, JSON.stringify({ workload: "cli_schema", input_uri: "s3://in/x", input_sha256: sha("x"), parameters: { lr: "fast" } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ workload: "cli_schema", input_uri: "s3://in/x", input_sha256: sha("x"), parameters: { lr: "fast" } }),
+    );
     const r = await cli(["job", "submit", file]);
     expect(r.code).toBe(1);
     const lines = r.stderr.trimEnd().split("\n");
-    expect(lines[0]).toMatch(/^leasehold: invalid_argument: parameters: does not match the cli_schema schema \(2 problems\): .* \(request id [\w.:-]+\)$/);
+    expect(lines[0]).toMatch(
+      /^leasehold: invalid_argument: parameters: does not match the cli_schema schema \(2 problems\): .* \(request id [\w.:-]+\)$/,
+    );
     expect(lines.slice(1)).toEqual(["  parameters.model: is required", "  parameters.lr: must be number"]);
     expect(r.stderr.match(/request id/g)).toHaveLength(1);
   });

@@ -107,11 +107,27 @@ async function signedIn(token: string, hash = "#/"): Promise<Page> {
 async function axeSerious(page: Page): Promise<string[]> {
   await page.addScriptTag({ content: AXE_SOURCE });
   const violations = await page.evaluate(async () => {
-    const axe = (window as unknown as { axe: { run(ctx: unknown, o: object): Promise<{ violations: { id: string; impact: string; help: string; nodes: { target: unknown }[] }[] }> } }).axe;
+    const axe = (
+      window as unknown as {
+        axe: {
+          run(
+            ctx: unknown,
+            o: object,
+          ): Promise<{ violations: { id: string; impact: string; help: string; nodes: { target: unknown }[] }[] }>;
+        };
+      }
+    ).axe;
     const r = await axe.run(document, { resultTypes: ["violations"] });
-    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map((n) => JSON.stringify(n.target)).slice(0, 3) }));
+    return r.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      targets: v.nodes.map((n) => JSON.stringify(n.target)).slice(0, 3),
+    }));
   });
-  return violations.filter((v) => v.impact === "serious" || v.impact === "critical").map((v) => `${v.id} (${v.impact}): ${v.help} ${v.targets.join(" ")}`);
+  return violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.id} (${v.impact}): ${v.help} ${v.targets.join(" ")}`);
 }
 
 async function statusIs(page: Page, status: string): Promise<void> {
@@ -130,7 +146,10 @@ describe("serving", () => {
     const req = { method: "GET", headers: {} } as unknown as NodeRequest;
     const res = {} as NodeResponse;
     const info = { requestId: "r1" };
-    const err = await serve(req, res, "/ui/", info).then(() => undefined, (e: unknown) => e);
+    const err = await serve(req, res, "/ui/", info).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(HttpError);
     expect((err as HttpError).httpStatus).toBe(503);
     expect(await serve(req, res, "/jobs", info)).toBe(false);
@@ -174,7 +193,12 @@ describe("console as admin", () => {
     await page.reload({ waitUntil: "domcontentloaded" });
     await page.waitForSelector("#workers", WAIT);
     // The first sample has no rate yet; the second (five seconds on) draws the chart's first point.
-    await page.waitForFunction(() => document.querySelector('#workload-counts [data-workload="render"]') !== null && document.getElementById("claims-rate")?.textContent !== "—", WAIT);
+    await page.waitForFunction(
+      () =>
+        document.querySelector('#workload-counts [data-workload="render"]') !== null &&
+        document.getElementById("claims-rate")?.textContent !== "—",
+      WAIT,
+    );
     expect(await page.$eval("#workers", (t) => t.textContent)).toContain("worker-a");
     expect(await page.$eval("#workloads-h", (e) => e.textContent)).toBe("Tasks by workload");
     expect(await page.$('[data-nav="workloads"]')).not.toBeNull();
@@ -186,14 +210,23 @@ describe("console as admin", () => {
   it("follows a job live: the progress bar reaches 100% as a worker completes its tasks", async () => {
     const jobId = await createJob("render", 40);
     await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
-    await page.waitForFunction(() => document.getElementById("live-state")?.textContent === "live" && document.getElementById("job-progress") !== null, WAIT);
+    await page.waitForFunction(
+      () => document.getElementById("live-state")?.textContent === "live" && document.getElementById("job-progress") !== null,
+      WAIT,
+    );
     expect(await page.$eval("#progress-text", (e) => e.textContent)).toContain("0%");
     // A worker drains the job in batches while the page watches; the page does not reload.
     for (;;) {
       const claimed = await api.claimTasks({ workerId: "worker-live", workloads: ["render"], maxTasks: 10 });
       if (claimed.tasks.length === 0) break;
       await api.completeTasks({
-        results: claimed.tasks.map((t) => ({ taskId: t.id, workerId: "worker-live", attempt: t.attempt, resultUri: `s3://out/${t.id}`, resultSha256: sha(t.id) })),
+        results: claimed.tasks.map((t) => ({
+          taskId: t.id,
+          workerId: "worker-live",
+          attempt: t.attempt,
+          resultUri: `s3://out/${t.id}`,
+          resultSha256: sha(t.id),
+        })),
       });
     }
     await page.waitForFunction(() => document.getElementById("progress-text")?.textContent?.startsWith("100%") === true, WAIT);
@@ -209,7 +242,10 @@ describe("console as admin", () => {
     await page.keyboard.press("ArrowRight");
     await page.waitForFunction(() => document.getElementById("grid-readout")?.textContent?.startsWith("Chunk 1: completed") === true, WAIT);
     await page.keyboard.press("Enter");
-    await page.waitForFunction(() => document.getElementById("task-detail")?.textContent?.includes("#1 worker-live completed") === true, WAIT);
+    await page.waitForFunction(
+      () => document.getElementById("task-detail")?.textContent?.includes("#1 worker-live completed") === true,
+      WAIT,
+    );
     expect(await axeSerious(page)).toEqual([]);
     await page.screenshot({ path: path.join(ARTIFACTS, "job-live-complete.png"), fullPage: true });
   });
@@ -230,7 +266,14 @@ describe("console as admin", () => {
     const jobId = await createJob("fragile", 3);
     const claimed = await api.claimTasks({ workerId: "worker-f", workloads: ["fragile"], maxTasks: 1 });
     const t = claimed.tasks[0];
-    await api.failTask({ taskId: t.id, workerId: "worker-f", attempt: t.attempt, errorCode: "decode_error", errorMessage: "bad frame 7", retryable: false });
+    await api.failTask({
+      taskId: t.id,
+      workerId: "worker-f",
+      attempt: t.attempt,
+      errorCode: "decode_error",
+      errorMessage: "bad frame 7",
+      retryable: false,
+    });
     await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
     await statusIs(page, "failed");
     await page.waitForFunction(() => document.getElementById("job-failure")?.textContent?.includes("decode_error") === true, WAIT);
@@ -272,7 +315,11 @@ describe("console as admin", () => {
     await page.goto(`${base}/ui/#/jobs?status=pending&age=1h`, { waitUntil: "domcontentloaded" });
     await page.waitForSelector(`#jobs tr[data-job="${jobId}"]`, WAIT);
     await page.goto(`${base}/ui/#/jobs?q=${jobId}`, { waitUntil: "domcontentloaded" });
-    await page.waitForFunction((id) => document.querySelectorAll("#jobs tbody tr").length === 1 && document.querySelector(`#jobs tr[data-job="${id}"]`) !== null, WAIT, jobId);
+    await page.waitForFunction(
+      (id) => document.querySelectorAll("#jobs tbody tr").length === 1 && document.querySelector(`#jobs tr[data-job="${id}"]`) !== null,
+      WAIT,
+      jobId,
+    );
     // Keyboard: the filter form is reachable and submits with Enter.
     await page.select("#f-status", "completed");
     await page.$eval("#f-q", (e) => ((e as unknown as El).value = ""));

@@ -19,12 +19,22 @@ afterAll(async () => {
   await f?.close();
 });
 
-const spec = (i: number, parameters?: Record<string, unknown>) => ({ chunkIndex: i, inputUri: `s3://in/${i}`, inputSha256: sha(i), parameters: parameters as never });
+const spec = (i: number, parameters?: Record<string, unknown>) => ({
+  chunkIndex: i,
+  inputUri: `s3://in/${i}`,
+  inputSha256: sha(i),
+  parameters: parameters as never,
+});
 
 describe("CreateJob", () => {
   it("answers exactly the rows it wrote, in chunk order, with time-ordered ids", async () => {
     await a.putWorkload({ name: "cj_rows", maxAttempts: 4 });
-    const r = await a.createJob({ workload: "cj_rows", parameters: { shared: 1 }, priority: 3, tasks: [spec(2, { own: "x" }), spec(0), spec(1)] });
+    const r = await a.createJob({
+      workload: "cj_rows",
+      parameters: { shared: 1 },
+      priority: 3,
+      tasks: [spec(2, { own: "x" }), spec(0), spec(1)],
+    });
     const { rows } = await f.pool.query(
       `SELECT id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, status, attempt, max_attempts, priority,
               lease_owner, lease_expires_at, result_uri, created_at, started_at, completed_at, run_after, version, traceparent

@@ -45,7 +45,9 @@ it("an exhausted pool answers UNAVAILABLE after its connect timeout instead of h
 it("an abort cancels the running statement on the server", async () => {
   const err = await withClient(pool, AbortSignal.timeout(200), (c) => c.query("SELECT pg_sleep(20)")).catch((e) => e);
   expect(err).toBeInstanceOf(DeadlineExceededError);
-  const { rows } = await pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(20)%' AND state = 'active'`);
+  const { rows } = await pool.query(
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(20)%' AND state = 'active'`,
+  );
   expect(rows[0].n).toBe(0);
   expect((await pool.query("SELECT 3 AS n")).rows[0].n).toBe(3);
 });

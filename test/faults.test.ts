@@ -65,7 +65,12 @@ function call(base: string, method: string, route: string, body?: unknown, timeo
         res.on("end", () => {
           const text = Buffer.concat(chunks).toString();
           const requestId = res.headers["x-request-id"];
-          resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : null, requestId: typeof requestId === "string" ? requestId : null, ms: Date.now() - t0 });
+          resolve({
+            status: res.statusCode ?? 0,
+            body: text ? JSON.parse(text) : null,
+            requestId: typeof requestId === "string" ? requestId : null,
+            ms: Date.now() - t0,
+          });
         });
       },
     );
@@ -75,7 +80,10 @@ function call(base: string, method: string, route: string, body?: unknown, timeo
   });
 }
 
-async function startCoordinators(n: number, env: Record<string, string>): Promise<Array<{ proc: Spawned; base: string; port: number; env: Record<string, string> }>> {
+async function startCoordinators(
+  n: number,
+  env: Record<string, string>,
+): Promise<Array<{ proc: Spawned; base: string; port: number; env: Record<string, string> }>> {
   return Promise.all(
     Array.from({ length: n }, async () => {
       const port = await freePort();
@@ -136,7 +144,12 @@ describe("several coordinators, one of them killed", () => {
           // A coordinator killed after committing the result never answers: keep asking (its
           // replacement answers the replay with 200) until it is back, well past its restart.
           for (let tries = 0; tries < 600; tries++) {
-            const res = await call(target(), "POST", `/tasks/${t.id}/result`, { worker_id: me, attempt: t.attempt, result_uri: `s3://out/${t.id}`, result_sha256: SHA });
+            const res = await call(target(), "POST", `/tasks/${t.id}/result`, {
+              worker_id: me,
+              attempt: t.attempt,
+              result_uri: `s3://out/${t.id}`,
+              result_sha256: SHA,
+            });
             if (res.status >= 500) bad5xx++;
             if (res.status === 200) {
               accepted.set(t.id, [...(accepted.get(t.id) ?? []), { worker: me, attempt: t.attempt }]);
@@ -181,9 +194,19 @@ describe("several coordinators, one of them killed", () => {
         expect(a[0]).toEqual({ worker: r.lease_owner, attempt: r.attempt });
       }
       // Fencing: every other (worker, attempt) that ever held the task is refused now.
-      const stale = [...claims].flatMap(([id, cs]) => cs.filter((c) => !(c.worker === accepted.get(id)![0].worker && c.attempt === accepted.get(id)![0].attempt)).map((c) => ({ id, ...c })));
+      const stale = [...claims].flatMap(([id, cs]) =>
+        cs
+          .filter((c) => !(c.worker === accepted.get(id)![0].worker && c.attempt === accepted.get(id)![0].attempt))
+          .map((c) => ({ id, ...c })),
+      );
       for (const s of stale.slice(0, 200)) {
-        const late = () => call(coordinators[0].base, "POST", `/tasks/${s.id}/result`, { worker_id: s.worker, attempt: s.attempt, result_uri: "s3://late", result_sha256: SHA });
+        const late = () =>
+          call(coordinators[0].base, "POST", `/tasks/${s.id}/result`, {
+            worker_id: s.worker,
+            attempt: s.attempt,
+            result_uri: "s3://late",
+            result_sha256: SHA,
+          });
         // Status 0 is a transport failure (a keep-alive connection the server closed as it was
         // reused, or a timeout on a loaded machine), not an answer: ask again.
         let res = await late();
@@ -214,9 +237,21 @@ describe("workers that die", () => {
     const again = await call(c.base, "POST", "/tasks/claim", { worker_id: "healthy", workloads: ["flaky"], max_tasks: 2 });
     const back = (again.body!.tasks as Array<{ id: string; attempt: number }>).find((t) => t.id === t0.id)!;
     expect(back.attempt).toBe(2);
-    expect((await call(c.base, "POST", `/tasks/${t0.id}/result`, { worker_id: "healthy", attempt: 2, result_uri: "s3://o", result_sha256: SHA })).status).toBe(200);
+    expect(
+      (await call(c.base, "POST", `/tasks/${t0.id}/result`, { worker_id: "healthy", attempt: 2, result_uri: "s3://o", result_sha256: SHA }))
+        .status,
+    ).toBe(200);
     // The vanished worker's late result is refused.
-    expect((await call(c.base, "POST", `/tasks/${t0.id}/result`, { worker_id: "vanishes", attempt: 1, result_uri: "s3://o", result_sha256: SHA })).status).toBe(409);
+    expect(
+      (
+        await call(c.base, "POST", `/tasks/${t0.id}/result`, {
+          worker_id: "vanishes",
+          attempt: 1,
+          result_uri: "s3://o",
+          result_sha256: SHA,
+        })
+      ).status,
+    ).toBe(409);
 
     // Task 1: every attempt dies. The reaper (every 200 ms) and claims bring it back until none are left.
     const other = (again.body!.tasks as Array<{ id: string; attempt: number }>).find((t) => t.id !== t0.id)!;
@@ -285,14 +320,32 @@ describe("PostgreSQL restarts", () => {
       expect(readyAgain).toBe(200);
       // The run completes: the ten leased before the restart and the thirty still pending.
       for (const t of first.body!.tasks as Array<{ id: string; attempt: number }>) {
-        expect((await call(c.base, "POST", `/tasks/${t.id}/result`, { worker_id: "w", attempt: t.attempt, result_uri: "s3://o", result_sha256: SHA })).status).toBe(200);
+        expect(
+          (
+            await call(c.base, "POST", `/tasks/${t.id}/result`, {
+              worker_id: "w",
+              attempt: t.attempt,
+              result_uri: "s3://o",
+              result_sha256: SHA,
+            })
+          ).status,
+        ).toBe(200);
       }
       let completed = 10;
       for (let i = 0; i < 100 && completed < 40; i++) {
         const res = await call(c.base, "POST", "/tasks/claim", { worker_id: "w", workloads: ["restart"], max_tasks: 10 });
         expect(res.status).toBe(200);
         for (const t of res.body!.tasks as Array<{ id: string; attempt: number }>) {
-          expect((await call(c.base, "POST", `/tasks/${t.id}/result`, { worker_id: "w", attempt: t.attempt, result_uri: "s3://o", result_sha256: SHA })).status).toBe(200);
+          expect(
+            (
+              await call(c.base, "POST", `/tasks/${t.id}/result`, {
+                worker_id: "w",
+                attempt: t.attempt,
+                result_uri: "s3://o",
+                result_sha256: SHA,
+              })
+            ).status,
+          ).toBe(200);
           completed++;
         }
       }
@@ -347,7 +400,12 @@ describe("PostgreSQL restarts under load", () => {
       await c0.end();
       const url = cluster.urlFor("leasehold");
       await migrate(url, "up");
-      const coordinators = await startCoordinators(3, { DATABASE_URL: url, PG_POOL_MAX: "4", REQUEST_TIMEOUT_MS: "3000", PG_CONNECT_TIMEOUT_MS: "1000" });
+      const coordinators = await startCoordinators(3, {
+        DATABASE_URL: url,
+        PG_POOL_MAX: "4",
+        REQUEST_TIMEOUT_MS: "3000",
+        PG_CONNECT_TIMEOUT_MS: "1000",
+      });
       const exits = coordinators.map((c) => c.proc.exited.then((e) => ({ ...e, stderr: c.proc.stderr() })));
       const base = (i: number) => coordinators[i % coordinators.length].base;
       expect((await call(base(0), "PUT", "/workloads/churn", { lease_seconds: 4, max_attempts: 20 })).status).toBe(200);
@@ -378,7 +436,12 @@ describe("PostgreSQL restarts under load", () => {
           }
           for (const t of claim.body!.tasks as Array<{ id: string; attempt: number }>) {
             for (;;) {
-              const res = await call(base(w), "POST", `/tasks/${t.id}/result`, { worker_id: me, attempt: t.attempt, result_uri: `s3://out/${t.id}`, result_sha256: SHA });
+              const res = await call(base(w), "POST", `/tasks/${t.id}/result`, {
+                worker_id: me,
+                attempt: t.attempt,
+                result_uri: `s3://out/${t.id}`,
+                result_sha256: SHA,
+              });
               count(res.status);
               if (res.status === 200) {
                 accepted.set(t.id, [...(accepted.get(t.id) ?? []), { worker: me, attempt: t.attempt }]);
@@ -433,7 +496,10 @@ describe("PostgreSQL restarts under load", () => {
       // A coordinator that exits fails the test at once, with what it printed.
       const alive = () => {
         const dead = coordinators.find((c) => c.proc.child.exitCode !== null || c.proc.child.signalCode !== null);
-        if (dead) throw new Error(`a coordinator exited (${dead.proc.child.exitCode ?? dead.proc.child.signalCode}):\n${dead.proc.stderr().slice(-3000)}`);
+        if (dead)
+          throw new Error(
+            `a coordinator exited (${dead.proc.child.exitCode ?? dead.proc.child.signalCode}):\n${dead.proc.stderr().slice(-3000)}`,
+          );
         return true;
       };
       const allReady = (status: number) => alive() && readiness.every((s) => s === status);

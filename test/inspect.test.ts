@@ -89,11 +89,22 @@ async function taskRows(jobId: string) {
     "SELECT id, chunk_index, status::text, attempt, lease_owner, error_code, error_message FROM tasks WHERE job_id = $1 ORDER BY chunk_index",
     [jobId],
   );
-  return rows as { id: string; chunk_index: number; status: string; attempt: number; lease_owner: string | null; error_code: string | null; error_message: string | null }[];
+  return rows as {
+    id: string;
+    chunk_index: number;
+    status: string;
+    attempt: number;
+    lease_owner: string | null;
+    error_code: string | null;
+    error_message: string | null;
+  }[];
 }
 
 async function eventIds(jobId: string, after = 0): Promise<string[]> {
-  const { rows } = await pool.query("SELECT e.id::text AS event_id FROM task_events e WHERE e.job_id = $1 AND e.id > $2 ORDER BY e.id", [jobId, after]);
+  const { rows } = await pool.query("SELECT e.id::text AS event_id FROM task_events e WHERE e.job_id = $1 AND e.id > $2 ORDER BY e.id", [
+    jobId,
+    after,
+  ]);
   return rows.map((r) => r.event_id as string);
 }
 
@@ -132,15 +143,35 @@ async function failingJob(client: Client<typeof QueueService>, workload: string)
     return t;
   };
   await claim(workers.a, 0, 1);
-  await client.completeTask({ taskId: ids[0], workerId: workers.a, attempt: 1, resultUri: `s3://out/${workload}/0`, resultSha256: sha("out0") });
+  await client.completeTask({
+    taskId: ids[0],
+    workerId: workers.a,
+    attempt: 1,
+    resultUri: `s3://out/${workload}/0`,
+    resultSha256: sha("out0"),
+  });
   await claim(workers.b, 1, 1);
   await expireLeases(workload);
   await claim(workers.c, 1, 2);
   await client.reportProgress({ taskId: ids[1], workerId: workers.c, attempt: 2, progress: 0.5, message: "half way" });
   await claim(workers.d, 2, 1);
-  await client.failTask({ taskId: ids[2], workerId: workers.d, attempt: 1, errorCode: "nan", errorMessage: "NaN in step 3117", retryAfterSeconds: 0 });
+  await client.failTask({
+    taskId: ids[2],
+    workerId: workers.d,
+    attempt: 1,
+    errorCode: "nan",
+    errorMessage: "NaN in step 3117",
+    retryAfterSeconds: 0,
+  });
   await claim(workers.e, 2, 2);
-  await client.failTask({ taskId: ids[2], workerId: workers.e, attempt: 2, errorCode: "oom", errorMessage: "out of memory at step 12", retryable: false });
+  await client.failTask({
+    taskId: ids[2],
+    workerId: workers.e,
+    attempt: 2,
+    errorCode: "oom",
+    errorMessage: "out of memory at step 12",
+    retryable: false,
+  });
   const rows = await taskRows(jobId);
   expect(rows.map((r) => [r.chunk_index, r.status, r.attempt])).toEqual([
     [0, "completed", 1],
@@ -160,8 +191,22 @@ function expectedAttempts(s: Scenario): Partial<TaskAttempt>[][] {
       { attempt: 2, workerId: s.workers.c, outcome: AttemptOutcome.CANCELLED, errorCode: "", retried: false },
     ],
     [
-      { attempt: 1, workerId: s.workers.d, outcome: AttemptOutcome.FAILED, errorCode: "nan", errorMessage: "NaN in step 3117", retried: true },
-      { attempt: 2, workerId: s.workers.e, outcome: AttemptOutcome.FAILED, errorCode: "oom", errorMessage: "out of memory at step 12", retried: false },
+      {
+        attempt: 1,
+        workerId: s.workers.d,
+        outcome: AttemptOutcome.FAILED,
+        errorCode: "nan",
+        errorMessage: "NaN in step 3117",
+        retried: true,
+      },
+      {
+        attempt: 2,
+        workerId: s.workers.e,
+        outcome: AttemptOutcome.FAILED,
+        errorCode: "oom",
+        errorMessage: "out of memory at step 12",
+        retried: false,
+      },
     ],
     [],
   ];
@@ -187,7 +232,14 @@ describe.each(transports)("over %s", (label, makeTransport) => {
   it("GetJob and the WatchJob snapshot of a failed job name the failing task, its chunk and error", async () => {
     const job = await client.getJob({ jobId: s.jobId });
     expect(job.job?.status).toBe(JobStatus.FAILED);
-    expect(job.failure).toMatchObject({ taskId: s.ids[2], chunkIndex: 2, errorCode: "oom", errorMessage: "out of memory at step 12", attempt: 2, workerId: s.workers.e });
+    expect(job.failure).toMatchObject({
+      taskId: s.ids[2],
+      chunkIndex: 2,
+      errorCode: "oom",
+      errorMessage: "out of memory at step 12",
+      attempt: 2,
+      workerId: s.workers.e,
+    });
     expect(job.failure?.failedAt).toBeDefined();
     const messages = [];
     for await (const m of client.watchJob({ jobId: s.jobId })) messages.push(m);
@@ -270,9 +322,13 @@ describe.each(transports)("over %s", (label, makeTransport) => {
     expect(task.findDetails(RequestInfoSchema)).toHaveLength(1);
     const bad = await rpcError(client.getTask({ taskId: "chunk-3117" }));
     expect(bad.code).toBe(Code.InvalidArgument);
-    expect(bad.findDetails(BadRequestSchema)[0]?.fieldViolations).toEqual([expect.objectContaining({ field: "task_id", description: "must be a UUID" })]);
+    expect(bad.findDetails(BadRequestSchema)[0]?.fieldViolations).toEqual([
+      expect.objectContaining({ field: "task_id", description: "must be a UUID" }),
+    ]);
     const missing = await rpcError(client.getTask({}));
-    expect(missing.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => [v.field, v.description])).toEqual([["task_id", "is required"]]);
+    expect(missing.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => [v.field, v.description])).toEqual([
+      ["task_id", "is required"],
+    ]);
   });
 
   it("a parameters-schema failure lists every violation with its path, as a BadRequest, and writes nothing", async () => {
@@ -304,7 +360,12 @@ describe.each(transports)("over %s", (label, makeTransport) => {
     const before = await fingerprint();
     const lease = await rpcError(client.failTask({ taskId: "x", workerId: "", attempt: 0, errorCode: "Bad Code" }));
     expect(lease.code).toBe(Code.InvalidArgument);
-    expect(lease.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["task_id", "worker_id", "attempt", "error_code"]);
+    expect(lease.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual([
+      "task_id",
+      "worker_id",
+      "attempt",
+      "error_code",
+    ]);
     expect(lease.rawMessage).toMatch(/^task_id: must be a UUID; worker_id: is required; attempt: is required .*; error_code: must match/);
     const chunks = await rpcError(
       client.createJob({ workload, tasks: [0, 1, 2].map((i) => ({ chunkIndex: i, inputUri: `s3://insp/${i}` })) }),
@@ -315,9 +376,17 @@ describe.each(transports)("over %s", (label, makeTransport) => {
       ["tasks[2].input_sha256", "is required"],
     ]);
     const batch = await rpcError(
-      client.completeTasks({ results: [{ taskId: s.ids[0], workerId: "w", attempt: 1, resultUri: "s3://x" }, { taskId: "nope", workerId: "w", attempt: 1, resultUri: "s3://y", resultSha256: sha("y") }] }),
+      client.completeTasks({
+        results: [
+          { taskId: s.ids[0], workerId: "w", attempt: 1, resultUri: "s3://x" },
+          { taskId: "nope", workerId: "w", attempt: 1, resultUri: "s3://y", resultSha256: sha("y") },
+        ],
+      }),
     );
-    expect(batch.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["results[0].result_sha256", "results[1].task_id"]);
+    expect(batch.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual([
+      "results[0].result_sha256",
+      "results[1].task_id",
+    ]);
     expect(await fingerprint()).toEqual(before);
   });
 
@@ -337,7 +406,14 @@ describe.each(transports)("over %s", (label, makeTransport) => {
     expect(ahead.rawMessage).not.toContain("stale");
     expect(await fingerprint()).toEqual(before);
 
-    const manifest = { taskId: t.id, workerId: s.workers.b, attempt: 1, resultUri: "s3://insp/out", resultSha256: sha("out"), metrics: { seconds: 12.5 } };
+    const manifest = {
+      taskId: t.id,
+      workerId: s.workers.b,
+      attempt: 1,
+      resultUri: "s3://insp/out",
+      resultSha256: sha("out"),
+      metrics: { seconds: 12.5 },
+    };
     const done = await client.completeTask(manifest);
     const replay = await client.completeTask({ ...manifest, metrics: { seconds: 13.1 } });
     expect(replay.task?.version).toBe(done.task?.version);
@@ -356,7 +432,10 @@ describe.each(transports)("over %s", (label, makeTransport) => {
     for await (const m of client.watchJob({ jobId: s.jobId, afterEventId: BigInt(after) })) resumed.push(m);
     expect(resumed.every((m) => m.update.case === "event")).toBe(true);
     // As a live stream does, it ends with the event that made the job final (the cancellations its transaction wrote after it are not sent).
-    const { rows: final } = await pool.query("SELECT id::text FROM task_events WHERE job_id = $1 AND kind = 'job_status' AND status = 'failed'", [s.jobId]);
+    const { rows: final } = await pool.query(
+      "SELECT id::text FROM task_events WHERE job_id = $1 AND kind = 'job_status' AND status = 'failed'",
+      [s.jobId],
+    );
     const expected = (await eventIds(s.jobId, Number(after))).filter((id) => BigInt(id) <= BigInt(final[0].id));
     expect(resumed.map((m) => (m.update.case === "event" ? m.update.value.id.toString() : ""))).toEqual(expected);
     const last = resumed.at(-1)?.update;
@@ -365,9 +444,11 @@ describe.each(transports)("over %s", (label, makeTransport) => {
     const failedEvent = resumed.find((m) => m.update.case === "event" && m.update.value.taskStatus === TaskStatus.FAILED);
     expect(failedEvent?.update.value).toMatchObject({ chunkIndex: 2, errorCode: "oom", errorMessage: "out of memory at step 12" });
     // An id that cannot be an event's is refused, naming the field.
-    const negative = await rpcError((async () => {
-      for await (const m of client.watchJob({ jobId: s.jobId, afterEventId: -3n })) void m;
-    })());
+    const negative = await rpcError(
+      (async () => {
+        for await (const m of client.watchJob({ jobId: s.jobId, afterEventId: -3n })) void m;
+      })(),
+    );
     expect(negative.code).toBe(Code.InvalidArgument);
     expect(negative.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual(["after_event_id"]);
     // Resumed after the last event: nothing is left, and the job is final.
@@ -405,7 +486,9 @@ describe("REST", () => {
     const failed = await rest("GET", `/jobs/${s.jobId}/tasks?status=failed`);
     expect(failed.status, failed.text).toBe(200);
     expect(failed.body.tasks.map((t: { task: { chunk_index: number } }) => t.task.chunk_index)).toEqual([2]);
-    expect(failed.body.tasks[0].attempts.map((a: Record<string, unknown>) => [a.worker_id, a.outcome, a.error_code, a.error_message, a.retried])).toEqual([
+    expect(
+      failed.body.tasks[0].attempts.map((a: Record<string, unknown>) => [a.worker_id, a.outcome, a.error_code, a.error_message, a.retried]),
+    ).toEqual([
       [s.workers.d, "ATTEMPT_OUTCOME_FAILED", "nan", "NaN in step 3117", true],
       [s.workers.e, "ATTEMPT_OUTCOME_FAILED", "oom", "out of memory at step 12", false],
     ]);
@@ -422,7 +505,13 @@ describe("REST", () => {
     expect(task.status, task.text).toBe(200);
     expect(task.body.task.id).toBe(s.ids[1]);
     expect(task.body.attempts).toHaveLength(2);
-    expect(task.body.attempts[0]).toMatchObject({ attempt: 1, worker_id: s.workers.b, outcome: "ATTEMPT_OUTCOME_LEASE_EXPIRED", error_code: "lease_expired", retried: true });
+    expect(task.body.attempts[0]).toMatchObject({
+      attempt: 1,
+      worker_id: s.workers.b,
+      outcome: "ATTEMPT_OUTCOME_LEASE_EXPIRED",
+      error_code: "lease_expired",
+      retried: true,
+    });
     expect(task.body.attempts[1]).toMatchObject({
       attempt: 2,
       worker_id: s.workers.c,
@@ -445,7 +534,9 @@ describe("REST", () => {
       expect(a.status, a.text).toBe(400);
       expect(a.body.error.code).toBe("invalid_argument");
       expect(a.body.error.request_id).toBe("status-done");
-      const values = path.startsWith("/jobs?") ? "pending, running, completed, failed, cancelled" : "pending, leased, completed, failed, cancelled";
+      const values = path.startsWith("/jobs?")
+        ? "pending, running, completed, failed, cancelled"
+        : "pending, leased, completed, failed, cancelled";
       expect(a.body.error.message).toMatch(new RegExp(`^status: "done" is not a value: must be one of ${values}`));
       expect(a.body.error.message).not.toContain("status-done");
       expect(a.body.error.violations).toEqual([{ field: "status", description: expect.stringContaining(values) }]);
@@ -454,14 +545,21 @@ describe("REST", () => {
 
   it("a parameters-schema failure lists every violation in the body; a missing attempt is required; nothing is written", async () => {
     const before = await fingerprint();
-    const a = await rest("POST", "/jobs", { workload: SCHEMA_WORKLOAD, input_uri: "s3://insp/q", input_sha256: sha("q"), parameters: { lr: "x", batch: 1 } });
+    const a = await rest("POST", "/jobs", {
+      workload: SCHEMA_WORKLOAD,
+      input_uri: "s3://insp/q",
+      input_sha256: sha("q"),
+      parameters: { lr: "x", batch: 1 },
+    });
     expect(a.status, a.text).toBe(400);
     expect(a.body.error.violations).toEqual([
       { field: "parameters.model", description: "is required" },
       { field: "parameters.batch", description: "is not allowed (the schema has no such property)" },
       { field: "parameters.lr", description: "must be number" },
     ]);
-    expect(a.body.error.message).toContain("parameters.model is required; parameters.batch is not allowed (the schema has no such property); parameters.lr must be number");
+    expect(a.body.error.message).toContain(
+      "parameters.model is required; parameters.batch is not allowed (the schema has no such property); parameters.lr must be number",
+    );
 
     // Per task: the path names the task.
     const tasks = await rest("POST", "/jobs", {
@@ -483,19 +581,32 @@ describe("REST", () => {
 
   it("a request breaking several fields lists every violation in the body", async () => {
     const before = await fingerprint();
-    const a = await rest("POST", "/jobs", { workload, tasks: Array.from({ length: 25 }, (_, i) => ({ chunk_index: i, input_uri: `s3://insp/many/${i}` })) });
+    const a = await rest("POST", "/jobs", {
+      workload,
+      tasks: Array.from({ length: 25 }, (_, i) => ({ chunk_index: i, input_uri: `s3://insp/many/${i}` })),
+    });
     expect(a.status, a.text).toBe(400);
     expect(a.body.error.violations).toHaveLength(20);
     expect(a.body.error.violations[19]).toEqual({ field: "tasks[19].input_sha256", description: "is required" });
     expect(a.body.error.message).toMatch(/^tasks\[0\]\.input_sha256: is required; tasks\[1\]\.input_sha256: is required; .*; and 5 more$/);
     const result = await rest("POST", `/tasks/${s.ids[0]}/result`, { worker_id: "w w", attempt: -1, result_sha256: "abc" });
-    expect(result.body.error.violations.map((v: { field: string }) => v.field)).toEqual(["worker_id", "attempt", "result_uri", "result_sha256"]);
+    expect(result.body.error.violations.map((v: { field: string }) => v.field)).toEqual([
+      "worker_id",
+      "attempt",
+      "result_uri",
+      "result_sha256",
+    ]);
     expect(await fingerprint()).toEqual(before);
   });
 
   it("at most 20 schema violations are listed, and the message counts them all", async () => {
     const many = Object.fromEntries(Array.from({ length: 30 }, (_, i) => [`extra_${i}`, i]));
-    const a = await rest("POST", "/jobs", { workload: SCHEMA_WORKLOAD, input_uri: "s3://insp/m", input_sha256: sha("m"), parameters: { model: "m", lr: 1, ...many } });
+    const a = await rest("POST", "/jobs", {
+      workload: SCHEMA_WORKLOAD,
+      input_uri: "s3://insp/m",
+      input_sha256: sha("m"),
+      parameters: { model: "m", lr: 1, ...many },
+    });
     expect(a.status).toBe(400);
     expect(a.body.error.violations).toHaveLength(20);
     expect(a.body.error.message).toContain("(30 problems)");
@@ -505,7 +616,13 @@ describe("REST", () => {
   it("a result replay with other metrics is 200 and changes nothing; another checksum is 409", async () => {
     await client.createJob({ workload, inputUri: "s3://insp/rest-result", inputSha256: sha("rest-result") });
     const [t] = (await client.claimTasks({ workerId: "insp-rest-w", workloads: [workload] })).tasks;
-    const body = { worker_id: "insp-rest-w", attempt: 1, result_uri: "s3://insp/rest-out", result_sha256: sha("rest-out"), metrics: { seconds: 1 } };
+    const body = {
+      worker_id: "insp-rest-w",
+      attempt: 1,
+      result_uri: "s3://insp/rest-out",
+      result_sha256: sha("rest-out"),
+      metrics: { seconds: 1 },
+    };
     const first = await rest("POST", `/tasks/${t.id}/result`, body);
     expect(first.status, first.text).toBe(200);
     const again = await rest("POST", `/tasks/${t.id}/result`, { ...body, metrics: { seconds: 2 } });
@@ -519,7 +636,10 @@ describe("REST", () => {
 });
 
 /** A GET of an SSE route, read to its end: each event's `id:` (undefined when none) and parsed `data:`. */
-function sse(path: string, headers: Record<string, string> = {}): Promise<{ status: number; events: { id?: string; data: unknown }[]; raw: string }> {
+function sse(
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; events: { id?: string; data: unknown }[]; raw: string }> {
   return new Promise((resolve, reject) => {
     const req = http.get(base + path, { headers }, (res) => {
       let raw = "";
@@ -574,7 +694,14 @@ describe("Server-Sent Events", () => {
     const jobId = (await client.createJob({ workload, inputUri: "s3://sse/2", inputSha256: sha("sse2") })).job!.id;
     const [t] = (await client.claimTasks({ workerId: "sse-w", workloads: [workload] })).tasks;
     await client.reportProgress({ taskId: t.id, workerId: "sse-w", attempt: 1, progress: 0.25 });
-    await client.failTask({ taskId: t.id, workerId: "sse-w", attempt: 1, errorCode: "oom", errorMessage: "out of memory", retryable: false });
+    await client.failTask({
+      taskId: t.id,
+      workerId: "sse-w",
+      attempt: 1,
+      errorCode: "oom",
+      errorMessage: "out of memory",
+      retryable: false,
+    });
     const ids = await eventIds(jobId);
     expect(ids.length).toBeGreaterThanOrEqual(4);
     const resumed = await sse(`/jobs/${jobId}/events`, { "last-event-id": ids[0] });
@@ -588,7 +715,10 @@ describe("Server-Sent Events", () => {
     // A fresh stream of the failed job: its snapshot names the failure.
     const fresh = await sse(`/jobs/${jobId}/events`);
     expect(fresh.events).toHaveLength(1);
-    expect((fresh.events[0].data as { snapshot: { failure: Record<string, unknown> } }).snapshot.failure).toMatchObject({ task_id: t.id, error_code: "oom" });
+    expect((fresh.events[0].data as { snapshot: { failure: Record<string, unknown> } }).snapshot.failure).toMatchObject({
+      task_id: t.id,
+      error_code: "oom",
+    });
   });
 
   it("a resumed stream with nothing new yet answers 200 at once and sends the next events as they commit", async () => {
@@ -636,7 +766,10 @@ describe("ConnectError details", () => {
     const status = fromBinary(StatusSchema, Buffer.from(bin!, "base64"));
     expect(status.code).toBe(Code.InvalidArgument);
     expect(status.message).toBe("task_id: must be a UUID");
-    expect(status.details.map((d) => d.typeUrl)).toEqual(["type.googleapis.com/google.rpc.BadRequest", "type.googleapis.com/google.rpc.RequestInfo"]);
+    expect(status.details.map((d) => d.typeUrl)).toEqual([
+      "type.googleapis.com/google.rpc.BadRequest",
+      "type.googleapis.com/google.rpc.RequestInfo",
+    ]);
     expect(fromBinary(RequestInfoSchema, status.details[1].value).requestId).toBe("details-bin");
     expect(fromBinary(BadRequestSchema, status.details[0].value).fieldViolations.map((v) => v.field)).toEqual(["task_id"]);
   });
@@ -658,7 +791,10 @@ describe("attempts from the event log (store)", () => {
     await pool.query("UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [first.id]);
     const [second] = await queue.claimTasks({ workerId: "store-b", workloads: [workload] });
     expect([second.id, second.attempt]).toEqual([first.id, 2]);
-    const { rows } = await pool.query("SELECT status, previous_status, attempt FROM task_events WHERE task_id = $1 AND kind = 'task_status' ORDER BY id", [first.id]);
+    const { rows } = await pool.query(
+      "SELECT status, previous_status, attempt FROM task_events WHERE task_id = $1 AND kind = 'task_status' ORDER BY id",
+      [first.id],
+    );
     expect(rows.at(-1)).toEqual({ status: "leased", previous_status: "leased", attempt: 2 });
 
     const detail = await queue.getTask(first.id);
@@ -671,7 +807,13 @@ describe("attempts from the event log (store)", () => {
     expect(detail.attempts[0].endedAt?.getTime()).toBe(detail.attempts[1].leasedAt.getTime());
     expect(detail.attempts[1].lastProgress).toBeNull();
 
-    await queue.completeTask({ taskId: first.id, workerId: "store-b", attempt: 2, resultUri: "s3://insp/store-out", resultSha256: sha("store-out") });
+    await queue.completeTask({
+      taskId: first.id,
+      workerId: "store-b",
+      attempt: 2,
+      resultUri: "s3://insp/store-out",
+      resultSha256: sha("store-out"),
+    });
     const page = await queue.listTasks({ jobId: job.id, status: "completed" });
     expect(page.tasks.map((t) => t.attempts.map((a) => a.outcome))).toEqual([["lease_expired", "completed"]]);
     expect((await queue.getJobStatus(job.id)).failure).toBeNull();
@@ -682,11 +824,24 @@ describe("attempts from the event log (store)", () => {
     const [t] = await queue.claimTasks({ workerId: "store-c", workloads: [workload] });
     expect(t.id).toBe(tasks[0].id);
     await queue.failTask({ taskId: t.id, workerId: "store-c", attempt: 1, errorCode: "disk_full", errorMessage: "no space left" });
-    expect((await queue.getJobStatus(job.id)).failure).toMatchObject({ taskId: t.id, errorCode: "disk_full", errorMessage: "no space left", attempt: 1, workerId: "store-c" });
+    expect((await queue.getJobStatus(job.id)).failure).toMatchObject({
+      taskId: t.id,
+      errorCode: "disk_full",
+      errorMessage: "no space left",
+      attempt: 1,
+      workerId: "store-c",
+    });
     await queue.retryJob({ jobId: job.id, maxAttempts: 1 });
     expect((await queue.getJobStatus(job.id)).failure).toBeNull();
     const [again] = await queue.claimTasks({ workerId: "store-d", workloads: [workload] });
-    await queue.failTask({ taskId: again.id, workerId: "store-d", attempt: 2, errorCode: "segfault", errorMessage: "signal 11", retryable: false });
+    await queue.failTask({
+      taskId: again.id,
+      workerId: "store-d",
+      attempt: 2,
+      errorCode: "segfault",
+      errorMessage: "signal 11",
+      retryable: false,
+    });
     expect((await queue.getJobStatus(job.id)).failure).toMatchObject({ errorCode: "segfault", attempt: 2, workerId: "store-d" });
     expect((await queue.getTask(t.id)).attempts.map((a) => [a.workerId, a.outcome, a.errorCode, a.errorMessage, a.retried])).toEqual([
       ["store-c", "failed", "disk_full", "no space left", false],
@@ -698,7 +853,10 @@ describe("attempts from the event log (store)", () => {
     const name = "insp_expiring";
     await queue.putWorkload({ name, maxPendingSeconds: 60 });
     const { job, tasks } = await queue.createJob({ workload: name, inputUri: "s3://insp/expiring", inputSha256: sha("expiring") });
-    await pool.query("UPDATE tasks SET created_at = now() - interval '2 minutes', run_after = now() - interval '2 minutes' WHERE job_id = $1", [job.id]);
+    await pool.query(
+      "UPDATE tasks SET created_at = now() - interval '2 minutes', run_after = now() - interval '2 minutes' WHERE job_id = $1",
+      [job.id],
+    );
     expect((await queue.maintain()).expiredPending).toBe(1);
     const status = await queue.getJobStatus(job.id);
     expect(status.job.status).toBe("failed");

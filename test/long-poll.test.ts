@@ -25,7 +25,10 @@ async function workload() {
 }
 
 function oneTask(w: string, n = 1) {
-  return f.queue.createJob({ workload: w, tasks: Array.from({ length: n }, (_, i) => ({ chunkIndex: i, inputUri: `s3://x/${i}`, inputSha256: sha(i) })) });
+  return f.queue.createJob({
+    workload: w,
+    tasks: Array.from({ length: n }, (_, i) => ({ chunkIndex: i, inputUri: `s3://x/${i}`, inputSha256: sha(i) })),
+  });
 }
 
 const until = async (cond: () => boolean, ms = 5000) => {
@@ -93,7 +96,9 @@ it("polling is the floor: without any notification a parked claim still finds wo
 it("the LISTEN connection comes back after its backend is killed", async () => {
   const q = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
   const w = await workload();
-  const { rows } = await f.pool.query(`SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity WHERE application_name = 'leasehold-listener' AND datname = current_database()`);
+  const { rows } = await f.pool.query(
+    `SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity WHERE application_name = 'leasehold-listener' AND datname = current_database()`,
+  );
   expect(rows).toHaveLength(1);
   expect(await until(() => !listener.listening, 2000)).toBe(true);
   expect(await until(() => listener.listening, 5000)).toBe(true);

@@ -137,7 +137,13 @@ describe("GET /metrics", () => {
     expect(claimed.tasks).toHaveLength(5);
     const [a, b, c] = claimed.tasks.filter((t) => t.jobId === one.job?.id);
     const [d] = claimed.tasks.filter((t) => t.jobId === two.job?.id);
-    const manifest = (t: typeof a) => ({ taskId: t.id, workerId: worker, attempt: t.attempt, resultUri: `s3://out/${t.chunkIndex}`, resultSha256: sha("out") });
+    const manifest = (t: typeof a) => ({
+      taskId: t.id,
+      workerId: worker,
+      attempt: t.attempt,
+      resultUri: `s3://out/${t.chunkIndex}`,
+      resultSha256: sha("out"),
+    });
     await client.completeTask(manifest(a));
     await client.completeTask(manifest(a)); // a replay: not a second completion
     await client.completeTask(manifest(b));
@@ -279,7 +285,10 @@ describe("task stats at scrape time", () => {
   it("a failing query keeps the last values, warns, and never fails the scrape", async () => {
     let fail = false;
     const warnings: unknown[] = [];
-    const log = pino({ level: "warn" }, new Writable({ write: (chunk: Buffer, _e, cb) => (warnings.push(JSON.parse(chunk.toString())), cb()) }));
+    const log = pino(
+      { level: "warn" },
+      new Writable({ write: (chunk: Buffer, _e, cb) => (warnings.push(JSON.parse(chunk.toString())), cb()) }),
+    );
     const m = new Metrics({
       logger: log,
       unfinishedTtlMs: 0,

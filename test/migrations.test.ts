@@ -29,12 +29,20 @@ it("migrates an empty database up to the latest, down by one and by another, and
   expect(await pendingMigrations(client)).toEqual([]);
   const { rows } = await client.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'tasks' ORDER BY indexname`);
   expect(rows.map((r) => r.indexname)).toEqual(
-    expect.arrayContaining(["tasks_claim_pending_idx", "tasks_status_lease_created_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_key"]),
+    expect.arrayContaining([
+      "tasks_claim_pending_idx",
+      "tasks_status_lease_created_idx",
+      "tasks_job_unfinished_idx",
+      "tasks_job_chunk_key",
+    ]),
   );
 
   // The storage settings of the hot tables are set, and the latest migration takes them back.
   const reloptions = async () =>
-    (await client.query(`SELECT relname, reloptions FROM pg_class WHERE relname IN ('tasks', 'jobs') ORDER BY relname`)).rows.map((r) => [r.relname, r.reloptions]);
+    (await client.query(`SELECT relname, reloptions FROM pg_class WHERE relname IN ('tasks', 'jobs') ORDER BY relname`)).rows.map((r) => [
+      r.relname,
+      r.reloptions,
+    ]);
   expect(await reloptions()).toEqual([
     ["jobs", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.02"])],
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
@@ -51,7 +59,9 @@ it("migrates an empty database up to the latest, down by one and by another, and
   await migrate(db.url, "down");
   expect(await pendingMigrations(client)).toEqual([previous, latest]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
-  const { rows: columns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`);
+  const { rows: columns } = await client.query(
+    `SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`,
+  );
   expect(columns).toEqual([]);
   const { rows: triggers } = await client.query(`SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname`);
   expect(triggers.map((r) => r.tgname)).toEqual(["jobs_status_events", "tasks_status_events"]);

@@ -65,10 +65,18 @@ async function claimAll(jobId: string, n: number, worker = WORKER): Promise<Task
 }
 
 const complete = (t: Task) =>
-  queue.completeTask({ taskId: t.id, workerId: t.leaseOwner!, attempt: t.attempt, resultUri: `s3://out/${t.chunkIndex}`, resultSha256: sha(`o${t.chunkIndex}`) });
+  queue.completeTask({
+    taskId: t.id,
+    workerId: t.leaseOwner!,
+    attempt: t.attempt,
+    resultUri: `s3://out/${t.chunkIndex}`,
+    resultSha256: sha(`o${t.chunkIndex}`),
+  });
 
 async function events(jobId: string): Promise<{ kind: string; task_id: string | null; status: string; previous_status: string | null }[]> {
-  const { rows } = await fx.pool.query(`SELECT kind, task_id, status, previous_status FROM task_events WHERE job_id = $1 ORDER BY id`, [jobId]);
+  const { rows } = await fx.pool.query(`SELECT kind, task_id, status, previous_status FROM task_events WHERE job_id = $1 ORDER BY id`, [
+    jobId,
+  ]);
   return rows;
 }
 
@@ -100,7 +108,10 @@ describe("task_events", () => {
     expect(taskEvents).toEqual(["pending>leased", "pending>leased", "leased>completed", "leased>failed", "pending>cancelled"]);
     const jobEvents = log.filter((e) => e.kind === "job_status").map((e) => `${e.previous_status}>${e.status}`);
     expect(jobEvents).toEqual(["pending>running", "running>failed"]);
-    const { rows } = await fx.pool.query(`SELECT error_code FROM task_events WHERE job_id = $1 AND kind = 'task_status' AND status = 'failed'`, [jobId]);
+    const { rows } = await fx.pool.query(
+      `SELECT error_code FROM task_events WHERE job_id = $1 AND kind = 'task_status' AND status = 'failed'`,
+      [jobId],
+    );
     expect(rows).toEqual([{ error_code: "boom" }]);
   });
 
@@ -131,17 +142,34 @@ describe("ReportProgress", () => {
       `SELECT kind, progress, message, partial_result_uri, attempt, worker_id FROM task_events WHERE task_id = $1 AND kind = 'task_progress'`,
       [t.id],
     );
-    expect(rows).toEqual([{ kind: "task_progress", progress: 0.25, message: "frame 25/100", partial_result_uri: "s3://out/partial/0", attempt: 1, worker_id: WORKER }]);
+    expect(rows).toEqual([
+      {
+        kind: "task_progress",
+        progress: 0.25,
+        message: "frame 25/100",
+        partial_result_uri: "s3://out/partial/0",
+        attempt: 1,
+        worker_id: WORKER,
+      },
+    ]);
   });
 
   it("refuses a stale attempt or a foreign worker and records nothing", async () => {
     const jobId = await newJob(1);
     const [t] = await claimAll(jobId, 1);
-    await expect(queue.reportProgress({ taskId: t.id, workerId: WORKER, attempt: 2, progress: 0.5 })).rejects.toBeInstanceOf(LeaseConflictError);
-    await expect(queue.reportProgress({ taskId: t.id, workerId: "other", attempt: 1, progress: 0.5 })).rejects.toBeInstanceOf(LeaseConflictError);
-    await expect(queue.reportProgress({ taskId: t.id, workerId: WORKER, attempt: 1, progress: 1.5 })).rejects.toBeInstanceOf(ValidationError);
+    await expect(queue.reportProgress({ taskId: t.id, workerId: WORKER, attempt: 2, progress: 0.5 })).rejects.toBeInstanceOf(
+      LeaseConflictError,
+    );
+    await expect(queue.reportProgress({ taskId: t.id, workerId: "other", attempt: 1, progress: 0.5 })).rejects.toBeInstanceOf(
+      LeaseConflictError,
+    );
+    await expect(queue.reportProgress({ taskId: t.id, workerId: WORKER, attempt: 1, progress: 1.5 })).rejects.toBeInstanceOf(
+      ValidationError,
+    );
     expect(await fx.count("tasks", `id = '${t.id}' AND version = ${t.version}`)).toBe(1);
-    const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM task_events WHERE task_id = $1 AND kind = 'task_progress'`, [t.id]);
+    const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM task_events WHERE task_id = $1 AND kind = 'task_progress'`, [
+      t.id,
+    ]);
     expect(rows[0].n).toBe(0);
   });
 });
@@ -227,7 +255,10 @@ describe("RetryJob", () => {
     const r = await queue.retryJob({ jobId, maxAttempts: 2 });
     expect(r.retriedTasks).toBe(2);
     expect(r.job.status).toBe("running");
-    const { rows } = await fx.pool.query(`SELECT chunk_index, status, attempt, max_attempts, error_code FROM tasks WHERE job_id = $1 ORDER BY chunk_index`, [jobId]);
+    const { rows } = await fx.pool.query(
+      `SELECT chunk_index, status, attempt, max_attempts, error_code FROM tasks WHERE job_id = $1 ORDER BY chunk_index`,
+      [jobId],
+    );
     expect(rows).toEqual([
       { chunk_index: 0, status: "completed", attempt: 1, max_attempts: 3, error_code: null },
       { chunk_index: 1, status: "pending", attempt: 1, max_attempts: 3, error_code: null },
@@ -293,7 +324,10 @@ describe("plans", () => {
   }
 
   it("ListJobs reads a page off the index in order, whatever the table holds", async () => {
-    await fx.pool.query(`INSERT INTO jobs (workload, status, created_at) SELECT $1, 'completed', now() - g * interval '1 second' FROM generate_series(1, 20000) g`, [W]);
+    await fx.pool.query(
+      `INSERT INTO jobs (workload, status, created_at) SELECT $1, 'completed', now() - g * interval '1 second' FROM generate_series(1, 20000) g`,
+      [W],
+    );
     await fx.pool.query("ANALYZE jobs");
     const first = await plan(LIST_JOBS, ["infinity", "ffffffff-ffff-ffff-ffff-ffffffffffff", 11, ""]);
     expect(first).toMatch(/Index Scan using jobs_created_idx on jobs/);
@@ -318,7 +352,10 @@ describe("maintenance", () => {
     await queue.putWorkload({ name: "abandoned", maxPendingSeconds: 60 });
     const old = await newJob(2, "abandoned");
     const fresh = await newJob(1, "abandoned");
-    await fx.pool.query(`UPDATE tasks SET created_at = now() - interval '2 minutes', run_after = now() - interval '2 minutes' WHERE job_id = $1`, [old]);
+    await fx.pool.query(
+      `UPDATE tasks SET created_at = now() - interval '2 minutes', run_after = now() - interval '2 minutes' WHERE job_id = $1`,
+      [old],
+    );
 
     const r = await queue.maintain();
     expect(r.expiredPending).toBe(2);
@@ -339,7 +376,9 @@ describe("maintenance", () => {
     const oldRunning = await newJob(1);
     await queue.cancelJob({ jobId: oldDone });
     await queue.cancelJob({ jobId: recentDone });
-    await fx.pool.query(`UPDATE jobs SET completed_at = now() - interval '2 days', created_at = now() - interval '3 days' WHERE id = $1`, [oldDone]);
+    await fx.pool.query(`UPDATE jobs SET completed_at = now() - interval '2 days', created_at = now() - interval '3 days' WHERE id = $1`, [
+      oldDone,
+    ]);
     await fx.pool.query(`UPDATE jobs SET created_at = now() - interval '3 days' WHERE id = $1`, [oldRunning]);
     expect((await events(oldDone)).length).toBeGreaterThan(0);
 
@@ -376,7 +415,12 @@ describe("over the API", () => {
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await res.text();
-    return { status: res.status, headers: res.headers, text, body: text && res.headers.get("content-type")?.includes("json") ? JSON.parse(text) : undefined };
+    return {
+      status: res.status,
+      headers: res.headers,
+      text,
+      body: text && res.headers.get("content-type")?.includes("json") ? JSON.parse(text) : undefined,
+    };
   }
 
   it("POST /tasks/{id}/progress reports and renews; bad input is 400 and writes nothing", async () => {
@@ -441,7 +485,8 @@ describe("over the API", () => {
     const got: { case: string | undefined; kind?: JobEventKind; task?: TaskStatus; job?: JobStatus }[] = [];
     const stream = (async () => {
       for await (const m of client.watchJob({ jobId })) {
-        if (m.update.case === "event") got.push({ case: "event", kind: m.update.value.kind, task: m.update.value.taskStatus, job: m.update.value.jobStatus });
+        if (m.update.case === "event")
+          got.push({ case: "event", kind: m.update.value.kind, task: m.update.value.taskStatus, job: m.update.value.jobStatus });
         else got.push({ case: m.update.case });
       }
     })();

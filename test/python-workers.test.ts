@@ -184,7 +184,11 @@ async function seed(workload: string, chunks: number): Promise<{ jobId: string; 
   await fx.queue.putWorkload({ name: workload, maxAttempts: 3, leaseSeconds: 30 });
   const { job, tasks } = await fx.queue.createJob({
     workload,
-    tasks: Array.from({ length: chunks }, (_, i) => ({ chunkIndex: i, inputUri: `s3://in/${workload}/${i}`, inputSha256: sha(`${workload}-${i}`) })),
+    tasks: Array.from({ length: chunks }, (_, i) => ({
+      chunkIndex: i,
+      inputUri: `s3://in/${workload}/${i}`,
+      inputSha256: sha(`${workload}-${i}`),
+    })),
   });
   return { jobId: job.id, taskIds: tasks.map((t) => t.id) };
 }
@@ -217,7 +221,17 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
     const r = await worker(workload, ["--tasks", "2", "--max-tasks", "1", "--lease-seconds", "20", "--work-seconds", "0.2"]);
     expect(r.code, describeRun(r)).toBe(0);
     const reports = Array<string>(PROGRESS_STEPS).fill("progress");
-    expect(r.lines.map((l) => l.action)).toEqual(["claim", "heartbeat", ...reports, "complete", "claim", "heartbeat", ...reports, "fail", "done"]);
+    expect(r.lines.map((l) => l.action)).toEqual([
+      "claim",
+      "heartbeat",
+      ...reports,
+      "complete",
+      "claim",
+      "heartbeat",
+      ...reports,
+      "fail",
+      "done",
+    ]);
     const of = (action: string) => r.lines.filter((l) => l.action === action);
     const [claim1, claim2] = of("claim");
     const [beat1, beat2] = of("heartbeat");
@@ -226,7 +240,11 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
     const [done] = of("done");
 
     // Claim order within a job is by chunk index.
-    expect(claim1).toMatchObject({ worker_id: `${tag}-1`, workload, tasks: [{ task_id: taskIds[0], job_id: jobId, chunk_index: 0, attempt: 1 }] });
+    expect(claim1).toMatchObject({
+      worker_id: `${tag}-1`,
+      workload,
+      tasks: [{ task_id: taskIds[0], job_id: jobId, chunk_index: 0, attempt: 1 }],
+    });
     expect(claim2).toMatchObject({ tasks: [{ task_id: taskIds[1], job_id: jobId, chunk_index: 1, attempt: 1 }] });
     for (const [beat, id] of [
       [beat1, taskIds[0]],
@@ -268,7 +286,13 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
     expect(complete.result_sha256).toMatch(HEX64_RE);
     expect(complete.metrics).toMatchObject({ worker: `${tag}-1` });
     expect(complete.metrics.bytes).toBeGreaterThan(0);
-    expect(fail).toMatchObject({ task_id: taskIds[1], attempt: 1, error_code: "example_failure", retryable: false, status: "TASK_STATUS_FAILED" });
+    expect(fail).toMatchObject({
+      task_id: taskIds[1],
+      attempt: 1,
+      error_code: "example_failure",
+      retryable: false,
+      status: "TASK_STATUS_FAILED",
+    });
     expect(done).toEqual({ action: "done", processed: 2, lease_lost: 0 });
 
     // What the database holds is exactly what the worker reported: one task_progress event per report ...
@@ -353,7 +377,16 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
       cases.map(async ({ step, progressSteps }) => {
         const workload = `py_${tag}_lost_${step}`;
         const { jobId, taskIds } = await seed(workload, 1);
-        const r = await worker(workload, ["--tasks", "1", "--lease-seconds", "1", "--work-seconds", "2.5", "--progress-steps", progressSteps]);
+        const r = await worker(workload, [
+          "--tasks",
+          "1",
+          "--lease-seconds",
+          "1",
+          "--work-seconds",
+          "2.5",
+          "--progress-steps",
+          progressSteps,
+        ]);
         expect(r.code, describeRun(r)).toBe(3);
         expect(r.lines.map((l) => l.action)).toEqual(["claim", "heartbeat", "lease_lost", "done"]);
         const lost = r.lines[2];
@@ -398,7 +431,10 @@ describe.each(["json", "grpc"])("worker.py and submit.py (the leasehold package,
     const jobId = statuses[0].job_id;
     expect(jobId).toMatch(UUID_RE);
     expect(statuses.map((l) => l.job_id)).toEqual(statuses.map(() => jobId));
-    expect([["pending", "running", "completed"], ["running", "completed"]]).toContainEqual(statuses.map((l) => l.status));
+    expect([
+      ["pending", "running", "completed"],
+      ["running", "completed"],
+    ]).toContainEqual(statuses.map((l) => l.status));
     expect(submit.lines).toEqual([...statuses, ...results]);
     expect(results.map((r) => r.chunk_index)).toEqual([0, 1, 2, 3, 4]);
     const rows = await taskRows(jobId);
@@ -429,7 +465,12 @@ describe("rich error details from Python grpcio", () => {
     const r = await runPython(["test/support/grpc_status_details.py", ROOT, target, dir, workload]);
     expect(r.code, describeRun(r)).toBe(0);
     expect(r.lines).toEqual([
-      { code: "INVALID_ARGUMENT", message: "task_id: must be a UUID", violations: [["task_id", "must be a UUID"]], request_id: "py-get-task" },
+      {
+        code: "INVALID_ARGUMENT",
+        message: "task_id: must be a UUID",
+        violations: [["task_id", "must be a UUID"]],
+        request_id: "py-get-task",
+      },
       {
         code: "INVALID_ARGUMENT",
         message: expect.stringMatching(/^parameters: does not match the py_schema schema \(3 problems\)/),

@@ -1,13 +1,7 @@
 // The core queue through QueueService against a real PostgreSQL: one describe per numbered
 // point of the core-queue issue.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import {
-  IdempotencyConflictError,
-  LeaseConflictError,
-  NotFoundError,
-  ResultConflictError,
-  ValidationError,
-} from "../src/queue/errors.js";
+import { IdempotencyConflictError, LeaseConflictError, NotFoundError, ResultConflictError, ValidationError } from "../src/queue/errors.js";
 import type { Task, TaskSpec } from "../src/queue/types.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
@@ -27,7 +21,12 @@ afterAll(async () => {
 let seq = 0;
 async function workload(opts: { maxAttempts?: number; leaseSeconds?: number; parametersSchema?: Record<string, unknown> } = {}) {
   const name = `w${++seq}_${Math.random().toString(36).slice(2, 8)}`;
-  await q.putWorkload({ name, maxAttempts: opts.maxAttempts, leaseSeconds: opts.leaseSeconds, parametersSchema: opts.parametersSchema as never });
+  await q.putWorkload({
+    name,
+    maxAttempts: opts.maxAttempts,
+    leaseSeconds: opts.leaseSeconds,
+    parametersSchema: opts.parametersSchema as never,
+  });
   return name;
 }
 
@@ -62,11 +61,27 @@ async function claimOne(w: string, worker = "worker-1", leaseSeconds?: number): 
 describe("1. create is all or nothing", () => {
   it("a job without a task list gets one task, chunk 0, from its own input", async () => {
     const w = await workload({ maxAttempts: 4 });
-    const { job, tasks, created } = await q.createJob({ workload: w, inputUri: "s3://in/video.mp4", inputSha256: sha("v"), priority: 7, parameters: { fps: 30 } });
+    const { job, tasks, created } = await q.createJob({
+      workload: w,
+      inputUri: "s3://in/video.mp4",
+      inputSha256: sha("v"),
+      priority: 7,
+      parameters: { fps: 30 },
+    });
     expect(created).toBe(true);
     expect(job.status).toBe("pending");
     expect(tasks).toHaveLength(1);
-    expect(tasks[0]).toMatchObject({ chunkIndex: 0, inputUri: "s3://in/video.mp4", inputSha256: sha("v"), status: "pending", attempt: 0, maxAttempts: 4, priority: 7, parameters: { fps: 30 }, version: 0 });
+    expect(tasks[0]).toMatchObject({
+      chunkIndex: 0,
+      inputUri: "s3://in/video.mp4",
+      inputSha256: sha("v"),
+      status: "pending",
+      attempt: 0,
+      maxAttempts: 4,
+      priority: 7,
+      parameters: { fps: 30 },
+      version: 0,
+    });
     expect(await f.count("tasks", `job_id = '${job.id}'`)).toBe(1);
   });
 
@@ -216,7 +231,12 @@ describe("2. claim is one statement", () => {
     const client = await f.pool.connect();
     try {
       await client.query("BEGIN");
-      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${CLAIM_TASKS}`, [[names[0]], 10, "explain", null]);
+      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${CLAIM_TASKS}`, [
+        [names[0]],
+        10,
+        "explain",
+        null,
+      ]);
       await client.query("ROLLBACK");
       const plan = rows.map((r) => r["QUERY PLAN"]).join("\n");
       if (process.env.SHOW_PLAN) console.log(plan);
@@ -288,9 +308,21 @@ describe("4. only the leaseholder acts", () => {
     const manifest = { resultUri: "s3://out/0", resultSha256: sha("out") };
     const cases: Array<[string, () => Promise<unknown>, string]> = [
       ["foreign worker renews", () => q.renewLease({ taskId: current.id, workerId: "thief", attempt: 2 }), "not_leaseholder"],
-      ["foreign worker completes", () => q.completeTask({ taskId: current.id, workerId: "thief", attempt: 2, ...manifest }), "not_leaseholder"],
-      ["foreign worker fails", () => q.failTask({ taskId: current.id, workerId: "thief", attempt: 2, errorCode: "boom" }), "not_leaseholder"],
-      ["stale attempt completes", () => q.completeTask({ taskId: current.id, workerId: "owner", attempt: 1, ...manifest }), "stale_attempt"],
+      [
+        "foreign worker completes",
+        () => q.completeTask({ taskId: current.id, workerId: "thief", attempt: 2, ...manifest }),
+        "not_leaseholder",
+      ],
+      [
+        "foreign worker fails",
+        () => q.failTask({ taskId: current.id, workerId: "thief", attempt: 2, errorCode: "boom" }),
+        "not_leaseholder",
+      ],
+      [
+        "stale attempt completes",
+        () => q.completeTask({ taskId: current.id, workerId: "owner", attempt: 1, ...manifest }),
+        "stale_attempt",
+      ],
       ["stale attempt renews", () => q.renewLease({ taskId: current.id, workerId: "owner", attempt: 1 }), "stale_attempt"],
     ];
     const before = await taskRow(current.id);
@@ -308,7 +340,9 @@ describe("4. only the leaseholder acts", () => {
     expect(after.status).toBe("leased");
     expect(before.version).toBe(expiredRow.version);
 
-    await expect(q.renewLease({ taskId: "00000000-0000-4000-8000-000000000000", workerId: "owner", attempt: 1 })).rejects.toBeInstanceOf(NotFoundError);
+    await expect(q.renewLease({ taskId: "00000000-0000-4000-8000-000000000000", workerId: "owner", attempt: 1 })).rejects.toBeInstanceOf(
+      NotFoundError,
+    );
     await q.cancelJob({ jobId: job.id });
     const cancelled = await q.renewLease({ taskId: current.id, workerId: "owner", attempt: 2 }).catch((e) => e);
     expect(cancelled.reason).toBe("task_cancelled");
@@ -330,7 +364,14 @@ describe("5. results are idempotent", () => {
     const w = await workload();
     await q.createJob({ workload: w, tasks: specs(2) });
     const t = await claimOne(w);
-    const manifest = { taskId: t.id, workerId: "worker-1", attempt: 1, resultUri: "s3://out/0", resultSha256: sha("r0"), metrics: { frames: 10, psnr: 41.5 } };
+    const manifest = {
+      taskId: t.id,
+      workerId: "worker-1",
+      attempt: 1,
+      resultUri: "s3://out/0",
+      resultSha256: sha("r0"),
+      metrics: { frames: 10, psnr: 41.5 },
+    };
     const done = await q.completeTask(manifest);
     expect(done.status).toBe("completed");
     expect(done.metrics).toEqual({ frames: 10, psnr: 41.5 });
@@ -352,7 +393,13 @@ describe("6. failures retry with backoff", () => {
     const w = await workload({ maxAttempts: 3 });
     await q.createJob({ workload: w, tasks: specs(1) });
     const t = await claimOne(w);
-    const failed = await q.failTask({ taskId: t.id, workerId: "worker-1", attempt: 1, errorCode: "oom", errorMessage: "ran out\u0007 of memory\nagain" });
+    const failed = await q.failTask({
+      taskId: t.id,
+      workerId: "worker-1",
+      attempt: 1,
+      errorCode: "oom",
+      errorMessage: "ran out\u0007 of memory\nagain",
+    });
     expect(failed.status).toBe("pending");
     expect(failed.errorCode).toBe("oom");
     expect(failed.errorMessage).toBe("ran out of memory\nagain");
@@ -371,7 +418,14 @@ describe("6. failures retry with backoff", () => {
     await q.failTask({ taskId: t.id, workerId: "worker-1", attempt: 1, errorCode: "flaky", retryAfterSeconds: 0 });
     const t2 = (await q.claimTasks({ workerId: "worker-1", workloads: [w], maxTasks: 2 })).find((x) => x.id === t.id)!;
     expect(t2.attempt).toBe(2);
-    const last = await q.failTask({ taskId: t.id, workerId: "worker-1", attempt: 2, errorCode: "flaky", retryAfterSeconds: 0, errorMessage: "x".repeat(5000) });
+    const last = await q.failTask({
+      taskId: t.id,
+      workerId: "worker-1",
+      attempt: 2,
+      errorCode: "flaky",
+      retryAfterSeconds: 0,
+      errorMessage: "x".repeat(5000),
+    });
     expect(last.status).toBe("failed");
     expect(last.errorMessage).toHaveLength(2000);
     expect((await jobRow(job.id)).status).toBe("failed");
@@ -379,7 +433,9 @@ describe("6. failures retry with backoff", () => {
     const w2 = await workload({ maxAttempts: 5 });
     await q.createJob({ workload: w2, tasks: specs(1) });
     const u = await claimOne(w2);
-    expect((await q.failTask({ taskId: u.id, workerId: "worker-1", attempt: 1, errorCode: "bad_input", retryable: false })).status).toBe("failed");
+    expect((await q.failTask({ taskId: u.id, workerId: "worker-1", attempt: 1, errorCode: "bad_input", retryable: false })).status).toBe(
+      "failed",
+    );
     await expect(q.failTask({ taskId: u.id, workerId: "worker-1", attempt: 1, errorCode: "Bad Code" })).rejects.toThrow(/error_code/);
   });
 });
@@ -405,7 +461,9 @@ describe("7. job status follows its tasks", () => {
       const { job } = await q.createJob({ workload: w, tasks: specs(4) });
       const claimed = await q.claimTasks({ workerId: "w", workloads: [w], maxTasks: 4 });
       await Promise.all(
-        claimed.map((t, i) => (i % 2 ? q : other).completeTask({ taskId: t.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(i) })),
+        claimed.map((t, i) =>
+          (i % 2 ? q : other).completeTask({ taskId: t.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(i) }),
+        ),
       );
       expect((await jobRow(job.id)).status).toBe("completed");
     }
@@ -460,7 +518,14 @@ describe("8. reading", () => {
     // Complete in reverse, and leave chunk 3 unfinished.
     for (const t of [...claimed].reverse()) {
       if (t.chunkIndex === 3) continue;
-      await q.completeTask({ taskId: t.id, workerId: "w", attempt: 1, resultUri: `s3://o/${t.chunkIndex}`, resultSha256: sha(t.chunkIndex), metrics: { i: t.chunkIndex } });
+      await q.completeTask({
+        taskId: t.id,
+        workerId: "w",
+        attempt: 1,
+        resultUri: `s3://o/${t.chunkIndex}`,
+        resultSha256: sha(t.chunkIndex),
+        metrics: { i: t.chunkIndex },
+      });
     }
     const seen: number[] = [];
     let token = "";
@@ -468,7 +533,8 @@ describe("8. reading", () => {
     do {
       const page = await q.listCompletedResults({ jobId: job.id, pageSize: 2, pageToken: token });
       seen.push(...page.results.map((r) => r.chunkIndex));
-      for (const r of page.results) expect(r).toMatchObject({ resultUri: `s3://o/${r.chunkIndex}`, resultSha256: sha(r.chunkIndex), metrics: { i: r.chunkIndex } });
+      for (const r of page.results)
+        expect(r).toMatchObject({ resultUri: `s3://o/${r.chunkIndex}`, resultSha256: sha(r.chunkIndex), metrics: { i: r.chunkIndex } });
       token = page.nextPageToken;
       pages++;
     } while (token);
@@ -520,7 +586,10 @@ describe("workloads", () => {
     expect(updated).toMatchObject({ name, maxAttempts: 9, leaseSeconds: 45, parametersSchema: { type: "object" } });
     expect((await q.listWorkloads()).find((x) => x.name === name)?.maxAttempts).toBe(9);
     const defaults = await q.putWorkload({ name: `${name}_d` });
-    expect(defaults).toMatchObject({ maxAttempts: TEST_STORE_OPTIONS.defaultMaxAttempts, leaseSeconds: TEST_STORE_OPTIONS.defaultLeaseSeconds });
+    expect(defaults).toMatchObject({
+      maxAttempts: TEST_STORE_OPTIONS.defaultMaxAttempts,
+      leaseSeconds: TEST_STORE_OPTIONS.defaultLeaseSeconds,
+    });
     await expect(q.putWorkload({ name: "Bad Name" })).rejects.toThrow(/^name:/);
     await expect(q.putWorkload({ name: "ok", parametersSchema: { type: "no-such-type" } })).rejects.toThrow(/parameters_schema/);
   });
@@ -531,14 +600,22 @@ describe("batch completion", () => {
     const w = await workload();
     const { job } = await q.createJob({ workload: w, tasks: specs(5) });
     const claimed = await q.claimTasks({ workerId: "batcher", workloads: [w], maxTasks: 5 });
-    const results = claimed.map((t) => ({ taskId: t.id, workerId: "batcher", attempt: 1, resultUri: `s3://o/${t.chunkIndex}`, resultSha256: sha(t.chunkIndex) }));
+    const results = claimed.map((t) => ({
+      taskId: t.id,
+      workerId: "batcher",
+      attempt: 1,
+      resultUri: `s3://o/${t.chunkIndex}`,
+      resultSha256: sha(t.chunkIndex),
+    }));
     // One foreign worker and one stale attempt in the batch: refused alone, the rest complete.
-    const first = await q.completeTasks([
-      ...results.slice(0, 3),
-      { ...results[3], workerId: "thief" },
-      { ...results[4], attempt: 2 },
+    const first = await q.completeTasks([...results.slice(0, 3), { ...results[3], workerId: "thief" }, { ...results[4], attempt: 2 }]);
+    expect(first.map((o) => o.task?.status ?? o.error?.kind)).toEqual([
+      "completed",
+      "completed",
+      "completed",
+      "lease_conflict",
+      "lease_conflict",
     ]);
-    expect(first.map((o) => o.task?.status ?? o.error?.kind)).toEqual(["completed", "completed", "completed", "lease_conflict", "lease_conflict"]);
     expect(await f.count("tasks", `job_id = '${job.id}' AND status = 'completed'`)).toBe(3);
     expect((await jobRow(job.id)).status).toBe("running");
     // Replays of accepted manifests come back unchanged next to the last two completions.

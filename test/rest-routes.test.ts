@@ -38,7 +38,11 @@ describe("REST routes from google.api.http", () => {
 
   it("reads a rule with its additional bindings", () => {
     const routes = restRoutes(
-      serviceWith({ pattern: { case: "post", value: "/things/{job_id}" }, body: "*", additionalBindings: [{ pattern: { case: "get", value: "/things/{job_id}" } }] }),
+      serviceWith({
+        pattern: { case: "post", value: "/things/{job_id}" },
+        body: "*",
+        additionalBindings: [{ pattern: { case: "get", value: "/things/{job_id}" } }],
+      }),
     );
     expect(routes.map((r) => [r.method, r.pattern, r.from])).toEqual([
       ["POST", "/things/{job_id}", "body"],

@@ -157,7 +157,10 @@ describe("production mode", () => {
         });
         statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
         const text = await res.text();
-        return { status: res.status, json: res.status === 200 || res.status === 201 ? (JSON.parse(text) as Record<string, unknown>) : undefined };
+        return {
+          status: res.status,
+          json: res.status === 200 || res.status === 201 ? (JSON.parse(text) as Record<string, unknown>) : undefined,
+        };
       } catch (err) {
         connectionErrors++;
         if (started < signalledAt - 250) droppedInFlight.push(`${method} ${route}: ${String((err as Error).cause ?? err)}`);
@@ -194,7 +197,10 @@ describe("production mode", () => {
     expect(exit.code, JSON.stringify(summary) + p.stderr()).toBe(0);
     expect(took, "the parked long poll held up the shutdown").toBeLessThan(SHUTDOWN_TIMEOUT_MS);
     expect(beforeSignal, JSON.stringify(summary)).toBeGreaterThan(50);
-    expect([...statuses].filter(([s]) => s >= 500), JSON.stringify(summary)).toEqual([]);
+    expect(
+      [...statuses].filter(([s]) => s >= 500),
+      JSON.stringify(summary),
+    ).toEqual([]);
     expect(droppedInFlight, JSON.stringify(summary)).toEqual([]);
     expect([200, 204]).toContain((await parked).status);
   }, 60_000);

@@ -26,7 +26,13 @@ afterAll(async () => {
 it("answers a parked gRPC long poll with an empty result when the server shuts down", async () => {
   await f.queue.putWorkload({ name: "drain" });
   const queue = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
-  const server = createApiServer({ queue, logger: pino({ level: "silent" }), maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000, readiness: async () => ({ ready: true }) });
+  const server = createApiServer({
+    queue,
+    logger: pino({ level: "silent" }),
+    maxBodyBytes: 1 << 20,
+    requestTimeoutMs: 10_000,
+    readiness: async () => ({ ready: true }),
+  });
   const port = await server.listen(0, "127.0.0.1");
   const client = createClient(QueueService, createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` }));
   const parked = client.claimTasks({ workerId: "w", workloads: ["drain"], waitSeconds: 20 });

@@ -90,7 +90,12 @@ async function waitForSpan(name: string): Promise<ReadableSpan> {
     if (found.length > 0) return found[0];
     await new Promise((r) => setTimeout(r, 10));
   }
-  throw new Error(`no span ${name}; have ${exporter.getFinishedSpans().map((s) => s.name).join(", ")}`);
+  throw new Error(
+    `no span ${name}; have ${exporter
+      .getFinishedSpans()
+      .map((s) => s.name)
+      .join(", ")}`,
+  );
 }
 
 describe("CreateJob over REST with a traceparent header", () => {
@@ -159,7 +164,10 @@ describe("traceparent round trip to workers", () => {
     const viaGrpc = newTraceparent();
     const viaRest = newTraceparent();
     // gRPC metadata carries the header the same way.
-    const a = await client.createJob({ workload, inputUri: "s3://in/a", inputSha256: sha("a"), priority: 9 }, { headers: { traceparent: viaGrpc.header } });
+    const a = await client.createJob(
+      { workload, inputUri: "s3://in/a", inputSha256: sha("a"), priority: 9 },
+      { headers: { traceparent: viaGrpc.header } },
+    );
     expect(a.job?.traceparent).toBe(viaGrpc.header);
     const rpc = await waitForSpan("leasehold.queue.v1.QueueService/CreateJob");
     expect(rpc.spanContext().traceId).toBe(viaGrpc.traceId);
@@ -205,8 +213,44 @@ describe("failed calls", () => {
 describe("traceQueue", () => {
   it("passes watchJob's AsyncIterable through untouched and spans its creation", async () => {
     const updates: JobUpdate[] = [
-      { event: { id: "1", jobId: "j", kind: "job_status", taskId: null, chunkIndex: null, status: "running", previousStatus: "pending", attempt: null, workerId: null, progress: null, message: null, partialResultUri: null, errorCode: null, errorMessage: null, createdAt: new Date() } },
-      { event: { id: "2", jobId: "j", kind: "job_status", taskId: null, chunkIndex: null, status: "completed", previousStatus: "running", attempt: null, workerId: null, progress: null, message: null, partialResultUri: null, errorCode: null, errorMessage: null, createdAt: new Date() } },
+      {
+        event: {
+          id: "1",
+          jobId: "j",
+          kind: "job_status",
+          taskId: null,
+          chunkIndex: null,
+          status: "running",
+          previousStatus: "pending",
+          attempt: null,
+          workerId: null,
+          progress: null,
+          message: null,
+          partialResultUri: null,
+          errorCode: null,
+          errorMessage: null,
+          createdAt: new Date(),
+        },
+      },
+      {
+        event: {
+          id: "2",
+          jobId: "j",
+          kind: "job_status",
+          taskId: null,
+          chunkIndex: null,
+          status: "completed",
+          previousStatus: "running",
+          attempt: null,
+          workerId: null,
+          progress: null,
+          message: null,
+          partialResultUri: null,
+          errorCode: null,
+          errorMessage: null,
+          createdAt: new Date(),
+        },
+      },
     ];
     async function* stream(): AsyncGenerator<JobUpdate> {
       for (const u of updates) {

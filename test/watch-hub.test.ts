@@ -22,7 +22,15 @@ describe("idle watch streams", () => {
     const q = f.queue;
     await q.putWorkload({ name: "hub" });
     const jobs = await Promise.all(
-      [0, 1].map(async () => (await q.createJob({ workload: "hub", tasks: [0, 1].map((i) => ({ chunkIndex: i, inputUri: `s3://h/${i}`, inputSha256: sha(i) })) })).job.id),
+      [0, 1].map(
+        async () =>
+          (
+            await q.createJob({
+              workload: "hub",
+              tasks: [0, 1].map((i) => ({ chunkIndex: i, inputUri: `s3://h/${i}`, inputSha256: sha(i) })),
+            })
+          ).job.id,
+      ),
     );
     const stop = new AbortController();
     setMaxListeners(0, stop.signal); // one listener per stream
@@ -56,7 +64,9 @@ describe("idle watch streams", () => {
     const claimed = await q.claimTasks({ workerId: "hub-w", workloads: ["hub"], maxTasks: 4 });
     expect(claimed).toHaveLength(4);
     await expect
-      .poll(() => streams.filter((s) => s.updates.some((u) => u.event?.kind === "task_status" && u.event.status === "leased")).length, { timeout: 30_000 })
+      .poll(() => streams.filter((s) => s.updates.some((u) => u.event?.kind === "task_status" && u.event.status === "leased")).length, {
+        timeout: 30_000,
+      })
       .toBe(streams.length);
     for (const s of streams) {
       const leased = s.updates.filter((u) => u.event?.kind === "task_status" && u.event.status === "leased");

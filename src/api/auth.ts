@@ -74,7 +74,7 @@ export class Authenticator {
   authenticate(authorization: string | null | undefined): Principal {
     if (!authorization) throw new UnauthenticatedError("missing bearer token (Authorization: Bearer <token>)");
     const m = BEARER.exec(authorization);
-    if (!m) throw new UnauthenticatedError("the Authorization header must be \"Bearer <token>\"");
+    if (!m) throw new UnauthenticatedError('the Authorization header must be "Bearer <token>"');
     const presented = digest(m[1]);
     // Compare with every entry, without stopping at a match, so the time taken says nothing about which one matched.
     let found: Principal | undefined;

@@ -236,13 +236,17 @@ export function retryJobInput(r: RetryJobRequest): RetryJobInput {
 
 /** JOB_STATUS_UNSPECIFIED (0) means any status; an unknown number is passed on for validation to refuse. */
 export function listJobsInput(r: ListJobsRequest): ListJobsInput {
-  const status = r.status === JobStatus.UNSPECIFIED ? undefined : (Object.entries(JOB_STATUS).find(([, v]) => v === r.status)?.[0] ?? String(r.status));
+  const status =
+    r.status === JobStatus.UNSPECIFIED ? undefined : (Object.entries(JOB_STATUS).find(([, v]) => v === r.status)?.[0] ?? String(r.status));
   return { status: status as ListJobsInput["status"], workload: opt(r.workload), pageSize: r.pageSize, pageToken: opt(r.pageToken) };
 }
 
 /** TASK_STATUS_UNSPECIFIED (0) means any status; an unknown number is passed on for validation to refuse. */
 export function listTasksInput(r: ListTasksRequest): ListTasksInput {
-  const status = r.status === TaskStatus.UNSPECIFIED ? undefined : (Object.entries(TASK_STATUS).find(([, v]) => v === r.status)?.[0] ?? String(r.status));
+  const status =
+    r.status === TaskStatus.UNSPECIFIED
+      ? undefined
+      : (Object.entries(TASK_STATUS).find(([, v]) => v === r.status)?.[0] ?? String(r.status));
   return { jobId: r.jobId, status: status as ListTasksInput["status"], pageSize: r.pageSize, pageToken: opt(r.pageToken) };
 }
 

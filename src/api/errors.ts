@@ -117,7 +117,10 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
   const m = mapError(err);
   const details: ConstructorParameters<typeof ConnectError>[3] = [];
   if (m.violations && m.violations.length > 0) {
-    details.push({ desc: BadRequestSchema, value: { fieldViolations: m.violations.map((v) => ({ field: v.field, description: v.description })) } });
+    details.push({
+      desc: BadRequestSchema,
+      value: { fieldViolations: m.violations.map((v) => ({ field: v.field, description: v.description })) },
+    });
   }
   details.push({ desc: RequestInfoSchema, value: { requestId } });
   return new ConnectError(m.message, m.code, { [REQUEST_ID_HEADER]: requestId }, details, err);
@@ -130,6 +133,7 @@ export interface RestErrorBody {
 /** Body of a REST error answer; `violations` only for invalid input. */
 export function restErrorBody(m: MappedError, requestId: string): RestErrorBody {
   const body: RestErrorBody = { error: { code: m.codeName, message: m.message, request_id: requestId } };
-  if (m.violations && m.violations.length > 0) body.error.violations = m.violations.map((v) => ({ field: v.field, description: v.description }));
+  if (m.violations && m.violations.length > 0)
+    body.error.violations = m.violations.map((v) => ({ field: v.field, description: v.description }));
   return body;
 }

@@ -116,7 +116,13 @@ export function createHttpListener(
   if (opts.tls) {
     // ALPN chooses the protocol; HTTP/1.1 requests on it come with the TLS socket as req.socket.
     const secure = http2.createSecureServer(
-      { cert: opts.tls.cert, key: opts.tls.key, allowHTTP1: true, ALPNProtocols: ["h2", "http/1.1"], handshakeTimeout: FIRST_BYTES_TIMEOUT_MS },
+      {
+        cert: opts.tls.cert,
+        key: opts.tls.key,
+        allowHTTP1: true,
+        ALPNProtocols: ["h2", "http/1.1"],
+        handshakeTimeout: FIRST_BYTES_TIMEOUT_MS,
+      },
       onRequest,
     );
     trackSessions(secure);

@@ -42,7 +42,15 @@ async function singleInput(req: AnyRequest): Promise<{ req: AnyRequest; message:
   if (!req.stream) return { req, message: req.message };
   const messages: MessageShape<DescMessage>[] = [];
   for await (const m of req.message) messages.push(m);
-  return { req: { ...req, message: (async function* () { yield* messages; })() }, message: messages[0] };
+  return {
+    req: {
+      ...req,
+      message: (async function* () {
+        yield* messages;
+      })(),
+    },
+    message: messages[0],
+  };
 }
 
 function stringField(message: object, field: string): string | undefined {

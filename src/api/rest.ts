@@ -13,7 +13,18 @@
 // The request JSON goes over as a parsed object (no second JSON.parse) and the answer's bytes are
 // sent as they are (no re-encoding); what remains is connect-es' per-call handler context.
 
-import { fromBinary, fromJson, getOption, hasOption, type DescEnum, type DescMessage, type DescMethod, type DescService, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import {
+  fromBinary,
+  fromJson,
+  getOption,
+  hasOption,
+  type DescEnum,
+  type DescMessage,
+  type DescMethod,
+  type DescService,
+  type JsonObject,
+  type JsonValue,
+} from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { Http2ServerResponse } from "node:http2";
 import type { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -61,11 +72,13 @@ function routesOfRule(rpc: DescMethod, rule: HttpRule): RestRoute[] {
   const path = pattern.case === "custom" ? pattern.value.path : pattern.value;
   // The transcoder takes the simple form of the grammar only: literal segments and whole-segment
   // field variables, the whole request as the body or none; refuse the rest at start, not per request.
-  if (!PATH_TEMPLATE.test(path) || (path.match(/\{/g) ?? []).length > 1) throw new Error(`${where}: unsupported path template ${JSON.stringify(path)}`);
+  if (!PATH_TEMPLATE.test(path) || (path.match(/\{/g) ?? []).length > 1)
+    throw new Error(`${where}: unsupported path template ${JSON.stringify(path)}`);
   if (rule.body !== "" && rule.body !== "*") throw new Error(`${where}: unsupported body ${JSON.stringify(rule.body)} (only "*" or none)`);
   if (rule.responseBody !== "") throw new Error(`${where}: response_body is not supported`);
   const param = /\{([a-z0-9_]+)\}/.exec(path)?.[1];
-  if (param !== undefined && !rpc.input.fields.some((f) => f.name === param)) throw new Error(`${where}: ${param} is not a field of ${rpc.input.typeName}`);
+  if (param !== undefined && !rpc.input.fields.some((f) => f.name === param))
+    throw new Error(`${where}: ${param} is not a field of ${rpc.input.typeName}`);
   const route: RestRoute = { method, pattern: path, rpc, from: rule.body === "*" ? "body" : "query" };
   return [route, ...rule.additionalBindings.flatMap((binding) => routesOfRule(rpc, binding))];
 }
@@ -82,7 +95,8 @@ export function restRoutes(service: DescService): RestRoute[] {
  */
 const SUCCESS_STATUS: Record<string, (body: Uint8Array, info: RequestInfo) => number> = {
   CreateJob: (_body, info) => (info.created === false ? 200 : 201),
-  ClaimTasks: (body) => (body.length < 64 && (JSON.parse(Buffer.from(body).toString("utf8")) as { tasks?: unknown[] }).tasks?.length === 0 ? 204 : 200),
+  ClaimTasks: (body) =>
+    body.length < 64 && (JSON.parse(Buffer.from(body).toString("utf8")) as { tasks?: unknown[] }).tasks?.length === 0 ? 204 : 200,
 };
 
 /** Path parameters that are ids: a malformed one is refused before any call. */
@@ -235,7 +249,6 @@ function applyPathParam(json: JsonObject, field: string, value: string): void {
   json[field] = value;
 }
 
-
 export function writeJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
   if (res.headersSent) {
@@ -347,14 +360,21 @@ export function createRest(opts: RestOptions): Rest {
         json = queryObject(url.searchParams);
         enumShortNames(rpc.input, json);
       } else {
-        if ([...url.searchParams.keys()].length > 0) throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
+        if ([...url.searchParams.keys()].length > 0)
+          throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
         json = await decodeBody(req, opts.maxBodyBytes);
       }
       if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
       // EventSource resumes a stream by sending the last id it saw; ?after_event_id= says the same.
       const lastEventId = req.headers["last-event-id"];
       const resumable = route.stream && rpc.input.fields.some((f) => f.name === "after_event_id");
-      if (resumable && typeof lastEventId === "string" && lastEventId !== "" && json.after_event_id === undefined && json.afterEventId === undefined) {
+      if (
+        resumable &&
+        typeof lastEventId === "string" &&
+        lastEventId !== "" &&
+        json.after_event_id === undefined &&
+        json.afterEventId === undefined
+      ) {
         json.after_event_id = lastEventId;
       }
 
@@ -435,7 +455,13 @@ function connectFailure(error: ConnectErrorJson | undefined, schema: DescMessage
   return m;
 }
 
-async function writeUnary(res: NodeResponse, answer: UniversalServerResponse, rpc: DescMethod, json: JsonObject, info: RequestInfo): Promise<void> {
+async function writeUnary(
+  res: NodeResponse,
+  answer: UniversalServerResponse,
+  rpc: DescMethod,
+  json: JsonObject,
+  info: RequestInfo,
+): Promise<void> {
   const body = await readAll(answer.body);
   if (answer.status !== 200) {
     const m = connectFailure(JSON.parse(Buffer.from(body).toString("utf8")) as ConnectErrorJson, rpc.input, json, info);
@@ -515,7 +541,10 @@ async function writeEventStream(
   let timer: NodeJS.Timeout | undefined;
   const resumed = json.after_event_id !== undefined || json.afterEventId !== undefined;
   const early = resumed
-    ? await Promise.race([firstRead, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSE_QUIET_START_MS)))])
+    ? await Promise.race([
+        firstRead,
+        new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSE_QUIET_START_MS))),
+      ])
     : await firstRead;
   clearTimeout(timer);
   if (early?.failure) {

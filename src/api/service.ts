@@ -119,7 +119,8 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
     // A stream lives as long as the job runs (or the client stays), so the interceptors give it no
     // request deadline; each database read inside has its own.
     async *watchJob(req, ctx) {
-      for await (const update of queue.watchJob(req.jobId, { signal: ctx.signal, ...convert.watchOptions(req) })) yield convert.watchJobResponse(update);
+      for await (const update of queue.watchJob(req.jobId, { signal: ctx.signal, ...convert.watchOptions(req) }))
+        yield convert.watchJobResponse(update);
     },
   };
 }

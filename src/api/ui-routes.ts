@@ -38,7 +38,8 @@ const CONTENT_TYPES: Record<string, string> = {
 };
 
 // The page loads only its own files: a script or style injected through job data could not run.
-const CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
+const CSP =
+  "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 export type UiRoutes = (req: NodeRequest, res: NodeResponse, pathname: string, info: RequestInfo) => Promise<boolean>;
 

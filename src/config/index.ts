@@ -85,17 +85,29 @@ export const CONFIG_VARIABLES = [
   ["MAX_TASKS_PER_JOB", "10000", "most tasks one CreateJob may carry"],
   ["REAPER_INTERVAL_MS", "1000", "how often expired leases are requeued or failed"],
   ["POLL_INTERVAL_MS", "1000", "how often a parked long-poll (or a WatchJob stream) re-checks without a notification"],
-  ["RETENTION_DAYS", "(unset: keep everything)", "finished jobs older than this many days are deleted, with their tasks and events, in small batches by the maintenance loop"],
+  [
+    "RETENTION_DAYS",
+    "(unset: keep everything)",
+    "finished jobs older than this many days are deleted, with their tasks and events, in small batches by the maintenance loop",
+  ],
   ["MAX_BODY_BYTES", "8388608", "largest request body"],
   ["SHUTDOWN_TIMEOUT_MS", "10000", "how long in-flight requests may run after SIGTERM"],
   ["LOG_LEVEL", "info", "pino level: fatal, error, warn, info, debug, trace, silent"],
   ["EMBEDDED_PG_DIR", ".data/pg", "embedded mode: data directory"],
   ["EMBEDDED_PG_PORT", "54329", "embedded mode: port of the embedded PostgreSQL"],
-  ["AUTH_TOKENS_FILE", "(unset: no authentication)", "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix]` per line (see Authentication)"],
+  [
+    "AUTH_TOKENS_FILE",
+    "(unset: no authentication)",
+    "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix]` per line (see Authentication)",
+  ],
   ["ALLOW_UNAUTHENTICATED", "false", "`true` lets a coordinator without tokens bind an address other than loopback"],
   ["TLS_CERT_FILE", "(unset: cleartext)", "PEM certificate chain; with TLS_KEY_FILE serves HTTPS (HTTP/2 and HTTP/1.1 by ALPN) on PORT"],
   ["TLS_KEY_FILE", "(unset: cleartext)", "PEM private key of TLS_CERT_FILE"],
-  ["OTEL_EXPORTER_OTLP_ENDPOINT", "(unset: no tracing)", "OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`); set: spans of every RPC and queue call are exported there (other `OTEL_EXPORTER_OTLP_*` variables apply too)"],
+  [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "(unset: no tracing)",
+    "OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`); set: spans of every RPC and queue call are exported there (other `OTEL_EXPORTER_OTLP_*` variables apply too)",
+  ],
 ] as const;
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
@@ -184,7 +196,8 @@ export function parseAuthTokens(text: string, source = "AUTH_TOKENS_FILE"): Auth
     if (problem) throw new ConfigError("AUTH_TOKENS_FILE", `${source} line ${lineNo}: ${problem}`);
     const sha256 = fields[0].toLowerCase();
     const dup = seen.get(sha256);
-    if (dup !== undefined) throw new ConfigError("AUTH_TOKENS_FILE", `${source} line ${lineNo}: the same token hash is already on line ${dup}`);
+    if (dup !== undefined)
+      throw new ConfigError("AUTH_TOKENS_FILE", `${source} line ${lineNo}: the same token hash is already on line ${dup}`);
     seen.set(sha256, lineNo);
     entries.push({ sha256, role: fields[1] as Role, ...(fields[2] !== undefined ? { workerPrefix: fields[2] } : {}) });
   });
@@ -206,7 +219,8 @@ function authTokens(env: Env): AuthTokenEntry[] {
   const file = readVariableFile(env, "AUTH_TOKENS_FILE");
   if (!file) return [];
   const entries = parseAuthTokens(file.data.toString("utf8"), file.path);
-  if (entries.length === 0) throw new ConfigError("AUTH_TOKENS_FILE", `${file.path} holds no token (unset the variable to run without authentication)`);
+  if (entries.length === 0)
+    throw new ConfigError("AUTH_TOKENS_FILE", `${file.path} holds no token (unset the variable to run without authentication)`);
   return entries;
 }
 

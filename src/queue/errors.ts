@@ -46,7 +46,8 @@ export class NotFoundError extends QueueError {
 }
 
 /** attempt_ahead: an attempt the task has not reached (never leased at it), as opposed to a stale one. */
-export type LeaseConflictReason = "not_leaseholder" | "stale_attempt" | "attempt_ahead" | "lease_expired" | "task_cancelled" | "task_finished";
+export type LeaseConflictReason =
+  "not_leaseholder" | "stale_attempt" | "attempt_ahead" | "lease_expired" | "task_cancelled" | "task_finished";
 
 /** A stale, foreign or expired lease, or a task that is cancelled or already finished. */
 export class LeaseConflictError extends QueueError {

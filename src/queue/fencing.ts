@@ -31,7 +31,10 @@ export function leaseConflict(task: Task, ref: LeaseRef): LeaseConflictError {
     );
   }
   if (task.attempt !== ref.attempt) {
-    return new LeaseConflictError("stale_attempt", `attempt ${ref.attempt} of task ${task.id} is stale; the current attempt is ${task.attempt}`);
+    return new LeaseConflictError(
+      "stale_attempt",
+      `attempt ${ref.attempt} of task ${task.id} is stale; the current attempt is ${task.attempt}`,
+    );
   }
   if (task.leaseOwner !== ref.workerId) {
     return new LeaseConflictError("not_leaseholder", `worker ${JSON.stringify(ref.workerId)} does not hold the lease on task ${task.id}`);

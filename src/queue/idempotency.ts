@@ -19,5 +19,7 @@ export function canonicalJson(v: JsonValue | undefined): string {
 /** What makes two CreateJobs "the same request": everything but the traceparent, which a traced client's retry renews. */
 export function requestFingerprint(job: NormalizedCreateJob): string {
   const { traceparent: _trace, ...request } = job;
-  return createHash("sha256").update(canonicalJson(request as unknown as JsonValue)).digest("hex");
+  return createHash("sha256")
+    .update(canonicalJson(request as unknown as JsonValue))
+    .digest("hex");
 }

@@ -94,7 +94,8 @@ export class Maintainer {
     }
     try {
       maintained = await this.queue.maintain({ signal: this.signal() });
-      if (maintained.expiredPending > 0) logger.info({ expired_tasks: maintained.expiredPending }, "failed tasks nobody claimed within max_pending_seconds");
+      if (maintained.expiredPending > 0)
+        logger.info({ expired_tasks: maintained.expiredPending }, "failed tasks nobody claimed within max_pending_seconds");
       if (maintained.deletedJobs > 0) logger.info({ deleted_jobs: maintained.deletedJobs }, "deleted finished jobs past RETENTION_DAYS");
     } catch (err) {
       logger.warn({ err }, "maintenance failed; retrying next interval");

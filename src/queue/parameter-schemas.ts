@@ -40,15 +40,24 @@ export class ParameterSchemas {
  */
 function schemaError(field: string, workload: string, errors: readonly ErrorObject[]): ValidationError {
   const at = (instancePath: string, property?: string) => {
-    const parts = instancePath.split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+    const parts = instancePath
+      .split("/")
+      .slice(1)
+      .map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
     if (property !== undefined) parts.push(property);
-    return field + parts.map((p) => (/^\d+$/.test(p) ? `[${p}]` : /^[A-Za-z_][A-Za-z0-9_]*$/.test(p) ? `.${p}` : `[${JSON.stringify(p)}]`)).join("");
+    return (
+      field +
+      parts.map((p) => (/^\d+$/.test(p) ? `[${p}]` : /^[A-Za-z_][A-Za-z0-9_]*$/.test(p) ? `.${p}` : `[${JSON.stringify(p)}]`)).join("")
+    );
   };
   const all: FieldViolation[] = errors.map((e) => {
     const params = e.params as Record<string, unknown>;
     if (e.keyword === "required") return { field: at(e.instancePath, String(params.missingProperty)), description: "is required" };
     if (e.keyword === "additionalProperties") {
-      return { field: at(e.instancePath, String(params.additionalProperty)), description: "is not allowed (the schema has no such property)" };
+      return {
+        field: at(e.instancePath, String(params.additionalProperty)),
+        description: "is not allowed (the schema has no such property)",
+      };
     }
     if (e.keyword === "enum") return { field: at(e.instancePath), description: `must be one of ${JSON.stringify(params.allowedValues)}` };
     return { field: at(e.instancePath), description: e.message ?? `breaks the schema's ${e.keyword} rule` };

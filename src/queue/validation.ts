@@ -73,7 +73,8 @@ export function violationsError(violations: readonly FieldViolation[]): Validati
   if (rest.length === 0) return new ValidationError(first.field, first.description);
   const shown = violations.slice(0, LIMITS.violations);
   const more = violations.length - shown.length;
-  const detail = [first.description, ...shown.slice(1).map((v) => `${v.field}: ${v.description}`)].join("; ") + (more > 0 ? `; and ${more} more` : "");
+  const detail =
+    [first.description, ...shown.slice(1).map((v) => `${v.field}: ${v.description}`)].join("; ") + (more > 0 ? `; and ${more} more` : "");
   return new ValidationError(first.field, detail, shown);
 }
 
@@ -318,7 +319,10 @@ export function validateLeaseRef(input: LeaseRef): LeaseRef {
     () => requireUuid("task_id", input.taskId),
     () => requireWorkerId("worker_id", input.workerId),
     // proto3 cannot tell an unset attempt from 0, and 0 is never a lease's attempt: either way it is missing.
-    () => (isMissing(input.attempt) ? fail("attempt", "is required (the attempt ClaimTasks returned, from 1)") : requireInt("attempt", input.attempt, 1, LIMITS.attempt.max)),
+    () =>
+      isMissing(input.attempt)
+        ? fail("attempt", "is required (the attempt ClaimTasks returned, from 1)")
+        : requireInt("attempt", input.attempt, 1, LIMITS.attempt.max),
   );
   return { taskId, workerId, attempt };
 }
@@ -377,15 +381,18 @@ export function validatePutWorkload(
   defaults: { maxAttempts: number; leaseSeconds: number },
 ): { name: string; maxAttempts: number; leaseSeconds: number; parametersSchema: JsonObject | null; maxPendingSeconds: number | null } {
   const name = requireWorkloadName("name", input.name);
-  const maxAttempts = optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
-  const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds;
+  const maxAttempts =
+    optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
+  const leaseSeconds =
+    optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds;
   const schema = input.parametersSchema;
   const parametersSchema =
     schema === undefined || schema === null || Object.keys(schema).length === 0
       ? null
       : requireJsonObject("parameters_schema", schema, LIMITS.parametersSchemaBytes);
   const maxPendingSeconds =
-    optionalInt("max_pending_seconds", input.maxPendingSeconds || undefined, LIMITS.maxPendingSeconds.min, LIMITS.maxPendingSeconds.max) ?? null;
+    optionalInt("max_pending_seconds", input.maxPendingSeconds || undefined, LIMITS.maxPendingSeconds.min, LIMITS.maxPendingSeconds.max) ??
+    null;
   return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds };
 }
 
@@ -409,7 +416,8 @@ export function validateListResults(input: ListCompletedResultsInput): { jobId: 
 export function validateReportProgress(input: ReportProgressInput): Required<Pick<ReportProgressInput, "progress">> & ReportProgressInput {
   const ref = validateLeaseRef(input);
   const progress = input.progress;
-  if (typeof progress !== "number" || !Number.isFinite(progress) || progress < 0 || progress > 1) fail("progress", "must be a number from 0 to 1");
+  if (typeof progress !== "number" || !Number.isFinite(progress) || progress < 0 || progress > 1)
+    fail("progress", "must be a number from 0 to 1");
   const message = input.message ? requireText("message", input.message, LIMITS.progressMessageLength) : undefined;
   return {
     ...ref,
@@ -466,7 +474,12 @@ export function encodeTasksPageToken(status: TaskStatus | null, lastChunkIndex: 
 
 const TASKS_TOKEN = /^t:([a-z]+|\*):(\d{1,10})$/;
 
-export function validateListTasks(input: ListTasksInput): { jobId: string; status: TaskStatus | null; pageSize: number; afterChunk: number } {
+export function validateListTasks(input: ListTasksInput): {
+  jobId: string;
+  status: TaskStatus | null;
+  pageSize: number;
+  afterChunk: number;
+} {
   const jobId = requireUuid("job_id", input.jobId);
   let status: TaskStatus | null = null;
   if (input.status !== undefined && input.status !== null) {

@@ -105,7 +105,7 @@ export class Metrics implements ApiMetrics {
     const completions = new Counter({ name: "leasehold_completions_total", help: "Tasks completed.", registers: [registry] });
     const failures = new Counter({
       name: "leasehold_failures_total",
-      help: "Tasks reported failed by FailTask; retryable=\"true\": the task went back to pending.",
+      help: 'Tasks reported failed by FailTask; retryable="true": the task went back to pending.',
       labelNames: ["retryable"] as const,
       registers: [registry],
     });

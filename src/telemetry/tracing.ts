@@ -95,7 +95,10 @@ export function startRpcSpan(serviceTypeName: string, methodName: string, header
 }
 
 /** Ends an RPC span: ids learnt during the call, and the Connect code ("ok" or the error's). */
-export function endRpcSpan(span: Span, outcome: { code?: string; taskId?: string; jobId?: string; workerId?: string; protocol?: string }): void {
+export function endRpcSpan(
+  span: Span,
+  outcome: { code?: string; taskId?: string; jobId?: string; workerId?: string; protocol?: string },
+): void {
   if (!span.isRecording()) {
     span.end();
     return;

@@ -9,7 +9,14 @@ import puppeteer, { type Browser } from "puppeteer-core";
 import { ROOT } from "./process.js";
 
 // As root Chromium needs --no-sandbox; the rest keep it off the (closed) network and quiet.
-const FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-gpu", "--disable-dev-shm-usage"];
+const FLAGS = [
+  "--no-sandbox",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--no-first-run",
+  "--disable-gpu",
+  "--disable-dev-shm-usage",
+];
 
 // The package's defaults are tuned for one page per process on AWS Lambda: --single-process makes
 // a second browser context crash the browser, and the web-security switches would hide what the
@@ -29,7 +36,10 @@ export async function launchBrowser(): Promise<Browser> {
 /** The built console (dist/ui), built now when `npm ci`'s prepare has not. */
 export function ensureUiBuilt(): void {
   if (existsSync(path.join(ROOT, "dist", "ui", "index.html"))) return;
-  execFileSync(process.execPath, [path.join(ROOT, "node_modules", "vite", "bin", "vite.js"), "build", "--config", "ui/vite.config.ts"], { cwd: ROOT, stdio: "inherit" });
+  execFileSync(process.execPath, [path.join(ROOT, "node_modules", "vite", "bin", "vite.js"), "build", "--config", "ui/vite.config.ts"], {
+    cwd: ROOT,
+    stdio: "inherit",
+  });
 }
 
 export const ARTIFACTS = path.join(ROOT, "test-artifacts");

@@ -21,7 +21,9 @@ const INSTALL_TIMEOUT_MS = 15 * 60_000;
 function run(cmd: string, args: string[]): void {
   const r = spawnSync(cmd, args, { cwd: ROOT, encoding: "utf8", timeout: INSTALL_TIMEOUT_MS });
   if (r.status !== 0) {
-    throw new Error(`${cmd} ${args.join(" ")} failed (exit ${r.status ?? r.signal}):\n${(r.stderr || r.stdout || String(r.error ?? "")).slice(-4000)}`);
+    throw new Error(
+      `${cmd} ${args.join(" ")} failed (exit ${r.status ?? r.signal}):\n${(r.stderr || r.stdout || String(r.error ?? "")).slice(-4000)}`,
+    );
   }
 }
 

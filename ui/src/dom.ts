@@ -42,5 +42,10 @@ export function duration(seconds: number): string {
 }
 
 export function when(date: Date | undefined): string {
-  return date ? date.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "—";
+  return date
+    ? date
+        .toISOString()
+        .replace("T", " ")
+        .replace(/\.\d+Z$/, "Z")
+    : "—";
 }

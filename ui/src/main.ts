@@ -41,7 +41,11 @@ function badge(kind: string, text = kind): HTMLElement {
 
 function showOk(text: string): void {
   outcome.className = "outcome ok";
-  clear(outcome, h("span", {}, text), h("button", { type: "button", class: "link", "aria-label": "Dismiss message", onclick: () => clear(outcome) }, "×"));
+  clear(
+    outcome,
+    h("span", {}, text),
+    h("button", { type: "button", class: "link", "aria-label": "Dismiss message", onclick: () => clear(outcome) }, "×"),
+  );
 }
 
 function showError(action: string, err: unknown): void {
@@ -69,12 +73,23 @@ function confirmAction(text: string, confirmLabel: string): Promise<boolean> {
 // ---------- sign in ----------
 
 function renderSignIn(message?: string): void {
-  const input = h("input", { id: "token", name: "token", type: "password", autocomplete: "off", required: true, "aria-describedby": "token-help" });
+  const input = h("input", {
+    id: "token",
+    name: "token",
+    type: "password",
+    autocomplete: "off",
+    required: true,
+    "aria-describedby": "token-help",
+  });
   const form = h(
     "form",
     { class: "card narrow", id: "sign-in" },
     h("h1", {}, "Sign in"),
-    h("p", { id: "token-help" }, "This coordinator needs a bearer token. It is kept in this tab only (session storage) and sent with every request."),
+    h(
+      "p",
+      { id: "token-help" },
+      "This coordinator needs a bearer token. It is kept in this tab only (session storage) and sent with every request.",
+    ),
     message ? h("p", { class: "error-text", role: "alert" }, message) : null,
     h("label", { for: "token" }, "Token"),
     input,
@@ -131,7 +146,10 @@ function chart(): HTMLElement {
   svg.setAttribute("height", String(H));
   svg.setAttribute("aria-hidden", "true");
   svg.setAttribute("class", "chart");
-  for (const [xs, cls] of [[claims, "claims"], [completions, "completions"]] as const) {
+  for (const [xs, cls] of [
+    [claims, "claims"],
+    [completions, "completions"],
+  ] as const) {
     const p = document.createElementNS(ns, "polyline");
     p.setAttribute("points", line(xs));
     p.setAttribute("class", cls);
@@ -147,8 +165,20 @@ function chart(): HTMLElement {
     h(
       "ul",
       { class: "legend" },
-      h("li", {}, h("span", { class: "key claims", "aria-hidden": "true" }), "Claims/s: ", h("strong", { id: "claims-rate" }, last(claims))),
-      h("li", {}, h("span", { class: "key completions", "aria-hidden": "true" }), "Completions/s: ", h("strong", { id: "completions-rate" }, last(completions))),
+      h(
+        "li",
+        {},
+        h("span", { class: "key claims", "aria-hidden": "true" }),
+        "Claims/s: ",
+        h("strong", { id: "claims-rate" }, last(claims)),
+      ),
+      h(
+        "li",
+        {},
+        h("span", { class: "key completions", "aria-hidden": "true" }),
+        "Completions/s: ",
+        h("strong", { id: "completions-rate" }, last(completions)),
+      ),
     ),
   );
 }
@@ -180,7 +210,18 @@ async function workersSection(): Promise<HTMLElement> {
       : h(
           "table",
           { id: "workers" },
-          h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Worker"), h("th", { scope: "col" }, "Tasks held"), h("th", { scope: "col" }, "Jobs"), h("th", { scope: "col" }, "Next lease expiry"))),
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              h("th", { scope: "col" }, "Worker"),
+              h("th", { scope: "col" }, "Tasks held"),
+              h("th", { scope: "col" }, "Jobs"),
+              h("th", { scope: "col" }, "Next lease expiry"),
+            ),
+          ),
           h(
             "tbody",
             {},
@@ -218,7 +259,17 @@ function workloadTable(ms: MetricSample[]): HTMLElement {
       : h(
           "table",
           { id: "workload-counts" },
-          h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Workload"), ...statuses.map((s) => h("th", { scope: "col", class: "num" }, s)), h("th", { scope: "col", class: "num" }, "Oldest pending"))),
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              h("th", { scope: "col" }, "Workload"),
+              ...statuses.map((s) => h("th", { scope: "col", class: "num" }, s)),
+              h("th", { scope: "col", class: "num" }, "Oldest pending"),
+            ),
+          ),
           h(
             "tbody",
             {},
@@ -261,7 +312,15 @@ function renderOverview(): () => void {
     } catch (err) {
       if (stopped) return;
       const e = describeError(err);
-      clear(body, h("p", { class: "error-text", role: "alert" }, `Could not load the overview: ${e.message}`, e.requestId ? ` (request id ${e.requestId})` : ""));
+      clear(
+        body,
+        h(
+          "p",
+          { class: "error-text", role: "alert" },
+          `Could not load the overview: ${e.message}`,
+          e.requestId ? ` (request id ${e.requestId})` : "",
+        ),
+      );
     }
     if (!stopped) timer = window.setTimeout(() => void tick(), SAMPLE_MS);
   };
@@ -283,7 +342,11 @@ function renderJobs(params: URLSearchParams): void {
   const age = params.get("age") ?? "";
   const page = params.get("page") ?? "";
   const filterKey = `${status}|${workload}|${age}`;
-  const AGES: Record<string, [string, number]> = { "1h": ["last hour", 3600], "24h": ["last 24 hours", 86400], "7d": ["last 7 days", 7 * 86400] };
+  const AGES: Record<string, [string, number]> = {
+    "1h": ["last hour", 3600],
+    "24h": ["last 24 hours", 86400],
+    "7d": ["last 7 days", 7 * 86400],
+  };
   const ageSelect = h("select", { id: "f-age", name: "age" }, h("option", { value: "" }, "any time"));
   for (const [k, [label]] of Object.entries(AGES)) ageSelect.append(h("option", { value: k, selected: k === age }, label));
 
@@ -295,9 +358,19 @@ function renderJobs(params: URLSearchParams): void {
     "form",
     { class: "filters", role: "search", "aria-label": "Filter jobs" },
     h("div", {}, h("label", { for: "f-status" }, "Status"), statusSelect),
-    h("div", {}, h("label", { for: "f-workload" }, "Workload"), h("input", { id: "f-workload", name: "workload", value: workload, autocomplete: "off" })),
+    h(
+      "div",
+      {},
+      h("label", { for: "f-workload" }, "Workload"),
+      h("input", { id: "f-workload", name: "workload", value: workload, autocomplete: "off" }),
+    ),
     h("div", {}, h("label", { for: "f-age" }, "Created"), ageSelect),
-    h("div", {}, h("label", { for: "f-q" }, "Job id or idempotency key"), h("input", { id: "f-q", name: "q", value: q, autocomplete: "off", type: "search" })),
+    h(
+      "div",
+      {},
+      h("label", { for: "f-q" }, "Job id or idempotency key"),
+      h("input", { id: "f-q", name: "q", value: q, autocomplete: "off", type: "search" }),
+    ),
     h("button", { type: "submit", class: "primary" }, "Filter"),
   );
   form.addEventListener("submit", (ev) => {
@@ -344,7 +417,11 @@ function renderJobs(params: URLSearchParams): void {
         "table",
         { id: "jobs" },
         h("caption", { class: "sr-only" }, "Jobs, newest first"),
-        h("thead", {}, h("tr", {}, ...["Job", "Workload", "Status", "Priority", "Created", "Idempotency key"].map((t) => h("th", { scope: "col" }, t)))),
+        h(
+          "thead",
+          {},
+          h("tr", {}, ...["Job", "Workload", "Status", "Priority", "Created", "Idempotency key"].map((t) => h("th", { scope: "col" }, t))),
+        ),
         h(
           "tbody",
           {},
@@ -365,23 +442,31 @@ function renderJobs(params: URLSearchParams): void {
       const pager = h(
         "nav",
         { class: "pager", "aria-label": "Pages of jobs" },
-        h("button", {
-          type: "button",
-          disabled: !page,
-          onclick: () => {
-            const prev = before.pop() ?? "";
-            pageTokens.set(filterKey, before);
-            go(prev);
+        h(
+          "button",
+          {
+            type: "button",
+            disabled: !page,
+            onclick: () => {
+              const prev = before.pop() ?? "";
+              pageTokens.set(filterKey, before);
+              go(prev);
+            },
           },
-        }, "Previous page"),
-        h("button", {
-          type: "button",
-          disabled: !next,
-          onclick: () => {
-            pageTokens.set(filterKey, [...before, page]);
-            go(next);
+          "Previous page",
+        ),
+        h(
+          "button",
+          {
+            type: "button",
+            disabled: !next,
+            onclick: () => {
+              pageTokens.set(filterKey, [...before, page]);
+              go(next);
+            },
           },
-        }, "Next page"),
+          "Next page",
+        ),
       );
       clear(
         results,
@@ -391,7 +476,15 @@ function renderJobs(params: URLSearchParams): void {
       );
     } catch (err) {
       const e = describeError(err);
-      clear(results, h("p", { class: "error-text", role: "alert" }, `Could not list jobs: ${e.message}`, e.requestId ? ` (request id ${e.requestId})` : ""));
+      clear(
+        results,
+        h(
+          "p",
+          { class: "error-text", role: "alert" },
+          `Could not list jobs: ${e.message}`,
+          e.requestId ? ` (request id ${e.requestId})` : "",
+        ),
+      );
     }
   })();
 }
@@ -417,8 +510,16 @@ function renderJob(jobId: string): () => void {
 
   const header = h("div", { id: "job-header" });
   const progress = h("div", { class: "card", id: "job-progress-card" });
-  const cancelButton = h("button", { type: "button", id: "cancel-job", class: "danger", hidden: true, onclick: () => snapshot?.job && void cancelJob(snapshot.job) }, "Cancel job");
-  const retryButton = h("button", { type: "button", id: "retry-job", class: "primary", hidden: true, onclick: () => snapshot?.job && void retryJob(snapshot.job) }, "Retry job");
+  const cancelButton = h(
+    "button",
+    { type: "button", id: "cancel-job", class: "danger", hidden: true, onclick: () => snapshot?.job && void cancelJob(snapshot.job) },
+    "Cancel job",
+  );
+  const retryButton = h(
+    "button",
+    { type: "button", id: "retry-job", class: "primary", hidden: true, onclick: () => snapshot?.job && void retryJob(snapshot.job) },
+    "Retry job",
+  );
   const actions = h("div", { class: "actions", id: "job-actions" }, cancelButton, retryButton);
   const gridCard = h("section", { class: "card", "aria-labelledby": "grid-h" }, h("h2", { id: "grid-h" }, "Chunks"));
   const detail = h("section", { class: "card", id: "task-detail", "aria-labelledby": "detail-h", hidden: true });
@@ -435,16 +536,32 @@ function renderJob(jobId: string): () => void {
       h(
         "dl",
         { class: "facts" },
-        h("dt", {}, "Status"), h("dd", {}, badge(jobStatusName(job.status)), h("span", { id: "job-status", "data-status": jobStatusName(job.status), class: "sr-only" }, jobStatusName(job.status))),
-        h("dt", {}, "Workload"), h("dd", {}, job.workload),
-        h("dt", {}, "Created"), h("dd", {}, when(ts(job.createdAt))),
-        h("dt", {}, "Finished"), h("dd", {}, when(ts(job.completedAt))),
-        job.idempotencyKey ? h("dt", {}, "Idempotency key") : null, job.idempotencyKey ? h("dd", { class: "mono" }, job.idempotencyKey) : null,
-        job.cancelReason ? h("dt", {}, "Cancel reason") : null, job.cancelReason ? h("dd", {}, job.cancelReason) : null,
-        h("dt", {}, "Updates"), h("dd", { id: "live-state" }, live),
+        h("dt", {}, "Status"),
+        h(
+          "dd",
+          {},
+          badge(jobStatusName(job.status)),
+          h("span", { id: "job-status", "data-status": jobStatusName(job.status), class: "sr-only" }, jobStatusName(job.status)),
+        ),
+        h("dt", {}, "Workload"),
+        h("dd", {}, job.workload),
+        h("dt", {}, "Created"),
+        h("dd", {}, when(ts(job.createdAt))),
+        h("dt", {}, "Finished"),
+        h("dd", {}, when(ts(job.completedAt))),
+        job.idempotencyKey ? h("dt", {}, "Idempotency key") : null,
+        job.idempotencyKey ? h("dd", { class: "mono" }, job.idempotencyKey) : null,
+        job.cancelReason ? h("dt", {}, "Cancel reason") : null,
+        job.cancelReason ? h("dd", {}, job.cancelReason) : null,
+        h("dt", {}, "Updates"),
+        h("dd", { id: "live-state" }, live),
       ),
       snapshot?.failure
-        ? h("p", { class: "error-text", id: "job-failure" }, `Failed at chunk ${snapshot.failure.chunkIndex} (attempt ${snapshot.failure.attempt}, ${snapshot.failure.workerId || "no worker"}): ${snapshot.failure.errorCode}${snapshot.failure.errorMessage ? ` — ${snapshot.failure.errorMessage}` : ""}`)
+        ? h(
+            "p",
+            { class: "error-text", id: "job-failure" },
+            `Failed at chunk ${snapshot.failure.chunkIndex} (attempt ${snapshot.failure.attempt}, ${snapshot.failure.workerId || "no worker"}): ${snapshot.failure.errorCode}${snapshot.failure.errorMessage ? ` — ${snapshot.failure.errorMessage}` : ""}`,
+          )
         : null,
     );
     // The buttons persist across re-renders (only shown or hidden), so a click never lands on a replaced node.
@@ -467,7 +584,13 @@ function renderJob(jobId: string): () => void {
         "ul",
         { class: "legend" },
         ...(["pending", "leased", "completed", "failed", "cancelled"] as const).map((s, i) =>
-          h("li", {}, h("span", { class: "key", style: null, "data-color": STATUS_COLORS[i + 1], "aria-hidden": "true" }), `${s}: `, h("strong", { "data-count": s }, c?.[s] ?? 0)),
+          h(
+            "li",
+            {},
+            h("span", { class: "key", style: null, "data-color": STATUS_COLORS[i + 1], "aria-hidden": "true" }),
+            `${s}: `,
+            h("strong", { "data-count": s }, c?.[s] ?? 0),
+          ),
         ),
       ),
     );
@@ -500,13 +623,20 @@ function renderJob(jobId: string): () => void {
         h(
           "dl",
           { class: "facts" },
-          h("dt", {}, "Task"), h("dd", { class: "mono" }, taskId),
-          h("dt", {}, "Status"), h("dd", {}, badge(taskStatusName(t?.status ?? 0))),
-          h("dt", {}, "Attempt"), h("dd", {}, `${t?.attempt ?? 0} of ${t?.maxAttempts ?? 0}`),
-          h("dt", {}, "Input"), h("dd", { class: "mono" }, t?.inputUri ?? ""),
-          t?.resultUri ? h("dt", {}, "Result") : null, t?.resultUri ? h("dd", { class: "mono" }, t.resultUri) : null,
+          h("dt", {}, "Task"),
+          h("dd", { class: "mono" }, taskId),
+          h("dt", {}, "Status"),
+          h("dd", {}, badge(taskStatusName(t?.status ?? 0))),
+          h("dt", {}, "Attempt"),
+          h("dd", {}, `${t?.attempt ?? 0} of ${t?.maxAttempts ?? 0}`),
+          h("dt", {}, "Input"),
+          h("dd", { class: "mono" }, t?.inputUri ?? ""),
+          t?.resultUri ? h("dt", {}, "Result") : null,
+          t?.resultUri ? h("dd", { class: "mono" }, t.resultUri) : null,
         ),
-        r.attempts.length ? h("ol", { class: "attempts" }, ...r.attempts.map((a) => h("li", {}, attemptText(a), " — ", when(ts(a.leasedAt))))) : h("p", {}, "Never leased."),
+        r.attempts.length
+          ? h("ol", { class: "attempts" }, ...r.attempts.map((a) => h("li", {}, attemptText(a), " — ", when(ts(a.leasedAt)))))
+          : h("p", {}, "Never leased."),
       );
     } catch (err) {
       showError("Loading the task", err);
@@ -519,7 +649,8 @@ function renderJob(jobId: string): () => void {
   let taskPage = "";
   const tasksBody = h("div", { id: "tasks-body" });
   const taskSelect = h("select", { id: "task-status" }, h("option", { value: "0" }, "any"));
-  for (const s of [TaskStatus.PENDING, TaskStatus.LEASED, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED]) taskSelect.append(h("option", { value: s }, taskStatusName(s)));
+  for (const s of [TaskStatus.PENDING, TaskStatus.LEASED, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED])
+    taskSelect.append(h("option", { value: s }, taskStatusName(s)));
   taskSelect.addEventListener("change", () => {
     taskFilter = Number(taskSelect.value) as TaskStatus;
     taskTokens = [];
@@ -538,7 +669,11 @@ function renderJob(jobId: string): () => void {
           : h(
               "table",
               { id: "tasks" },
-              h("thead", {}, h("tr", {}, ...["Chunk", "Status", "Attempt", "Worker", "Attempts and errors"].map((t) => h("th", { scope: "col" }, t)))),
+              h(
+                "thead",
+                {},
+                h("tr", {}, ...["Chunk", "Status", "Attempt", "Worker", "Attempts and errors"].map((t) => h("th", { scope: "col" }, t))),
+              ),
               h(
                 "tbody",
                 {},
@@ -546,7 +681,15 @@ function renderJob(jobId: string): () => void {
                   h(
                     "tr",
                     {},
-                    h("td", { class: "num" }, h("button", { type: "button", class: "link", onclick: () => void openChunk(task?.chunkIndex ?? 0) }, task?.chunkIndex ?? 0)),
+                    h(
+                      "td",
+                      { class: "num" },
+                      h(
+                        "button",
+                        { type: "button", class: "link", onclick: () => void openChunk(task?.chunkIndex ?? 0) },
+                        task?.chunkIndex ?? 0,
+                      ),
+                    ),
                     h("td", {}, badge(taskStatusName(task?.status ?? 0))),
                     h("td", { class: "num" }, `${task?.attempt ?? 0}/${task?.maxAttempts ?? 0}`),
                     h("td", { class: "mono" }, task?.leaseOwner || "—"),
@@ -558,8 +701,31 @@ function renderJob(jobId: string): () => void {
         h(
           "nav",
           { class: "pager", "aria-label": "Pages of tasks" },
-          h("button", { type: "button", disabled: !taskPage, onclick: () => { taskPage = taskTokens.pop() ?? ""; void loadTasks(); } }, "Previous tasks"),
-          h("button", { type: "button", disabled: !r.nextPageToken, onclick: () => { taskTokens.push(taskPage); taskPage = r.nextPageToken; void loadTasks(); } }, "Next tasks"),
+          h(
+            "button",
+            {
+              type: "button",
+              disabled: !taskPage,
+              onclick: () => {
+                taskPage = taskTokens.pop() ?? "";
+                void loadTasks();
+              },
+            },
+            "Previous tasks",
+          ),
+          h(
+            "button",
+            {
+              type: "button",
+              disabled: !r.nextPageToken,
+              onclick: () => {
+                taskTokens.push(taskPage);
+                taskPage = r.nextPageToken;
+                void loadTasks();
+              },
+            },
+            "Next tasks",
+          ),
         ),
       );
     } catch (err) {
@@ -578,7 +744,16 @@ function renderJob(jobId: string): () => void {
       do {
         const r = await client.listCompletedResults({ jobId, pageSize: 200, pageToken: token }, { signal: abort.signal });
         for (const m of r.results) {
-          rows.push(h("tr", {}, h("td", { class: "num" }, m.chunkIndex), h("td", { class: "mono" }, m.resultUri), h("td", { class: "mono", title: m.resultSha256 }, `${m.resultSha256.slice(0, 12)}…`), h("td", {}, when(ts(m.completedAt)))));
+          rows.push(
+            h(
+              "tr",
+              {},
+              h("td", { class: "num" }, m.chunkIndex),
+              h("td", { class: "mono" }, m.resultUri),
+              h("td", { class: "mono", title: m.resultSha256 }, `${m.resultSha256.slice(0, 12)}…`),
+              h("td", {}, when(ts(m.completedAt))),
+            ),
+          );
         }
         shown += r.results.length;
         token = r.nextPageToken;
@@ -586,9 +761,16 @@ function renderJob(jobId: string): () => void {
       clear(
         resultsBody,
         rows.length
-          ? h("table", { id: "results" }, h("thead", {}, h("tr", {}, ...["Chunk", "Result URI", "SHA-256", "Completed"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, ...rows))
+          ? h(
+              "table",
+              { id: "results" },
+              h("thead", {}, h("tr", {}, ...["Chunk", "Result URI", "SHA-256", "Completed"].map((t) => h("th", { scope: "col" }, t)))),
+              h("tbody", {}, ...rows),
+            )
           : h("p", {}, "No task has completed yet."),
-        token ? h("p", { class: "hint" }, `The first ${shown} results, in chunk order; GET /jobs/${jobId}/results pages through all of them.`) : null,
+        token
+          ? h("p", { class: "hint" }, `The first ${shown} results, in chunk order; GET /jobs/${jobId}/results pages through all of them.`)
+          : null,
       );
     } catch (err) {
       if (!stopped) showError("Listing results", err);
@@ -642,7 +824,12 @@ function renderJob(jobId: string): () => void {
         token = r.nextPageToken;
       } while (token && !stopped);
     };
-    await Promise.all(order.map((_, i) => i).filter((i) => i !== majority && counts[i] > 0).map((i) => pageAll((i + 1) as TaskStatus)));
+    await Promise.all(
+      order
+        .map((_, i) => i)
+        .filter((i) => i !== majority && counts[i] > 0)
+        .map((i) => pageAll((i + 1) as TaskStatus)),
+    );
     performance.mark("grid-known");
     g.element.setAttribute("data-known", "true");
     if (counts[majority] > 0) await pageAll((majority + 1) as TaskStatus);
@@ -660,7 +847,8 @@ function renderJob(jobId: string): () => void {
   };
 
   const retryJob = async (job: Job) => {
-    if (!(await confirmAction(`Retry job ${job.id}? Its failed and cancelled tasks go back to pending with fresh attempts.`, "Retry job"))) return;
+    if (!(await confirmAction(`Retry job ${job.id}? Its failed and cancelled tasks go back to pending with fresh attempts.`, "Retry job")))
+      return;
     try {
       const r = await client.retryJob({ jobId: job.id });
       showOk(`Job ${job.id} is ${jobStatusName(r.job?.status ?? 0)} again: ${r.retriedTasks} tasks retried.`);
@@ -735,8 +923,21 @@ function renderJob(jobId: string): () => void {
       } catch (err) {
         if (stopped) return;
         const e = ConnectError.from(err);
-        if (e.code === Code.NotFound || e.code === Code.PermissionDenied || e.code === Code.Unauthenticated || e.code === Code.InvalidArgument) {
-          clear(main, h("h1", {}, "Job"), h("p", { class: "error-text", role: "alert" }, `${describeError(err).message}${describeError(err).requestId ? ` (request id ${describeError(err).requestId})` : ""}`));
+        if (
+          e.code === Code.NotFound ||
+          e.code === Code.PermissionDenied ||
+          e.code === Code.Unauthenticated ||
+          e.code === Code.InvalidArgument
+        ) {
+          clear(
+            main,
+            h("h1", {}, "Job"),
+            h(
+              "p",
+              { class: "error-text", role: "alert" },
+              `${describeError(err).message}${describeError(err).requestId ? ` (request id ${describeError(err).requestId})` : ""}`,
+            ),
+          );
           return;
         }
         // A dropped stream resumes after the last event it delivered.
@@ -774,12 +975,22 @@ function renderWorkloads(): void {
     "form",
     { class: "card", id: "workload-form", "aria-labelledby": "wf-h" },
     h("h2", { id: "wf-h" }, "Register or edit a workload"),
-    field("wl-name", "Name", { required: true, pattern: "[a-z][a-z0-9_\\-]{0,62}", autocomplete: "off", "aria-describedby": "wl-name-help" }),
+    field("wl-name", "Name", {
+      required: true,
+      pattern: "[a-z][a-z0-9_\\-]{0,62}",
+      autocomplete: "off",
+      "aria-describedby": "wl-name-help",
+    }),
     h("p", { id: "wl-name-help", class: "hint" }, "Lower case letters, digits, _ and -; an existing name is updated."),
     field("wl-max-attempts", "Max attempts (empty: server default)", { type: "number", min: 1, max: 100 }),
     field("wl-lease-seconds", "Lease seconds (empty: server default)", { type: "number", min: 1, max: 86400 }),
     field("wl-max-pending", "Max pending seconds (empty or 0: never expire)", { type: "number", min: 0 }),
-    h("div", {}, h("label", { for: "wl-schema" }, "Parameters JSON Schema (optional)"), h("textarea", { id: "wl-schema", name: "wl-schema", rows: 4 })),
+    h(
+      "div",
+      {},
+      h("label", { for: "wl-schema" }, "Parameters JSON Schema (optional)"),
+      h("textarea", { id: "wl-schema", name: "wl-schema", rows: 4 }),
+    ),
     h("button", { type: "submit", class: "primary", id: "wl-submit" }, "Save workload"),
   );
   const val = (id: string) => (form.querySelector(`#${id}`) as HTMLInputElement).value.trim();
@@ -796,7 +1007,13 @@ function renderWorkloads(): void {
         clear(outcome, "The parameters schema is not valid JSON.");
         return;
       }
-      if (!(await confirmAction(`Save workload "${name}"? Its settings apply to jobs created and tasks claimed from now on.`, "Save workload"))) return;
+      if (
+        !(await confirmAction(
+          `Save workload "${name}"? Its settings apply to jobs created and tasks claimed from now on.`,
+          "Save workload",
+        ))
+      )
+        return;
       try {
         const r = await client.putWorkload({
           name,
@@ -828,7 +1045,17 @@ function renderWorkloads(): void {
         h(
           "table",
           { id: "workloads" },
-          h("thead", {}, h("tr", {}, ...["Name", "Max attempts", "Lease", "Max pending", "Schema", "Updated", ""].map((t) => h("th", { scope: "col" }, t || h("span", { class: "sr-only" }, "Actions"))))),
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              ...["Name", "Max attempts", "Lease", "Max pending", "Schema", "Updated", ""].map((t) =>
+                h("th", { scope: "col" }, t || h("span", { class: "sr-only" }, "Actions")),
+              ),
+            ),
+          ),
           h(
             "tbody",
             {},
@@ -871,7 +1098,11 @@ function route(): void {
   }
   if (role === "signed-out") return renderSignIn();
   if (role === "worker") {
-    clear(main, h("h1", {}, "Console"), h("p", {}, "This is a worker token: it cannot read jobs. Sign in with a submitter or admin token."));
+    clear(
+      main,
+      h("h1", {}, "Console"),
+      h("p", {}, "This is a worker token: it cannot read jobs. Sign in with a submitter or admin token."),
+    );
     return;
   }
   const job = /^\/jobs\/([^/]+)$/.exec(path);

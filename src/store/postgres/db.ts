@@ -63,7 +63,18 @@ export async function openClient(config: pg.ClientConfig): Promise<pg.Client> {
   return client;
 }
 
-const UNAVAILABLE_CODES = new Set(["57P01", "57P02", "57P03", "53300", "53400", "ECONNREFUSED", "ECONNRESET", "ENOTFOUND", "EPIPE", "ETIMEDOUT"]);
+const UNAVAILABLE_CODES = new Set([
+  "57P01",
+  "57P02",
+  "57P03",
+  "53300",
+  "53400",
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ENOTFOUND",
+  "EPIPE",
+  "ETIMEDOUT",
+]);
 
 function isConnectionFailure(err: unknown): boolean {
   const e = err as { code?: string; message?: string };

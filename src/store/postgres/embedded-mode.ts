@@ -51,14 +51,19 @@ export async function startEmbeddedMode(opts: {
       port: opts.port,
       persistent: true,
       onLog: (message) => {
-        recent.push(...String(message).split("\n").filter((l) => l.trim() !== ""));
+        recent.push(
+          ...String(message)
+            .split("\n")
+            .filter((l) => l.trim() !== ""),
+        );
         recent.splice(0, Math.max(0, recent.length - 5));
         logger.debug({ postgres: String(message).trim() }, "embedded PostgreSQL");
       },
     });
   } catch (err) {
     if (opts.isStopping?.()) throw err;
-    const why = recent.filter((l) => /FATAL|ERROR|HINT|already|in use/.test(l)).join(" | ") || (err instanceof Error ? err.message : String(err));
+    const why =
+      recent.filter((l) => /FATAL|ERROR|HINT|already|in use/.test(l)).join(" | ") || (err instanceof Error ? err.message : String(err));
     throw new EmbeddedStartError(
       `embedded PostgreSQL failed to start in ${dataDir} on port ${opts.port}: ${why || "no detail"} ` +
         "(another instance still running on this data directory or port? see `pgrep -a postgres`; " +

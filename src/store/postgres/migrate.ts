@@ -20,7 +20,12 @@ function projectRoot(from: string): string {
 }
 export const MIGRATIONS_TABLE = "pgmigrations";
 
-export async function migrate(databaseUrl: string, direction: "up" | "down", count?: number, log: (msg: string) => void = () => {}): Promise<void> {
+export async function migrate(
+  databaseUrl: string,
+  direction: "up" | "down",
+  count?: number,
+  log: (msg: string) => void = () => {},
+): Promise<void> {
   // Our own connection rather than the runner's, which has no `error` listener: a database
   // restart during a migration must fail the migration, not end the process.
   const dbClient = await openClient({ connectionString: databaseUrl });
@@ -52,10 +57,9 @@ export function expectedMigrations(): string[] {
  * A database without the migrations table counts as having none applied.
  */
 export async function pendingMigrations(client: pg.Pool | pg.Client): Promise<string[]> {
-  const { rows } = await client.query<{ name: string | null }>(
-    `SELECT CASE WHEN to_regclass($1) IS NULL THEN NULL ELSE '' END AS name`,
-    [MIGRATIONS_TABLE],
-  );
+  const { rows } = await client.query<{ name: string | null }>(`SELECT CASE WHEN to_regclass($1) IS NULL THEN NULL ELSE '' END AS name`, [
+    MIGRATIONS_TABLE,
+  ]);
   const applied = new Set<string>();
   if (rows[0].name !== null) {
     const res = await client.query<{ name: string }>(`SELECT name FROM ${MIGRATIONS_TABLE}`);

@@ -335,11 +335,19 @@ export class PostgresQueue implements QueueService {
       const { rows } = await c.query({
         name: "leasehold_complete_task",
         text: sql.COMPLETE_TASK,
-        values: [done.taskId, done.workerId, done.attempt, done.resultUri, done.resultSha256, done.metrics === undefined ? null : JSON.stringify(done.metrics)],
+        values: [
+          done.taskId,
+          done.workerId,
+          done.attempt,
+          done.resultUri,
+          done.resultSha256,
+          done.metrics === undefined ? null : JSON.stringify(done.metrics),
+        ],
       });
       if (rows.length === 1) {
         this.options.observer?.tasksCompleted(1);
-        if (rows[0].recheck_job) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[rows[0].job_id]] });
+        if (rows[0].recheck_job)
+          await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[rows[0].job_id]] });
         return toTask(rows[0]);
       }
       return replayOrConflict(await this.loadTask(c, done.taskId), done);
@@ -365,7 +373,14 @@ export class PostgresQueue implements QueueService {
     if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
     return withClient(this.pool, opts.signal, async (c) => {
       const payload = JSON.stringify(
-        batch.map((b) => ({ task_id: b.taskId, worker_id: b.workerId, attempt: b.attempt, result_uri: b.resultUri, result_sha256: b.resultSha256, metrics: b.metrics ?? null })),
+        batch.map((b) => ({
+          task_id: b.taskId,
+          worker_id: b.workerId,
+          attempt: b.attempt,
+          result_uri: b.resultUri,
+          result_sha256: b.resultSha256,
+          metrics: b.metrics ?? null,
+        })),
       );
       const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: [payload, ids] });
       const completed = new Map(rows.map((r) => [r.id as string, toTask(r)]));
@@ -508,14 +523,21 @@ export class PostgresQueue implements QueueService {
       if (status !== "failed" && status !== "cancelled") {
         throw new FailedPreconditionError(`job ${r.jobId} is ${status}: only a failed or cancelled job can be retried`);
       }
-      throw new FailedPreconditionError(`job ${r.jobId} has no task left to retry (each is completed or has used ${LIMITS.attempt.max} attempts)`);
+      throw new FailedPreconditionError(
+        `job ${r.jobId} has no task left to retry (each is completed or has used ${LIMITS.attempt.max} attempts)`,
+      );
     });
   }
 
   async listJobs(input: ListJobsInput, opts: CallOptions = {}): Promise<ListJobsResult> {
     const q = validateListJobs(input);
     // One row past the page tells whether another page exists.
-    const values: unknown[] = [q.after?.createdAt ?? "infinity", q.after?.id ?? "ffffffff-ffff-ffff-ffff-ffffffffffff", q.pageSize + 1, q.workload ?? ""];
+    const values: unknown[] = [
+      q.after?.createdAt ?? "infinity",
+      q.after?.id ?? "ffffffff-ffff-ffff-ffff-ffffffffffff",
+      q.pageSize + 1,
+      q.workload ?? "",
+    ];
     const { rows } = await withClient(this.pool, opts.signal, (c) =>
       q.status ? c.query(sql.LIST_JOBS_BY_STATUS, [...values, q.status]) : c.query(sql.LIST_JOBS, values),
     );
@@ -537,12 +559,15 @@ export class PostgresQueue implements QueueService {
   async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
     const id = requireUuid("job_id", jobId);
     const after = opts.afterEventId === undefined || opts.afterEventId === "0" ? undefined : opts.afterEventId;
-    if (after !== undefined && !/^[1-9]\d{0,18}$/.test(after)) throw new ValidationError("after_event_id", "must be an event id (a positive integer)");
+    if (after !== undefined && !/^[1-9]\d{0,18}$/.test(after))
+      throw new ValidationError("after_event_id", "must be an event id (a positive integer)");
     const signal = opts.signal;
     const wakes = new Wakes();
     const unsubscribe = this.options.jobWakes?.subscribeJob(id, () => wakes.wake());
     const read = <T>(fn: (c: pg.PoolClient) => Promise<T>, begin?: string) => {
-      const readSignal = signal ? AbortSignal.any([signal, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS)]) : AbortSignal.timeout(WATCH_READ_TIMEOUT_MS);
+      const readSignal = signal
+        ? AbortSignal.any([signal, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS)])
+        : AbortSignal.timeout(WATCH_READ_TIMEOUT_MS);
       return begin ? inTransaction(this.pool, readSignal, fn, begin) : withClient(this.pool, readSignal, fn);
     };
     let watcherId: string | undefined;
@@ -586,7 +611,9 @@ export class PostgresQueue implements QueueService {
       unsubscribe?.();
       if (watcherId) {
         const done = watcherId;
-        await withClient(this.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => c.query(sql.DELETE_JOB_WATCHER, [done])).catch(() => {});
+        await withClient(this.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => c.query(sql.DELETE_JOB_WATCHER, [done])).catch(
+          () => {},
+        );
       }
     }
   }
