@@ -276,6 +276,30 @@ describe("workers that die", () => {
   }, 60_000);
 });
 
+/**
+ * A PostgreSQL cluster of the test's own, which it may stop and start, with a migrated database
+ * "leasehold"; dir holds it (the caller removes it).
+ */
+async function ownCluster(prefix: string): Promise<{ dir: string; dataDir: string; port: number; cluster: EmbeddedDatabase; url: string }> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  chmodSync(dir, 0o755);
+  const port = await freePort();
+  const dataDir = path.join(dir, "db");
+  const cluster = await startEmbeddedPostgres({ dataDir, port, persistent: true });
+  try {
+    const c0 = new pg.Client({ connectionString: cluster.url });
+    await c0.connect();
+    await c0.query("CREATE DATABASE leasehold");
+    await c0.end();
+    const url = cluster.urlFor("leasehold");
+    await migrate(url, "up");
+    return { dir, dataDir, port, cluster, url };
+  } catch (err) {
+    await cluster.stop().catch(() => {});
+    throw err;
+  }
+}
+
 describe("PostgreSQL restarts", () => {
   let pgDir: string | undefined;
   afterAll(() => {
@@ -283,18 +307,11 @@ describe("PostgreSQL restarts", () => {
   });
 
   it("calls fail fast with 503 while it is down, and the same coordinator recovers when it is back", async () => {
-    pgDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-restart-"));
-    chmodSync(pgDir, 0o755);
-    const port = await freePort();
-    const dataDir = path.join(pgDir, "db");
-    let cluster: EmbeddedDatabase = await startEmbeddedPostgres({ dataDir, port, persistent: true });
+    const own = await ownCluster("leasehold-restart-");
+    pgDir = own.dir;
+    const { dataDir, port, url } = own;
+    let cluster = own.cluster;
     try {
-      const c0 = new pg.Client({ connectionString: cluster.url });
-      await c0.connect();
-      await c0.query("CREATE DATABASE leasehold");
-      await c0.end();
-      const url = cluster.urlFor("leasehold");
-      await migrate(url, "up");
       const [c] = await startCoordinators(1, { DATABASE_URL: url, REQUEST_TIMEOUT_MS: "3000", PG_CONNECT_TIMEOUT_MS: "1000" });
       await call(c.base, "PUT", "/workloads/restart", { lease_seconds: 5 });
       await call(c.base, "POST", "/jobs", { workload: "restart", tasks: manyTasks(40) });
@@ -388,18 +405,11 @@ describe("PostgreSQL restarts under load", () => {
   });
 
   it("with workers, parked long polls, a watch stream and readiness probes running, fast and immediate restarts kill no coordinator and lose or double nothing", async () => {
-    pgDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-restarts-"));
-    chmodSync(pgDir, 0o755);
-    const port = await freePort();
-    const dataDir = path.join(pgDir, "db");
-    let cluster: EmbeddedDatabase = await startEmbeddedPostgres({ dataDir, port, persistent: true });
+    const own = await ownCluster("leasehold-restarts-");
+    pgDir = own.dir;
+    const { dataDir, port, url } = own;
+    let cluster = own.cluster;
     try {
-      const c0 = new pg.Client({ connectionString: cluster.url });
-      await c0.connect();
-      await c0.query("CREATE DATABASE leasehold");
-      await c0.end();
-      const url = cluster.urlFor("leasehold");
-      await migrate(url, "up");
       const coordinators = await startCoordinators(3, {
         DATABASE_URL: url,
         PG_POOL_MAX: "4",
