@@ -5,24 +5,14 @@
 import { existsSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { Code } from "@connectrpc/connect";
 import { HttpError } from "./errors.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
+import { projectRoot } from "../project-root.js";
 import type { RequestInfo } from "./request-info.js";
 
-/**
- * The built console of the project this module belongs to: the nearest folder above this file with
- * a package.json (the same from src/api/ and from dist/src/api/), then dist/ui.
- */
-export const UI_DIR = path.join(projectRoot(path.dirname(fileURLToPath(import.meta.url))), "dist", "ui");
-
-function projectRoot(from: string): string {
-  for (let dir = from; ; dir = path.dirname(dir)) {
-    if (existsSync(path.join(dir, "package.json"))) return dir;
-    if (path.dirname(dir) === dir) throw new Error(`no package.json above ${from}`);
-  }
-}
+/** The built console of the project this module belongs to. */
+export const UI_DIR = path.join(projectRoot(import.meta.url), "dist", "ui");
 
 const CONTENT_TYPES: Record<string, string> = {
   ".html": "text/html; charset=utf-8",

@@ -1,23 +1,12 @@
-import { existsSync, readdirSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { runner } from "node-pg-migrate";
+import { projectRoot } from "../../project-root.js";
 import { openClient } from "./db.js";
 
-/**
- * The source migrations folder of the project this module belongs to (tsc does not copy .sql
- * files, so never a build output): the nearest folder above this file with a package.json, which
- * is the same whether this runs from src/ or from the build in dist/src/.
- */
-export const MIGRATIONS_DIR = path.join(projectRoot(path.dirname(fileURLToPath(import.meta.url))), "migrations");
-
-function projectRoot(from: string): string {
-  for (let dir = from; ; dir = path.dirname(dir)) {
-    if (existsSync(path.join(dir, "package.json"))) return dir;
-    if (path.dirname(dir) === dir) throw new Error(`no package.json above ${from}`);
-  }
-}
+/** The source migrations folder of the project (tsc does not copy .sql files, so never a build output). */
+export const MIGRATIONS_DIR = path.join(projectRoot(import.meta.url), "migrations");
 export const MIGRATIONS_TABLE = "pgmigrations";
 
 export async function migrate(
