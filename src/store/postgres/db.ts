@@ -167,7 +167,10 @@ export async function withClient<T>(pool: pg.Pool, signal: AbortSignal | undefin
   } catch (err) {
     throw toQueueError(err, signal);
   }
-  const onAbort = () => void cancelBackend(pool, client);
+  let cancelling: Promise<void> | undefined;
+  const onAbort = () => {
+    cancelling = cancelBackend(pool, client);
+  };
   signal?.addEventListener("abort", onAbort, { once: true });
   let broken: Error | undefined;
   try {
@@ -177,6 +180,12 @@ export async function withClient<T>(pool: pg.Pool, signal: AbortSignal | undefin
     throw toQueueError(err, signal);
   } finally {
     signal?.removeEventListener("abort", onAbort);
+    // The cancel travels on its own connection and lands whenever it lands: released at once, this
+    // connection could already be running the next caller's statement (a watch stream's cleanup,
+    // another request) when it arrives, and that statement would be the one cancelled. Once the
+    // cancel has been delivered, the backend is either still in the aborted statement or idle,
+    // where PostgreSQL drops it.
+    if (cancelling) await cancelling;
     client.release(broken);
   }
 }
