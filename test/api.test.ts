@@ -15,6 +15,7 @@ import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
+import { restCall, type RestAnswer } from "./support/rest.js";
 
 const MAX_BODY_BYTES = 64 * 1024;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -37,29 +38,9 @@ async function rowCounts(): Promise<{ jobs: number; tasks: number; workloads: nu
   return { jobs: await count("jobs"), tasks: await count("tasks"), workloads: await count("workloads") };
 }
 
-interface RestAnswer {
-  status: number;
-  headers: Headers;
-  text: string;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  body: any;
-}
-
-async function rest(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<RestAnswer> {
-  const init: RequestInit = { method, headers: { ...headers } };
-  if (body !== undefined) {
-    init.body = typeof body === "string" ? body : JSON.stringify(body);
-    (init.headers as Record<string, string>)["content-type"] ??= "application/json";
-  }
-  const res = await fetch(base + path, init);
-  const text = await res.text();
-  let parsed: unknown;
-  try {
-    parsed = text ? JSON.parse(text) : undefined;
-  } catch {
-    parsed = undefined;
-  }
-  return { status: res.status, headers: res.headers, text, body: parsed };
+/** A REST call to the server under test. */
+function rest(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<RestAnswer> {
+  return restCall(base, method, path, body, headers);
 }
 
 function expectRestError(a: RestAnswer, status: number, code: string, mentions?: string): void {

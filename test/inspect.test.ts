@@ -19,6 +19,7 @@ import { JOB_FAILURE, LIST_FAILED_TASKS, LIST_TASKS, TASK_ATTEMPT_EVENTS } from 
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
+import { restCall, type RestAnswer } from "./support/rest.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const SCHEMA_WORKLOAD = "insp_schema";
@@ -56,23 +57,9 @@ afterAll(async () => {
   await db?.drop();
 });
 
-interface RestAnswer {
-  status: number;
-  headers: Headers;
-  text: string;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  body: any;
-}
-
-async function rest(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<RestAnswer> {
-  const init: RequestInit = { method, headers: { ...headers } };
-  if (body !== undefined) {
-    init.body = JSON.stringify(body);
-    (init.headers as Record<string, string>)["content-type"] = "application/json";
-  }
-  const res = await fetch(base + path, init);
-  const text = await res.text();
-  return { status: res.status, headers: res.headers, text, body: text ? JSON.parse(text) : undefined };
+/** A REST call to the server under test. */
+function rest(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<RestAnswer> {
+  return restCall(base, method, path, body, headers);
 }
 
 /** Row counts of every table a bad request must leave alone. */
