@@ -425,7 +425,8 @@ export class PostgresQueue implements QueueService {
 
   async expireLeases(opts: CallOptions = {}): Promise<ExpireLeasesResult> {
     const total: ExpireLeasesResult = { requeued: 0, failed: 0 };
-    for (;;) {
+    const due = (await withClient(this.pool, opts.signal, (c) => c.query({ name: "leasehold_reaper_due", text: sql.REAPER_DUE }))).rows[0];
+    while (due.leases) {
       const batch = await inTransaction(this.pool, opts.signal, async (c) => {
         const { rows } = await c.query(sql.EXPIRE_LEASES, [REAPER_BATCH]);
         const failedJobs = [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id as string))];
@@ -437,7 +438,7 @@ export class PostgresQueue implements QueueService {
       for (const r of batch) total[r.status === "pending" ? "requeued" : "failed"]++;
       if (batch.length < REAPER_BATCH) break;
     }
-    await withClient(this.pool, opts.signal, (c) => c.query(sql.FINISH_STALLED_JOBS));
+    if (due.stalled_jobs) await withClient(this.pool, opts.signal, (c) => c.query(sql.FINISH_STALLED_JOBS));
     if (total.requeued + total.failed > 0) this.options.observer?.leasesExpired(total.requeued + total.failed);
     return total;
   }
@@ -625,7 +626,13 @@ export class PostgresQueue implements QueueService {
 
   async maintain(opts: CallOptions = {}): Promise<MaintenanceResult> {
     const result: MaintenanceResult = { expiredPending: 0, deletedJobs: 0 };
-    for (;;) {
+    const days = this.options.retentionDays;
+    const due = (
+      await withClient(this.pool, opts.signal, (c) =>
+        c.query({ name: "leasehold_maintenance_due", text: sql.MAINTENANCE_DUE, values: [days ?? null] }),
+      )
+    ).rows[0];
+    while (due.pending) {
       const expired = await inTransaction(this.pool, opts.signal, async (c) => {
         const { rows } = await c.query(sql.EXPIRE_PENDING, [EXPIRY_BATCH]);
         const jobs = [...new Set(rows.map((r) => r.job_id as string))];
@@ -635,9 +642,8 @@ export class PostgresQueue implements QueueService {
       result.expiredPending += expired;
       if (expired < EXPIRY_BATCH) break;
     }
-    await withClient(this.pool, opts.signal, (c) => c.query(sql.DELETE_EXPIRED_JOB_WATCHERS));
-    const days = this.options.retentionDays;
-    if (days !== undefined) {
+    if (due.watchers) await withClient(this.pool, opts.signal, (c) => c.query(sql.DELETE_EXPIRED_JOB_WATCHERS));
+    if (days !== undefined && due.retention) {
       for (let i = 0; i < RETENTION_BATCHES_PER_PASS; i++) {
         const { rowCount } = await withClient(this.pool, opts.signal, (c) => c.query(sql.DELETE_OLD_JOBS, [days, RETENTION_BATCH_JOBS]));
         result.deletedJobs += rowCount ?? 0;
