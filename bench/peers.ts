@@ -28,7 +28,7 @@ import { Logger, makeWorkerUtils, run as runGraphile, type WorkerUtils } from "g
 import pg from "pg";
 import PgBoss from "pg-boss";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
-import { fmt, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
+import { fmt, grpcClient, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
 
 const argRuns = process.argv.indexOf("--runs");
 const RUNS = Number(argRuns >= 0 ? process.argv[argRuns + 1] : (process.env.PEERS_RUNS ?? 3));
@@ -39,6 +39,7 @@ const SHA = createHash("sha256").update("peers").digest("hex");
 const PICKUP_SAMPLES = 40;
 
 type Rest = ReturnType<typeof restClient>;
+type Grpc = ReturnType<typeof grpcClient>;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const quietLogger = new Logger(() => () => {});
 
@@ -206,6 +207,36 @@ function leaseholdClaimComplete(rest: Rest, workload: string, maxTasks: number) 
   return { start, count: () => done };
 }
 
+/** The same loop as leaseholdClaimComplete over gRPC (HTTP/2, one channel for all workers). */
+function leaseholdGrpcClaimComplete(rpc: Grpc, workload: string, maxTasks: number) {
+  let done = 0;
+  const start = async () =>
+    loops(WORKERS, async (id, running) => {
+      const workerId = `peers-grpc-${id}`;
+      while (running()) {
+        const got = (await rpc.claim({ workerId, workloads: [workload], maxTasks })).tasks;
+        if (got.length === 0) throw new Error("gRPC claim found nothing: the backlog ran out");
+        if (got.length === 1) {
+          const t = got[0];
+          await rpc.complete({ taskId: t.id, workerId, attempt: t.attempt, resultUri: `s3://out/${t.chunkIndex}`, resultSha256: SHA });
+        } else {
+          const r = await rpc.completeMany({
+            results: got.map((t) => ({
+              taskId: t.id,
+              workerId,
+              attempt: t.attempt,
+              resultUri: `s3://out/${t.chunkIndex}`,
+              resultSha256: SHA,
+            })),
+          });
+          if (r.outcomes.some((o) => o.error)) throw new Error("a gRPC CompleteTasks result was refused");
+        }
+        done += got.length;
+      }
+    });
+  return { start, count: () => done };
+}
+
 function leaseholdSubmitters(rest: Rest, workload: string) {
   let done = 0;
   const start = async () =>
@@ -284,7 +315,7 @@ interface Round {
 
 async function round(
   n: number,
-  ctx: { leaseholdUrl: string; rest: Rest; store: PostgresQueue; coordinator: Coordinator; gwUrl: string; bossUrl: string },
+  ctx: { leaseholdUrl: string; rest: Rest; rpc: Grpc; store: PostgresQueue; coordinator: Coordinator; gwUrl: string; bossUrl: string },
 ): Promise<Round> {
   const { rest, store, coordinator } = ctx;
   const rows: Row = {};
@@ -464,6 +495,30 @@ async function round(
     cpu["job, batch 16 (pg-boss)"] = bBatch.cpu;
     log(`batched: leasehold ${fmt(lBatch.rate)}, pg-boss ${fmt(bBatch.rate)}`);
 
+    // 5b. The same two over gRPC (HTTP/2): batched against pg-boss as above, and single tasks,
+    // whose figure is mostly for the coordinator's CPU per gRPC call (two calls per task).
+    await fillLeasehold(store, `grpc_batch_${n}`, Math.max(40_000, Math.ceil(SECONDS + 2) * 8000));
+    const grpcBatch = leaseholdGrpcClaimComplete(ctx.rpc, `grpc_batch_${n}`, 10);
+    const lGrpcBatch = await window(grpcBatch.start, grpcBatch.count, coordinator);
+    rows["batched claim + complete (max_tasks 10), gRPC vs pg-boss batch 16"] = {
+      leasehold: lGrpcBatch.rate,
+      peer: bBatch.rate,
+      peerName: "pg-boss fetch/complete batch 16 ×16, shallow queue",
+      unit: "tasks/s",
+    };
+    cpu["claim→complete, max_tasks 10, gRPC (leasehold)"] = lGrpcBatch.cpu;
+    await fillLeasehold(store, `grpc_single_${n}`, Math.max(20_000, Math.ceil(SECONDS + 2) * 2500));
+    const grpcSingle = leaseholdGrpcClaimComplete(ctx.rpc, `grpc_single_${n}`, 1);
+    const lGrpcSingle = await window(grpcSingle.start, grpcSingle.count, coordinator);
+    rows["single-task claim → complete, gRPC vs graphile-worker"] = {
+      leasehold: lGrpcSingle.rate,
+      peer: gSingle.rate,
+      peerName: "graphile-worker concurrency 16",
+      unit: "tasks/s",
+    };
+    cpu["claim→complete, max_tasks 1, gRPC (leasehold)"] = lGrpcSingle.cpu;
+    log(`gRPC: batched ${fmt(lGrpcBatch.rate)}, single ${fmt(lGrpcSingle.rate)}`);
+
     // 6. Pickup: job committed → a parked worker holds it. Leasehold: REST long poll; graphile: LISTEN/NOTIFY.
     await store.putWorkload({ name: `pickup_${n}`, leaseSeconds: 300 });
     const lPick: number[] = [];
@@ -538,10 +593,12 @@ async function main() {
   const storePool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
   const store = new PostgresQueue(storePool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
   const rest = restClient(coordinator.url, WORKERS * 2);
+  const rpc = grpcClient(coordinator.url);
   const rounds: Round[] = [];
   try {
-    for (let i = 1; i <= RUNS; i++) rounds.push(await round(i, { leaseholdUrl: db.url, rest, store, coordinator, gwUrl, bossUrl }));
+    for (let i = 1; i <= RUNS; i++) rounds.push(await round(i, { leaseholdUrl: db.url, rest, rpc, store, coordinator, gwUrl, bossUrl }));
   } finally {
+    rpc.close();
     await coordinator.stop();
     await storePool.end();
     await db.stop();
