@@ -3,7 +3,7 @@
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import http from "node:http";
+import { Pool, type Dispatcher } from "undici";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type Message } from "@bufbuild/protobuf";
 import type { GenMessage } from "@bufbuild/protobuf/codegenv2";
@@ -140,34 +140,27 @@ export async function startCoordinator(
   };
 }
 
-/** REST over HTTP/1.1 with keep-alive: node:http, which costs the generator far less CPU than fetch. */
+/**
+ * REST over HTTP/1.1 with keep-alive: undici's Pool, which costs the generator about half the CPU
+ * per call of node:http's Agent (measured against a trivial server: ~40 against ~70–85 µs), and
+ * the generator shares the machine with the coordinator and PostgreSQL.
+ */
 export function restClient(baseUrl: string, maxSockets = 64) {
-  const agent = new http.Agent({ keepAlive: true, maxSockets });
-  const u = new URL(baseUrl);
-  return (method: string, pathname: string, body?: unknown): Promise<{ status: number; json: unknown }> =>
-    new Promise((resolve, reject) => {
-      const data = body === undefined ? undefined : JSON.stringify(body);
-      const req = http.request(
-        {
-          host: u.hostname,
-          port: u.port,
-          method,
-          path: pathname,
-          agent,
-          headers: data ? { "content-type": "application/json", "content-length": Buffer.byteLength(data) } : {},
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on("data", (c) => chunks.push(c));
-          res.on("end", () => {
-            const text = Buffer.concat(chunks).toString();
-            resolve({ status: res.statusCode ?? 0, json: text ? JSON.parse(text) : null });
-          });
-        },
-      );
-      req.on("error", reject);
-      req.end(data);
+  const pool = new Pool(baseUrl, { connections: maxSockets, pipelining: 1 });
+  return async (method: string, pathname: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
+    const data = body === undefined ? undefined : JSON.stringify(body);
+    const res = await pool.request({
+      method: method as Dispatcher.HttpMethod,
+      path: pathname,
+      headers: data ? { "content-type": "application/json" } : {},
+      body: data,
+      // A long poll may be parked for its whole wait_seconds.
+      headersTimeout: 0,
+      bodyTimeout: 0,
     });
+    const text = await res.body.text();
+    return { status: res.statusCode, json: text ? JSON.parse(text) : null };
+  };
 }
 
 /**
