@@ -78,6 +78,25 @@ export const SELECT_JOB_TASKS = `SELECT * FROM tasks WHERE job_id = $1 ORDER BY 
 export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
 
 /*
+ * Status events written by the statement that changes the status (the claim and the completions)
+ * rather than by the tasks_status_events trigger, which skips every row whose update flips
+ * event_flip (see migrations/1764490000000_lean_hot_path.sql): a statement that flips it must
+ * insert the event of each row it changes, exactly as the trigger would have (same columns, same
+ * transaction), and notify the watched jobs among them. The trigger was a plpgsql call per row,
+ * with its INSERT and its job_watchers probe run through SPI; ~14% of the backends' CPU under
+ * claim + complete (perf). `watched` must be read by the statement (a SELECT in a WITH runs only
+ * when referenced): each of them returns its count as `notified`.
+ */
+const watchedJobs = (rows: string) => `watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM ${rows} r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)`;
+const completedEvents = (rows: string) => `events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM ${rows}
+), ${watchedJobs(rows)}`;
+
+/*
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
  *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
@@ -123,16 +142,23 @@ WITH expired AS (
       lease_owner = $3,
       lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
       started_at = coalesce(t.started_at, now()),
-      version = t.version + 1
+      version = t.version + 1,
+      event_flip = NOT t.event_flip
   WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
   RETURNING t.*
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
-)
+), events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN id = ANY (ARRAY(SELECT id FROM fresh)) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed
+), ${watchedJobs("claimed")}
 -- pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
 SELECT claimed.*,
-  CASE WHEN claimed.id IN (SELECT id FROM fresh) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds
+  CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds,
+  (SELECT count(*) FROM watched) AS notified
 FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
@@ -164,10 +190,10 @@ export const COMPLETE_TASK = `
 WITH done AS (
   UPDATE tasks
   SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
-      completed_at = now(), lease_expires_at = NULL, version = version + 1
+      completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
   WHERE ${liveLease("tasks")}
   RETURNING *
-), finished AS (
+), ${completedEvents("done")}, finished AS (
   UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
   WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
     AND NOT EXISTS (
@@ -179,7 +205,8 @@ WITH done AS (
 SELECT done.*,
   NOT EXISTS (SELECT 1 FROM finished)
     AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job,
+  (SELECT count(*) FROM watched) AS notified
 FROM done`;
 
 /*
@@ -265,13 +292,16 @@ WHERE j.status = 'running'
  * primary key whatever the planner guesses about the recordset. Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
  */
 export const COMPLETE_TASKS = `
-UPDATE tasks t
-SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
-    completed_at = now(), lease_expires_at = NULL, version = t.version + 1
-FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
-WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
-  AND t.lease_expires_at > now()
-RETURNING t.*`;
+WITH done AS (
+  UPDATE tasks t
+  SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
+      completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
+  FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
+  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+    AND t.lease_expires_at > now()
+  RETURNING t.*
+), ${completedEvents("done")}
+SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
 
 // Runs in its own statement after completions commit, so its snapshot sees every commit that
 // came before; the last of several racing completers always finds the job done.
@@ -441,8 +471,9 @@ WHERE t.id = ANY (ARRAY(SELECT id FROM stale))
 RETURNING t.id, t.job_id`;
 
 /*
- * Retention: a few old finished jobs per statement (each may hold thousands of tasks), their events
- * first, then the jobs (tasks go by ON DELETE CASCADE). SKIP LOCKED keeps coordinators apart.
+ * Retention: a few old finished jobs per statement (each may hold thousands of tasks), with their
+ * events and their tasks (no foreign key cascades them: see migrations/1764490000000_lean_hot_path.sql;
+ * tasks_job_chunk_key finds a job's tasks). SKIP LOCKED keeps coordinators apart.
  * $1 days, $2 jobs per batch.
  */
 export const DELETE_OLD_JOBS = `
@@ -454,6 +485,8 @@ WITH old AS (
   FOR UPDATE SKIP LOCKED
 ), events AS (
   DELETE FROM task_events WHERE job_id = ANY (ARRAY(SELECT id FROM old))
+), job_tasks AS (
+  DELETE FROM tasks WHERE job_id = ANY (ARRAY(SELECT id FROM old))
 )
 DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`;
 
