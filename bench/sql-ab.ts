@@ -8,7 +8,7 @@
 //                        git archive <ref> | tar -x -C /tmp/base && ln -s "$PWD/node_modules" /tmp/base/
 //   AB_MODES             comma list of single,batch,insert,one (default: all four), bare
 //   AB_PAIRS (3)         alternating pairs per mode   AB_SECONDS (4) length of a loop run
-//   AB_WORKERS (16)      connections of the loops
+//   AB_WORKERS (16)      connections of the loops   AB_WAL_STATS   also WAL bytes per task by kind (pg_walinspect)
 
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, chmodSync } from "node:fs";
@@ -84,6 +84,16 @@ async function measure(side: Side, body: () => Promise<number>): Promise<Sample>
   const w1 = await lsn(side);
   const c1 = await backendCpu(side);
   const wal = Number((await side.pool.query("SELECT pg_wal_lsn_diff($1, $2) AS d", [w1, w0])).rows[0].d);
+  if (process.env.AB_WAL_STATS) {
+    // Where the WAL went (pg_walinspect): bytes per task by resource manager, records and full-page images.
+    await side.pool.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
+    const { rows } = await side.pool.query(
+      `SELECT "resource_manager/record_type" AS rm, record_size::float8 / $3 AS rec, fpi_size::float8 / $3 AS fpi, count::float8 / $3 AS n
+       FROM pg_get_wal_stats($1::pg_lsn, $2::pg_lsn, false) WHERE count > 0 ORDER BY combined_size DESC`,
+      [w0, w1, n],
+    );
+    console.error(`  ${side.name}: ${rows.map((r) => `${r.rm} ${fmt(r.rec)}+${fmt(r.fpi)} fpi (${fmt(r.n, 1)} rec)`).join(", ")}`);
+  }
   return { rate: n / (ms / 1000), cpuUs: ((c1 - c0) * 1e6) / n, wal: wal / n, ms };
 }
 

@@ -100,7 +100,7 @@ const completedEvents = (rows: string) => `events AS (
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
  *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
- *     expired: leases whose holder went silent, with attempts left (tasks_status_lease_created_idx),
+ *     expired: leases whose holder went silent, with attempts left (tasks_lease_expiry_idx),
  *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx).
  * - FOR UPDATE SKIP LOCKED: concurrent claimers skip each other's candidates instead of queueing.
  * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
@@ -164,7 +164,7 @@ FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
 // worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
 // `status::text`: with `status = 'leased'` the generic plan of the completion found the row through
-// tasks_status_lease_created_idx (`status = 'leased' AND lease_expires_at > now()`, filtering on
+// the lease index (then tasks_status_lease_created_idx; `status = 'leased' AND lease_expires_at > now()`, filtering on
 // id), which walks every leased entry, dead ones included: each completed task leaves one there
 // whose lease_expires_at stays in the future for a lease length. The cast keeps the partial
 // indexes' predicates unprovable, so the primary key is the only way in.
@@ -445,8 +445,13 @@ WHERE EXISTS (
 
 /*
  * Abandoned work: claimable tasks of workloads with max_pending_seconds that nobody claimed in
- * that long fail with 'expired'. created_at <= run_after, so the created_at bound lets the scan
- * stay inside tasks_status_lease_created_idx's pending range of old rows. $1 batch.
+ * that long fail with 'expired'. Read through the claim index (tasks_claim_pending_idx: workload,
+ * priority, created_at), where the created_at bound is an index condition: PostgreSQL 18 skips
+ * from one priority to the next ("Index Searches" = the workload's distinct priorities + 1); older
+ * servers check the bound on each of the workload's pending index entries without reading the heap.
+ * Pending tasks are no longer in the lease index, which every task insert paid for (see
+ * migrations/1764490000000_lean_hot_path.sql). No order needed: the caller repeats while batches
+ * come back full. $1 batch.
  */
 export const EXPIRE_PENDING = `
 WITH stale AS (
@@ -454,10 +459,9 @@ WITH stale AS (
   FROM workloads w
   CROSS JOIN LATERAL (
     SELECT id FROM tasks
-    WHERE status = 'pending' AND lease_expires_at IS NULL AND workload = w.name
+    WHERE status = 'pending' AND workload = w.name
       AND created_at <= now() - make_interval(secs => w.max_pending_seconds)
       AND run_after <= now() - make_interval(secs => w.max_pending_seconds)
-    ORDER BY created_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
   ) c
@@ -490,8 +494,8 @@ WITH old AS (
 )
 DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`;
 
-// Metrics: unfinished tasks by workload and status, read through the partial index that holds
-// exactly them, and the oldest claimable one per workload.
+// Metrics: unfinished tasks by workload and status, read through a partial index that holds
+// exactly them (tasks_job_unfinished_idx), and the oldest claimable one per workload.
 export const UNFINISHED_TASK_STATS = `
 SELECT workload, status::text AS status, count(*)::int AS n,
   coalesce(extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now())), 0)::float8 AS oldest_pending_seconds
