@@ -9,7 +9,9 @@
 //   AB_MODES             comma list of single,batch,insert,one (default: all four), bare
 //   AB_PAIRS (3)         alternating pairs per mode   AB_SECONDS (4) length of a loop run
 //   AB_WORKERS (16)      connections of the loops   AB_WAL_STATS   also WAL bytes per task by kind (pg_walinspect)
+//   AB_PERF=DIR          perf record (dwarf call graphs) of the backends during each measured run, into DIR
 
+import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, chmodSync } from "node:fs";
 import os from "node:os";
@@ -76,6 +78,16 @@ async function measure(side: Side, body: () => Promise<number>): Promise<Sample>
   // Every connection of the pool open first, so the CPU of all of them is counted.
   const cs = await Promise.all(Array.from({ length: WORKERS }, () => side.pool.connect()));
   for (const c of cs) c.release();
+  // AB_PERF=DIR: a perf profile (call graphs) of the backends for the measured part only.
+  let perf: ChildProcess | undefined;
+  if (process.env.AB_PERF) {
+    const { rows } = await side.pool.query(
+      "SELECT string_agg(pid::text, ',') AS pids FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'",
+    );
+    const out = path.join(process.env.AB_PERF, `${side.name}-${seq}.data`);
+    perf = spawn("perf", ["record", "-F", "500", "--call-graph", "dwarf,16384", "-o", out, "-p", rows[0].pids], { stdio: "ignore" });
+    await new Promise((r) => setTimeout(r, 500));
+  }
   const c0 = await backendCpu(side);
   const w0 = await lsn(side);
   const t0 = performance.now();
@@ -83,6 +95,10 @@ async function measure(side: Side, body: () => Promise<number>): Promise<Sample>
   const ms = performance.now() - t0;
   const w1 = await lsn(side);
   const c1 = await backendCpu(side);
+  if (perf) {
+    perf.kill("SIGINT");
+    await new Promise((r) => perf!.once("exit", r));
+  }
   const wal = Number((await side.pool.query("SELECT pg_wal_lsn_diff($1, $2) AS d", [w1, w0])).rows[0].d);
   if (process.env.AB_WAL_STATS) {
     // Where the WAL went (pg_walinspect): bytes per task by resource manager, records and full-page images.
