@@ -9,6 +9,7 @@
 //   AB_MODES             comma list of single,batch,insert,one (default: all four), bare
 //   AB_PAIRS (3)         alternating pairs per mode   AB_SECONDS (4) length of a loop run
 //   AB_WORKERS (16)      connections of the loops   AB_WAL_STATS   also WAL bytes per task by kind (pg_walinspect)
+//   AB_ADMIN_SQL         SQL run once on the server first (databases ab_a, ab_b)
 //   AB_PERF=DIR          perf record (dwarf call graphs) of the backends during each measured run, into DIR
 
 import { spawn, type ChildProcess } from "node:child_process";
@@ -243,6 +244,9 @@ async function main() {
   await admin.connect();
   await admin.query("CREATE DATABASE ab_a");
   await admin.query("CREATE DATABASE ab_b");
+  // AB_ADMIN_SQL: run once on the server before anything else, e.g. a per-database setting for one side
+  // ("ALTER DATABASE ab_b SET wal_compression = lz4").
+  if (process.env.AB_ADMIN_SQL) await admin.query(process.env.AB_ADMIN_SQL);
   await admin.end();
   const sides = [
     await loadSide("A", path.resolve(BASE), db.urlFor("ab_a")),
