@@ -10,6 +10,7 @@
 //   AB_PAIRS (3)         alternating pairs per mode   AB_SECONDS (4) length of a loop run
 //   AB_WORKERS (16)      connections of the loops   AB_WAL_STATS   also WAL bytes per task by kind (pg_walinspect)
 //   AB_ADMIN_SQL         SQL run once on the server first (databases ab_a, ab_b)
+//   AB_B                 another checkout for B (default: this one)   AB_SETUP_A, AB_SETUP_B  SQL run on that side's database after its migrations
 //   AB_PERF=DIR          perf record (dwarf call graphs) of the backends during each measured run, into DIR
 
 import { spawn, type ChildProcess } from "node:child_process";
@@ -250,8 +251,11 @@ async function main() {
   await admin.end();
   const sides = [
     await loadSide("A", path.resolve(BASE), db.urlFor("ab_a")),
-    await loadSide("B", path.resolve(import.meta.dirname, ".."), db.urlFor("ab_b")),
+    await loadSide("B", path.resolve(process.env.AB_B ?? path.join(import.meta.dirname, "..")), db.urlFor("ab_b")),
   ];
+  // AB_SETUP_A / AB_SETUP_B: SQL run on that side's database after its migrations (a candidate change as SQL, e.g. with AB_B=AB_BASE).
+  if (process.env.AB_SETUP_A) await sides[0].pool.query(process.env.AB_SETUP_A);
+  if (process.env.AB_SETUP_B) await sides[1].pool.query(process.env.AB_SETUP_B);
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const runs: Record<string, (s: Side) => Promise<Sample>> = {
     single: (s) => loop(s, 1),
