@@ -86,6 +86,8 @@ export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
  * with its INSERT and its job_watchers probe run through SPI; ~14% of the backends' CPU under
  * claim + complete (perf). `watched` must be read by the statement (a SELECT in a WITH runs only
  * when referenced): each of them returns its count as `notified`.
+ * Measured (bench/sql-ab.ts, 3 pairs, backend CPU per task): single claim + complete 958 -> 925 us,
+ * batched 240 -> 187 us.
  */
 const watchedJobs = (rows: string) => `watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM ${rows} r
@@ -108,6 +110,11 @@ const completedEvents = (rows: string) => `events AS (
  *   (and lock-free) for jobs already running.
  * - Rows are written through `id = ANY(ARRAY(...))`: a primary-key lookup whatever the plan cache
  *   guesses about the size of `picked` (a joined CTE once got a generic plan with a seq scan).
+ * - The status events are written here (`events`, see watchedJobs above), previous status from the
+ *   arm: pending for fresh work, leased for a reclaimed lease.
+ * - "Was it fresh" is `= ANY (ARRAY(SELECT id FROM fresh))`, not `IN (SELECT id FROM fresh)`: the
+ *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
+ *   under claim + complete (perf).
  * $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
  */
 export const CLAIM_TASKS = `
