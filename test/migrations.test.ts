@@ -1,4 +1,4 @@
-// Migrations: up from an empty database to the latest, down two, and up again.
+// Migrations: up from an empty database to the latest, down three, and up again.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { expectedMigrations, migrate, pendingMigrations } from "../src/store/postgres/migrate.js";
@@ -22,22 +22,43 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.tablename);
 }
 
-it("migrates an empty database up to the latest, down by one and by another, and up again", async () => {
+it("migrates an empty database up to the latest, down by one, two and three, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   expect(await pendingMigrations(client)).toEqual([]);
   const { rows } = await client.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'tasks' ORDER BY indexname`);
   expect(rows.map((r) => r.indexname)).toEqual(
-    expect.arrayContaining([
-      "tasks_claim_pending_idx",
-      "tasks_status_lease_created_idx",
-      "tasks_job_unfinished_idx",
-      "tasks_job_chunk_key",
-    ]),
+    expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_key"]),
   );
 
-  // The storage settings of the hot tables are set, and the latest migration takes them back.
+  // The lean hot path (the latest): the claim and completions write their own events (the trigger
+  // skips rows whose update flips event_flip), no BEFORE INSERT trigger on the log, no foreign keys
+  // or sha256 regexes on tasks. Its down migration puts all of that back.
+  const triggers = async () =>
+    (await client.query(`SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname`)).rows.map((r) => r.tgname);
+  const taskConstraints = async () =>
+    (
+      await client.query(`SELECT conname FROM pg_constraint WHERE conrelid = 'tasks'::regclass AND contype IN ('f', 'c') ORDER BY conname`)
+    ).rows.map((r) => r.conname);
+  const flipColumn = async () =>
+    (await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'tasks' AND column_name = 'event_flip'`))
+      .rows.length;
+  expect(await triggers()).toEqual(["jobs_status_events", "tasks_status_events"]);
+  expect(await taskConstraints()).not.toContain("tasks_job_id_fkey");
+  expect(await taskConstraints()).not.toContain("tasks_input_sha256_check");
+  expect(await flipColumn()).toBe(1);
+  await migrate(db.url, "down");
+  expect(await triggers()).toEqual(["jobs_status_events", "task_events_error_message", "tasks_status_events"]);
+  expect(await taskConstraints()).toEqual(
+    expect.arrayContaining(["tasks_input_sha256_check", "tasks_job_id_fkey", "tasks_result_sha256_check", "tasks_workload_fkey"]),
+  );
+  expect(await flipColumn()).toBe(0);
+  const [storage, lean] = expectedMigrations().slice(-2);
+  expect(lean).toMatch(/lean_hot_path$/);
+  expect(await pendingMigrations(client)).toEqual([lean]);
+
+  // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
     (await client.query(`SELECT relname, reloptions FROM pg_class WHERE relname IN ('tasks', 'jobs') ORDER BY relname`)).rows.map((r) => [
       r.relname,
@@ -48,8 +69,7 @@ it("migrates an empty database up to the latest, down by one and by another, and
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  const [previous, latest] = expectedMigrations().slice(-2);
-  expect(await pendingMigrations(client)).toEqual([latest]);
+  expect(await pendingMigrations(client)).toEqual([storage, lean]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -57,14 +77,14 @@ it("migrates an empty database up to the latest, down by one and by another, and
 
   // The one before (inspection) takes back only its own column and index; the event log and its triggers stay.
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([previous, latest]);
+  const previous = expectedMigrations().slice(-3)[0];
+  expect(await pendingMigrations(client)).toEqual([previous, storage, lean]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
     `SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`,
   );
   expect(columns).toEqual([]);
-  const { rows: triggers } = await client.query(`SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname`);
-  expect(triggers.map((r) => r.tgname)).toEqual(["jobs_status_events", "tasks_status_events"]);
+  expect(await triggers()).toEqual(["jobs_status_events", "tasks_status_events"]);
 
   await migrate(db.url, "up");
   expect(await pendingMigrations(client)).toEqual([]);

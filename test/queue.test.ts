@@ -241,8 +241,8 @@ describe("2. claim is one statement", () => {
       const plan = rows.map((r) => r["QUERY PLAN"]).join("\n");
       if (process.env.SHOW_PLAN) console.log(plan);
       expect(plan).toMatch(/Index Scan using tasks_claim_pending_idx on tasks/);
-      // The zombie arm reads the expired-lease range of the status index.
-      expect(plan).toMatch(/Index Scan using tasks_status_lease_created_idx on tasks/);
+      // The zombie arm reads the expired-lease range of the lease index.
+      expect(plan).toMatch(/Index Scan using tasks_lease_expiry_idx on tasks/);
       // No sort over the backlog: every Sort node handles at most the few picked candidates.
       const sortSizes = [...plan.matchAll(/Sort \(actual rows=(\d+)/g)].map((m) => Number(m[1]));
       expect(sortSizes.length).toBeGreaterThan(0);

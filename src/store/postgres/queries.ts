@@ -78,10 +78,31 @@ export const SELECT_JOB_TASKS = `SELECT * FROM tasks WHERE job_id = $1 ORDER BY 
 export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
 
 /*
+ * Status events written by the statement that changes the status (the claim and the completions)
+ * rather than by the tasks_status_events trigger, which skips every row whose update flips
+ * event_flip (see migrations/1764490000000_lean_hot_path.sql): a statement that flips it must
+ * insert the event of each row it changes, exactly as the trigger would have (same columns, same
+ * transaction), and notify the watched jobs among them. The trigger was a plpgsql call per row,
+ * with its INSERT and its job_watchers probe run through SPI; ~14% of the backends' CPU under
+ * claim + complete (perf). `watched` must be read by the statement (a SELECT in a WITH runs only
+ * when referenced): each of them returns its count as `notified`.
+ * Measured (bench/sql-ab.ts, 3 pairs, backend CPU per task): single claim + complete 958 -> 925 us,
+ * batched 240 -> 187 us.
+ */
+const watchedJobs = (rows: string) => `watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM ${rows} r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)`;
+const completedEvents = (rows: string) => `events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM ${rows}
+), ${watchedJobs(rows)}`;
+
+/*
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
  *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
- *     expired: leases whose holder went silent, with attempts left (tasks_status_lease_created_idx),
+ *     expired: leases whose holder went silent, with attempts left (tasks_lease_expiry_idx),
  *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx).
  * - FOR UPDATE SKIP LOCKED: concurrent claimers skip each other's candidates instead of queueing.
  * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
@@ -89,6 +110,11 @@ export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
  *   (and lock-free) for jobs already running.
  * - Rows are written through `id = ANY(ARRAY(...))`: a primary-key lookup whatever the plan cache
  *   guesses about the size of `picked` (a joined CTE once got a generic plan with a seq scan).
+ * - The status events are written here (`events`, see watchedJobs above), previous status from the
+ *   arm: pending for fresh work, leased for a reclaimed lease.
+ * - "Was it fresh" is `= ANY (ARRAY(SELECT id FROM fresh))`, not `IN (SELECT id FROM fresh)`: the
+ *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
+ *   under claim + complete (perf).
  * $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
  */
 export const CLAIM_TASKS = `
@@ -123,22 +149,29 @@ WITH expired AS (
       lease_owner = $3,
       lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
       started_at = coalesce(t.started_at, now()),
-      version = t.version + 1
+      version = t.version + 1,
+      event_flip = NOT t.event_flip
   WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
   RETURNING t.*
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
-)
+), events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN id = ANY (ARRAY(SELECT id FROM fresh)) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed
+), ${watchedJobs("claimed")}
 -- pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
 SELECT claimed.*,
-  CASE WHEN claimed.id IN (SELECT id FROM fresh) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds
+  CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds,
+  (SELECT count(*) FROM watched) AS notified
 FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
 // worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
 // `status::text`: with `status = 'leased'` the generic plan of the completion found the row through
-// tasks_status_lease_created_idx (`status = 'leased' AND lease_expires_at > now()`, filtering on
+// the lease index (then tasks_status_lease_created_idx; `status = 'leased' AND lease_expires_at > now()`, filtering on
 // id), which walks every leased entry, dead ones included: each completed task leaves one there
 // whose lease_expires_at stays in the future for a lease length. The cast keeps the partial
 // indexes' predicates unprovable, so the primary key is the only way in.
@@ -164,10 +197,10 @@ export const COMPLETE_TASK = `
 WITH done AS (
   UPDATE tasks
   SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
-      completed_at = now(), lease_expires_at = NULL, version = version + 1
+      completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
   WHERE ${liveLease("tasks")}
   RETURNING *
-), finished AS (
+), ${completedEvents("done")}, finished AS (
   UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
   WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
     AND NOT EXISTS (
@@ -179,7 +212,8 @@ WITH done AS (
 SELECT done.*,
   NOT EXISTS (SELECT 1 FROM finished)
     AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job,
+  (SELECT count(*) FROM watched) AS notified
 FROM done`;
 
 /*
@@ -265,13 +299,16 @@ WHERE j.status = 'running'
  * primary key whatever the planner guesses about the recordset. Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
  */
 export const COMPLETE_TASKS = `
-UPDATE tasks t
-SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
-    completed_at = now(), lease_expires_at = NULL, version = t.version + 1
-FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
-WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
-  AND t.lease_expires_at > now()
-RETURNING t.*`;
+WITH done AS (
+  UPDATE tasks t
+  SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
+      completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
+  FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
+  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+    AND t.lease_expires_at > now()
+  RETURNING t.*
+), ${completedEvents("done")}
+SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
 
 // Runs in its own statement after completions commit, so its snapshot sees every commit that
 // came before; the last of several racing completers always finds the job done.
@@ -415,8 +452,13 @@ WHERE EXISTS (
 
 /*
  * Abandoned work: claimable tasks of workloads with max_pending_seconds that nobody claimed in
- * that long fail with 'expired'. created_at <= run_after, so the created_at bound lets the scan
- * stay inside tasks_status_lease_created_idx's pending range of old rows. $1 batch.
+ * that long fail with 'expired'. Read through the claim index (tasks_claim_pending_idx: workload,
+ * priority, created_at), where the created_at bound is an index condition: PostgreSQL 18 skips
+ * from one priority to the next ("Index Searches" = the workload's distinct priorities + 1); older
+ * servers check the bound on each of the workload's pending index entries without reading the heap.
+ * Pending tasks are no longer in the lease index, which every task insert paid for (see
+ * migrations/1764490000000_lean_hot_path.sql). No order needed: the caller repeats while batches
+ * come back full. $1 batch.
  */
 export const EXPIRE_PENDING = `
 WITH stale AS (
@@ -424,10 +466,9 @@ WITH stale AS (
   FROM workloads w
   CROSS JOIN LATERAL (
     SELECT id FROM tasks
-    WHERE status = 'pending' AND lease_expires_at IS NULL AND workload = w.name
+    WHERE status = 'pending' AND workload = w.name
       AND created_at <= now() - make_interval(secs => w.max_pending_seconds)
       AND run_after <= now() - make_interval(secs => w.max_pending_seconds)
-    ORDER BY created_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
   ) c
@@ -441,8 +482,9 @@ WHERE t.id = ANY (ARRAY(SELECT id FROM stale))
 RETURNING t.id, t.job_id`;
 
 /*
- * Retention: a few old finished jobs per statement (each may hold thousands of tasks), their events
- * first, then the jobs (tasks go by ON DELETE CASCADE). SKIP LOCKED keeps coordinators apart.
+ * Retention: a few old finished jobs per statement (each may hold thousands of tasks), with their
+ * events and their tasks (no foreign key cascades them: see migrations/1764490000000_lean_hot_path.sql;
+ * tasks_job_chunk_key finds a job's tasks). SKIP LOCKED keeps coordinators apart.
  * $1 days, $2 jobs per batch.
  */
 export const DELETE_OLD_JOBS = `
@@ -454,11 +496,13 @@ WITH old AS (
   FOR UPDATE SKIP LOCKED
 ), events AS (
   DELETE FROM task_events WHERE job_id = ANY (ARRAY(SELECT id FROM old))
+), job_tasks AS (
+  DELETE FROM tasks WHERE job_id = ANY (ARRAY(SELECT id FROM old))
 )
 DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`;
 
-// Metrics: unfinished tasks by workload and status, read through the partial index that holds
-// exactly them, and the oldest claimable one per workload.
+// Metrics: unfinished tasks by workload and status, read through a partial index that holds
+// exactly them (tasks_job_unfinished_idx), and the oldest claimable one per workload.
 export const UNFINISHED_TASK_STATS = `
 SELECT workload, status::text AS status, count(*)::int AS n,
   coalesce(extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now())), 0)::float8 AS oldest_pending_seconds
