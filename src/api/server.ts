@@ -22,6 +22,7 @@ import { protocolOf, requestInfoKey, type RequestInfo } from "./request-info.js"
 import { logWhenClosed } from "./request-log.js";
 import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
 import { createQueueServiceImpl } from "./service.js";
+import { createUnaryInvoker } from "./unary.js";
 import { serveUi } from "./ui-routes.js";
 
 export interface ApiServerOptions {
@@ -72,12 +73,14 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   // The router's handlers (one per RPC) also serve REST, so every transport runs the one chain
   // (connectNodeAdapter calls routes before it returns).
   let handlers: readonly UniversalHandler[] = [];
+  const interceptors = rpcInterceptors({ requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth, metrics: opts.metrics });
+  const invoke = createUnaryInvoker(impl, interceptors);
   const connectHandler = connectNodeAdapter({
     routes: (router) => {
       router.service(QueueServiceDesc, impl);
       handlers = router.handlers;
     },
-    interceptors: rpcInterceptors({ requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth, metrics: opts.metrics }),
+    interceptors,
     readMaxBytes: opts.maxBodyBytes,
     jsonOptions,
     contextValues: (req) => createContextValues().set(requestInfoKey, infos.get(req)),
@@ -88,7 +91,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     },
   });
 
-  const rest = createRest({ handlers, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
+  const rest = createRest({ handlers, invoke, jsonOptions, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
   const opsRoutes = createOpsRoutes({ logger, readiness: opts.readiness, auth: opts.auth, metrics: opts.metrics });
 
   async function handle(req: NodeRequest, res: NodeResponse): Promise<void> {
