@@ -23,6 +23,7 @@ import { logWhenClosed } from "./request-log.js";
 import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
 import { createQueueServiceImpl } from "./service.js";
 import { createUnaryInvoker } from "./unary.js";
+import { createGrpcUnary } from "./grpc-unary.js";
 import { serveUi } from "./ui-routes.js";
 
 export interface ApiServerOptions {
@@ -92,6 +93,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   });
 
   const rest = createRest({ handlers, invoke, jsonOptions, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
+  const grpcUnary = createGrpcUnary({ service: QueueServiceDesc, invoke, maxBodyBytes: opts.maxBodyBytes });
   const opsRoutes = createOpsRoutes({ logger, readiness: opts.readiness, auth: opts.auth, metrics: opts.metrics });
 
   async function handle(req: NodeRequest, res: NodeResponse): Promise<void> {
@@ -112,6 +114,11 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
       if (await serveUi(req, res, url.pathname, info)) return;
       if (rest.isRestPath(url.pathname)) {
         await rest.handle(req, res, url, info);
+        return;
+      }
+      const grpcMethod = grpcUnary.match(req, url.pathname);
+      if (grpcMethod) {
+        await grpcUnary.serve(req, res, grpcMethod, info);
         return;
       }
       info.protocol = protocolOf(req.headers["content-type"]);
