@@ -8,7 +8,7 @@
 // CPU per call and the stub's peak RSS.
 //
 //   API_SECONDS (4)  length of each timed run     API_ROUNDS (3)  rounds (modes alternate within each)
-//   API_MODES (rest,grpc,connect,create)          API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
+//   API_MODES (rest,grpc,connect,create,floor)          API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
 //   API_STUB_CWD (.)  checkout whose stub to run (an A/B against another worktree)
 
 import { spawn } from "node:child_process";
@@ -23,7 +23,7 @@ import { freePort, restClient } from "./harness.js";
 const SECONDS = Number(process.env.API_SECONDS ?? 4);
 const ROUNDS = Number(process.env.API_ROUNDS ?? 3);
 const WORKERS = 16;
-const MODES = (process.env.API_MODES ?? "rest,grpc,connect,create").split(",");
+const MODES = (process.env.API_MODES ?? "rest,grpc,connect,create,floor").split(",");
 const SHA = createHash("sha256").update("bench").digest("hex");
 const TICK_US = 1e6 / 100; // USER_HZ
 
@@ -35,11 +35,17 @@ interface Stub {
   stop(): Promise<void>;
 }
 
-async function startStub(): Promise<Stub> {
+async function startStub(env: Record<string, string> = {}): Promise<Stub> {
   const port = await freePort();
   const nodeArgs = (process.env.API_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "bench/stub-coordinator.ts"], {
-    env: { ...process.env, PORT: String(port), STUB_LOG_LEVEL: "info", STUB_METRICS: "1" },
+    env: {
+      ...process.env,
+      PORT: String(port),
+      STUB_LOG_LEVEL: process.env.STUB_LOG_LEVEL ?? "info",
+      STUB_METRICS: process.env.STUB_METRICS ?? "1",
+      ...env,
+    },
     stdio: ["ignore", "ignore", "inherit"],
     cwd: process.env.API_STUB_CWD ?? process.cwd(),
   });
@@ -158,6 +164,17 @@ for (let round = 1; round <= ROUNDS; round++) {
     }
   } finally {
     await stub.stop();
+  }
+  if (MODES.includes("floor")) {
+    // The floor: a bare node:http server answering the same requests with fixed JSON.
+    const bare = await startStub({ STUB_BARE: "1" });
+    try {
+      const rest = restClient(bare.url, WORKERS * 2);
+      const m = await measure(bare, (s) => loops(s, restCycle(rest)));
+      record("floor: bare node:http, same REST exchange", m.us, m.perSecond);
+    } finally {
+      await bare.stop();
+    }
   }
   if (MODES.includes("create")) {
     // A fresh process, so the peak RSS is the big request's.

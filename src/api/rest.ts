@@ -16,7 +16,6 @@
 import {
   fromBinary,
   fromJson,
-  toJsonString,
   type JsonReadOptions,
   type JsonWriteOptions,
   type MessageShape,
@@ -52,8 +51,10 @@ import { endResponse, readBody } from "./body.js";
 import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { UnaryInvoker } from "./unary.js";
+import { writeJson as messageJson, type JsonWriteOptions as CompiledWriterOptions } from "./json-writer.js";
 
-export type JsonOptions = Partial<JsonReadOptions & JsonWriteOptions>;
+/** The server's JSON options: the contract's one JSON shape (proto field names, implicit fields always present). */
+export type JsonOptions = Partial<JsonReadOptions & JsonWriteOptions> & CompiledWriterOptions;
 
 type NodeHandlerFn = ReturnType<typeof connectNodeAdapter>;
 /** The request and response types connect-node serves (http or http2). */
@@ -487,7 +488,7 @@ function writeUnary(
     res.end();
     return;
   }
-  const body = toJsonString(rpc.output, message, jsonOptions);
+  const body = messageJson(rpc.output, message, jsonOptions);
   res.setHeader("content-type", "application/json");
   res.setHeader("content-length", Buffer.byteLength(body));
   res.statusCode = status;

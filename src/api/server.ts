@@ -68,8 +68,8 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   const jsonOptions = {
     ignoreUnknownFields: false,
     textDecoder: new TextDecoder("utf-8", { fatal: true }),
-    useProtoFieldName: true,
-    alwaysEmitImplicit: true,
+    useProtoFieldName: true as const,
+    alwaysEmitImplicit: true as const,
   };
   // The router's handlers (one per RPC) also serve REST, so every transport runs the one chain
   // (connectNodeAdapter calls routes before it returns).
