@@ -10,6 +10,7 @@
 //   API_SECONDS (4)  length of each timed run     API_ROUNDS (3)  rounds (modes alternate within each)
 //   API_MODES (rest,grpc,connect,create,floor)          API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
 //   API_STUB_CWD (.)  checkout whose stub to run (an A/B against another worktree)
+//   API_STUB_JS       run this compiled stub with plain node instead of bench/stub-coordinator.ts under tsx
 
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -38,7 +39,8 @@ interface Stub {
 async function startStub(env: Record<string, string> = {}): Promise<Stub> {
   const port = await freePort();
   const nodeArgs = (process.env.API_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "bench/stub-coordinator.ts"], {
+  const script = process.env.API_STUB_JS ? [process.env.API_STUB_JS] : ["--import", "tsx", "bench/stub-coordinator.ts"];
+  const child = spawn(process.execPath, [...nodeArgs, ...script], {
     env: {
       ...process.env,
       PORT: String(port),

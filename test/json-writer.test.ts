@@ -1,8 +1,8 @@
 // The compiled JSON writer (src/api/json-writer.ts) writes what protobuf-es' toJsonString writes
 // with the server's options, byte for byte: for every message type of the contract, at its zero
 // value and filled in, and for the hot answers with the values the queue produces.
-import { create, toJsonString, type DescMessage, type DescField, type MessageShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { create, toBinary, toJsonString, type DescMessage, type DescField, type MessageShape } from "@bufbuild/protobuf";
+import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
 import {
   ClaimTasksResponseSchema,
@@ -11,6 +11,7 @@ import {
   CreateJobResponseSchema,
   file_leasehold_queue_v1_queue,
   RenewLeaseResponseSchema,
+  TaskSchema,
   TaskStatus,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../src/api/convert.js";
@@ -147,6 +148,44 @@ describe("compiled JSON writer", () => {
         if (expected === undefined) expect(() => writeJson(schema, m, OPTIONS), schema.typeName).toThrow();
         else expect(writeJson(schema, m, OPTIONS), `${schema.typeName} seed ${seed}`).toBe(expected);
       }
+    }
+  });
+
+  it("builds Task messages (taskMessage, a literal for speed) exactly as create() does", () => {
+    const variants: Task[] = [
+      task,
+      { ...task, leaseOwner: null, leaseExpiresAt: null, startedAt: null, parameters: {} },
+      { ...task, status: "completed", resultUri: "s3://o", resultSha256: "b".repeat(64), metrics: { a: [1] }, completedAt: new Date(-1) },
+      { ...task, errorCode: "oom", errorMessage: "out of memory", traceparent: "00-" + "1".repeat(32) + "-" + "2".repeat(16) + "-01" },
+    ];
+    for (const t of variants) {
+      const viaCreate = create(TaskSchema, {
+        id: t.id,
+        jobId: t.jobId,
+        chunkIndex: t.chunkIndex,
+        workload: t.workload,
+        inputUri: t.inputUri,
+        inputSha256: t.inputSha256,
+        parameters: t.parameters,
+        status: { leased: TaskStatus.LEASED, completed: TaskStatus.COMPLETED, pending: TaskStatus.PENDING }[t.status as string],
+        attempt: t.attempt,
+        maxAttempts: t.maxAttempts,
+        priority: t.priority,
+        leaseOwner: t.leaseOwner ?? "",
+        leaseExpiresAt: t.leaseExpiresAt ? timestampFromDate(t.leaseExpiresAt) : undefined,
+        resultUri: t.resultUri ?? "",
+        resultSha256: t.resultSha256 ?? "",
+        metrics: t.metrics ?? undefined,
+        errorCode: t.errorCode ?? "",
+        errorMessage: t.errorMessage ?? "",
+        createdAt: timestampFromDate(t.createdAt),
+        startedAt: t.startedAt ? timestampFromDate(t.startedAt) : undefined,
+        completedAt: t.completedAt ? timestampFromDate(t.completedAt) : undefined,
+        version: t.version,
+        traceparent: t.traceparent ?? "",
+      });
+      expect(taskMessage(t)).toStrictEqual(viaCreate);
+      expect(toBinary(TaskSchema, taskMessage(t))).toEqual(toBinary(TaskSchema, viaCreate));
     }
   });
 
