@@ -51,6 +51,7 @@ import { endResponse, readBody } from "./body.js";
 import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { UnaryInvoker } from "./unary.js";
+import { readJson } from "./json-reader.js";
 import { writeJson as messageJson, type JsonWriteOptions as CompiledWriterOptions } from "./json-writer.js";
 
 /** The server's JSON options: the contract's one JSON shape (proto field names, implicit fields always present). */
@@ -408,7 +409,7 @@ export function createRest(opts: RestOptions): Rest {
           // interceptor chain and the implementation, called directly (unary.ts).
           let input: MessageShape<DescMessage>;
           try {
-            input = fromJson(rpc.input, json, opts.jsonOptions);
+            input = readJson(rpc.input, json, opts.jsonOptions);
           } catch (err) {
             throw decodeError(rpc.input, json, err as Error);
           }
