@@ -17,10 +17,9 @@ import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { readBody } from "./body.js";
-import { HttpError, INTERNAL_MESSAGE } from "./errors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
-import type { UnaryInvoker } from "./unary.js";
+import { asConnectError, webHeaders, type UnaryInvoker } from "./unary.js";
 
 /** Thrown into the call's signal when the client resets the stream or goes away before the answer. */
 const CLIENT_GONE = new ConnectError("the client went away", Code.Canceled);
@@ -89,13 +88,6 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
   return { match, serve };
 }
 
-/** Failures before the chain (body, framing, decoding) as connect-es reports them; the chain's own are ConnectErrors already. */
-function asConnectError(err: unknown): ConnectError {
-  if (err instanceof ConnectError) return err;
-  if (err instanceof HttpError) return new ConnectError(err.message, err.code);
-  return new ConnectError(INTERNAL_MESSAGE, Code.Internal, undefined, undefined, err);
-}
-
 function readGrpcBody(req: NodeRequest, maxBodyBytes: number): Promise<Buffer> {
   // The limit is on the message, as connect-es' readMaxBytes; the frame adds its 5-byte prefix.
   return readBody(req, maxBodyBytes + 5);
@@ -110,16 +102,6 @@ function unaryMessage(body: Buffer): Uint8Array {
   if (body.length < 5 + length) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
   if (body.length > 5 + length) throw new ConnectError("protocol error: received extra input message for unary method", Code.Unimplemented);
   return body.subarray(5);
-}
-
-function webHeaders(req: NodeRequest): Headers {
-  const h = new Headers();
-  for (const [k, v] of Object.entries(req.headers)) {
-    if (k.startsWith(":") || v === undefined) continue;
-    if (Array.isArray(v)) for (const item of v) h.append(k, item);
-    else h.set(k, v);
-  }
-  return h;
 }
 
 function respond(res: NodeResponse, header: Headers, trailer: Headers, frame: Buffer | undefined): void {

@@ -24,6 +24,7 @@ import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse
 import { createQueueServiceImpl } from "./service.js";
 import { createUnaryInvoker } from "./unary.js";
 import { createGrpcUnary } from "./grpc-unary.js";
+import { createConnectUnary } from "./connect-unary.js";
 import { serveUi } from "./ui-routes.js";
 
 export interface ApiServerOptions {
@@ -94,6 +95,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
 
   const rest = createRest({ handlers, invoke, jsonOptions, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
   const grpcUnary = createGrpcUnary({ service: QueueServiceDesc, invoke, maxBodyBytes: opts.maxBodyBytes });
+  const connectUnary = createConnectUnary({ service: QueueServiceDesc, invoke, maxBodyBytes: opts.maxBodyBytes, jsonOptions });
   const opsRoutes = createOpsRoutes({ logger, readiness: opts.readiness, auth: opts.auth, metrics: opts.metrics });
 
   async function handle(req: NodeRequest, res: NodeResponse): Promise<void> {
@@ -116,13 +118,13 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
         await rest.handle(req, res, url, info);
         return;
       }
-      const grpcMethod = grpcUnary.match(req, url.pathname);
-      if (grpcMethod) {
-        await grpcUnary.serve(req, res, grpcMethod, info);
-        return;
-      }
       info.protocol = protocolOf(req.headers["content-type"]);
       if (refuseBeforeConnect(req, res, info, opts.maxBodyBytes)) return;
+      // Unary calls over gRPC and Connect in their plain form: the chain and the service directly.
+      const grpcMethod = grpcUnary.match(req, url.pathname);
+      if (grpcMethod) return await grpcUnary.serve(req, res, grpcMethod, info);
+      const connectMethod = connectUnary.match(req, url.pathname);
+      if (connectMethod) return await connectUnary.serve(req, res, connectMethod, info);
       connectHandler(req, res);
     } catch (err) {
       writeError(res, err, info);

@@ -10,8 +10,18 @@
 // the call's deadline and signal; the caller's signal here aborts only when the client goes away.
 
 import { create, isMessage, type DescMessage, type DescMethod, type DescService, type MessageShape } from "@bufbuild/protobuf";
-import type { ContextValues, HandlerContext, Interceptor, UnaryRequest, UnaryResponse } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  type ContextValues,
+  type HandlerContext,
+  type Interceptor,
+  type UnaryRequest,
+  type UnaryResponse,
+} from "@connectrpc/connect";
 import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import { HttpError, INTERNAL_MESSAGE } from "./errors.js";
+import type { NodeRequest } from "./rest.js";
 import type { QueueServiceImpl } from "./service.js";
 
 export interface UnaryCall {
@@ -101,4 +111,22 @@ export function createServiceInvoker(
     const res = await chain(req);
     return { message: res.message, header: res.header, trailer: res.trailer };
   };
+}
+
+/** A failure as connect-es reports it: the chain's own are ConnectErrors already; one before the chain (body, framing, decoding) becomes one. */
+export function asConnectError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  if (err instanceof HttpError) return new ConnectError(err.message, err.code);
+  return new ConnectError(INTERNAL_MESSAGE, Code.Internal, undefined, undefined, err);
+}
+
+/** A Node request's headers as the Web Headers the interceptors read (pseudo-headers left out). */
+export function webHeaders(req: NodeRequest): Headers {
+  const h = new Headers();
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (k.startsWith(":") || v === undefined) continue;
+    if (Array.isArray(v)) for (const item of v) h.append(k, item);
+    else h.set(k, v);
+  }
+  return h;
 }
