@@ -13,6 +13,7 @@ import { codeToHttpStatus, codeToString, errorToJsonBytes, parseTimeout } from "
 import { readBody } from "./body.js";
 import { readJson } from "./json-reader.js";
 import { writeJson } from "./json-writer.js";
+import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { JsonOptions, NodeRequest, NodeResponse } from "./rest.js";
 import { asConnectError, webHeaders, type UnaryInvoker } from "./unary.js";
@@ -82,7 +83,7 @@ export function createConnectUnary(opts: {
       const answer = await opts.invoke(method, input, {
         header: webHeaders(req),
         signal: abort.signal,
-        contextValues: createContextValues().set(requestInfoKey, info),
+        contextValues: createContextValues().set(requestInfoKey, info).set(callControllerKey, abort),
         protocolName: "connect",
         url: `http://${req.headers[":authority"] ?? req.headers.host ?? "localhost"}${req.url}`,
       });

@@ -17,6 +17,7 @@ import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { readBody } from "./body.js";
+import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
 import { asConnectError, webHeaders, type UnaryInvoker } from "./unary.js";
@@ -61,7 +62,7 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
       const answer = await opts.invoke(method, input, {
         header: webHeaders(req),
         signal: abort.signal,
-        contextValues: createContextValues().set(requestInfoKey, info),
+        contextValues: createContextValues().set(requestInfoKey, info).set(callControllerKey, abort),
         protocolName: "grpc",
         url: `http://${req.headers[":authority"] ?? "localhost"}${req.url}`,
       });

@@ -49,6 +49,7 @@ import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
 import { endResponse, readBody } from "./body.js";
 import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
+import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { UnaryInvoker } from "./unary.js";
 import { readJson } from "./json-reader.js";
@@ -295,7 +296,7 @@ export interface Rest {
    * as a REST error; nothing reaches the router before the route, path id and body have been
    * decoded.
    */
-  handle(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo): Promise<void>;
+  handle(req: NodeRequest, res: NodeResponse, url: Pick<URL, "pathname" | "searchParams">, info: RequestInfo): Promise<void>;
 }
 
 export function createRest(opts: RestOptions): Rest {
@@ -337,7 +338,12 @@ export function createRest(opts: RestOptions): Rest {
     return literal.length > 0 ? literal : out;
   }
 
-  async function handle(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo): Promise<void> {
+  async function handle(
+    req: NodeRequest,
+    res: NodeResponse,
+    url: Pick<URL, "pathname" | "searchParams">,
+    info: RequestInfo,
+  ): Promise<void> {
     info.protocol = "rest";
     try {
       const matches = matchPath(url.pathname);
@@ -416,7 +422,7 @@ export function createRest(opts: RestOptions): Rest {
           const answer = await opts.invoke(rpc, input, {
             header: connectHeaders(req, false),
             signal: abort.signal,
-            contextValues: createContextValues().set(requestInfoKey, info),
+            contextValues: createContextValues().set(requestInfoKey, info).set(callControllerKey, abort),
             protocolName: "rest",
             url: route.url,
           });
