@@ -36,7 +36,7 @@ interface Stub {
   stop(): Promise<void>;
 }
 
-async function startStub(env: Record<string, string> = {}): Promise<Stub> {
+async function startStub(env: Record<string, string> = {}, cwd = process.env.API_STUB_CWD ?? process.cwd()): Promise<Stub> {
   const port = await freePort();
   const nodeArgs = (process.env.API_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const script = process.env.API_STUB_JS ? [process.env.API_STUB_JS] : ["--import", "tsx", "bench/stub-coordinator.ts"];
@@ -49,7 +49,7 @@ async function startStub(env: Record<string, string> = {}): Promise<Stub> {
       ...env,
     },
     stdio: ["ignore", "ignore", "inherit"],
-    cwd: process.env.API_STUB_CWD ?? process.cwd(),
+    cwd,
   });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
@@ -132,6 +132,7 @@ async function measure(stub: Stub, run: (seconds: number) => Promise<number>): P
   return { us: cpu / calls, perSecond: calls / ((performance.now() - t0) / 1000) };
 }
 
+const FLOOR = "floor: bare node:http, same REST exchange";
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 const results = new Map<string, { us: number[]; perSecond: number[]; rss: number[] }>();
@@ -146,8 +147,21 @@ const record = (name: string, us: number, perSecond: number, rss = NaN) => {
   );
 };
 
+/** The floor: a bare node:http server (this checkout's stub, STUB_BARE) answering the same requests with fixed JSON. */
+async function measureFloor() {
+  const bare = await startStub({ STUB_BARE: "1" }, process.cwd());
+  try {
+    const rest = restClient(bare.url, WORKERS * 2);
+    const m = await measure(bare, (s) => loops(s, restCycle(rest)));
+    record(FLOOR, m.us, m.perSecond);
+  } finally {
+    await bare.stop();
+  }
+}
+
 for (let round = 1; round <= ROUNDS; round++) {
   console.log(`round ${round}`);
+  if (MODES.includes("floor")) await measureFloor();
   const stub = await startStub();
   try {
     for (const mode of MODES) {
@@ -166,17 +180,6 @@ for (let round = 1; round <= ROUNDS; round++) {
     }
   } finally {
     await stub.stop();
-  }
-  if (MODES.includes("floor")) {
-    // The floor: a bare node:http server answering the same requests with fixed JSON.
-    const bare = await startStub({ STUB_BARE: "1" });
-    try {
-      const rest = restClient(bare.url, WORKERS * 2);
-      const m = await measure(bare, (s) => loops(s, restCycle(rest)));
-      record("floor: bare node:http, same REST exchange", m.us, m.perSecond);
-    } finally {
-      await bare.stop();
-    }
   }
   if (MODES.includes("create")) {
     // A fresh process, so the peak RSS is the big request's.
@@ -208,6 +211,17 @@ for (let round = 1; round <= ROUNDS; round++) {
   }
 }
 
+const floor = results.get(FLOOR)?.us;
+if (floor) {
+  // Contention on a shared machine inflates every figure of a round alike: the ratio to the floor
+  // of the same round is steadier than the figure.
+  console.log(`\nper call, as a multiple of the same round's bare node:http floor (median of ${ROUNDS}):`);
+  for (const [name, r] of results) {
+    if (name === FLOOR || name.startsWith("CreateJob")) continue;
+    const ratios = r.us.map((us, i) => us / floor[i]);
+    console.log(`  ${name.padEnd(58)} ${median(ratios).toFixed(2).padStart(7)} x`);
+  }
+}
 console.log(`\nmedians of ${ROUNDS} (stub CPU per call; calls/s is of a shared machine):`);
 for (const [name, r] of results) {
   const rss = median(r.rss);
