@@ -178,7 +178,10 @@ export function deadline(requestTimeoutMs: number): Interceptor {
     if (req.stream) return next(req);
     const waitSeconds = (req.message as { waitSeconds?: unknown }).waitSeconds;
     const timeoutMs = callTimeoutMs(requestTimeoutMs, typeof waitSeconds === "number" ? waitSeconds : 0);
-    req.contextValues.set(deadlineKey, Date.now() + Math.min(timeoutMs, clientTimeoutMs(req.header) ?? Infinity));
+    // The client's own deadline, when shorter, is the call's: connect-es' handler also enforces it,
+    // but the direct paths (unary.ts) have only this timer.
+    const limitMs = Math.min(timeoutMs, clientTimeoutMs(req.header) ?? Infinity);
+    req.contextValues.set(deadlineKey, Date.now() + limitMs);
     // One controller, a timer and a listener, all released when the call ends: AbortSignal.any
     // and AbortSignal.timeout cost several times as much per call (measured: ~70 µs against ~10).
     // A transport that made the request's signal from a controller of its own (REST and the
@@ -200,7 +203,7 @@ export function deadline(requestTimeoutMs: number): Interceptor {
     };
     const watched = controller === lent ? signal : req.signal;
     const onWatched = controller === lent ? onAbort : onClientAbort;
-    const timer = setTimeout(onTimeout, timeoutMs);
+    const timer = setTimeout(onTimeout, limitMs);
     timer.unref();
     if (watched.aborted) onWatched();
     else watched.addEventListener("abort", onWatched, { once: true });
