@@ -1,8 +1,22 @@
 // A coordinator with the real API layer (createApiServer: Connect + REST, request ids, error
 // mapping) over a queue that answers from memory: what the load generator and the API layer
-// can do with no database behind them. Used by npm run bench for the generator's own ceiling.
+// can do with no database behind them. Used by npm run bench for the generator's own ceiling,
+// and by npm run bench:api (bench/api-cost.ts) for the API layer's own CPU per call:
+//   STUB_LOG_LEVEL (warn)  pino level of the request log (info: one line per request, as in production)
+//   STUB_METRICS (unset)   1: the RPC duration histogram on, as in production
+//   STUB_BARE (unset)      1: no API layer at all, a bare node:http server answering the REST claim and
+//                          result with fixed JSON of the same size (the floor: HTTP parsing and syscalls)
+import { randomUUID } from "node:crypto";
+import http from "node:http";
+import { create, toJsonString } from "@bufbuild/protobuf";
 import { pino } from "pino";
+import { ClaimTasksResponseSchema } from "../gen/leasehold/queue/v1/queue_pb.js";
+import { taskMessage } from "../src/api/convert.js";
 import { createApiServer } from "../src/api/server.js";
+import { createHttpListener } from "../src/api/http-listener.js";
+import { createLogger } from "../src/logger.js";
+import type { LogLevel } from "../src/config/index.js";
+import { Metrics } from "../src/telemetry/metrics.js";
 import type { QueueService } from "../src/queue/service.js";
 import type { Task } from "../src/queue/types.js";
 
@@ -52,7 +66,37 @@ const queue: QueueService = {
     inputs.map((i) => ({
       task: { ...task(i.workerId), id: i.taskId, status: "completed" as const, resultUri: i.resultUri, resultSha256: i.resultSha256 },
     })),
-  createJob: unsupported,
+  createJob: async (input) => {
+    const jobId = "00000000-0000-4000-8000-000000000001";
+    const job = {
+      id: jobId,
+      workload: input.workload,
+      inputUri: input.inputUri ?? "",
+      inputSha256: input.inputSha256 ?? null,
+      parameters: input.parameters ?? {},
+      status: "pending" as const,
+      priority: input.priority ?? 0,
+      idempotencyKey: input.idempotencyKey ?? null,
+      traceparent: input.traceparent ?? null,
+      cancelReason: null,
+      createdAt: now,
+      updatedAt: now,
+      completedAt: null,
+    };
+    const specs = input.tasks?.length ? input.tasks : [{ chunkIndex: 0, inputUri: job.inputUri, inputSha256: job.inputSha256 ?? "" }];
+    const tasks = specs.map((t) => ({
+      ...task(""),
+      jobId,
+      chunkIndex: t.chunkIndex,
+      inputUri: t.inputUri,
+      inputSha256: t.inputSha256,
+      status: "pending" as const,
+      leaseOwner: null,
+      leaseExpiresAt: null,
+      startedAt: null,
+    }));
+    return { job, tasks, created: true };
+  },
   renewLease: unsupported,
   failTask: unsupported,
   expireLeases: unsupported,
@@ -71,12 +115,44 @@ const queue: QueueService = {
   taskStats: unsupported,
 };
 
-const server = createApiServer({
-  queue,
-  logger: pino({ level: "warn" }),
-  maxBodyBytes: 8 << 20,
-  requestTimeoutMs: 10_000,
-  readiness: async () => ({ ready: true }),
-});
-await server.listen(Number(process.env.PORT), "127.0.0.1");
-process.on("SIGTERM", () => void server.close(1000).then(() => process.exit(0)));
+if (process.env.STUB_BARE === "1") {
+  const claim = toJsonString(ClaimTasksResponseSchema, create(ClaimTasksResponseSchema, { tasks: [taskMessage(task("w-0"))] }), {
+    useProtoFieldName: true,
+    alwaysEmitImplicit: true,
+  });
+  const answer = (res: http.ServerResponse, body: string) => {
+    res.setHeader("content-type", "application/json");
+    res.setHeader("x-request-id", randomUUID());
+    res.setHeader("content-length", Buffer.byteLength(body));
+    res.end(body);
+  };
+  const onBare = (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      if (req.url === "/healthz") return answer(res, "{}");
+      JSON.parse(Buffer.concat(chunks).toString());
+      answer(res, claim);
+    });
+  };
+  if (process.env.STUB_BARE_LISTENER === "1") await createHttpListener(onBare as never).listen(Number(process.env.PORT), "127.0.0.1");
+  else http.createServer(onBare).listen(Number(process.env.PORT), "127.0.0.1");
+  process.on("SIGTERM", () => process.exit(0));
+} else {
+  await startStub();
+}
+
+async function startStub() {
+  const logLevel = process.env.STUB_LOG_LEVEL;
+  const logger = logLevel ? createLogger(logLevel as LogLevel) : pino({ level: "warn" });
+  const server = createApiServer({
+    queue,
+    logger,
+    metrics: process.env.STUB_METRICS === "1" ? new Metrics({ logger }) : undefined,
+    maxBodyBytes: 8 << 20,
+    requestTimeoutMs: 10_000,
+    readiness: async () => ({ ready: true }),
+  });
+  await server.listen(Number(process.env.PORT), "127.0.0.1");
+  process.on("SIGTERM", () => void server.close(1000).then(() => process.exit(0)));
+}

@@ -5,8 +5,11 @@ import http from "node:http";
 import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { startEmbeddedPostgres, type EmbeddedDatabase } from "../src/store/postgres/embedded.js";
 import { migrate } from "../src/store/postgres/migrate.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
@@ -605,6 +608,15 @@ describe("overload", () => {
       });
       expect(Date.now() - t0).toBeLessThan(1400);
       expect(((await res.json()) as { code: string }).code).toBe("deadline_exceeded");
+      // So is a gRPC deadline (grpc-timeout), as grpcio sends it.
+      const grpc = createClient(QueueService, createGrpcTransport({ baseUrl: c.base }));
+      const t1 = Date.now();
+      const err = await grpc.claimTasks({ workerId: "short-grpc", workloads: ["busy"] }, { timeoutMs: 300 }).then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+      expect(Date.now() - t1).toBeLessThan(1400);
+      expect(err?.code).toBe(Code.DeadlineExceeded);
       // The deadlines cancelled the claims: none of them is still waiting on the lock.
       await new Promise((r) => setTimeout(r, 500));
       const { rows } = await locker.query(

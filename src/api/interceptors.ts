@@ -27,6 +27,12 @@ type AnyRequest = UnaryRequest | StreamRequest;
 /** The absolute deadline (ms since the epoch) a long poll must answer by; set by the deadline interceptor. */
 export const deadlineKey = createContextKey<number | undefined>(undefined, { description: "leasehold call deadline" });
 
+/**
+ * The AbortController whose signal a transport passed as the request's signal, lent to the deadline
+ * interceptor (which aborts it at the deadline) instead of a second controller linked to the first.
+ */
+export const callControllerKey = createContextKey<AbortController | undefined>(undefined, { description: "leasehold call controller" });
+
 /** Margin a long poll gets beyond its wait_seconds: requestTimeoutMs. */
 export function callTimeoutMs(requestTimeoutMs: number, waitSeconds = 0): number {
   const wait = Number.isFinite(waitSeconds) ? Math.min(Math.max(waitSeconds, 0), 3600) : 0;
@@ -38,8 +44,7 @@ export function callTimeoutMs(requestTimeoutMs: number, waitSeconds = 0): number
  * an iterable of one; it is read here and handed on as a fresh iterable, so the handler still
  * gets it.
  */
-async function singleInput(req: AnyRequest): Promise<{ req: AnyRequest; message: MessageShape<DescMessage> }> {
-  if (!req.stream) return { req, message: req.message };
+async function singleInput(req: StreamRequest): Promise<{ req: AnyRequest; message: MessageShape<DescMessage> }> {
   const messages: MessageShape<DescMessage>[] = [];
   for await (const m of req.message) messages.push(m);
   return {
@@ -62,15 +67,18 @@ function stringField(message: object, field: string): string | undefined {
 export const requestFacts: Interceptor = (next) => async (request) => {
   const info = requestInfoOf(request.contextValues, request.header);
   info.operation = request.method.name;
-  const { req, message } = await singleInput(request);
+  // A unary call's input is at hand; only a stream's needs reading (and handing on).
+  const { req, message } = request.stream ? await singleInput(request) : { req: request, message: request.message };
   if (message) {
     const taskId = stringField(message, "taskId");
     const jobId = stringField(message, "jobId");
     if (taskId) info.taskId = taskId;
     if (jobId) info.jobId = jobId;
     // The worker a request acts as, when it acts as exactly one.
-    const workers = new Set(workerIdsOf(req.method.localName as MethodName, message as never));
-    if (workers.size === 1) info.workerId = [...workers][0] || info.workerId;
+    const workers = workerIdsOf(req.method.localName as MethodName, message as never);
+    let one: string | undefined = workers[0];
+    for (const w of workers) if (w !== one) one = undefined;
+    if (one !== undefined) info.workerId = one || info.workerId;
   }
   const res = await next(req);
   if (!res.stream && !info.jobId) {
@@ -143,7 +151,7 @@ export const errorMapping: Interceptor = (next) => async (req) => {
 export function authorization(auth: Authenticator): Interceptor {
   return (next) => async (request) => {
     const info = requestInfoOf(request.contextValues, request.header);
-    const { req, message } = await singleInput(request);
+    const { req, message } = request.stream ? await singleInput(request) : { req: request, message: request.message };
     info.role = auth.authorize(req.header.get("authorization"), req.method.localName as MethodName, req.method.name, message as never).role;
     return next(req);
   };
@@ -170,22 +178,35 @@ export function deadline(requestTimeoutMs: number): Interceptor {
     if (req.stream) return next(req);
     const waitSeconds = (req.message as { waitSeconds?: unknown }).waitSeconds;
     const timeoutMs = callTimeoutMs(requestTimeoutMs, typeof waitSeconds === "number" ? waitSeconds : 0);
-    req.contextValues.set(deadlineKey, Date.now() + Math.min(timeoutMs, clientTimeoutMs(req.header) ?? Infinity));
+    // The client's own deadline, when shorter, is the call's: connect-es' handler also enforces it,
+    // but the direct paths (unary.ts) have only this timer.
+    const limitMs = Math.min(timeoutMs, clientTimeoutMs(req.header) ?? Infinity);
+    req.contextValues.set(deadlineKey, Date.now() + limitMs);
     // One controller, a timer and a listener, all released when the call ends: AbortSignal.any
     // and AbortSignal.timeout cost several times as much per call (measured: ~70 µs against ~10).
-    const controller = new AbortController();
-    let onAbort!: () => void;
-    const aborted = new Promise<never>((_, reject) => {
-      onAbort = () => {
-        controller.abort(req.signal.aborted ? req.signal.reason : new DOMException("the request deadline passed", "TimeoutError"));
-        reject(new DeadlineExceededError("the request deadline passed before the queue answered"));
-      };
-    });
-    const timer = setTimeout(onAbort, timeoutMs);
-    timer.unref();
-    if (req.signal.aborted) onAbort();
-    else req.signal.addEventListener("abort", onAbort, { once: true });
+    // A transport that made the request's signal from a controller of its own (REST and the
+    // direct gRPC and Connect paths, unary.ts) lends it here, so a call makes one controller, not two.
+    const lent = req.contextValues.get(callControllerKey);
+    const controller = lent !== undefined && lent.signal === req.signal ? lent : new AbortController();
     const { signal } = controller;
+    let reject!: (err: unknown) => void;
+    const aborted = new Promise<never>((_, r) => (reject = r));
+    const onAbort = () => reject(new DeadlineExceededError("the request deadline passed before the queue answered"));
+    const onTimeout = () => {
+      if (!signal.aborted) controller.abort(new DOMException("the request deadline passed", "TimeoutError"));
+      onAbort();
+    };
+    // With a controller of its own, the client going away aborts it too.
+    const onClientAbort = () => {
+      if (!signal.aborted) controller.abort(req.signal.reason);
+      onAbort();
+    };
+    const watched = controller === lent ? signal : req.signal;
+    const onWatched = controller === lent ? onAbort : onClientAbort;
+    const timer = setTimeout(onTimeout, limitMs);
+    timer.unref();
+    if (watched.aborted) onWatched();
+    else watched.addEventListener("abort", onWatched, { once: true });
     try {
       return await Promise.race([next({ ...req, signal }), aborted]);
     } catch (err) {
@@ -193,7 +214,7 @@ export function deadline(requestTimeoutMs: number): Interceptor {
       throw signal.aborted && !(err instanceof QueueError) ? new DeadlineExceededError("the request deadline passed", { cause: err }) : err;
     } finally {
       clearTimeout(timer);
-      req.signal.removeEventListener("abort", onAbort);
+      watched.removeEventListener("abort", onWatched);
     }
   };
 }

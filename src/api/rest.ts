@@ -16,6 +16,9 @@
 import {
   fromBinary,
   fromJson,
+  type JsonReadOptions,
+  type JsonWriteOptions,
+  type MessageShape,
   getOption,
   hasOption,
   type DescEnum,
@@ -41,11 +44,19 @@ import { codeFromString, endStreamFlag } from "@connectrpc/connect/protocol-conn
 import { http as httpRule } from "../../gen/google/api/annotations_pb.js";
 import { BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import type { HttpRule } from "../../gen/google/api/http_pb.js";
+import type { ClaimTasksResponse } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
 import { endResponse, readBody } from "./body.js";
 import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
+import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
+import type { UnaryInvoker } from "./unary.js";
+import { readJson } from "./json-reader.js";
+import { writeJson as messageJson, type JsonWriteOptions as CompiledWriterOptions } from "./json-writer.js";
+
+/** The server's JSON options: the contract's one JSON shape (proto field names, implicit fields always present). */
+export type JsonOptions = Partial<JsonReadOptions & JsonWriteOptions> & CompiledWriterOptions;
 
 type NodeHandlerFn = ReturnType<typeof connectNodeAdapter>;
 /** The request and response types connect-node serves (http or http2). */
@@ -88,15 +99,10 @@ export function restRoutes(service: DescService): RestRoute[] {
   return service.methods.flatMap((rpc) => (hasOption(rpc, httpRule) ? routesOfRule(rpc, getOption(rpc, httpRule)) : []));
 }
 
-/**
- * Success statuses other than 200, by RPC: a created job is 201 (an idempotent replay 200), an
- * empty claim 204 No Content. An empty claim is `{"tasks":[]}`, and any task makes an answer far
- * longer than 64 bytes: only a short answer is parsed to tell.
- */
-const SUCCESS_STATUS: Record<string, (body: Uint8Array, info: RequestInfo) => number> = {
-  CreateJob: (_body, info) => (info.created === false ? 200 : 201),
-  ClaimTasks: (body) =>
-    body.length < 64 && (JSON.parse(Buffer.from(body).toString("utf8")) as { tasks?: unknown[] }).tasks?.length === 0 ? 204 : 200,
+/** Success statuses other than 200, by RPC: a created job is 201 (an idempotent replay 200), an empty claim 204 No Content. */
+const SUCCESS_STATUS: Record<string, (message: MessageShape<DescMessage>, info: RequestInfo) => number> = {
+  CreateJob: (_message, info) => (info.created === false ? 200 : 201),
+  ClaimTasks: (message) => ((message as ClaimTasksResponse).tasks.length === 0 ? 204 : 200),
 };
 
 /** Path parameters that are ids: a malformed one is refused before any call. */
@@ -272,8 +278,12 @@ export function writeError(res: NodeResponse, err: unknown, info: RequestInfo): 
 }
 
 export interface RestOptions {
-  /** The Connect router's handlers (ConnectRouter.handlers): one per RPC. */
+  /** The Connect router's handlers (ConnectRouter.handlers): one per RPC; REST uses them for server streams. */
   handlers: readonly UniversalHandler[];
+  /** Unary RPCs: the interceptor chain and the implementation, called directly. */
+  invoke: UnaryInvoker;
+  /** The server's JSON options (the ones the router's Connect JSON uses). */
+  jsonOptions: JsonOptions;
   routes: readonly RestRoute[];
   maxBodyBytes: number;
 }
@@ -286,7 +296,7 @@ export interface Rest {
    * as a REST error; nothing reaches the router before the route, path id and body have been
    * decoded.
    */
-  handle(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo): Promise<void>;
+  handle(req: NodeRequest, res: NodeResponse, url: Pick<URL, "pathname" | "searchParams">, info: RequestInfo): Promise<void>;
 }
 
 export function createRest(opts: RestOptions): Rest {
@@ -328,7 +338,12 @@ export function createRest(opts: RestOptions): Rest {
     return literal.length > 0 ? literal : out;
   }
 
-  async function handle(req: NodeRequest, res: NodeResponse, url: URL, info: RequestInfo): Promise<void> {
+  async function handle(
+    req: NodeRequest,
+    res: NodeResponse,
+    url: Pick<URL, "pathname" | "searchParams">,
+    info: RequestInfo,
+  ): Promise<void> {
     info.protocol = "rest";
     try {
       const matches = matchPath(url.pathname);
@@ -384,17 +399,35 @@ export function createRest(opts: RestOptions): Rest {
       };
       res.once("close", onClose);
       try {
-        const answering = route.handler({
-          httpVersion: "1.1",
-          method: "POST",
-          url: route.url,
-          header: connectHeaders(req, route.stream),
-          body: route.stream ? createAsyncIterable([encodeEnvelope(0, new TextEncoder().encode(JSON.stringify(json)))]) : json,
-          signal: abort.signal,
-          contextValues: createContextValues().set(requestInfoKey, info),
-        });
-        if (route.stream) await writeEventStream(res, answering, rpc.input, json, info);
-        else await writeUnary(res, await answering, rpc, json, info);
+        if (route.stream) {
+          const answering = route.handler({
+            httpVersion: "1.1",
+            method: "POST",
+            url: route.url,
+            header: connectHeaders(req, true),
+            body: createAsyncIterable([encodeEnvelope(0, new TextEncoder().encode(JSON.stringify(json)))]),
+            signal: abort.signal,
+            contextValues: createContextValues().set(requestInfoKey, info),
+          });
+          await writeEventStream(res, answering, rpc.input, json, info);
+        } else {
+          // A unary RPC: decoded here as connect-es would (the server's JSON options), then the
+          // interceptor chain and the implementation, called directly (unary.ts).
+          let input: MessageShape<DescMessage>;
+          try {
+            input = readJson(rpc.input, json, opts.jsonOptions);
+          } catch (err) {
+            throw decodeError(rpc.input, json, err as Error);
+          }
+          const answer = await opts.invoke(rpc, input, {
+            header: connectHeaders(req, false),
+            signal: abort.signal,
+            contextValues: createContextValues().set(requestInfoKey, info).set(callControllerKey, abort),
+            protocolName: "rest",
+            url: route.url,
+          });
+          writeUnary(res, answer.message, rpc, info, opts.jsonOptions);
+        }
       } finally {
         res.removeListener("close", onClose);
       }
@@ -415,12 +448,6 @@ function connectHeaders(req: NodeRequest, stream: boolean): Headers {
   }
   h.set("content-type", stream ? "application/connect+json" : "application/json");
   return h;
-}
-
-async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = [];
-  if (body) for await (const chunk of body) chunks.push(chunk);
-  return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
 }
 
 /** A Connect JSON error answer: `{"code", "message", "details": [{"type", "value"}]}`. */
@@ -455,27 +482,22 @@ function connectFailure(error: ConnectErrorJson | undefined, schema: DescMessage
   return m;
 }
 
-async function writeUnary(
+function writeUnary(
   res: NodeResponse,
-  answer: UniversalServerResponse,
+  message: MessageShape<DescMessage>,
   rpc: DescMethod,
-  json: JsonObject,
   info: RequestInfo,
-): Promise<void> {
-  const body = await readAll(answer.body);
-  if (answer.status !== 200) {
-    const m = connectFailure(JSON.parse(Buffer.from(body).toString("utf8")) as ConnectErrorJson, rpc.input, json, info);
-    writeJson(res, m.httpStatus, restErrorBody(m, info.requestId));
-    return;
-  }
-  const status = SUCCESS_STATUS[rpc.name]?.(body, info) ?? 200;
+  jsonOptions: JsonOptions,
+): void {
+  const status = SUCCESS_STATUS[rpc.name]?.(message, info) ?? 200;
   if (status === 204) {
     res.statusCode = 204;
     res.end();
     return;
   }
+  const body = messageJson(rpc.output, message, jsonOptions);
   res.setHeader("content-type", "application/json");
-  res.setHeader("content-length", body.byteLength);
+  res.setHeader("content-length", Buffer.byteLength(body));
   res.statusCode = status;
   res.end(body);
 }

@@ -22,6 +22,9 @@ import { protocolOf, requestInfoKey, type RequestInfo } from "./request-info.js"
 import { logWhenClosed } from "./request-log.js";
 import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
 import { createQueueServiceImpl } from "./service.js";
+import { createUnaryInvoker } from "./unary.js";
+import { createGrpcUnary } from "./grpc-unary.js";
+import { createConnectUnary } from "./connect-unary.js";
 import { serveUi } from "./ui-routes.js";
 
 export interface ApiServerOptions {
@@ -51,6 +54,14 @@ export function requestIdFor(header: string | string[] | undefined): string {
   return value !== undefined && SANE_REQUEST_ID.test(value) ? value : randomUUID();
 }
 
+/**
+ * A path WHATWG URL parsing leaves as it is (no query, no dot segments, no escapes or characters it
+ * would encode): the pathname without building a URL, as for every RPC and REST call (~2 µs each).
+ */
+const PLAIN_PATH = /^(\/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+$/;
+const NO_QUERY = new URLSearchParams();
+type PlainUrl = Pick<URL, "pathname" | "searchParams">;
+
 export function createApiServer(opts: ApiServerOptions): ApiServer {
   const { logger } = opts;
   const impl = createQueueServiceImpl(opts.queue);
@@ -66,18 +77,20 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   const jsonOptions = {
     ignoreUnknownFields: false,
     textDecoder: new TextDecoder("utf-8", { fatal: true }),
-    useProtoFieldName: true,
-    alwaysEmitImplicit: true,
+    useProtoFieldName: true as const,
+    alwaysEmitImplicit: true as const,
   };
   // The router's handlers (one per RPC) also serve REST, so every transport runs the one chain
   // (connectNodeAdapter calls routes before it returns).
   let handlers: readonly UniversalHandler[] = [];
+  const interceptors = rpcInterceptors({ requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth, metrics: opts.metrics });
+  const invoke = createUnaryInvoker(impl, interceptors);
   const connectHandler = connectNodeAdapter({
     routes: (router) => {
       router.service(QueueServiceDesc, impl);
       handlers = router.handlers;
     },
-    interceptors: rpcInterceptors({ requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth, metrics: opts.metrics }),
+    interceptors,
     readMaxBytes: opts.maxBodyBytes,
     jsonOptions,
     contextValues: (req) => createContextValues().set(requestInfoKey, infos.get(req)),
@@ -88,7 +101,9 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     },
   });
 
-  const rest = createRest({ handlers, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
+  const rest = createRest({ handlers, invoke, jsonOptions, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
+  const grpcUnary = createGrpcUnary({ service: QueueServiceDesc, invoke, maxBodyBytes: opts.maxBodyBytes });
+  const connectUnary = createConnectUnary({ service: QueueServiceDesc, invoke, maxBodyBytes: opts.maxBodyBytes, jsonOptions });
   const opsRoutes = createOpsRoutes({ logger, readiness: opts.readiness, auth: opts.auth, metrics: opts.metrics });
 
   async function handle(req: NodeRequest, res: NodeResponse): Promise<void> {
@@ -99,11 +114,14 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     logWhenClosed(logger, req, res, info, rawUrl.split("?")[0]);
 
     try {
-      let url: URL;
-      try {
-        url = new URL(rawUrl, "http://localhost");
-      } catch {
-        throw new HttpError(Code.InvalidArgument, "malformed request URL");
+      let url: URL | PlainUrl;
+      if (PLAIN_PATH.test(rawUrl)) url = { pathname: rawUrl, searchParams: NO_QUERY };
+      else {
+        try {
+          url = new URL(rawUrl, "http://localhost");
+        } catch {
+          throw new HttpError(Code.InvalidArgument, "malformed request URL");
+        }
       }
       if (await opsRoutes(req, res, url.pathname, info)) return;
       if (await serveUi(req, res, url.pathname, info)) return;
@@ -113,6 +131,11 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
       }
       info.protocol = protocolOf(req.headers["content-type"]);
       if (refuseBeforeConnect(req, res, info, opts.maxBodyBytes)) return;
+      // Unary calls over gRPC and Connect in their plain form: the chain and the service directly.
+      const grpcMethod = grpcUnary.match(req, url.pathname);
+      if (grpcMethod) return await grpcUnary.serve(req, res, grpcMethod, info);
+      const connectMethod = connectUnary.match(req, url.pathname);
+      if (connectMethod) return await connectUnary.serve(req, res, connectMethod, info);
       connectHandler(req, res);
     } catch (err) {
       writeError(res, err, info);

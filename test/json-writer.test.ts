@@ -1,0 +1,223 @@
+// The compiled JSON writer (src/api/json-writer.ts) writes what protobuf-es' toJsonString writes
+// with the server's options, byte for byte: for every message type of the contract, at its zero
+// value and filled in, and for the hot answers with the values the queue produces.
+import { create, toBinary, toJsonString, type DescMessage, type DescField, type MessageShape } from "@bufbuild/protobuf";
+import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { describe, expect, it } from "vitest";
+import {
+  ClaimTasksResponseSchema,
+  CompleteTaskResponseSchema,
+  CompleteTasksResponseSchema,
+  CreateJobResponseSchema,
+  file_leasehold_queue_v1_queue,
+  RenewLeaseResponseSchema,
+  TaskSchema,
+  TaskStatus,
+} from "../gen/leasehold/queue/v1/queue_pb.js";
+import { jobMessage, taskMessage } from "../src/api/convert.js";
+import { hasCompiledWriter, writeJson } from "../src/api/json-writer.js";
+import type { Job, Task } from "../src/queue/types.js";
+
+const OPTIONS = { useProtoFieldName: true, alwaysEmitImplicit: true } as const;
+
+const same = (schema: DescMessage, message: MessageShape<DescMessage>) =>
+  expect(writeJson(schema, message, OPTIONS)).toBe(toJsonString(schema, message, OPTIONS));
+
+/** A value for every field, varied by seed: strings with escapes and non-ASCII, odd numbers, times with and without fractions. */
+function filled(schema: DescMessage, seed: number, depth = 0): MessageShape<DescMessage> {
+  const init: Record<string, unknown> = {};
+  for (const f of schema.fields) init[f.localName] = valueFor(f, seed + f.number, depth);
+  return create(schema, init as never);
+}
+
+const STRINGS = ["", "plain", 'quote " backslash \\ newline \n tab \t', "ünïcødé ✓ 𝄞", "\u0000\u001f\u2028"];
+const NUMBERS = [0, 1, -1, 2147483647, -2147483648, 42];
+const DOUBLES = [0, 0.5, -1.25, 1e21, 1e-7, 0.1 + 0.2, NaN, Infinity, -Infinity];
+const MILLIS = [0, 1_764_500_000_000, 1_764_500_000_123, -62_135_596_800_000];
+
+function valueFor(f: DescField, seed: number, depth: number): unknown {
+  switch (f.fieldKind) {
+    case "scalar":
+      return scalar(f.scalar, seed);
+    case "enum":
+      return f.enum.values[seed % f.enum.values.length].number;
+    case "message":
+      return depth > 2 ? undefined : message(f.message, seed, depth);
+    case "list":
+      if (f.listKind === "scalar") return [scalar(f.scalar, seed), scalar(f.scalar, seed + 1)];
+      if (f.listKind === "enum") return [f.enum.values[0].number, f.enum.values[seed % f.enum.values.length].number, 99];
+      return depth > 2 ? [] : [message(f.message, seed, depth), message(f.message, seed + 1, depth)];
+    case "map":
+      return {};
+  }
+}
+
+function scalar(type: number, seed: number): unknown {
+  switch (type) {
+    case 9: // string
+      return STRINGS[seed % STRINGS.length];
+    case 8: // bool
+      return seed % 2 === 0;
+    case 1: // double
+    case 2: // float
+      return DOUBLES[seed % DOUBLES.length];
+    default:
+      return NUMBERS[seed % NUMBERS.length];
+  }
+}
+
+function message(schema: DescMessage, seed: number, depth: number): unknown {
+  if (schema.typeName === "google.protobuf.Timestamp") {
+    const t = timestampFromMs(MILLIS[seed % MILLIS.length]);
+    if (seed % 3 === 1) t.nanos += 456_000; // microseconds
+    if (seed % 3 === 2) t.nanos += 789; // nanoseconds
+    return t;
+  }
+  if (schema.typeName === "google.protobuf.Struct") return seed % 2 ? {} : { a: 1, b: [true, null, "x"], c: { 'd"e': 2.5 } };
+  return filled(schema, seed, depth + 1);
+}
+
+const now = new Date("2026-11-30T12:34:56.789Z");
+const task: Task = {
+  id: "0193a1b2-0000-7000-8000-000000000001",
+  jobId: "0193a1b2-0000-7000-8000-000000000000",
+  chunkIndex: 7,
+  workload: "scimesh",
+  inputUri: "s3://in/7",
+  inputSha256: "a".repeat(64),
+  parameters: { mesh: "fine", steps: 40 },
+  status: "leased",
+  attempt: 2,
+  maxAttempts: 3,
+  priority: -1,
+  leaseOwner: "worker-1",
+  leaseExpiresAt: now,
+  resultUri: null,
+  resultSha256: null,
+  metrics: null,
+  errorCode: null,
+  errorMessage: null,
+  createdAt: now,
+  startedAt: now,
+  completedAt: null,
+  runAfter: now,
+  version: 3,
+  traceparent: null,
+};
+const job: Job = {
+  id: task.jobId,
+  workload: "scimesh",
+  inputUri: "s3://in",
+  inputSha256: null,
+  parameters: {},
+  status: "running",
+  priority: 0,
+  idempotencyKey: "k-1",
+  traceparent: null,
+  cancelReason: null,
+  createdAt: now,
+  updatedAt: now,
+  completedAt: null,
+};
+
+describe("compiled JSON writer", () => {
+  const messages = file_leasehold_queue_v1_queue.messages;
+
+  it("compiles every hot answer (no fallback to reflection)", () => {
+    for (const schema of [
+      ClaimTasksResponseSchema,
+      CompleteTaskResponseSchema,
+      CompleteTasksResponseSchema,
+      RenewLeaseResponseSchema,
+      CreateJobResponseSchema,
+    ])
+      expect(hasCompiledWriter(schema), schema.typeName).toBe(true);
+  });
+
+  it("writes every message type of the contract as toJsonString does, empty and filled", () => {
+    for (const schema of messages) {
+      same(schema, create(schema));
+      for (let seed = 0; seed < 12; seed++) {
+        const m = filled(schema, seed);
+        let expected: string | undefined;
+        try {
+          expected = toJsonString(schema, m, OPTIONS);
+        } catch {
+          expected = undefined;
+        }
+        if (expected === undefined) expect(() => writeJson(schema, m, OPTIONS), schema.typeName).toThrow();
+        else expect(writeJson(schema, m, OPTIONS), `${schema.typeName} seed ${seed}`).toBe(expected);
+      }
+    }
+  });
+
+  it("builds Task messages (taskMessage, a literal for speed) exactly as create() does", () => {
+    const variants: Task[] = [
+      task,
+      { ...task, leaseOwner: null, leaseExpiresAt: null, startedAt: null, parameters: {} },
+      { ...task, status: "completed", resultUri: "s3://o", resultSha256: "b".repeat(64), metrics: { a: [1] }, completedAt: new Date(-1) },
+      { ...task, errorCode: "oom", errorMessage: "out of memory", traceparent: "00-" + "1".repeat(32) + "-" + "2".repeat(16) + "-01" },
+    ];
+    for (const t of variants) {
+      const viaCreate = create(TaskSchema, {
+        id: t.id,
+        jobId: t.jobId,
+        chunkIndex: t.chunkIndex,
+        workload: t.workload,
+        inputUri: t.inputUri,
+        inputSha256: t.inputSha256,
+        parameters: t.parameters,
+        status: { leased: TaskStatus.LEASED, completed: TaskStatus.COMPLETED, pending: TaskStatus.PENDING }[t.status as string],
+        attempt: t.attempt,
+        maxAttempts: t.maxAttempts,
+        priority: t.priority,
+        leaseOwner: t.leaseOwner ?? "",
+        leaseExpiresAt: t.leaseExpiresAt ? timestampFromDate(t.leaseExpiresAt) : undefined,
+        resultUri: t.resultUri ?? "",
+        resultSha256: t.resultSha256 ?? "",
+        metrics: t.metrics ?? undefined,
+        errorCode: t.errorCode ?? "",
+        errorMessage: t.errorMessage ?? "",
+        createdAt: timestampFromDate(t.createdAt),
+        startedAt: t.startedAt ? timestampFromDate(t.startedAt) : undefined,
+        completedAt: t.completedAt ? timestampFromDate(t.completedAt) : undefined,
+        version: t.version,
+        traceparent: t.traceparent ?? "",
+      });
+      expect(taskMessage(t)).toStrictEqual(viaCreate);
+      expect(toBinary(TaskSchema, taskMessage(t))).toEqual(toBinary(TaskSchema, viaCreate));
+    }
+  });
+
+  it("writes the queue's answers as toJsonString does", () => {
+    const done = {
+      ...task,
+      status: "completed" as const,
+      resultUri: "s3://out/7",
+      resultSha256: "b".repeat(64),
+      metrics: { ms: 12 },
+      completedAt: now,
+    };
+    same(ClaimTasksResponseSchema, create(ClaimTasksResponseSchema, { tasks: [] }));
+    same(
+      ClaimTasksResponseSchema,
+      create(ClaimTasksResponseSchema, { tasks: [taskMessage(task), taskMessage({ ...task, leaseOwner: null })] }),
+    );
+    same(CompleteTaskResponseSchema, create(CompleteTaskResponseSchema, { task: taskMessage(done) }));
+    same(RenewLeaseResponseSchema, create(RenewLeaseResponseSchema, { task: taskMessage(task) }));
+    same(
+      CreateJobResponseSchema,
+      create(CreateJobResponseSchema, { job: jobMessage(job), tasks: [taskMessage({ ...task, status: "pending" })] }),
+    );
+    same(
+      CompleteTasksResponseSchema,
+      create(CompleteTasksResponseSchema, {
+        outcomes: [
+          { taskId: task.id, task: taskMessage(done) },
+          { taskId: "x", error: { code: "aborted", message: "lease lost" } },
+        ],
+      }),
+    );
+    expect(TaskStatus[taskMessage(task).status]).toBe("LEASED");
+  });
+});
