@@ -598,7 +598,7 @@ SELECT
     SELECT 1 FROM workloads w
     WHERE w.max_pending_seconds IS NOT NULL AND EXISTS (
       SELECT 1 FROM tasks
-      WHERE status = 'pending' AND lease_expires_at IS NULL AND workload = w.name
+      WHERE status = 'pending' AND workload = w.name
         AND created_at <= now() - make_interval(secs => w.max_pending_seconds)
         AND run_after <= now() - make_interval(secs => w.max_pending_seconds))
   ) AS pending,
