@@ -119,7 +119,7 @@ async function main() {
     );
     const { rows: t } = await probe.query(
       `SELECT n_dead_tup::int AS dead, autovacuum_count::int AS vacuums,
-              pg_relation_size('tasks_claim_pending_idx') / 1024 AS claim_kb, pg_relation_size('tasks_status_lease_created_idx') / 1024 AS lease_kb
+              pg_relation_size('tasks_claim_pending_idx') / 1024 AS claim_kb, pg_relation_size('tasks_lease_expiry_idx') / 1024 AS lease_kb
        FROM pg_stat_user_tables WHERE relname = 'tasks'`,
     );
     const sample = { rss: coordinator.rssMb(), fds: fdCount(), conns: rows[0].n, rate };

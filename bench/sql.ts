@@ -1,6 +1,6 @@
 // npm run bench:sql: Leasehold's claim and complete statements as SQL only (no coordinator), next to
 // a bare SKIP LOCKED queue loop on a two-index table, 16 connections, prepared statements, in
-// alternating runs on one server; plus WAL bytes per task and EXPLAIN (ANALYZE, BUFFERS, WAL) of
+// alternating runs on one server; plus WAL bytes and backend CPU per task and EXPLAIN (ANALYZE, BUFFERS, WAL) of
 // one claim and one completion in steady state. Not a test.
 //
 //   --runs N | SQL_RUNS (3)   alternating pairs     SQL_SECONDS (4)   length of each run
@@ -8,6 +8,7 @@
 //   SQL_SETUP                 SQL run once before the runs (A/B of a candidate change)
 
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { CLAIM_TASKS, COMPLETE_TASK, COMPLETE_TASKS } from "../src/store/postgres/queries.js";
@@ -33,9 +34,31 @@ WHERE id = (SELECT id FROM bare_jobs WHERE queue = $1 AND locked_at IS NULL AND 
 RETURNING id`;
 const BARE_COMPLETE = `DELETE FROM bare_jobs WHERE id = $1 AND locked_by = $2`;
 
-async function run(pool: pg.Pool, loop: (c: pg.PoolClient, id: number) => Promise<number>): Promise<{ rate: number; walPerTask: number }> {
+/** CPU seconds (user + system) these backends have used so far (/proc/<pid>/stat; 0 where unreadable). */
+function cpuSeconds(pids: number[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      const f = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const rest = f.slice(f.lastIndexOf(")") + 2).split(" ");
+      ticks += Number(rest[11]) + Number(rest[12]); // utime, stime (fields 14, 15), in USER_HZ (100)
+    } catch {
+      // not Linux, or another user's process
+    }
+  }
+  return ticks / 100;
+}
+
+async function run(
+  pool: pg.Pool,
+  loop: (c: pg.PoolClient, id: number) => Promise<number>,
+): Promise<{ rate: number; walPerTask: number; cpuUsPerTask: number }> {
   const lsn = async () => (await pool.query("SELECT pg_current_wal_insert_lsn()::text AS l")).rows[0].l as string;
   const clients = await Promise.all(Array.from({ length: WORKERS }, () => pool.connect()));
+  // The CPU time of the backends serving the loop: per task, it does not depend on how busy the
+  // shared machine is the way a rate does.
+  const pids = await Promise.all(clients.map(async (c) => (await c.query("SELECT pg_backend_pid() AS p")).rows[0].p as number));
+  const cpu0 = cpuSeconds(pids);
   const w0 = await lsn();
   const t0 = performance.now();
   const stopAt = t0 + SECONDS * 1000;
@@ -51,11 +74,12 @@ async function run(pool: pg.Pool, loop: (c: pg.PoolClient, id: number) => Promis
     }),
   );
   const elapsed = (performance.now() - t0) / 1000;
+  const cpu1 = cpuSeconds(pids);
   const w1 = await lsn();
   for (const c of clients) c.release();
   const done = counts.reduce((a, b) => a + b, 0);
   const wal = Number((await pool.query("SELECT pg_wal_lsn_diff($1, $2) AS d", [w1, w0])).rows[0].d);
-  return { rate: done / elapsed, walPerTask: wal / done };
+  return { rate: done / elapsed, walPerTask: wal / done, cpuUsPerTask: ((cpu1 - cpu0) * 1e6) / done };
 }
 
 async function main() {
@@ -127,7 +151,7 @@ async function main() {
       const leasehold = await run(pool, leaseholdLoop(`sql_${i}`));
       results.push({ bare, leasehold });
       console.error(
-        `pair ${i}: bare ${fmt(bare.rate)}/s (${fmt(bare.walPerTask)} WAL B/task), leasehold ${fmt(leasehold.rate)}/s (${fmt(leasehold.walPerTask)} WAL B/task), ratio ${fmt(leasehold.rate / bare.rate, 2)}`,
+        `pair ${i}: bare ${fmt(bare.rate)}/s (${fmt(bare.walPerTask)} WAL B/task, ${fmt(bare.cpuUsPerTask)} µs backend CPU/task), leasehold ${fmt(leasehold.rate)}/s (${fmt(leasehold.walPerTask)} WAL B/task, ${fmt(leasehold.cpuUsPerTask)} µs), ratio ${fmt(leasehold.rate / bare.rate, 2)}`,
       );
     }
     // One claim and one completion, explained, in the state the runs left.
@@ -171,10 +195,10 @@ async function main() {
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   console.log(`\nSQL only, ${WORKERS} connections, ${SECONDS}s runs, ${RUNS} alternating pairs, max_tasks ${MAX_TASKS}`);
   console.log(
-    `bare SKIP LOCKED claim + delete:   ${fmt(med(results.map((r) => r.bare.rate)))} tasks/s, ${fmt(med(results.map((r) => r.bare.walPerTask)))} WAL bytes/task`,
+    `bare SKIP LOCKED claim + delete:   ${fmt(med(results.map((r) => r.bare.rate)))} tasks/s, ${fmt(med(results.map((r) => r.bare.walPerTask)))} WAL bytes/task, ${fmt(med(results.map((r) => r.bare.cpuUsPerTask)))} µs backend CPU/task`,
   );
   console.log(
-    `Leasehold claim + complete:        ${fmt(med(results.map((r) => r.leasehold.rate)))} tasks/s, ${fmt(med(results.map((r) => r.leasehold.walPerTask)))} WAL bytes/task`,
+    `Leasehold claim + complete:        ${fmt(med(results.map((r) => r.leasehold.rate)))} tasks/s, ${fmt(med(results.map((r) => r.leasehold.walPerTask)))} WAL bytes/task, ${fmt(med(results.map((r) => r.leasehold.cpuUsPerTask)))} µs backend CPU/task`,
   );
   console.log(
     `ratio per pair: ${results.map((r) => fmt(r.leasehold.rate / r.bare.rate, 2)).join(", ")} (median ${fmt(med(results.map((r) => r.leasehold.rate / r.bare.rate)), 2)})`,
