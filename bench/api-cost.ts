@@ -8,7 +8,7 @@
 // CPU per call and the stub's peak RSS.
 //
 //   API_SECONDS (4)  length of each timed run     API_ROUNDS (3)  rounds (modes alternate within each)
-//   API_MODES (rest,grpc,connect,create,floor)          API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
+//   API_MODES (floor,rest,grpc,grpc10,connect,create)          API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
 //   API_STUB_CWD (.)  checkout whose stub to run (an A/B against another worktree)
 //   API_STUB_JS       run this compiled stub with plain node instead of bench/stub-coordinator.ts under tsx
 
@@ -24,7 +24,7 @@ import { freePort, restClient } from "./harness.js";
 const SECONDS = Number(process.env.API_SECONDS ?? 4);
 const ROUNDS = Number(process.env.API_ROUNDS ?? 3);
 const WORKERS = 16;
-const MODES = (process.env.API_MODES ?? "rest,grpc,connect,create,floor").split(",");
+const MODES = (process.env.API_MODES ?? "floor,rest,grpc,grpc10,connect,create").split(",");
 const SHA = createHash("sha256").update("bench").digest("hex");
 const TICK_US = 1e6 / 100; // USER_HZ
 
@@ -115,6 +115,16 @@ function restCycle(rest: Rest) {
   };
 }
 
+/** Batched: claim up to ten, report them in one CompleteTasks. */
+function rpcBatchCycle(rpc: Rpc) {
+  return async (workerId: string) => {
+    const { tasks } = await rpc.claimTasks({ workerId, workloads: ["stub"], maxTasks: 10 });
+    await rpc.completeTasks({
+      results: tasks.map((t) => ({ taskId: t.id, workerId, attempt: t.attempt, resultUri: "s3://out/x", resultSha256: SHA })),
+    });
+  };
+}
+
 function rpcCycle(rpc: Rpc) {
   return async (workerId: string) => {
     const { tasks } = await rpc.claimTasks({ workerId, workloads: ["stub"] });
@@ -169,6 +179,10 @@ for (let round = 1; round <= ROUNDS; round++) {
         const rest = restClient(stub.url, WORKERS * 2);
         const m = await measure(stub, (s) => loops(s, restCycle(rest)));
         record("REST claim → result", m.us, m.perSecond);
+      } else if (mode === "grpc10") {
+        const rpc = createClient(QueueService, createGrpcTransport({ baseUrl: stub.url }));
+        const m = await measure(stub, (s) => loops(s, rpcBatchCycle(rpc)));
+        record("gRPC batched: claim 10 → CompleteTasks (per call)", m.us, m.perSecond);
       } else if (mode === "grpc" || mode === "connect") {
         const transport =
           mode === "grpc"

@@ -7,9 +7,10 @@
 // server's JSON options, written by json-writer.ts) or binary; an error as its JSON body with the
 // HTTP status of its code, error metadata as headers.
 
-import { fromBinary, fromJsonString, toBinary, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { fromBinary, fromJsonString, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString, errorToJsonBytes, parseTimeout } from "@connectrpc/connect/protocol-connect";
+import { writeBinary } from "./binary-writer.js";
 import { readBody } from "./body.js";
 import { readJson } from "./json-reader.js";
 import { writeJson } from "./json-writer.js";
@@ -87,7 +88,7 @@ export function createConnectUnary(opts: {
         protocolName: "connect",
         url: `http://${req.headers[":authority"] ?? req.headers.host ?? "localhost"}${req.url}`,
       });
-      const body = binary ? toBinary(method.output, answer.message) : writeJson(method.output, answer.message, opts.jsonOptions);
+      const body = binary ? writeBinary(method.output, answer.message) : writeJson(method.output, answer.message, opts.jsonOptions);
       if (res.headersSent) return void res.end();
       answer.header.forEach((value, key) => res.setHeader(key, value));
       answer.trailer.forEach((value, key) => res.setHeader(`trailer-${key}`, value));

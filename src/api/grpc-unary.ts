@@ -12,10 +12,11 @@
 // the coordinator's own CPU per call, 2 shared cores): ~800–1,000 µs per call through
 // connect-es, see docs/performance.md for the figures with this path.
 
-import { fromBinary, toBinary, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { fromBinary, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { writeBinary } from "./binary-writer.js";
 import { readBody } from "./body.js";
 import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
@@ -66,7 +67,7 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
         protocolName: "grpc",
         url: `http://${req.headers[":authority"] ?? "localhost"}${req.url}`,
       });
-      const body = toBinary(method.output, answer.message);
+      const body = writeBinary(method.output, answer.message);
       const frame = Buffer.allocUnsafe(5 + body.byteLength);
       frame[0] = 0;
       frame.writeUInt32BE(body.byteLength, 1);
