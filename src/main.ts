@@ -8,6 +8,7 @@
 import type pg from "pg";
 import type { Logger } from "pino";
 import { Authenticator } from "./api/auth.js";
+import { limitHeapGrowth } from "./heap.js";
 import { createApiServer, type ApiServer } from "./api/server.js";
 import { ConfigError, loadConfig, type Config } from "./config/index.js";
 import { createLogger } from "./logger.js";
@@ -268,6 +269,7 @@ function redactUrl(raw: string): string {
 }
 
 async function run(): Promise<number> {
+  limitHeapGrowth();
   let config: Config;
   try {
     config = loadConfig();
