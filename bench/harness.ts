@@ -108,7 +108,8 @@ export async function startCoordinator(
     });
     built = true;
   }
-  const args = script.endsWith(".ts") ? ["--import", "tsx", script] : ["--enable-source-maps", script];
+  const extra = process.env.BENCH_COORDINATOR_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
+  const args = script.endsWith(".ts") ? ["--import", "tsx", ...extra, script] : ["--enable-source-maps", ...extra, script];
   const child = spawn(process.execPath, args, {
     env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", ...env },
     stdio: ["ignore", "ignore", "inherit"],

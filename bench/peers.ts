@@ -320,7 +320,7 @@ async function round(
   const { rest, store, coordinator } = ctx;
   const rows: Row = {};
   const cpu: Round["cpu"] = {};
-  const log = (s: string) => console.error(`[round ${n}] ${s}`);
+  const log = (s: string) => console.error(`[round ${n}] ${s} (coordinator peak RSS so far ${fmt(coordinator.peakRssMb())} MB)`);
 
   // graphile-worker: a fresh schema per round, so every round starts from an empty table.
   const gwSchema = `graphile_worker_${n}`;

@@ -89,7 +89,7 @@ class Coordinator {
     const { config, logger } = this;
     const embedded = config.databaseUrl === undefined;
     // Only with an OTLP endpoint: otherwise spans go to the OpenTelemetry API's no-op tracer.
-    if (config.otelExporterOtlpEndpoint !== undefined) this.tracing = startTracing();
+    if (config.otelExporterOtlpEndpoint !== undefined) this.tracing = await startTracing();
     const databaseUrl = config.databaseUrl ?? (await this.startEmbedded());
     this.checkpoint();
 

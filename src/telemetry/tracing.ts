@@ -20,11 +20,7 @@ import {
   type Span,
   type TextMapGetter,
 } from "@opentelemetry/api";
-import { W3CTraceContextPropagator } from "@opentelemetry/core";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 // A dependency of sdk-trace-base (pinned to the same 2.12.1), needed for the service name.
-import { resourceFromAttributes } from "@opentelemetry/resources";
-import { BatchSpanProcessor, NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 import { QueueError } from "../queue/errors.js";
 
 export const TRACER_NAME = "leasehold";
@@ -44,7 +40,16 @@ export interface Tracing {
  * OTEL_EXPORTER_OTLP_ENDPOINT (the exporter reads that and the other OTEL_EXPORTER_OTLP_*
  * variables itself); incoming `traceparent` headers are honoured (W3C trace context).
  */
-export function startTracing(): Tracing {
+export async function startTracing(): Promise<Tracing> {
+  // Loaded only here: the SDK and its exporter are ~8 MB of a coordinator's memory that one
+  // without an OTLP endpoint never uses.
+  const [{ W3CTraceContextPropagator }, { OTLPTraceExporter }, { resourceFromAttributes }, { BatchSpanProcessor, NodeTracerProvider }] =
+    await Promise.all([
+      import("@opentelemetry/core"),
+      import("@opentelemetry/exporter-trace-otlp-http"),
+      import("@opentelemetry/resources"),
+      import("@opentelemetry/sdk-trace-node"),
+    ]);
   const provider = new NodeTracerProvider({
     resource: resourceFromAttributes({ "service.name": SERVICE_NAME }),
     spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())],

@@ -1,7 +1,6 @@
 import { readdirSync } from "node:fs";
 import path from "node:path";
 import pg from "pg";
-import { runner } from "node-pg-migrate";
 import { projectRoot } from "../../project-root.js";
 import { openClient } from "./db.js";
 
@@ -15,6 +14,9 @@ export async function migrate(
   count?: number,
   log: (msg: string) => void = () => {},
 ): Promise<void> {
+  // Loaded only to migrate: node-pg-migrate is ~19 MB of memory, which a coordinator that checks
+  // (pendingMigrations) rather than applies migrations would otherwise hold for its whole life.
+  const { runner } = await import("node-pg-migrate");
   // Our own connection rather than the runner's, which has no `error` listener: a database
   // restart during a migration must fail the migration, not end the process.
   const dbClient = await openClient({ connectionString: databaseUrl });
