@@ -108,6 +108,7 @@ export async function startCoordinator(
     });
     built = true;
   }
+  // BENCH_COORDINATOR_NODE_ARGS: node options for the coordinator (e.g. `--cpu-prof --cpu-prof-dir=DIR` to profile it).
   const extra = process.env.BENCH_COORDINATOR_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
   const args = script.endsWith(".ts") ? ["--import", "tsx", ...extra, script] : ["--enable-source-maps", ...extra, script];
   const child = spawn(process.execPath, args, {
