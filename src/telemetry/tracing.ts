@@ -20,7 +20,6 @@ import {
   type Span,
   type TextMapGetter,
 } from "@opentelemetry/api";
-// A dependency of sdk-trace-base (pinned to the same 2.12.1), needed for the service name.
 import { QueueError } from "../queue/errors.js";
 
 export const TRACER_NAME = "leasehold";
@@ -47,6 +46,7 @@ export async function startTracing(): Promise<Tracing> {
     await Promise.all([
       import("@opentelemetry/core"),
       import("@opentelemetry/exporter-trace-otlp-http"),
+      // A dependency of sdk-trace-base (pinned to the same 2.12.1), needed for the service name.
       import("@opentelemetry/resources"),
       import("@opentelemetry/sdk-trace-node"),
     ]);
