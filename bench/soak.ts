@@ -109,7 +109,10 @@ async function main() {
     }
   };
   console.log("elapsed_s  tasks/s  rss_mb  fds  db_conns  errors  dead_tup  claim_idx_kb  lease_idx_kb  autovacuums");
-  const reporter = setInterval(async () => {
+  // The sample in flight, awaited before the probe's connection closes (else its query fails at the end).
+  let sampling: Promise<void> = Promise.resolve();
+  const reporter = setInterval(() => (sampling = sample()), 10_000);
+  const sample = async () => {
     const now = performance.now();
     const rate = (completed - last) / ((now - lastAt) / 1000);
     last = completed;
@@ -122,15 +125,16 @@ async function main() {
               pg_relation_size('tasks_claim_pending_idx') / 1024 AS claim_kb, pg_relation_size('tasks_lease_expiry_idx') / 1024 AS lease_kb
        FROM pg_stat_user_tables WHERE relname = 'tasks'`,
     );
-    const sample = { rss: coordinator.rssMb(), fds: fdCount(), conns: rows[0].n, rate };
-    samples.push(sample);
+    const row = { rss: coordinator.rssMb(), fds: fdCount(), conns: rows[0].n, rate };
+    samples.push(row);
     console.log(
-      `${fmt((SECONDS * 1000 - (stopAt - now)) / 1000).padStart(9)}  ${fmt(rate).padStart(7)}  ${fmt(sample.rss, 1).padStart(6)}  ${String(sample.fds).padStart(3)}  ${String(sample.conns).padStart(8)}  ${String(errors).padStart(6)}  ${String(t[0].dead).padStart(8)}  ${String(t[0].claim_kb).padStart(12)}  ${String(t[0].lease_kb).padStart(12)}  ${String(t[0].vacuums).padStart(11)}`,
+      `${fmt((SECONDS * 1000 - (stopAt - now)) / 1000).padStart(9)}  ${fmt(rate).padStart(7)}  ${fmt(row.rss, 1).padStart(6)}  ${String(row.fds).padStart(3)}  ${String(row.conns).padStart(8)}  ${String(errors).padStart(6)}  ${String(t[0].dead).padStart(8)}  ${String(t[0].claim_kb).padStart(12)}  ${String(t[0].lease_kb).padStart(12)}  ${String(t[0].vacuums).padStart(11)}`,
     );
-  }, 10_000);
+  };
 
   await Promise.all([feeder, ...workers]);
   clearInterval(reporter);
+  await sampling;
   await sqlPool?.end();
   await probe.end();
   await coordinator.stop();

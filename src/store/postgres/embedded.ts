@@ -39,7 +39,23 @@ export async function startEmbeddedPostgres(opts: {
     // WAL, and a queue changes pages all over its tables; compressed (pglz: this build has no lz4),
     // claim + complete wrote 2,454 -> 1,855 WAL bytes per task for the same backend CPU (bench/sql-ab.ts,
     // 3 pairs, a checkpoint before each run). Recommended for a server of one's own too.
-    postgresFlags: ["-c", "max_connections=200", "-c", "shared_buffers=256MB", "-c", "synchronous_commit=on", "-c", "wal_compression=on"],
+    // autovacuum_naptime 10 s (default 60 s): the per-table thresholds of the queue_storage
+    // migration make tasks due for vacuum after ~1,000 changed rows, but the launcher only looks
+    // once a naptime; at ~1,400 claims and completions a second, ~170,000 dead tuples piled up
+    // between vacuums and the claim's index grew to 7 MB (`npm run soak`, SOAK_MODE=sql, 20 min).
+    // See docs/performance.md (Soak) for the run with 10 s.
+    postgresFlags: [
+      "-c",
+      "max_connections=200",
+      "-c",
+      "shared_buffers=256MB",
+      "-c",
+      "synchronous_commit=on",
+      "-c",
+      "wal_compression=on",
+      "-c",
+      "autovacuum_naptime=10s",
+    ],
     onLog: quiet,
     onError: quiet,
   });
