@@ -15,7 +15,7 @@ import {
 } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../src/api/convert.js";
 import { hasCompiledBinaryWriter, writeBinary } from "../src/api/binary-writer.js";
-import type { Job, Task } from "../src/queue/types.js";
+import { SAMPLE_NOW, sampleJob, sampleTask } from "./support/sample-rows.js";
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
 const same = (schema: DescMessage, message: MessageShape<DescMessage>, what = schema.typeName) => {
@@ -81,48 +81,9 @@ function message(schema: DescMessage, seed: number, depth: number): unknown {
   return filled(schema, seed, depth + 1);
 }
 
-const now = new Date("2026-11-30T12:34:56.789Z");
-const task: Task = {
-  id: "0193a1b2-0000-7000-8000-000000000001",
-  jobId: "0193a1b2-0000-7000-8000-000000000000",
-  chunkIndex: 7,
-  workload: "scimesh",
-  inputUri: "s3://in/7",
-  inputSha256: "a".repeat(64),
-  parameters: {},
-  status: "leased",
-  attempt: 2,
-  maxAttempts: 3,
-  priority: -1,
-  leaseOwner: "worker-1",
-  leaseExpiresAt: now,
-  resultUri: null,
-  resultSha256: null,
-  metrics: null,
-  errorCode: null,
-  errorMessage: null,
-  createdAt: now,
-  startedAt: now,
-  completedAt: null,
-  runAfter: now,
-  version: 3,
-  traceparent: null,
-};
-const job: Job = {
-  id: task.jobId,
-  workload: "scimesh",
-  inputUri: "s3://in",
-  inputSha256: null,
-  parameters: { mesh: "fine" },
-  status: "running",
-  priority: 0,
-  idempotencyKey: null,
-  traceparent: null,
-  cancelReason: null,
-  createdAt: now,
-  updatedAt: now,
-  completedAt: null,
-};
+const now = SAMPLE_NOW;
+const task = sampleTask();
+const job = sampleJob({ parameters: { mesh: "fine" } });
 
 describe("compiled binary writer", () => {
   it("compiles every hot answer (no fallback to reflection)", () => {

@@ -16,7 +16,8 @@ import {
 } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../src/api/convert.js";
 import { hasCompiledWriter, writeJson } from "../src/api/json-writer.js";
-import type { Job, Task } from "../src/queue/types.js";
+import type { Task } from "../src/queue/types.js";
+import { SAMPLE_NOW, sampleJob, sampleTask } from "./support/sample-rows.js";
 
 const OPTIONS = { useProtoFieldName: true, alwaysEmitImplicit: true } as const;
 
@@ -77,48 +78,9 @@ function message(schema: DescMessage, seed: number, depth: number): unknown {
   return filled(schema, seed, depth + 1);
 }
 
-const now = new Date("2026-11-30T12:34:56.789Z");
-const task: Task = {
-  id: "0193a1b2-0000-7000-8000-000000000001",
-  jobId: "0193a1b2-0000-7000-8000-000000000000",
-  chunkIndex: 7,
-  workload: "scimesh",
-  inputUri: "s3://in/7",
-  inputSha256: "a".repeat(64),
-  parameters: { mesh: "fine", steps: 40 },
-  status: "leased",
-  attempt: 2,
-  maxAttempts: 3,
-  priority: -1,
-  leaseOwner: "worker-1",
-  leaseExpiresAt: now,
-  resultUri: null,
-  resultSha256: null,
-  metrics: null,
-  errorCode: null,
-  errorMessage: null,
-  createdAt: now,
-  startedAt: now,
-  completedAt: null,
-  runAfter: now,
-  version: 3,
-  traceparent: null,
-};
-const job: Job = {
-  id: task.jobId,
-  workload: "scimesh",
-  inputUri: "s3://in",
-  inputSha256: null,
-  parameters: {},
-  status: "running",
-  priority: 0,
-  idempotencyKey: "k-1",
-  traceparent: null,
-  cancelReason: null,
-  createdAt: now,
-  updatedAt: now,
-  completedAt: null,
-};
+const now = SAMPLE_NOW;
+const task = sampleTask({ parameters: { mesh: "fine", steps: 40 } });
+const job = sampleJob({ idempotencyKey: "k-1" });
 
 describe("compiled JSON writer", () => {
   const messages = file_leasehold_queue_v1_queue.messages;
