@@ -66,6 +66,8 @@ const queue: QueueService = {
     inputs.map((i) => ({
       task: { ...task(i.workerId), id: i.taskId, status: "completed" as const, resultUri: i.resultUri, resultSha256: i.resultSha256 },
     })),
+  completeTaskAndClaim: async (input, next) => ({ task: await queue.completeTask(input), next: await queue.claimTasks(next) }),
+  completeTasksAndClaim: async (inputs, next) => ({ outcomes: await queue.completeTasks(inputs), next: await queue.claimTasks(next) }),
   createJob: async (input) => {
     const jobId = "00000000-0000-4000-8000-000000000001";
     const job = {

@@ -21,6 +21,10 @@ interface Rule<M extends MethodName> {
   workerIds?: (req: RequestOf<M>) => string[];
 }
 
+function claimNextWorker(next: { workerId: string } | undefined): string[] {
+  return next?.workerId ? [next.workerId] : [];
+}
+
 /** Who may call what. Typed over every RPC: a new RPC does not compile until it has a row. */
 export const ACCESS: { [M in MethodName]: Rule<M> } = {
   createJob: { roles: ["submitter"] },
@@ -34,8 +38,9 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   getTask: { roles: ["submitter"] },
   claimTasks: { roles: ["worker"], workerIds: (r) => [r.workerId] },
   renewLease: { roles: ["worker"], workerIds: (r) => [r.workerId] },
-  completeTask: { roles: ["worker"], workerIds: (r) => [r.workerId] },
-  completeTasks: { roles: ["worker"], workerIds: (r) => r.results.map((x) => x.workerId) },
+  // A claim_next acts as its own worker_id when it names one (an empty one is the reporter's).
+  completeTask: { roles: ["worker"], workerIds: (r) => [r.workerId, ...claimNextWorker(r.claimNext)] },
+  completeTasks: { roles: ["worker"], workerIds: (r) => [...r.results.map((x) => x.workerId), ...claimNextWorker(r.claimNext)] },
   failTask: { roles: ["worker"], workerIds: (r) => [r.workerId] },
   reportProgress: { roles: ["worker"], workerIds: (r) => [r.workerId] },
   putWorkload: { roles: [] },

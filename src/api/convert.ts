@@ -52,6 +52,7 @@ import {
   type Task as PbTask,
   type Workload as PbWorkload,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import { ValidationError } from "../queue/errors.js";
 import { mapError } from "./errors.js";
 import type {
   CancelJobInput,
@@ -191,7 +192,17 @@ export function completeTaskInput(r: CompleteTaskRequest): CompleteTaskInput {
 }
 
 export function completeTasksInput(r: CompleteTasksRequest): CompleteTaskInput[] {
+  const nested = r.results.findIndex((x) => x.claimNext !== undefined);
+  if (nested >= 0) throw new ValidationError(`results[${nested}].claim_next`, "is not taken inside a batch; set the batch's claim_next");
   return r.results.map(completeTaskInput);
+}
+
+/** A result report's claim_next; an empty worker_id is the reporting worker's (the one all of a batch's results name). */
+export function claimNextInput(r: ClaimTasksRequest, reporters: readonly { workerId: string }[]): ClaimTasksInput {
+  const input = claimTasksInput(r);
+  const first = reporters[0]?.workerId;
+  if (!input.workerId && first && reporters.every((x) => x.workerId === first)) input.workerId = first;
+  return input;
 }
 
 export function failTaskInput(r: FailTaskRequest): FailTaskInput {
@@ -407,8 +418,9 @@ export function listCompletedResultsResponse(r: ListCompletedResultsResult): Lis
 }
 
 /** Per-item outcomes of a batch: refused items carry the code and message errors.ts gives them. */
-export function completeTasksResponse(inputs: CompleteTaskInput[], outcomes: CompleteOutcome[]): CompleteTasksResponse {
+export function completeTasksResponse(inputs: CompleteTaskInput[], outcomes: CompleteOutcome[], next: Task[] = []): CompleteTasksResponse {
   return create(CompleteTasksResponseSchema, {
+    nextTasks: next.map(taskMessage),
     outcomes: outcomes.map((o, i) => {
       if (o.task) return { taskId: o.task.id, task: taskMessage(o.task) };
       const m = mapError(o.error);

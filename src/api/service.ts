@@ -55,12 +55,21 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
     },
 
     async completeTask(req, ctx) {
-      const task = await queue.completeTask(convert.completeTaskInput(req), call(ctx));
+      const input = convert.completeTaskInput(req);
+      if (req.claimNext) {
+        const r = await queue.completeTaskAndClaim(input, convert.claimNextInput(req.claimNext, [input]), call(ctx));
+        return create(CompleteTaskResponseSchema, { task: convert.taskMessage(r.task), nextTasks: r.next.map(convert.taskMessage) });
+      }
+      const task = await queue.completeTask(input, call(ctx));
       return create(CompleteTaskResponseSchema, { task: convert.taskMessage(task) });
     },
 
     async completeTasks(req, ctx) {
       const inputs = convert.completeTasksInput(req);
+      if (req.claimNext) {
+        const r = await queue.completeTasksAndClaim(inputs, convert.claimNextInput(req.claimNext, inputs), call(ctx));
+        return convert.completeTasksResponse(inputs, r.outcomes, r.next);
+      }
       return convert.completeTasksResponse(inputs, await queue.completeTasks(inputs, call(ctx)));
     },
 

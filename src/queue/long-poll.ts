@@ -7,7 +7,16 @@
 import { UnavailableError } from "./errors.js";
 import { overriding } from "./override.js";
 import type { QueueService } from "./service.js";
-import type { CallOptions, ClaimTasksInput, JobUpdate, Task, WatchOptions } from "./types.js";
+import type {
+  BatchCompletedAndClaimed,
+  CallOptions,
+  ClaimTasksInput,
+  CompletedAndClaimed,
+  CompleteTaskInput,
+  JobUpdate,
+  Task,
+  WatchOptions,
+} from "./types.js";
 
 /** Where wake-ups come from: (workload, how many tasks became claimable). */
 export interface WakeSource {
@@ -25,7 +34,7 @@ interface Waiter {
   wake: () => void;
 }
 
-// Every call but claimTasks and watchJob is the wrapped queue's own: the constructor returns the
+// Every call but the claims (claimTasks, and the reports' claim_next) and watchJob is the wrapped queue's own: the constructor returns the
 // queue seen through this object (override.ts), so nothing is passed through by hand.
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging, @typescript-eslint/no-empty-object-type
 export interface LongPollingQueue extends QueueService {}
@@ -69,6 +78,23 @@ export class LongPollingQueue {
       await this.park(input.workloads, Math.min(left, this.jitteredPoll()), opts.signal);
       if (this.closed || opts.signal?.aborted || Date.now() >= until) return [];
     }
+  }
+
+  // A result report's claim_next waits as a claim does, after the result is written: the report
+  // claims once without waiting (the store never waits; it checks wait_seconds with the rest before
+  // writing), and only an empty claim parks.
+  async completeTaskAndClaim(input: CompleteTaskInput, next: ClaimTasksInput, opts: CallOptions = {}): Promise<CompletedAndClaimed> {
+    const r = await this.queue.completeTaskAndClaim(input, next, opts);
+    return r.next.length > 0 || !next.waitSeconds ? r : { task: r.task, next: await this.claimTasks(next, opts) };
+  }
+
+  async completeTasksAndClaim(
+    inputs: CompleteTaskInput[],
+    next: ClaimTasksInput,
+    opts: CallOptions = {},
+  ): Promise<BatchCompletedAndClaimed> {
+    const r = await this.queue.completeTasksAndClaim(inputs, next, opts);
+    return r.next.length > 0 || !next.waitSeconds ? r : { outcomes: r.outcomes, next: await this.claimTasks(next, opts) };
   }
 
   async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {

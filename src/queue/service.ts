@@ -1,8 +1,10 @@
 import type { MaintenanceQueue } from "./maintenance.js";
 import type {
+  BatchCompletedAndClaimed,
   CallOptions,
   CancelJobInput,
   ClaimTasksInput,
+  CompletedAndClaimed,
   CompleteOutcome,
   CompleteTaskInput,
   CreateJobInput,
@@ -42,6 +44,14 @@ export interface ApiQueue {
   completeTask(input: CompleteTaskInput, opts?: CallOptions): Promise<Task>;
   /** Completes many leased tasks in one statement, each under the same lease and replay rules as completeTask. */
   completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions): Promise<CompleteOutcome[]>;
+  /**
+   * completeTask, then claimTasks with `next` in the same call, so a worker needs one call per task
+   * instead of two. Both inputs are checked, and next's workloads known, before anything is
+   * written; a refused result claims nothing; a replayed one claims as an accepted one does.
+   */
+  completeTaskAndClaim(input: CompleteTaskInput, next: ClaimTasksInput, opts?: CallOptions): Promise<CompletedAndClaimed>;
+  /** completeTasks, then claimTasks with `next`, whatever each result's outcome. */
+  completeTasksAndClaim(inputs: CompleteTaskInput[], next: ClaimTasksInput, opts?: CallOptions): Promise<BatchCompletedAndClaimed>;
   failTask(input: FailTaskInput, opts?: CallOptions): Promise<Task>;
   getJobStatus(jobId: string, opts?: CallOptions): Promise<JobStatusResult>;
   listCompletedResults(input: ListCompletedResultsInput, opts?: CallOptions): Promise<ListCompletedResultsResult>;

@@ -126,6 +126,18 @@ export interface CompleteTaskInput extends LeaseRef {
 /** One result of a batch completion: the task, or why this one was refused (the rest still count). */
 export type CompleteOutcome = { task: Task; error?: undefined } | { task?: undefined; error: QueueError };
 
+/** A result report that also claimed the worker's next tasks (`next`: empty when nothing was claimable). */
+export interface CompletedAndClaimed {
+  task: Task;
+  next: Task[];
+}
+
+/** A batch of result reports that also claimed the worker's next tasks. */
+export interface BatchCompletedAndClaimed {
+  outcomes: CompleteOutcome[];
+  next: Task[];
+}
+
 export interface FailTaskInput extends LeaseRef {
   errorCode: string;
   errorMessage?: string;

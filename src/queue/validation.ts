@@ -314,6 +314,16 @@ export function validateClaim(input: ClaimTasksInput): NormalizedClaim {
   return { workerId, workloads, maxTasks, leaseSeconds, waitSeconds };
 }
 
+/** validateClaim for the claim_next of a result report, its violations named under `claim_next.`. */
+export function validateClaimNext(input: ClaimTasksInput): NormalizedClaim {
+  try {
+    return validateClaim(input);
+  } catch (err) {
+    if (!(err instanceof ValidationError)) throw err;
+    throw violationsError(err.violations.map((v) => ({ field: `claim_next.${v.field}`, description: v.description })));
+  }
+}
+
 export function validateLeaseRef(input: LeaseRef): LeaseRef {
   const [taskId, workerId, attempt] = all(
     () => requireUuid("task_id", input.taskId),

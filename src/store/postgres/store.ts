@@ -18,9 +18,11 @@ import { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueObserver, QueueService } from "../../queue/service.js";
 import {
   TASK_STATUSES,
+  type BatchCompletedAndClaimed,
   type CallOptions,
   type CancelJobInput,
   type ClaimTasksInput,
+  type CompletedAndClaimed,
   type CompleteOutcome,
   type CompleteTaskInput,
   type CreateJobInput,
@@ -60,6 +62,7 @@ import {
   validateListTasks,
   validateCancel,
   validateClaim,
+  validateClaimNext,
   validateComplete,
   validateCreateJob,
   validateFail,
@@ -70,6 +73,7 @@ import {
   validateReportProgress,
   validateRetryJob,
   violationsError,
+  type NormalizedClaim,
   type NormalizedCreateJob,
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
@@ -295,25 +299,43 @@ export class PostgresQueue implements QueueService {
 
   async claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
     const claim = validateClaim(input);
-    return withClient(this.pool, opts.signal, async (c) => {
-      const { rows } = await c.query({
-        name: "leasehold_claim_tasks",
-        text: sql.CLAIM_TASKS,
-        values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
-      });
-      if (rows.length === 0) {
-        // Only an empty answer pays for this check, so the hot path stays one statement.
-        const { rows: known } = await c.query(sql.SELECT_WORKLOADS_BY_NAME, [claim.workloads]);
-        const unknown = claim.workloads.find((w) => !known.some((k) => k.name === w));
-        if (unknown) throw new NotFoundError("workload", unknown, `workloads[${claim.workloads.indexOf(unknown)}]`);
-        return [];
-      }
-      this.options.observer?.tasksClaimed(
-        rows.length,
-        rows.flatMap((r) => (r.pickup_seconds === null ? [] : [r.pickup_seconds as number])),
-      );
-      return rows.map(toTask);
+    return withClient(this.pool, opts.signal, (c) => this.claimWith(c, claim, "workloads"));
+  }
+
+  private async claimWith(c: pg.PoolClient, claim: NormalizedClaim, field: string): Promise<Task[]> {
+    const { rows } = await c.query({
+      name: "leasehold_claim_tasks",
+      text: sql.CLAIM_TASKS,
+      values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
     });
+    if (rows.length === 0) {
+      // Only an empty answer pays for this check, so the hot path stays one statement.
+      const unknown = await this.unknownWorkload(c, claim.workloads);
+      if (unknown) throw new NotFoundError("workload", unknown, `${field}[${claim.workloads.indexOf(unknown)}]`);
+      return [];
+    }
+    this.options.observer?.tasksClaimed(
+      rows.length,
+      rows.flatMap((r) => (r.pickup_seconds === null ? [] : [r.pickup_seconds as number])),
+    );
+    return rows.map(toTask);
+  }
+
+  /** The first of these workloads that does not exist, if any. */
+  private async unknownWorkload(c: pg.PoolClient, names: string[]): Promise<string | undefined> {
+    const { rows: known } = await c.query(sql.SELECT_WORKLOADS_BY_NAME, [names]);
+    return names.find((w) => !known.some((k) => k.name === w));
+  }
+
+  /**
+   * A result report's claim_next must name known workloads before the result is written, so a
+   * mistaken claim_next writes nothing. Workloads are never deleted, so one seen (cached) once
+   * exists for good, and only a name not seen yet costs a read.
+   */
+  private async requireWorkloads(c: pg.PoolClient, names: string[]): Promise<void> {
+    if (names.every((n) => this.workloadCache.has(n))) return;
+    const unknown = await this.unknownWorkload(c, names);
+    if (unknown) throw new NotFoundError("workload", unknown, `claim_next.workloads[${names.indexOf(unknown)}]`);
   }
 
   async renewLease(input: RenewLeaseInput, opts: CallOptions = {}): Promise<Task> {
@@ -331,80 +353,96 @@ export class PostgresQueue implements QueueService {
 
   async completeTask(input: CompleteTaskInput, opts: CallOptions = {}): Promise<Task> {
     const done = validateComplete(input);
+    return withClient(this.pool, opts.signal, (c) => this.completeWith(c, done));
+  }
+
+  // The result is written before the claim, in its own statement, exactly as completeTask writes
+  // it: the claim cannot take anything back from it, and a claim that fails leaves an accepted
+  // result, which the worker's retry replays.
+  async completeTaskAndClaim(input: CompleteTaskInput, next: ClaimTasksInput, opts: CallOptions = {}): Promise<CompletedAndClaimed> {
+    const done = validateComplete(input);
+    const claim = validateClaimNext(next);
     return withClient(this.pool, opts.signal, async (c) => {
-      const { rows } = await c.query({
-        name: "leasehold_complete_task",
-        text: sql.COMPLETE_TASK,
-        values: [
-          done.taskId,
-          done.workerId,
-          done.attempt,
-          done.resultUri,
-          done.resultSha256,
-          done.metrics === undefined ? null : JSON.stringify(done.metrics),
-        ],
-      });
-      if (rows.length === 1) {
-        this.options.observer?.tasksCompleted(1);
-        if (rows[0].recheck_job)
-          await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[rows[0].job_id]] });
-        return toTask(rows[0]);
-      }
-      return replayOrConflict(await this.loadTask(c, done.taskId), done);
+      await this.requireWorkloads(c, claim.workloads);
+      const task = await this.completeWith(c, done);
+      return { task, next: await this.claimWith(c, claim, "claim_next.workloads") };
     });
   }
 
+  private async completeWith(c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
+    const { rows } = await c.query({
+      name: "leasehold_complete_task",
+      text: sql.COMPLETE_TASK,
+      values: [
+        done.taskId,
+        done.workerId,
+        done.attempt,
+        done.resultUri,
+        done.resultSha256,
+        done.metrics === undefined ? null : JSON.stringify(done.metrics),
+      ],
+    });
+    if (rows.length === 1) {
+      this.options.observer?.tasksCompleted(1);
+      if (rows[0].recheck_job) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[rows[0].job_id]] });
+      return toTask(rows[0]);
+    }
+    return replayOrConflict(await this.loadTask(c, done.taskId), done);
+  }
+
   async completeTasks(inputs: CompleteTaskInput[], opts: CallOptions = {}): Promise<CompleteOutcome[]> {
-    if (!Array.isArray(inputs) || inputs.length === 0) throw new ValidationError("results", "must hold at least one result");
-    if (inputs.length > LIMITS.maxClaimBatch) throw new ValidationError("results", `must hold at most ${LIMITS.maxClaimBatch} results`);
-    // Every result is checked, and every violation named by its place in the batch.
-    const violations: FieldViolation[] = [];
-    const batch = inputs.map((input, i) => {
-      try {
-        return validateComplete(input);
-      } catch (err) {
-        if (!(err instanceof ValidationError)) throw err;
-        violations.push(...err.violations.map((v) => ({ field: `results[${i}].${v.field}`, description: v.description })));
-        return input;
-      }
-    });
-    if (violations.length > 0) throw violationsError(violations);
-    const ids = batch.map((b) => b.taskId);
-    if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
+    const batch = validateBatch(inputs);
+    return withClient(this.pool, opts.signal, (c) => this.completeBatchWith(c, batch));
+  }
+
+  async completeTasksAndClaim(
+    inputs: CompleteTaskInput[],
+    next: ClaimTasksInput,
+    opts: CallOptions = {},
+  ): Promise<BatchCompletedAndClaimed> {
+    const batch = validateBatch(inputs);
+    const claim = validateClaimNext(next);
     return withClient(this.pool, opts.signal, async (c) => {
-      const payload = JSON.stringify(
-        batch.map((b) => ({
-          task_id: b.taskId,
-          worker_id: b.workerId,
-          attempt: b.attempt,
-          result_uri: b.resultUri,
-          result_sha256: b.resultSha256,
-          metrics: b.metrics ?? null,
-        })),
-      );
-      const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: [payload, ids] });
-      const completed = new Map(rows.map((r) => [r.id as string, toTask(r)]));
-      if (completed.size > 0) {
-        this.options.observer?.tasksCompleted(completed.size);
-        const jobs = [...new Set(rows.map((r) => r.job_id as string))];
-        await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [jobs] });
-      }
-      const outcomes: CompleteOutcome[] = [];
-      for (const b of batch) {
-        const task = completed.get(b.taskId);
-        if (task) {
-          outcomes.push({ task });
-          continue;
-        }
-        try {
-          outcomes.push({ task: replayOrConflict(await this.loadTask(c, b.taskId), b) });
-        } catch (err) {
-          if (!(err instanceof QueueError)) throw err;
-          outcomes.push({ error: err });
-        }
-      }
-      return outcomes;
+      await this.requireWorkloads(c, claim.workloads);
+      const outcomes = await this.completeBatchWith(c, batch);
+      return { outcomes, next: await this.claimWith(c, claim, "claim_next.workloads") };
     });
+  }
+
+  private async completeBatchWith(c: pg.PoolClient, batch: CompleteTaskInput[]): Promise<CompleteOutcome[]> {
+    const ids = batch.map((b) => b.taskId);
+    const payload = JSON.stringify(
+      batch.map((b) => ({
+        task_id: b.taskId,
+        worker_id: b.workerId,
+        attempt: b.attempt,
+        result_uri: b.resultUri,
+        result_sha256: b.resultSha256,
+        metrics: b.metrics ?? null,
+      })),
+    );
+    const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: [payload, ids] });
+    const completed = new Map(rows.map((r) => [r.id as string, toTask(r)]));
+    if (completed.size > 0) {
+      this.options.observer?.tasksCompleted(completed.size);
+      const jobs = [...new Set(rows.map((r) => r.job_id as string))];
+      await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [jobs] });
+    }
+    const outcomes: CompleteOutcome[] = [];
+    for (const b of batch) {
+      const task = completed.get(b.taskId);
+      if (task) {
+        outcomes.push({ task });
+        continue;
+      }
+      try {
+        outcomes.push({ task: replayOrConflict(await this.loadTask(c, b.taskId), b) });
+      } catch (err) {
+        if (!(err instanceof QueueError)) throw err;
+        outcomes.push({ error: err });
+      }
+    }
+    return outcomes;
   }
 
   async failTask(input: FailTaskInput, opts: CallOptions = {}): Promise<Task> {
@@ -812,4 +850,25 @@ function countBy(keys: string[]): Map<string, number> {
   const counts = new Map<string, number>();
   for (const k of keys) counts.set(k, (counts.get(k) ?? 0) + 1);
   return counts;
+}
+
+/** A CompleteTasks batch, checked whole before anything is written. */
+function validateBatch(inputs: CompleteTaskInput[]): CompleteTaskInput[] {
+  if (!Array.isArray(inputs) || inputs.length === 0) throw new ValidationError("results", "must hold at least one result");
+  if (inputs.length > LIMITS.maxClaimBatch) throw new ValidationError("results", `must hold at most ${LIMITS.maxClaimBatch} results`);
+  // Every result is checked, and every violation named by its place in the batch.
+  const violations: FieldViolation[] = [];
+  const batch = inputs.map((input, i) => {
+    try {
+      return validateComplete(input);
+    } catch (err) {
+      if (!(err instanceof ValidationError)) throw err;
+      violations.push(...err.violations.map((v) => ({ field: `results[${i}].${v.field}`, description: v.description })));
+      return input;
+    }
+  });
+  if (violations.length > 0) throw violationsError(violations);
+  const ids = batch.map((b) => b.taskId);
+  if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
+  return batch;
 }

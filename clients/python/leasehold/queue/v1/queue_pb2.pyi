@@ -278,38 +278,46 @@ class RenewLeaseResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class CompleteTaskRequest(_message.Message):
-    __slots__ = ("task_id", "worker_id", "attempt", "result_uri", "result_sha256", "metrics")
+    __slots__ = ("task_id", "worker_id", "attempt", "result_uri", "result_sha256", "metrics", "claim_next")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RESULT_URI_FIELD_NUMBER: _ClassVar[int]
     RESULT_SHA256_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_NEXT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     worker_id: str
     attempt: int
     result_uri: str
     result_sha256: str
     metrics: _struct_pb2.Struct
-    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    claim_next: ClaimTasksRequest
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim_next: _Optional[_Union[ClaimTasksRequest, _Mapping]] = ...) -> None: ...
 
 class CompleteTaskResponse(_message.Message):
-    __slots__ = ("task",)
+    __slots__ = ("task", "next_tasks")
     TASK_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TASKS_FIELD_NUMBER: _ClassVar[int]
     task: Task
-    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+    next_tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., next_tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
 
 class CompleteTasksRequest(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "claim_next")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_NEXT_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[CompleteTaskRequest]
-    def __init__(self, results: _Optional[_Iterable[_Union[CompleteTaskRequest, _Mapping]]] = ...) -> None: ...
+    claim_next: ClaimTasksRequest
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteTaskRequest, _Mapping]]] = ..., claim_next: _Optional[_Union[ClaimTasksRequest, _Mapping]] = ...) -> None: ...
 
 class CompleteTasksResponse(_message.Message):
-    __slots__ = ("outcomes",)
+    __slots__ = ("outcomes", "next_tasks")
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TASKS_FIELD_NUMBER: _ClassVar[int]
     outcomes: _containers.RepeatedCompositeFieldContainer[CompleteTaskOutcome]
-    def __init__(self, outcomes: _Optional[_Iterable[_Union[CompleteTaskOutcome, _Mapping]]] = ...) -> None: ...
+    next_tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[CompleteTaskOutcome, _Mapping]]] = ..., next_tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
 
 class CompleteTaskOutcome(_message.Message):
     __slots__ = ("task_id", "task", "error")
