@@ -171,26 +171,39 @@ async function fillLeasehold(store: PostgresQueue, workload: string, count: numb
   }
 }
 
-function leaseholdClaimComplete(rest: Rest, workload: string, maxTasks: number) {
+type RestTask = { id: string; attempt: number; chunk_index: number };
+
+/**
+ * 16 REST workers. `chained` (how a Leasehold worker should run, as the Python client does): each
+ * result report carries claim_next and answers the worker's next tasks, one call per claim; a
+ * worker calls ClaimTasks itself only when a report brought nothing. Otherwise two calls, a claim
+ * and a report.
+ */
+function leaseholdClaimComplete(rest: Rest, workload: string, maxTasks: number, chained = true) {
   let done = 0;
   const start = async () =>
     loops(WORKERS, async (id, running) => {
       const worker_id = `peers-${id}`;
+      const claim_next = chained ? { workloads: [workload], max_tasks: maxTasks } : undefined;
+      let got: RestTask[] = [];
       while (running()) {
-        const claim = await rest("POST", "/tasks/claim", { worker_id, workloads: [workload], max_tasks: maxTasks });
-        if (claim.status !== 200) throw new Error(`claim answered ${claim.status}: the backlog ran out`);
-        const got = (claim.json as { tasks: Array<{ id: string; attempt: number; chunk_index: number }> }).tasks;
+        if (got.length === 0) {
+          const claim = await rest("POST", "/tasks/claim", { worker_id, workloads: [workload], max_tasks: maxTasks });
+          if (claim.status !== 200) throw new Error(`claim answered ${claim.status}: the backlog ran out`);
+          got = (claim.json as { tasks: RestTask[] }).tasks;
+        }
+        let r;
         if (got.length === 1) {
           const t = got[0];
-          const r = await rest("POST", `/tasks/${t.id}/result`, {
+          r = await rest("POST", `/tasks/${t.id}/result`, {
             worker_id,
             attempt: t.attempt,
             result_uri: `s3://out/${t.chunk_index}`,
             result_sha256: SHA,
+            claim_next,
           });
-          if (r.status !== 200) throw new Error(`complete answered ${r.status}`);
         } else {
-          const r = await rest("POST", "/tasks/results", {
+          r = await rest("POST", "/tasks/results", {
             results: got.map((t) => ({
               task_id: t.id,
               worker_id,
@@ -198,27 +211,40 @@ function leaseholdClaimComplete(rest: Rest, workload: string, maxTasks: number) 
               result_uri: `s3://out/${t.chunk_index}`,
               result_sha256: SHA,
             })),
+            claim_next,
           });
-          if (r.status !== 200) throw new Error(`complete answered ${r.status}`);
         }
+        if (r.status !== 200) throw new Error(`complete answered ${r.status}`);
         done += got.length;
+        got = chained ? (r.json as { next_tasks: RestTask[] }).next_tasks : [];
       }
     });
   return { start, count: () => done };
 }
 
-/** The same loop as leaseholdClaimComplete over gRPC (HTTP/2, one channel for all workers). */
+/** The same loop as leaseholdClaimComplete over gRPC (HTTP/2, one channel for all workers), chained through claimNext. */
 function leaseholdGrpcClaimComplete(rpc: Grpc, workload: string, maxTasks: number) {
   let done = 0;
   const start = async () =>
     loops(WORKERS, async (id, running) => {
       const workerId = `peers-grpc-${id}`;
+      const claimNext = { workloads: [workload], maxTasks };
+      let got: { id: string; attempt: number; chunkIndex: number }[] = [];
       while (running()) {
-        const got = (await rpc.claim({ workerId, workloads: [workload], maxTasks })).tasks;
+        if (got.length === 0) got = (await rpc.claim({ workerId, workloads: [workload], maxTasks })).tasks;
         if (got.length === 0) throw new Error("gRPC claim found nothing: the backlog ran out");
-        if (got.length === 1) {
+        const n = got.length;
+        if (n === 1) {
           const t = got[0];
-          await rpc.complete({ taskId: t.id, workerId, attempt: t.attempt, resultUri: `s3://out/${t.chunkIndex}`, resultSha256: SHA });
+          const r = await rpc.complete({
+            taskId: t.id,
+            workerId,
+            attempt: t.attempt,
+            resultUri: `s3://out/${t.chunkIndex}`,
+            resultSha256: SHA,
+            claimNext,
+          });
+          got = r.nextTasks;
         } else {
           const r = await rpc.completeMany({
             results: got.map((t) => ({
@@ -228,10 +254,12 @@ function leaseholdGrpcClaimComplete(rpc: Grpc, workload: string, maxTasks: numbe
               resultUri: `s3://out/${t.chunkIndex}`,
               resultSha256: SHA,
             })),
+            claimNext,
           });
           if (r.outcomes.some((o) => o.error)) throw new Error("a gRPC CompleteTasks result was refused");
+          got = r.nextTasks;
         }
-        done += got.length;
+        done += n;
       }
     });
   return { start, count: () => done };
@@ -424,6 +452,19 @@ async function round(
     cpu["claim→complete, max_tasks 1 (leasehold)"] = lSingle.cpu;
     cpu["job (graphile-worker)"] = gSingle.cpu;
     log(`single: leasehold ${fmt(lSingle.rate)}, graphile ${fmt(gSingle.rate)}`);
+
+    // 3b. The same without claim_next: a claim call and a report call per task.
+    await fillLeasehold(store, `twocalls_${n}`, backlog1);
+    const twoCalls = leaseholdClaimComplete(rest, `twocalls_${n}`, 1, false);
+    const lTwo = await window(twoCalls.start, twoCalls.count, coordinator);
+    rows["single-task, claim and report as two calls (REST) vs graphile-worker"] = {
+      leasehold: lTwo.rate,
+      peer: gSingle.rate,
+      peerName: "graphile-worker concurrency 16",
+      unit: "tasks/s",
+    };
+    cpu["claim→complete, max_tasks 1, two calls (leasehold)"] = lTwo.cpu;
+    log(`single, two calls: leasehold ${fmt(lTwo.rate)}`);
 
     // 4. Claim → complete when every job has one task (filled by SQL, not measured).
     await fillOneTaskJobs(ctx.leaseholdUrl, `onejob_${n}`, Math.max(15_000, Math.ceil(SECONDS + 2) * 2500));

@@ -26,19 +26,21 @@ let grpc: Client<typeof QueueService>;
 let seq = 0;
 
 const WORKER_TOKEN = "claim-next-worker-token";
+const readiness = async () => ({ ready: true });
 
 beforeAll(async () => {
   f = await queueFixture();
   listener = new TaskListener(f.db.url);
   await listener.start();
   queue = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
-  server = createApiServer({ queue, logger: pino({ level: "silent" }), maxBodyBytes: 64 * 1024, requestTimeoutMs: 10_000 });
+  server = createApiServer({ queue, logger: pino({ level: "silent" }), maxBodyBytes: 64 * 1024, requestTimeoutMs: 10_000, readiness });
   base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
   authed = createApiServer({
     queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,
     requestTimeoutMs: 10_000,
+    readiness,
     auth: new Authenticator([{ sha256: sha(WORKER_TOKEN), role: "worker", workerPrefix: "gpu-" }]),
   });
   authedBase = `http://127.0.0.1:${await authed.listen(0, "127.0.0.1")}`;
