@@ -11,6 +11,7 @@ import { Authenticator } from "../src/api/auth.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { LongPollingQueue } from "../src/queue/long-poll.js";
 import { TaskListener } from "../src/store/postgres/listener.js";
+import { EVENTS_CHANNEL } from "../src/store/postgres/queries.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
@@ -120,6 +121,30 @@ describe("CompleteTask with claim_next", () => {
     expect(events[0].n).toBe(6);
     const { rows: job } = await f.pool.query("SELECT status::text FROM jobs WHERE workload = $1", [w]);
     expect(job[0].status).toBe("completed");
+  });
+
+  it("notifies the watched jobs of both the completed and the claimed task", async () => {
+    const w = await backlog(1);
+    const other = await f.queue.createJob({ workload: w, tasks: [{ chunkIndex: 0, inputUri: "s3://in/other", inputSha256: sha("o") }] });
+    const t = await claimOne(w);
+    const { rows: jobs } = await f.pool.query("SELECT job_id FROM tasks WHERE id = $1", [t.id]);
+    const watched = [jobs[0].job_id as string, other.job.id];
+    await f.pool.query("INSERT INTO job_watchers (job_id, expires_at) SELECT unnest($1::uuid[]), now() + interval '1 minute'", [watched]);
+    const listen = await f.pool.connect();
+    const heard: string[] = [];
+    listen.on("notification", (n) => heard.push(n.payload ?? ""));
+    await listen.query(`LISTEN ${EVENTS_CHANNEL}`);
+    try {
+      const a = await rest(`/tasks/${t.id}/result`, { ...result(t), claim_next: { workloads: [w] } });
+      expect(a.status, a.text).toBe(200);
+      expect(a.body.next_tasks[0].job_id).toBe(other.job.id);
+      const end = Date.now() + 5000;
+      while (heard.length < 2 && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
+      expect(new Set(heard)).toEqual(new Set(watched));
+    } finally {
+      await listen.query(`UNLISTEN ${EVENTS_CHANNEL}`);
+      listen.release();
+    }
   });
 
   it("gRPC: claimNext with its own worker id and max_tasks", async () => {

@@ -96,7 +96,7 @@ const watchedJobs = (rows: string) => `watched AS (
 const completedEvents = (rows: string) => `events AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
   SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM ${rows}
-), ${watchedJobs(rows)}`;
+)`;
 
 /*
  * The claim: one statement, so there is no window between choosing and taking.
@@ -115,39 +115,50 @@ const completedEvents = (rows: string) => `events AS (
  * - "Was it fresh" is `= ANY (ARRAY(SELECT id FROM fresh))`, not `IN (SELECT id FROM fresh)`: the
  *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
  *   under claim + complete (perf).
- * $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
  */
-export const CLAIM_TASKS = `
-WITH expired AS (
+/** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
+interface ClaimParams {
+  workloads: string;
+  limit: string;
+  worker: string;
+  leaseSeconds: string;
+}
+
+/**
+ * The claim's CTEs, from the two arms to its events (everything but the watcher probe and the
+ * answer). `gate` is a condition every arm adds: the claim of a result report takes nothing
+ * unless the report's result was accepted.
+ */
+const claimCtes = (p: ClaimParams, gate = "true") => `expired AS (
   SELECT c.id, c.priority, c.created_at, c.chunk_index, 0 AS arm
-  FROM unnest($1::text[]) AS w(name)
+  FROM unnest(${p.workloads}::text[]) AS w(name)
   CROSS JOIN LATERAL (
     SELECT id, priority, created_at, chunk_index FROM tasks
-    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND ${gate}
     ORDER BY lease_expires_at
-    LIMIT $2
+    LIMIT ${p.limit}
     FOR UPDATE SKIP LOCKED
   ) c
 ), fresh AS (
   SELECT c.id, c.priority, c.created_at, c.chunk_index, 1 AS arm
-  FROM unnest($1::text[]) AS w(name)
+  FROM unnest(${p.workloads}::text[]) AS w(name)
   CROSS JOIN LATERAL (
     SELECT id, priority, created_at, chunk_index FROM tasks
-    WHERE status = 'pending' AND workload = w.name AND run_after <= now()
+    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND ${gate}
     ORDER BY priority DESC, created_at, chunk_index
-    LIMIT $2
+    LIMIT ${p.limit}
     FOR UPDATE SKIP LOCKED
   ) c
 ), picked AS (
   SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
   ORDER BY arm, priority DESC, created_at, chunk_index
-  LIMIT $2
+  LIMIT ${p.limit}
 ), claimed AS (
   UPDATE tasks t
   SET status = 'leased',
       attempt = t.attempt + 1,
-      lease_owner = $3,
-      lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_owner = ${p.worker},
+      lease_expires_at = now() + make_interval(secs => coalesce(${p.leaseSeconds}::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
@@ -156,16 +167,20 @@ WITH expired AS (
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
-), events AS (
+), claim_events AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
   SELECT job_id, id, chunk_index, 'task_status', 'leased',
     CASE WHEN id = ANY (ARRAY(SELECT id FROM fresh)) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
   FROM claimed
-), ${watchedJobs("claimed")}
--- pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
-SELECT claimed.*,
-  CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds,
-  (SELECT count(*) FROM watched) AS notified
+)`;
+
+// pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
+const pickupSeconds = `CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
+
+// $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
+export const CLAIM_TASKS = `
+WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4" })}, ${watchedJobs("claimed")}
+SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
 FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
@@ -193,8 +208,7 @@ RETURNING t.*`;
  * (see finishJobIfDone). Mid-job completions see pending work and skip all of that cheaply
  * (tasks_job_unfinished_idx).
  */
-export const COMPLETE_TASK = `
-WITH done AS (
+const completeOne = `done AS (
   UPDATE tasks
   SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
       completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
@@ -208,13 +222,37 @@ WITH done AS (
       WHERE o.job_id = (SELECT job_id FROM done) AND o.status IN ('pending', 'leased') AND o.id <> $1
     )
   RETURNING j.id
-)
-SELECT done.*,
-  NOT EXISTS (SELECT 1 FROM finished)
+)`;
+const recheckJob = `NOT EXISTS (SELECT 1 FROM finished)
     AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job,
-  (SELECT count(*) FROM watched) AS notified
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running')`;
+
+// $1 task id, $2 worker id, $3 attempt, $4 result_uri, $5 result_sha256, $6 metrics.
+export const COMPLETE_TASK = `
+WITH ${completeOne}, ${watchedJobs("done")}
+SELECT done.*, ${recheckJob} AS recheck_job, (SELECT count(*) FROM watched) AS notified
 FROM done`;
+
+/*
+ * A result report with claim_next: COMPLETE_TASK and CLAIM_TASKS in one statement, so a worker's
+ * task costs one statement, one transaction and one round trip instead of two of each. The claim
+ * takes nothing unless the result was accepted (its arms are gated on `done`), so a refused or
+ * replayed result leaves the claim to the caller, which claims again only for a replay. The two
+ * updates never meet one row: `done` needs a live lease, which neither arm takes. Nor do the two
+ * job updates: `running` moves pending jobs, `finished` running ones, as the snapshot has them.
+ * Rows: part 0 the completed task (with recheck_job), part 1 the claimed ones in claim order.
+ * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, as CLAIM_TASKS.
+ */
+export const COMPLETE_TASK_AND_CLAIM = `
+WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10" }, "EXISTS (SELECT 1 FROM done)")},
+watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
+SELECT 0 AS part, done.*, ${recheckJob} AS recheck_job, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+FROM done
+UNION ALL
+(SELECT 1, claimed.*, false, ${pickupSeconds}, 0 FROM claimed ORDER BY priority DESC, created_at, chunk_index)`;
 
 /*
  * Fail one task: back to pending after a backoff while attempts remain and the worker calls it
@@ -307,7 +345,7 @@ WITH done AS (
   WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
     AND t.lease_expires_at > now()
   RETURNING t.*
-), ${completedEvents("done")}
+), ${completedEvents("done")}, ${watchedJobs("done")}
 SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
 
 // Runs in its own statement after completions commit, so its snapshot sees every commit that

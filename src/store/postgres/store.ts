@@ -78,7 +78,7 @@ import {
 } from "../../queue/validation.js";
 import { inTransaction, withClient } from "./db.js";
 import * as sql from "./queries.js";
-import { toJob, toJobEvent, toTask, toWorkload, type JobEventRow } from "./rows.js";
+import { toJob, toJobEvent, toTask, toWorkload, type JobEventRow, type TaskRow } from "./rows.js";
 import { WatchHub } from "./watch-hub.js";
 
 export { createPool } from "./db.js";
@@ -314,9 +314,14 @@ export class PostgresQueue implements QueueService {
       if (unknown) throw new NotFoundError("workload", unknown, `${field}[${claim.workloads.indexOf(unknown)}]`);
       return [];
     }
+    return this.claimed(rows);
+  }
+
+  private claimed(rows: (TaskRow & { pickup_seconds: number | null })[]): Task[] {
+    if (rows.length === 0) return [];
     this.options.observer?.tasksClaimed(
       rows.length,
-      rows.flatMap((r) => (r.pickup_seconds === null ? [] : [r.pickup_seconds as number])),
+      rows.flatMap((r) => (r.pickup_seconds === null ? [] : [r.pickup_seconds])),
     );
     return rows.map(toTask);
   }
@@ -356,38 +361,38 @@ export class PostgresQueue implements QueueService {
     return withClient(this.pool, opts.signal, (c) => this.completeWith(c, done));
   }
 
-  // The result is written before the claim, in its own statement, exactly as completeTask writes
-  // it: the claim cannot take anything back from it, and a claim that fails leaves an accepted
-  // result, which the worker's retry replays.
+  // One statement completes and claims (COMPLETE_TASK_AND_CLAIM). When it accepted nothing, the
+  // result was refused (thrown, nothing claimed) or is a replay, which claims on its own.
   async completeTaskAndClaim(input: CompleteTaskInput, next: ClaimTasksInput, opts: CallOptions = {}): Promise<CompletedAndClaimed> {
     const done = validateComplete(input);
     const claim = validateClaimNext(next);
     return withClient(this.pool, opts.signal, async (c) => {
       await this.requireWorkloads(c, claim.workloads);
-      const task = await this.completeWith(c, done);
-      return { task, next: await this.claimWith(c, claim, "claim_next.workloads") };
+      const { rows } = await c.query({
+        name: "leasehold_complete_task_and_claim",
+        text: sql.COMPLETE_TASK_AND_CLAIM,
+        values: [...completeValues(done), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
+      });
+      if (rows.length === 0 || rows[0].part !== 0) {
+        const task = replayOrConflict(await this.loadTask(c, done.taskId), done);
+        return { task, next: await this.claimWith(c, claim, "claim_next.workloads") };
+      }
+      const task = await this.completed(c, rows[0]);
+      return { task, next: this.claimed(rows.slice(1)) };
     });
   }
 
   private async completeWith(c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
-    const { rows } = await c.query({
-      name: "leasehold_complete_task",
-      text: sql.COMPLETE_TASK,
-      values: [
-        done.taskId,
-        done.workerId,
-        done.attempt,
-        done.resultUri,
-        done.resultSha256,
-        done.metrics === undefined ? null : JSON.stringify(done.metrics),
-      ],
-    });
-    if (rows.length === 1) {
-      this.options.observer?.tasksCompleted(1);
-      if (rows[0].recheck_job) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[rows[0].job_id]] });
-      return toTask(rows[0]);
-    }
+    const { rows } = await c.query({ name: "leasehold_complete_task", text: sql.COMPLETE_TASK, values: completeValues(done) });
+    if (rows.length === 1) return this.completed(c, rows[0]);
     return replayOrConflict(await this.loadTask(c, done.taskId), done);
+  }
+
+  /** A task the completion accepted; its job is re-checked after commit when the statement could not decide. */
+  private async completed(c: pg.PoolClient, row: TaskRow & { recheck_job: boolean }): Promise<Task> {
+    this.options.observer?.tasksCompleted(1);
+    if (row.recheck_job) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[row.job_id]] });
+    return toTask(row);
   }
 
   async completeTasks(inputs: CompleteTaskInput[], opts: CallOptions = {}): Promise<CompleteOutcome[]> {
@@ -871,4 +876,16 @@ function validateBatch(inputs: CompleteTaskInput[]): CompleteTaskInput[] {
   const ids = batch.map((b) => b.taskId);
   if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
   return batch;
+}
+
+/** COMPLETE_TASK's parameters, $1..$6. */
+function completeValues(done: CompleteTaskInput): unknown[] {
+  return [
+    done.taskId,
+    done.workerId,
+    done.attempt,
+    done.resultUri,
+    done.resultSha256,
+    done.metrics === undefined ? null : JSON.stringify(done.metrics),
+  ];
 }
