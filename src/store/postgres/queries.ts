@@ -330,14 +330,7 @@ UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
 WHERE j.status = 'running'
   AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
 
-/*
- * Complete a batch of leased tasks in one statement, each fenced by its own (worker, attempt,
- * live lease) exactly as COMPLETE_TASK. Rows that do not match are left alone and explained
- * one by one by the caller. The ids also come as a uuid[] ($2) so the rows are found through the
- * primary key whatever the planner guesses about the recordset. Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
- */
-export const COMPLETE_TASKS = `
-WITH done AS (
+const completeMany = `done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
       completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
@@ -345,8 +338,34 @@ WITH done AS (
   WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
     AND t.lease_expires_at > now()
   RETURNING t.*
-), ${completedEvents("done")}, ${watchedJobs("done")}
+)`;
+
+/*
+ * Complete a batch of leased tasks in one statement, each fenced by its own (worker, attempt,
+ * live lease) exactly as COMPLETE_TASK. Rows that do not match are left alone and explained
+ * one by one by the caller. The ids also come as a uuid[] ($2) so the rows are found through the
+ * primary key whatever the planner guesses about the recordset. Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
+ */
+export const COMPLETE_TASKS = `
+WITH ${completeMany}, ${completedEvents("done")}, ${watchedJobs("done")}
 SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
+
+/*
+ * A batch's report with claim_next: COMPLETE_TASKS and CLAIM_TASKS in one statement. The claim
+ * runs whatever each result's outcome; as in COMPLETE_TASK_AND_CLAIM the updates never meet one
+ * row (a completion needs a live lease, which neither arm takes). Rows: part 0 the completed
+ * tasks, part 1 the claimed ones in claim order.
+ * $1, $2 as COMPLETE_TASKS; $3 workloads, $4 limit, $5 worker id, $6 lease seconds, as CLAIM_TASKS.
+ */
+export const COMPLETE_TASKS_AND_CLAIM = `
+WITH ${completeMany}, ${completedEvents("done")}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6" })},
+watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
+SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified FROM done
+UNION ALL
+(SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ORDER BY priority DESC, created_at, chunk_index)`;
 
 // Runs in its own statement after completions commit, so its snapshot sees every commit that
 // came before; the last of several racing completers always finds the job done.

@@ -373,12 +373,13 @@ export class PostgresQueue implements QueueService {
         text: sql.COMPLETE_TASK_AND_CLAIM,
         values: [...completeValues(done), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
       });
-      if (rows.length === 0 || rows[0].part !== 0) {
+      const accepted = rows.find((r) => r.part === 0);
+      if (!accepted) {
         const task = replayOrConflict(await this.loadTask(c, done.taskId), done);
         return { task, next: await this.claimWith(c, claim, "claim_next.workloads") };
       }
-      const task = await this.completed(c, rows[0]);
-      return { task, next: this.claimed(rows.slice(1)) };
+      const task = await this.completed(c, accepted);
+      return { task, next: this.claimed(rows.filter((r) => r.part === 1)) };
     });
   }
 
@@ -409,28 +410,31 @@ export class PostgresQueue implements QueueService {
     const claim = validateClaimNext(next);
     return withClient(this.pool, opts.signal, async (c) => {
       await this.requireWorkloads(c, claim.workloads);
-      const outcomes = await this.completeBatchWith(c, batch);
-      return { outcomes, next: await this.claimWith(c, claim, "claim_next.workloads") };
+      const { rows } = await c.query({
+        name: "leasehold_complete_tasks_and_claim",
+        text: sql.COMPLETE_TASKS_AND_CLAIM,
+        values: [...batchValues(batch), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
+      });
+      const outcomes = await this.batchOutcomes(
+        c,
+        batch,
+        rows.filter((r) => r.part === 0),
+      );
+      return { outcomes, next: this.claimed(rows.filter((r) => r.part === 1)) };
     });
   }
 
   private async completeBatchWith(c: pg.PoolClient, batch: CompleteTaskInput[]): Promise<CompleteOutcome[]> {
-    const ids = batch.map((b) => b.taskId);
-    const payload = JSON.stringify(
-      batch.map((b) => ({
-        task_id: b.taskId,
-        worker_id: b.workerId,
-        attempt: b.attempt,
-        result_uri: b.resultUri,
-        result_sha256: b.resultSha256,
-        metrics: b.metrics ?? null,
-      })),
-    );
-    const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: [payload, ids] });
-    const completed = new Map(rows.map((r) => [r.id as string, toTask(r)]));
+    const { rows } = await c.query({ name: "leasehold_complete_tasks", text: sql.COMPLETE_TASKS, values: batchValues(batch) });
+    return this.batchOutcomes(c, batch, rows);
+  }
+
+  /** Each result's outcome, from the rows the completion accepted; the others are replays or refusals. */
+  private async batchOutcomes(c: pg.PoolClient, batch: CompleteTaskInput[], rows: TaskRow[]): Promise<CompleteOutcome[]> {
+    const completed = new Map(rows.map((r) => [r.id, toTask(r)]));
     if (completed.size > 0) {
       this.options.observer?.tasksCompleted(completed.size);
-      const jobs = [...new Set(rows.map((r) => r.job_id as string))];
+      const jobs = [...new Set(rows.map((r) => r.job_id))];
       await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [jobs] });
     }
     const outcomes: CompleteOutcome[] = [];
@@ -888,4 +892,19 @@ function completeValues(done: CompleteTaskInput): unknown[] {
     done.resultSha256,
     done.metrics === undefined ? null : JSON.stringify(done.metrics),
   ];
+}
+
+/** COMPLETE_TASKS' parameters: the results as one jsonb recordset, and their ids. */
+function batchValues(batch: CompleteTaskInput[]): unknown[] {
+  const payload = JSON.stringify(
+    batch.map((b) => ({
+      task_id: b.taskId,
+      worker_id: b.workerId,
+      attempt: b.attempt,
+      result_uri: b.resultUri,
+      result_sha256: b.resultSha256,
+      metrics: b.metrics ?? null,
+    })),
+  );
+  return [payload, batch.map((b) => b.taskId)];
 }
