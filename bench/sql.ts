@@ -1,9 +1,11 @@
 // npm run bench:sql: Leasehold's claim and complete statements as SQL only (no coordinator), next to
 // a bare SKIP LOCKED queue loop on a two-index table, 16 connections, prepared statements, in
-// alternating runs on one server; plus WAL bytes and backend CPU per task and EXPLAIN (ANALYZE, BUFFERS, WAL) of
+// alternating runs on one server. Leasehold runs twice per round: chained (each result report
+// claims the next tasks in the same statement, COMPLETE_TASK(S)_AND_CLAIM: what a worker using
+// claim_next runs) and as a claim then a completion; plus WAL bytes and backend CPU per task and EXPLAIN (ANALYZE, BUFFERS, WAL) of
 // one claim and one completion in steady state. Not a test.
 //
-//   --runs N | SQL_RUNS (3)   alternating pairs     SQL_SECONDS (4)   length of each run
+//   --runs N | SQL_RUNS (3)   alternating rounds    SQL_SECONDS (4)   length of each run
 //   SQL_WORKERS (16)          connections           SQL_MAX_TASKS (1) tasks per claim (Leasehold)
 //   SQL_SETUP                 SQL run once before the runs (A/B of a candidate change)
 
@@ -11,7 +13,13 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
-import { CLAIM_TASKS, COMPLETE_TASK, COMPLETE_TASKS } from "../src/store/postgres/queries.js";
+import {
+  CLAIM_TASKS,
+  COMPLETE_TASK,
+  COMPLETE_TASK_AND_CLAIM,
+  COMPLETE_TASKS,
+  COMPLETE_TASKS_AND_CLAIM,
+} from "../src/store/postgres/queries.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, startDatabase } from "./harness.js";
 
@@ -93,7 +101,8 @@ async function main() {
   });
   const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
   const perRun = Math.ceil(SECONDS * 6000);
-  const results: Array<{ bare: Awaited<ReturnType<typeof run>>; leasehold: Awaited<ReturnType<typeof run>> }> = [];
+  type Measured = Awaited<ReturnType<typeof run>>;
+  const results: Array<{ bare: Measured; leasehold: Measured; chained: Measured }> = [];
   try {
     await pool.query(BARE_SCHEMA);
     // A/B hook: SQL run once before anything is measured (e.g. a candidate index or setting).
@@ -120,6 +129,52 @@ async function main() {
         await c.query({ name: "complete_many", text: COMPLETE_TASKS, values: [JSON.stringify(batch), rows.map((r) => r.id)] });
       }
       return rows.length;
+    };
+    // One statement per report: the worker holds the tasks the last report claimed.
+    const chainedLoop = (workload: string) => {
+      const held = new Map<number, { id: string; attempt: number }[]>();
+      return async (c: pg.PoolClient, id: number) => {
+        const workerId = `sql-${id}`;
+        let tasks = held.get(id) ?? [];
+        if (tasks.length === 0) {
+          tasks = (await c.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], MAX_TASKS, workerId, null] })).rows;
+          if (tasks.length === 0) return 0;
+        }
+        const next = [workload],
+          limit = MAX_TASKS;
+        let rows;
+        if (tasks.length === 1) {
+          rows = (
+            await c.query({
+              name: "complete_and_claim",
+              text: COMPLETE_TASK_AND_CLAIM,
+              values: [tasks[0].id, workerId, tasks[0].attempt, "s3://out", SHA, null, next, limit, workerId, null],
+            })
+          ).rows;
+        } else {
+          const batch = tasks.map((r) => ({
+            task_id: r.id,
+            worker_id: workerId,
+            attempt: r.attempt,
+            result_uri: "s3://out",
+            result_sha256: SHA,
+            metrics: null,
+          }));
+          rows = (
+            await c.query({
+              name: "complete_many_and_claim",
+              text: COMPLETE_TASKS_AND_CLAIM,
+              values: [JSON.stringify(batch), tasks.map((r) => r.id), next, limit, workerId, null],
+            })
+          ).rows;
+        }
+        if (rows.filter((r) => r.part === 0).length !== tasks.length) throw new Error("a completion was refused");
+        held.set(
+          id,
+          rows.filter((r) => r.part === 1),
+        );
+        return tasks.length;
+      };
     };
     const bareLoop = (queue: string) => async (c: pg.PoolClient, id: number) => {
       const { rows } = await c.query({ name: "bare_claim", text: BARE_CLAIM, values: [queue, `sql-${id}`] });
@@ -148,10 +203,12 @@ async function main() {
     for (let i = 1; i <= RUNS; i++) {
       await fill(i);
       const bare = await run(pool, bareLoop(`q_${i}`));
-      const leasehold = await run(pool, leaseholdLoop(`sql_${i}`));
-      results.push({ bare, leasehold });
+      const chained = await run(pool, chainedLoop(`sql_${i}`));
+      await fill(RUNS + i);
+      const leasehold = await run(pool, leaseholdLoop(`sql_${RUNS + i}`));
+      results.push({ bare, leasehold, chained });
       console.error(
-        `pair ${i}: bare ${fmt(bare.rate)}/s (${fmt(bare.walPerTask)} WAL B/task, ${fmt(bare.cpuUsPerTask)} µs backend CPU/task), leasehold ${fmt(leasehold.rate)}/s (${fmt(leasehold.walPerTask)} WAL B/task, ${fmt(leasehold.cpuUsPerTask)} µs), ratio ${fmt(leasehold.rate / bare.rate, 2)}`,
+        `round ${i}: bare ${fmt(bare.rate)}/s (${fmt(bare.walPerTask)} WAL B/task, ${fmt(bare.cpuUsPerTask)} µs backend CPU/task), leasehold chained ${fmt(chained.rate)}/s (${fmt(chained.walPerTask)} WAL B/task, ${fmt(chained.cpuUsPerTask)} µs), ratio ${fmt(chained.rate / bare.rate, 2)}; claim then complete ${fmt(leasehold.rate)}/s (${fmt(leasehold.walPerTask)} WAL B/task, ${fmt(leasehold.cpuUsPerTask)} µs), ratio ${fmt(leasehold.rate / bare.rate, 2)}`,
       );
     }
     // One claim and one completion, explained, in the state the runs left.
@@ -193,16 +250,18 @@ async function main() {
     await db.stop();
   }
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  console.log(`\nSQL only, ${WORKERS} connections, ${SECONDS}s runs, ${RUNS} alternating pairs, max_tasks ${MAX_TASKS}`);
+  console.log(`\nSQL only, ${WORKERS} connections, ${SECONDS}s runs, ${RUNS} alternating rounds, max_tasks ${MAX_TASKS}`);
   console.log(
     `bare SKIP LOCKED claim + delete:   ${fmt(med(results.map((r) => r.bare.rate)))} tasks/s, ${fmt(med(results.map((r) => r.bare.walPerTask)))} WAL bytes/task, ${fmt(med(results.map((r) => r.bare.cpuUsPerTask)))} µs backend CPU/task`,
   );
-  console.log(
-    `Leasehold claim + complete:        ${fmt(med(results.map((r) => r.leasehold.rate)))} tasks/s, ${fmt(med(results.map((r) => r.leasehold.walPerTask)))} WAL bytes/task, ${fmt(med(results.map((r) => r.leasehold.cpuUsPerTask)))} µs backend CPU/task`,
-  );
-  console.log(
-    `ratio per pair: ${results.map((r) => fmt(r.leasehold.rate / r.bare.rate, 2)).join(", ")} (median ${fmt(med(results.map((r) => r.leasehold.rate / r.bare.rate)), 2)})`,
-  );
+  for (const [label, key] of [
+    ["Leasehold chained (claim_next):  ", "chained"],
+    ["Leasehold claim, then complete:  ", "leasehold"],
+  ] as const) {
+    console.log(
+      `${label} ${fmt(med(results.map((r) => r[key].rate)))} tasks/s, ${fmt(med(results.map((r) => r[key].walPerTask)))} WAL bytes/task, ${fmt(med(results.map((r) => r[key].cpuUsPerTask)))} µs backend CPU/task; ratio per round ${results.map((r) => fmt(r[key].rate / r.bare.rate, 2)).join(", ")} (median ${fmt(med(results.map((r) => r[key].rate / r.bare.rate)), 2)})`,
+    );
+  }
   process.exit(0);
 }
 
