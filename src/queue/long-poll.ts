@@ -34,8 +34,9 @@ interface Waiter {
   wake: () => void;
 }
 
-// Every call but the claims (claimTasks, and the reports' claim_next) and watchJob is the wrapped queue's own: the constructor returns the
-// queue seen through this object (override.ts), so nothing is passed through by hand.
+// Every call but the claims (claimTasks, and the claim_next of result reports) and watchJob is the
+// wrapped queue's own: the constructor returns the queue seen through this object (override.ts),
+// so nothing is passed through by hand.
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging, @typescript-eslint/no-empty-object-type
 export interface LongPollingQueue extends QueueService {}
 

@@ -98,6 +98,15 @@ const completedEvents = (rows: string) => `events AS (
   SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM ${rows}
 )`;
 
+/** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
+/** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
+interface ClaimParams {
+  workloads: string;
+  limit: string;
+  worker: string;
+  leaseSeconds: string;
+}
+
 /*
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
@@ -110,22 +119,12 @@ const completedEvents = (rows: string) => `events AS (
  *   (and lock-free) for jobs already running.
  * - Rows are written through `id = ANY(ARRAY(...))`: a primary-key lookup whatever the plan cache
  *   guesses about the size of `picked` (a joined CTE once got a generic plan with a seq scan).
- * - The status events are written here (`events`, see watchedJobs above), previous status from the
+ * - The status events are written here (`claim_events`, see watchedJobs above), previous status from the
  *   arm: pending for fresh work, leased for a reclaimed lease.
  * - "Was it fresh" is `= ANY (ARRAY(SELECT id FROM fresh))`, not `IN (SELECT id FROM fresh)`: the
  *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
  *   under claim + complete (perf).
- */
-/** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
-interface ClaimParams {
-  workloads: string;
-  limit: string;
-  worker: string;
-  leaseSeconds: string;
-}
-
-/**
- * The claim's CTEs, from the two arms to its events (everything but the watcher probe and the
+ * These are the claim's CTEs, from the two arms to its events (everything but the watcher probe and the
  * answer). `gate` is a condition every arm adds: the claim of a result report takes nothing
  * unless the report's result was accepted.
  */
