@@ -47,8 +47,8 @@ _ERROR_CODE_MAX = 64
 _ERROR_MESSAGE_MAX = 2000
 _WORKER_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _NIL_UUID = "00000000-0000-0000-0000-000000000000"
-# How long a report that will claim waits for more results while lanes still run: lanes a claim filled
-# together finish together, and a report that waited for them all refills them in one call, not two.
+# How long a report that will claim waits for the rest of its first result's cohort (the tasks leased with
+# it, still running): lanes filled together often finish together, and one report then refills them all.
 _LINGER = 0.002
 
 
@@ -208,6 +208,15 @@ class Task:
             self.cancel_event.set()
 
 
+class _Cohort:
+    """The tasks one answer leased (a claim's, or a report's next_tasks); ``running``: how many of them still run."""
+
+    __slots__ = ("running",)
+
+    def __init__(self) -> None:
+        self.running = 0
+
+
 @dataclass
 class _Lease:
     task: Task
@@ -218,6 +227,7 @@ class _Lease:
     finished: bool = False  # the handler returned (or raised)
     lost: bool = False  # the coordinator refused a heartbeat, or the drain gave the task back
     beat_failing: bool = False  # the last heartbeat got no answer (logged once per outage)
+    cohort: _Cohort = field(default_factory=_Cohort)
 
 
 @dataclass
@@ -590,12 +600,13 @@ class Worker:
                 outage = False
             backoff.reset()
             tasks = [TaskRecord.from_json(t) for t in field_of(res, "tasks") or []]
+            cohort = _Cohort()
             for record in tasks:
-                self._dispatch(record)
+                self._dispatch(record, cohort)
             if not tasks and self.wait_seconds == 0:
                 self._stop.wait(1.0)
 
-    def _dispatch(self, record: TaskRecord) -> None:
+    def _dispatch(self, record: TaskRecord, cohort: _Cohort) -> None:
         task = Task(record, self.worker_id, self if self._pool is None else None)
         handler = self._handlers.get(record.workload)
         self._count("claimed")
@@ -605,10 +616,12 @@ class Worker:
             return
         lease_for = float(self.lease_seconds or self._lease_left(record.lease_expires_at) or 60)
         interval = self.heartbeat_interval or max(lease_for / 3, 0.2)
-        lease = _Lease(task=task, handler=handler, interval=interval, next_beat=time.monotonic() + interval)
+        lease = _Lease(task=task, handler=handler, interval=interval, next_beat=time.monotonic() + interval,
+                       cohort=cohort)
         with self._cond:
             self._leases[(task.id, task.attempt)] = lease
             self._busy += 1
+            cohort.running += 1
         self._beat_wake.set()
         self._work.put(lease)
 
@@ -673,6 +686,7 @@ class Worker:
                 self._forget(lease)
             with self._cond:
                 self._busy -= 1
+                lease.cohort.running -= 1
                 self._cond.notify_all()
 
     def _execute(self, lease: _Lease) -> _Outcome | None:
@@ -816,13 +830,16 @@ class Worker:
             if first is None:
                 return
             batch = [first]
+            # Tasks leased together tend to finish together: wait a little for the rest of the first one's
+            # cohort, so their lanes are refilled by one report rather than two.
+            cohort = first.lease.cohort
             linger = time.monotonic() + _LINGER if first.reserved and self.batch_results else 0.0
             while len(batch) < _MAX_BATCH:
                 try:
                     more = self._outbox.get_nowait()
                 except queue.Empty:
                     left = linger - time.monotonic()
-                    if left <= 0 or self._busy == 0:
+                    if left <= 0 or cohort.running == 0:
                         break
                     try:
                         more = self._outbox.get(timeout=left)
@@ -905,8 +922,9 @@ class Worker:
 
     def _take_next(self, res: JsonObject) -> None:
         """Dispatches the tasks a report's ``claim_next`` leased, exactly as claimed ones."""
+        cohort = _Cohort()
         for t in field_of(res, "next_tasks") or []:
-            self._dispatch(TaskRecord.from_json(t))
+            self._dispatch(TaskRecord.from_json(t), cohort)
 
     def _result_request(self, o: _Outcome) -> JsonObject:
         assert o.result is not None
