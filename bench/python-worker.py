@@ -99,7 +99,7 @@ def tree_cpu(root: int) -> float:
 
 
 def one_run(url: str, admin: Client, coordinator: int, transport: str, prefetch: bool, batched: bool, claim: bool,
-            tasks: int, concurrency: int, n: int) -> None:
+            tasks: int, concurrency: int, n: int, work: float) -> None:
     workload = f"bench_{transport}_{int(prefetch)}{int(batched)}{int(claim)}_{n}"
     admin.put_workload(workload, lease_seconds=60)
     for start in range(0, tasks, 500):
@@ -122,6 +122,8 @@ def one_run(url: str, admin: Client, coordinator: int, transport: str, prefetch:
 
     @worker.handler(workload)
     def noop(task: Task) -> Result:
+        if work:
+            time.sleep(work)
         return Result(uri="mem://out", sha256=SHA)
 
     def stop_when_done() -> None:
@@ -153,6 +155,7 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--transports", default="json,grpc")
+    p.add_argument("--work-ms", type=float, default=0.0, help="each task sleeps this long in its handler")
     p.add_argument("--batched-only", action="store_true",
                    help="only the prefetch + CompleteTasks batches modes (with and without claim_next)")
     args = p.parse_args()
@@ -160,7 +163,8 @@ def main() -> int:
         proc, url = start_coordinator(Path(d))
         try:
             load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-            print(f"one worker process, {args.concurrency} lanes, no-op handler; coordinator {url}; "
+            handler = f"{args.work_ms:g} ms handler" if args.work_ms else "no-op handler"
+            print(f"one worker process, {args.concurrency} lanes, {handler}; coordinator {url}; "
                   f"{os.cpu_count()} CPUs, load average {load}", flush=True)
             with Client(url) as admin:
                 for n in range(args.runs):
@@ -173,7 +177,7 @@ def main() -> int:
                             # The slow modes need fewer tasks for a stable figure.
                             tasks = args.tasks if prefetch and batched else min(args.tasks, 1000)
                             one_run(url, admin, proc.pid, transport, prefetch, batched, claim, tasks,
-                                    args.concurrency, n)
+                                    args.concurrency, n, args.work_ms / 1000)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
