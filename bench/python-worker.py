@@ -4,15 +4,18 @@
 
 Starts a coordinator (`node --import tsx src/main.ts`) on an embedded PostgreSQL in a temporary directory
 (or on DATABASE_URL, a migrated database), then for each transport (Connect JSON, gRPC) and each mode
-(prefetch and/or batched results, on and off) queues --tasks no-op
-tasks and runs one Worker in this process until it has completed them all. Prints one line per run:
-tasks/s (wall clock from run() until the last result is acknowledged) and the worker's CPU seconds per
-1,000 tasks. A benchmark, not a test: numbers move with the machine's load.
+(prefetch, batched results, reports carrying claim_next: on and off) queues --tasks no-op tasks and runs
+one Worker in this process until it has completed them all. Prints one line per run: tasks/s (wall clock
+from run() until the last result is acknowledged), CPU seconds per 1,000 tasks of the worker and of the
+coordinator with its embedded PostgreSQL (their whole process tree; with DATABASE_URL only the
+coordinator's), and the worker's calls per task. A benchmark, not a test: numbers move with the machine's
+load.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import os
 import re
@@ -24,7 +27,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import leasehold.worker as worker_module
 from leasehold import Client, DeadlineExceededError, Result, Task, TaskSpec, UnavailableError, Worker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,9 +59,48 @@ def start_coordinator(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def one_run(url: str, admin: Client, transport: str, prefetch: bool, batched: bool, tasks: int, concurrency: int,
-            n: int) -> None:
-    workload = f"bench_{transport}_{int(prefetch)}{int(batched)}_{n}"
+class CountingTransport:
+    """The worker's transport, counting its calls by method."""
+
+    def __init__(self, inner: Any, calls: collections.Counter[str]) -> None:
+        self.inner, self.calls = inner, calls
+
+    def call(self, method: str, request: dict[str, Any], timeout: float, interrupt: Any = None) -> dict[str, Any]:
+        self.calls[method] += 1
+        answer: dict[str, Any] = self.inner.call(method, request, timeout, interrupt)
+        return answer
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of a process and its descendants (reaped children included): the coordinator and its
+    embedded PostgreSQL."""
+    parent: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(x) for x in fields[11:15]) / tick
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo.extend(child for child, p in parent.items() if p == pid)
+    return total
+
+
+def one_run(url: str, admin: Client, coordinator: int, transport: str, prefetch: bool, batched: bool, claim: bool,
+            tasks: int, concurrency: int, n: int, work: float) -> None:
+    workload = f"bench_{transport}_{int(prefetch)}{int(batched)}{int(claim)}_{n}"
     admin.put_workload(workload, lease_seconds=60)
     for start in range(0, tasks, 500):
         count = min(500, tasks - start)
@@ -70,11 +114,16 @@ def one_run(url: str, admin: Client, transport: str, prefetch: bool, batched: bo
                 if attempt == 4:
                     raise
                 time.sleep(1)
+    calls: collections.Counter[str] = collections.Counter()
+    make = worker_module.make_transport
+    worker_module.make_transport = lambda *a: CountingTransport(make(*a), calls)  # type: ignore[assignment]
     worker = Worker(url, workloads=[workload], concurrency=concurrency, transport=transport, wait_seconds=1,
-                    prefetch=prefetch, batch_results=batched)
+                    prefetch=prefetch, batch_results=batched, claim_with_results=claim)
 
     @worker.handler(workload)
     def noop(task: Task) -> Result:
+        if work:
+            time.sleep(work)
         return Result(uri="mem://out", sha256=SHA)
 
     def stop_when_done() -> None:
@@ -83,12 +132,21 @@ def one_run(url: str, admin: Client, transport: str, prefetch: bool, batched: bo
         worker.stop()
 
     threading.Thread(target=stop_when_done, daemon=True).start()
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    worker.run()
+    cpu0, server0, t0 = time.process_time(), tree_cpu(coordinator), time.perf_counter()
+    try:
+        worker.run()
+    finally:
+        worker_module.make_transport = make
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    mode = ("prefetch" if prefetch else "1 per claim") + ", " + ("CompleteTasks batches" if batched else "CompleteTask each")
+    server = tree_cpu(coordinator) - server0
+    mode = (("prefetch" if prefetch else "1 per claim") + ", " + ("batches" if batched else "each")
+            + ", " + ("claim_next" if claim else "no claim_next"))
+    # The identity probe at start is not part of the work.
+    work = sum(calls.values()) - calls["RenewLease"]
     print(f"{transport:4}  {mode:36}  {tasks / elapsed:8,.0f} tasks/s  ({tasks} tasks in {elapsed:5.2f} s; "
-          f"worker CPU {cpu / tasks * 1000:.2f} s per 1,000 tasks)", flush=True)
+          f"CPU per 1,000 tasks: worker {cpu / tasks * 1000:.2f} s, coordinator + PostgreSQL "
+          f"{server / tasks * 1000:.2f} s; {work / tasks:.3f} calls per task: {calls['ClaimTasks']} ClaimTasks, "
+          f"{calls['CompleteTasks'] + calls['CompleteTask']} reports)", flush=True)
 
 
 def main() -> int:
@@ -97,23 +155,29 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--transports", default="json,grpc")
-    p.add_argument("--batched-only", action="store_true", help="only the prefetch + CompleteTasks batches mode")
+    p.add_argument("--work-ms", type=float, default=0.0, help="each task sleeps this long in its handler")
+    p.add_argument("--batched-only", action="store_true",
+                   help="only the prefetch + CompleteTasks batches modes (with and without claim_next)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="leasehold-pybench-") as d:
         proc, url = start_coordinator(Path(d))
         try:
             load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-            print(f"one worker process, {args.concurrency} lanes, no-op handler; coordinator {url}; "
+            handler = f"{args.work_ms:g} ms handler" if args.work_ms else "no-op handler"
+            print(f"one worker process, {args.concurrency} lanes, {handler}; coordinator {url}; "
                   f"{os.cpu_count()} CPUs, load average {load}", flush=True)
             with Client(url) as admin:
                 for n in range(args.runs):
                     for transport in args.transports.split(","):
-                        modes = ((True, True),) if args.batched_only else ((True, True), (True, False), (False, True),
-                                                                           (False, False))
-                        for prefetch, batched in modes:
+                        modes = ((True, True, True), (True, True, False))
+                        if not args.batched_only:
+                            modes += ((True, False, True), (True, False, False), (False, True, True),
+                                      (False, False, False))
+                        for prefetch, batched, claim in modes:
                             # The slow modes need fewer tasks for a stable figure.
                             tasks = args.tasks if prefetch and batched else min(args.tasks, 1000)
-                            one_run(url, admin, transport, prefetch, batched, tasks, args.concurrency, n)
+                            one_run(url, admin, proc.pid, transport, prefetch, batched, claim, tasks,
+                                    args.concurrency, n, args.work_ms / 1000)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)

@@ -27,7 +27,8 @@ _CHANNEL_OPTIONS = [
 ]
 
 
-# Requests of lease holders: flat scalars, a metrics Struct, CompleteTasks' list of CompleteTaskRequest.
+# Requests of lease holders: flat scalars, a metrics Struct, CompleteTasks' list of CompleteTaskRequest, and
+# the ClaimTasksRequest of a report's claim_next.
 _LEASE_METHODS = frozenset({"ClaimTasks", "RenewLease", "ReportProgress", "CompleteTask", "CompleteTasks", "FailTask"})
 
 
@@ -40,6 +41,8 @@ def _build(cls: Any, d: JsonObject) -> Any:
             kwargs[key] = st
         elif key == "results":
             kwargs[key] = [_build(queue_pb2.CompleteTaskRequest, r) for r in value]
+        elif key == "claim_next":
+            kwargs[key] = queue_pb2.ClaimTasksRequest(**value)
         else:
             kwargs[key] = value
     return cls(**kwargs)
@@ -107,8 +110,11 @@ class GrpcTransport:
         if name == "ClaimTasksResponse":
             return {"tasks": [_task_json(t) for t in message.tasks]}
         if name == "CompleteTasksResponse":
-            return {"outcomes": [_outcome_json(o) for o in message.outcomes]}
-        if name in ("RenewLeaseResponse", "ReportProgressResponse", "CompleteTaskResponse", "FailTaskResponse"):
+            return {"outcomes": [_outcome_json(o) for o in message.outcomes],
+                    "next_tasks": [_task_json(t) for t in message.next_tasks]}
+        if name == "CompleteTaskResponse":
+            return {"task": _task_json(message.task), "next_tasks": [_task_json(t) for t in message.next_tasks]}
+        if name in ("RenewLeaseResponse", "ReportProgressResponse", "FailTaskResponse"):
             return {"task": _task_json(message.task)}
         out: JsonObject = json_format.MessageToDict(message, preserving_proto_field_name=True)
         return out

@@ -47,6 +47,9 @@ _ERROR_CODE_MAX = 64
 _ERROR_MESSAGE_MAX = 2000
 _WORKER_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _NIL_UUID = "00000000-0000-0000-0000-000000000000"
+# How long a report that will claim waits for the rest of its first result's cohort (the tasks leased with
+# it, still running): lanes filled together often finish together, and one report then refills them all.
+_LINGER = 0.002
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,15 @@ class Task:
             self.cancel_event.set()
 
 
+class _Cohort:
+    """The tasks one answer leased (a claim's, or a report's next_tasks); ``running``: how many of them still run."""
+
+    __slots__ = ("running",)
+
+    def __init__(self) -> None:
+        self.running = 0
+
+
 @dataclass
 class _Lease:
     task: Task
@@ -215,6 +227,7 @@ class _Lease:
     finished: bool = False  # the handler returned (or raised)
     lost: bool = False  # the coordinator refused a heartbeat, or the drain gave the task back
     beat_failing: bool = False  # the last heartbeat got no answer (logged once per outage)
+    cohort: _Cohort = field(default_factory=_Cohort)
 
 
 @dataclass
@@ -223,6 +236,8 @@ class _Outcome:
     result: Result | None = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    # The lane this outcome frees is the reporter's to refill (claim_next on the report), not the claimer's.
+    reserved: bool = False
 
 
 class _Backoff:
@@ -310,9 +325,11 @@ class Worker:
     runs in one of ``concurrency`` lanes (threads, or processes with ``executor="process"`` for CPU-bound
     handlers, which must then be module-level functions). Each lease is renewed every third of its length.
     A result goes out with the others that are ready at the same moment in one ``CompleteTasks`` call
-    (``batch_results``), and is sent again until the coordinator answers. A handler's exception fails the task:
-    :class:`RetryableError` for another attempt, anything else for good. An unreachable coordinator is retried
-    with jittered backoff.
+    (``batch_results``), and is sent again until the coordinator answers. That report also claims the next
+    tasks for the lanes its results free (``claim_with_results``), so a busy worker makes about one call per
+    batch of results rather than two; the long-poll claims take over when a report brings back fewer. A
+    handler's exception fails the task: :class:`RetryableError` for another attempt, anything else for good. An
+    unreachable coordinator is retried with jittered backoff.
 
     Args:
         url: ``http://host:port`` (or ``https://``) of the coordinator.
@@ -326,6 +343,8 @@ class Worker:
         wait_seconds: Long-poll of each claim (1–30); also bounds how long a drain waits for a parked claim.
         prefetch: Claim up to as many tasks as lanes are free (else one at a time).
         batch_results: Report the results that are ready together in one ``CompleteTasks``.
+        claim_with_results: Let each result report claim the next tasks for the lanes it frees (the call's
+            ``claim_next``; never while draining, never on failures). Off: only the long-poll claims lease tasks.
         drain_timeout: On SIGTERM/SIGINT, seconds in-flight handlers may still run before their tasks are given
             back (failed as retryable, re-leased at once).
         heartbeat_interval: Seconds between heartbeats; default a third of each lease.
@@ -347,6 +366,7 @@ class Worker:
         wait_seconds: int = 5,
         prefetch: bool = True,
         batch_results: bool = True,
+        claim_with_results: bool = True,
         drain_timeout: float = 30.0,
         heartbeat_interval: float | None = None,
         executor: str = "thread",
@@ -372,6 +392,8 @@ class Worker:
         self.wait_seconds = wait_seconds
         self.prefetch = prefetch
         self.batch_results = batch_results
+        self.claim_with_results = claim_with_results
+        self._claims_refused = False  # the coordinator does not take claim_next (it predates it)
         self.drain_timeout = drain_timeout
         self.heartbeat_interval = heartbeat_interval
         self.executor = executor
@@ -383,6 +405,10 @@ class Worker:
 
         self._cond = threading.Condition()
         self._busy = 0  # tasks dispatched whose handler has not finished
+        # Lanes whose outcome waits in the reporter, which claims their next tasks itself (claim_with_results):
+        # the claimer leaves them alone, so the two never claim the same lane and the worker never holds
+        # more than `concurrency` tasks.
+        self._reserved = 0
         self._leases: dict[tuple[str, int], _Lease] = {}
         self._work: queue.SimpleQueue[_Lease | None] = queue.SimpleQueue()
         self._outbox: queue.SimpleQueue[_Outcome | None] = queue.SimpleQueue()
@@ -541,11 +567,11 @@ class Worker:
         outage = False
         while True:
             with self._cond:
-                while self._busy >= self.concurrency and not self._stop.is_set():
+                while self._busy + self._reserved >= self.concurrency and not self._stop.is_set():
                     self._cond.wait()
                 if self._stop.is_set():
                     return
-                free = self.concurrency - self._busy
+                free = self.concurrency - self._busy - self._reserved
             n = min(free if self.prefetch else 1, _MAX_BATCH)
             req: JsonObject = {"worker_id": self.worker_id, "workloads": self.workloads}
             if n > 1:
@@ -574,12 +600,13 @@ class Worker:
                 outage = False
             backoff.reset()
             tasks = [TaskRecord.from_json(t) for t in field_of(res, "tasks") or []]
+            cohort = _Cohort()
             for record in tasks:
-                self._dispatch(record)
+                self._dispatch(record, cohort)
             if not tasks and self.wait_seconds == 0:
                 self._stop.wait(1.0)
 
-    def _dispatch(self, record: TaskRecord) -> None:
+    def _dispatch(self, record: TaskRecord, cohort: _Cohort) -> None:
         task = Task(record, self.worker_id, self if self._pool is None else None)
         handler = self._handlers.get(record.workload)
         self._count("claimed")
@@ -589,10 +616,12 @@ class Worker:
             return
         lease_for = float(self.lease_seconds or self._lease_left(record.lease_expires_at) or 60)
         interval = self.heartbeat_interval or max(lease_for / 3, 0.2)
-        lease = _Lease(task=task, handler=handler, interval=interval, next_beat=time.monotonic() + interval)
+        lease = _Lease(task=task, handler=handler, interval=interval, next_beat=time.monotonic() + interval,
+                       cohort=cohort)
         with self._cond:
             self._leases[(task.id, task.attempt)] = lease
             self._busy += 1
+            cohort.running += 1
         self._beat_wake.set()
         self._work.put(lease)
 
@@ -644,11 +673,20 @@ class Worker:
             # finds every outcome ahead of its end-of-reports marker.
             lease.finished = True
             if outcome is not None:
+                if self.claim_with_results and not self._stop.is_set():
+                    # Its task stays ours until the report is answered: the report's claim_next refills the
+                    # lane (a failure's too, when results go out with it), not the claimer. Reserved before
+                    # the outbox gets it, so the reporter never releases a reservation not yet counted;
+                    # until the lane is free below, the lane just counts twice.
+                    outcome.reserved = True
+                    with self._cond:
+                        self._reserved += 1
                 self._outbox.put(outcome)
             else:
                 self._forget(lease)
             with self._cond:
                 self._busy -= 1
+                lease.cohort.running -= 1
                 self._cond.notify_all()
 
     def _execute(self, lease: _Lease) -> _Outcome | None:
@@ -792,11 +830,21 @@ class Worker:
             if first is None:
                 return
             batch = [first]
+            # Tasks leased together tend to finish together: wait a little for the rest of the first one's
+            # cohort, so their lanes are refilled by one report rather than two.
+            cohort = first.lease.cohort
+            linger = time.monotonic() + _LINGER if first.reserved and self.batch_results else 0.0
             while len(batch) < _MAX_BATCH:
                 try:
                     more = self._outbox.get_nowait()
                 except queue.Empty:
-                    break
+                    left = linger - time.monotonic()
+                    if left <= 0 or cohort.running == 0:
+                        break
+                    try:
+                        more = self._outbox.get(timeout=left)
+                    except queue.Empty:
+                        break
                 if more is None:
                     closing = True
                     break
@@ -807,6 +855,18 @@ class Worker:
                 log.exception("reporting results failed")
 
     def _report(self, batch: list[_Outcome]) -> None:
+        reserved = sum(1 for o in batch if o.reserved)
+        try:
+            self._report_batch(batch, reserved)
+        finally:
+            if reserved:
+                # Whatever the reports brought back is dispatched by now: lanes still free go to the claimer.
+                with self._cond:
+                    self._reserved -= reserved
+                    self._cond.notify_all()
+
+    def _report_batch(self, batch: list[_Outcome], reserved: int) -> None:
+        """Sends the batch's failures, then its results; the results' report claims for ``reserved`` lanes."""
         live: list[_Outcome] = []
         for o in batch:
             if o.lease.lost:
@@ -821,10 +881,50 @@ class Worker:
         if not completes:
             return
         if self.batch_results:
-            self._send_results(completes)
+            self._send_results(completes, self._claim_next(reserved))
         else:
-            for o in completes:
-                self._send_one_result(o)
+            budget = reserved
+            for i, o in enumerate(completes):
+                n = budget if i == len(completes) - 1 else min(budget, 1)
+                budget -= n
+                self._send_one_result(o, self._claim_next(n))
+
+    def _claim_next(self, lanes: int) -> JsonObject | None:
+        """The ``claim_next`` of a report that frees ``lanes`` lanes: as the claimer's claim, but never parked."""
+        if lanes <= 0 or not self.claim_with_results or self._claims_refused or self._stop.is_set():
+            return None
+        # No worker_id: the coordinator takes the reporting worker's. No wait_seconds: a report that finds
+        # nothing answers at once, so its results are never held up; the claimer's long poll takes over.
+        req: JsonObject = {"workloads": self.workloads}
+        n = min(lanes if self.prefetch else 1, _MAX_BATCH)
+        if n > 1:
+            req["max_tasks"] = n
+        if self.lease_seconds is not None:
+            req["lease_seconds"] = self.lease_seconds
+        return req
+
+    def _report_call(self, method: str, request: JsonObject) -> JsonObject:
+        """:meth:`_retrying`, sent again without ``claim_next`` if the coordinator refuses that part.
+
+        A coordinator older than ``claim_next`` refuses the field (over JSON; gRPC drops it unread, and then
+        no task comes back). The refusal names the field, and nothing was written, so the results go out again
+        without it, and from then on every report does without.
+        """
+        try:
+            return self._retrying(method, request)
+        except LeaseholdError as e:
+            if "claim_next" not in request or "claim_next" not in e.message:
+                raise
+            self._claims_refused = True
+            log.warning("the coordinator refuses claim_next (%s); reports claim nothing from now on", e)
+            del request["claim_next"]
+            return self._retrying(method, request)
+
+    def _take_next(self, res: JsonObject) -> None:
+        """Dispatches the tasks a report's ``claim_next`` leased, exactly as claimed ones."""
+        cohort = _Cohort()
+        for t in field_of(res, "next_tasks") or []:
+            self._dispatch(TaskRecord.from_json(t), cohort)
 
     def _result_request(self, o: _Outcome) -> JsonObject:
         assert o.result is not None
@@ -839,6 +939,8 @@ class Worker:
         backoff = _Backoff()
         outage = False
         while True:
+            if self._stop.is_set():
+                request.pop("claim_next", None)  # a drain claims nothing new, not even through a retried report
             try:
                 res = self._call(method, request)
                 if outage:
@@ -852,9 +954,12 @@ class Worker:
                 outage = True
                 time.sleep(backoff.next())
 
-    def _send_results(self, completes: list[_Outcome]) -> None:
+    def _send_results(self, completes: list[_Outcome], claim: JsonObject | None) -> None:
+        req: JsonObject = {"results": [self._result_request(o) for o in completes]}
+        if claim is not None:
+            req["claim_next"] = claim
         try:
-            res = self._retrying("CompleteTasks", {"results": [self._result_request(o) for o in completes]})
+            res = self._report_call("CompleteTasks", req)
         except InvalidArgumentError as e:
             # One malformed result refuses the whole batch: send them one by one to fail only the bad one.
             log.warning("CompleteTasks refused the batch (%s); sending the results one by one", e)
@@ -875,10 +980,14 @@ class Worker:
             else:
                 self._count("completed")
             self._forget(o.lease)
+        self._take_next(res)
 
-    def _send_one_result(self, o: _Outcome) -> None:
+    def _send_one_result(self, o: _Outcome, claim: JsonObject | None = None) -> None:
+        req = self._result_request(o)
+        if claim is not None:
+            req["claim_next"] = claim
         try:
-            self._retrying("CompleteTask", self._result_request(o))
+            res = self._report_call("CompleteTask", req)
             self._count("completed")
         except InvalidArgumentError as e:
             o.error = TaskError(f"the coordinator refused the handler's result: {e.message}", code="invalid_result")
@@ -886,7 +995,10 @@ class Worker:
             return
         except LeaseholdError as e:
             self._refused(o, e.code, e.message, e.request_id)
+            self._forget(o.lease)
+            return
         self._forget(o.lease)
+        self._take_next(res)
 
     def _refused(self, o: _Outcome, code: str, message: str, request_id: str | None) -> None:
         """A result the coordinator would not take; never sent again (it would be refused again)."""

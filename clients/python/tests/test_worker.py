@@ -4,17 +4,21 @@ killed mid-task, a coordinator restart, cancellation, a late result, drain on SI
 from __future__ import annotations
 
 import collections
+import copy
 import hashlib
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import Env, WorkerProc, wait_for
 
 import leasehold.worker as worker_module
-from leasehold import Client, Result, TaskSpec, UnavailableError, Worker
+from leasehold import Client, InvalidArgumentError, Result, RetryableError, TaskSpec, UnavailableError, Worker
+from leasehold.models import field_of
 
 
 def sha(text: str) -> str:
@@ -272,3 +276,211 @@ def test_the_jobs_traceparent_is_the_handlers_trace_context(admin: Client, workl
     assert seen["trace_id"] == trace_id
     assert admin.wait(job.id, timeout=30).status == "completed"
     assert drained(worker)["completed"] == 1
+
+
+class Recorder:
+    """The worker's transport, recording every call, and how many tasks the worker holds at most.
+
+    A task is held from the answer that leased it (a claim, or a report's ``next_tasks``) to the answer that
+    took its result or failure. ``refuse`` may raise instead of calling the coordinator.
+    """
+
+    def __init__(self, inner: Any, refuse: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.inner = inner
+        self.refuse = refuse
+        self.lock = threading.Lock()
+        self.calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        self.held: set[str] = set()
+        self.max_held = 0
+
+    def call(self, method: str, request: dict[str, Any], timeout: float, interrupt: Any = None) -> dict[str, Any]:
+        sent = copy.deepcopy(request)
+        if self.refuse is not None:
+            self.refuse(method, sent)
+        answer: dict[str, Any] = self.inner.call(method, request, timeout, interrupt)
+        with self.lock:
+            self.calls.append((method, sent, answer))
+            leased = field_of(answer, "tasks" if method == "ClaimTasks" else "next_tasks") or []
+            done = [r["task_id"] for r in sent.get("results", [sent]) if method in REPORTS]
+            self.held.difference_update(done)
+            self.held.update(t["id"] for t in leased)
+            self.max_held = max(self.max_held, len(self.held))
+        return answer
+
+    def of(self, *methods: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        with self.lock:
+            return [(req, ans) for m, req, ans in self.calls if m in methods]
+
+    def claims_that_leased(self) -> int:
+        return sum(1 for _, ans in self.of("ClaimTasks") if field_of(ans, "tasks"))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+REPORTS = ("CompleteTask", "CompleteTasks", "FailTask")
+
+
+def run_worker(env: Env, admin: Client, job_id: str, worker: Worker, *, sleep: float = 0.0,
+               stop_after: int | None = None, retry_first_attempt: Callable[[int], bool] | None = None) -> int:
+    """Runs ``worker`` with a handler of ``sleep`` seconds until the job completes (or ``stop_after`` results);
+    returns the most handlers that ran at once. Chunks ``retry_first_attempt`` picks fail their first attempt
+    (retryable, due at once)."""
+    lock = threading.Lock()
+    running = [0, 0]
+
+    def handle(task: Any) -> Result:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        time.sleep(sleep)
+        with lock:
+            running[0] -= 1
+        if retry_first_attempt is not None and task.attempt == 1 and retry_first_attempt(task.chunk_index):
+            raise RetryableError("once more", retry_after=0)
+        return Result(uri=f"mem://{task.chunk_index}", sha256=sha(str(task.chunk_index)))
+
+    for w in worker.workloads:
+        worker.handler(w)(handle)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        if stop_after is None:
+            assert admin.wait(job_id, timeout=60).status == "completed"
+        else:
+            wait_for(lambda: worker.stats["completed"] >= stop_after, 60, f"{stop_after} results")
+    finally:
+        worker.stop()
+        runner.join(60)
+    assert not runner.is_alive()
+    return running[1]
+
+
+def recording(monkeypatch: Any, refuse: Callable[[str, dict[str, Any]], None] | None = None) -> list[Recorder]:
+    made: list[Recorder] = []
+    real = worker_module.make_transport
+
+    def make(*a: Any) -> Recorder:
+        made.append(Recorder(real(*a), refuse))
+        return made[-1]
+
+    monkeypatch.setattr(worker_module, "make_transport", make)
+    return made
+
+
+def test_reports_claim_the_next_tasks_so_a_busy_worker_needs_one_call_per_batch(
+        env: Env, admin: Client, workload: Callable[..., str], transport: str, monkeypatch: Any) -> None:
+    w = workload(lease_seconds=30)
+    job = admin.create_job(w, tasks=specs(60)).job
+    made = recording(monkeypatch)
+    worker = Worker(env.main.url, workloads=[w], token=env.tokens.worker, worker_id="pyw-chain", transport=transport,
+                    concurrency=4, wait_seconds=1)
+    peak = run_worker(env, admin, job.id, worker, sleep=0.01)
+    [rec] = made
+    assert worker.stats == {"claimed": 60, "completed": 60, "failed": 0, "dropped": 0, "released": 0}
+    # The first claim fills the lanes; from then on each report refills the lanes it frees. The long-poll
+    # claims only lease again once a report comes back short (the backlog ran out), and here nothing came after.
+    assert rec.claims_that_leased() == 1
+    reports = rec.of("CompleteTask", "CompleteTasks")
+    leased_by_reports = sum(len(field_of(ans, "next_tasks") or []) for _, ans in reports)
+    assert leased_by_reports == 60 - len(field_of(rec.of("ClaimTasks")[0][1], "tasks"))
+    assert len(reports) <= 60
+    for req, _ in reports:
+        claim = req["claim_next"]  # every report but none in a drain (this one had nothing left to report)
+        assert claim["workloads"] == [w] and "wait_seconds" not in claim and "worker_id" not in claim
+        assert 1 <= claim.get("max_tasks", 1) <= 4
+    # Never more leased to it than it has lanes, and never two claims for one lane.
+    assert rec.max_held <= 4 and peak <= 4
+    assert [r.result_uri for r in admin.results(job.id)] == [f"mem://{i}" for i in range(60)]
+
+
+def test_a_failure_holds_its_lane_until_reported_and_carries_no_claim(
+        env: Env, admin: Client, workload: Callable[..., str], transport: str, monkeypatch: Any) -> None:
+    w = workload(lease_seconds=30, max_attempts=3)
+    job = admin.create_job(w, tasks=specs(30)).job
+    made = recording(monkeypatch)
+    worker = Worker(env.main.url, workloads=[w], token=env.tokens.worker, worker_id="pyw-chain-fail",
+                    transport=transport, concurrency=3, wait_seconds=1)
+    run_worker(env, admin, job.id, worker, sleep=0.005, retry_first_attempt=lambda chunk: chunk % 5 == 0)
+    [rec] = made
+    assert worker.stats == {"claimed": 36, "completed": 30, "failed": 6, "dropped": 0, "released": 0}
+    assert all("claim_next" not in req for req, _ in rec.of("FailTask"))
+    assert rec.max_held <= 3
+    assert [r.chunk_index for r in admin.results(job.id)] == list(range(30))
+
+
+def test_without_claim_with_results_the_claims_do_all_the_leasing(
+        env: Env, admin: Client, workload: Callable[..., str], transport: str, monkeypatch: Any) -> None:
+    w = workload(lease_seconds=30)
+    job = admin.create_job(w, tasks=specs(40)).job
+    made = recording(monkeypatch)
+    worker = Worker(env.main.url, workloads=[w], token=env.tokens.worker, worker_id="pyw-nochain", transport=transport,
+                    concurrency=4, wait_seconds=1, claim_with_results=False)
+    run_worker(env, admin, job.id, worker, sleep=0.01)
+    [rec] = made
+    assert (worker.stats["claimed"], worker.stats["completed"]) == (40, 40)
+    assert all("claim_next" not in req for req, _ in rec.of("CompleteTask", "CompleteTasks"))
+    assert rec.claims_that_leased() >= 10  # at most 4 lanes' worth per claim
+
+
+def test_a_drain_claims_nothing_through_reports_and_leaves_nothing_leased(
+        env: Env, admin: Client, workload: Callable[..., str], transport: str, monkeypatch: Any) -> None:
+    w = workload(lease_seconds=30)
+    job = admin.create_job(w, tasks=specs(200)).job
+    made = recording(monkeypatch)
+    worker = Worker(env.main.url, workloads=[w], token=env.tokens.worker, worker_id="pyw-chain-drain",
+                    transport=transport, concurrency=4, wait_seconds=1)
+    run_worker(env, admin, job.id, worker, sleep=0.02, stop_after=20)
+    [rec] = made
+    stats = worker.stats
+    assert stats["completed"] >= 20 and stats["failed"] == stats["dropped"] == 0
+    # Tasks a report leased just as the drain began were given back at once, as a claim's are.
+    assert stats["claimed"] == stats["completed"] + stats["released"]
+    snap = admin.get_job(job.id)
+    assert (snap.task_counts.leased, snap.task_counts.completed) == (0, stats["completed"])
+    assert rec.max_held <= 4
+
+
+def test_a_batch_refused_as_invalid_is_sent_one_by_one_and_the_claims_take_over(
+        env: Env, admin: Client, workload: Callable[..., str], transport: str, monkeypatch: Any) -> None:
+    w = workload(lease_seconds=30)
+    job = admin.create_job(w, tasks=specs(12)).job
+
+    def refuse(method: str, request: dict[str, Any]) -> None:
+        if method == "CompleteTasks":
+            raise InvalidArgumentError("CompleteTasks: results[0].result_uri: refused by the test")
+
+    made = recording(monkeypatch, refuse)
+    worker = Worker(env.main.url, workloads=[w], token=env.tokens.worker, worker_id="pyw-chain-invalid",
+                    transport=transport, concurrency=3, wait_seconds=1)
+    run_worker(env, admin, job.id, worker)
+    [rec] = made
+    assert worker.stats == {"claimed": 12, "completed": 12, "failed": 0, "dropped": 0, "released": 0}
+    assert len(rec.of("CompleteTask")) == 12 and rec.of("CompleteTasks") == []
+    assert all("claim_next" not in req for req, _ in rec.of("CompleteTask"))
+    assert rec.max_held <= 3
+
+
+@pytest.mark.parametrize("batch_results", [True, False])
+def test_a_coordinator_without_claim_next_gets_results_without_it(
+        env: Env, admin: Client, workload: Callable[..., str], transport: str, monkeypatch: Any,
+        batch_results: bool) -> None:
+    # As an older coordinator answers over Connect JSON: the unknown field refuses the call, writing nothing.
+    w = workload(lease_seconds=30)
+    job = admin.create_job(w, tasks=specs(10)).job
+    refused: list[str] = []
+
+    def refuse(method: str, request: dict[str, Any]) -> None:
+        if "claim_next" in request:
+            refused.append(method)
+            raise InvalidArgumentError(f'{method}: cannot decode message from JSON: key "claim_next" is unknown')
+
+    made = recording(monkeypatch, refuse)
+    worker = Worker(env.main.url, workloads=[w], token=env.tokens.worker, worker_id="pyw-chain-old",
+                    transport=transport, concurrency=2, wait_seconds=1, batch_results=batch_results)
+    run_worker(env, admin, job.id, worker)
+    [rec] = made
+    assert worker.stats == {"claimed": 10, "completed": 10, "failed": 0, "dropped": 0, "released": 0}
+    assert len(refused) == 1  # asked once, then never again
+    assert rec.claims_that_leased() >= 5
+    assert [r.result_uri for r in admin.results(job.id)] == [f"mem://{i}" for i in range(10)]
