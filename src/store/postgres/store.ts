@@ -72,6 +72,7 @@ import {
   violationsError,
   type NormalizedCreateJob,
 } from "../../queue/validation.js";
+import { intArrayLiteral, textArrayLiteral } from "./arrays.js";
 import { inTransaction, withClient } from "./db.js";
 import * as sql from "./queries.js";
 import { toJob, toJobEvent, toTask, toWorkload, type JobEventRow } from "./rows.js";
@@ -229,13 +230,14 @@ export class PostgresQueue implements QueueService {
         job.traceparent,
         names,
         names.map((n) => workloads.get(n)!.xmin),
-        ids,
-        job.tasks.map((t) => t.chunkIndex),
-        job.tasks.map((t) => t.workload),
-        job.tasks.map((t) => t.inputUri),
-        job.tasks.map((t) => t.inputSha256),
-        job.tasks.map((t) => JSON.stringify(t.parameters)),
-        maxAttempts,
+        // The task arrays as literals made here (arrays.ts: a third of pg's cost for 10,000 tasks).
+        textArrayLiteral(ids),
+        intArrayLiteral(job.tasks.map((t) => t.chunkIndex)),
+        textArrayLiteral(job.tasks.map((t) => t.workload)),
+        textArrayLiteral(job.tasks.map((t) => t.inputUri)),
+        textArrayLiteral(job.tasks.map((t) => t.inputSha256)),
+        textArrayLiteral(parametersJson(job.tasks)),
+        intArrayLiteral(maxAttempts),
         [...perWorkload.keys()],
         [...perWorkload.values()],
       ],
@@ -806,6 +808,22 @@ function uuidv7s(n: number): string[] {
 
 function uuidv7(): string {
   return uuidv7s(1)[0];
+}
+
+/** Each task's parameters as JSON text; tasks without parameters of their own share the job's object, written once. */
+function parametersJson(tasks: readonly { parameters: object }[]): string[] {
+  const out = new Array<string>(tasks.length);
+  let last: object | undefined;
+  let lastJson = "";
+  for (let i = 0; i < tasks.length; i++) {
+    const p = tasks[i].parameters;
+    if (p !== last) {
+      last = p;
+      lastJson = JSON.stringify(p);
+    }
+    out[i] = lastJson;
+  }
+  return out;
 }
 
 function countBy(keys: string[]): Map<string, number> {
