@@ -215,7 +215,8 @@ export class PostgresQueue implements QueueService {
       this.schemas.validate(w, t.parameters, input.tasks?.length ? `tasks[${i}].parameters` : "parameters");
       maxAttempts.push(job.maxAttempts ?? w.maxAttempts);
     });
-    const { rows } = await c.query({
+    // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
+    const inserting = c.query({
       name: "leasehold_create_job",
       text: sql.CREATE_JOB,
       values: [
@@ -242,12 +243,8 @@ export class PostgresQueue implements QueueService {
         [...perWorkload.values()],
       ],
     });
-    const row = rows[0];
-    if (!row.fresh) return "stale";
-    if (row.id === null) return "taken"; // the idempotency key was used before
-    const created = toJob(row);
     // The rows as the database holds them, without reading them back: every column is either
-    // what was sent or a default of the same statement (now() is the job's created_at).
+    // what was sent or a default of the same statement (now() is the job's created_at, set below).
     const tasks: Task[] = job.tasks.map((t, i) => ({
       id: ids[i],
       jobId,
@@ -267,14 +264,23 @@ export class PostgresQueue implements QueueService {
       metrics: null,
       errorCode: null,
       errorMessage: null,
-      createdAt: created.createdAt,
+      createdAt: NOT_YET,
       startedAt: null,
       completedAt: null,
-      runAfter: created.createdAt,
+      runAfter: NOT_YET,
       version: 0,
       traceparent: job.traceparent,
     }));
-    tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
+    if (!inChunkOrder(tasks)) tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
+    const { rows } = await inserting;
+    const row = rows[0];
+    if (!row.fresh) return "stale";
+    if (row.id === null) return "taken"; // the idempotency key was used before
+    const created = toJob(row);
+    for (const t of tasks) {
+      t.createdAt = created.createdAt;
+      t.runAfter = created.createdAt;
+    }
     return { job: created, tasks, created: true };
   }
 
@@ -824,6 +830,14 @@ function parametersJson(tasks: readonly { parameters: object }[]): string[] {
     out[i] = lastJson;
   }
   return out;
+}
+
+/** A task's created_at and run_after until the insert says what its now() was. */
+const NOT_YET = new Date(NaN);
+
+function inChunkOrder(tasks: readonly Task[]): boolean {
+  for (let i = 1; i < tasks.length; i++) if (tasks[i - 1].chunkIndex > tasks[i].chunkIndex) return false;
+  return true;
 }
 
 function countBy(keys: string[]): Map<string, number> {
