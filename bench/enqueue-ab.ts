@@ -11,11 +11,11 @@
 //   ENQ_B (.)            the other checkout (dist/ is built here first)
 //   ENQ_PAIRS (3)        alternating pairs   ENQ_JOBS (8) jobs per run   ENQ_WARM (2) of them unmeasured
 //   ENQ_NODE_ARGS        extra node flags for both coordinators (e.g. --cpu-prof --cpu-prof-dir=DIR)
-//   ENQ_SOLO (unset)     1: only B, no baseline
+//   ENQ_SOLO (unset)     1: only B, no baseline      ENQ_STDOUT  append the coordinators' stdout to this file (e.g. with --trace-gc)
 
 import { execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { openSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
@@ -61,7 +61,7 @@ async function run(root: string, dbUrl: string, admin: pg.Client): Promise<Sampl
   const child = spawn(process.execPath, ["--enable-source-maps", ...extra, "dist/src/main.js"], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: dbUrl, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn" },
-    stdio: ["ignore", "ignore", "inherit"],
+    stdio: ["ignore", process.env.ENQ_STDOUT ? openSync(process.env.ENQ_STDOUT, "a") : "ignore", "inherit"],
   });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
