@@ -2,8 +2,6 @@
 // validates against (cached per coordinator) are never stale, whichever coordinator changed them.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NotFoundError, ValidationError } from "../src/queue/errors.js";
-import type { CreateJobResult } from "../src/queue/types.js";
-import { toJob } from "../src/store/postgres/rows.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
 
@@ -144,83 +142,6 @@ describe("CreateJob", () => {
     await b.putWorkload({ name: "cj_late" });
     const r = await a.createJob({ workload: "cj_late", tasks: [spec(0)] });
     expect(await f.count("tasks", `job_id = '${r.job.id}'`)).toBe(1);
-  });
-
-  it("a big job's answer, handed over while the insert runs, is exactly the rows it wrote", async () => {
-    await a.putWorkload({ name: "cj_early", maxAttempts: 5 });
-    const tasks = Array.from({ length: 1200 }, (_, i) => spec(1199 - i, i % 100 === 0 ? { own: i } : undefined));
-    const seen: CreateJobResult[] = [];
-    const r = await a.createJob(
-      { workload: "cj_early", parameters: { shared: true }, priority: 2, tasks },
-      { prepared: (early) => seen.push(early) },
-    );
-    expect(seen).toHaveLength(1);
-    expect(r).toBe(seen[0]); // nothing differed
-    const { rows } = await f.pool.query(
-      `SELECT id, chunk_index, parameters, max_attempts, priority, created_at, run_after FROM tasks WHERE job_id = $1 ORDER BY chunk_index`,
-      [r.job.id],
-    );
-    expect(rows).toHaveLength(1200);
-    expect(
-      r.tasks.map((t) => ({
-        id: t.id,
-        chunk_index: t.chunkIndex,
-        parameters: t.parameters,
-        max_attempts: t.maxAttempts,
-        priority: t.priority,
-        created_at: t.createdAt,
-        run_after: t.runAfter,
-      })),
-    ).toEqual(rows);
-    const { rows: job } = await f.pool.query(`SELECT * FROM jobs WHERE id = $1`, [r.job.id]);
-    expect(r.job).toEqual(toJob(job[0]));
-    // Small jobs keep their one statement and hand nothing over.
-    await a.createJob({ workload: "cj_early", tasks: [spec(0)] }, { prepared: (early) => seen.push(early) });
-    expect(seen).toHaveLength(1);
-  });
-
-  it("a big job whose row differs from the one handed over (jsonb orders keys) answers the row", async () => {
-    await a.putWorkload({ name: "cj_early_keys" });
-    let early: CreateJobResult | undefined;
-    const r = await a.createJob(
-      { workload: "cj_early_keys", parameters: { beta: 1, acme: 2 }, tasks: Array.from({ length: 1000 }, (_, i) => spec(i)) },
-      { prepared: (result) => (early = result) },
-    );
-    expect(early).toBeDefined();
-    expect(r).not.toBe(early);
-    expect(Object.keys(r.job.parameters)).toEqual(["acme", "beta"]);
-    const { rows } = await f.pool.query(`SELECT created_at FROM jobs WHERE id = $1`, [r.job.id]);
-    expect(r.tasks.every((t) => t.createdAt.getTime() === rows[0].created_at.getTime())).toBe(true);
-  });
-
-  it("a big job against a workload changed elsewhere, or refused, writes what a small one would", async () => {
-    await a.putWorkload({ name: "cj_early_stale", maxAttempts: 2 });
-    const many = Array.from({ length: 1000 }, (_, i) => spec(i));
-    await a.createJob({ workload: "cj_early_stale", tasks: many }, { prepared: () => {} });
-    await b.putWorkload({ name: "cj_early_stale", maxAttempts: 6 });
-    let handed = 0;
-    const r = await a.createJob({ workload: "cj_early_stale", tasks: many }, { prepared: () => handed++ });
-    expect(handed).toBe(2); // the stale try, then the one under FOR SHARE
-    expect(r.tasks.every((t) => t.maxAttempts === 6)).toBe(true);
-    expect(await f.count("tasks", `job_id = '${r.job.id}'`)).toBe(1000);
-    // A callback that throws fails the call, after the insert settled, and the transaction is rolled back.
-    const before = await f.count("jobs");
-    await expect(
-      a.createJob(
-        { workload: "cj_early_stale", tasks: many },
-        {
-          prepared: () => {
-            throw new Error("boom");
-          },
-        },
-      ),
-    ).rejects.toThrow("boom");
-    expect(await f.count("jobs")).toBe(before);
-    // An idempotent replay of a big job answers the first job's rows.
-    const first = await a.createJob({ workload: "cj_early_stale", idempotencyKey: "cj-early", tasks: many }, { prepared: () => {} });
-    const again = await b.createJob({ workload: "cj_early_stale", idempotencyKey: "cj-early", tasks: many }, { prepared: () => {} });
-    expect(again.created).toBe(false);
-    expect(again.tasks.map((t) => t.id)).toEqual(first.tasks.map((t) => t.id));
   });
 
   it("an idempotent replay inserts nothing and answers the first job's rows", async () => {

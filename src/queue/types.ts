@@ -208,13 +208,6 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** The caller's deadline (epoch ms), when it has one: a long poll answers empty before it. */
   deadline?: number;
-  /**
-   * CreateJob of many tasks: given the result it will return as soon as that is known, while the
-   * database still inserts it, so the caller can prepare its answer meanwhile. Not a promise: the
-   * insert may yet fail (nothing may be sent from it), and the result returned at the end is this
-   * same object only when nothing differs.
-   */
-  prepared?: (result: CreateJobResult) => void;
 }
 
 export interface ReportProgressInput extends LeaseRef {

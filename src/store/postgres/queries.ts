@@ -69,9 +69,6 @@ WITH fresh AS (
 SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified, job.*
 FROM (SELECT 1) one LEFT JOIN job ON true`;
 
-/** The transaction's now(): what CREATE_JOB run in the same transaction writes as created_at. */
-export const SELECT_NOW = `SELECT now() AS now`;
-
 export const SELECT_JOB_BY_IDEMPOTENCY_KEY = `SELECT * FROM jobs WHERE idempotency_key = $1`;
 
 export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':' || n) FROM unnest($1::text[], $2::int[]) AS x(w, n)`;

@@ -161,12 +161,6 @@ export class PostgresQueue implements QueueService {
     const ids = uuidv7s(job.tasks.length);
     const perWorkload = countBy(job.tasks.map((t) => t.workload));
 
-    // A big job is inserted in a transaction whose now() is read first: its answer is then known
-    // before the insert ends, and the caller prepares it while PostgreSQL works on the other core.
-    // Two more round trips (~0.2 ms each) against ~130 ms of insert for 10,000 tasks; a small job
-    // keeps its one statement.
-    const early = opts.prepared !== undefined && job.tasks.length >= EARLY_ANSWER_MIN_TASKS ? opts.prepared : undefined;
-
     return withClient(this.pool, opts.signal, async (c) => {
       // The cached workloads are used as they are when CREATE_JOB finds them unchanged; a miss
       // reads them first. If they changed meanwhile (PutWorkload through any coordinator), the
@@ -174,39 +168,28 @@ export class PostgresQueue implements QueueService {
       // insert: it always succeeds, however busy PutWorkload is.
       const refresh = names.some((n) => !this.workloadCache.has(n));
       let locked = false;
-      let open = false;
       try {
         for (;;) {
-          if (locked || early) {
-            await c.query("BEGIN");
-            open = true;
-          }
           if (locked) {
+            await c.query("BEGIN");
             await this.loadWorkloads(c, names, true);
           } else if (refresh) {
             await this.loadWorkloads(c, names, false);
           }
-          const now = early ? ((await c.query(sql.SELECT_NOW)).rows[0].now as Date) : undefined;
-          const ahead = early && now ? { now, prepared: early } : undefined;
-          const result = await this.insertJob(c, input, job, fingerprint, names, jobId, ids, perWorkload, ahead);
+          const result = await this.insertJob(c, input, job, fingerprint, names, jobId, ids, perWorkload);
           if (result === "stale") {
             if (locked) throw new Error("workloads changed while locked");
-            if (open) {
-              open = false;
-              await c.query("ROLLBACK");
-            }
             locked = true;
             continue;
           }
-          const answer = result === "taken" ? await this.replayJob(c, job.idempotencyKey!, fingerprint) : result;
-          if (open) {
-            open = false;
+          if (locked) {
+            locked = false;
             await c.query("COMMIT");
           }
-          return answer;
+          return result === "taken" ? await this.replayJob(c, job.idempotencyKey!, fingerprint) : result;
         }
       } catch (err) {
-        if (open) await c.query("ROLLBACK").catch(() => {});
+        if (locked) await c.query("ROLLBACK").catch(() => {});
         throw err;
       }
     });
@@ -222,8 +205,6 @@ export class PostgresQueue implements QueueService {
     jobId: string,
     ids: string[],
     perWorkload: Map<string, number>,
-    /** The transaction's now(), read before: the result is handed to `prepared` while the insert runs. */
-    ahead?: { now: Date; prepared: (result: CreateJobResult) => void },
   ): Promise<CreateJobResult | "stale" | "taken"> {
     const workloads = new Map(names.flatMap((n) => (this.workloadCache.has(n) ? [[n, this.workloadCache.get(n)!] as const] : [])));
     if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
@@ -291,44 +272,11 @@ export class PostgresQueue implements QueueService {
       traceparent: job.traceparent,
     }));
     if (!inChunkOrder(tasks)) tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
-    let expected: CreateJobResult | undefined;
-    let failure: unknown;
-    if (ahead) {
-      for (const t of tasks) {
-        t.createdAt = ahead.now;
-        t.runAfter = ahead.now;
-      }
-      // The job row as the insert will return it: what was sent, and the defaults of the same statement.
-      const job_: Job = {
-        id: jobId,
-        workload: job.workload,
-        inputUri: job.inputUri,
-        inputSha256: job.inputSha256,
-        parameters: job.parameters,
-        status: "pending",
-        priority: job.priority,
-        idempotencyKey: job.idempotencyKey,
-        traceparent: job.traceparent,
-        cancelReason: null,
-        createdAt: ahead.now,
-        updatedAt: ahead.now,
-        completedAt: null,
-      };
-      expected = { job: job_, tasks, created: true };
-      try {
-        ahead.prepared(expected);
-      } catch (err) {
-        failure = err; // thrown once the insert has settled, so its promise is never left unawaited
-      }
-    }
     const { rows } = await inserting;
-    if (failure !== undefined) throw failure;
     const row = rows[0];
     if (!row.fresh) return "stale";
     if (row.id === null) return "taken"; // the idempotency key was used before
     const created = toJob(row);
-    // The prepared result only if the row says exactly that (jsonb may reorder the parameters' keys).
-    if (expected !== undefined && sameJob(expected.job, created)) return expected;
     for (const t of tasks) {
       t.createdAt = created.createdAt;
       t.runAfter = created.createdAt;
@@ -882,29 +830,6 @@ function parametersJson(tasks: readonly { parameters: object }[]): string[] {
     out[i] = lastJson;
   }
   return out;
-}
-
-/** CreateJobs of at least this many tasks prepare their answer while the insert runs (opts.prepared). */
-const EARLY_ANSWER_MIN_TASKS = 1000;
-
-/** Whether two jobs read the same, field for field (parameters as JSON text, in their key order). */
-function sameJob(a: Job, b: Job): boolean {
-  const time = (x: Date | null, y: Date | null) => (x === null || y === null ? x === y : x.getTime() === y.getTime());
-  return (
-    a.id === b.id &&
-    a.workload === b.workload &&
-    a.inputUri === b.inputUri &&
-    a.inputSha256 === b.inputSha256 &&
-    a.status === b.status &&
-    a.priority === b.priority &&
-    a.idempotencyKey === b.idempotencyKey &&
-    a.traceparent === b.traceparent &&
-    a.cancelReason === b.cancelReason &&
-    time(a.createdAt, b.createdAt) &&
-    time(a.updatedAt, b.updatedAt) &&
-    time(a.completedAt, b.completedAt) &&
-    JSON.stringify(a.parameters) === JSON.stringify(b.parameters)
-  );
 }
 
 /** A task's created_at and run_after until the insert says what its now() was. */
