@@ -15,7 +15,7 @@ import {
   TaskStatus,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../src/api/convert.js";
-import { hasCompiledWriter, writeJson } from "../src/api/json-writer.js";
+import { hasCompiledWriter, writeJson, writeJsonChunks } from "../src/api/json-writer.js";
 import type { Task } from "../src/queue/types.js";
 import { SAMPLE_NOW, sampleJob, sampleTask } from "./support/sample-rows.js";
 
@@ -181,5 +181,27 @@ describe("compiled JSON writer", () => {
       }),
     );
     expect(TaskStatus[taskMessage(task).status]).toBe("LEASED");
+  });
+
+  it("writes a long answer as UTF-8 Buffers with the same bytes, and a short one as the same string", () => {
+    // Past the point where a chunked write turns to Buffers, with non-ASCII, escapes and lone
+    // surrogates spread over the tasks, and times that differ between neighbours.
+    const tasks = Array.from({ length: 3000 }, (_, i) =>
+      taskMessage({
+        ...task,
+        chunkIndex: i,
+        inputUri: `s3://in/${i}${STRINGS[i % STRINGS.length]}${i % 97 === 0 ? "\ud800" : ""}`,
+        parameters: i % 5 === 0 ? { n: i, s: STRINGS[i % STRINGS.length] } : {},
+        createdAt: new Date(now.getTime() + (i % 3) * 1000 + (i % 7 === 0 ? 0 : 1)),
+      }),
+    );
+    const long = create(CreateJobResponseSchema, { job: jobMessage(job), tasks });
+    const chunks = writeJsonChunks(CreateJobResponseSchema, long, OPTIONS);
+    expect(Array.isArray(chunks)).toBe(true);
+    expect((chunks as Buffer[]).length).toBeGreaterThan(1);
+    expect(Buffer.concat(chunks as Buffer[]).equals(Buffer.from(toJsonString(CreateJobResponseSchema, long, OPTIONS)))).toBe(true);
+    same(CreateJobResponseSchema, long);
+    const short = create(CreateJobResponseSchema, { job: jobMessage(job), tasks: tasks.slice(0, 10) });
+    expect(writeJsonChunks(CreateJobResponseSchema, short, OPTIONS)).toBe(toJsonString(CreateJobResponseSchema, short, OPTIONS));
   });
 });

@@ -53,7 +53,7 @@ import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { UnaryInvoker } from "./unary.js";
 import { readJson } from "./json-reader.js";
-import { writeJson as messageJson, type JsonWriteOptions as CompiledWriterOptions } from "./json-writer.js";
+import { writeJsonChunks as messageJsonChunks, type JsonWriteOptions as CompiledWriterOptions } from "./json-writer.js";
 
 /** The server's JSON options: the contract's one JSON shape (proto field names, implicit fields always present). */
 export type JsonOptions = Partial<JsonReadOptions & JsonWriteOptions> & CompiledWriterOptions;
@@ -495,11 +495,21 @@ function writeUnary(
     res.end();
     return;
   }
-  const body = messageJson(rpc.output, message, jsonOptions);
+  const body = messageJsonChunks(rpc.output, message, jsonOptions);
   res.setHeader("content-type", "application/json");
-  res.setHeader("content-length", Buffer.byteLength(body));
   res.statusCode = status;
-  res.end(body);
+  if (typeof body === "string") {
+    res.setHeader("content-length", Buffer.byteLength(body));
+    res.end(body);
+    return;
+  }
+  // A long answer (a 10,000-task CreateJob's is ~4.9 MB) comes as UTF-8 Buffers: written as they
+  // are, no string of the whole answer is made (see json-writer.ts).
+  let length = 0;
+  for (const chunk of body) length += chunk.length;
+  res.setHeader("content-length", length);
+  for (const chunk of body) res.write(chunk);
+  res.end();
 }
 
 /** The router's own answer, read in process: bounded only as connect-es bounds what it writes. */

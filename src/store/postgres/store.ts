@@ -76,6 +76,7 @@ import {
   type NormalizedClaim,
   type NormalizedCreateJob,
 } from "../../queue/validation.js";
+import { intArrayLiteral, textArrayLiteral } from "./arrays.js";
 import { inTransaction, withClient } from "./db.js";
 import * as sql from "./queries.js";
 import { toJob, toJobEvent, toTask, toWorkload, type JobEventRow, type TaskRow } from "./rows.js";
@@ -218,7 +219,8 @@ export class PostgresQueue implements QueueService {
       this.schemas.validate(w, t.parameters, input.tasks?.length ? `tasks[${i}].parameters` : "parameters");
       maxAttempts.push(job.maxAttempts ?? w.maxAttempts);
     });
-    const { rows } = await c.query({
+    // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
+    const inserting = c.query({
       name: "leasehold_create_job",
       text: sql.CREATE_JOB,
       values: [
@@ -233,23 +235,20 @@ export class PostgresQueue implements QueueService {
         job.traceparent,
         names,
         names.map((n) => workloads.get(n)!.xmin),
-        ids,
-        job.tasks.map((t) => t.chunkIndex),
-        job.tasks.map((t) => t.workload),
-        job.tasks.map((t) => t.inputUri),
-        job.tasks.map((t) => t.inputSha256),
-        job.tasks.map((t) => JSON.stringify(t.parameters)),
-        maxAttempts,
+        // The task arrays as literals made here (arrays.ts: a third of pg's cost for 10,000 tasks).
+        textArrayLiteral(ids),
+        intArrayLiteral(job.tasks.map((t) => t.chunkIndex)),
+        textArrayLiteral(job.tasks.map((t) => t.workload)),
+        textArrayLiteral(job.tasks.map((t) => t.inputUri)),
+        textArrayLiteral(job.tasks.map((t) => t.inputSha256)),
+        textArrayLiteral(parametersJson(job.tasks)),
+        intArrayLiteral(maxAttempts),
         [...perWorkload.keys()],
         [...perWorkload.values()],
       ],
     });
-    const row = rows[0];
-    if (!row.fresh) return "stale";
-    if (row.id === null) return "taken"; // the idempotency key was used before
-    const created = toJob(row);
     // The rows as the database holds them, without reading them back: every column is either
-    // what was sent or a default of the same statement (now() is the job's created_at).
+    // what was sent or a default of the same statement (now() is the job's created_at, set below).
     const tasks: Task[] = job.tasks.map((t, i) => ({
       id: ids[i],
       jobId,
@@ -269,14 +268,23 @@ export class PostgresQueue implements QueueService {
       metrics: null,
       errorCode: null,
       errorMessage: null,
-      createdAt: created.createdAt,
+      createdAt: NOT_YET,
       startedAt: null,
       completedAt: null,
-      runAfter: created.createdAt,
+      runAfter: NOT_YET,
       version: 0,
       traceparent: job.traceparent,
     }));
-    tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
+    if (!inChunkOrder(tasks)) tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
+    const { rows } = await inserting;
+    const row = rows[0];
+    if (!row.fresh) return "stale";
+    if (row.id === null) return "taken"; // the idempotency key was used before
+    const created = toJob(row);
+    for (const t of tasks) {
+      t.createdAt = created.createdAt;
+      t.runAfter = created.createdAt;
+    }
     return { job: created, tasks, created: true };
   }
 
@@ -853,6 +861,30 @@ function uuidv7s(n: number): string[] {
 
 function uuidv7(): string {
   return uuidv7s(1)[0];
+}
+
+/** Each task's parameters as JSON text; tasks without parameters of their own share the job's object, written once. */
+function parametersJson(tasks: readonly { parameters: object }[]): string[] {
+  const out = new Array<string>(tasks.length);
+  let last: object | undefined;
+  let lastJson = "";
+  for (let i = 0; i < tasks.length; i++) {
+    const p = tasks[i].parameters;
+    if (p !== last) {
+      last = p;
+      lastJson = JSON.stringify(p);
+    }
+    out[i] = lastJson;
+  }
+  return out;
+}
+
+/** A task's created_at and run_after until the insert says what its now() was. */
+const NOT_YET = new Date(NaN);
+
+function inChunkOrder(tasks: readonly Task[]): boolean {
+  for (let i = 1; i < tasks.length; i++) if (tasks[i - 1].chunkIndex > tasks[i].chunkIndex) return false;
+  return true;
 }
 
 function countBy(keys: string[]): Map<string, number> {
