@@ -20,7 +20,7 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { Pool } from "undici";
-import { fmt, freePort, startDatabase } from "./harness.js";
+import { fmt, freePort, startDatabase, startNodeOptions } from "./harness.js";
 
 const BASE = process.env.ENQ_BASE;
 const B = path.resolve(process.env.ENQ_B ?? ".");
@@ -58,7 +58,7 @@ async function run(root: string, dbUrl: string, admin: pg.Client): Promise<Sampl
   await admin.query("VACUUM ANALYZE tasks, jobs");
   const port = await freePort();
   const extra = process.env.ENQ_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
-  const child = spawn(process.execPath, ["--enable-source-maps", ...extra, "dist/src/main.js"], {
+  const child = spawn(process.execPath, [...startNodeOptions(root), ...extra, "dist/src/main.js"], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: dbUrl, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn" },
     stdio: ["ignore", process.env.ENQ_STDOUT ? openSync(process.env.ENQ_STDOUT, "a") : "ignore", "inherit"],

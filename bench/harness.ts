@@ -96,6 +96,15 @@ let built = false;
  * same coordinator holds ~35–40 MB more (its loader thread and transform cache), which is not what
  * a deployment runs. A `.ts` script (the stub coordinator) still runs under tsx.
  */
+/**
+ * The node options `npm start` gives the coordinator (the `--` words of package.json's start
+ * script), read from the checkout in `root`, so a benchmark runs it exactly as a deployment does.
+ */
+export function startNodeOptions(root = "."): string[] {
+  const scripts = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")).scripts as Record<string, string>;
+  return scripts.start.split(/\s+/).filter((w) => w.startsWith("--"));
+}
+
 export async function startCoordinator(
   databaseUrl: string,
   env: Record<string, string> = {},
@@ -110,7 +119,7 @@ export async function startCoordinator(
   }
   // BENCH_COORDINATOR_NODE_ARGS: node options for the coordinator (e.g. `--cpu-prof --cpu-prof-dir=DIR` to profile it).
   const extra = process.env.BENCH_COORDINATOR_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
-  const args = script.endsWith(".ts") ? ["--import", "tsx", ...extra, script] : ["--enable-source-maps", ...extra, script];
+  const args = script.endsWith(".ts") ? ["--import", "tsx", ...extra, script] : [...startNodeOptions(), ...extra, script];
   const child = spawn(process.execPath, args, {
     env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", ...env },
     stdio: ["ignore", "ignore", "inherit"],
