@@ -42,6 +42,20 @@ WHERE id = (SELECT id FROM bare_jobs WHERE queue = $1 AND locked_at IS NULL AND 
 RETURNING id`;
 const BARE_COMPLETE = `DELETE FROM bare_jobs WHERE id = $1 AND locked_by = $2`;
 
+/** COMPLETE_TASKS' recordset: one result per task the worker holds. */
+function batchResults(tasks: { id: string; attempt: number }[], workerId: string): string {
+  return JSON.stringify(
+    tasks.map((t) => ({
+      task_id: t.id,
+      worker_id: workerId,
+      attempt: t.attempt,
+      result_uri: "s3://out",
+      result_sha256: SHA,
+      metrics: null,
+    })),
+  );
+}
+
 /** CPU seconds (user + system) these backends have used so far (/proc/<pid>/stat; 0 where unreadable). */
 function cpuSeconds(pids: number[]): number {
   let ticks = 0;
@@ -118,15 +132,7 @@ async function main() {
         });
         if (r.rows[0]?.recheck_job) throw new Error("unexpected recheck mid-job");
       } else if (rows.length > 1) {
-        const batch = rows.map((r) => ({
-          task_id: r.id,
-          worker_id: workerId,
-          attempt: r.attempt,
-          result_uri: "s3://out",
-          result_sha256: SHA,
-          metrics: null,
-        }));
-        await c.query({ name: "complete_many", text: COMPLETE_TASKS, values: [JSON.stringify(batch), rows.map((r) => r.id)] });
+        await c.query({ name: "complete_many", text: COMPLETE_TASKS, values: [batchResults(rows, workerId), rows.map((r) => r.id)] });
       }
       return rows.length;
     };
@@ -152,19 +158,11 @@ async function main() {
             })
           ).rows;
         } else {
-          const batch = tasks.map((r) => ({
-            task_id: r.id,
-            worker_id: workerId,
-            attempt: r.attempt,
-            result_uri: "s3://out",
-            result_sha256: SHA,
-            metrics: null,
-          }));
           rows = (
             await c.query({
               name: "complete_many_and_claim",
               text: COMPLETE_TASKS_AND_CLAIM,
-              values: [JSON.stringify(batch), tasks.map((r) => r.id), next, limit, workerId, null],
+              values: [batchResults(tasks, workerId), tasks.map((r) => r.id), next, limit, workerId, null],
             })
           ).rows;
         }
