@@ -67,26 +67,32 @@ export class LongPollingQueue {
   }
 
   async claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
+    return this.claimOrWait(input, opts, await this.queue.claimTasks(input, opts));
+  }
+
+  /** `first` is what a claim just found; while it is nothing, park until a wake, and claim again. */
+  private async claimOrWait(input: ClaimTasksInput, opts: CallOptions, first: Task[]): Promise<Task[]> {
     const waitMs = Math.max(0, (input.waitSeconds ?? 0) * 1000);
     const margin = this.options.deadlineMarginMs ?? 100;
     let until = Date.now() + waitMs;
     if (opts.deadline !== undefined) until = Math.min(until, opts.deadline - margin);
+    let tasks = first;
     for (;;) {
-      const tasks = await this.queue.claimTasks(input, opts);
       if (tasks.length > 0 || this.closed || opts.signal?.aborted) return tasks;
       const left = until - Date.now();
       if (left <= 0) return tasks;
       await this.park(input.workloads, Math.min(left, this.jitteredPoll()), opts.signal);
       if (this.closed || opts.signal?.aborted || Date.now() >= until) return [];
+      tasks = await this.queue.claimTasks(input, opts);
     }
   }
 
-  // A result report's claim_next waits as a claim does, after the result is written: the report
-  // claims once without waiting (the store never waits; it checks wait_seconds with the rest before
-  // writing), and only an empty claim parks.
+  // A result report's claim_next waits as a claim does, after the result is written: the report's
+  // own claim (the store never waits; it checks wait_seconds with the rest before writing) is the
+  // first try, and only when it found nothing does the report park.
   async completeTaskAndClaim(input: CompleteTaskInput, next: ClaimTasksInput, opts: CallOptions = {}): Promise<CompletedAndClaimed> {
     const r = await this.queue.completeTaskAndClaim(input, next, opts);
-    return r.next.length > 0 || !next.waitSeconds ? r : { task: r.task, next: await this.claimTasks(next, opts) };
+    return { task: r.task, next: await this.claimOrWait(next, opts, r.next) };
   }
 
   async completeTasksAndClaim(
@@ -95,7 +101,7 @@ export class LongPollingQueue {
     opts: CallOptions = {},
   ): Promise<BatchCompletedAndClaimed> {
     const r = await this.queue.completeTasksAndClaim(inputs, next, opts);
-    return r.next.length > 0 || !next.waitSeconds ? r : { outcomes: r.outcomes, next: await this.claimTasks(next, opts) };
+    return { outcomes: r.outcomes, next: await this.claimOrWait(next, opts, r.next) };
   }
 
   async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
