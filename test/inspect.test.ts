@@ -881,7 +881,7 @@ describe("plans", () => {
     expect(failure).toMatch(/tasks_job_failed_idx/);
     expect(failure).not.toMatch(/Seq Scan/);
     const page = await plan(LIST_TASKS, [job.id, 100, 101]);
-    expect(page).toMatch(/Index Scan using tasks_job_chunk_key on tasks/);
+    expect(page).toMatch(/Index Scan using tasks_job_chunk_idx on tasks/);
     expect(page).not.toMatch(/Sort \(|Seq Scan/);
     expect((await queue.listTasks({ jobId: job.id, status: "failed" })).tasks.map((t) => t.task.chunkIndex)).toEqual([3117, 4000]);
   });

@@ -22,17 +22,30 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.tablename);
 }
 
-it("migrates an empty database up to the latest, down by one, two and three, and up again", async () => {
+it("migrates an empty database up to the latest, down by one, two, three and four, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   expect(await pendingMigrations(client)).toEqual([]);
   const { rows } = await client.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'tasks' ORDER BY indexname`);
   expect(rows.map((r) => r.indexname)).toEqual(
-    expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_key"]),
+    expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The lean hot path (the latest): the claim and completions write their own events (the trigger
+  // The latest: a job's chunks are found through a plain index (CreateJob keeps them unique);
+  // its down migration makes them a UNIQUE constraint again.
+  const chunkKey = async () =>
+    (await client.query(`SELECT conname FROM pg_constraint WHERE conrelid = 'tasks'::regclass AND contype = 'u'`)).rows.map(
+      (r) => r.conname,
+    );
+  expect(await chunkKey()).toEqual([]);
+  await migrate(db.url, "down");
+  const plain = expectedMigrations().at(-1)!;
+  expect(plain).toMatch(/plain_chunk_index$/);
+  expect(await pendingMigrations(client)).toEqual([plain]);
+  expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
+
+  // The lean hot path: the claim and completions write their own events (the trigger
   // skips rows whose update flips event_flip), no BEFORE INSERT trigger on the log, no foreign keys
   // or sha256 regexes on tasks. Its down migration puts all of that back.
   const triggers = async () =>
@@ -54,9 +67,9 @@ it("migrates an empty database up to the latest, down by one, two and three, and
     expect.arrayContaining(["tasks_input_sha256_check", "tasks_job_id_fkey", "tasks_result_sha256_check", "tasks_workload_fkey"]),
   );
   expect(await flipColumn()).toBe(0);
-  const [storage, lean] = expectedMigrations().slice(-2);
+  const [storage, lean] = expectedMigrations().slice(-3, -1);
   expect(lean).toMatch(/lean_hot_path$/);
-  expect(await pendingMigrations(client)).toEqual([lean]);
+  expect(await pendingMigrations(client)).toEqual([lean, plain]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
@@ -69,7 +82,7 @@ it("migrates an empty database up to the latest, down by one, two and three, and
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([storage, lean]);
+  expect(await pendingMigrations(client)).toEqual([storage, lean, plain]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -77,8 +90,8 @@ it("migrates an empty database up to the latest, down by one, two and three, and
 
   // The one before (inspection) takes back only its own column and index; the event log and its triggers stay.
   await migrate(db.url, "down");
-  const previous = expectedMigrations().slice(-3)[0];
-  expect(await pendingMigrations(client)).toEqual([previous, storage, lean]);
+  const previous = expectedMigrations().at(-4)!;
+  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
     `SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`,

@@ -540,7 +540,7 @@ RETURNING t.id, t.job_id`;
 /*
  * Retention: a few old finished jobs per statement (each may hold thousands of tasks), with their
  * events and their tasks (no foreign key cascades them: see migrations/1764490000000_lean_hot_path.sql;
- * tasks_job_chunk_key finds a job's tasks). SKIP LOCKED keeps coordinators apart.
+ * tasks_job_chunk_idx finds a job's tasks). SKIP LOCKED keeps coordinators apart.
  * $1 days, $2 jobs per batch.
  */
 export const DELETE_OLD_JOBS = `
@@ -575,7 +575,7 @@ export const ALL_TASK_STATS = `SELECT workload, status::text AS status, count(*)
 
 /*
  * ListTasks, keyset-paginated on chunk_index. One variant per index, as for ListJobs (generic
- * plans cannot choose by a parameter's value): every task or one status through tasks_job_chunk_key
+ * plans cannot choose by a parameter's value): every task or one status through tasks_job_chunk_idx
  * (the job's chunks in order, others filtered out), and failed tasks through the partial
  * tasks_job_failed_idx, so "why did it fail" does not walk a 10,000-chunk job's completed chunks.
  * $1 job id, $2 after chunk_index (-1 for the first page), $3 limit [, $4 status].
