@@ -6,7 +6,7 @@
 //
 //   AB_BASE (required)   a checkout of the baseline with node_modules, e.g.
 //                        git archive <ref> | tar -x -C /tmp/base && ln -s "$PWD/node_modules" /tmp/base/
-//   AB_MODES             comma list of single,batch,insert,one (default: all four), bare
+//   AB_MODES             comma list of single,batch,insert,one (default: all four), batchchain (batches chained through claim_next), bare
 //   AB_PAIRS (3)         alternating pairs per mode   AB_SECONDS (4) length of a loop run
 //   AB_WORKERS (16)      connections of the loops   AB_WAL_STATS   also WAL bytes per task by kind (pg_walinspect)
 //   AB_ADMIN_SQL         SQL run once on the server first (databases ab_a, ab_b)
@@ -131,7 +131,7 @@ async function fill(side: Side, tasks: number): Promise<string> {
   return workload;
 }
 
-async function loop(side: Side, maxTasks: number): Promise<Sample> {
+async function loop(side: Side, maxTasks: number, chained = false): Promise<Sample> {
   const workload = await fill(side, SECONDS * 5000 * Math.max(1, maxTasks / 4));
   return measure(side, async () => {
     const stopAt = performance.now() + SECONDS * 1000;
@@ -139,8 +139,10 @@ async function loop(side: Side, maxTasks: number): Promise<Sample> {
       Array.from({ length: WORKERS }, async (_, i) => {
         const workerId = `ab-${i}`;
         let n = 0;
+        // chained: each batch's report claims the next batch (completeTasksAndClaim), as a worker with claim_next does.
+        let next: { id: string; attempt: number }[] = [];
         while (performance.now() < stopAt) {
-          const got = await side.store.claimTasks({ workloads: [workload], workerId, maxTasks });
+          const got = next.length > 0 ? next : await side.store.claimTasks({ workloads: [workload], workerId, maxTasks });
           if (got.length === 0) throw new Error("backlog ran out");
           const results = got.map((t: { id: string; attempt: number }) => ({
             taskId: t.id,
@@ -149,7 +151,8 @@ async function loop(side: Side, maxTasks: number): Promise<Sample> {
             resultUri: "s3://out",
             resultSha256: SHA,
           }));
-          if (maxTasks === 1) await side.store.completeTask(results[0]);
+          if (chained) next = (await side.store.completeTasksAndClaim(results, { workloads: [workload], workerId, maxTasks })).next;
+          else if (maxTasks === 1) await side.store.completeTask(results[0]);
           else await side.store.completeTasks(results);
           n += got.length;
         }
@@ -260,6 +263,7 @@ async function main() {
   const runs: Record<string, (s: Side) => Promise<Sample>> = {
     single: (s) => loop(s, 1),
     batch: (s) => loop(s, 10),
+    batchchain: (s) => loop(s, 10, true),
     insert: (s) => insert(s),
     one: (s) => oneTaskJobs(s),
     bare: (s) => bare(s),

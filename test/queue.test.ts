@@ -628,4 +628,32 @@ describe("batch completion", () => {
     await expect(q.completeTasks([results[0], results[0]])).rejects.toThrow(/names one task twice/);
     await expect(q.completeTasks([{ ...results[0], resultSha256: "nope" }])).rejects.toThrow(/^results\[0\]\.result_sha256/);
   });
+  it("batches racing for a job's last tasks still complete the job, whichever commits last", async () => {
+    const w = await workload();
+    const other = new PostgresQueue(f.newPool(), TEST_STORE_OPTIONS);
+    for (let round = 0; round < 15; round++) {
+      const { job } = await q.createJob({ workload: w, tasks: specs(6) });
+      const claimed = await q.claimTasks({ workerId: "w", workloads: [w], maxTasks: 6 });
+      const results = claimed.map((t, i) => ({ taskId: t.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(i) }));
+      await Promise.all([q.completeTasks(results.slice(0, 3)), other.completeTasks(results.slice(3))]);
+      expect((await jobRow(job.id)).status).toBe("completed");
+    }
+  });
+
+  it("a batch whose claim_next takes the job's last pending tasks leaves the job running until they complete", async () => {
+    const w = await workload();
+    const { job } = await q.createJob({ workload: w, tasks: specs(4) });
+    const first = await q.claimTasks({ workerId: "w", workloads: [w], maxTasks: 2 });
+    const results = first.map((t) => ({ taskId: t.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(t.chunkIndex) }));
+    const { outcomes, next } = await q.completeTasksAndClaim(results, { workerId: "w", workloads: [w], maxTasks: 2 });
+    expect(outcomes.map((o) => o.task?.status)).toEqual(["completed", "completed"]);
+    expect(next).toHaveLength(2);
+    expect((await jobRow(job.id)).status).toBe("running");
+    const last = next.map((t) => ({ taskId: t.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(t.chunkIndex) }));
+    const done = await q.completeTasksAndClaim(last, { workerId: "w", workloads: [w], maxTasks: 2 });
+    expect(done.next).toHaveLength(0);
+    expect((await jobRow(job.id)).status).toBe("completed");
+    // One job_status event per change: pending → running → completed.
+    expect(await f.count("task_events", `job_id = '${job.id}' AND kind = 'job_status'`)).toBe(2);
+  });
 });
