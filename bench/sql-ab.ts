@@ -6,7 +6,7 @@
 //
 //   AB_BASE (required)   a checkout of the baseline with node_modules, e.g.
 //                        git archive <ref> | tar -x -C /tmp/base && ln -s "$PWD/node_modules" /tmp/base/
-//   AB_MODES             comma list of single,batch,insert,one (default: all four), batchchain (batches chained through claim_next), bare
+//   AB_MODES             comma list of single,batch,insert,one (default: all four), singlechain, batchchain (chained through claim_next), bare
 //   AB_PAIRS (3)         alternating pairs per mode   AB_SECONDS (4) length of a loop run
 //   AB_WORKERS (16)      connections of the loops   AB_WAL_STATS   also WAL bytes per task by kind (pg_walinspect)
 //   AB_ADMIN_SQL         SQL run once on the server first (databases ab_a, ab_b)
@@ -43,6 +43,8 @@ interface Sample {
   cpuUs: number;
   wal: number;
   ms?: number;
+  // CPU of this process (the store and pg, as a coordinator runs them) per task.
+  clientUs?: number;
 }
 
 async function loadSide(name: string, root: string, url: string): Promise<Side> {
@@ -92,9 +94,11 @@ async function measure(side: Side, body: () => Promise<number>): Promise<Sample>
   }
   const c0 = await backendCpu(side);
   const w0 = await lsn(side);
+  const u0 = process.cpuUsage();
   const t0 = performance.now();
   const n = await body();
   const ms = performance.now() - t0;
+  const u1 = process.cpuUsage(u0);
   const w1 = await lsn(side);
   const c1 = await backendCpu(side);
   if (perf) {
@@ -112,7 +116,7 @@ async function measure(side: Side, body: () => Promise<number>): Promise<Sample>
     );
     console.error(`  ${side.name}: ${rows.map((r) => `${r.rm} ${fmt(r.rec)}+${fmt(r.fpi)} fpi (${fmt(r.n, 1)} rec)`).join(", ")}`);
   }
-  return { rate: n / (ms / 1000), cpuUs: ((c1 - c0) * 1e6) / n, wal: wal / n, ms };
+  return { rate: n / (ms / 1000), cpuUs: ((c1 - c0) * 1e6) / n, wal: wal / n, ms, clientUs: (u1.user + u1.system) / n };
 }
 
 let seq = 0;
@@ -151,7 +155,9 @@ async function loop(side: Side, maxTasks: number, chained = false): Promise<Samp
             resultUri: "s3://out",
             resultSha256: SHA,
           }));
-          if (chained) next = (await side.store.completeTasksAndClaim(results, { workloads: [workload], workerId, maxTasks })).next;
+          if (chained && maxTasks === 1)
+            next = (await side.store.completeTaskAndClaim(results[0], { workloads: [workload], workerId, maxTasks })).next;
+          else if (chained) next = (await side.store.completeTasksAndClaim(results, { workloads: [workload], workerId, maxTasks })).next;
           else if (maxTasks === 1) await side.store.completeTask(results[0]);
           else await side.store.completeTasks(results);
           n += got.length;
@@ -264,6 +270,7 @@ async function main() {
     single: (s) => loop(s, 1),
     batch: (s) => loop(s, 10),
     batchchain: (s) => loop(s, 10, true),
+    singlechain: (s) => loop(s, 1, true),
     insert: (s) => insert(s),
     one: (s) => oneTaskJobs(s),
     bare: (s) => bare(s),
@@ -279,17 +286,17 @@ async function main() {
           const r = await runs[mode](s);
           results[s.name].push(r);
           console.error(
-            `${mode} ${s.name}: ${fmt(r.rate)}/s, ${fmt(r.cpuUs)} µs backend CPU/task, ${fmt(r.wal)} WAL B/task${mode === "insert" ? `, ${fmt(r.ms!)} ms` : ""}`,
+            `${mode} ${s.name}: ${fmt(r.rate)}/s, ${fmt(r.cpuUs)} µs backend CPU/task, ${fmt(r.clientUs ?? 0)} µs store CPU/task, ${fmt(r.wal)} WAL B/task${mode === "insert" ? `, ${fmt(r.ms!)} ms` : ""}`,
           );
         }
       }
-      const line = (k: "rate" | "cpuUs" | "wal" | "ms") =>
+      const line = (k: "rate" | "cpuUs" | "clientUs" | "wal" | "ms") =>
         `${k}: A ${fmt(med(results.A.map((r) => r[k]!)), k === "cpuUs" ? 1 : 0)}, B ${fmt(med(results.B.map((r) => r[k]!)), k === "cpuUs" ? 1 : 0)}, B/A ${fmt(
           med(results.B.map((r) => r[k]!)) / med(results.A.map((r) => r[k]!)),
           2,
         )}`;
       console.log(
-        `${mode} (${PAIRS} pairs, medians) ${line("rate")}; ${line("cpuUs")}; ${line("wal")}${mode === "insert" ? `; ${line("ms")}` : ""}`,
+        `${mode} (${PAIRS} pairs, medians) ${line("rate")}; ${line("cpuUs")}; ${line("clientUs")}; ${line("wal")}${mode === "insert" ? `; ${line("ms")}` : ""}`,
       );
     }
   } finally {

@@ -14,7 +14,7 @@ export interface QueueFixture {
   queue: PostgresQueue;
   /** an extra pool on the same database, standing for another coordinator */
   newPool(): pg.Pool;
-  count(table: "jobs" | "tasks" | "workloads", where?: string): Promise<number>;
+  count(table: "jobs" | "tasks" | "workloads" | "task_events", where?: string): Promise<number>;
   close(): Promise<void>;
 }
 
