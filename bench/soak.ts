@@ -4,6 +4,7 @@
 // (where dead entries from claims and completions pile up until vacuum removes them), then whether
 // any of them grew and the last interval's throughput against the first's. Not part of npm test.
 //   SOAK_SECONDS (600)  SOAK_WORKERS (16)  SOAK_MODE (api | sql: the statements alone, from pg)
+//   SOAK_CHAIN (1: in api mode each result report claims the next task through claim_next; 0: two calls)
 
 import { createHash } from "node:crypto";
 import { readdirSync } from "node:fs";
@@ -11,7 +12,7 @@ import { performance } from "node:perf_hooks";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import pg from "pg";
-import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
+import { QueueService, type Task } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { CLAIM_TASKS, COMPLETE_TASK } from "../src/store/postgres/queries.js";
 import { createPool } from "../src/store/postgres/store.js";
 import { fmt, restClient, startCoordinator, startDatabase } from "./harness.js";
@@ -22,6 +23,7 @@ const SHA = createHash("sha256").update("soak").digest("hex");
 // SOAK_MODE=sql: the workers run the store's claim and complete statements straight from pg (16
 // connections, prepared, no coordinator in the loop), so only the database's share is soaked.
 const SQL_MODE = process.env.SOAK_MODE === "sql";
+const CHAIN = process.env.SOAK_CHAIN !== "0";
 
 async function main() {
   const db = await startDatabase();
@@ -78,21 +80,28 @@ async function main() {
         errors++;
       }
     }
+    // As the Python Worker runs: each result report claims the worker's next task (claim_next);
+    // ClaimTasks (long-polled) only when a report brought nothing. SOAK_CHAIN=0: two calls per task.
+    let next: Task[] = [];
     while (!SQL_MODE && performance.now() < stopAt) {
       try {
-        const { tasks } = await rpc.claimTasks({ workerId, workloads: ["soak"], maxTasks: 1, waitSeconds: 1 });
+        const tasks = next.length > 0 ? next : (await rpc.claimTasks({ workerId, workloads: ["soak"], maxTasks: 1, waitSeconds: 1 })).tasks;
+        next = [];
         for (const t of tasks) {
-          await rpc.completeTask({
+          const done = await rpc.completeTask({
             taskId: t.id,
             workerId,
             attempt: t.attempt,
             resultUri: "s3://soak/out",
             resultSha256: SHA,
             metrics: { id },
+            claimNext: CHAIN ? { workerId, workloads: ["soak"], maxTasks: 1 } : undefined,
           });
+          next = done.nextTasks;
           completed++;
         }
       } catch {
+        next = [];
         errors++;
       }
     }
