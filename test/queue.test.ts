@@ -628,6 +628,45 @@ describe("batch completion", () => {
     await expect(q.completeTasks([results[0], results[0]])).rejects.toThrow(/names one task twice/);
     await expect(q.completeTasks([{ ...results[0], resultSha256: "nope" }])).rejects.toThrow(/^results\[0\]\.result_sha256/);
   });
+  it("finds a batch's rows through the primary key in its generic plan, never by walking the lease index", async () => {
+    // The lease index holds an entry for every task completed within the last lease length (its
+    // old version's); a completion that walked it would slow down the longer the queue ran.
+    const w = await workload();
+    await q.createJob({ workload: w, tasks: specs(30) });
+    const claimed = await q.claimTasks({ workerId: "planner", workloads: [w], maxTasks: 30 });
+    const batch = claimed.slice(0, 10);
+    const payload = JSON.stringify(
+      batch.map((t) => ({
+        task_id: t.id,
+        worker_id: "planner",
+        attempt: 1,
+        result_uri: "s3://o",
+        result_sha256: sha(t.chunkIndex),
+        metrics: null,
+      })),
+    );
+    const { COMPLETE_TASKS } = await import("../src/store/postgres/queries.js");
+    const client = await f.pool.connect();
+    try {
+      await client.query(`PREPARE batch_plan AS ${COMPLETE_TASKS}`);
+      await client.query("BEGIN");
+      const { rows } = await client.query(
+        `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE batch_plan(${client.escapeLiteral(payload)}, ${client.escapeLiteral(
+          `{${batch.map((t) => t.id).join(",")}}`,
+        )})`,
+      );
+      await client.query("ROLLBACK");
+      await client.query("DEALLOCATE batch_plan");
+      const plan = rows.map((r) => r["QUERY PLAN"]).join("\n");
+      if (process.env.SHOW_PLAN) console.log(plan);
+      expect(plan).toMatch(/Update on tasks t \(actual rows=10(\.00)? loops=1\)/);
+      expect(plan).toMatch(/(Index Scan using|Bitmap Index Scan on) tasks_pkey/);
+      expect(plan).not.toMatch(/tasks_lease_expiry_idx/);
+    } finally {
+      client.release();
+    }
+  });
+
   it("batches racing for a job's last tasks still complete the job, whichever commits last", async () => {
     const w = await workload();
     const other = new PostgresQueue(f.newPool(), TEST_STORE_OPTIONS);

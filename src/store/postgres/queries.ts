@@ -334,7 +334,7 @@ const completeMany = `done AS (
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
       completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
   FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
-  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
     AND t.lease_expires_at > now()
   RETURNING t.*
 )`;
@@ -343,7 +343,12 @@ const completeMany = `done AS (
  * Complete a batch of leased tasks in one statement, each fenced by its own (worker, attempt,
  * live lease) exactly as COMPLETE_TASK. Rows that do not match are left alone and explained
  * one by one by the caller. The ids also come as a uuid[] ($2) so the rows are found through the
- * primary key whatever the planner guesses about the recordset. Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
+ * primary key whatever the planner guesses about the recordset, and the status is compared as
+ * text for the reason given at liveLease: with `t.status = 'leased'` the generic plan walked the
+ * whole lease index (every live lease and every lease completed within a lease length) and
+ * hash-joined it with the recordset. Measured (bench:sql-ab, 4 pairs, backend CPU per task):
+ * chained batches of ten 184 -> 150 us, claim then CompleteTasks 208 -> 158 us.
+ * Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
  */
 export const COMPLETE_TASKS = `
 WITH ${completeMany}, ${completedEvents("done")}, ${watchedJobs("done")}
