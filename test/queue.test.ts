@@ -667,6 +667,34 @@ describe("batch completion", () => {
     }
   });
 
+  it("claim_next reads a workload it has not seen once, then never again, on a store that never created its jobs", async () => {
+    // Jobs are often submitted through another coordinator than the one the workers report to.
+    const w = await workload();
+    await q.createJob({ workload: w, tasks: specs(4) });
+    const pool = f.newPool();
+    const reads: string[] = [];
+    pool.on("connect", (client) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+      (client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+        const text = typeof args[0] === "string" ? args[0] : (args[0] as { text: string }).text;
+        if (/FROM workloads WHERE name = ANY/.test(text)) reads.push(text);
+        return query(...args);
+      };
+    });
+    const other = new PostgresQueue(pool, TEST_STORE_OPTIONS);
+    let [task] = await other.claimTasks({ workerId: "w", workloads: [w], maxTasks: 1 });
+    for (let i = 0; i < 3; i++) {
+      const { next } = await other.completeTaskAndClaim(
+        { taskId: task.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(i) },
+        { workerId: "w", workloads: [w], maxTasks: 1 },
+      );
+      expect(next).toHaveLength(1);
+      task = next[0];
+    }
+    expect(reads).toHaveLength(1);
+    expect(await f.count("tasks", `workload = '${w}' AND status = 'completed'`)).toBe(3);
+  });
+
   it("batches racing for a job's last tasks still complete the job, whichever commits last", async () => {
     const w = await workload();
     const other = new PostgresQueue(f.newPool(), TEST_STORE_OPTIONS);

@@ -343,11 +343,14 @@ export class PostgresQueue implements QueueService {
   /**
    * A result report's claim_next must name known workloads before the result is written, so a
    * mistaken claim_next writes nothing. Workloads are never deleted, so one seen (cached) once
-   * exists for good, and only a name not seen yet costs a read.
+   * exists for good, and only a name not seen yet costs a read, which caches what it finds: a
+   * coordinator that serves a workload's workers but never its CreateJob would otherwise read the
+   * workloads again on every report.
    */
   private async requireWorkloads(c: pg.PoolClient, names: string[]): Promise<void> {
     if (names.every((n) => this.workloadCache.has(n))) return;
-    const unknown = await this.unknownWorkload(c, names);
+    await this.loadWorkloads(c, names, false);
+    const unknown = names.find((n) => !this.workloadCache.has(n));
     if (unknown) throw new NotFoundError("workload", unknown, `claim_next.workloads[${names.indexOf(unknown)}]`);
   }
 
