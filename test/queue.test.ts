@@ -667,7 +667,7 @@ describe("batch completion", () => {
     }
   });
 
-  it("claim_next reads a workload it has not seen once, then never again, on a store that never created its jobs", async () => {
+  it("claims read a workload they have not seen once, then never again, on a store that never created its jobs", async () => {
     // Jobs are often submitted through another coordinator than the one the workers report to.
     const w = await workload();
     await q.createJob({ workload: w, tasks: specs(4) });
@@ -693,6 +693,11 @@ describe("batch completion", () => {
     }
     expect(reads).toHaveLength(1);
     expect(await f.count("tasks", `workload = '${w}' AND status = 'completed'`)).toBe(3);
+    // Nor does a claim that finds the queue empty read it again.
+    await other.completeTask({ taskId: task.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(9) });
+    expect(await other.claimTasks({ workerId: "w", workloads: [w], maxTasks: 1 })).toEqual([]);
+    expect(reads).toHaveLength(1);
+    await expect(other.claimTasks({ workerId: "w", workloads: [w, "no_such_workload"] })).rejects.toBeInstanceOf(NotFoundError);
   });
 
   it("batches racing for a job's last tasks still complete the job, whichever commits last", async () => {

@@ -9,7 +9,6 @@ export const NOTIFY_CHANNEL = "leasehold_tasks";
 // REPORT_PROGRESS, only for jobs with a row in job_watchers (see the migration for why).
 export const EVENTS_CHANNEL = "leasehold_events";
 
-export const SELECT_WORKLOADS_BY_NAME = `SELECT * FROM workloads WHERE name = ANY($1::text[])`;
 export const SELECT_ALL_WORKLOADS = `SELECT * FROM workloads ORDER BY name`;
 
 export const UPSERT_WORKLOAD = `

@@ -318,8 +318,7 @@ export class PostgresQueue implements QueueService {
     });
     if (rows.length === 0) {
       // Only an empty answer pays for this check, so the hot path stays one statement.
-      const unknown = await this.unknownWorkload(c, claim.workloads);
-      if (unknown) throw new NotFoundError("workload", unknown, `${field}[${claim.workloads.indexOf(unknown)}]`);
+      await this.requireWorkloads(c, claim.workloads, field);
       return [];
     }
     return this.claimed(rows);
@@ -334,24 +333,19 @@ export class PostgresQueue implements QueueService {
     return rows.map(toTask);
   }
 
-  /** The first of these workloads that does not exist, if any. */
-  private async unknownWorkload(c: pg.PoolClient, names: string[]): Promise<string | undefined> {
-    const { rows: known } = await c.query(sql.SELECT_WORKLOADS_BY_NAME, [names]);
-    return names.find((w) => !known.some((k) => k.name === w));
-  }
-
   /**
-   * A result report's claim_next must name known workloads before the result is written, so a
-   * mistaken claim_next writes nothing. Workloads are never deleted, so one seen (cached) once
-   * exists for good, and only a name not seen yet costs a read, which caches what it finds: a
-   * coordinator that serves a workload's workers but never its CreateJob would otherwise read the
-   * workloads again on every report.
+   * Every workload a claim names must exist: a claim that found nothing checks, and a result
+   * report's claim_next checks before the result is written, so a mistaken claim_next writes
+   * nothing. Workloads are never deleted, so one seen (cached) once exists for good, and only a
+   * name not seen yet costs a read, which caches what it finds: a coordinator that serves a
+   * workload's workers but never its CreateJob would otherwise read the workloads table again on
+   * every report, and on every claim of an empty queue.
    */
-  private async requireWorkloads(c: pg.PoolClient, names: string[]): Promise<void> {
+  private async requireWorkloads(c: pg.PoolClient, names: string[], field: string): Promise<void> {
     if (names.every((n) => this.workloadCache.has(n))) return;
     await this.loadWorkloads(c, names, false);
     const unknown = names.find((n) => !this.workloadCache.has(n));
-    if (unknown) throw new NotFoundError("workload", unknown, `claim_next.workloads[${names.indexOf(unknown)}]`);
+    if (unknown) throw new NotFoundError("workload", unknown, `${field}[${names.indexOf(unknown)}]`);
   }
 
   async renewLease(input: RenewLeaseInput, opts: CallOptions = {}): Promise<Task> {
@@ -378,7 +372,7 @@ export class PostgresQueue implements QueueService {
     const done = validateComplete(input);
     const claim = validateClaimNext(next);
     return withClient(this.pool, opts.signal, async (c) => {
-      await this.requireWorkloads(c, claim.workloads);
+      await this.requireWorkloads(c, claim.workloads, "claim_next.workloads");
       const { rows } = await c.query({
         name: "leasehold_complete_task_and_claim",
         text: sql.COMPLETE_TASK_AND_CLAIM,
@@ -420,7 +414,7 @@ export class PostgresQueue implements QueueService {
     const batch = validateBatch(inputs);
     const claim = validateClaimNext(next);
     return withClient(this.pool, opts.signal, async (c) => {
-      await this.requireWorkloads(c, claim.workloads);
+      await this.requireWorkloads(c, claim.workloads, "claim_next.workloads");
       const { rows } = await c.query({
         name: "leasehold_complete_tasks_and_claim",
         text: sql.COMPLETE_TASKS_AND_CLAIM,
