@@ -700,6 +700,18 @@ describe("batch completion", () => {
     await expect(other.claimTasks({ workerId: "w", workloads: [w, "no_such_workload"] })).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  it("a batch that finishes one job while its claim_next takes another's tasks completes the first job", async () => {
+    const w = await workload();
+    const { job: first } = await q.createJob({ workload: w, tasks: specs(2) });
+    const held = await q.claimTasks({ workerId: "w", workloads: [w], maxTasks: 2 });
+    const { job: second } = await q.createJob({ workload: w, tasks: specs(3) });
+    const results = held.map((t) => ({ taskId: t.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(t.chunkIndex) }));
+    const { next } = await q.completeTasksAndClaim(results, { workerId: "w", workloads: [w], maxTasks: 2 });
+    expect(next.map((t) => t.jobId)).toEqual([second.id, second.id]);
+    expect((await jobRow(first.id)).status).toBe("completed");
+    expect((await jobRow(second.id)).status).toBe("running");
+  });
+
   it("batches racing for a job's last tasks still complete the job, whichever commits last", async () => {
     const w = await workload();
     const other = new PostgresQueue(f.newPool(), TEST_STORE_OPTIONS);

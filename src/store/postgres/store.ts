@@ -420,12 +420,18 @@ export class PostgresQueue implements QueueService {
         text: sql.COMPLETE_TASKS_AND_CLAIM,
         values: [...batchValues(batch), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
       });
+      const claimedRows = rows.filter((r) => r.part === 1);
+      // A job one of whose tasks this statement claimed has unfinished work (that task), so it
+      // cannot be done; its last completion will check. A worker chained through one large job
+      // thus never pays for FINISH_JOBS_IF_DONE.
+      const busy = new Set(claimedRows.map((r) => r.job_id as string));
       const outcomes = await this.batchOutcomes(
         c,
         batch,
         rows.filter((r) => r.part === 0),
+        busy,
       );
-      return { outcomes, next: this.claimed(rows.filter((r) => r.part === 1)) };
+      return { outcomes, next: this.claimed(claimedRows) };
     });
   }
 
@@ -434,14 +440,20 @@ export class PostgresQueue implements QueueService {
     return this.batchOutcomes(c, batch, rows);
   }
 
-  /** Each result's outcome, from the rows the completion accepted; the others are replays or refusals. */
-  private async batchOutcomes(c: pg.PoolClient, batch: CompleteTaskInput[], rows: TaskRow[]): Promise<CompleteOutcome[]> {
+  /**
+   * Each result's outcome, from the rows the completion accepted; the others are replays or
+   * refusals. The completed tasks' jobs are finished if done, except those known to be busy.
+   */
+  private async batchOutcomes(
+    c: pg.PoolClient,
+    batch: CompleteTaskInput[],
+    rows: TaskRow[],
+    busy: ReadonlySet<string> = new Set(),
+  ): Promise<CompleteOutcome[]> {
     const completed = new Map(rows.map((r) => [r.id, toTask(r)]));
-    if (completed.size > 0) {
-      this.options.observer?.tasksCompleted(completed.size);
-      const jobs = [...new Set(rows.map((r) => r.job_id))];
-      await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [jobs] });
-    }
+    if (completed.size > 0) this.options.observer?.tasksCompleted(completed.size);
+    const jobs = [...new Set(rows.map((r) => r.job_id))].filter((j) => !busy.has(j));
+    if (jobs.length > 0) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [jobs] });
     const outcomes: CompleteOutcome[] = [];
     for (const b of batch) {
       const task = completed.get(b.taskId);
