@@ -204,4 +204,27 @@ describe("compiled JSON writer", () => {
     const short = create(CreateJobResponseSchema, { job: jobMessage(job), tasks: tasks.slice(0, 10) });
     expect(writeJsonChunks(CreateJobResponseSchema, short, OPTIONS)).toBe(toJsonString(CreateJobResponseSchema, short, OPTIONS));
   });
+
+  it("writes remembered timestamps as they were, past the memo's size and between neighbours that differ", () => {
+    // More distinct times than the writer and taskMessage remember (512), interleaved with
+    // repeats, sub-millisecond and pre-1970 times, so a wrong or stale memo entry shows up as a byte.
+    const times = Array.from(
+      { length: 1500 },
+      (_, i) => new Date(SAMPLE_NOW.getTime() + (i % 700) * 7 - (i % 11 === 0 ? 86_400_000 * 365 * 60 : 0)),
+    );
+    const tasks = times.map((t, i) =>
+      taskMessage({ ...sampleTask(), chunkIndex: i, createdAt: t, startedAt: times[(i * 31) % times.length] }),
+    );
+    same(ClaimTasksResponseSchema, create(ClaimTasksResponseSchema, { tasks }));
+    const odd = create(TaskSchema, {
+      createdAt: { seconds: 1_764_500_000n, nanos: 1 },
+      startedAt: { seconds: 1_764_500_000n, nanos: 123_000_000 },
+    });
+    same(TaskSchema, odd);
+    same(TaskSchema, odd);
+    // A negative nanos is out of range: refused as toJsonString refuses it, even with its millisecond remembered.
+    const bad = create(TaskSchema, { createdAt: { seconds: 1_764_500_001n, nanos: -877_000_000 } });
+    expect(() => writeJson(TaskSchema, bad, OPTIONS)).toThrow();
+    expect(() => toJsonString(TaskSchema, bad, OPTIONS)).toThrow();
+  });
 });

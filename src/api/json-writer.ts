@@ -314,14 +314,21 @@ function enumWriter(desc: DescEnum): (v: number) => string {
 const MIN_MS = Date.parse("0001-01-01T00:00:00Z");
 const MAX_MS = Date.parse("9999-12-31T23:59:59Z");
 
-/** The last Timestamp written: the tasks of one answer mostly share theirs (a CreateJob's all do). */
-let lastSeconds: bigint | undefined;
-let lastNanos = 0;
-let lastJson = "";
+/**
+ * Timestamps written recently, by milliseconds: the tasks of one answer mostly share theirs (one
+ * job's creation, one statement's now(); a CreateJob's all do), five to a task.
+ */
+const recentJson = new Map<number, string>();
+const MAX_RECENT = 512;
 
 /** protobuf-es' timestampToJson, in a string. */
 function timestampJson(t: Timestamp): string {
-  if (t.seconds === lastSeconds && t.nanos === lastNanos) return lastJson;
+  // Whole milliseconds (every Timestamp the coordinator makes from a Date) are remembered.
+  const key = t.nanos >= 0 && t.nanos % 1_000_000 === 0 ? Number(t.seconds) * 1000 + t.nanos / 1_000_000 : undefined;
+  if (key !== undefined) {
+    const known = recentJson.get(key);
+    if (known !== undefined) return known;
+  }
   const ms = Number(t.seconds) * 1000;
   if (ms < MIN_MS || ms > MAX_MS || t.nanos < 0 || t.nanos > 999_999_999) {
     throw new Error(`cannot encode message ${t.$typeName} to JSON: out of range`);
@@ -334,8 +341,9 @@ function timestampJson(t: Timestamp): string {
     else z = "." + nanos + "Z";
   }
   const json = '"' + new Date(ms).toISOString().replace(".000Z", z) + '"';
-  lastSeconds = t.seconds;
-  lastNanos = t.nanos;
-  lastJson = json;
+  if (key !== undefined) {
+    if (recentJson.size >= MAX_RECENT) recentJson.clear();
+    recentJson.set(key, json);
+  }
   return json;
 }

@@ -1,6 +1,7 @@
 // Pool creation, deadlines and pg error translation: the plumbing every query goes through.
 
 import pg from "pg";
+import { pgTypes } from "./pg-types.js";
 import { DeadlineExceededError, QueueError, UnavailableError, ValidationError } from "../../queue/errors.js";
 
 export interface PoolOptions {
@@ -23,6 +24,7 @@ export function createPool(opts: PoolOptions): pg.Pool {
     connectionTimeoutMillis: opts.connectTimeoutMs,
     idleTimeoutMillis: 30_000,
     application_name: opts.applicationName ?? "leasehold",
+    types: pgTypes,
     // Every statement of the store is meant to be index-driven:
     // - plan_cache_mode: the hot statements are prepared (named) and their plans do not depend on
     //   the parameters; re-planning the claim's CTEs on every call cost more than running them.
