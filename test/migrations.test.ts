@@ -1,4 +1,4 @@
-// Migrations: up from an empty database to the latest, down three, and up again.
+// Migrations: up from an empty database to the latest, down five, and up again.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { expectedMigrations, migrate, pendingMigrations } from "../src/store/postgres/migrate.js";
@@ -22,7 +22,7 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.tablename);
 }
 
-it("migrates an empty database up to the latest, down by one, two, three and four, and up again", async () => {
+it("migrates an empty database up to the latest, down by one to five, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
@@ -32,7 +32,18 @@ it("migrates an empty database up to the latest, down by one, two, three and fou
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: a job's chunks are found through a plain index (CreateJob keeps them unique);
+  // The latest: the claim index ends with run_after, so a task in retry backoff is passed over in
+  // the index; its down migration takes the column back out.
+  const claimIndex = async () =>
+    (await client.query(`SELECT indexdef FROM pg_indexes WHERE indexname = 'tasks_claim_pending_idx'`)).rows.map((r) => r.indexdef);
+  expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index, run_after\) WHERE/)]);
+  await migrate(db.url, "down");
+  const runAfter = expectedMigrations().at(-1)!;
+  expect(runAfter).toMatch(/claim_index_run_after$/);
+  expect(await pendingMigrations(client)).toEqual([runAfter]);
+  expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
+
+  // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
   // its down migration makes them a UNIQUE constraint again.
   const chunkKey = async () =>
     (await client.query(`SELECT conname FROM pg_constraint WHERE conrelid = 'tasks'::regclass AND contype = 'u'`)).rows.map(
@@ -40,9 +51,9 @@ it("migrates an empty database up to the latest, down by one, two, three and fou
     );
   expect(await chunkKey()).toEqual([]);
   await migrate(db.url, "down");
-  const plain = expectedMigrations().at(-1)!;
+  const plain = expectedMigrations().at(-2)!;
   expect(plain).toMatch(/plain_chunk_index$/);
-  expect(await pendingMigrations(client)).toEqual([plain]);
+  expect(await pendingMigrations(client)).toEqual([plain, runAfter]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
   // The lean hot path: the claim and completions write their own events (the trigger
@@ -67,9 +78,9 @@ it("migrates an empty database up to the latest, down by one, two, three and fou
     expect.arrayContaining(["tasks_input_sha256_check", "tasks_job_id_fkey", "tasks_result_sha256_check", "tasks_workload_fkey"]),
   );
   expect(await flipColumn()).toBe(0);
-  const [storage, lean] = expectedMigrations().slice(-3, -1);
+  const [storage, lean] = expectedMigrations().slice(-4, -2);
   expect(lean).toMatch(/lean_hot_path$/);
-  expect(await pendingMigrations(client)).toEqual([lean, plain]);
+  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
@@ -82,7 +93,7 @@ it("migrates an empty database up to the latest, down by one, two, three and fou
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([storage, lean, plain]);
+  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -90,8 +101,8 @@ it("migrates an empty database up to the latest, down by one, two, three and fou
 
   // The one before (inspection) takes back only its own column and index; the event log and its triggers stay.
   await migrate(db.url, "down");
-  const previous = expectedMigrations().at(-4)!;
-  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain]);
+  const previous = expectedMigrations().at(-5)!;
+  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain, runAfter]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
     `SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`,

@@ -253,6 +253,39 @@ describe("2. claim is one statement", () => {
       client.release();
     }
   });
+
+  it("passes over tasks in retry backoff inside the claim index, without reading them from the table", async () => {
+    const w = await workload({ maxAttempts: 5 });
+    const { tasks } = await q.createJob({ workload: w, tasks: specs(400) });
+    // The oldest 300 wait out a backoff: at the head of the claim order, none of them claimable.
+    await f.pool.query(`UPDATE tasks SET run_after = now() + interval '10 minutes' WHERE job_id = $1 AND chunk_index < 300`, [
+      tasks[0].jobId,
+    ]);
+    await f.pool.query("VACUUM ANALYZE tasks");
+    const { CLAIM_TASKS } = await import("../src/store/postgres/queries.js");
+    const client = await f.pool.connect();
+    try {
+      // The generic plan, as the store runs it.
+      await client.query(`PREPARE backoff_claim AS ${CLAIM_TASKS}`);
+      await client.query("BEGIN");
+      const { rows } = await client.query(
+        `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE backoff_claim(ARRAY[${client.escapeLiteral(w)}], 1, 'x', NULL)`,
+      );
+      await client.query("ROLLBACK");
+      const plan = rows.map((r) => r["QUERY PLAN"]).join("\n");
+      if (process.env.SHOW_PLAN) console.log(plan);
+      const scan = plan.slice(plan.indexOf("Index Scan using tasks_claim_pending_idx"));
+      expect(scan).toMatch(/^[^\n]*\n\s+Index Cond: \(\(workload = \S+\) AND \(run_after <= now\(\)\)\)/);
+      // One heap page for the task it takes, not one per task it passes over.
+      const heapReads = Number(/Buffers: shared hit=(\d+)/.exec(scan)![1]);
+      expect(heapReads).toBeLessThan(30);
+      await client.query("DEALLOCATE backoff_claim");
+    } finally {
+      client.release();
+    }
+    const [next] = await q.claimTasks({ workerId: "w", workloads: [w] });
+    expect(next.chunkIndex).toBe(300);
+  });
 });
 
 describe("3. leases expire", () => {

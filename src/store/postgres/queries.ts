@@ -98,7 +98,6 @@ const completedEvents = (rows: string) => `events AS (
 )`;
 
 /** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
-/** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
 interface ClaimParams {
   workloads: string;
   limit: string;
@@ -111,7 +110,8 @@ interface ClaimParams {
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
  *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
  *     expired: leases whose holder went silent, with attempts left (tasks_lease_expiry_idx),
- *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx).
+ *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx, whose last key column
+ *              is run_after: a task in backoff is passed over inside the index, its row never read).
  * - FOR UPDATE SKIP LOCKED: concurrent claimers skip each other's candidates instead of queueing.
  * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
  * - The job moves to running in the same statement; `status = 'pending'` keeps that a no-op
