@@ -1,0 +1,79 @@
+// COPY … FROM STDIN through a pg client. node-postgres speaks the protocol's copy messages but has
+// no API for them (pg-copy-streams is a package of its own, and a stream for what is one write):
+// this is a Submittable, the form pg runs its own queries in. The statement goes as a simple
+// Query; when the server answers CopyInResponse every chunk is sent as CopyData, then CopyDone.
+// It settles on ReadyForQuery with the row count of the CommandComplete ("COPY n"), or on the
+// first error. After an error in copy-in mode the server drops any CopyData still arriving and
+// answers the simple Query with ReadyForQuery, so the connection stays usable (in an aborted
+// transaction if there was one, which the caller rolls back).
+import type pg from "pg";
+
+/** What a Submittable gets from pg: its Connection (lib/connection.js), these methods of it. */
+interface CopyConnection {
+  query(text: string): void;
+  sendCopyFromChunk(chunk: Buffer): void;
+  endCopyFrom(): void;
+}
+
+class CopyIn {
+  private rowCount = 0;
+  private settled = false;
+  readonly done: Promise<number>;
+  private resolve!: (rows: number) => void;
+  private reject!: (err: Error) => void;
+
+  constructor(
+    private readonly text: string,
+    private chunks: readonly Buffer[],
+  ) {
+    this.done = new Promise<number>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  submit(connection: CopyConnection): void {
+    connection.query(this.text);
+  }
+
+  handleCopyInResponse(connection: CopyConnection): void {
+    for (const chunk of this.chunks) connection.sendCopyFromChunk(chunk);
+    this.chunks = [];
+    connection.endCopyFrom();
+  }
+
+  handleCommandComplete(msg: { text?: string }): void {
+    const n = /^COPY (\d+)$/.exec(msg.text ?? "");
+    if (n) this.rowCount = Number(n[1]);
+  }
+
+  handleReadyForQuery(): void {
+    this.settle(undefined);
+  }
+
+  handleError(err: Error): void {
+    this.settle(err);
+  }
+
+  // Messages a COPY FROM never gets; pg calls them on whatever query is active.
+  handleRowDescription(): void {}
+  handleDataRow(): void {}
+  handleEmptyQuery(): void {}
+  handlePortalSuspended(): void {}
+  handleCopyData(): void {}
+
+  private settle(err: Error | undefined): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.chunks = [];
+    if (err) this.reject(err);
+    else this.resolve(this.rowCount);
+  }
+}
+
+/** Runs `text` (a `COPY … FROM STDIN`) on client with chunks as its data; resolves to the rows copied. */
+export function copyIn(client: pg.ClientBase, text: string, chunks: readonly Buffer[]): Promise<number> {
+  const copy = new CopyIn(text, chunks);
+  (client as unknown as { query(q: CopyIn): void }).query(copy);
+  return copy.done;
+}
