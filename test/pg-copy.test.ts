@@ -2,7 +2,8 @@
 // values read back as they were written, whatever the characters (the escaped backslash, tab,
 // newline and carriage return, a value that looks like \N or \., non-ASCII and astral
 // characters), NULL as NULL, rows split over several CopyData messages; and a failing COPY
-// rejects with the server's error and leaves the connection usable.
+// rejects with the server's error and leaves the connection usable, also when it fails before
+// the server takes the data sent right behind the statement.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type pg from "pg";
 import { copyIn } from "../src/store/postgres/copy-in.js";
@@ -64,5 +65,12 @@ describe("COPY FROM STDIN", () => {
     expect((await c.query("SELECT count(*)::int AS n FROM copied")).rows[0].n).toBe(0);
     await expect(copyIn(c, "COPY copied (i, t, j) FROM STDIN", [Buffer.from("1\tnot json\t{\n")])).rejects.toThrow(/json/i);
     expect((await c.query("SELECT 1 AS one")).rows[0].one).toBe(1);
+  });
+
+  it("a statement that fails before copy-in mode drops the data sent behind it, and the connection answers the next query", async () => {
+    const chunks = copyChunks(1500, (i) => `${i}\tx\t{}`);
+    await expect(copyIn(c, "COPY copied (i, nope) FROM STDIN", chunks)).rejects.toThrow(/nope/);
+    expect((await c.query("SELECT count(*)::int AS n FROM copied")).rows[0].n).toBe(0);
+    expect(await copyIn(c, "COPY copied (i, t, j) FROM STDIN", chunks)).toBe(1500);
   });
 });

@@ -1,11 +1,14 @@
 // COPY … FROM STDIN through a pg client. node-postgres speaks the protocol's copy messages but has
 // no API for them (pg-copy-streams is a package of its own, and a stream for what is one write):
 // this is a Submittable, the form pg runs its own queries in. The statement goes as a simple
-// Query; when the server answers CopyInResponse every chunk is sent as CopyData, then CopyDone.
-// It settles on ReadyForQuery with the row count of the CommandComplete ("COPY n"), or on the
-// first error. After an error in copy-in mode the server drops any CopyData still arriving and
-// answers the simple Query with ReadyForQuery, so the connection stays usable (in an aborted
-// transaction if there was one, which the caller rolls back).
+// Query with the data right behind it (every chunk as CopyData, then CopyDone), without waiting
+// for the server's CopyInResponse: the server reads them next once it is in copy-in mode, so the
+// copy starts a round trip earlier and does not wait for this process to read that answer (it
+// may be busy). It settles on ReadyForQuery with the row count of the CommandComplete
+// ("COPY n"), or on the first error. Copy messages the server gets outside copy-in mode, or after
+// an error in it, it drops (the protocol says so, and postgres.c does), so if the COPY fails
+// the connection stays usable (in an aborted transaction if there was one, which the caller
+// rolls back).
 import type pg from "pg";
 
 /** What a Submittable gets from pg: its Connection (lib/connection.js), these methods of it. */
@@ -34,13 +37,13 @@ class CopyIn {
 
   submit(connection: CopyConnection): void {
     connection.query(this.text);
-  }
-
-  handleCopyInResponse(connection: CopyConnection): void {
     for (const chunk of this.chunks) connection.sendCopyFromChunk(chunk);
     this.chunks = [];
     connection.endCopyFrom();
   }
+
+  /** The data went with the statement (submit). */
+  handleCopyInResponse(): void {}
 
   handleCommandComplete(msg: { text?: string }): void {
     const n = /^COPY (\d+)$/.exec(msg.text ?? "");
