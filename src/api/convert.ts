@@ -83,6 +83,7 @@ import type {
   RetryJobResult,
   ResultManifest,
   Task,
+  TaskSpec,
   TaskStatus as DomainTaskStatus,
   Workload,
 } from "../queue/types.js";
@@ -93,11 +94,24 @@ function ts(d: Date | null | undefined): Timestamp | undefined {
   return d ? timestamp(d) : undefined;
 }
 
-/** timestampFromDate without create()'s walk of the descriptor. */
+/** The last Date timestamp() read, its time then, and its message: the tasks of one answer share their created_at Date. */
+let lastDate: Date | undefined;
+let lastMs = NaN;
+let lastTimestamp: Timestamp | undefined;
+
+/**
+ * timestampFromDate without create()'s walk of the descriptor. The same Date (at the same time)
+ * twice in a row gives the same message, which nothing changes once made: a 10,000-task
+ * CreateJob's tasks share one created_at, so one message instead of 10,000 (and their BigInts).
+ */
 function timestamp(d: Date): Timestamp {
   const ms = d.getTime();
+  if (d === lastDate && ms === lastMs && lastTimestamp !== undefined) return lastTimestamp;
   const seconds = Math.floor(ms / 1000);
-  return { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
+  lastDate = d;
+  lastMs = ms;
+  lastTimestamp = { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
+  return lastTimestamp;
 }
 
 function struct(o: JsonObject | null | undefined): PbJsonObject | undefined {
@@ -155,13 +169,9 @@ export function createJobInput(r: CreateJobRequest): CreateJobInput {
     maxAttempts: r.maxAttempts,
     idempotencyKey: opt(r.idempotencyKey),
     traceparent: opt(r.traceparent),
-    tasks: r.tasks.map((t) => ({
-      chunkIndex: t.chunkIndex,
-      inputUri: t.inputUri,
-      inputSha256: t.inputSha256,
-      parameters: domainJson(t.parameters),
-      workload: opt(t.workload),
-    })),
+    // The request's own TaskSpec messages, not a copy of each (10,000 in a big job): they have the
+    // domain's fields, and validation reads the proto3 default "" of an unset workload as unset.
+    tasks: r.tasks as TaskSpec[],
   };
 }
 
