@@ -419,6 +419,8 @@ export function createRest(opts: RestOptions): Rest {
           } catch (err) {
             throw decodeError(rpc.input, json, err as Error);
           }
+          // Decoded: the parsed body (10,000 objects for a big CreateJob) need not live through the call.
+          json = {};
           const answer = await opts.invoke(rpc, input, {
             header: connectHeaders(req, false),
             signal: abort.signal,
