@@ -2,6 +2,8 @@
 // validates against (cached per coordinator) are never stale, whichever coordinator changed them.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NotFoundError, ValidationError } from "../src/queue/errors.js";
+import type { CreateJobResult } from "../src/queue/types.js";
+import { toJob } from "../src/store/postgres/rows.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
 
@@ -213,5 +215,68 @@ describe("CreateJob of a large job (by COPY)", () => {
       await f.pool.query("ALTER TABLE tasks DROP CONSTRAINT test_no_chunk_1100");
       await pool.end();
     }
+  });
+
+  it("hands its result over while PostgreSQL copies, and returns that very result, the rows it wrote", async () => {
+    await a.putWorkload({ name: "cj_early", maxAttempts: 5 });
+    const tasks = Array.from({ length: 1200 }, (_, i) => spec(1199 - i, i % 100 === 0 ? { own: i } : undefined));
+    const seen: CreateJobResult[] = [];
+    const r = await a.createJob(
+      { workload: "cj_early", parameters: { shared: true }, priority: 2, tasks },
+      { prepared: (early) => seen.push(early) },
+    );
+    expect(seen).toHaveLength(1);
+    expect(r).toBe(seen[0]);
+    const { rows } = await f.pool.query(
+      `SELECT id, chunk_index, parameters, max_attempts, priority, created_at, run_after FROM tasks WHERE job_id = $1 ORDER BY chunk_index`,
+      [r.job.id],
+    );
+    expect(rows).toHaveLength(1200);
+    expect(
+      r.tasks.map((t) => ({
+        id: t.id,
+        chunk_index: t.chunkIndex,
+        parameters: t.parameters,
+        max_attempts: t.maxAttempts,
+        priority: t.priority,
+        created_at: t.createdAt,
+        run_after: t.runAfter,
+      })),
+    ).toEqual(rows);
+    const { rows: job } = await f.pool.query(`SELECT * FROM jobs WHERE id = $1`, [r.job.id]);
+    expect(r.job).toEqual(toJob(job[0]));
+    // Small jobs keep their one statement and hand nothing over.
+    await a.createJob({ workload: "cj_early", tasks: [spec(0)] }, { prepared: (early) => seen.push(early) });
+    expect(seen).toHaveLength(1);
+  });
+
+  it("hands over only a job it inserted: not a stale try, not a replay; a callback that throws writes nothing", async () => {
+    await a.putWorkload({ name: "cj_early_stale", maxAttempts: 2 });
+    const many = specs(1000);
+    await a.createJob({ workload: "cj_early_stale", tasks: many }, { prepared: () => {} });
+    await b.putWorkload({ name: "cj_early_stale", maxAttempts: 6 });
+    let handed = 0;
+    const r = await a.createJob({ workload: "cj_early_stale", tasks: many }, { prepared: () => handed++ });
+    expect(handed).toBe(1); // the stale try inserted nothing; the one under FOR SHARE did
+    expect(r.tasks.every((t) => t.maxAttempts === 6)).toBe(true);
+    expect(await f.count("tasks", `job_id = '${r.job.id}'`)).toBe(1000);
+    const before = await f.count("jobs");
+    await expect(
+      a.createJob(
+        { workload: "cj_early_stale", tasks: many },
+        {
+          prepared: () => {
+            throw new Error("boom");
+          },
+        },
+      ),
+    ).rejects.toThrow("boom");
+    expect(await f.count("jobs")).toBe(before);
+    const first = await a.createJob({ workload: "cj_early_stale", idempotencyKey: "cj-early", tasks: many }, { prepared: () => {} });
+    handed = 0;
+    const again = await b.createJob({ workload: "cj_early_stale", idempotencyKey: "cj-early", tasks: many }, { prepared: () => handed++ });
+    expect(again.created).toBe(false);
+    expect(handed).toBe(0);
+    expect(again.tasks.map((t) => t.id)).toEqual(first.tasks.map((t) => t.id));
   });
 });

@@ -182,7 +182,7 @@ export class PostgresQueue implements QueueService {
           } else if (refresh) {
             await this.loadWorkloads(c, names, false);
           }
-          const result = await this.insertJob(c, input, job, fingerprint, names, jobId, ids, perWorkload, locked);
+          const result = await this.insertJob(c, input, job, fingerprint, names, jobId, ids, perWorkload, locked, opts.prepared);
           if (result === "stale") {
             if (locked) throw new Error("workloads changed while locked");
             locked = true;
@@ -212,6 +212,7 @@ export class PostgresQueue implements QueueService {
     ids: string[],
     perWorkload: Map<string, number>,
     inTransaction: boolean,
+    prepared: CallOptions["prepared"],
   ): Promise<CreateJobResult | "stale" | "taken"> {
     const workloads = new Map(names.flatMap((n) => (this.workloadCache.has(n) ? [[n, this.workloadCache.get(n)!] as const] : [])));
     if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
@@ -238,7 +239,8 @@ export class PostgresQueue implements QueueService {
       names,
       names.map((n) => workloads.get(n)!.xmin),
     ];
-    if (job.tasks.length >= COPY_MIN_TASKS) return this.insertJobByCopy(c, job, jobValues, ids, maxAttempts, perWorkload, inTransaction);
+    if (job.tasks.length >= COPY_MIN_TASKS)
+      return this.insertJobByCopy(c, job, jobValues, ids, maxAttempts, perWorkload, inTransaction, prepared);
     // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
     const inserting = c.query({
       name: "leasehold_create_job",
@@ -268,7 +270,8 @@ export class PostgresQueue implements QueueService {
   /**
    * insertJob for a large job: CREATE_JOB_ALONE, then its tasks by COPY (queries.ts), in one
    * transaction (the caller's, when it holds one). The COPY's rows are made while the job row
-   * goes in, the answer's while PostgreSQL copies.
+   * goes in; the result is known once the job row is back, and goes to `prepared` while
+   * PostgreSQL copies (REST encodes its answer then, on this process's core, early-answer.ts).
    */
   private async insertJobByCopy(
     c: pg.PoolClient,
@@ -278,6 +281,7 @@ export class PostgresQueue implements QueueService {
     maxAttempts: number[],
     perWorkload: Map<string, number>,
     inTransaction: boolean,
+    prepared: CallOptions["prepared"],
   ): Promise<CreateJobResult | "stale" | "taken"> {
     const jobId = jobValues[0] as string;
     const begun = inTransaction ? undefined : c.query("BEGIN");
@@ -290,7 +294,7 @@ export class PostgresQueue implements QueueService {
       const tail = "\t" + job.priority + "\t" + (job.traceparent === null ? COPY_NULL : job.traceparent);
       let lastParameters: object | undefined;
       let parametersText = "";
-      const chunks = copyChunks(job.tasks.length, (i) => {
+      let chunks: Buffer[] | undefined = copyChunks(job.tasks.length, (i) => {
         const t = job.tasks[i];
         // Tasks that share the job's parameters share one text.
         if (t.parameters !== lastParameters) {
@@ -323,11 +327,21 @@ export class PostgresQueue implements QueueService {
         return row.fresh ? "taken" : "stale";
       }
       const copying = copyIn(c, sql.COPY_TASKS, chunks);
-      const tasks = taskRows(job, jobId, ids, maxAttempts);
+      chunks = undefined; // sent: not kept while the answer is made
+      const result = createdJob(row, taskRows(job, jobId, ids, maxAttempts));
+      // Handed over while PostgreSQL copies; a callback that throws fails the call once the COPY
+      // has settled, and the transaction is rolled back.
+      let refused: unknown;
+      try {
+        prepared?.(result);
+      } catch (err) {
+        refused = err ?? new Error("prepared() threw");
+      }
       const copied = await copying;
+      if (refused !== undefined) throw refused;
       if (copied !== job.tasks.length) throw new Error(`COPY of a job's tasks wrote ${copied} of ${job.tasks.length} rows`);
       if (!inTransaction) await c.query("COMMIT");
-      return createdJob(row, tasks);
+      return result;
     } catch (err) {
       if (!inTransaction) await c.query("ROLLBACK").catch(() => {});
       throw err;
