@@ -44,10 +44,12 @@ describe("COPY FROM STDIN", () => {
     const n = 2500;
     const value = (i: number) => values[i % values.length];
     const json = (i: number) => JSON.stringify({ s: TEXTS[i % TEXTS.length] });
-    const chunks = copyChunks(n, (i) => {
-      const v = value(i);
-      return i + "\t" + (v === null ? COPY_NULL : copyText(v)) + "\t" + copyText(json(i));
-    });
+    const chunks = [
+      ...copyChunks(n, (i) => {
+        const v = value(i);
+        return i + "\t" + (v === null ? COPY_NULL : copyText(v)) + "\t" + copyText(json(i));
+      }),
+    ];
     expect(chunks.length).toBe(3);
     expect(await copyIn(c, "COPY copied (i, t, j) FROM STDIN", chunks)).toBe(n);
     const { rows } = await c.query("SELECT i, t, j::text AS j FROM copied ORDER BY i");
@@ -68,9 +70,19 @@ describe("COPY FROM STDIN", () => {
   });
 
   it("a statement that fails before copy-in mode drops the data sent behind it, and the connection answers the next query", async () => {
-    const chunks = copyChunks(1500, (i) => `${i}\tx\t{}`);
+    const chunks = [...copyChunks(1500, (i) => `${i}\tx\t{}`)];
     await expect(copyIn(c, "COPY copied (i, nope) FROM STDIN", chunks)).rejects.toThrow(/nope/);
     expect((await c.query("SELECT count(*)::int AS n FROM copied")).rows[0].n).toBe(0);
     expect(await copyIn(c, "COPY copied (i, t, j) FROM STDIN", chunks)).toBe(1500);
+  });
+
+  it("data that fails to be made fails the COPY: nothing is written, the promise rejects with that error", async () => {
+    await c.query("TRUNCATE copied");
+    const chunks = copyChunks(3000, (i) => {
+      if (i === 2500) throw new Error("no row 2500");
+      return `${i}\tx\t{}`;
+    });
+    await expect(copyIn(c, "COPY copied (i, t, j) FROM STDIN", chunks)).rejects.toThrow("no row 2500");
+    expect((await c.query("SELECT count(*)::int AS n FROM copied")).rows[0].n).toBe(0);
   });
 });

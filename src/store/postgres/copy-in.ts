@@ -16,18 +16,21 @@ interface CopyConnection {
   query(text: string): void;
   sendCopyFromChunk(chunk: Buffer): void;
   endCopyFrom(): void;
+  sendCopyFail(message: string): void;
 }
 
 class CopyIn {
   private rowCount = 0;
   private settled = false;
+  /** An error making the data (the COPY was failed for it): the call's error, not the server's. */
+  private failed: Error | undefined;
   readonly done: Promise<number>;
   private resolve!: (rows: number) => void;
   private reject!: (err: Error) => void;
 
   constructor(
     private readonly text: string,
-    private chunks: readonly Buffer[],
+    private chunks: Iterable<Buffer>,
   ) {
     this.done = new Promise<number>((resolve, reject) => {
       this.resolve = resolve;
@@ -35,10 +38,18 @@ class CopyIn {
     });
   }
 
+  /** Each chunk is sent as it is made, so the server copies the first rows while the next are made. */
   submit(connection: CopyConnection): void {
     connection.query(this.text);
-    for (const chunk of this.chunks) connection.sendCopyFromChunk(chunk);
-    this.chunks = [];
+    try {
+      for (const chunk of this.chunks) connection.sendCopyFromChunk(chunk);
+    } catch (err) {
+      this.failed = err instanceof Error ? err : new Error(String(err));
+      connection.sendCopyFail(`the client failed making the data: ${this.failed.message}`);
+      return;
+    } finally {
+      this.chunks = [];
+    }
     connection.endCopyFrom();
   }
 
@@ -51,11 +62,11 @@ class CopyIn {
   }
 
   handleReadyForQuery(): void {
-    this.settle(undefined);
+    this.settle(this.failed);
   }
 
   handleError(err: Error): void {
-    this.settle(err);
+    this.settle(this.failed ?? err);
   }
 
   // Messages a COPY FROM never gets; pg calls them on whatever query is active.
@@ -74,8 +85,12 @@ class CopyIn {
   }
 }
 
-/** Runs `text` (a `COPY … FROM STDIN`) on client with chunks as its data; resolves to the rows copied. */
-export function copyIn(client: pg.ClientBase, text: string, chunks: readonly Buffer[]): Promise<number> {
+/**
+ * Runs `text` (a `COPY … FROM STDIN`) on client with chunks as its data, each sent as it is taken
+ * from the iterable; resolves to the rows copied. If taking a chunk throws, the COPY is failed
+ * (nothing of it is written) and the promise rejects with that error.
+ */
+export function copyIn(client: pg.ClientBase, text: string, chunks: Iterable<Buffer>): Promise<number> {
   const copy = new CopyIn(text, chunks);
   (client as unknown as { query(q: CopyIn): void }).query(copy);
   return copy.done;

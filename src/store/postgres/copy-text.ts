@@ -18,16 +18,14 @@ export function copyText(v: string): string {
 
 /**
  * `count` rows, `row(i)` each (its columns joined by tabs, no newline), as UTF-8 Buffers of up to
- * `perChunk` rows: one CopyData message each.
+ * `perChunk` rows: one CopyData message each, made when taken (copy-in.ts sends each as it comes).
  */
-export function copyChunks(count: number, row: (i: number) => string, perChunk = 1000): Buffer[] {
-  const chunks: Buffer[] = [];
+export function* copyChunks(count: number, row: (i: number) => string, perChunk = 1000): Generator<Buffer> {
   for (let start = 0; start < count; start += perChunk) {
     const end = Math.min(count, start + perChunk);
     const lines = new Array<string>(end - start + 1);
     for (let i = start; i < end; i++) lines[i - start] = row(i);
     lines[end - start] = "";
-    chunks.push(Buffer.from(lines.join("\n"), "utf8"));
+    yield Buffer.from(lines.join("\n"), "utf8");
   }
-  return chunks;
 }

@@ -269,9 +269,8 @@ export class PostgresQueue implements QueueService {
 
   /**
    * insertJob for a large job: CREATE_JOB_ALONE, then its tasks by COPY (queries.ts), in one
-   * transaction (the caller's, when it holds one). The COPY's rows are made while the job row
-   * goes in; the result is known once the job row is back, and goes to `prepared` while
-   * PostgreSQL copies (REST encodes its answer then, on this process's core, early-answer.ts).
+   * transaction (the caller's, when it holds one). The COPY's rows are made as they are sent; the
+   * result is known once the job row is back, and goes to `prepared` while PostgreSQL copies (REST encodes its answer then, on this process's core, early-answer.ts).
    */
   private async insertJobByCopy(
     c: pg.PoolClient,
@@ -291,10 +290,18 @@ export class PostgresQueue implements QueueService {
       values: [...jobValues, [...perWorkload.keys()], [...perWorkload.values()]],
     });
     try {
+      const [, { rows }] = await Promise.all([begun, inserting]);
+      const row = rows[0];
+      if (!row.fresh || row.id === null) {
+        if (!inTransaction) await c.query("ROLLBACK");
+        return row.fresh ? "taken" : "stale";
+      }
+      // The rows are made chunk by chunk as copyIn sends them: PostgreSQL copies the first while
+      // the next are made (made before the job row was back they only overlapped its round trips).
       const tail = "\t" + job.priority + "\t" + (job.traceparent === null ? COPY_NULL : job.traceparent);
       let lastParameters: object | undefined;
       let parametersText = "";
-      let chunks: Buffer[] | undefined = copyChunks(job.tasks.length, (i) => {
+      const chunks = copyChunks(job.tasks.length, (i) => {
         const t = job.tasks[i];
         // Tasks that share the job's parameters share one text.
         if (t.parameters !== lastParameters) {
@@ -320,14 +327,7 @@ export class PostgresQueue implements QueueService {
           tail
         );
       });
-      const [, { rows }] = await Promise.all([begun, inserting]);
-      const row = rows[0];
-      if (!row.fresh || row.id === null) {
-        if (!inTransaction) await c.query("ROLLBACK");
-        return row.fresh ? "taken" : "stale";
-      }
       const copying = copyIn(c, sql.COPY_TASKS, chunks);
-      chunks = undefined; // sent: not kept while the answer is made
       const result = createdJob(row, taskRows(job, jobId, ids, maxAttempts));
       // Handed over while PostgreSQL copies; a callback that throws fails the call once the COPY
       // has settled, and the transaction is rolled back.
