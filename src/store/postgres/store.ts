@@ -909,7 +909,7 @@ class Wakes {
 }
 
 /*
- * Time-ordered UUIDs (version 7: 48 bits of Unix milliseconds, then random bits). Rows inserted
+ * Time-ordered UUIDs (version 7: 48 bits of Unix milliseconds, a counter, random bits). Rows inserted
  * together land on the same primary-key pages instead of 10,000 random ones, so an insert dirties
  * (and, after a checkpoint, writes in full to the WAL) a few index pages, not one per row.
  */
