@@ -94,24 +94,11 @@ function ts(d: Date | null | undefined): Timestamp | undefined {
   return d ? timestamp(d) : undefined;
 }
 
-/** The last Date timestamp() read, its time then, and its message: the tasks of one answer share their created_at Date. */
-let lastDate: Date | undefined;
-let lastMs = NaN;
-let lastTimestamp: Timestamp | undefined;
-
-/**
- * timestampFromDate without create()'s walk of the descriptor. The same Date (at the same time)
- * twice in a row gives the same message, which nothing changes once made: a 10,000-task
- * CreateJob's tasks share one created_at, so one message instead of 10,000 (and their BigInts).
- */
+/** timestampFromDate without create()'s walk of the descriptor. */
 function timestamp(d: Date): Timestamp {
   const ms = d.getTime();
-  if (d === lastDate && ms === lastMs && lastTimestamp !== undefined) return lastTimestamp;
   const seconds = Math.floor(ms / 1000);
-  lastDate = d;
-  lastMs = ms;
-  lastTimestamp = { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
-  return lastTimestamp;
+  return { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
 }
 
 function struct(o: JsonObject | null | undefined): PbJsonObject | undefined {
