@@ -3,7 +3,8 @@
 // runs: each run starts that checkout's compiled coordinator (dist/src/main.js, as npm start runs it)
 // on one embedded PostgreSQL, sends ENQ_JOBS jobs one after the other (the first ENQ_WARM unmeasured)
 // and reports per job the coordinator's CPU time (utime + stime from /proc), the wall time from the
-// first byte sent to the last byte of the answer, and the process's peak RSS. The tasks table is
+// first byte sent to the last byte of the answer, the process's peak RSS, and the CPU time of the
+// PostgreSQL backends serving it (its connections' processes, from /proc). The tasks table is
 // emptied before every run, so both sides insert into the same state. Not a test.
 //
 //   ENQ_BASE (required)  a checkout of the baseline with node_modules and dist/ built, e.g.
@@ -48,6 +49,7 @@ function procStat(pid: number) {
 
 interface Sample {
   cpuMs: number;
+  pgMs: number;
   wallMs: number;
   peakMb: number;
   idleMb: number;
@@ -86,8 +88,23 @@ async function run(root: string, dbUrl: string, admin: pg.Client): Promise<Sampl
   const text = body(workload);
   const idleMb = procStat(pid).rss;
   let cpuMs = 0;
+  let pgMs = 0;
   let wallMs = 0;
+  // The coordinator's backends (its pool's connections; the admin one excluded).
+  const backendsMs = async () => {
+    const { rows } = await admin.query("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    let ms = 0;
+    for (const r of rows as { pid: number }[]) {
+      try {
+        ms += procStat(r.pid).cpuMs;
+      } catch {
+        // gone meanwhile
+      }
+    }
+    return ms;
+  };
   for (let i = 0; i < JOBS; i++) {
+    const pg0 = await backendsMs();
     const cpu0 = procStat(pid).cpuMs;
     const t0 = performance.now();
     const res = await client.request({ method: "POST", path: "/jobs", headers: { "content-type": "application/json" }, body: text });
@@ -98,6 +115,7 @@ async function run(root: string, dbUrl: string, admin: pg.Client): Promise<Sampl
     await new Promise((r) => setTimeout(r, 50));
     if (i >= WARM) {
       cpuMs += procStat(pid).cpuMs - cpu0;
+      pgMs += (await backendsMs()) - pg0;
       wallMs += t1 - t0;
     }
   }
@@ -108,7 +126,7 @@ async function run(root: string, dbUrl: string, admin: pg.Client): Promise<Sampl
     child.kill("SIGTERM");
   });
   const n = JOBS - WARM;
-  return { cpuMs: cpuMs / n, wallMs: wallMs / n, peakMb, idleMb };
+  return { cpuMs: cpuMs / n, pgMs: pgMs / n, wallMs: wallMs / n, peakMb, idleMb };
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -134,7 +152,7 @@ try {
       const s = await run(root, db.url, admin);
       samples.get(name)!.push(s);
       console.log(
-        `pair ${pair + 1} ${name}: ${fmt(s.cpuMs, 1)} ms CPU/job, ${fmt(s.wallMs, 1)} ms wall/job, peak RSS ${fmt(s.peakMb, 1)} MB (idle ${fmt(s.idleMb, 1)})`,
+        `pair ${pair + 1} ${name}: ${fmt(s.cpuMs, 1)} ms CPU/job, ${fmt(s.pgMs, 1)} ms PostgreSQL CPU/job, ${fmt(s.wallMs, 1)} ms wall/job, peak RSS ${fmt(s.peakMb, 1)} MB (idle ${fmt(s.idleMb, 1)})`,
       );
     }
   }
@@ -146,6 +164,6 @@ console.log(`\nmedians of ${PAIRS} runs (${JOBS - WARM} measured jobs each):`);
 for (const [name, root] of sides) {
   const s = samples.get(name)!;
   console.log(
-    `  ${name} ${root}: ${fmt(median(s.map((x) => x.cpuMs)), 1)} ms CPU/job, ${fmt(median(s.map((x) => x.wallMs)), 1)} ms wall/job, peak RSS ${fmt(median(s.map((x) => x.peakMb)), 1)} MB`,
+    `  ${name} ${root}: ${fmt(median(s.map((x) => x.cpuMs)), 1)} ms CPU/job, ${fmt(median(s.map((x) => x.pgMs)), 1)} ms PostgreSQL CPU/job, ${fmt(median(s.map((x) => x.wallMs)), 1)} ms wall/job, peak RSS ${fmt(median(s.map((x) => x.peakMb)), 1)} MB`,
   );
 }

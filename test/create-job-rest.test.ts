@@ -1,6 +1,6 @@
 // A big CreateJob over REST, end to end: its answer (written as Buffers by the JSON writer, from
-// rows the store does not read back) must be, byte for byte, the JSON of the rows as the database
-// holds them, as a replay reading them back would answer.
+// rows the store does not read back, while PostgreSQL copies the tasks) must be, byte for byte, the
+// JSON of the rows as the database holds them, as a replay reading them back would answer.
 import { createHash } from "node:crypto";
 import { create, toJsonString } from "@bufbuild/protobuf";
 import type pg from "pg";

@@ -2,7 +2,9 @@
 // validates against (cached per coordinator) are never stale, whichever coordinator changed them.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NotFoundError, ValidationError } from "../src/queue/errors.js";
-import { PostgresQueue } from "../src/store/postgres/store.js";
+import type { CreateJobResult } from "../src/queue/types.js";
+import { toJob } from "../src/store/postgres/rows.js";
+import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
 
 let f: QueueFixture;
@@ -153,5 +155,128 @@ describe("CreateJob", () => {
     expect(again.tasks.map((t) => t.id)).toEqual(first.tasks.map((t) => t.id));
     expect(await f.count("jobs", `workload = 'cj_idem'`)).toBe(1);
     expect(await f.count("tasks", `workload = 'cj_idem'`)).toBe(2);
+  });
+});
+
+// From 1,000 tasks the tasks go in by COPY, in a transaction with the job row (store.ts).
+describe("CreateJob of a large job (by COPY)", () => {
+  const specs = (n: number) => Array.from({ length: n }, (_, i) => spec(i));
+
+  it("answers the rows it wrote, with ascending ids, and uses the workload as another coordinator changed it", async () => {
+    await a.putWorkload({ name: "cj_big", maxAttempts: 2 });
+    const first = await a.createJob({ workload: "cj_big", tasks: specs(1500) });
+    expect(first.tasks.every((t) => t.maxAttempts === 2)).toBe(true);
+    const ids = first.tasks.map((t) => t.id);
+    expect([...ids].sort()).toEqual(ids);
+    // b changes it: a's first try finds its copy stale, and the second runs in the transaction that holds the workload.
+    await b.putWorkload({ name: "cj_big", maxAttempts: 5 });
+    const second = await a.createJob({ workload: "cj_big", priority: 4, tasks: specs(1500) });
+    const { rows } = await f.pool.query(
+      `SELECT count(*)::int AS n, min(max_attempts) AS lo, max(max_attempts) AS hi, min(priority) AS p,
+              bool_and(t.created_at = j.created_at AND t.run_after = j.created_at) AS job_time
+       FROM tasks t, (SELECT created_at FROM jobs WHERE id = $1) j WHERE t.job_id = $1`,
+      [second.job.id],
+    );
+    expect(rows[0]).toEqual({ n: 1500, lo: 5, hi: 5, p: 4, job_time: true });
+    expect(second.tasks.every((t) => t.maxAttempts === 5 && t.createdAt.getTime() === second.job.createdAt.getTime())).toBe(true);
+  });
+
+  it("racing submissions with one idempotency key create one job with all its tasks", async () => {
+    await a.putWorkload({ name: "cj_big_race" });
+    const request = { workload: "cj_big_race", idempotencyKey: "cj-big-race", tasks: specs(1200) };
+    const results = await Promise.all([a, b, a, b].map((q) => q.createJob(request)));
+    expect(new Set(results.map((r) => r.job.id)).size).toBe(1);
+    expect(results.filter((r) => r.created)).toHaveLength(1);
+    expect(results.every((r) => r.tasks.length === 1200)).toBe(true);
+    expect(await f.count("jobs", `workload = 'cj_big_race'`)).toBe(1);
+    expect(await f.count("tasks", `workload = 'cj_big_race'`)).toBe(1200);
+  });
+
+  it("a COPY that fails writes nothing and leaves its connection out of any transaction", async () => {
+    await a.putWorkload({ name: "cj_big_fail" });
+    // One connection, so the next calls run on the one the failed COPY used.
+    const pool = createPool({ connectionString: f.db.url, max: 1, statementTimeoutMs: 30_000, connectTimeoutMs: 10_000 });
+    const one = new PostgresQueue(pool, TEST_STORE_OPTIONS);
+    await f.pool.query(
+      `ALTER TABLE tasks ADD CONSTRAINT test_no_chunk_1100 CHECK (chunk_index <> 1100 OR workload <> 'cj_big_fail') NOT VALID`,
+    );
+    try {
+      const jobs = await f.count("jobs");
+      const tasks = await f.count("tasks");
+      await expect(one.createJob({ workload: "cj_big_fail", tasks: specs(1500) })).rejects.toThrow(/contains a value the database/);
+      expect(await f.count("jobs")).toBe(jobs);
+      expect(await f.count("tasks")).toBe(tasks);
+      const { rows } = await pool.query("SELECT now() = statement_timestamp() AS outside");
+      expect(rows[0].outside).toBe(true);
+      const small = await one.createJob({ workload: "cj_big_fail", tasks: specs(3) });
+      const large = await one.createJob({ workload: "cj_big_fail", tasks: specs(1000) });
+      expect(await f.count("tasks", `job_id IN ('${small.job.id}', '${large.job.id}')`)).toBe(1003);
+    } finally {
+      await f.pool.query("ALTER TABLE tasks DROP CONSTRAINT test_no_chunk_1100");
+      await pool.end();
+    }
+  });
+
+  it("hands its result over while PostgreSQL copies, and returns that very result, the rows it wrote", async () => {
+    await a.putWorkload({ name: "cj_early", maxAttempts: 5 });
+    const tasks = Array.from({ length: 1200 }, (_, i) => spec(1199 - i, i % 100 === 0 ? { own: i } : undefined));
+    const seen: CreateJobResult[] = [];
+    const r = await a.createJob(
+      { workload: "cj_early", parameters: { shared: true }, priority: 2, tasks },
+      { prepared: (early) => seen.push(early) },
+    );
+    expect(seen).toHaveLength(1);
+    expect(r).toBe(seen[0]);
+    const { rows } = await f.pool.query(
+      `SELECT id, chunk_index, parameters, max_attempts, priority, created_at, run_after FROM tasks WHERE job_id = $1 ORDER BY chunk_index`,
+      [r.job.id],
+    );
+    expect(rows).toHaveLength(1200);
+    expect(
+      r.tasks.map((t) => ({
+        id: t.id,
+        chunk_index: t.chunkIndex,
+        parameters: t.parameters,
+        max_attempts: t.maxAttempts,
+        priority: t.priority,
+        created_at: t.createdAt,
+        run_after: t.runAfter,
+      })),
+    ).toEqual(rows);
+    const { rows: job } = await f.pool.query(`SELECT * FROM jobs WHERE id = $1`, [r.job.id]);
+    expect(r.job).toEqual(toJob(job[0]));
+    // Small jobs keep their one statement and hand nothing over.
+    await a.createJob({ workload: "cj_early", tasks: [spec(0)] }, { prepared: (early) => seen.push(early) });
+    expect(seen).toHaveLength(1);
+  });
+
+  it("hands over only a job it inserted: not a stale try, not a replay; a callback that throws writes nothing", async () => {
+    await a.putWorkload({ name: "cj_early_stale", maxAttempts: 2 });
+    const many = specs(1000);
+    await a.createJob({ workload: "cj_early_stale", tasks: many }, { prepared: () => {} });
+    await b.putWorkload({ name: "cj_early_stale", maxAttempts: 6 });
+    let handed = 0;
+    const r = await a.createJob({ workload: "cj_early_stale", tasks: many }, { prepared: () => handed++ });
+    expect(handed).toBe(1); // the stale try inserted nothing; the one under FOR SHARE did
+    expect(r.tasks.every((t) => t.maxAttempts === 6)).toBe(true);
+    expect(await f.count("tasks", `job_id = '${r.job.id}'`)).toBe(1000);
+    const before = await f.count("jobs");
+    await expect(
+      a.createJob(
+        { workload: "cj_early_stale", tasks: many },
+        {
+          prepared: () => {
+            throw new Error("boom");
+          },
+        },
+      ),
+    ).rejects.toThrow("boom");
+    expect(await f.count("jobs")).toBe(before);
+    const first = await a.createJob({ workload: "cj_early_stale", idempotencyKey: "cj-early", tasks: many }, { prepared: () => {} });
+    handed = 0;
+    const again = await b.createJob({ workload: "cj_early_stale", idempotencyKey: "cj-early", tasks: many }, { prepared: () => handed++ });
+    expect(again.created).toBe(false);
+    expect(handed).toBe(0);
+    expect(again.tasks.map((t) => t.id)).toEqual(first.tasks.map((t) => t.id));
   });
 });

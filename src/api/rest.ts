@@ -49,6 +49,7 @@ import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
 import { endResponse, readBody } from "./body.js";
 import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
+import { earlyAnswerKey, type EarlyAnswer } from "./early-answer.js";
 import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { UnaryInvoker } from "./unary.js";
@@ -419,14 +420,22 @@ export function createRest(opts: RestOptions): Rest {
           } catch (err) {
             throw decodeError(rpc.input, json, err as Error);
           }
+          // Decoded: the parsed body (10,000 objects for a big CreateJob) need not live through the call.
+          json = {};
+          // An answer the implementation hands over early (a big CreateJob's, while PostgreSQL
+          // copies its tasks) is encoded then, and sent if the call returns that very message.
+          let early: { message: MessageShape<DescMessage>; body: string | Buffer[] } | undefined;
+          const encodeEarly: EarlyAnswer = (message) => {
+            early = { message, body: messageJsonChunks(rpc.output, message, opts.jsonOptions) };
+          };
           const answer = await opts.invoke(rpc, input, {
             header: connectHeaders(req, false),
             signal: abort.signal,
-            contextValues: createContextValues().set(requestInfoKey, info).set(callControllerKey, abort),
+            contextValues: createContextValues().set(requestInfoKey, info).set(callControllerKey, abort).set(earlyAnswerKey, encodeEarly),
             protocolName: "rest",
             url: route.url,
           });
-          writeUnary(res, answer.message, rpc, info, opts.jsonOptions);
+          writeUnary(res, answer.message, rpc, info, opts.jsonOptions, early?.message === answer.message ? early.body : undefined);
         }
       } finally {
         res.removeListener("close", onClose);
@@ -488,6 +497,8 @@ function writeUnary(
   rpc: DescMethod,
   info: RequestInfo,
   jsonOptions: JsonOptions,
+  /** The message's JSON, when it was written already. */
+  encoded?: string | Buffer[],
 ): void {
   const status = SUCCESS_STATUS[rpc.name]?.(message, info) ?? 200;
   if (status === 204) {
@@ -495,7 +506,7 @@ function writeUnary(
     res.end();
     return;
   }
-  const body = messageJsonChunks(rpc.output, message, jsonOptions);
+  const body = encoded ?? messageJsonChunks(rpc.output, message, jsonOptions);
   res.setHeader("content-type", "application/json");
   res.statusCode = status;
   if (typeof body === "string") {

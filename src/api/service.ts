@@ -12,6 +12,7 @@ import {
   CompleteTaskResponseSchema,
   CreateJobResponseSchema,
   FailTaskResponseSchema,
+  type CreateJobResponse,
   ListWorkloadsResponseSchema,
   PutWorkloadResponseSchema,
   QueueService as QueueServiceDesc,
@@ -19,9 +20,10 @@ import {
   ReportProgressResponseSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import type { ApiQueue } from "../queue/service.js";
-import type { CallOptions } from "../queue/types.js";
+import type { CallOptions, CreateJobResult } from "../queue/types.js";
 import { traceparentHeader } from "../telemetry/tracing.js";
 import * as convert from "./convert.js";
+import { earlyAnswerKey } from "./early-answer.js";
 import { deadlineKey } from "./interceptors.js";
 import { requestInfoKey } from "./request-info.js";
 
@@ -32,16 +34,30 @@ function call(ctx: HandlerContext): CallOptions {
   return { signal: ctx.signal, deadline: ctx.values.get(deadlineKey) };
 }
 
+function createJobResponse(r: CreateJobResult): CreateJobResponse {
+  return create(CreateJobResponseSchema, { job: convert.jobMessage(r.job), tasks: r.tasks.map(convert.taskMessage) });
+}
+
 export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
   return {
     async createJob(req, ctx) {
       const input = convert.createJobInput(req);
       // Without a traceparent field, the caller's traceparent header (an idempotent replay ignores either).
       if (!input.traceparent) input.traceparent = traceparentHeader(ctx.requestHeader);
-      const r = await queue.createJob(input, call(ctx));
+      const opts = call(ctx);
+      // A big job's answer is known before its insert ends: the transport may encode it meanwhile.
+      const early = ctx.values.get(earlyAnswerKey);
+      let prepared: { result: CreateJobResult; message: CreateJobResponse } | undefined;
+      if (early) {
+        opts.prepared = (result) => {
+          prepared = { result, message: createJobResponse(result) };
+          early(prepared.message);
+        };
+      }
+      const r = await queue.createJob(input, opts);
       const info = ctx.values.get(requestInfoKey);
       if (info) info.created = r.created;
-      return create(CreateJobResponseSchema, { job: convert.jobMessage(r.job), tasks: r.tasks.map(convert.taskMessage) });
+      return prepared?.result === r ? prepared.message : createJobResponse(r);
     },
 
     async claimTasks(req, ctx) {

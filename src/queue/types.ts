@@ -220,6 +220,13 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** The caller's deadline (epoch ms), when it has one: a long poll answers empty before it. */
   deadline?: number;
+  /**
+   * CreateJob of many tasks: given the result it will return once the job row is in, while the
+   * database still inserts the tasks, so the caller can prepare its answer meanwhile. Not a
+   * promise: the insert may yet fail (nothing may be sent from it); if it commits, the call
+   * returns this very object. A callback that throws fails the call, and nothing is written.
+   */
+  prepared?: (result: CreateJobResult) => void;
 }
 
 export interface ReportProgressInput extends LeaseRef {

@@ -20,6 +20,7 @@ import type {
   RenewLeaseInput,
   ReportProgressInput,
   RetryJobInput,
+  TaskSpec,
   TaskStatus,
 } from "./types.js";
 import { JOB_STATUSES, TASK_STATUSES } from "./types.js";
@@ -261,6 +262,8 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     // Every task is checked, so a job whose chunks all lack input_sha256 hears about each of them.
     const violations: FieldViolation[] = [];
     tasks = specs.map((spec, i) => {
+      const plain = plainTask(spec, workload, parameters, seen);
+      if (plain !== undefined) return plain;
       const at = `tasks[${i}]`;
       try {
         if (spec === null || typeof spec !== "object") fail(at, "must be an object");
@@ -293,6 +296,32 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     if (violations.length > 0) throw violationsError(violations);
   }
   return { workload, inputUri, inputSha256, parameters, priority, maxAttempts, idempotencyKey, traceparent, tasks };
+}
+
+/** What sends a task's input_uri to the full checks: whitespace, NUL, or any surrogate (a paired one is valid, and allowed there). */
+// eslint-disable-next-line no-control-regex
+const URI_NOT_PLAIN = /[\s\u0000\ud800-\udfff]/;
+
+/**
+ * A task that passes every check of validateCreateJob's per-task rules, tested inline: no
+ * closures, no field names, no strings made. Undefined for anything else (and `seen` untouched),
+ * which the full checks then take, naming each violation. Each test here implies the full one
+ * (it may refuse more: a task of its own parameters or an upper-case sha256 goes the long way).
+ * For 10,000 tasks the full checks cost ~20 ms, mostly closures and field names made in advance.
+ */
+function plainTask(spec: TaskSpec, workload: string, parameters: JsonObject, seen: Set<number>): NormalizedTaskSpec | undefined {
+  if (spec === null || typeof spec !== "object") return undefined;
+  const chunk = spec.chunkIndex;
+  if (!isInteger(chunk) || chunk < 0 || chunk > LIMITS.chunkIndexMax || seen.has(chunk)) return undefined;
+  const uri = spec.inputUri;
+  if (typeof uri !== "string" || uri.length === 0 || uri.length > LIMITS.uriLength || URI_NOT_PLAIN.test(uri)) return undefined;
+  const sha = spec.inputSha256;
+  if (typeof sha !== "string" || !SHA256.test(sha)) return undefined;
+  if (spec.parameters !== undefined && spec.parameters !== null) return undefined;
+  const own = spec.workload;
+  if (own !== undefined && own !== null && own !== "" && (typeof own !== "string" || !WORKLOAD_NAME.test(own))) return undefined;
+  seen.add(chunk);
+  return { chunkIndex: chunk, inputUri: uri, inputSha256: sha, parameters, workload: own || workload };
 }
 
 export interface NormalizedClaim {
