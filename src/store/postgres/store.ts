@@ -298,7 +298,8 @@ export class PostgresQueue implements QueueService {
       }
       // The rows are made chunk by chunk as copyIn sends them: PostgreSQL copies the first while
       // the next are made (made before the job row was back they only overlapped its round trips).
-      const tail = "\t" + job.priority + "\t" + (job.traceparent === null ? COPY_NULL : job.traceparent);
+      // Escaped like every text column, though validation allows only hex and dashes there.
+      const tail = "\t" + job.priority + "\t" + (job.traceparent === null ? COPY_NULL : copyText(job.traceparent));
       let lastParameters: object | undefined;
       let parametersText = "";
       const chunks = copyChunks(job.tasks.length, (i) => {
