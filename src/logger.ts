@@ -8,8 +8,25 @@ export function createLogger(level: LogLevel, destination?: DestinationStream): 
   const options = {
     name: "leasehold",
     level,
-    timestamp: pino.stdTimeFunctions.isoTime,
+    timestamp: isoTime,
     redact: { paths: LOG_REDACT_PATHS, censor: "[redacted]" },
   };
   return destination ? pino(options, destination) : pino(options);
+}
+
+let lastMs = Number.NaN;
+let lastTime = "";
+
+/**
+ * pino.stdTimeFunctions.isoTime, made once per millisecond: every request writes a line, and
+ * under load several lines share a millisecond. Formatting the date was ~3% of the API layer's
+ * CPU per call in a profile (bench:api).
+ */
+export function isoTime(): string {
+  const ms = Date.now();
+  if (ms !== lastMs) {
+    lastMs = ms;
+    lastTime = `,"time":"${new Date(ms).toISOString()}"`;
+  }
+  return lastTime;
 }

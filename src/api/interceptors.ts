@@ -196,25 +196,30 @@ export function deadline(requestTimeoutMs: number): Interceptor {
       if (!signal.aborted) controller.abort(new DOMException("the request deadline passed", "TimeoutError"));
       onAbort();
     };
-    // With a controller of its own, the client going away aborts it too.
+    const timer = setTimeout(onTimeout, limitMs);
+    timer.unref();
+    // A lent controller is the request's own signal: the queue already gets it as it is, and the
+    // client going away aborts it there (the transport does). Only the timer needs this
+    // interceptor; nobody waits for the answer of a request whose client has gone. A listener on
+    // it cost ~3% of the API layer's CPU per call (bench:api). With a controller of its own,
+    // the client going away aborts it too, and the answer does not wait for the queue.
+    const own = controller !== lent;
     const onClientAbort = () => {
       if (!signal.aborted) controller.abort(req.signal.reason);
       onAbort();
     };
-    const watched = controller === lent ? signal : req.signal;
-    const onWatched = controller === lent ? onAbort : onClientAbort;
-    const timer = setTimeout(onTimeout, limitMs);
-    timer.unref();
-    if (watched.aborted) onWatched();
-    else watched.addEventListener("abort", onWatched, { once: true });
+    if (own) {
+      if (req.signal.aborted) onClientAbort();
+      else req.signal.addEventListener("abort", onClientAbort, { once: true });
+    } else if (signal.aborted) onAbort();
     try {
-      return await Promise.race([next({ ...req, signal }), aborted]);
+      return await Promise.race([next(own ? { ...req, signal } : req), aborted]);
     } catch (err) {
       // A call cut short by the deadline may surface as a driver error: it is still the deadline.
       throw signal.aborted && !(err instanceof QueueError) ? new DeadlineExceededError("the request deadline passed", { cause: err }) : err;
     } finally {
       clearTimeout(timer);
-      watched.removeEventListener("abort", onWatched);
+      if (own) req.signal.removeEventListener("abort", onClientAbort);
     }
   };
 }
