@@ -14,6 +14,7 @@ import { writeBinary } from "./binary-writer.js";
 import { readBody } from "./body.js";
 import { readJson } from "./json-reader.js";
 import { writeJson } from "./json-writer.js";
+import { giveBackController, takeController } from "./call-controllers.js";
 import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { JsonOptions, NodeRequest, NodeResponse } from "./rest.js";
@@ -57,7 +58,7 @@ export function createConnectUnary(opts: {
   async function serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void> {
     info.protocol = "connect";
     const binary = req.headers["content-type"] === "application/proto";
-    const abort = new AbortController();
+    const abort = takeController();
     const onClose = () => {
       if (!res.writableFinished) abort.abort(CLIENT_GONE);
     };
@@ -108,6 +109,7 @@ export function createConnectUnary(opts: {
       res.end(body);
     } finally {
       res.removeListener("close", onClose);
+      giveBackController(abort);
     }
   }
 

@@ -18,6 +18,7 @@ import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { writeBinary } from "./binary-writer.js";
 import { readBody } from "./body.js";
+import { giveBackController, takeController } from "./call-controllers.js";
 import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
@@ -53,7 +54,7 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
 
   async function serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void> {
     info.protocol = "grpc";
-    const abort = new AbortController();
+    const abort = takeController();
     const onClose = () => {
       if (!res.writableFinished) abort.abort(CLIENT_GONE);
     };
@@ -84,6 +85,7 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
       respond(res, new Headers(), trailer, undefined);
     } finally {
       res.removeListener("close", onClose);
+      giveBackController(abort);
     }
   }
 

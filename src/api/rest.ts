@@ -50,6 +50,7 @@ import { requireUuid } from "../queue/validation.js";
 import { endResponse, readBody } from "./body.js";
 import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
 import { earlyAnswerKey, type EarlyAnswer } from "./early-answer.js";
+import { giveBackController, takeController } from "./call-controllers.js";
 import { callControllerKey } from "./interceptors.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import type { UnaryInvoker } from "./unary.js";
@@ -394,7 +395,8 @@ export function createRest(opts: RestOptions): Rest {
         json.after_event_id = lastEventId;
       }
 
-      const abort = new AbortController();
+      // A server stream's signal may outlive the call (call-controllers.ts): its controller is its own.
+      const abort = route.stream ? new AbortController() : takeController();
       const onClose = () => {
         if (!res.writableFinished) abort.abort(new Error("client closed the request"));
       };
@@ -439,6 +441,7 @@ export function createRest(opts: RestOptions): Rest {
         }
       } finally {
         res.removeListener("close", onClose);
+        if (!route.stream) giveBackController(abort);
       }
     } catch (err) {
       writeError(res, err, info);
