@@ -17,7 +17,7 @@ import { parseTimeout as parseGrpcTimeout } from "@connectrpc/connect/protocol-g
 import { context } from "@opentelemetry/api";
 import { DeadlineExceededError, QueueError } from "../queue/errors.js";
 import type { ApiMetrics } from "../telemetry/metrics.js";
-import { endRpcSpan, startRpcSpan } from "../telemetry/tracing.js";
+import { endRpcSpan, startRpcSpan, tracingActive } from "../telemetry/tracing.js";
 import { workerIdsOf, type Authenticator, type MethodName } from "./auth.js";
 import { recordFailure, toConnectError } from "./errors.js";
 import { requestInfoOf } from "./request-info.js";
@@ -104,7 +104,7 @@ export function rpcMetrics(metrics: Pick<ApiMetrics, "observeRpc">): Interceptor
 
 /** The RPC's SERVER span; the rest of the chain and the handler run in its context, so queue spans nest. */
 export const rpcTracing: Interceptor = (next) => async (req) => {
-  if (req.stream) return next(req);
+  if (req.stream || !tracingActive()) return next(req);
   const info = requestInfoOf(req.contextValues, req.header);
   const rpc = startRpcSpan(req.service.typeName, req.method.name, req.header, { "leasehold.request_id": info.requestId });
   try {

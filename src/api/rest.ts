@@ -150,6 +150,7 @@ function snakeToCamel(s: string): string {
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 function isJsonContentType(value: string | undefined): boolean {
+  if (value === "application/json") return true;
   if (!value) return false;
   const mediaType = value.split(";")[0].trim().toLowerCase();
   return mediaType === "application/json" || /^application\/[a-z0-9.+-]+\+json$/.test(mediaType);
@@ -248,10 +249,17 @@ function decodeError(schema: DescMessage, json: JsonValue, err: Error, path = ""
 }
 
 /** Sets the path parameter in the JSON request, refusing a body that says otherwise. */
+/** Path fields by their JSON name (task_id: taskId); a body may name the field either way. */
+const camelNames = new Map<string, string>();
+
 function applyPathParam(json: JsonObject, field: string, value: string): void {
-  for (const key of [field, snakeToCamel(field)]) {
+  let camel = camelNames.get(field);
+  if (camel === undefined) camelNames.set(field, (camel = snakeToCamel(field)));
+  for (const key of [field, camel]) {
     const given: JsonValue | undefined = json[key];
-    if (given !== undefined && given !== value) throw new ValidationError(field, "does not match the path");
+    if (given === undefined) continue;
+    if (given !== value) throw new ValidationError(field, "does not match the path");
+    // Only when given: a delete makes the object a slower dictionary for the decoding after it.
     delete json[key];
   }
   json[field] = value;
