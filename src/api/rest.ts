@@ -248,10 +248,10 @@ function decodeError(schema: DescMessage, json: JsonValue, err: Error, path = ""
   return path ? new ValidationError(path, err.message) : new HttpError(Code.InvalidArgument, err.message);
 }
 
-/** Sets the path parameter in the JSON request, refusing a body that says otherwise. */
 /** Path fields by their JSON name (task_id: taskId); a body may name the field either way. */
 const camelNames = new Map<string, string>();
 
+/** Sets the path parameter in the JSON request, refusing a body that says otherwise. */
 function applyPathParam(json: JsonObject, field: string, value: string): void {
   let camel = camelNames.get(field);
   if (camel === undefined) camelNames.set(field, (camel = snakeToCamel(field)));
