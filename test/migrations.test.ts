@@ -1,4 +1,4 @@
-// Migrations: up from an empty database to the latest, down six, and up again.
+// Migrations: up from an empty database to the latest, down five, and up again.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { expectedMigrations, migrate, pendingMigrations } from "../src/store/postgres/migrate.js";
@@ -22,7 +22,7 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.tablename);
 }
 
-it("migrates an empty database up to the latest, down by one to six, and up again", async () => {
+it("migrates an empty database up to the latest, down by one to five, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
@@ -32,25 +32,15 @@ it("migrates an empty database up to the latest, down by one to six, and up agai
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: the claim is a function, leasehold_claim(), so it runs with a snapshot and plan of
-  // its own; its down migration drops it.
-  const claimFunction = async () => (await client.query(`SELECT 1 FROM pg_proc WHERE proname = 'leasehold_claim'`)).rows.length;
-  expect(await claimFunction()).toBe(1);
-  await migrate(db.url, "down");
-  const claimFn = expectedMigrations().at(-1)!;
-  expect(claimFn).toMatch(/claim_function$/);
-  expect(await pendingMigrations(client)).toEqual([claimFn]);
-  expect(await claimFunction()).toBe(0);
-
-  // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
+  // The latest: the claim index ends with run_after, so a task in retry backoff is passed over in
   // the index; its down migration takes the column back out.
   const claimIndex = async () =>
     (await client.query(`SELECT indexdef FROM pg_indexes WHERE indexname = 'tasks_claim_pending_idx'`)).rows.map((r) => r.indexdef);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index, run_after\) WHERE/)]);
   await migrate(db.url, "down");
-  const runAfter = expectedMigrations().at(-2)!;
+  const runAfter = expectedMigrations().at(-1)!;
   expect(runAfter).toMatch(/claim_index_run_after$/);
-  expect(await pendingMigrations(client)).toEqual([runAfter, claimFn]);
+  expect(await pendingMigrations(client)).toEqual([runAfter]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
   // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
@@ -61,9 +51,9 @@ it("migrates an empty database up to the latest, down by one to six, and up agai
     );
   expect(await chunkKey()).toEqual([]);
   await migrate(db.url, "down");
-  const plain = expectedMigrations().at(-3)!;
+  const plain = expectedMigrations().at(-2)!;
   expect(plain).toMatch(/plain_chunk_index$/);
-  expect(await pendingMigrations(client)).toEqual([plain, runAfter, claimFn]);
+  expect(await pendingMigrations(client)).toEqual([plain, runAfter]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
   // The lean hot path: the claim and completions write their own events (the trigger
@@ -88,9 +78,9 @@ it("migrates an empty database up to the latest, down by one to six, and up agai
     expect.arrayContaining(["tasks_input_sha256_check", "tasks_job_id_fkey", "tasks_result_sha256_check", "tasks_workload_fkey"]),
   );
   expect(await flipColumn()).toBe(0);
-  const [storage, lean] = expectedMigrations().slice(-5, -3);
+  const [storage, lean] = expectedMigrations().slice(-4, -2);
   expect(lean).toMatch(/lean_hot_path$/);
-  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter, claimFn]);
+  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
@@ -103,7 +93,7 @@ it("migrates an empty database up to the latest, down by one to six, and up agai
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter, claimFn]);
+  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -111,8 +101,8 @@ it("migrates an empty database up to the latest, down by one to six, and up agai
 
   // The one before (inspection) takes back only its own column and index; the event log and its triggers stay.
   await migrate(db.url, "down");
-  const previous = expectedMigrations().at(-6)!;
-  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain, runAfter, claimFn]);
+  const previous = expectedMigrations().at(-5)!;
+  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain, runAfter]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
     `SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`,

@@ -1,6 +1,5 @@
 // The core queue through QueueService against a real PostgreSQL: one describe per numbered
 // point of the core-queue issue.
-import type pg from "pg";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { IdempotencyConflictError, LeaseConflictError, NotFoundError, ResultConflictError, ValidationError } from "../src/queue/errors.js";
 import type { Task, TaskSpec } from "../src/queue/types.js";
@@ -214,21 +213,6 @@ describe("2. claim is one statement", () => {
     await expect(q.claimTasks({ workerId: "", workloads: [w] })).rejects.toThrow(/worker_id/);
   });
 
-  /**
-   * The claim's query as leasehold_claim() runs it (the function's own source), its parameters as
-   * $1 workloads, $2 limit, $3 worker id, $4 lease seconds, so that EXPLAIN shows its plan.
-   */
-  async function claimQuery(client: pg.PoolClient): Promise<string> {
-    const { rows } = await client.query(`SELECT prosrc FROM pg_proc WHERE proname = 'leasehold_claim'`);
-    const src: string = rows[0].prosrc;
-    const body = src.slice(src.indexOf("RETURN QUERY") + "RETURN QUERY".length, src.lastIndexOf(";", src.lastIndexOf("END")));
-    return body
-      .replace(/\bp_workloads\b/g, "$1::text[]")
-      .replace(/\bp_limit\b/g, "$2::int")
-      .replace(/\bp_worker\b/g, "$3::text")
-      .replace(/\bp_lease_seconds\b/g, "$4::int");
-  }
-
   it("uses its partial index for an index-ordered top-N on a 100,000-task backlog of mixed workloads", async () => {
     const names = [await workload(), await workload(), await workload()];
     const jobId = (i: number) => `00000000-0000-4000-8000-${String(i).padStart(12, "0")}`;
@@ -243,11 +227,11 @@ describe("2. claim is one statement", () => {
       [[1, 2, 3].map(jobId), names, sha("x")],
     );
     await f.pool.query("ANALYZE tasks");
+    const { CLAIM_TASKS } = await import("../src/store/postgres/queries.js");
     const client = await f.pool.connect();
     try {
-      const claim = await claimQuery(client);
       await client.query("BEGIN");
-      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${claim}`, [
+      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${CLAIM_TASKS}`, [
         [names[0]],
         10,
         "explain",
@@ -278,10 +262,11 @@ describe("2. claim is one statement", () => {
       tasks[0].jobId,
     ]);
     await f.pool.query("VACUUM ANALYZE tasks");
+    const { CLAIM_TASKS } = await import("../src/store/postgres/queries.js");
     const client = await f.pool.connect();
     try {
-      // The generic plan, as the function runs it.
-      await client.query(`PREPARE backoff_claim AS ${await claimQuery(client)}`);
+      // The generic plan, as the store runs it.
+      await client.query(`PREPARE backoff_claim AS ${CLAIM_TASKS}`);
       await client.query("BEGIN");
       const { rows } = await client.query(
         `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE backoff_claim(ARRAY[${client.escapeLiteral(w)}], 1, 'x', NULL)`,

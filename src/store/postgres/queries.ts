@@ -117,25 +117,89 @@ const completedEvents = (rows: string) => `events AS (
   SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM ${rows}
 )`;
 
-/*
- * The claim is leasehold_claim() (migrations/1764520000000_claim_function.sql, where its rules are
- * written down): a plpgsql function, so that it runs with a snapshot and plan of its own. Each
- * statement that claims calls it in `claim`; the rows come back as (task, fresh). The statement
- * notifies the watched jobs among them (see watchedJobs above) and orders them for the answer.
- */
-const claimFrom = (workloads: string, limit: string, worker: string, leaseSeconds: string, gate = "true") =>
-  `claim AS (SELECT * FROM leasehold_claim(${workloads}, ${limit}, ${worker}, ${leaseSeconds}, ${gate}))`;
+/** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
+interface ClaimParams {
+  workloads: string;
+  limit: string;
+  worker: string;
+  leaseSeconds: string;
+}
 
-// The claimed tasks' columns, pickup_seconds (metrics: how long a task taken from pending had been
-// claimable; NULL for a reclaimed lease), and their order in the answer.
-const pickupSeconds = `CASE WHEN c.fresh THEN extract(epoch FROM now() - (c.task).run_after)::float8 END`;
-const claimOrder = `ORDER BY (c.task).priority DESC, (c.task).created_at, (c.task).chunk_index`;
+/*
+ * The claim: one statement, so there is no window between choosing and taking.
+ * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
+ *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
+ *     expired: leases whose holder went silent, with attempts left (tasks_lease_expiry_idx),
+ *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx, whose last key column
+ *              is run_after: a task in backoff is passed over inside the index, its row never read).
+ * - FOR UPDATE SKIP LOCKED: concurrent claimers skip each other's candidates instead of queueing.
+ * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
+ * - The job moves to running in the same statement; `status = 'pending'` keeps that a no-op
+ *   (and lock-free) for jobs already running.
+ * - Rows are written through `id = ANY(ARRAY(...))`: a primary-key lookup whatever the plan cache
+ *   guesses about the size of `picked` (a joined CTE once got a generic plan with a seq scan).
+ * - The status events are written here (`claim_events`, see watchedJobs above), previous status from the
+ *   arm: pending for fresh work, leased for a reclaimed lease.
+ * - "Was it fresh" is `= ANY (ARRAY(SELECT id FROM fresh))`, not `IN (SELECT id FROM fresh)`: the
+ *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
+ *   under claim + complete (perf).
+ * These are the claim's CTEs, from the two arms to its events (everything but the watcher probe and the
+ * answer). `gate` is a condition every arm adds: the claim of a result report takes nothing
+ * unless the report's result was accepted.
+ */
+const claimCtes = (p: ClaimParams, gate = "true") => `expired AS (
+  SELECT c.id, c.priority, c.created_at, c.chunk_index, 0 AS arm
+  FROM unnest(${p.workloads}::text[]) AS w(name)
+  CROSS JOIN LATERAL (
+    SELECT id, priority, created_at, chunk_index FROM tasks
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND ${gate}
+    ORDER BY lease_expires_at
+    LIMIT ${p.limit}
+    FOR UPDATE SKIP LOCKED
+  ) c
+), fresh AS (
+  SELECT c.id, c.priority, c.created_at, c.chunk_index, 1 AS arm
+  FROM unnest(${p.workloads}::text[]) AS w(name)
+  CROSS JOIN LATERAL (
+    SELECT id, priority, created_at, chunk_index FROM tasks
+    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND ${gate}
+    ORDER BY priority DESC, created_at, chunk_index
+    LIMIT ${p.limit}
+    FOR UPDATE SKIP LOCKED
+  ) c
+), picked AS (
+  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY arm, priority DESC, created_at, chunk_index
+  LIMIT ${p.limit}
+), claimed AS (
+  UPDATE tasks t
+  SET status = 'leased',
+      attempt = t.attempt + 1,
+      lease_owner = ${p.worker},
+      lease_expires_at = now() + make_interval(secs => coalesce(${p.leaseSeconds}::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      started_at = coalesce(t.started_at, now()),
+      version = t.version + 1,
+      event_flip = NOT t.event_flip
+  WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+  RETURNING t.*
+), running AS (
+  UPDATE jobs SET status = 'running', updated_at = now()
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
+), claim_events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN id = ANY (ARRAY(SELECT id FROM fresh)) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed
+)`;
+
+// pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
+const pickupSeconds = `CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
 
 // $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
 export const CLAIM_TASKS = `
-WITH ${claimFrom("$1", "$2", "$3", "$4")}, ${watchedJobs("(SELECT (task).job_id FROM claim)")}
-SELECT (c.task).*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
-FROM claim c ${claimOrder}`;
+WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4" })}, ${watchedJobs("claimed")}
+SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
 // worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
@@ -198,12 +262,15 @@ FROM done`;
  * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, as CLAIM_TASKS.
  */
 export const COMPLETE_TASK_AND_CLAIM = `
-WITH ${completeOne}, ${claimFrom("$7", "$8", "$9", "$10", "EXISTS (SELECT 1 FROM done)")},
-${watchedJobs("(SELECT job_id FROM done UNION ALL SELECT (task).job_id FROM claim)")}
+WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10" }, "EXISTS (SELECT 1 FROM done)")},
+watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
 SELECT 0 AS part, done.*, ${recheckJob} AS recheck_job, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
 FROM done
 UNION ALL
-(SELECT 1, (c.task).*, false, ${pickupSeconds}, 0 FROM claim c ${claimOrder})`;
+(SELECT 1, claimed.*, false, ${pickupSeconds}, 0 FROM claimed ORDER BY priority DESC, created_at, chunk_index)`;
 
 /*
  * Fail one task: back to pending after a backoff while attempts remain and the worker calls it
@@ -314,11 +381,14 @@ SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
  * $1, $2 as COMPLETE_TASKS; $3 workloads, $4 limit, $5 worker id, $6 lease seconds, as CLAIM_TASKS.
  */
 export const COMPLETE_TASKS_AND_CLAIM = `
-WITH ${completeMany}, ${completedEvents("done")}, ${claimFrom("$3", "$4", "$5", "$6")},
-${watchedJobs("(SELECT job_id FROM done UNION SELECT (task).job_id FROM claim)")}
+WITH ${completeMany}, ${completedEvents("done")}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6" })},
+watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
 SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified FROM done
 UNION ALL
-(SELECT 1, (c.task).*, ${pickupSeconds}, 0 FROM claim c ${claimOrder})`;
+(SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ORDER BY priority DESC, created_at, chunk_index)`;
 
 // Runs in its own statement after completions commit, so its snapshot sees every commit that
 // came before; the last of several racing completers always finds the job done.
