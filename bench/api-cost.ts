@@ -8,7 +8,7 @@
 // CPU per call and the stub's peak RSS.
 //
 //   API_SECONDS (4)  length of each timed run     API_ROUNDS (3)  rounds (modes alternate within each)
-//   API_MODES (floor,rest,grpc,grpc10,connect,create)          API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
+//   API_MODES (floor,rest,grpc,grpcjs,grpc10,connect,create)   API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
 //   API_STUB_CWD (.)  checkout whose stub to run (an A/B against another worktree)
 //   API_STUB_JS       run this compiled stub with plain node instead of bench/stub-coordinator.ts under tsx
 
@@ -19,12 +19,12 @@ import { performance } from "node:perf_hooks";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { freePort, restClient } from "./harness.js";
+import { freePort, grpcClient, restClient } from "./harness.js";
 
 const SECONDS = Number(process.env.API_SECONDS ?? 4);
 const ROUNDS = Number(process.env.API_ROUNDS ?? 3);
 const WORKERS = 16;
-const MODES = (process.env.API_MODES ?? "floor,rest,grpc,grpc10,connect,create").split(",");
+const MODES = (process.env.API_MODES ?? "floor,rest,grpc,grpcjs,grpc10,connect,create").split(",");
 const SHA = createHash("sha256").update("bench").digest("hex");
 const TICK_US = 1e6 / 100; // USER_HZ
 
@@ -133,6 +133,15 @@ function rpcCycle(rpc: Rpc) {
   };
 }
 
+/** The same cycle from @grpc/grpc-js, the stand-in for Python's grpcio that bench:peers drives. */
+function grpcJsCycle(rpc: ReturnType<typeof grpcClient>) {
+  return async (workerId: string) => {
+    const { tasks } = await rpc.claim({ workerId, workloads: ["stub"] });
+    const t = tasks[0];
+    await rpc.complete({ taskId: t.id, workerId, attempt: t.attempt, resultUri: "s3://out/x", resultSha256: SHA });
+  };
+}
+
 async function measure(stub: Stub, run: (seconds: number) => Promise<number>): Promise<{ us: number; perSecond: number }> {
   await run(0.5); // warm-up
   const cpu0 = stub.cpuUs();
@@ -179,6 +188,14 @@ for (let round = 1; round <= ROUNDS; round++) {
         const rest = restClient(stub.url, WORKERS * 2);
         const m = await measure(stub, (s) => loops(s, restCycle(rest)));
         record("REST claim → result", m.us, m.perSecond);
+      } else if (mode === "grpcjs") {
+        const rpc = grpcClient(stub.url);
+        try {
+          const m = await measure(stub, (s) => loops(s, grpcJsCycle(rpc)));
+          record("gRPC claim → complete, from @grpc/grpc-js", m.us, m.perSecond);
+        } finally {
+          rpc.close();
+        }
       } else if (mode === "grpc10") {
         const rpc = createClient(QueueService, createGrpcTransport({ baseUrl: stub.url }));
         const m = await measure(stub, (s) => loops(s, rpcBatchCycle(rpc)));
