@@ -112,10 +112,17 @@ const watchedJobs = (rows: string) => `watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM ${rows} r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 )`;
-const completedEvents = (rows: string) => `events AS (
+/*
+ * The status events of a statement, from every part of it that changes a status, in one INSERT:
+ * a statement that completes and claims writes both parts' events through one ModifyTable, so it
+ * opens task_events and its indexes once, not twice.
+ */
+const statusEvents = (...rows: string[]) => `events AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
-  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM ${rows}
+  ${rows.join("\n  UNION ALL\n  ")}
 )`;
+const completedEventRows = (rows: string) =>
+  `SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM ${rows}`;
 
 /** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
 interface ClaimParams {
@@ -138,13 +145,13 @@ interface ClaimParams {
  *   (and lock-free) for jobs already running.
  * - Rows are written through `id = ANY(ARRAY(...))`: a primary-key lookup whatever the plan cache
  *   guesses about the size of `picked` (a joined CTE once got a generic plan with a seq scan).
- * - The status events are written here (`claim_events`, see watchedJobs above), previous status from the
- *   arm: pending for fresh work, leased for a reclaimed lease.
+ * - The status events are written by the statement (claimedEventRows, see watchedJobs above), previous
+ *   status from the arm: pending for fresh work, leased for a reclaimed lease.
  * - "Was it fresh" is `= ANY (ARRAY(SELECT id FROM fresh))`, not `IN (SELECT id FROM fresh)`: the
  *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
  *   under claim + complete (perf).
- * These are the claim's CTEs, from the two arms to its events (everything but the watcher probe and the
- * answer). `gate` is a condition every arm adds: the claim of a result report takes nothing
+ * These are the claim's CTEs, from the two arms to the job's move to running (everything but the
+ * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a result report takes nothing
  * unless the report's result was accepted.
  */
 const claimCtes = (p: ClaimParams, gate = "true") => `expired AS (
@@ -185,19 +192,19 @@ const claimCtes = (p: ClaimParams, gate = "true") => `expired AS (
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
-), claim_events AS (
-  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
-  SELECT job_id, id, chunk_index, 'task_status', 'leased',
-    CASE WHEN id = ANY (ARRAY(SELECT id FROM fresh)) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
-  FROM claimed
 )`;
+// The claim's status events, for statusEvents: previous status pending for fresh work, leased for a reclaimed lease.
+const claimedEventRows = `SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN id = ANY (ARRAY(SELECT id FROM fresh)) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed`;
 
 // pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
 const pickupSeconds = `CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
 
 // $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
 export const CLAIM_TASKS = `
-WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4" })}, ${watchedJobs("claimed")}
+WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4" })}, ${statusEvents(claimedEventRows)},
+${watchedJobs("claimed")}
 SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
 FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
 
@@ -232,7 +239,7 @@ const completeOne = `done AS (
       completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
   WHERE ${liveLease("tasks")}
   RETURNING *
-), ${completedEvents("done")}, finished AS (
+), finished AS (
   UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
   WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
     AND NOT EXISTS (
@@ -247,7 +254,7 @@ const recheckJob = `NOT EXISTS (SELECT 1 FROM finished)
 
 // $1 task id, $2 worker id, $3 attempt, $4 result_uri, $5 result_sha256, $6 metrics.
 export const COMPLETE_TASK = `
-WITH ${completeOne}, ${watchedJobs("done")}
+WITH ${completeOne}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}
 SELECT done.*, ${recheckJob} AS recheck_job, (SELECT count(*) FROM watched) AS notified
 FROM done`;
 
@@ -263,6 +270,7 @@ FROM done`;
  */
 export const COMPLETE_TASK_AND_CLAIM = `
 WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10" }, "EXISTS (SELECT 1 FROM done)")},
+${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
@@ -370,7 +378,7 @@ const completeMany = `done AS (
  * Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
  */
 export const COMPLETE_TASKS = `
-WITH ${completeMany}, ${completedEvents("done")}, ${watchedJobs("done")}
+WITH ${completeMany}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}
 SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
 
 /*
@@ -381,7 +389,8 @@ SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
  * $1, $2 as COMPLETE_TASKS; $3 workloads, $4 limit, $5 worker id, $6 lease seconds, as CLAIM_TASKS.
  */
 export const COMPLETE_TASKS_AND_CLAIM = `
-WITH ${completeMany}, ${completedEvents("done")}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6" })},
+WITH ${completeMany}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6" })},
+${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
