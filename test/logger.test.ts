@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { Writable } from "node:stream";
 import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -26,47 +25,4 @@ describe("the logger's timestamp", () => {
     logger.info("two");
     expect(lines.map((l) => (JSON.parse(l) as { time: string }).time)).toEqual(["2025-11-30T13:40:00.123Z", "2025-11-30T13:40:00.999Z"]);
   });
-});
-
-describe("the logger's standard output", () => {
-  /** Runs a script that logs through createLogger's own stdout; resolves each line with the ms since start at which it arrived. */
-  function run(script: string): Promise<{ line: string; at: number; exited: boolean }[]> {
-    const lines: { line: string; at: number; exited: boolean }[] = [];
-    const started = Date.now();
-    let exited = false;
-    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let buf = "";
-    child.stdout.on("data", (c: Buffer) => {
-      buf += c.toString();
-      for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
-        lines.push({ line: buf.slice(0, i), at: Date.now() - started, exited });
-        buf = buf.slice(i + 1);
-      }
-    });
-    return new Promise((resolve, reject) => {
-      child.once("error", reject);
-      child.once("exit", () => (exited = true));
-      child.once("close", () => resolve(lines));
-    });
-  }
-
-  it("writes a line while the process lives, not only when its buffer fills", async () => {
-    // One short line, then, a second later, a line written to fd 1 directly (past the logger's
-    // buffer): the logged line must already be out by then, not held until the exit.
-    const lines = await run(
-      `import { writeSync } from "node:fs"; import { createLogger } from "./src/logger.ts"; createLogger("info").info("alone"); setTimeout(() => { writeSync(1, "later\\n"); process.exit(0); }, 1000);`,
-    );
-    expect(lines.map((l) => l.line)).toHaveLength(2);
-    expect(JSON.parse(lines[0].line)).toMatchObject({ msg: "alone" });
-    expect(lines[1].line).toBe("later");
-  }, 30_000);
-
-  it("writes every buffered line when the process exits", async () => {
-    const lines = await run(
-      `import { createLogger } from "./src/logger.ts"; const l = createLogger("info"); for (let i = 0; i < 50; i++) l.info({ i }, "line"); process.exit(3);`,
-    );
-    expect(lines.map((l) => (JSON.parse(l.line) as { i: number }).i)).toEqual(Array.from({ length: 50 }, (_, i) => i));
-  }, 30_000);
 });
