@@ -1,8 +1,10 @@
 // npm run bench:api: the API layer's own CPU per call, with no database. A stub coordinator
 // (bench/stub-coordinator.ts: the real createApiServer over a queue that answers from memory, the
 // request log at info to /dev/null and the RPC histogram on, as in production) is driven by 16
-// concurrent claim → complete loops over REST (node:http, keep-alive), gRPC and Connect (connect-es
-// clients over one HTTP/2 connection). The figure is the stub process's own CPU time (utime +
+// concurrent claim → complete loops over REST (undici keep-alive pool), gRPC and Connect (connect-es
+// clients over one HTTP/2 connection), and gRPC again from @grpc/grpc-js (grpcjs: one channel, the
+// stand-in for Python's grpcio that bench:peers uses; connect-es' gRPC client is slow enough to
+// limit the calls per second the stub sees). The figure is the stub process's own CPU time (utime +
 // stime from /proc) per call, which the load generator's cost does not touch; on a shared
 // machine throughput varies, CPU per call much less. Then CreateJob of 10,000 tasks over REST:
 // CPU per call and the stub's peak RSS.
