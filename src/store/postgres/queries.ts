@@ -115,7 +115,9 @@ const watchedJobs = (rows: string) => `watched AS (
 /*
  * The status events of a statement, from every part of it that changes a status, in one INSERT:
  * a statement that completes and claims writes both parts' events through one ModifyTable, so it
- * opens task_events and its indexes once, not twice.
+ * opens task_events and its index and builds the insert's projection once, not twice.
+ * Measured (bench/sql-ab.ts, 8 pairs, backend CPU per task, one INSERT / two): chained batches
+ * median 0.93, chained single tasks 0.99.
  */
 const statusEvents = (...rows: string[]) => `events AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
@@ -151,8 +153,8 @@ interface ClaimParams {
  *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
  *   under claim + complete (perf).
  * These are the claim's CTEs, from the two arms to the job's move to running (everything but the
- * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a result report takes nothing
- * unless the report's result was accepted.
+ * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a
+ * result report takes nothing unless the report's result was accepted.
  */
 const claimCtes = (p: ClaimParams, gate = "true") => `expired AS (
   SELECT c.id, c.priority, c.created_at, c.chunk_index, 0 AS arm
