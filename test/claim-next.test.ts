@@ -147,6 +147,32 @@ describe("CompleteTask with claim_next", () => {
     }
   });
 
+  it("claims in claim order: priority, then age, then chunk, for one task as for several", async () => {
+    const w = await backlog(1);
+    const t = await claimOne(w);
+    // Three jobs after the first: a low-priority one, then two high-priority ones, the second younger.
+    for (const [name, priority, n] of [
+      ["low", 0, 2],
+      ["old", 5, 2],
+      ["young", 5, 1],
+    ] as const) {
+      await f.queue.createJob({
+        workload: w,
+        priority,
+        tasks: Array.from({ length: n }, (_, i) => ({ chunkIndex: i, inputUri: `s3://in/${name}/${i}`, inputSha256: sha(i) })),
+      });
+      await new Promise((r) => setTimeout(r, 5)); // distinct created_at
+    }
+    const inputs = (a: RestAnswer) => (a.body.next_tasks as { input_uri: string }[]).map((n) => n.input_uri);
+    const one = await rest(`/tasks/${t.id}/result`, { ...result(t), claim_next: { workloads: [w], max_tasks: 1 } });
+    expect(one.status, one.text).toBe(200);
+    expect(inputs(one)).toEqual(["s3://in/old/0"]);
+    const next = one.body.next_tasks[0] as { id: string; attempt: number };
+    const several = await rest(`/tasks/${next.id}/result`, { ...result(next), claim_next: { workloads: [w], max_tasks: 10 } });
+    expect(several.status, several.text).toBe(200);
+    expect(inputs(several)).toEqual(["s3://in/old/1", "s3://in/young/0", "s3://in/low/0", "s3://in/low/1"]);
+  });
+
   it("gRPC: claimNext with its own worker id and max_tasks", async () => {
     const w = await backlog(4);
     const { tasks } = await grpc.claimTasks({ workerId: "g1", workloads: [w] });

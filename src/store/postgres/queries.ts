@@ -270,7 +270,7 @@ FROM done`;
  * Rows: part 0 the completed task (with recheck_job), part 1 the claimed ones in claim order.
  * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, as CLAIM_TASKS.
  */
-export const COMPLETE_TASK_AND_CLAIM = `
+const completeTaskAndClaim = (claimOrder: string) => `
 WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10" }, "EXISTS (SELECT 1 FROM done)")},
 ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
@@ -280,7 +280,14 @@ watched AS (
 SELECT 0 AS part, done.*, ${recheckJob} AS recheck_job, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
 FROM done
 UNION ALL
-(SELECT 1, claimed.*, false, ${pickupSeconds}, 0 FROM claimed ORDER BY priority DESC, created_at, chunk_index)`;
+(SELECT 1, claimed.*, false, ${pickupSeconds}, 0 FROM claimed ${claimOrder})`;
+export const COMPLETE_TASK_AND_CLAIM = completeTaskAndClaim("ORDER BY priority DESC, created_at, chunk_index");
+/**
+ * COMPLETE_TASK_AND_CLAIM for a claim_next of one task ($8 = 1), the Python worker's default:
+ * one row needs no order, and the sort and its 29-column tuple descriptor were set up on every
+ * execution all the same.
+ */
+export const COMPLETE_TASK_AND_CLAIM_ONE = completeTaskAndClaim("");
 
 /*
  * Fail one task: back to pending after a backoff while attempts remain and the worker calls it

@@ -434,9 +434,10 @@ export class PostgresQueue implements QueueService {
     const claim = validateClaimNext(next);
     return withClient(this.pool, opts.signal, async (c) => {
       await this.requireWorkloads(c, claim.workloads, "claim_next.workloads");
+      const one = claim.maxTasks === 1;
       const { rows } = await c.query({
-        name: "leasehold_complete_task_and_claim",
-        text: sql.COMPLETE_TASK_AND_CLAIM,
+        name: one ? "leasehold_complete_task_and_claim_one" : "leasehold_complete_task_and_claim",
+        text: one ? sql.COMPLETE_TASK_AND_CLAIM_ONE : sql.COMPLETE_TASK_AND_CLAIM,
         values: [...completeValues(done), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
       });
       const accepted = rows.find((r) => r.part === 0);
