@@ -204,11 +204,15 @@ const claimedEventRows = `SELECT job_id, id, chunk_index, 'task_status', 'leased
 const pickupSeconds = `CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
 
 // $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
-export const CLAIM_TASKS = `
+const claimTasks = (claimOrder: string) => `
 WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4" })}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
 SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
-FROM claimed ORDER BY priority DESC, created_at, chunk_index`;
+FROM claimed ${claimOrder}`;
+const CLAIM_ORDER = "ORDER BY priority DESC, created_at, chunk_index";
+export const CLAIM_TASKS = claimTasks(CLAIM_ORDER);
+/** CLAIM_TASKS for one task ($2 = 1): one row needs no sort (see COMPLETE_TASK_AND_CLAIM_ONE). */
+export const CLAIM_TASK = claimTasks("");
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
 // worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
@@ -281,7 +285,7 @@ SELECT 0 AS part, done.*, ${recheckJob} AS recheck_job, NULL::float8 AS pickup_s
 FROM done
 UNION ALL
 (SELECT 1, claimed.*, false, ${pickupSeconds}, 0 FROM claimed ${claimOrder})`;
-export const COMPLETE_TASK_AND_CLAIM = completeTaskAndClaim("ORDER BY priority DESC, created_at, chunk_index");
+export const COMPLETE_TASK_AND_CLAIM = completeTaskAndClaim(CLAIM_ORDER);
 /**
  * COMPLETE_TASK_AND_CLAIM for a claim_next of one task ($8 = 1), the Python worker's default:
  * one row needs no order, and the sort and its 29-column tuple descriptor were set up on every

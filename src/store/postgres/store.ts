@@ -372,9 +372,10 @@ export class PostgresQueue implements QueueService {
   }
 
   private async claimWith(c: pg.PoolClient, claim: NormalizedClaim, field: string): Promise<Task[]> {
+    const one = claim.maxTasks === 1;
     const { rows } = await c.query({
-      name: "leasehold_claim_tasks",
-      text: sql.CLAIM_TASKS,
+      name: one ? "leasehold_claim_task" : "leasehold_claim_tasks",
+      text: one ? sql.CLAIM_TASK : sql.CLAIM_TASKS,
       values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
     });
     if (rows.length === 0) {
