@@ -127,7 +127,7 @@ function rawSqlRun(pool: pg.Pool, workload: string, maxTasks: number, seconds = 
     const workerId = `raw-${id}`;
     while (performance.now() < stopAt) {
       const t0 = performance.now();
-      const { rows } = await pool.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], maxTasks, workerId, null] });
+      const { rows } = await pool.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], maxTasks, workerId, null, "{}"] });
       claimMs.push(performance.now() - t0);
       if (rows.length === 0) break;
       if (rows.length === 1) {

@@ -66,7 +66,7 @@ async function main() {
     const workerId = `soak-${id}`;
     while (SQL_MODE && performance.now() < stopAt) {
       try {
-        const { rows } = await sqlPool!.query({ name: "claim", text: CLAIM_TASKS, values: [["soak"], 1, workerId, null] });
+        const { rows } = await sqlPool!.query({ name: "claim", text: CLAIM_TASKS, values: [["soak"], 1, workerId, null, "{}"] });
         if (rows.length === 0) await new Promise((r) => setTimeout(r, 50));
         for (const t of rows) {
           await sqlPool!.query({

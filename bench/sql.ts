@@ -123,7 +123,7 @@ async function main() {
     if (process.env.SQL_SETUP) await pool.query(process.env.SQL_SETUP);
     const leaseholdLoop = (workload: string) => async (c: pg.PoolClient, id: number) => {
       const workerId = `sql-${id}`;
-      const { rows } = await c.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], MAX_TASKS, workerId, null] });
+      const { rows } = await c.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], MAX_TASKS, workerId, null, "{}"] });
       if (rows.length === 1) {
         const r = await c.query({
           name: "complete",
@@ -143,7 +143,7 @@ async function main() {
         const workerId = `sql-${id}`;
         let tasks = held.get(id) ?? [];
         if (tasks.length === 0) {
-          tasks = (await c.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], MAX_TASKS, workerId, null] })).rows;
+          tasks = (await c.query({ name: "claim", text: CLAIM_TASKS, values: [[workload], MAX_TASKS, workerId, null, "{}"] })).rows;
           if (tasks.length === 0) return 0;
         }
         const next = [workload],
@@ -154,7 +154,7 @@ async function main() {
             await c.query({
               name: "complete_and_claim",
               text: COMPLETE_TASK_AND_CLAIM,
-              values: [tasks[0].id, workerId, tasks[0].attempt, "s3://out", SHA, null, next, limit, workerId, null],
+              values: [tasks[0].id, workerId, tasks[0].attempt, "s3://out", SHA, null, next, limit, workerId, null, "{}"],
             })
           ).rows;
         } else {
@@ -162,7 +162,7 @@ async function main() {
             await c.query({
               name: "complete_many_and_claim",
               text: COMPLETE_TASKS_AND_CLAIM,
-              values: [batchResults(tasks, workerId), tasks.map((r) => r.id), next, limit, workerId, null],
+              values: [batchResults(tasks, workerId), tasks.map((r) => r.id), next, limit, workerId, null, "{}"],
             })
           ).rows;
         }

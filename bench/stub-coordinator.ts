@@ -49,6 +49,8 @@ function task(workerId: string): Task {
     runAfter: now,
     version: 1,
     traceparent: null,
+    concurrencyKey: "",
+    requiredLabels: null,
   };
 }
 
@@ -84,6 +86,8 @@ const queue: QueueService = {
       createdAt: now,
       updatedAt: now,
       completedAt: null,
+      concurrencyKey: "",
+      requiredLabels: null,
     };
     const specs = input.tasks?.length ? input.tasks : [{ chunkIndex: 0, inputUri: job.inputUri, inputSha256: job.inputSha256 ?? "" }];
     const tasks = specs.map((t) => ({
@@ -113,6 +117,9 @@ const queue: QueueService = {
   watchJob: () => ({ [Symbol.asyncIterator]: () => ({ next: unsupported }) }),
   listTasks: unsupported,
   getTask: unsupported,
+  putKeyLimit: unsupported,
+  pauseWorkload: unsupported,
+  resumeWorkload: unsupported,
   maintain: unsupported,
   taskStats: unsupported,
 };

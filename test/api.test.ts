@@ -753,6 +753,9 @@ describe("deadlines and unexpected errors", () => {
       watchJob: (i, o) => real.watchJob(i, o),
       listTasks: (i, o) => real.listTasks(i, o),
       getTask: (i, o) => real.getTask(i, o),
+      putKeyLimit: (i, o) => real.putKeyLimit(i, o),
+      pauseWorkload: (i, o) => real.pauseWorkload(i, o),
+      resumeWorkload: (i, o) => real.resumeWorkload(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

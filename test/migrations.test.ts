@@ -25,7 +25,18 @@ async function tables(): Promise<string[]> {
 it("migrates an empty database up to the latest, down by one to five, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
-  expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
+  expect(await tables()).toEqual([
+    "flow_keys",
+    "job_watchers",
+    "jobs",
+    "pgmigrations",
+    "task_events",
+    "tasks",
+    "worker_sightings",
+    "workload_key_limits",
+    "workload_rate_buckets",
+    "workloads",
+  ]);
   expect(await pendingMigrations(client)).toEqual([]);
   const { rows } = await client.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'tasks' ORDER BY indexname`);
   expect(rows.map((r) => r.indexname)).toEqual(
@@ -36,11 +47,22 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
   // the index; its down migration takes the column back out.
   const claimIndex = async () =>
     (await client.query(`SELECT indexdef FROM pg_indexes WHERE indexname = 'tasks_claim_pending_idx'`)).rows.map((r) => r.indexdef);
+  // The latest: flow control puts fair_rank in the claim order; its down migration takes it out
+  // with the flow tables and columns.
+  expect(await claimIndex()).toEqual([
+    expect.stringMatching(/\(workload, priority DESC, fair_rank, created_at, chunk_index, run_after\) WHERE/),
+  ]);
+  const flowControl = expectedMigrations().at(-1)!;
+  expect(flowControl).toMatch(/flow_control$/);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([flowControl]);
+  expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index, run_after\) WHERE/)]);
   await migrate(db.url, "down");
-  const runAfter = expectedMigrations().at(-1)!;
+  const older = expectedMigrations().slice(0, -1);
+  const runAfter = older.at(-1)!;
   expect(runAfter).toMatch(/claim_index_run_after$/);
-  expect(await pendingMigrations(client)).toEqual([runAfter]);
+  expect(await pendingMigrations(client)).toEqual([runAfter, flowControl]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
   // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
@@ -51,9 +73,9 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
     );
   expect(await chunkKey()).toEqual([]);
   await migrate(db.url, "down");
-  const plain = expectedMigrations().at(-2)!;
+  const plain = older.at(-2)!;
   expect(plain).toMatch(/plain_chunk_index$/);
-  expect(await pendingMigrations(client)).toEqual([plain, runAfter]);
+  expect(await pendingMigrations(client)).toEqual([plain, runAfter, flowControl]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
   // The lean hot path: the claim and completions write their own events (the trigger
@@ -78,9 +100,9 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
     expect.arrayContaining(["tasks_input_sha256_check", "tasks_job_id_fkey", "tasks_result_sha256_check", "tasks_workload_fkey"]),
   );
   expect(await flipColumn()).toBe(0);
-  const [storage, lean] = expectedMigrations().slice(-4, -2);
+  const [storage, lean] = older.slice(-4, -2);
   expect(lean).toMatch(/lean_hot_path$/);
-  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter]);
+  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter, flowControl]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
@@ -93,7 +115,7 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter]);
+  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter, flowControl]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -101,8 +123,8 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
 
   // The one before (inspection) takes back only its own column and index; the event log and its triggers stay.
   await migrate(db.url, "down");
-  const previous = expectedMigrations().at(-5)!;
-  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain, runAfter]);
+  const previous = older.at(-5)!;
+  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain, runAfter, flowControl]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
     `SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`,

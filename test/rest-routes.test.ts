@@ -52,7 +52,7 @@ describe("REST routes from google.api.http", () => {
 
   it.each([
     ["a multi-segment variable", { pattern: { case: "get", value: "/things/{job_id=**}" } }, /path template/],
-    ["two path variables", { pattern: { case: "get", value: "/a/{job_id}/b/{job_id}" } }, /path template/],
+    ["one path variable twice", { pattern: { case: "get", value: "/a/{job_id}/b/{job_id}" } }, /path template/],
     ["a field body", { pattern: { case: "post", value: "/things" }, body: "job_id" }, /body/],
     ["a response body", { pattern: { case: "get", value: "/things" }, responseBody: "x" }, /response_body/],
     ["a variable that is not a field", { pattern: { case: "get", value: "/things/{task_id}" } }, /not a field/],

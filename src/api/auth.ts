@@ -45,6 +45,9 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   reportProgress: { roles: ["worker"], workerIds: (r) => [r.workerId] },
   putWorkload: { roles: [] },
   listWorkloads: { roles: [] },
+  putKeyLimit: { roles: [] },
+  pauseWorkload: { roles: [] },
+  resumeWorkload: { roles: [] },
 };
 
 /** Every worker_id a request acts as (empty for RPCs that are not a worker's). */

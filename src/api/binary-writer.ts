@@ -174,8 +174,35 @@ function fieldCodec(field: DescField, seen: Set<DescMessage>): Codec {
         },
       };
     }
-    case "map":
-      throw new Unsupported(`map field ${field.name}`);
+    case "map": {
+      // map<string, string> (labels): one entry message per pair, key (1) and value (2) always
+      // written, as protobuf-es writes them.
+      if (field.mapKey !== ScalarType.STRING || field.mapKind !== "scalar" || field.scalar !== ScalarType.STRING)
+        throw new Unsupported(`map field ${field.name}`);
+      const str = scalarCodec(ScalarType.STRING);
+      const tag = tagBytes(field.number, LEN);
+      const entrySize = (k: string, v: string) => 1 + str.size(k) + 1 + str.size(v);
+      return {
+        size(m) {
+          const map = m[name] as Record<string, string>;
+          let n = 0;
+          for (const k in map) {
+            const e = entrySize(k, map[k]);
+            n += tag.length + varintSize(e) + e;
+          }
+          return n;
+        },
+        write(m, buf, pos) {
+          const map = m[name] as Record<string, string>;
+          for (const k in map) {
+            pos = writeVarint(entrySize(k, map[k]), buf, copy(tag, buf, pos));
+            pos = str.write(k, buf, writeByte(0x0a, buf, pos));
+            pos = str.write(map[k], buf, writeByte(0x12, buf, pos));
+          }
+          return pos;
+        },
+      };
+    }
   }
 }
 

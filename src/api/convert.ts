@@ -22,6 +22,7 @@ import {
   ListCompletedResultsResponseSchema,
   ResultManifestSchema,
   TaskStatus,
+  WaitingReason,
   WorkloadSchema,
   type CancelJobRequest,
   type ClaimTasksRequest,
@@ -54,6 +55,7 @@ import {
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { mapError } from "./errors.js";
+import { WAITING_REASON } from "./flow-convert.js";
 import type {
   CancelJobInput,
   ClaimTasksInput,
@@ -173,6 +175,8 @@ export function createJobInput(r: CreateJobRequest): CreateJobInput {
     // The request's own TaskSpec messages, not a copy of each (10,000 in a big job): they have the
     // domain's fields, and validation reads the proto3 default "" of an unset workload as unset.
     tasks: r.tasks as TaskSpec[],
+    concurrencyKey: opt(r.concurrencyKey),
+    requiredLabels: r.requiredLabels,
   };
 }
 
@@ -184,6 +188,7 @@ export function claimTasksInput(r: ClaimTasksRequest): ClaimTasksInput {
     leaseSeconds: r.leaseSeconds,
     // Long-poll hook: passed through as is; the queue decides how to wait.
     waitSeconds: r.waitSeconds,
+    labels: r.labels,
   };
 }
 
@@ -243,6 +248,10 @@ export function putWorkloadInput(r: PutWorkloadRequest): PutWorkloadInput {
     leaseSeconds: r.leaseSeconds,
     parametersSchema: domainJson(r.parametersSchema) ?? null,
     maxPendingSeconds: r.maxPendingSeconds,
+    maxLeased: r.maxLeased,
+    maxLeasedPerKey: r.maxLeasedPerKey,
+    maxLeasesPerSecond: r.maxLeasesPerSecond,
+    leasesBurst: r.leasesBurst,
   };
 }
 
@@ -304,6 +313,8 @@ export function jobMessage(j: Job): PbJob {
     createdAt: ts(j.createdAt),
     updatedAt: ts(j.updatedAt),
     completedAt: ts(j.completedAt),
+    concurrencyKey: j.concurrencyKey,
+    requiredLabels: j.requiredLabels ?? {},
   });
 }
 
@@ -332,6 +343,8 @@ export function taskMessage(t: Task): PbTask {
     errorMessage: t.errorMessage ?? "",
     version: t.version,
     traceparent: t.traceparent ?? "",
+    concurrencyKey: t.concurrencyKey ?? "",
+    requiredLabels: t.requiredLabels ?? {},
   };
   // Message fields are absent when unset, as create() leaves them.
   if (t.parameters) m.parameters = t.parameters as PbJsonObject;
@@ -350,6 +363,11 @@ export function workloadMessage(w: Workload): PbWorkload {
     leaseSeconds: w.leaseSeconds,
     parametersSchema: struct(w.parametersSchema),
     maxPendingSeconds: w.maxPendingSeconds ?? 0,
+    maxLeased: w.maxLeased ?? 0,
+    maxLeasedPerKey: w.maxLeasedPerKey ?? 0,
+    maxLeasesPerSecond: w.maxLeasesPerSecond ?? 0,
+    leasesBurst: w.leasesBurst ?? 0,
+    paused: w.paused,
     createdAt: ts(w.createdAt),
     updatedAt: ts(w.updatedAt),
   });
@@ -414,7 +432,12 @@ export function taskAttemptMessage(a: TaskAttempt): PbTaskAttempt {
 }
 
 export function getTaskResponse(d: TaskDetail): GetTaskResponse {
-  return create(GetTaskResponseSchema, { task: taskMessage(d.task), attempts: d.attempts.map(taskAttemptMessage) });
+  return create(GetTaskResponseSchema, {
+    task: taskMessage(d.task),
+    attempts: d.attempts.map(taskAttemptMessage),
+    waitingReason: d.waiting ? WAITING_REASON[d.waiting.reason] : WaitingReason.UNSPECIFIED,
+    waitingDetail: d.waiting?.detail ?? "",
+  });
 }
 
 export function listTasksResponse(r: ListTasksResult): ListTasksResponse {

@@ -60,9 +60,11 @@ function compileMessage(schema: DescMessage, seen = new Set<DescMessage>()): Rea
   if (schema.oneofs.length > 0) throw new Unsupported(`${schema.typeName} has a oneof`);
   const template = create(schema) as unknown as Record<string, unknown>;
   const lists: string[] = [];
+  const maps: string[] = [];
   const byKey = new Map<string, { field: DescField; read: FieldReader }>();
   for (const field of schema.fields) {
     if (field.fieldKind === "list") lists.push(field.localName);
+    if (field.fieldKind === "map") maps.push(field.localName);
     const entry = { field, read: fieldReader(field, seen) };
     byKey.set(field.name, entry);
     byKey.set(field.jsonName, entry);
@@ -72,6 +74,7 @@ function compileMessage(schema: DescMessage, seen = new Set<DescMessage>()): Rea
     if (json === null || typeof json !== "object" || Array.isArray(json)) return undefined;
     const m: Record<string, unknown> = { ...template };
     for (const name of lists) m[name] = [];
+    for (const name of maps) m[name] = {};
     let given: Set<DescField> | undefined;
     for (const key in json) {
       const entry = byKey.get(key);
@@ -120,8 +123,21 @@ function fieldReader(field: DescField, seen: Set<DescMessage>): FieldReader {
         return out;
       };
     }
-    case "map":
-      throw new Unsupported(`map field ${field.name}`);
+    case "map": {
+      // map<string, string> (labels): a plain object of well-formed strings, read as it is given.
+      if (field.mapKey !== ScalarType.STRING || field.mapKind !== "scalar" || field.scalar !== ScalarType.STRING)
+        throw new Unsupported(`map field ${field.name}`);
+      return (json) => {
+        if (!isPlainObject(json)) return GIVE_UP;
+        const out: Record<string, string> = {};
+        for (const key in json) {
+          const v = json[key];
+          if (typeof v !== "string" || !wellFormed(v) || !wellFormed(key) || key === "__proto__") return GIVE_UP;
+          out[key] = v;
+        }
+        return out;
+      };
+    }
   }
 }
 

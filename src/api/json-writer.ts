@@ -182,7 +182,8 @@ function compileMessage(schema: DescMessage, seen = new Set<DescMessage>()): Wri
     const get = `m[${JSON.stringify(field.localName)}]`;
     const key = JSON.stringify(field.name) + ":";
     // Implicit presence: always written (alwaysEmitImplicit). Explicit (optional, messages): only when set.
-    const always = field.fieldKind === "list" || (field.fieldKind !== "message" && field.presence === IMPLICIT);
+    const always =
+      field.fieldKind === "list" || field.fieldKind === "map" || (field.fieldKind !== "message" && field.presence === IMPLICIT);
     const comma = before === "yes" ? JSON.stringify("," + key) : before === "no" ? JSON.stringify(key) : `c + ${JSON.stringify(key)}`;
     if (before === "maybe") usesC = true;
     let statement: string;
@@ -235,8 +236,16 @@ function valueExpression(field: DescField, get: string, ref: (helper: unknown) =
       return `${ref(listWriter(item))}(${get})`;
     }
     case "map":
-      throw new Unsupported(`map field ${field.name}`);
+      // map<string, string> (labels): its JSON object, keys in the order protobuf-es holds them.
+      if (field.mapKey !== ScalarType.STRING || field.mapKind !== "scalar" || field.scalar !== ScalarType.STRING)
+        throw new Unsupported(`map field ${field.name}`);
+      return `${ref(stringMapJson)}(${get})`;
   }
+}
+
+function stringMapJson(m: Record<string, string>): string {
+  for (const _ in m) return JSON.stringify(m);
+  return "{}";
 }
 
 function messageListWriter(write: Writer): (list: MessageShape<DescMessage>[], sink: Sink) => void {

@@ -85,13 +85,15 @@ function routesOfRule(rpc: DescMethod, rule: HttpRule): RestRoute[] {
   const path = pattern.case === "custom" ? pattern.value.path : pattern.value;
   // The transcoder takes the simple form of the grammar only: literal segments and whole-segment
   // field variables, the whole request as the body or none; refuse the rest at start, not per request.
-  if (!PATH_TEMPLATE.test(path) || (path.match(/\{/g) ?? []).length > 1)
-    throw new Error(`${where}: unsupported path template ${JSON.stringify(path)}`);
+  if (!PATH_TEMPLATE.test(path)) throw new Error(`${where}: unsupported path template ${JSON.stringify(path)}`);
   if (rule.body !== "" && rule.body !== "*") throw new Error(`${where}: unsupported body ${JSON.stringify(rule.body)} (only "*" or none)`);
   if (rule.responseBody !== "") throw new Error(`${where}: response_body is not supported`);
-  const param = /\{([a-z0-9_]+)\}/.exec(path)?.[1];
-  if (param !== undefined && !rpc.input.fields.some((f) => f.name === param))
-    throw new Error(`${where}: ${param} is not a field of ${rpc.input.typeName}`);
+  const params = [...path.matchAll(/\{([a-z0-9_]+)\}/g)].map((m) => m[1]);
+  if (new Set(params).size !== params.length)
+    throw new Error(`${where}: unsupported path template ${JSON.stringify(path)} (a field twice)`);
+  for (const param of params) {
+    if (!rpc.input.fields.some((f) => f.name === param)) throw new Error(`${where}: ${param} is not a field of ${rpc.input.typeName}`);
+  }
   const route: RestRoute = { method, pattern: path, rpc, from: rule.body === "*" ? "body" : "query" };
   return [route, ...rule.additionalBindings.flatMap((binding) => routesOfRule(rpc, binding))];
 }
@@ -136,7 +138,8 @@ interface CompiledRoute {
 
 interface Match {
   route: CompiledRoute;
-  param?: { field: string; value: string };
+  /** The path parameters, in path order (most routes have one or none). */
+  params: { field: string; value: string }[];
 }
 
 function splitPath(path: string): string[] {
@@ -331,20 +334,20 @@ export function createRest(opts: RestOptions): Rest {
     for (const route of compiled) {
       const { segments } = route;
       if (segments.length !== parts.length) continue;
-      let param: Match["param"];
+      const params: Match["params"] = [];
       let ok = true;
       for (let i = 0; i < segments.length && ok; i++) {
         const seg = segments[i];
         if (seg.startsWith("{")) {
           if (parts[i] === "") ok = false;
-          else param = { field: seg.slice(1, -1), value: parts[i] };
+          else params.push({ field: seg.slice(1, -1), value: parts[i] });
         } else if (seg !== parts[i]) ok = false;
       }
-      if (ok) out.push({ route, param });
+      if (ok) out.push({ route, params });
     }
     // A literal path wins over a pattern: GET /tasks/claim is a wrong method on the claim route
     // (405), not a task id "claim" for GET /tasks/{task_id}.
-    const literal = out.filter((m) => m.param === undefined);
+    const literal = out.filter((m) => m.params.length === 0);
     return literal.length > 0 ? literal : out;
   }
 
@@ -362,12 +365,13 @@ export function createRest(opts: RestOptions): Rest {
         const allow = [...new Set(matches.map((m) => m.route.route.method))].join(", ");
         throw new HttpError(Code.Unimplemented, `method ${req.method} is not allowed on ${url.pathname}`, 405, { allow });
       }
-      const { route, param } = match;
+      const { route, params } = match;
       const rpc = route.route.rpc;
       info.operation = rpc.name;
 
-      let pathValue: string | undefined;
-      if (param) {
+      const pathValues: { field: string; value: string }[] = [];
+      for (const param of params) {
+        let pathValue: string;
         try {
           pathValue = decodeURIComponent(param.value);
         } catch {
@@ -378,6 +382,7 @@ export function createRest(opts: RestOptions): Rest {
           if (param.field === "task_id") info.taskId = pathValue;
           else info.jobId = pathValue;
         }
+        pathValues.push({ field: param.field, value: pathValue });
       }
 
       let json: JsonObject;
@@ -389,7 +394,7 @@ export function createRest(opts: RestOptions): Rest {
           throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
         json = await decodeBody(req, opts.maxBodyBytes);
       }
-      if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
+      for (const p of pathValues) applyPathParam(json, p.field, p.value);
       // EventSource resumes a stream by sending the last id it saw; ?after_event_id= says the same.
       const lastEventId = req.headers["last-event-id"];
       const resumable = route.stream && rpc.input.fields.some((f) => f.name === "after_event_id");

@@ -23,6 +23,7 @@ import type { ApiQueue } from "../queue/service.js";
 import type { CallOptions, CreateJobResult } from "../queue/types.js";
 import { traceparentHeader } from "../telemetry/tracing.js";
 import * as convert from "./convert.js";
+import * as flowConvert from "./flow-convert.js";
 import { earlyAnswerKey } from "./early-answer.js";
 import { deadlineKey } from "./interceptors.js";
 import { requestInfoKey } from "./request-info.js";
@@ -110,6 +111,18 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
     async putWorkload(req, ctx) {
       const workload = await queue.putWorkload(convert.putWorkloadInput(req), call(ctx));
       return create(PutWorkloadResponseSchema, { workload: convert.workloadMessage(workload) });
+    },
+
+    async putKeyLimit(req, ctx) {
+      return flowConvert.putKeyLimitResponse(await queue.putKeyLimit(flowConvert.putKeyLimitInput(req), call(ctx)));
+    },
+
+    async pauseWorkload(req, ctx) {
+      return flowConvert.pauseWorkloadResponse(await queue.pauseWorkload(req.name, call(ctx)));
+    },
+
+    async resumeWorkload(req, ctx) {
+      return flowConvert.resumeWorkloadResponse(await queue.resumeWorkload(req.name, call(ctx)));
     },
 
     async listWorkloads(_req, ctx) {

@@ -81,7 +81,10 @@ export class LongPollingQueue {
       if (tasks.length > 0 || this.closed || opts.signal?.aborted) return tasks;
       const left = until - Date.now();
       if (left <= 0) return tasks;
-      await this.park(input.workloads, Math.min(left, this.jitteredPoll()), opts.signal);
+      // A rate limit without a token says when the next is due: claim again then, not sooner or later.
+      const due = opts.claimRetryAfterMs ?? Infinity;
+      opts.claimRetryAfterMs = undefined;
+      await this.park(input.workloads, Math.min(left, this.jitteredPoll(), due), opts.signal);
       if (this.closed || opts.signal?.aborted || Date.now() >= until) return [];
       tasks = await this.queue.claimTasks(input, opts);
     }

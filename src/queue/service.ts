@@ -29,6 +29,8 @@ import type {
   RenewLeaseInput,
   Task,
   Workload,
+  PutKeyLimitInput,
+  KeyLimit,
 } from "./types.js";
 
 /**
@@ -70,8 +72,14 @@ export interface ApiQueue {
   watchJob(jobId: string, opts?: WatchOptions): AsyncIterable<JobUpdate>;
   /** A job's tasks in chunk order (optionally of one status), one page at a time, each with its attempts. */
   listTasks(input: ListTasksInput, opts?: CallOptions): Promise<ListTasksResult>;
-  /** One task with its attempts. */
+  /** One task with its attempts, and, while it is pending, why it waits. */
   getTask(taskId: string, opts?: CallOptions): Promise<TaskDetail>;
+  /** One concurrency key's cap, in place of the workload's maxLeasedPerKey; NotFoundError for an unknown workload. */
+  putKeyLimit(input: PutKeyLimitInput, opts?: CallOptions): Promise<KeyLimit>;
+  /** Claims lease nothing of the workload until it is resumed; NotFoundError for an unknown workload. */
+  pauseWorkload(name: string, opts?: CallOptions): Promise<Workload>;
+  /** Undoes pauseWorkload and wakes the claims parked on the workload. */
+  resumeWorkload(name: string, opts?: CallOptions): Promise<Workload>;
 }
 
 /** What metrics read when scraped. */
@@ -102,4 +110,6 @@ export interface QueueObserver {
   taskFailed(retryable: boolean): void;
   /** Leases that expired: requeued ones and ones that failed for good. */
   leasesExpired(count: number): void;
+  /** A claim of a flow-controlled workload leased nothing because of its cap (or a key's) or its rate limit. */
+  claimRefused?(workload: string, by: "cap" | "rate"): void;
 }

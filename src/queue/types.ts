@@ -19,9 +19,18 @@ export interface Workload {
   parametersSchema: JsonObject | null;
   /** Claimable tasks unclaimed this long fail with error_code "expired"; null: never. */
   maxPendingSeconds: number | null;
+  /** Flow control (flow-control.ts): null where there is no cap or limit. */
+  maxLeased: number | null;
+  maxLeasedPerKey: number | null;
+  maxLeasesPerSecond: number | null;
+  leasesBurst: number | null;
+  paused: boolean;
   createdAt: Date;
   updatedAt: Date;
 }
+
+/** Labels as a map of name to value: a worker's, or what a task requires of one. */
+export type Labels = Record<string, string>;
 
 export interface Job {
   id: string;
@@ -37,6 +46,10 @@ export interface Job {
   createdAt: Date;
   updatedAt: Date;
   completedAt: Date | null;
+  /** "" when none */
+  concurrencyKey: string;
+  /** null when none */
+  requiredLabels: Labels | null;
 }
 
 export interface Task {
@@ -64,6 +77,10 @@ export interface Task {
   runAfter: Date;
   version: number;
   traceparent: string | null;
+  /** "" when none */
+  concurrencyKey: string;
+  /** the job's merged with the task's own; null when none */
+  requiredLabels: Labels | null;
 }
 
 /** One chunk of a job as submitted; `workload` defaults to the job's. */
@@ -73,6 +90,7 @@ export interface TaskSpec {
   inputSha256: string;
   parameters?: JsonObject;
   workload?: string;
+  requiredLabels?: Labels;
 }
 
 export interface CreateJobInput {
@@ -86,6 +104,8 @@ export interface CreateJobInput {
   traceparent?: string;
   /** Empty or absent: one task, chunk 0, from the job's own input. */
   tasks?: TaskSpec[];
+  concurrencyKey?: string;
+  requiredLabels?: Labels;
 }
 
 export interface CreateJobResult {
@@ -104,6 +124,8 @@ export interface ClaimTasksInput {
   leaseSeconds?: number;
   /** long poll: park up to this many seconds when nothing is claimable */
   waitSeconds?: number;
+  /** the worker's labels: only tasks whose required labels they match are leased */
+  labels?: Labels;
 }
 
 /** Identifies one lease: the task, who holds it, and which attempt (the fencing token). */
@@ -206,6 +228,44 @@ export interface PutWorkloadInput {
   parametersSchema?: JsonObject | null;
   /** absent or 0: never expire pending tasks */
   maxPendingSeconds?: number;
+  /** absent: no cap; present, at least 1 */
+  maxLeased?: number;
+  maxLeasedPerKey?: number;
+  /** absent: no rate limit; with leasesBurst */
+  maxLeasesPerSecond?: number;
+  leasesBurst?: number;
+}
+
+/** PutKeyLimit: one concurrency key's cap, in place of the workload's maxLeasedPerKey. */
+export interface PutKeyLimitInput {
+  name: string;
+  key: string;
+  maxLeased: number;
+}
+
+export interface KeyLimit {
+  name: string;
+  key: string;
+  maxLeased: number;
+}
+
+export const WAITING_REASONS = [
+  "queued",
+  "retry_backoff",
+  "workload_paused",
+  "workload_cap",
+  "key_cap",
+  "rate_limited",
+  "labels_unmatched",
+  "no_workers",
+] as const;
+/** Why a pending task is not running (computed on read). */
+export type WaitingReason = (typeof WAITING_REASONS)[number];
+
+export interface Waiting {
+  reason: WaitingReason;
+  /** the reason as a sentence, with its numbers */
+  detail: string;
 }
 
 export interface ExpireLeasesResult {
@@ -227,6 +287,11 @@ export interface CallOptions {
    * returns this very object. A callback that throws fails the call, and nothing is written.
    */
   prepared?: (result: CreateJobResult) => void;
+  /**
+   * Set by a claim that leased nothing because a rate limit had no token: how long until the next
+   * one is due, so a long poll waits that long rather than the poll interval.
+   */
+  claimRetryAfterMs?: number;
 }
 
 export interface ReportProgressInput extends LeaseRef {
@@ -347,6 +412,8 @@ export interface TaskAttempt {
 export interface TaskDetail {
   task: Task;
   attempts: TaskAttempt[];
+  /** GetTask: why a pending task is not running; absent otherwise. */
+  waiting?: Waiting;
 }
 
 export interface ListTasksResult {

@@ -23,7 +23,15 @@ import type {
   TaskSpec,
   TaskStatus,
 } from "./types.js";
-import { JOB_STATUSES, TASK_STATUSES } from "./types.js";
+import { JOB_STATUSES, TASK_STATUSES, type Labels } from "./types.js";
+import {
+  labelsJson,
+  mergeLabels,
+  validateConcurrencyKey,
+  validateFlowSettings,
+  validateLabels,
+  type FlowSettings,
+} from "./flow-control.js";
 
 /**
  * The one table of field bounds: the proto's comments name them (LIMITS.<name>) rather than
@@ -212,6 +220,8 @@ export interface NormalizedTaskSpec {
   inputSha256: string;
   parameters: JsonObject;
   workload: string;
+  /** the job's merged with the task's own */
+  requiredLabels: Labels | null;
 }
 
 export interface NormalizedCreateJob {
@@ -224,6 +234,8 @@ export interface NormalizedCreateJob {
   idempotencyKey: string | null;
   traceparent: string | null;
   tasks: NormalizedTaskSpec[];
+  concurrencyKey: string;
+  requiredLabels: Labels | null;
 }
 
 export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number): NormalizedCreateJob {
@@ -240,6 +252,10 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     }
     traceparent = input.traceparent;
   }
+  const [concurrencyKey, requiredLabels] = all(
+    () => validateConcurrencyKey("concurrency_key", input.concurrencyKey),
+    () => validateLabels("required_labels", input.requiredLabels),
+  );
   const specs = input.tasks ?? [];
   if (!Array.isArray(specs)) fail("tasks", "must be a list");
   if (specs.length > maxTasksPerJob) fail("tasks", `must hold at most ${maxTasksPerJob} tasks`);
@@ -256,18 +272,18 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     // A job without a task list is one chunk: its own input, which is then required.
     if (!hasJobInput) fail("input_uri", "is required when tasks is empty");
     if (inputSha256 === null) fail("input_sha256", "is required when tasks is empty");
-    tasks = [{ chunkIndex: 0, inputUri, inputSha256, parameters, workload }];
+    tasks = [{ chunkIndex: 0, inputUri, inputSha256, parameters, workload, requiredLabels }];
   } else {
     const seen = new Set<number>();
     // Every task is checked, so a job whose chunks all lack input_sha256 hears about each of them.
     const violations: FieldViolation[] = [];
     tasks = specs.map((spec, i) => {
-      const plain = plainTask(spec, workload, parameters, seen);
+      const plain = plainTask(spec, workload, parameters, seen, requiredLabels);
       if (plain !== undefined) return plain;
       const at = `tasks[${i}]`;
       try {
         if (spec === null || typeof spec !== "object") fail(at, "must be an object");
-        const [chunkIndex, specUri, specSha256, own, specWorkload] = all(
+        const [chunkIndex, specUri, specSha256, own, specWorkload, specLabels] = all(
           () => {
             const chunk = requireInt(`${at}.chunk_index`, spec.chunkIndex, 0, LIMITS.chunkIndexMax);
             if (seen.has(chunk)) fail(`${at}.chunk_index`, `duplicates chunk_index ${chunk}`);
@@ -278,6 +294,7 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
           () => requireSha256(`${at}.input_sha256`, spec.inputSha256),
           () => optionalJsonObject(`${at}.parameters`, spec.parameters),
           () => (spec.workload ? requireWorkloadName(`${at}.workload`, spec.workload) : workload),
+          () => mergeLabels(requiredLabels, validateLabels(`${at}.required_labels`, spec.requiredLabels), `${at}.required_labels`),
         );
         return {
           chunkIndex,
@@ -286,6 +303,7 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
           // A task inherits the job's parameters; its own keys win.
           parameters: own ? { ...parameters, ...own } : parameters,
           workload: specWorkload,
+          requiredLabels: specLabels,
         };
       } catch (err) {
         if (!(err instanceof ValidationError)) throw err;
@@ -295,7 +313,19 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     });
     if (violations.length > 0) throw violationsError(violations);
   }
-  return { workload, inputUri, inputSha256, parameters, priority, maxAttempts, idempotencyKey, traceparent, tasks };
+  return {
+    workload,
+    inputUri,
+    inputSha256,
+    parameters,
+    priority,
+    maxAttempts,
+    idempotencyKey,
+    traceparent,
+    tasks,
+    concurrencyKey,
+    requiredLabels,
+  };
 }
 
 /** What sends a task's input_uri to the full checks: whitespace, NUL, or any surrogate (a paired one is valid, and allowed there). */
@@ -309,8 +339,15 @@ const URI_NOT_PLAIN = /[\s\u0000\ud800-\udfff]/;
  * (it may refuse more: a task of its own parameters or an upper-case sha256 goes the long way).
  * For 10,000 tasks the full checks cost ~20 ms, mostly closures and field names made in advance.
  */
-function plainTask(spec: TaskSpec, workload: string, parameters: JsonObject, seen: Set<number>): NormalizedTaskSpec | undefined {
+function plainTask(
+  spec: TaskSpec,
+  workload: string,
+  parameters: JsonObject,
+  seen: Set<number>,
+  requiredLabels: Labels | null,
+): NormalizedTaskSpec | undefined {
   if (spec === null || typeof spec !== "object") return undefined;
+  if (spec.requiredLabels && Object.keys(spec.requiredLabels).length > 0) return undefined;
   const chunk = spec.chunkIndex;
   if (!isInteger(chunk) || chunk < 0 || chunk > LIMITS.chunkIndexMax || seen.has(chunk)) return undefined;
   const uri = spec.inputUri;
@@ -321,7 +358,7 @@ function plainTask(spec: TaskSpec, workload: string, parameters: JsonObject, see
   const own = spec.workload;
   if (own !== undefined && own !== null && own !== "" && (typeof own !== "string" || !WORKLOAD_NAME.test(own))) return undefined;
   seen.add(chunk);
-  return { chunkIndex: chunk, inputUri: uri, inputSha256: sha, parameters, workload: own || workload };
+  return { chunkIndex: chunk, inputUri: uri, inputSha256: sha, parameters, workload: own || workload, requiredLabels };
 }
 
 export interface NormalizedClaim {
@@ -330,6 +367,8 @@ export interface NormalizedClaim {
   maxTasks: number;
   leaseSeconds: number | undefined;
   waitSeconds: number;
+  /** the worker's labels as jsonb text ("{}" for none) */
+  labels: string;
 }
 
 export function validateClaim(input: ClaimTasksInput): NormalizedClaim {
@@ -340,7 +379,8 @@ export function validateClaim(input: ClaimTasksInput): NormalizedClaim {
   const maxTasks = optionalInt("max_tasks", input.maxTasks, 1, LIMITS.maxClaimBatch) ?? 1;
   const leaseSeconds = optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max);
   const waitSeconds = optionalInt("wait_seconds", input.waitSeconds, LIMITS.waitSeconds.min, LIMITS.waitSeconds.max) ?? 0;
-  return { workerId, workloads, maxTasks, leaseSeconds, waitSeconds };
+  const labels = labelsJson(validateLabels("labels", input.labels));
+  return { workerId, workloads, maxTasks, leaseSeconds, waitSeconds, labels };
 }
 
 /** validateClaim for the claim_next of a result report, its violations named under `claim_next.`. */
@@ -418,8 +458,16 @@ export function validateCancel(input: CancelJobInput): { jobId: string; reason: 
 export function validatePutWorkload(
   input: PutWorkloadInput,
   defaults: { maxAttempts: number; leaseSeconds: number },
-): { name: string; maxAttempts: number; leaseSeconds: number; parametersSchema: JsonObject | null; maxPendingSeconds: number | null } {
+): {
+  name: string;
+  maxAttempts: number;
+  leaseSeconds: number;
+  parametersSchema: JsonObject | null;
+  maxPendingSeconds: number | null;
+  flow: FlowSettings;
+} {
   const name = requireWorkloadName("name", input.name);
+  const flow = validateFlowSettings(input);
   const maxAttempts =
     optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
   const leaseSeconds =
@@ -432,7 +480,7 @@ export function validatePutWorkload(
   const maxPendingSeconds =
     optionalInt("max_pending_seconds", input.maxPendingSeconds || undefined, LIMITS.maxPendingSeconds.min, LIMITS.maxPendingSeconds.max) ??
     null;
-  return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds };
+  return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds, flow };
 }
 
 /** Page tokens are opaque to clients; inside they carry the last chunk_index returned. */

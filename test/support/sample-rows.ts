@@ -30,6 +30,8 @@ export function sampleTask(overrides: Partial<Task> = {}): Task {
     runAfter: SAMPLE_NOW,
     version: 3,
     traceparent: null,
+    concurrencyKey: "",
+    requiredLabels: null,
     ...overrides,
   };
 }
@@ -49,6 +51,8 @@ export function sampleJob(overrides: Partial<Job> = {}): Job {
     createdAt: SAMPLE_NOW,
     updatedAt: SAMPLE_NOW,
     completedAt: null,
+    concurrencyKey: "",
+    requiredLabels: null,
     ...overrides,
   };
 }

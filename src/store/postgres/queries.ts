@@ -11,14 +11,21 @@ export const EVENTS_CHANNEL = "leasehold_events";
 
 export const SELECT_ALL_WORKLOADS = `SELECT * FROM workloads ORDER BY name`;
 
+// $6..$9 flow control: max_leased, max_leased_per_key, max_leases_per_second, leases_burst (null: none).
+// Paused, keyed and has_key_limits are kept: they have operations of their own.
 export const UPSERT_WORKLOAD = `
-INSERT INTO workloads (name, max_attempts, lease_seconds, parameters_schema, max_pending_seconds)
-VALUES ($1, $2, $3, $4::jsonb, $5)
+INSERT INTO workloads (name, max_attempts, lease_seconds, parameters_schema, max_pending_seconds,
+  max_leased, max_leased_per_key, max_leases_per_second, leases_burst)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9)
 ON CONFLICT (name) DO UPDATE
   SET max_attempts = EXCLUDED.max_attempts,
       lease_seconds = EXCLUDED.lease_seconds,
       parameters_schema = EXCLUDED.parameters_schema,
       max_pending_seconds = EXCLUDED.max_pending_seconds,
+      max_leased = EXCLUDED.max_leased,
+      max_leased_per_key = EXCLUDED.max_leased_per_key,
+      max_leases_per_second = EXCLUDED.max_leases_per_second,
+      leases_burst = EXCLUDED.leases_burst,
       updated_at = now()
 RETURNING *`;
 
@@ -46,29 +53,60 @@ export const SELECT_WORKLOADS_WITH_XMIN_FOR_SHARE = `${SELECT_WORKLOADS_WITH_XMI
  * $1 job id, $2 workload, $3 input_uri, $4 input_sha256, $5 parameters, $6 priority,
  * $7 idempotency_key, $8 request_sha256, $9 traceparent, $10/$11 workload names/xmins,
  * $12.. task arrays (id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts),
- * $19/$20 wake-ups (workload, count).
+ * $19/$20 wake-ups (workload, count), then the flow-control parameters (FlowParams).
  */
-const createJobCtes = `fresh AS (
+interface FlowParams {
+  /** the job's concurrency key ('' for none) */
+  key: string;
+  /** the job's required labels (jsonb, null for none) */
+  labels: string;
+  /** whether the job's tasks get fair ranks (its workload is keyed) */
+  ranked: string;
+  /** the number of tasks */
+  count: string;
+}
+/*
+ * Fair ranks (flow-control.md, "Fair share"): a job of a keyed workload takes `count` ranks from
+ * its key's next_rank, starting no earlier than the head of the queue at the job's priority (or,
+ * with nothing pending, the furthest any key has got). One upsert per job; its row lock orders
+ * two jobs of one key. Nothing happens for a workload that never saw a key ($ranked false).
+ */
+const createJobCtes = (f: FlowParams) => `fresh AS (
   SELECT count(*) = cardinality($10::text[]) AS ok
   FROM workloads w JOIN unnest($10::text[], $11::text[]) AS v(name, x) ON w.name = v.name AND w.xmin::text = v.x
 ), job AS (
-  INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent)
-  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9 FROM fresh WHERE fresh.ok
+  INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent,
+    concurrency_key, required_labels)
+  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, ${f.key}, ${f.labels}::jsonb FROM fresh WHERE fresh.ok
   ON CONFLICT (idempotency_key) DO NOTHING
   RETURNING *
+), rank_base AS (
+  INSERT INTO flow_keys AS k (workload, key, next_rank)
+  SELECT job.workload, job.concurrency_key, coalesce(
+      (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
+       ORDER BY t.priority DESC, t.fair_rank LIMIT 1),
+      (SELECT max(o.next_rank) FROM flow_keys o WHERE o.workload = job.workload),
+      0) + ${f.count}::bigint
+  FROM job WHERE ${f.ranked}::boolean
+  ON CONFLICT (workload, key) DO UPDATE SET next_rank = greatest(k.next_rank, EXCLUDED.next_rank - ${f.count}::bigint) + ${f.count}::bigint
+  RETURNING k.next_rank - ${f.count}::bigint AS base
 )`;
-const createJobAnswer = `SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified, job.*
+const createJobAnswer = `SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified,
+  coalesce((SELECT base FROM rank_base), 0) AS rank_base, job.*
 FROM (SELECT 1) one LEFT JOIN job ON true`;
 const wokenBy = (workloads: string, counts: string) => `woken AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n) FROM job, unnest(${workloads}::text[], ${counts}::int[]) AS x(w, n)
 )`;
 
+// $21 concurrency key, $22 job labels, $23 ranked, $24 task count (FlowParams), $25 each task's labels (text[] of jsonb, or null).
 export const CREATE_JOB = `
-WITH ${createJobCtes}, tasks_in AS (
-  INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent)
-  SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent
-  FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[])
-    AS u(id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts)
+WITH ${createJobCtes({ key: "$21", labels: "$22", ranked: "$23", count: "$24" })}, tasks_in AS (
+  INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
+    concurrency_key, required_labels, fair_rank)
+  SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent,
+    job.concurrency_key, coalesce(u.required_labels::jsonb, job.required_labels), coalesce((SELECT base FROM rank_base) + u.n - 1, 0)
+  FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[], $25::text[])
+    WITH ORDINALITY AS u(id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, required_labels, n)
 ), ${wokenBy("$19", "$20")}
 ${createJobAnswer}`;
 
@@ -81,12 +119,16 @@ ${createJobAnswer}`;
  * to parse and unnest: for 10,000 tasks the backends' CPU fell by ~15% (scratch measurement,
  * 16 alternating runs each, 88 against 74 ms per job).
  */
+// $14 concurrency key, $15 job labels, $16 ranked, $17 task count (FlowParams); the answer's rank_base is the first task's fair rank.
 export const CREATE_JOB_ALONE = `
-WITH ${createJobCtes}, ${wokenBy("$12", "$13")}
+WITH ${createJobCtes({ key: "$14", labels: "$15", ranked: "$16", count: "$17" })}, ${wokenBy("$12", "$13")}
 ${createJobAnswer}`;
 
 /** The tasks of a CREATE_JOB_ALONE, in COPY's text format (copy-text.ts), columns in this order; the rest are their defaults. */
 export const COPY_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent) FROM STDIN`;
+/** COPY_TASKS for a job with a concurrency key, required labels or fair ranks: those three columns as well. */
+export const COPY_FLOW_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
+  concurrency_key, required_labels, fair_rank) FROM STDIN`;
 
 export const SELECT_JOB_BY_IDEMPOTENCY_KEY = `SELECT * FROM jobs WHERE idempotency_key = $1`;
 
@@ -132,6 +174,8 @@ interface ClaimParams {
   limit: string;
   worker: string;
   leaseSeconds: string;
+  /** the worker's labels, jsonb ('{}' for none) */
+  labels: string;
 }
 
 /*
@@ -152,35 +196,45 @@ interface ClaimParams {
  * - "Was it fresh" is `= ANY (ARRAY(SELECT id FROM fresh))`, not `IN (SELECT id FROM fresh)`: the
  *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
  *   under claim + complete (perf).
+ * - Flow control (src/store/postgres/flow-control.md): each requested workload's row says whether
+ *   it has caps, a rate limit or is paused (`flow`). The two arms take only workloads without
+ *   (`NOT w.flow`, a one-time filter: no row of a flow workload is read); flow workloads are
+ *   claimed by leasehold_flow_claim (the migration), under their advisory lock, for whatever
+ *   this statement's arms left of the limit. Both honour the worker's labels and order by
+ *   fair_rank after priority (0 in a workload that never saw a concurrency key).
  * These are the claim's CTEs, from the two arms to the job's move to running (everything but the
  * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a
  * result report takes nothing unless the report's result was accepted.
  */
-const claimCtes = (p: ClaimParams, gate = "true") => `expired AS (
-  SELECT c.id, c.priority, c.created_at, c.chunk_index, 0 AS arm
-  FROM unnest(${p.workloads}::text[]) AS w(name)
+const claimCtes = (p: ClaimParams, gate = "true") => `requested AS (
+  SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY (${p.workloads}::text[])
+), expired AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+  FROM requested w
   CROSS JOIN LATERAL (
-    SELECT id, priority, created_at, chunk_index FROM tasks
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
     WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND ${gate}
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ ${p.labels}::jsonb)
     ORDER BY lease_expires_at
     LIMIT ${p.limit}
     FOR UPDATE SKIP LOCKED
   ) c
 ), fresh AS (
-  SELECT c.id, c.priority, c.created_at, c.chunk_index, 1 AS arm
-  FROM unnest(${p.workloads}::text[]) AS w(name)
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+  FROM requested w
   CROSS JOIN LATERAL (
-    SELECT id, priority, created_at, chunk_index FROM tasks
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
     WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND ${gate}
-    ORDER BY priority DESC, created_at, chunk_index
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ ${p.labels}::jsonb)
+    ORDER BY priority DESC, fair_rank, created_at, chunk_index
     LIMIT ${p.limit}
     FOR UPDATE SKIP LOCKED
   ) c
 ), picked AS (
   SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
-  ORDER BY arm, priority DESC, created_at, chunk_index
+  ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
   LIMIT ${p.limit}
-), claimed AS (
+), plain_claimed AS (
   UPDATE tasks t
   SET status = 'leased',
       attempt = t.attempt + 1,
@@ -191,25 +245,36 @@ const claimCtes = (p: ClaimParams, gate = "true") => `expired AS (
       event_flip = NOT t.event_flip
   WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
   RETURNING t.*
+), flow_claimed AS (
+  SELECT f.task, f.fresh
+  FROM leasehold_flow_claim(
+    ARRAY(SELECT name FROM requested WHERE flow), ${p.limit}::int - (SELECT count(*)::int FROM plain_claimed), ${p.worker}::text,
+    ${p.leaseSeconds}::int, ${p.labels}::jsonb) f
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
+), claimed AS (
+  SELECT * FROM plain_claimed UNION ALL SELECT (task).* FROM flow_claimed
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
 )`;
+// A claimed task came from pending (not a reclaimed lease): taken by the fresh arm, or by the flow claim from pending.
+const wasFresh = (t: string) =>
+  `(${t}.id = ANY (ARRAY(SELECT id FROM fresh)) OR ${t}.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh)))`;
 // The claim's status events, for statusEvents: previous status pending for fresh work, leased for a reclaimed lease.
 const claimedEventRows = `SELECT job_id, id, chunk_index, 'task_status', 'leased',
-    CASE WHEN id = ANY (ARRAY(SELECT id FROM fresh)) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+    CASE WHEN ${wasFresh("claimed")} THEN 'pending' ELSE 'leased' END, attempt, lease_owner
   FROM claimed`;
 
 // pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
-const pickupSeconds = `CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
+const pickupSeconds = `CASE WHEN ${wasFresh("claimed")} THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
 
-// $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
+// $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's), $5 labels (jsonb).
 const claimTasks = (claimOrder: string) => `
-WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4" })}, ${statusEvents(claimedEventRows)},
+WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4", labels: "$5" })}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
 SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
 FROM claimed ${claimOrder}`;
-const CLAIM_ORDER = "ORDER BY priority DESC, created_at, chunk_index";
+const CLAIM_ORDER = "ORDER BY priority DESC, fair_rank, created_at, chunk_index";
 export const CLAIM_TASKS = claimTasks(CLAIM_ORDER);
 /** CLAIM_TASKS for one task ($2 = 1): one row needs no sort (see COMPLETE_TASK_AND_CLAIM_ONE). */
 export const CLAIM_TASK = claimTasks("");
@@ -272,10 +337,10 @@ FROM done`;
  * updates never meet one row: `done` needs a live lease, which neither arm takes. Nor do the two
  * job updates: `running` moves pending jobs, `finished` running ones, as the snapshot has them.
  * Rows: part 0 the completed task (with recheck_job), part 1 the claimed ones in claim order.
- * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, as CLAIM_TASKS.
+ * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, $11 labels, as CLAIM_TASKS.
  */
 const completeTaskAndClaim = (claimOrder: string) => `
-WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10" }, "EXISTS (SELECT 1 FROM done)")},
+WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10", labels: "$11" }, "EXISTS (SELECT 1 FROM done)")},
 ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
@@ -399,10 +464,10 @@ SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
  * runs whatever each result's outcome; as in COMPLETE_TASK_AND_CLAIM the updates never meet one
  * row (a completion needs a live lease, which neither arm takes). Rows: part 0 the completed
  * tasks, part 1 the claimed ones in claim order.
- * $1, $2 as COMPLETE_TASKS; $3 workloads, $4 limit, $5 worker id, $6 lease seconds, as CLAIM_TASKS.
+ * $1, $2 as COMPLETE_TASKS; $3 workloads, $4 limit, $5 worker id, $6 lease seconds, $7 labels, as CLAIM_TASKS.
  */
 export const COMPLETE_TASKS_AND_CLAIM = `
-WITH ${completeMany}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6" })},
+WITH ${completeMany}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6", labels: "$7" })},
 ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
@@ -410,7 +475,7 @@ watched AS (
 )
 SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified FROM done
 UNION ALL
-(SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ORDER BY priority DESC, created_at, chunk_index)`;
+(SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ${CLAIM_ORDER})`;
 
 // Runs in its own statement after completions commit, so its snapshot sees every commit that
 // came before; the last of several racing completers always finds the job done.

@@ -1,7 +1,7 @@
 // The rows the store reads, one type and one mapper per table, so a column's type is stated once:
 // here, against the migrations. node-postgres hands back timestamptz as Date, int as number, jsonb
 // parsed, and bigint (task_events.id) as a string.
-import type { Job, JobEvent, JsonObject, Task, Workload } from "../../queue/types.js";
+import type { Job, JobEvent, JsonObject, Labels, Task, Workload } from "../../queue/types.js";
 
 export interface WorkloadRow {
   name: string;
@@ -9,6 +9,12 @@ export interface WorkloadRow {
   lease_seconds: number;
   parameters_schema: JsonObject | null;
   max_pending_seconds: number | null;
+  max_leased: number | null;
+  max_leased_per_key: number | null;
+  max_leases_per_second: number | null;
+  leases_burst: number | null;
+  paused: boolean;
+  keyed: boolean;
   created_at: Date;
   updated_at: Date;
 }
@@ -27,6 +33,8 @@ export interface JobRow {
   created_at: Date;
   updated_at: Date;
   completed_at: Date | null;
+  concurrency_key: string;
+  required_labels: Labels | null;
 }
 
 export interface TaskRow {
@@ -54,6 +62,8 @@ export interface TaskRow {
   run_after: Date;
   version: number;
   traceparent: string | null;
+  concurrency_key: string;
+  required_labels: Labels | null;
 }
 
 /** A task_events row as the watch and attempt reads select it (created_at as text, for its microseconds). */
@@ -82,6 +92,11 @@ export function toWorkload(r: WorkloadRow): Workload {
     leaseSeconds: r.lease_seconds,
     parametersSchema: r.parameters_schema ?? null,
     maxPendingSeconds: r.max_pending_seconds ?? null,
+    maxLeased: r.max_leased ?? null,
+    maxLeasedPerKey: r.max_leased_per_key ?? null,
+    maxLeasesPerSecond: r.max_leases_per_second ?? null,
+    leasesBurst: r.leases_burst ?? null,
+    paused: r.paused ?? false,
     createdAt: r.created_at,
     updatedAt: r.updated_at,
   };
@@ -102,6 +117,8 @@ export function toJob(r: JobRow): Job {
     createdAt: r.created_at,
     updatedAt: r.updated_at,
     completedAt: r.completed_at ?? null,
+    concurrencyKey: r.concurrency_key ?? "",
+    requiredLabels: r.required_labels ?? null,
   };
 }
 
@@ -131,6 +148,8 @@ export function toTask(r: TaskRow): Task {
     runAfter: r.run_after,
     version: r.version,
     traceparent: r.traceparent ?? null,
+    concurrencyKey: r.concurrency_key ?? "",
+    requiredLabels: r.required_labels ?? null,
   };
 }
 

@@ -52,13 +52,17 @@ import {
   type Task,
   type TaskCounts,
   type Workload,
+  type KeyLimit,
+  type PutKeyLimitInput,
 } from "../../queue/types.js";
+import { validatePutKeyLimit } from "../../queue/flow-control.js";
 import {
   LIMITS,
   encodeJobsPageToken,
   encodePageToken,
   encodeTasksPageToken,
   requireUuid,
+  requireWorkloadName,
   validateListTasks,
   validateCancel,
   validateClaim,
@@ -80,6 +84,7 @@ import { intArrayLiteral, textArrayLiteral } from "./arrays.js";
 import { copyIn } from "./copy-in.js";
 import { COPY_NULL, copyChunks, copyText } from "./copy-text.js";
 import { inTransaction, withClient } from "./db.js";
+import * as flow from "./flow-control.js";
 import * as sql from "./queries.js";
 import { toJob, toJobEvent, toTask, toWorkload, type JobEventRow, type JobRow, type TaskRow } from "./rows.js";
 import { WatchHub } from "./watch-hub.js";
@@ -123,10 +128,14 @@ const REAPER_BATCH = 1000;
 export class PostgresQueue implements QueueService {
   private readonly schemas = new ParameterSchemas();
   /** Workloads as CreateJob last read them, with the row's xmin (CREATE_JOB checks it is still current). */
-  private readonly workloadCache = new Map<string, { workload: Workload; xmin: string }>();
+  private readonly workloadCache = new Map<string, { workload: Workload; xmin: string; keyed: boolean }>();
 
   /** The poll floor and watcher refresh of all this coordinator's WatchJob streams. */
   private readonly watchHub: WatchHub;
+  /** Which labels workers claim with (flow-control.ts), written every few seconds, not per claim. */
+  private readonly sightings = new flow.WorkerSightings();
+  /** Which workloads have caps, a rate limit or are paused: their completions wake parked claims. */
+  private readonly flowWorkloads: flow.FlowWorkloads;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -137,6 +146,7 @@ export class PostgresQueue implements QueueService {
       watcherTtlSeconds: WATCHER_TTL_SECONDS,
       readTimeoutMs: WATCH_READ_TIMEOUT_MS,
     });
+    this.flowWorkloads = new flow.FlowWorkloads(pool);
   }
 
   async putWorkload(input: PutWorkloadInput, opts: CallOptions = {}): Promise<Workload> {
@@ -149,9 +159,33 @@ export class PostgresQueue implements QueueService {
         w.leaseSeconds,
         w.parametersSchema === null ? null : JSON.stringify(w.parametersSchema),
         w.maxPendingSeconds,
+        w.flow.maxLeased,
+        w.flow.maxLeasedPerKey,
+        w.flow.maxLeasesPerSecond,
+        w.flow.leasesBurst,
       ]),
     );
+    this.flowWorkloads.mark(w.name, rows[0].flow as boolean);
     return toWorkload(rows[0]);
+  }
+
+  async putKeyLimit(input: PutKeyLimitInput, opts: CallOptions = {}): Promise<KeyLimit> {
+    const limit = validatePutKeyLimit(input, requireWorkloadName);
+    const done = await withClient(this.pool, opts.signal, (c) => flow.putKeyLimit(c, limit));
+    this.flowWorkloads.mark(limit.name, true);
+    return done;
+  }
+
+  async pauseWorkload(name: string, opts: CallOptions = {}): Promise<Workload> {
+    const n = requireWorkloadName("name", name);
+    const w = await withClient(this.pool, opts.signal, (c) => flow.pauseWorkload(c, n));
+    this.flowWorkloads.mark(n, true);
+    return w;
+  }
+
+  async resumeWorkload(name: string, opts: CallOptions = {}): Promise<Workload> {
+    const n = requireWorkloadName("name", name);
+    return withClient(this.pool, opts.signal, (c) => flow.resumeWorkload(c, n));
   }
 
   async listWorkloads(opts: CallOptions = {}): Promise<Workload[]> {
@@ -172,7 +206,12 @@ export class PostgresQueue implements QueueService {
       // reads them first. If they changed meanwhile (PutWorkload through any coordinator), the
       // second try reads them FOR SHARE in a transaction, so they cannot change again before the
       // insert: it always succeeds, however busy PutWorkload is.
-      const refresh = names.some((n) => !this.workloadCache.has(n));
+      let refresh = names.some((n) => !this.workloadCache.has(n));
+      // A job with a concurrency key makes its workload keyed (fair ranks from then on), once.
+      if (job.concurrencyKey !== "" && this.workloadCache.get(job.workload)?.keyed !== true) {
+        await c.query(flow.MARK_KEYED, [job.workload]);
+        refresh = true;
+      }
       let locked = false;
       try {
         for (;;) {
@@ -216,6 +255,8 @@ export class PostgresQueue implements QueueService {
   ): Promise<CreateJobResult | "stale" | "taken"> {
     const workloads = new Map(names.flatMap((n) => (this.workloadCache.has(n) ? [[n, this.workloadCache.get(n)!] as const] : [])));
     if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
+    const ranked = workloads.get(job.workload)!.keyed;
+    const jobLabels = job.requiredLabels === null ? null : JSON.stringify(job.requiredLabels);
     const maxAttempts = new Array<number>(job.tasks.length);
     const own = input.tasks?.length ? true : false;
     for (let i = 0; i < job.tasks.length; i++) {
@@ -239,8 +280,9 @@ export class PostgresQueue implements QueueService {
       names,
       names.map((n) => workloads.get(n)!.xmin),
     ];
+    const flowValues = [job.concurrencyKey, jobLabels, ranked, job.tasks.length];
     if (job.tasks.length >= COPY_MIN_TASKS)
-      return this.insertJobByCopy(c, job, jobValues, ids, maxAttempts, perWorkload, inTransaction, prepared);
+      return this.insertJobByCopy(c, job, jobValues, flowValues, ids, maxAttempts, perWorkload, inTransaction, prepared);
     // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
     const inserting = c.query({
       name: "leasehold_create_job",
@@ -257,6 +299,8 @@ export class PostgresQueue implements QueueService {
         intArrayLiteral(maxAttempts),
         [...perWorkload.keys()],
         [...perWorkload.values()],
+        ...flowValues,
+        taskLabels(job),
       ],
     });
     const tasks = taskRows(job, jobId, ids, maxAttempts);
@@ -276,6 +320,7 @@ export class PostgresQueue implements QueueService {
     c: pg.PoolClient,
     job: NormalizedCreateJob,
     jobValues: unknown[],
+    flowValues: unknown[],
     ids: string[],
     maxAttempts: number[],
     perWorkload: Map<string, number>,
@@ -287,7 +332,7 @@ export class PostgresQueue implements QueueService {
     const inserting = c.query({
       name: "leasehold_create_job_alone",
       text: sql.CREATE_JOB_ALONE,
-      values: [...jobValues, [...perWorkload.keys()], [...perWorkload.values()]],
+      values: [...jobValues, [...perWorkload.keys()], [...perWorkload.values()], ...flowValues],
     });
     try {
       const [, { rows }] = await Promise.all([begun, inserting]);
@@ -300,6 +345,20 @@ export class PostgresQueue implements QueueService {
       // the next are made (made before the job row was back they only overlapped its round trips).
       // Escaped like every text column, though validation allows only hex and dashes there.
       const tail = "\t" + job.priority + "\t" + (job.traceparent === null ? COPY_NULL : copyText(job.traceparent));
+      // With a key, labels or fair ranks, three columns more (COPY_FLOW_TASKS).
+      const withFlow = job.concurrencyKey !== "" || job.tasks.some((t) => t.requiredLabels !== null) || flowValues[2] === true;
+      const rankBase = Number(row.rank_base);
+      const flowTail = (i: number) => {
+        const labels = job.tasks[i].requiredLabels;
+        return (
+          "\t" +
+          copyText(job.concurrencyKey) +
+          "\t" +
+          (labels === null ? COPY_NULL : copyText(JSON.stringify(labels))) +
+          "\t" +
+          (rankBase + i)
+        );
+      };
       let lastParameters: object | undefined;
       let parametersText = "";
       const chunks = copyChunks(job.tasks.length, (i) => {
@@ -325,10 +384,11 @@ export class PostgresQueue implements QueueService {
           parametersText +
           "\t" +
           maxAttempts[i] +
-          tail
+          tail +
+          (withFlow ? flowTail(i) : "")
         );
       });
-      const copying = copyIn(c, sql.COPY_TASKS, chunks);
+      const copying = copyIn(c, withFlow ? sql.COPY_FLOW_TASKS : sql.COPY_TASKS, chunks);
       const result = createdJob(row, taskRows(job, jobId, ids, maxAttempts));
       // Handed over while PostgreSQL copies; a callback that throws fails the call once the COPY
       // has settled, and the transaction is rolled back.
@@ -363,27 +423,54 @@ export class PostgresQueue implements QueueService {
   private async loadWorkloads(c: pg.PoolClient, names: string[], forShare: boolean): Promise<void> {
     const { rows } = await c.query(forShare ? sql.SELECT_WORKLOADS_WITH_XMIN_FOR_SHARE : sql.SELECT_WORKLOADS_WITH_XMIN, [names]);
     for (const n of names) this.workloadCache.delete(n);
-    for (const r of rows) this.workloadCache.set(r.name as string, { workload: toWorkload(r), xmin: r.row_xmin as string });
+    for (const r of rows)
+      this.workloadCache.set(r.name as string, { workload: toWorkload(r), xmin: r.row_xmin as string, keyed: r.keyed as boolean });
   }
 
   async claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
     const claim = validateClaim(input);
-    return withClient(this.pool, opts.signal, (c) => this.claimWith(c, claim, "workloads"));
+    return withClient(this.pool, opts.signal, (c) => this.claimWith(c, claim, "workloads", opts));
   }
 
-  private async claimWith(c: pg.PoolClient, claim: NormalizedClaim, field: string): Promise<Task[]> {
+  private async claimWith(c: pg.PoolClient, claim: NormalizedClaim, field: string, opts: CallOptions = {}): Promise<Task[]> {
     const one = claim.maxTasks === 1;
     const { rows } = await c.query({
       name: one ? "leasehold_claim_task" : "leasehold_claim_tasks",
       text: one ? sql.CLAIM_TASK : sql.CLAIM_TASKS,
-      values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
+      values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels],
     });
+    await this.sightings.seen(c, claim.workloads, claim.labels);
     if (rows.length === 0) {
       // Only an empty answer pays for this check, so the hot path stays one statement.
       await this.requireWorkloads(c, claim.workloads, field);
+      if (this.flowWorkloads.any(claim.workloads)) await this.explainRefusal(c, claim.workloads, opts);
       return [];
     }
     return this.claimed(rows);
+  }
+
+  /**
+   * An empty claim of a flow-controlled workload: counted by what refused it (metrics), and, when a
+   * rate limit had no token, opts.claimRetryAfterMs says when the next is due (the long poll waits that long).
+   */
+  private async explainRefusal(c: pg.PoolClient, workloads: string[], opts: CallOptions): Promise<void> {
+    const { rows } = await c.query({ name: "leasehold_flow_refusals", text: flow.FLOW_REFUSALS, values: [workloads] });
+    let wait = Infinity;
+    for (const r of rows) {
+      if (r.cap_full) this.options.observer?.claimRefused?.(r.name as string, "cap");
+      if (r.rate_wait_ms !== null) {
+        this.options.observer?.claimRefused?.(r.name as string, "rate");
+        wait = Math.min(wait, r.rate_wait_ms as number);
+      }
+    }
+    if (Number.isFinite(wait)) opts.claimRetryAfterMs = Math.max(1, wait);
+  }
+
+  /** Tasks of flow-controlled workloads stopped holding their slots: wake claims parked on those workloads (any coordinator). */
+  private freedSlots(workloads: readonly string[]): void {
+    const capped = [...new Set(workloads)].filter((w) => this.flowWorkloads.any([w]));
+    if (capped.length === 0) return;
+    this.pool.query(sql.NOTIFY_WORKLOADS, [capped, capped.map(() => 1)]).catch(() => {});
   }
 
   private claimed(rows: (TaskRow & { pickup_seconds: number | null })[]): Task[] {
@@ -439,7 +526,7 @@ export class PostgresQueue implements QueueService {
       const { rows } = await c.query({
         name: one ? "leasehold_complete_task_and_claim_one" : "leasehold_complete_task_and_claim",
         text: one ? sql.COMPLETE_TASK_AND_CLAIM_ONE : sql.COMPLETE_TASK_AND_CLAIM,
-        values: [...completeValues(done), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
+        values: [...completeValues(done), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels],
       });
       const accepted = rows.find((r) => r.part === 0);
       if (!accepted) {
@@ -460,6 +547,7 @@ export class PostgresQueue implements QueueService {
   /** A task the completion accepted; its job is re-checked after commit when the statement could not decide. */
   private async completed(c: pg.PoolClient, row: TaskRow & { recheck_job: boolean }): Promise<Task> {
     this.options.observer?.tasksCompleted(1);
+    this.freedSlots([row.workload]);
     if (row.recheck_job) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [[row.job_id]] });
     return toTask(row);
   }
@@ -481,7 +569,7 @@ export class PostgresQueue implements QueueService {
       const { rows } = await c.query({
         name: "leasehold_complete_tasks_and_claim",
         text: sql.COMPLETE_TASKS_AND_CLAIM,
-        values: [...batchValues(batch), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
+        values: [...batchValues(batch), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels],
       });
       const claimedRows = rows.filter((r) => r.part === 1);
       // A job one of whose tasks this statement claimed has unfinished work (that task), so it
@@ -515,6 +603,7 @@ export class PostgresQueue implements QueueService {
   ): Promise<CompleteOutcome[]> {
     const completed = new Map(rows.map((r) => [r.id, toTask(r)]));
     if (completed.size > 0) this.options.observer?.tasksCompleted(completed.size);
+    this.freedSlots(rows.map((r) => r.workload));
     const jobs = [...new Set(rows.map((r) => r.job_id))].filter((j) => !busy.has(j));
     if (jobs.length > 0) await c.query({ name: "leasehold_finish_jobs", text: sql.FINISH_JOBS_IF_DONE, values: [jobs] });
     const outcomes: CompleteOutcome[] = [];
@@ -544,6 +633,7 @@ export class PostgresQueue implements QueueService {
       });
       if (rows.length === 1) {
         this.options.observer?.taskFailed(rows[0].status === "pending");
+        this.freedSlots([rows[0].workload as string]);
         return toTask(rows[0]);
       }
       throw leaseConflict(await this.loadTask(c, f.taskId), f);
@@ -837,7 +927,9 @@ export class PostgresQueue implements QueueService {
     const id = requireUuid("task_id", taskId);
     return withClient(this.pool, opts.signal, async (c) => {
       const task = await this.loadTask(c, id);
-      return (await this.withAttempts(c, task.jobId, [task]))[0];
+      const detail = (await this.withAttempts(c, task.jobId, [task]))[0];
+      const waiting = await flow.waitingOf(c, task);
+      return waiting ? { ...detail, waiting } : detail;
     });
   }
 
@@ -967,6 +1059,12 @@ function parametersJson(tasks: readonly { parameters: object }[]): string[] {
   return out;
 }
 
+/** Each task's required labels as jsonb text for CREATE_JOB (null when no task has labels of its own beyond the job's). */
+function taskLabels(job: NormalizedCreateJob): (string | null)[] | null {
+  if (!job.tasks.some((t) => t.requiredLabels !== job.requiredLabels)) return null;
+  return job.tasks.map((t) => (t.requiredLabels === null ? null : JSON.stringify(t.requiredLabels)));
+}
+
 /** A task's created_at and run_after until the insert says what its now() was. */
 const NOT_YET = new Date(NaN);
 
@@ -1004,6 +1102,8 @@ function taskRows(job: NormalizedCreateJob, jobId: string, ids: readonly string[
     runAfter: NOT_YET,
     version: 0,
     traceparent: job.traceparent,
+    concurrencyKey: job.concurrencyKey,
+    requiredLabels: t.requiredLabels,
   }));
   if (!inChunkOrder(tasks)) tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
   return tasks;

@@ -36,6 +36,18 @@ class JobEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_EVENT_KIND_TASK_PROGRESS: _ClassVar[JobEventKind]
     JOB_EVENT_KIND_JOB_STATUS: _ClassVar[JobEventKind]
 
+class WaitingReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WAITING_REASON_UNSPECIFIED: _ClassVar[WaitingReason]
+    WAITING_REASON_QUEUED: _ClassVar[WaitingReason]
+    WAITING_REASON_RETRY_BACKOFF: _ClassVar[WaitingReason]
+    WAITING_REASON_WORKLOAD_PAUSED: _ClassVar[WaitingReason]
+    WAITING_REASON_WORKLOAD_CAP: _ClassVar[WaitingReason]
+    WAITING_REASON_KEY_CAP: _ClassVar[WaitingReason]
+    WAITING_REASON_RATE_LIMITED: _ClassVar[WaitingReason]
+    WAITING_REASON_LABELS_UNMATCHED: _ClassVar[WaitingReason]
+    WAITING_REASON_NO_WORKERS: _ClassVar[WaitingReason]
+
 class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ATTEMPT_OUTCOME_UNSPECIFIED: _ClassVar[AttemptOutcome]
@@ -60,6 +72,15 @@ JOB_EVENT_KIND_UNSPECIFIED: JobEventKind
 JOB_EVENT_KIND_TASK_STATUS: JobEventKind
 JOB_EVENT_KIND_TASK_PROGRESS: JobEventKind
 JOB_EVENT_KIND_JOB_STATUS: JobEventKind
+WAITING_REASON_UNSPECIFIED: WaitingReason
+WAITING_REASON_QUEUED: WaitingReason
+WAITING_REASON_RETRY_BACKOFF: WaitingReason
+WAITING_REASON_WORKLOAD_PAUSED: WaitingReason
+WAITING_REASON_WORKLOAD_CAP: WaitingReason
+WAITING_REASON_KEY_CAP: WaitingReason
+WAITING_REASON_RATE_LIMITED: WaitingReason
+WAITING_REASON_LABELS_UNMATCHED: WaitingReason
+WAITING_REASON_NO_WORKERS: WaitingReason
 ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
 ATTEMPT_OUTCOME_RUNNING: AttemptOutcome
 ATTEMPT_OUTCOME_COMPLETED: AttemptOutcome
@@ -68,21 +89,37 @@ ATTEMPT_OUTCOME_LEASE_EXPIRED: AttemptOutcome
 ATTEMPT_OUTCOME_CANCELLED: AttemptOutcome
 
 class TaskSpec(_message.Message):
-    __slots__ = ("chunk_index", "input_uri", "input_sha256", "parameters", "workload")
+    __slots__ = ("chunk_index", "input_uri", "input_sha256", "parameters", "workload", "required_labels")
+    class RequiredLabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
     INPUT_URI_FIELD_NUMBER: _ClassVar[int]
     INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     chunk_index: int
     input_uri: str
     input_sha256: str
     parameters: _struct_pb2.Struct
     workload: str
-    def __init__(self, chunk_index: _Optional[int] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., workload: _Optional[str] = ...) -> None: ...
+    required_labels: _containers.ScalarMap[str, str]
+    def __init__(self, chunk_index: _Optional[int] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., workload: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at")
+    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "concurrency_key", "required_labels")
+    class RequiredLabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     INPUT_URI_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +133,8 @@ class Job(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     id: str
     workload: str
     input_uri: str
@@ -109,10 +148,19 @@ class Job(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     completed_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    concurrency_key: str
+    required_labels: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent")
+    __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent", "concurrency_key", "required_labels")
+    class RequiredLabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +184,8 @@ class Task(_message.Message):
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     chunk_index: int
@@ -159,7 +209,9 @@ class Task(_message.Message):
     completed_at: _timestamp_pb2.Timestamp
     version: int
     traceparent: str
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., priority: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    concurrency_key: str
+    required_labels: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., priority: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., traceparent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TaskCounts(_message.Message):
     __slots__ = ("pending", "leased", "completed", "failed", "cancelled")
@@ -192,7 +244,7 @@ class ResultManifest(_message.Message):
     def __init__(self, chunk_index: _Optional[int] = ..., task_id: _Optional[str] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Workload(_message.Message):
-    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "created_at", "updated_at", "max_pending_seconds")
+    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "created_at", "updated_at", "max_pending_seconds", "max_leased", "max_leased_per_key", "max_leases_per_second", "leases_burst", "paused")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +252,11 @@ class Workload(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     MAX_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASED_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASED_PER_KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    LEASES_BURST_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
     name: str
     max_attempts: int
     lease_seconds: int
@@ -207,10 +264,22 @@ class Workload(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     max_pending_seconds: int
-    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ...) -> None: ...
+    max_leased: int
+    max_leased_per_key: int
+    max_leases_per_second: float
+    leases_burst: int
+    paused: bool
+    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks")
+    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "concurrency_key", "required_labels")
+    class RequiredLabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     INPUT_URI_FIELD_NUMBER: _ClassVar[int]
     INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +289,8 @@ class CreateJobRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     workload: str
     input_uri: str
     input_sha256: str
@@ -229,7 +300,9 @@ class CreateJobRequest(_message.Message):
     idempotency_key: str
     traceparent: str
     tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
-    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ...) -> None: ...
+    concurrency_key: str
+    required_labels: _containers.ScalarMap[str, str]
+    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job", "tasks")
@@ -240,18 +313,27 @@ class CreateJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
 
 class ClaimTasksRequest(_message.Message):
-    __slots__ = ("worker_id", "workloads", "max_tasks", "lease_seconds", "wait_seconds")
+    __slots__ = ("worker_id", "workloads", "max_tasks", "lease_seconds", "wait_seconds", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     WORKLOADS_FIELD_NUMBER: _ClassVar[int]
     MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     workloads: _containers.RepeatedScalarFieldContainer[str]
     max_tasks: int
     lease_seconds: int
     wait_seconds: int
-    def __init__(self, worker_id: _Optional[str] = ..., workloads: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., wait_seconds: _Optional[int] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, worker_id: _Optional[str] = ..., workloads: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., wait_seconds: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ClaimTasksResponse(_message.Message):
     __slots__ = ("tasks",)
@@ -432,18 +514,26 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class PutWorkloadRequest(_message.Message):
-    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "max_pending_seconds")
+    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "max_pending_seconds", "max_leased", "max_leased_per_key", "max_leases_per_second", "leases_burst")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     MAX_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASED_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASED_PER_KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    LEASES_BURST_FIELD_NUMBER: _ClassVar[int]
     name: str
     max_attempts: int
     lease_seconds: int
     parameters_schema: _struct_pb2.Struct
     max_pending_seconds: int
-    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ...) -> None: ...
+    max_leased: int
+    max_leased_per_key: int
+    max_leases_per_second: float
+    leases_burst: int
+    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ...) -> None: ...
 
 class PutWorkloadResponse(_message.Message):
     __slots__ = ("workload",)
@@ -602,12 +692,60 @@ class GetTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ...) -> None: ...
 
 class GetTaskResponse(_message.Message):
-    __slots__ = ("task", "attempts")
+    __slots__ = ("task", "attempts", "waiting_reason", "waiting_detail")
     TASK_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
+    WAITING_DETAIL_FIELD_NUMBER: _ClassVar[int]
     task: Task
     attempts: _containers.RepeatedCompositeFieldContainer[TaskAttempt]
-    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ...) -> None: ...
+    waiting_reason: WaitingReason
+    waiting_detail: str
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ..., waiting_reason: _Optional[_Union[WaitingReason, str]] = ..., waiting_detail: _Optional[str] = ...) -> None: ...
+
+class PutKeyLimitRequest(_message.Message):
+    __slots__ = ("name", "key", "max_leased")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    key: str
+    max_leased: int
+    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., max_leased: _Optional[int] = ...) -> None: ...
+
+class PutKeyLimitResponse(_message.Message):
+    __slots__ = ("name", "key", "max_leased")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    key: str
+    max_leased: int
+    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., max_leased: _Optional[int] = ...) -> None: ...
+
+class PauseWorkloadRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class PauseWorkloadResponse(_message.Message):
+    __slots__ = ("workload",)
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    workload: Workload
+    def __init__(self, workload: _Optional[_Union[Workload, _Mapping]] = ...) -> None: ...
+
+class ResumeWorkloadRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ResumeWorkloadResponse(_message.Message):
+    __slots__ = ("workload",)
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    workload: Workload
+    def __init__(self, workload: _Optional[_Union[Workload, _Mapping]] = ...) -> None: ...
 
 class TaskDetail(_message.Message):
     __slots__ = ("task", "attempts")

@@ -123,6 +123,21 @@ class QueueServiceStub:
                 request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskRequest.SerializeToString,
                 response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskResponse.FromString,
                 _registered_method=True)
+        self.PutKeyLimit = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/PutKeyLimit',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutKeyLimitRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutKeyLimitResponse.FromString,
+                _registered_method=True)
+        self.PauseWorkload = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/PauseWorkload',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseWorkloadRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseWorkloadResponse.FromString,
+                _registered_method=True)
+        self.ResumeWorkload = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ResumeWorkload',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -284,6 +299,34 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutKeyLimit(self, request, context):
+        """Sets the concurrency cap of one concurrency_key of a workload, in place of
+        the workload's max_leased_per_key (a premium tenant's key may get 10 where
+        the default is 2). Takes effect on the next claim. An unknown workload is
+        NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseWorkload(self, request, context):
+        """Pauses a workload: claims lease none of its tasks until it is resumed;
+        leases already held run on and may complete, and jobs can still be
+        created. Pausing a paused workload changes nothing. An unknown workload is
+        NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeWorkload(self, request, context):
+        """Resumes a paused workload and wakes the claims parked on it. An unknown
+        workload is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -371,6 +414,21 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.GetTask,
                     request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskRequest.FromString,
                     response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskResponse.SerializeToString,
+            ),
+            'PutKeyLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutKeyLimit,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutKeyLimitRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutKeyLimitResponse.SerializeToString,
+            ),
+            'PauseWorkload': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseWorkload,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseWorkloadRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseWorkloadResponse.SerializeToString,
+            ),
+            'ResumeWorkload': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeWorkload,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -836,6 +894,87 @@ class QueueService:
             '/leasehold.queue.v1.QueueService/GetTask',
             leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskRequest.SerializeToString,
             leasehold_dot_queue_dot_v1_dot_queue__pb2.GetTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutKeyLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/PutKeyLimit',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PutKeyLimitRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PutKeyLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseWorkload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/PauseWorkload',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseWorkloadRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseWorkloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeWorkload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ResumeWorkload',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadResponse.FromString,
             options,
             channel_credentials,
             insecure,

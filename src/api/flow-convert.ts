@@ -1,0 +1,43 @@
+// Flow control's messages ↔ the queue's types: waiting reasons, and the requests and answers of
+// PutKeyLimit, PauseWorkload and ResumeWorkload.
+
+import { create } from "@bufbuild/protobuf";
+import {
+  PauseWorkloadResponseSchema,
+  PutKeyLimitResponseSchema,
+  ResumeWorkloadResponseSchema,
+  WaitingReason,
+  type PauseWorkloadResponse,
+  type PutKeyLimitRequest,
+  type PutKeyLimitResponse,
+  type ResumeWorkloadResponse,
+} from "../../gen/leasehold/queue/v1/queue_pb.js";
+import type { KeyLimit, PutKeyLimitInput, WaitingReason as DomainWaitingReason, Workload } from "../queue/types.js";
+import { workloadMessage } from "./convert.js";
+
+export const WAITING_REASON: Record<DomainWaitingReason, WaitingReason> = {
+  queued: WaitingReason.QUEUED,
+  retry_backoff: WaitingReason.RETRY_BACKOFF,
+  workload_paused: WaitingReason.WORKLOAD_PAUSED,
+  workload_cap: WaitingReason.WORKLOAD_CAP,
+  key_cap: WaitingReason.KEY_CAP,
+  rate_limited: WaitingReason.RATE_LIMITED,
+  labels_unmatched: WaitingReason.LABELS_UNMATCHED,
+  no_workers: WaitingReason.NO_WORKERS,
+};
+
+export function putKeyLimitInput(r: PutKeyLimitRequest): PutKeyLimitInput {
+  return { name: r.name, key: r.key, maxLeased: r.maxLeased };
+}
+
+export function putKeyLimitResponse(k: KeyLimit): PutKeyLimitResponse {
+  return create(PutKeyLimitResponseSchema, { name: k.name, key: k.key, maxLeased: k.maxLeased });
+}
+
+export function pauseWorkloadResponse(w: Workload): PauseWorkloadResponse {
+  return create(PauseWorkloadResponseSchema, { workload: workloadMessage(w) });
+}
+
+export function resumeWorkloadResponse(w: Workload): ResumeWorkloadResponse {
+  return create(ResumeWorkloadResponseSchema, { workload: workloadMessage(w) });
+}
