@@ -5,16 +5,16 @@
 
 import type pg from "pg";
 import { NotFoundError } from "../../queue/errors.js";
-import { waitingReason, type WaitingFacts } from "../../queue/flow-control.js";
-import type { KeyLimit, Labels, Task, Waiting, Workload } from "../../queue/types.js";
-import { NOTIFY_CHANNEL } from "./queries.js";
+import { validatePutKeyLimit, waitingReason, type WaitingFacts } from "../../queue/flow-control.js";
+import type { CallOptions, KeyLimit, Labels, PutKeyLimitInput, Task, Waiting, Workload } from "../../queue/types.js";
+import { requireWorkloadName } from "../../queue/validation.js";
+import { NOTIFY_CHANNEL } from "./channels.js";
+import type { StoreContext } from "./context.js";
+import { withClient } from "./db.js";
 import { toWorkload, type WorkloadRow } from "./rows.js";
 
 /** Wakes this many parked claims of a workload when it is resumed or a key's cap changes: all of them. */
 const WAKE_ALL = 100_000;
-
-/** A job with a concurrency key was created: the workload's jobs get fair ranks from now on. */
-export const MARK_KEYED = `UPDATE workloads SET keyed = true WHERE name = $1 AND NOT keyed`;
 
 export const PAUSE_WORKLOAD = `UPDATE workloads SET paused = true, updated_at = now() WHERE name = $1 RETURNING *`;
 
@@ -89,22 +89,63 @@ JOIN workloads w ON w.name = t.workload
 LEFT JOIN workload_key_limits o ON o.workload = t.workload AND o.key = t.concurrency_key
 WHERE t.id = $1`;
 
-export async function pauseWorkload(c: pg.PoolClient, name: string): Promise<Workload> {
-  const { rows } = await c.query(PAUSE_WORKLOAD, [name]);
-  if (rows.length === 0) throw new NotFoundError("workload", name, "name");
+// Wakes the claims parked on workloads whose tasks stopped holding a slot (any coordinator).
+const NOTIFY_FREED = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':1') FROM unnest($1::text[]) AS w`;
+
+export async function pauseWorkload(ctx: StoreContext, name: string, opts: CallOptions): Promise<Workload> {
+  const n = requireWorkloadName("name", name);
+  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(PAUSE_WORKLOAD, [n]));
+  if (rows.length === 0) throw new NotFoundError("workload", n, "name");
+  ctx.flow.workloads.mark(n, true);
   return toWorkload(rows[0] as WorkloadRow);
 }
 
-export async function resumeWorkload(c: pg.PoolClient, name: string): Promise<Workload> {
-  const { rows } = await c.query(RESUME_WORKLOAD, [name]);
-  if (rows.length === 0) throw new NotFoundError("workload", name, "name");
+export async function resumeWorkload(ctx: StoreContext, name: string, opts: CallOptions): Promise<Workload> {
+  const n = requireWorkloadName("name", name);
+  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(RESUME_WORKLOAD, [n]));
+  if (rows.length === 0) throw new NotFoundError("workload", n, "name");
   return toWorkload(rows[0] as WorkloadRow);
 }
 
-export async function putKeyLimit(c: pg.PoolClient, input: KeyLimit): Promise<KeyLimit> {
-  const { rows } = await c.query(PUT_KEY_LIMIT, [input.name, input.key, input.maxLeased]);
-  if (rows.length === 0) throw new NotFoundError("workload", input.name, "name");
+export async function putKeyLimit(ctx: StoreContext, input: PutKeyLimitInput, opts: CallOptions): Promise<KeyLimit> {
+  const limit = validatePutKeyLimit(input, requireWorkloadName);
+  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(PUT_KEY_LIMIT, [limit.name, limit.key, limit.maxLeased]));
+  if (rows.length === 0) throw new NotFoundError("workload", limit.name, "name");
+  ctx.flow.workloads.mark(limit.name, true);
   return { name: rows[0].workload as string, key: rows[0].key as string, maxLeased: rows[0].max_leased as number };
+}
+
+/**
+ * An empty claim of a flow-controlled workload: counted by what refused it (metrics), and, when a
+ * rate limit had no token, opts.claimRetryAfterMs says when the next is due (the long poll waits that long).
+ */
+export async function explainRefusal(ctx: StoreContext, c: pg.PoolClient, workloads: string[], opts: CallOptions): Promise<void> {
+  const { rows } = await c.query({ name: "leasehold_flow_refusals", text: FLOW_REFUSALS, values: [workloads] });
+  let wait = Infinity;
+  for (const r of rows) {
+    if (r.cap_full) ctx.options.observer?.claimRefused?.(r.name as string, "cap");
+    if (r.rate_wait_ms !== null) {
+      ctx.options.observer?.claimRefused?.(r.name as string, "rate");
+      wait = Math.min(wait, r.rate_wait_ms as number);
+    }
+  }
+  if (Number.isFinite(wait)) opts.claimRetryAfterMs = Math.max(1, wait);
+}
+
+/**
+ * Tasks of these workloads stopped holding their slots (completed, failed): claims parked on the
+ * flow-controlled ones among them are woken, on every coordinator. Uncapped workloads pay nothing.
+ */
+export function freedSlots(ctx: StoreContext, workloads: readonly string[]): void {
+  const capped = [...new Set(workloads)].filter((w) => ctx.flow.workloads.any([w]));
+  if (capped.length === 0) return;
+  ctx.pool.query(NOTIFY_FREED, [capped]).catch(() => {});
+}
+
+/** What the store keeps for flow control. */
+export interface FlowState {
+  readonly workloads: FlowWorkloads;
+  readonly sightings: WorkerSightings;
 }
 
 /** Why a pending task waits; undefined for a task that is not pending. */
