@@ -81,8 +81,10 @@ export class LongPollingQueue {
       if (tasks.length > 0 || this.closed || opts.signal?.aborted) return tasks;
       const left = until - Date.now();
       if (left <= 0) return tasks;
-      // A rate limit without a token says when the next is due: claim again then, not sooner or later.
-      const due = opts.claimRetryAfterMs ?? Infinity;
+      // A rate limit without a token says when the next is due: claim again then rather than at the
+      // poll interval. The claims parked here spread their retries over as many token intervals as
+      // there are of them, so one token does not wake them all at once.
+      const due = opts.claimRetryAfterMs === undefined ? Infinity : opts.claimRetryAfterMs * (1 + Math.random() * this.waiters.size);
       opts.claimRetryAfterMs = undefined;
       await this.park(input.workloads, Math.min(left, this.jitteredPoll(), due), opts.signal);
       if (this.closed || opts.signal?.aborted || Date.now() >= until) return [];
