@@ -414,6 +414,27 @@ export function validateComplete(input: CompleteTaskInput): CompleteTaskInput {
   return { ...ref, resultUri, resultSha256, metrics };
 }
 
+/** A CompleteTasks batch, checked whole before anything is written. */
+export function validateBatch(inputs: CompleteTaskInput[]): CompleteTaskInput[] {
+  if (!Array.isArray(inputs) || inputs.length === 0) throw new ValidationError("results", "must hold at least one result");
+  if (inputs.length > LIMITS.maxClaimBatch) throw new ValidationError("results", `must hold at most ${LIMITS.maxClaimBatch} results`);
+  // Every result is checked, and every violation named by its place in the batch.
+  const violations: FieldViolation[] = [];
+  const batch = inputs.map((input, i) => {
+    try {
+      return validateComplete(input);
+    } catch (err) {
+      if (!(err instanceof ValidationError)) throw err;
+      violations.push(...err.violations.map((v) => ({ field: `results[${i}].${v.field}`, description: v.description })));
+      return input;
+    }
+  });
+  if (violations.length > 0) throw violationsError(violations);
+  const ids = batch.map((b) => b.taskId);
+  if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
+  return batch;
+}
+
 export interface NormalizedFail extends LeaseRef {
   errorCode: string;
   errorMessage: string | null;
