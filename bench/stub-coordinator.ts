@@ -86,6 +86,8 @@ const queue: QueueService = {
       createdAt: now,
       updatedAt: now,
       completedAt: null,
+      failurePolicy: input.failurePolicy ?? ("fail_fast" as const),
+      maxFailedTasks: input.maxFailedTasks ?? 0,
       concurrencyKey: "",
       requiredLabels: null,
     };

@@ -9,6 +9,7 @@ import type {
   CompleteTaskInput,
   CreateJobInput,
   FailTaskInput,
+  FailurePolicy,
   JsonObject,
   JsonValue,
   JobStatus,
@@ -23,7 +24,7 @@ import type {
   TaskSpec,
   TaskStatus,
 } from "./types.js";
-import { JOB_STATUSES, TASK_STATUSES, type Labels } from "./types.js";
+import { FAILURE_POLICIES, JOB_STATUSES, TASK_STATUSES, type Labels } from "./types.js";
 import {
   labelsJson,
   mergeLabels,
@@ -57,6 +58,8 @@ export const LIMITS = {
   retryAfterSeconds: { min: 0, max: 86_400 },
   pageSize: { default: 100, max: 1000 },
   maxPendingSeconds: { min: 1, max: 30 * 86_400 },
+  /** Failed tasks a job tolerates (max_failed_tasks); 0: none. */
+  maxFailedTasks: { min: 0, max: 1_000_000 },
   progressMessageLength: 1000,
   /** Field violations (and parameters-schema violations) listed per request; the rest are only counted. */
   violations: 20,
@@ -214,6 +217,15 @@ export function cleanErrorMessage(v: unknown): string | null {
   return v.replace(CONTROL_CHARS, "").slice(0, LIMITS.errorMessageLength);
 }
 
+/** A failure policy, or undefined when absent (the caller's default then applies). */
+function optionalFailurePolicy(field: string, v: unknown): FailurePolicy | undefined {
+  if (v === undefined || v === null || v === "") return undefined;
+  if (typeof v !== "string" || !(FAILURE_POLICIES as readonly string[]).includes(v)) {
+    fail(field, `must be one of ${FAILURE_POLICIES.join(", ")}`);
+  }
+  return v as FailurePolicy;
+}
+
 export interface NormalizedTaskSpec {
   chunkIndex: number;
   inputUri: string;
@@ -234,6 +246,9 @@ export interface NormalizedCreateJob {
   idempotencyKey: string | null;
   traceparent: string | null;
   tasks: NormalizedTaskSpec[];
+  /** undefined: the workload's. */
+  failurePolicy: FailurePolicy | undefined;
+  maxFailedTasks: number | undefined;
   concurrencyKey: string;
   requiredLabels: Labels | null;
 }
@@ -245,6 +260,10 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
   const priority = optionalInt("priority", input.priority, LIMITS.priority.min, LIMITS.priority.max) ?? 0;
   const maxAttempts = optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max);
   const idempotencyKey = optionalText("idempotency_key", input.idempotencyKey, LIMITS.idempotencyKeyLength) ?? null;
+  const [failurePolicy, maxFailedTasks] = all(
+    () => optionalFailurePolicy("failure_policy", input.failurePolicy),
+    () => optionalInt("max_failed_tasks", input.maxFailedTasks, LIMITS.maxFailedTasks.min, LIMITS.maxFailedTasks.max),
+  );
   let traceparent: string | null = null;
   if (input.traceparent) {
     if (typeof input.traceparent !== "string" || !TRACEPARENT.test(input.traceparent)) {
@@ -323,6 +342,8 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     idempotencyKey,
     traceparent,
     tasks,
+    failurePolicy,
+    maxFailedTasks,
     concurrencyKey,
     requiredLabels,
   };
@@ -476,32 +497,41 @@ export function validateCancel(input: CancelJobInput): { jobId: string; reason: 
   };
 }
 
-export function validatePutWorkload(
-  input: PutWorkloadInput,
-  defaults: { maxAttempts: number; leaseSeconds: number },
-): {
+export interface NormalizedWorkload {
   name: string;
   maxAttempts: number;
   leaseSeconds: number;
   parametersSchema: JsonObject | null;
   maxPendingSeconds: number | null;
+  failurePolicy: FailurePolicy;
+  maxFailedTasks: number;
   flow: FlowSettings;
-} {
-  const name = requireWorkloadName("name", input.name);
+}
+
+export function validatePutWorkload(input: PutWorkloadInput, defaults: { maxAttempts: number; leaseSeconds: number }): NormalizedWorkload {
+  // Every field is checked, so a request learns all that is wrong with it at once.
+  const [name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds, failurePolicy, maxFailedTasks] = all(
+    () => requireWorkloadName("name", input.name),
+    () => optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts,
+    () => optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds,
+    () => {
+      const schema = input.parametersSchema;
+      return schema === undefined || schema === null || Object.keys(schema).length === 0
+        ? null
+        : requireJsonObject("parameters_schema", schema, LIMITS.parametersSchemaBytes);
+    },
+    () =>
+      optionalInt(
+        "max_pending_seconds",
+        input.maxPendingSeconds || undefined,
+        LIMITS.maxPendingSeconds.min,
+        LIMITS.maxPendingSeconds.max,
+      ) ?? null,
+    () => optionalFailurePolicy("failure_policy", input.failurePolicy) ?? "fail_fast",
+    () => optionalInt("max_failed_tasks", input.maxFailedTasks, LIMITS.maxFailedTasks.min, LIMITS.maxFailedTasks.max) ?? 0,
+  );
   const flow = validateFlowSettings(input);
-  const maxAttempts =
-    optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
-  const leaseSeconds =
-    optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds;
-  const schema = input.parametersSchema;
-  const parametersSchema =
-    schema === undefined || schema === null || Object.keys(schema).length === 0
-      ? null
-      : requireJsonObject("parameters_schema", schema, LIMITS.parametersSchemaBytes);
-  const maxPendingSeconds =
-    optionalInt("max_pending_seconds", input.maxPendingSeconds || undefined, LIMITS.maxPendingSeconds.min, LIMITS.maxPendingSeconds.max) ??
-    null;
-  return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds, flow };
+  return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds, failurePolicy, maxFailedTasks, flow };
 }
 
 /** Page tokens are opaque to clients; inside they carry the last chunk_index returned. */

@@ -51,6 +51,8 @@ export function sampleJob(overrides: Partial<Job> = {}): Job {
     createdAt: SAMPLE_NOW,
     updatedAt: SAMPLE_NOW,
     completedAt: null,
+    failurePolicy: "fail_fast",
+    maxFailedTasks: 0,
     concurrencyKey: "",
     requiredLabels: null,
     ...overrides,

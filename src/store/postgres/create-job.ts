@@ -2,7 +2,7 @@
 // then its tasks by COPY (CREATE_JOB_ALONE, COPY_TASKS), validated against the cached workloads.
 
 import type pg from "pg";
-import { IdempotencyConflictError, NotFoundError } from "../../queue/errors.js";
+import { IdempotencyConflictError } from "../../queue/errors.js";
 import { requestFingerprint } from "../../queue/idempotency.js";
 import type { CallOptions, CreateJobInput, CreateJobResult, Task } from "../../queue/types.js";
 import { validateCreateJob, type NormalizedCreateJob } from "../../queue/validation.js";
@@ -14,6 +14,7 @@ import { COPY_NULL, copyChunks, copyText } from "./copy-text.js";
 import { withClient } from "./db.js";
 import { toJob, toTask, type JobRow } from "./rows.js";
 import { uuidv7, uuidv7s } from "./uuidv7.js";
+import { unknownWorkload } from "./workloads.js";
 
 /*
  * CreateJob in one statement and one round trip (it took six: SELECT workloads, BEGIN, INSERT job,
@@ -33,7 +34,9 @@ import { uuidv7, uuidv7s } from "./uuidv7.js";
  * $1 job id, $2 workload, $3 input_uri, $4 input_sha256, $5 parameters, $6 priority,
  * $7 idempotency_key, $8 request_sha256, $9 traceparent, $10/$11 workload names/xmins,
  * $12.. task arrays (id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts),
- * $19/$20 wake-ups (workload, count), then the flow-control parameters (FlowParams).
+ * $19/$20 wake-ups (workload, count), $21/$22 the job's failure_policy and max_failed_tasks (its
+ * own, else its workload's, as the caller validated against them), then the flow-control
+ * parameters (FlowParams).
  */
 interface FlowParams {
   /** the job's concurrency key ('' for none) */
@@ -51,13 +54,14 @@ interface FlowParams {
  * with nothing pending, the furthest any key has got). One upsert per job; its row lock orders
  * two jobs of one key. Nothing happens for a workload that never saw a key (ranked false).
  */
-const createJobCtes = (f: FlowParams) => `fresh AS (
+const createJobCtes = (policy: string, maxFailed: string, f: FlowParams) => `fresh AS (
   SELECT count(*) = cardinality($10::text[]) AS ok
   FROM workloads w JOIN unnest($10::text[], $11::text[]) AS v(name, x) ON w.name = v.name AND w.xmin::text = v.x
 ), job AS (
   INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent,
-    concurrency_key, required_labels)
-  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, ${f.key}, ${f.labels}::jsonb FROM fresh WHERE fresh.ok
+    failure_policy, max_failed_tasks, concurrency_key, required_labels)
+  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, ${policy}::failure_policy, ${maxFailed}::int, ${f.key}, ${f.labels}::jsonb
+  FROM fresh WHERE fresh.ok
   ON CONFLICT (idempotency_key) DO NOTHING
   RETURNING *
 ), rank_base AS (
@@ -81,30 +85,31 @@ const wokenBy = (workloads: string, counts: string) => `woken AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n) FROM job, unnest(${workloads}::text[], ${counts}::int[]) AS x(w, n)
 )`;
 
-// $21 concurrency key, $22 job labels, $23 ranked, $24 task count (FlowParams), $25 each task's labels (text[] of jsonb, or null).
+// $23 concurrency key, $24 job labels, $25 ranked, $26 task count (FlowParams), $27 each task's labels (text[] of jsonb, or null).
 export const CREATE_JOB = `
-WITH ${createJobCtes({ key: "$21", labels: "$22", ranked: "$23", count: "$24" })}, tasks_in AS (
+WITH ${createJobCtes("$21", "$22", { key: "$23", labels: "$24", ranked: "$25", count: "$26" })}, tasks_in AS (
   INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
     concurrency_key, required_labels, fair_rank)
   SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent,
     job.concurrency_key, coalesce(u.required_labels::jsonb, job.required_labels), coalesce((SELECT base FROM rank_base) + u.n - 1, 0)
-  FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[], $25::text[])
+  FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[], $27::text[])
     WITH ORDINALITY AS u(id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, required_labels, n)
 ), ${wokenBy("$19", "$20")}
 ${createJobAnswer}`;
 
 /*
  * A large CreateJob (COPY_MIN_TASKS and up) in a transaction of its own: CREATE_JOB's
- * job row, freshness check, idempotency and wake-ups with $12/$13 as the wake-ups, then the tasks
+ * job row, freshness check, idempotency and wake-ups with $12/$13 as the wake-ups and $14/$15 as
+ * the failure policy, then the tasks
  * by COPY_TASKS (copy-in.ts) when the job row was inserted, then COMMIT. The NOTIFY still goes out
  * at the commit, when the tasks are visible; a failure rolls all of it back. COPY inserts the rows
  * in batches (one WAL record per heap page, not per row) and reads them as text, with no arrays
  * to parse and unnest: for 10,000 tasks the backends' CPU fell by ~15% (scratch measurement,
  * 16 alternating runs each, 88 against 74 ms per job).
  */
-// $14 concurrency key, $15 job labels, $16 ranked, $17 task count (FlowParams); the answer's rank_base is the first task's fair rank.
+// $16 concurrency key, $17 job labels, $18 ranked, $19 task count (FlowParams); the answer's rank_base is the first task's fair rank.
 export const CREATE_JOB_ALONE = `
-WITH ${createJobCtes({ key: "$14", labels: "$15", ranked: "$16", count: "$17" })}, ${wokenBy("$12", "$13")}
+WITH ${createJobCtes("$14", "$15", { key: "$16", labels: "$17", ranked: "$18", count: "$19" })}, ${wokenBy("$12", "$13")}
 ${createJobAnswer}`;
 
 /** The tasks of a CREATE_JOB_ALONE, in COPY's text format (copy-text.ts), columns in this order; the rest are their defaults. */
@@ -179,7 +184,9 @@ async function insertJob(
   prepared: CallOptions["prepared"],
 ): Promise<CreateJobResult | "stale" | "taken"> {
   const workloads = new Map(names.flatMap((n) => (ctx.workloads.has(n) ? [[n, ctx.workloads.get(n)!] as const] : [])));
-  if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
+  const own = workloads.get(job.workload)?.workload;
+  if (!own) throw await unknownWorkload(c, job.workload, "workload");
+  const policy = [job.failurePolicy ?? own.failurePolicy, job.maxFailedTasks ?? own.maxFailedTasks];
   const flowValues = [
     job.concurrencyKey,
     job.requiredLabels === null ? null : JSON.stringify(job.requiredLabels),
@@ -187,13 +194,13 @@ async function insertJob(
     job.tasks.length,
   ];
   const maxAttempts = new Array<number>(job.tasks.length);
-  const own = input.tasks?.length ? true : false;
+  const listed = input.tasks?.length ? true : false;
   for (let i = 0; i < job.tasks.length; i++) {
     const t = job.tasks[i];
     const w = workloads.get(t.workload)?.workload;
-    if (!w) throw new NotFoundError("workload", t.workload, `tasks[${i}].workload`);
+    if (!w) throw await unknownWorkload(c, t.workload, `tasks[${i}].workload`);
     // The field's name is made only for a workload with a schema (10,000 names cost ~3 ms).
-    if (w.parametersSchema) ctx.schemas.validate(w, t.parameters, own ? `tasks[${i}].parameters` : "parameters");
+    if (w.parametersSchema) ctx.schemas.validate(w, t.parameters, listed ? `tasks[${i}].parameters` : "parameters");
     maxAttempts[i] = job.maxAttempts ?? w.maxAttempts;
   }
   const jobValues = [
@@ -210,7 +217,7 @@ async function insertJob(
     names.map((n) => workloads.get(n)!.xmin),
   ];
   if (job.tasks.length >= COPY_MIN_TASKS)
-    return insertJobByCopy(c, job, jobValues, flowValues, ids, maxAttempts, perWorkload, inTransaction, prepared);
+    return insertJobByCopy(c, job, jobValues, [...policy, ...flowValues], ids, maxAttempts, perWorkload, inTransaction, prepared);
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = c.query({
     name: "leasehold_create_job",
@@ -227,6 +234,7 @@ async function insertJob(
       intArrayLiteral(maxAttempts),
       [...perWorkload.keys()],
       [...perWorkload.values()],
+      ...policy,
       ...flowValues,
       taskLabels(job),
     ],
@@ -248,7 +256,8 @@ async function insertJobByCopy(
   c: pg.PoolClient,
   job: NormalizedCreateJob,
   jobValues: unknown[],
-  flowValues: unknown[],
+  /** the failure policy's two values, then the flow-control ones (CREATE_JOB_ALONE $14..$19) */
+  extra: unknown[],
   ids: string[],
   maxAttempts: number[],
   perWorkload: Map<string, number>,
@@ -260,7 +269,7 @@ async function insertJobByCopy(
   const inserting = c.query({
     name: "leasehold_create_job_alone",
     text: CREATE_JOB_ALONE,
-    values: [...jobValues, [...perWorkload.keys()], [...perWorkload.values()], ...flowValues],
+    values: [...jobValues, [...perWorkload.keys()], [...perWorkload.values()], ...extra],
   });
   try {
     const [, { rows }] = await Promise.all([begun, inserting]);
@@ -274,7 +283,7 @@ async function insertJobByCopy(
     // Escaped like every text column, though validation allows only hex and dashes there.
     const tail = "\t" + job.priority + "\t" + (job.traceparent === null ? COPY_NULL : copyText(job.traceparent));
     // With a key, labels or fair ranks, three columns more (COPY_FLOW_TASKS).
-    const withFlow = job.concurrencyKey !== "" || job.tasks.some((t) => t.requiredLabels !== null) || flowValues[2] === true;
+    const withFlow = job.concurrencyKey !== "" || job.tasks.some((t) => t.requiredLabels !== null) || extra[4] === true;
     const rankBase = Number(row.rank_base);
     const flowTail = (i: number) => {
       const labels = job.tasks[i].requiredLabels;

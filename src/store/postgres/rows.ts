@@ -9,6 +9,8 @@ export interface WorkloadRow {
   lease_seconds: number;
   parameters_schema: JsonObject | null;
   max_pending_seconds: number | null;
+  failure_policy: Workload["failurePolicy"];
+  max_failed_tasks: number;
   max_leased: number | null;
   max_leased_per_key: number | null;
   max_leases_per_second: number | null;
@@ -33,6 +35,8 @@ export interface JobRow {
   created_at: Date;
   updated_at: Date;
   completed_at: Date | null;
+  failure_policy: Job["failurePolicy"];
+  max_failed_tasks: number;
   concurrency_key: string;
   required_labels: Labels | null;
 }
@@ -83,6 +87,8 @@ export interface JobEventRow {
   error_code: string | null;
   error_message: string | null;
   created_at: string;
+  /** The writing transaction (xid8, as text or a number); WatchJob ends after the last event of the transaction that made the job final. */
+  xid?: string | number;
 }
 
 export function toWorkload(r: WorkloadRow): Workload {
@@ -92,6 +98,8 @@ export function toWorkload(r: WorkloadRow): Workload {
     leaseSeconds: r.lease_seconds,
     parametersSchema: r.parameters_schema ?? null,
     maxPendingSeconds: r.max_pending_seconds ?? null,
+    failurePolicy: r.failure_policy,
+    maxFailedTasks: r.max_failed_tasks,
     maxLeased: r.max_leased ?? null,
     maxLeasedPerKey: r.max_leased_per_key ?? null,
     maxLeasesPerSecond: r.max_leases_per_second ?? null,
@@ -117,6 +125,8 @@ export function toJob(r: JobRow): Job {
     createdAt: r.created_at,
     updatedAt: r.updated_at,
     completedAt: r.completed_at ?? null,
+    failurePolicy: r.failure_policy,
+    maxFailedTasks: r.max_failed_tasks,
     concurrencyKey: r.concurrency_key ?? "",
     requiredLabels: r.required_labels ?? null,
   };

@@ -29,6 +29,12 @@ class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATUS_FAILED: _ClassVar[JobStatus]
     JOB_STATUS_CANCELLED: _ClassVar[JobStatus]
 
+class FailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FAILURE_POLICY_UNSPECIFIED: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_FAIL_FAST: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_CONTINUE: _ClassVar[FailurePolicy]
+
 class JobEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     JOB_EVENT_KIND_UNSPECIFIED: _ClassVar[JobEventKind]
@@ -68,6 +74,9 @@ JOB_STATUS_RUNNING: JobStatus
 JOB_STATUS_COMPLETED: JobStatus
 JOB_STATUS_FAILED: JobStatus
 JOB_STATUS_CANCELLED: JobStatus
+FAILURE_POLICY_UNSPECIFIED: FailurePolicy
+FAILURE_POLICY_FAIL_FAST: FailurePolicy
+FAILURE_POLICY_CONTINUE: FailurePolicy
 JOB_EVENT_KIND_UNSPECIFIED: JobEventKind
 JOB_EVENT_KIND_TASK_STATUS: JobEventKind
 JOB_EVENT_KIND_TASK_PROGRESS: JobEventKind
@@ -112,7 +121,7 @@ class TaskSpec(_message.Message):
     def __init__(self, chunk_index: _Optional[int] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., workload: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "concurrency_key", "required_labels")
+    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +142,8 @@ class Job(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     id: str
@@ -148,9 +159,11 @@ class Job(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     completed_at: _timestamp_pb2.Timestamp
+    failure_policy: FailurePolicy
+    max_failed_tasks: int
     concurrency_key: str
     required_labels: _containers.ScalarMap[str, str]
-    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent", "concurrency_key", "required_labels")
@@ -244,7 +257,7 @@ class ResultManifest(_message.Message):
     def __init__(self, chunk_index: _Optional[int] = ..., task_id: _Optional[str] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Workload(_message.Message):
-    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "created_at", "updated_at", "max_pending_seconds", "max_leased", "max_leased_per_key", "max_leases_per_second", "leases_burst", "paused")
+    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "created_at", "updated_at", "max_pending_seconds", "failure_policy", "max_failed_tasks", "max_leased", "max_leased_per_key", "max_leases_per_second", "leases_burst", "paused")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +265,8 @@ class Workload(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     MAX_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASED_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASED_PER_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
@@ -264,15 +279,17 @@ class Workload(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     max_pending_seconds: int
+    failure_policy: FailurePolicy
+    max_failed_tasks: int
     max_leased: int
     max_leased_per_key: int
     max_leases_per_second: float
     leases_burst: int
     paused: bool
-    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "concurrency_key", "required_labels")
+    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +306,8 @@ class CreateJobRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     workload: str
@@ -300,9 +319,11 @@ class CreateJobRequest(_message.Message):
     idempotency_key: str
     traceparent: str
     tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
+    failure_policy: FailurePolicy
+    max_failed_tasks: int
     concurrency_key: str
     required_labels: _containers.ScalarMap[str, str]
-    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job", "tasks")
@@ -514,12 +535,14 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class PutWorkloadRequest(_message.Message):
-    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "max_pending_seconds", "max_leased", "max_leased_per_key", "max_leases_per_second", "leases_burst")
+    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "max_pending_seconds", "failure_policy", "max_failed_tasks", "max_leased", "max_leased_per_key", "max_leases_per_second", "leases_burst")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     MAX_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASED_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASED_PER_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
@@ -529,11 +552,13 @@ class PutWorkloadRequest(_message.Message):
     lease_seconds: int
     parameters_schema: _struct_pb2.Struct
     max_pending_seconds: int
+    failure_policy: FailurePolicy
+    max_failed_tasks: int
     max_leased: int
     max_leased_per_key: int
     max_leases_per_second: float
     leases_burst: int
-    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ...) -> None: ...
 
 class PutWorkloadResponse(_message.Message):
     __slots__ = ("workload",)
