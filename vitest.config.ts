@@ -1,12 +1,35 @@
 import { defineConfig } from "vitest/config";
 
+/**
+ * The API and transport suites: run a second time with DIRECT_UNARY=false, so every answer they
+ * check is also checked when connect-es' router serves every call (the direct unary paths of
+ * src/api/direct/ switched off).
+ */
+const API_SUITES = [
+  "test/api.test.ts",
+  "test/auth.test.ts",
+  "test/bad-input.test.ts",
+  "test/claim-next.test.ts",
+  "test/create-job-rest.test.ts",
+  "test/inspect.test.ts",
+  "test/metrics.test.ts",
+  "test/operate.test.ts",
+  "test/python-workers.test.ts",
+  "test/shutdown.test.ts",
+  "test/tracing.test.ts",
+  "test/grpcio-load.test.ts",
+];
+
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
     globalSetup: ["test/support/global-setup.ts"],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     // Test files spawn real coordinators and Postgres work; two cores cannot run many at once.
     maxWorkers: 2,
+    projects: [
+      { extends: true, test: { name: "direct", include: ["test/**/*.test.ts"] } },
+      { extends: true, test: { name: "router", include: API_SUITES, env: { DIRECT_UNARY: "false" } } },
+    ],
   },
 });

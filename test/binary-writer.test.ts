@@ -1,4 +1,4 @@
-// The compiled binary writer (src/api/binary-writer.ts) writes what protobuf-es' toBinary writes,
+// The compiled binary writer (src/api/direct/binary-writer.ts) writes what protobuf-es' toBinary writes,
 // byte for byte: for every message type of the contract, at its zero value and filled in with
 // varied values (negative numbers, non-ASCII and lone-surrogate strings, optional fields set to
 // zero, packed lists, Structs, Timestamps before 1970), and for the hot answers.
@@ -14,7 +14,7 @@ import {
   RenewLeaseResponseSchema,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../src/api/convert.js";
-import { hasCompiledBinaryWriter, writeBinary } from "../src/api/binary-writer.js";
+import { hasCompiledBinaryWriter, writeBinary } from "../src/api/direct/binary-writer.js";
 import { SAMPLE_NOW, sampleJob, sampleTask } from "./support/sample-rows.js";
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");

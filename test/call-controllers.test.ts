@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { giveBackController, takeController } from "../src/api/call-controllers.js";
+import { giveBackController, takeController } from "../src/api/direct/call-controllers.js";
 
 describe("unary calls' AbortControllers", () => {
   it("are reused once given back unused", () => {

@@ -1,10 +1,10 @@
-// The compiled JSON reader (src/api/json-reader.ts) decodes request JSON to the same message as
+// The compiled JSON reader (src/api/direct/json-reader.ts) decodes request JSON to the same message as
 // protobuf-es' fromJson with the server's options, and where fromJson refuses, refuses with the
 // same error: for every request type of the contract, with plain, odd and broken input.
 import { fromJson, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { file_leasehold_queue_v1_queue, QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { readJson } from "../src/api/json-reader.js";
+import { readJson } from "../src/api/direct/json-reader.js";
 
 const OPTIONS = { ignoreUnknownFields: false };
 

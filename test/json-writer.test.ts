@@ -1,4 +1,4 @@
-// The compiled JSON writer (src/api/json-writer.ts) writes what protobuf-es' toJsonString writes
+// The compiled JSON writer (src/api/direct/json-writer.ts) writes what protobuf-es' toJsonString writes
 // with the server's options, byte for byte: for every message type of the contract, at its zero
 // value and filled in, and for the hot answers with the values the queue produces.
 import { create, toBinary, toJsonString, type DescMessage, type DescField, type MessageShape } from "@bufbuild/protobuf";
@@ -15,7 +15,7 @@ import {
   TaskStatus,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../src/api/convert.js";
-import { hasCompiledWriter, writeJson, writeJsonChunks } from "../src/api/json-writer.js";
+import { hasCompiledWriter, writeJson, writeJsonChunks } from "../src/api/direct/json-writer.js";
 import type { Task } from "../src/queue/types.js";
 import { SAMPLE_NOW, sampleJob, sampleTask } from "./support/sample-rows.js";
 

@@ -1,6 +1,7 @@
-// Cross-cutting work on every RPC, as Connect interceptors, so that one chain serves gRPC,
-// gRPC-Web, Connect and REST (which reaches the router through the same handlers, rest.ts).
-// Outermost first:
+// Cross-cutting work on every RPC, as Connect interceptors: one chain for gRPC, gRPC-Web, Connect
+// and REST, whichever way a call is served. connect-es' router runs it around each handler; the
+// direct unary paths (direct/invoke.ts) run the same chain through the router's own function for
+// it (invokeUnaryImplementation). Outermost first:
 //   rpcMetrics     leasehold_rpc_duration_seconds by RPC name and Connect code
 //   rpcTracing     one SERVER span per RPC, child of the caller's traceparent; the call runs inside it
 //   requestFacts   the RequestInfo fields of the log line and the span: operation, ids, jobId from the answer
@@ -179,13 +180,13 @@ export function deadline(requestTimeoutMs: number): Interceptor {
     const waitSeconds = (req.message as { waitSeconds?: unknown }).waitSeconds;
     const timeoutMs = callTimeoutMs(requestTimeoutMs, typeof waitSeconds === "number" ? waitSeconds : 0);
     // The client's own deadline, when shorter, is the call's: connect-es' handler also enforces it,
-    // but the direct paths (unary.ts) have only this timer.
+    // but the direct paths (direct/invoke.ts) have only this timer.
     const limitMs = Math.min(timeoutMs, clientTimeoutMs(req.header) ?? Infinity);
     req.contextValues.set(deadlineKey, Date.now() + limitMs);
     // One controller, a timer and a listener, all released when the call ends: AbortSignal.any
     // and AbortSignal.timeout cost several times as much per call (measured: ~70 µs against ~10).
-    // A transport that made the request's signal from a controller of its own (REST and the
-    // direct gRPC and Connect paths, unary.ts) lends it here, so a call makes one controller, not two.
+    // A transport that made the request's signal from a controller of its own (the direct REST,
+    // gRPC and Connect paths, direct/invoke.ts) lends it here, so a call makes one controller, not two.
     const lent = req.contextValues.get(callControllerKey);
     const controller = lent !== undefined && lent.signal === req.signal ? lent : new AbortController();
     const { signal } = controller;

@@ -1,8 +1,9 @@
-// The API server: dispatch between the operational routes (ops-routes.ts), the REST routes
-// (rest.ts, transcoded onto the router) and the Connect router (gRPC, gRPC-Web, Connect; every
-// RPC through the interceptors of interceptors.ts), on the one port the listener
-// (http-listener.ts) serves. Everything else is a 404 in the REST error shape. Every response
-// carries X-Request-Id; every request ends in one log line (request-log.ts).
+// The API server: dispatch between the operational routes (ops-routes.ts), the console
+// (ui-routes.ts), the REST routes (rest.ts), the direct unary paths (direct/) and the Connect
+// router (gRPC, gRPC-Web, Connect), on the one port the listener (http-listener.ts) serves. Every
+// RPC, whichever way it comes, runs through the interceptors of interceptors.ts around the one
+// service implementation (service.ts). Everything else is a 404 in the REST error shape. Every
+// response carries X-Request-Id; every request ends in one log line (request-log.ts).
 
 import { randomUUID } from "node:crypto";
 import { Code, createContextValues } from "@connectrpc/connect";
@@ -21,11 +22,11 @@ import { rpcInterceptors } from "./interceptors.js";
 import { protocolOf, requestInfoKey, type RequestInfo } from "./request-info.js";
 import { logWhenClosed } from "./request-log.js";
 import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
+import { createRouterUnary } from "./router-unary.js";
 import { createQueueServiceImpl } from "./service.js";
-import { createUnaryInvoker } from "./unary.js";
-import { createGrpcUnary } from "./grpc-unary.js";
-import { createConnectUnary } from "./connect-unary.js";
+import { createDirectUnary } from "./direct/index.js";
 import { serveUi } from "./ui-routes.js";
+import { directUnaryFromEnv } from "../config/index.js";
 
 export interface ApiServerOptions {
   queue: ApiQueue;
@@ -42,6 +43,12 @@ export interface ApiServerOptions {
    * told every RPC's duration. Undefined: /metrics is a 404.
    */
   metrics?: ApiMetrics;
+  /**
+   * true: plain unary gRPC, Connect and REST calls are served by the direct paths (direct/);
+   * false: everything by connect-es' router. Default: DIRECT_UNARY of the environment, as the
+   * coordinator's config reads it (true unless set to false).
+   */
+  directUnary?: boolean;
 }
 
 export type ApiServer = HttpListener;
@@ -84,7 +91,6 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   // (connectNodeAdapter calls routes before it returns).
   let handlers: readonly UniversalHandler[] = [];
   const interceptors = rpcInterceptors({ requestTimeoutMs: opts.requestTimeoutMs, auth: opts.auth, metrics: opts.metrics });
-  const invoke = createUnaryInvoker(impl, interceptors);
   const connectHandler = connectNodeAdapter({
     routes: (router) => {
       router.service(QueueServiceDesc, impl);
@@ -101,9 +107,11 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     },
   });
 
-  const rest = createRest({ handlers, invoke, jsonOptions, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
-  const grpcUnary = createGrpcUnary({ service: QueueServiceDesc, invoke, maxBodyBytes: opts.maxBodyBytes });
-  const connectUnary = createConnectUnary({ service: QueueServiceDesc, invoke, maxBodyBytes: opts.maxBodyBytes, jsonOptions });
+  const unary =
+    (opts.directUnary ?? directUnaryFromEnv())
+      ? createDirectUnary({ service: QueueServiceDesc, impl, interceptors, maxBodyBytes: opts.maxBodyBytes, jsonOptions })
+      : createRouterUnary(handlers);
+  const rest = createRest({ handlers, unary, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
   const opsRoutes = createOpsRoutes({ logger, readiness: opts.readiness, auth: opts.auth, metrics: opts.metrics });
 
   async function handle(req: NodeRequest, res: NodeResponse): Promise<void> {
@@ -131,11 +139,9 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
       }
       info.protocol = protocolOf(req.headers["content-type"]);
       if (refuseBeforeConnect(req, res, info, opts.maxBodyBytes)) return;
-      // Unary calls over gRPC and Connect in their plain form: the chain and the service directly.
-      const grpcMethod = grpcUnary.match(req, url.pathname);
-      if (grpcMethod) return await grpcUnary.serve(req, res, grpcMethod, info);
-      const connectMethod = connectUnary.match(req, url.pathname);
-      if (connectMethod) return await connectUnary.serve(req, res, connectMethod, info);
+      // Unary calls over gRPC and Connect in their plain form: the direct paths, unless switched off.
+      const served = unary.serveRpc(req, res, url.pathname, info);
+      if (served) return await served;
       connectHandler(req, res);
     } catch (err) {
       writeError(res, err, info);

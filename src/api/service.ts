@@ -1,7 +1,7 @@
 // The leasehold.queue.v1.QueueService implementation: one plain object typed by the generated
-// service, served by the Connect router to every transport (REST reaches it through the same
-// router, rest.ts). Each method is thin: decode (convert.ts) → call the queue with the request's
-// signal → encode (convert.ts). Authorization, deadlines, spans, metrics, error mapping and the
+// service, the one every transport calls, whether connect-es' router serves the call or a direct
+// unary path does (direct/). Each method is thin: decode (convert.ts) → call the queue with the
+// request's signal → encode (convert.ts). Authorization, deadlines, spans, metrics, error mapping and the
 // request log's fields are the interceptors' (interceptors.ts), around every method alike.
 
 import { create } from "@bufbuild/protobuf";

@@ -44,6 +44,8 @@ export interface Config {
    * this and the other OTEL_EXPORTER_OTLP_* variables itself); unset: no tracing SDK at all.
    */
   otelExporterOtlpEndpoint?: string;
+  /** DIRECT_UNARY: plain unary gRPC, Connect and REST calls on the direct paths (false: all through connect-es' router). */
+  directUnary: boolean;
 }
 
 export const ROLES = ["submitter", "worker", "admin"] as const;
@@ -108,6 +110,11 @@ export const CONFIG_VARIABLES = [
     "(unset: no tracing)",
     "OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`); set: spans of every RPC and queue call are exported there (other `OTEL_EXPORTER_OTLP_*` variables apply too)",
   ],
+  [
+    "DIRECT_UNARY",
+    "true",
+    "`false` serves every call through connect-es' router instead of the direct paths for plain unary gRPC, Connect and REST calls (same answers, more CPU per call)",
+  ],
 ] as const;
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
@@ -155,6 +162,17 @@ function bool(env: Env, name: string): boolean {
   if (raw === "" || raw === "false") return false;
   if (raw === "true") return true;
   throw new ConfigError(name, `must be true or false, got ${JSON.stringify(env[name])}`);
+}
+
+/**
+ * DIRECT_UNARY: true unless set to false. Read on its own too, as the API server's default, so a
+ * server made in process (tests, benchmarks) follows the switch as the coordinator does.
+ */
+export function directUnaryFromEnv(env: Env = process.env): boolean {
+  const raw = (env.DIRECT_UNARY ?? "").trim().toLowerCase();
+  if (raw === "" || raw === "true") return true;
+  if (raw === "false") return false;
+  throw new ConfigError("DIRECT_UNARY", `must be true or false, got ${JSON.stringify(env.DIRECT_UNARY)}`);
 }
 
 /** The same rule as a request's worker_id: printable ASCII, no spaces here (the line is space separated). */
@@ -293,5 +311,6 @@ export function loadConfig(env: Env = process.env): Config {
     allowUnauthenticated,
     tls: tls(env),
     otelExporterOtlpEndpoint: httpUrl(env, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    directUnary: directUnaryFromEnv(env),
   };
 }

@@ -5,17 +5,41 @@
 // WatchJob streams end at shutdown too (UNAVAILABLE: the client watches again elsewhere).
 
 import { UnavailableError } from "./errors.js";
-import { overriding } from "./override.js";
 import type { QueueService } from "./service.js";
 import type {
+  KeyLimit,
+  PutKeyLimitInput,
   BatchCompletedAndClaimed,
   CallOptions,
+  CancelJobInput,
   ClaimTasksInput,
   CompletedAndClaimed,
+  CompleteOutcome,
   CompleteTaskInput,
+  CreateJobInput,
+  CreateJobResult,
+  ExpireLeasesResult,
+  FailTaskInput,
+  Job,
+  JobStatusResult,
   JobUpdate,
+  ListCompletedResultsInput,
+  ListCompletedResultsResult,
+  ListJobsInput,
+  ListJobsResult,
+  ListTasksInput,
+  ListTasksResult,
+  MaintenanceResult,
+  PutWorkloadInput,
+  RenewLeaseInput,
+  ReportProgressInput,
+  RetryJobInput,
+  RetryJobResult,
   Task,
+  TaskDetail,
   WatchOptions,
+  Workload,
+  WorkloadTaskStats,
 } from "./types.js";
 
 /** Where wake-ups come from: (workload, how many tasks became claimable). */
@@ -34,15 +58,11 @@ interface Waiter {
   wake: () => void;
 }
 
-// Every call but the claims (claimTasks, and the claim_next of result reports) and watchJob is the
-// wrapped queue's own: the constructor returns the queue seen through this object (override.ts),
-// so nothing is passed through by hand.
-// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging, @typescript-eslint/no-empty-object-type
-export interface LongPollingQueue extends QueueService {}
-
-/** The queue with long-poll claims and watches that end at shutdown; every other call goes straight to the store. */
-// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
-export class LongPollingQueue {
+/**
+ * The queue with long-poll claims (claimTasks, and the claim_next of result reports) and watches
+ * that end at shutdown; every other call is passed to the wrapped queue as it is.
+ */
+export class LongPollingQueue implements QueueService {
   /** Parked claims in arrival order; a wake goes to the longest-waiting first. */
   private readonly waiters = new Set<Waiter>();
   /** Open WatchJob streams, ended by close(). */
@@ -59,7 +79,6 @@ export class LongPollingQueue {
       (workload, count) => this.wakeFor(workload, count),
       () => this.wakeAll(), // notifications may have been lost while disconnected
     );
-    return overriding(queue, this) as LongPollingQueue;
   }
 
   get parked(): number {
@@ -118,6 +137,93 @@ export class LongPollingQueue {
     } finally {
       this.watches.delete(stop);
     }
+  }
+
+  // The calls a long poll does not change.
+
+  createJob(input: CreateJobInput, opts?: CallOptions): Promise<CreateJobResult> {
+    return this.queue.createJob(input, opts);
+  }
+
+  renewLease(input: RenewLeaseInput, opts?: CallOptions): Promise<Task> {
+    return this.queue.renewLease(input, opts);
+  }
+
+  completeTask(input: CompleteTaskInput, opts?: CallOptions): Promise<Task> {
+    return this.queue.completeTask(input, opts);
+  }
+
+  completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions): Promise<CompleteOutcome[]> {
+    return this.queue.completeTasks(inputs, opts);
+  }
+
+  failTask(input: FailTaskInput, opts?: CallOptions): Promise<Task> {
+    return this.queue.failTask(input, opts);
+  }
+
+  getJobStatus(jobId: string, opts?: CallOptions): Promise<JobStatusResult> {
+    return this.queue.getJobStatus(jobId, opts);
+  }
+
+  listCompletedResults(input: ListCompletedResultsInput, opts?: CallOptions): Promise<ListCompletedResultsResult> {
+    return this.queue.listCompletedResults(input, opts);
+  }
+
+  cancelJob(input: CancelJobInput, opts?: CallOptions): Promise<Job> {
+    return this.queue.cancelJob(input, opts);
+  }
+
+  putWorkload(input: PutWorkloadInput, opts?: CallOptions): Promise<Workload> {
+    return this.queue.putWorkload(input, opts);
+  }
+
+  listWorkloads(opts?: CallOptions): Promise<Workload[]> {
+    return this.queue.listWorkloads(opts);
+  }
+
+  putKeyLimit(input: PutKeyLimitInput, opts?: CallOptions): Promise<KeyLimit> {
+    return this.queue.putKeyLimit(input, opts);
+  }
+
+  pauseWorkload(name: string, opts?: CallOptions): Promise<Workload> {
+    return this.queue.pauseWorkload(name, opts);
+  }
+
+  // Resuming notifies the workload's channel: claims parked here are woken by that, on every coordinator.
+  resumeWorkload(name: string, opts?: CallOptions): Promise<Workload> {
+    return this.queue.resumeWorkload(name, opts);
+  }
+
+  reportProgress(input: ReportProgressInput, opts?: CallOptions): Promise<Task> {
+    return this.queue.reportProgress(input, opts);
+  }
+
+  retryJob(input: RetryJobInput, opts?: CallOptions): Promise<RetryJobResult> {
+    return this.queue.retryJob(input, opts);
+  }
+
+  listJobs(input: ListJobsInput, opts?: CallOptions): Promise<ListJobsResult> {
+    return this.queue.listJobs(input, opts);
+  }
+
+  listTasks(input: ListTasksInput, opts?: CallOptions): Promise<ListTasksResult> {
+    return this.queue.listTasks(input, opts);
+  }
+
+  getTask(taskId: string, opts?: CallOptions): Promise<TaskDetail> {
+    return this.queue.getTask(taskId, opts);
+  }
+
+  expireLeases(opts?: CallOptions): Promise<ExpireLeasesResult> {
+    return this.queue.expireLeases(opts);
+  }
+
+  maintain(opts?: CallOptions): Promise<MaintenanceResult> {
+    return this.queue.maintain(opts);
+  }
+
+  taskStats(scope: "unfinished" | "all", opts?: CallOptions): Promise<WorkloadTaskStats[]> {
+    return this.queue.taskStats(scope, opts);
   }
 
   /** Answers every parked claim at once (with an empty result) and stops waking. */

@@ -7,7 +7,7 @@
 //     (flushing) at the end of a graceful stop.
 //   - startRpcSpan()/endRpcSpan(): one SERVER span per RPC (used by the tracing
 //     interceptor in src/api/interceptors.ts), child of the caller's `traceparent` header.
-//   - traceQueue(): one INTERNAL span "queue.<method>" per call of the queue it wraps.
+//   - TracedQueue (traceQueue()): one INTERNAL span "queue.<method>" per call of the queue it wraps.
 
 import {
   context,
@@ -22,6 +22,42 @@ import {
   type TextMapGetter,
 } from "@opentelemetry/api";
 import { QueueError } from "../queue/errors.js";
+import type { QueueService } from "../queue/service.js";
+import type {
+  KeyLimit,
+  PutKeyLimitInput,
+  BatchCompletedAndClaimed,
+  CallOptions,
+  CancelJobInput,
+  ClaimTasksInput,
+  CompletedAndClaimed,
+  CompleteOutcome,
+  CompleteTaskInput,
+  CreateJobInput,
+  CreateJobResult,
+  ExpireLeasesResult,
+  FailTaskInput,
+  Job,
+  JobStatusResult,
+  JobUpdate,
+  ListCompletedResultsInput,
+  ListCompletedResultsResult,
+  ListJobsInput,
+  ListJobsResult,
+  ListTasksInput,
+  ListTasksResult,
+  MaintenanceResult,
+  PutWorkloadInput,
+  RenewLeaseInput,
+  ReportProgressInput,
+  RetryJobInput,
+  RetryJobResult,
+  Task,
+  TaskDetail,
+  WatchOptions,
+  Workload,
+  WorkloadTaskStats,
+} from "../queue/types.js";
 
 export const TRACER_NAME = "leasehold";
 export const SERVICE_NAME = "leasehold";
@@ -132,31 +168,14 @@ export function endRpcSpan(
   span.end();
 }
 
-/** Calls whose first argument is a job id rather than an input object. */
-const JOB_ID_ARGUMENT = new Set(["getJobStatus", "watchJob"]);
-
-const ID_ATTRIBUTES: [field: string, attribute: string][] = [
-  ["taskId", "leasehold.task_id"],
-  ["jobId", "leasehold.job_id"],
-  ["workerId", "leasehold.worker_id"],
-  ["workload", "leasehold.workload"],
-];
-
-/** Ids found in a call's first argument (an input object, a job id for getJobStatus/watchJob, a task id for getTask). */
-function callAttributes(method: string, first: unknown): Attributes {
+/** The ids an input object names, as span attributes. */
+function inputAttributes(method: string, input: object): Attributes {
   const attrs: Attributes = { "leasehold.queue.method": method };
-  if (typeof first === "string" && JOB_ID_ARGUMENT.has(method)) {
-    attrs["leasehold.job_id"] = first;
-  } else if (typeof first === "string" && method === "getTask") {
-    attrs["leasehold.task_id"] = first;
-  } else if (first !== null && typeof first === "object" && !Array.isArray(first)) {
-    for (const [field, attribute] of ID_ATTRIBUTES) {
-      const value = (first as Record<string, unknown>)[field];
-      if (typeof value === "string" && value !== "") attrs[attribute] = value;
-    }
-  } else if (Array.isArray(first)) {
-    attrs["leasehold.batch_size"] = first.length;
-  }
+  const fields = input as { taskId?: unknown; jobId?: unknown; workerId?: unknown; workload?: unknown };
+  if (typeof fields.taskId === "string" && fields.taskId !== "") attrs["leasehold.task_id"] = fields.taskId;
+  if (typeof fields.jobId === "string" && fields.jobId !== "") attrs["leasehold.job_id"] = fields.jobId;
+  if (typeof fields.workerId === "string" && fields.workerId !== "") attrs["leasehold.worker_id"] = fields.workerId;
+  if (typeof fields.workload === "string" && fields.workload !== "") attrs["leasehold.workload"] = fields.workload;
   return attrs;
 }
 
@@ -168,54 +187,160 @@ function failSpan(span: Span, err: unknown): void {
   span.setStatus({ code: SpanStatusCode.ERROR, message: name });
 }
 
-function traced(queue: object, method: string, original: (...args: unknown[]) => unknown): (...args: unknown[]) => unknown {
-  return function traced(...args: unknown[]): unknown {
-    const span = tracer().startSpan(`queue.${method}`, { kind: SpanKind.INTERNAL, attributes: callAttributes(method, args[0]) });
-    let result: unknown;
-    try {
-      result = context.with(trace.setSpan(context.active(), span), () => original.apply(queue, args));
-    } catch (err) {
-      failSpan(span, err);
-      span.end();
-      throw err;
-    }
-    if (result !== null && typeof result === "object" && typeof (result as PromiseLike<unknown>).then === "function") {
-      return Promise.resolve(result).then(
-        (value: unknown) => {
-          span.end();
-          return value;
-        },
-        (err: unknown) => {
-          failSpan(span, err);
-          span.end();
-          throw err;
-        },
-      );
-    }
+/** Runs `call` inside an INTERNAL span "queue.<method>", child of the active span, until its promise settles. */
+async function spanned<T>(method: string, attributes: Attributes, call: () => Promise<T>): Promise<T> {
+  const span = tracer().startSpan(`queue.${method}`, { kind: SpanKind.INTERNAL, attributes });
+  try {
+    return await context.with(trace.setSpan(context.active(), span), call);
+  } catch (err) {
+    failSpan(span, err);
+    throw err;
+  } finally {
     span.end();
-    return result;
-  };
+  }
 }
 
 /**
  * The queue with one INTERNAL span "queue.<method>" around every call, child of the active span
- * (the RPC's): every method the queue has, with no list to keep, so a method added to the queue
- * is spanned as it is. A method that returns a promise is spanned until it settles; one that
- * returns something else (watchJob's AsyncIterable) only for its creation, and its result is
- * passed through untouched so streaming works as before.
+ * (the RPC's), with the ids the call names as attributes. Each method is written out, so the
+ * compiler lists what is wrapped: a method added to QueueService does not compile here until it
+ * is spanned too. watchJob is spanned for its creation only; its AsyncIterable is passed through
+ * untouched, so streaming works as before.
  */
-export function traceQueue<Q extends object>(queue: Q): Q {
-  const wrapped = new Map<string, unknown>();
-  return new Proxy(queue, {
-    get(target, prop) {
-      const value: unknown = Reflect.get(target, prop, target);
-      if (typeof prop !== "string" || typeof value !== "function" || prop === "constructor") return value;
-      let fn = wrapped.get(prop);
-      if (fn === undefined) {
-        fn = traced(target, prop, value as (...args: unknown[]) => unknown);
-        wrapped.set(prop, fn);
-      }
-      return fn;
-    },
-  });
+export class TracedQueue implements QueueService {
+  constructor(private readonly queue: QueueService) {}
+
+  createJob(input: CreateJobInput, opts?: CallOptions): Promise<CreateJobResult> {
+    return spanned("createJob", inputAttributes("createJob", input), () => this.queue.createJob(input, opts));
+  }
+
+  claimTasks(input: ClaimTasksInput, opts?: CallOptions): Promise<Task[]> {
+    return spanned("claimTasks", inputAttributes("claimTasks", input), () => this.queue.claimTasks(input, opts));
+  }
+
+  renewLease(input: RenewLeaseInput, opts?: CallOptions): Promise<Task> {
+    return spanned("renewLease", inputAttributes("renewLease", input), () => this.queue.renewLease(input, opts));
+  }
+
+  completeTask(input: CompleteTaskInput, opts?: CallOptions): Promise<Task> {
+    return spanned("completeTask", inputAttributes("completeTask", input), () => this.queue.completeTask(input, opts));
+  }
+
+  completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions): Promise<CompleteOutcome[]> {
+    return spanned("completeTasks", batchAttributes("completeTasks", inputs), () => this.queue.completeTasks(inputs, opts));
+  }
+
+  completeTaskAndClaim(input: CompleteTaskInput, next: ClaimTasksInput, opts?: CallOptions): Promise<CompletedAndClaimed> {
+    return spanned("completeTaskAndClaim", inputAttributes("completeTaskAndClaim", input), () =>
+      this.queue.completeTaskAndClaim(input, next, opts),
+    );
+  }
+
+  completeTasksAndClaim(inputs: CompleteTaskInput[], next: ClaimTasksInput, opts?: CallOptions): Promise<BatchCompletedAndClaimed> {
+    return spanned("completeTasksAndClaim", batchAttributes("completeTasksAndClaim", inputs), () =>
+      this.queue.completeTasksAndClaim(inputs, next, opts),
+    );
+  }
+
+  failTask(input: FailTaskInput, opts?: CallOptions): Promise<Task> {
+    return spanned("failTask", inputAttributes("failTask", input), () => this.queue.failTask(input, opts));
+  }
+
+  getJobStatus(jobId: string, opts?: CallOptions): Promise<JobStatusResult> {
+    return spanned("getJobStatus", jobAttributes("getJobStatus", jobId), () => this.queue.getJobStatus(jobId, opts));
+  }
+
+  listCompletedResults(input: ListCompletedResultsInput, opts?: CallOptions): Promise<ListCompletedResultsResult> {
+    return spanned("listCompletedResults", inputAttributes("listCompletedResults", input), () =>
+      this.queue.listCompletedResults(input, opts),
+    );
+  }
+
+  cancelJob(input: CancelJobInput, opts?: CallOptions): Promise<Job> {
+    return spanned("cancelJob", inputAttributes("cancelJob", input), () => this.queue.cancelJob(input, opts));
+  }
+
+  putWorkload(input: PutWorkloadInput, opts?: CallOptions): Promise<Workload> {
+    return spanned("putWorkload", inputAttributes("putWorkload", input), () => this.queue.putWorkload(input, opts));
+  }
+
+  listWorkloads(opts?: CallOptions): Promise<Workload[]> {
+    return spanned("listWorkloads", { "leasehold.queue.method": "listWorkloads" }, () => this.queue.listWorkloads(opts));
+  }
+
+  putKeyLimit(input: PutKeyLimitInput, opts?: CallOptions): Promise<KeyLimit> {
+    return spanned("putKeyLimit", { "leasehold.queue.method": "putKeyLimit", "leasehold.workload": input.name }, () =>
+      this.queue.putKeyLimit(input, opts),
+    );
+  }
+
+  pauseWorkload(name: string, opts?: CallOptions): Promise<Workload> {
+    return spanned("pauseWorkload", { "leasehold.queue.method": "pauseWorkload", "leasehold.workload": name }, () =>
+      this.queue.pauseWorkload(name, opts),
+    );
+  }
+
+  resumeWorkload(name: string, opts?: CallOptions): Promise<Workload> {
+    return spanned("resumeWorkload", { "leasehold.queue.method": "resumeWorkload", "leasehold.workload": name }, () =>
+      this.queue.resumeWorkload(name, opts),
+    );
+  }
+
+  reportProgress(input: ReportProgressInput, opts?: CallOptions): Promise<Task> {
+    return spanned("reportProgress", inputAttributes("reportProgress", input), () => this.queue.reportProgress(input, opts));
+  }
+
+  retryJob(input: RetryJobInput, opts?: CallOptions): Promise<RetryJobResult> {
+    return spanned("retryJob", inputAttributes("retryJob", input), () => this.queue.retryJob(input, opts));
+  }
+
+  listJobs(input: ListJobsInput, opts?: CallOptions): Promise<ListJobsResult> {
+    return spanned("listJobs", inputAttributes("listJobs", input), () => this.queue.listJobs(input, opts));
+  }
+
+  listTasks(input: ListTasksInput, opts?: CallOptions): Promise<ListTasksResult> {
+    return spanned("listTasks", inputAttributes("listTasks", input), () => this.queue.listTasks(input, opts));
+  }
+
+  getTask(taskId: string, opts?: CallOptions): Promise<TaskDetail> {
+    return spanned("getTask", { "leasehold.queue.method": "getTask", "leasehold.task_id": taskId }, () => this.queue.getTask(taskId, opts));
+  }
+
+  /** Spanned for the stream's creation only: the AsyncIterable is the queue's own, untouched. */
+  watchJob(jobId: string, opts?: WatchOptions): AsyncIterable<JobUpdate> {
+    const span = tracer().startSpan("queue.watchJob", { kind: SpanKind.INTERNAL, attributes: jobAttributes("watchJob", jobId) });
+    try {
+      return context.with(trace.setSpan(context.active(), span), () => this.queue.watchJob(jobId, opts));
+    } catch (err) {
+      failSpan(span, err);
+      throw err;
+    } finally {
+      span.end();
+    }
+  }
+
+  expireLeases(opts?: CallOptions): Promise<ExpireLeasesResult> {
+    return spanned("expireLeases", { "leasehold.queue.method": "expireLeases" }, () => this.queue.expireLeases(opts));
+  }
+
+  maintain(opts?: CallOptions): Promise<MaintenanceResult> {
+    return spanned("maintain", { "leasehold.queue.method": "maintain" }, () => this.queue.maintain(opts));
+  }
+
+  taskStats(scope: "unfinished" | "all", opts?: CallOptions): Promise<WorkloadTaskStats[]> {
+    return spanned("taskStats", { "leasehold.queue.method": "taskStats" }, () => this.queue.taskStats(scope, opts));
+  }
+}
+
+function jobAttributes(method: string, jobId: string): Attributes {
+  return { "leasehold.queue.method": method, "leasehold.job_id": jobId };
+}
+
+function batchAttributes(method: string, inputs: readonly unknown[]): Attributes {
+  return { "leasehold.queue.method": method, "leasehold.batch_size": inputs.length };
+}
+
+/** The queue with a span per call (TracedQueue). */
+export function traceQueue(queue: QueueService): TracedQueue {
+  return new TracedQueue(queue);
 }

@@ -1,6 +1,6 @@
 // The Connect protocol's unary POST calls (application/json or application/proto) on node:http /
 // node:http2 directly, with the interceptor chain and the one service implementation invoked as
-// REST and gRPC invoke them (unary.ts). As with gRPC (grpc-unary.ts), a request this path does
+// every direct path invokes them (invoke.ts). As with gRPC (grpc.ts), a request this path does
 // not take as it is (GET, compression, a content type with parameters, another protocol version,
 // a malformed connect-timeout-ms, a server stream) goes to connect-es' router, which serves the
 // same chain and implementation. Answers are what connect-es answers: the message as JSON (the
@@ -8,32 +8,23 @@
 // HTTP status of its code, error metadata as headers.
 
 import { fromBinary, fromJsonString, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString, errorToJsonBytes, parseTimeout } from "@connectrpc/connect/protocol-connect";
+import { readBody } from "../body.js";
+import type { RequestInfo } from "../request-info.js";
+import type { JsonOptions, NodeRequest, NodeResponse } from "../rest.js";
 import { writeBinary } from "./binary-writer.js";
-import { readBody } from "./body.js";
+import type { UnaryPath } from "./index.js";
+import { asConnectError, webHeaders, type UnaryInvoker } from "./invoke.js";
 import { readJson } from "./json-reader.js";
 import { writeJson } from "./json-writer.js";
-import { giveBackController, takeController } from "./call-controllers.js";
-import { callControllerKey } from "./interceptors.js";
-import { requestInfoKey, type RequestInfo } from "./request-info.js";
-import type { JsonOptions, NodeRequest, NodeResponse } from "./rest.js";
-import { asConnectError, webHeaders, type UnaryInvoker } from "./unary.js";
-
-const CLIENT_GONE = new ConnectError("the client went away", Code.Canceled);
-
-export interface ConnectUnary {
-  /** The unary RPC this request calls, when this path serves it as it is; undefined: leave it to the router. */
-  match(req: NodeRequest, pathname: string): DescMethod | undefined;
-  serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void>;
-}
 
 export function createConnectUnary(opts: {
   service: DescService;
   invoke: UnaryInvoker;
   maxBodyBytes: number;
   jsonOptions: JsonOptions;
-}): ConnectUnary {
+}): UnaryPath {
   const methods = new Map<string, DescMethod>();
   for (const m of opts.service.methods) if (m.methodKind === "unary") methods.set(`/${opts.service.typeName}/${m.name}`, m);
   const utf8 = new TextDecoder("utf-8", { fatal: true });
@@ -58,11 +49,6 @@ export function createConnectUnary(opts: {
   async function serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void> {
     info.protocol = "connect";
     const binary = req.headers["content-type"] === "application/proto";
-    const abort = takeController();
-    const onClose = () => {
-      if (!res.writableFinished) abort.abort(CLIENT_GONE);
-    };
-    res.once("close", onClose);
     try {
       const bytes = await readBody(req, opts.maxBodyBytes);
       let input;
@@ -82,10 +68,9 @@ export function createConnectUnary(opts: {
           throw ConnectError.from(err, Code.InvalidArgument);
         }
       }
-      const answer = await opts.invoke(method, input, {
+      const answer = await opts.invoke(res, method, input, {
         header: webHeaders(req),
-        signal: abort.signal,
-        contextValues: createContextValues().set(requestInfoKey, info).set(callControllerKey, abort),
+        info,
         protocolName: "connect",
         url: `http://${req.headers[":authority"] ?? req.headers.host ?? "localhost"}${req.url}`,
       });
@@ -107,9 +92,6 @@ export function createConnectUnary(opts: {
       res.setHeader("content-type", "application/json");
       res.setHeader("content-length", body.byteLength);
       res.end(body);
-    } finally {
-      res.removeListener("close", onClose);
-      giveBackController(abort);
     }
   }
 

@@ -1,8 +1,8 @@
 // The gRPC protocol's unary calls on node:http2 directly: one length-prefixed protobuf message
 // in, one out, the status in trailers, with the interceptor chain and the one service
-// implementation invoked as REST invokes them (unary.ts). A request this path does not take as it
-// is (gRPC-Web, JSON codec, compression, a malformed grpc-timeout, HTTP/1.1, a server stream, a
-// path that is not an RPC) goes to connect-es' router as before, which serves the same chain and
+// implementation invoked as every direct path invokes them (invoke.ts). A request this path does
+// not take as it is (gRPC-Web, JSON codec, compression, a malformed grpc-timeout, HTTP/1.1, a server stream, a
+// path that is not an RPC) goes to connect-es' router, which serves the same chain and
 // implementation.
 //
 // Why: connect-es serves a gRPC unary call through its streaming machinery (async iterables,
@@ -13,27 +13,17 @@
 // connect-es, see docs/performance.md for the figures with this path.
 
 import { fromBinary, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { readBody } from "../body.js";
+import type { RequestInfo } from "../request-info.js";
+import type { NodeRequest, NodeResponse } from "../rest.js";
 import { writeBinary } from "./binary-writer.js";
-import { readBody } from "./body.js";
-import { giveBackController, takeController } from "./call-controllers.js";
-import { callControllerKey } from "./interceptors.js";
-import { requestInfoKey, type RequestInfo } from "./request-info.js";
-import type { NodeRequest, NodeResponse } from "./rest.js";
-import { asConnectError, webHeaders, type UnaryInvoker } from "./unary.js";
+import type { UnaryPath } from "./index.js";
+import { asConnectError, webHeaders, type UnaryInvoker } from "./invoke.js";
 
-/** Thrown into the call's signal when the client resets the stream or goes away before the answer. */
-const CLIENT_GONE = new ConnectError("the client went away", Code.Canceled);
-
-export interface GrpcUnary {
-  /** The unary RPC this request calls, when this path serves it as it is; undefined: leave it to the router. */
-  match(req: NodeRequest, pathname: string): DescMethod | undefined;
-  serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void>;
-}
-
-export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvoker; maxBodyBytes: number }): GrpcUnary {
+export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvoker; maxBodyBytes: number }): UnaryPath {
   const methods = new Map<string, DescMethod>();
   for (const m of opts.service.methods) if (m.methodKind === "unary") methods.set(`/${opts.service.typeName}/${m.name}`, m);
 
@@ -54,17 +44,11 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
 
   async function serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void> {
     info.protocol = "grpc";
-    const abort = takeController();
-    const onClose = () => {
-      if (!res.writableFinished) abort.abort(CLIENT_GONE);
-    };
-    res.once("close", onClose);
     try {
       const input = fromBinary(method.input, unaryMessage(await readGrpcBody(req, opts.maxBodyBytes)));
-      const answer = await opts.invoke(method, input, {
+      const answer = await opts.invoke(res, method, input, {
         header: webHeaders(req),
-        signal: abort.signal,
-        contextValues: createContextValues().set(requestInfoKey, info).set(callControllerKey, abort),
+        info,
         protocolName: "grpc",
         url: `http://${req.headers[":authority"] ?? "localhost"}${req.url}`,
       });
@@ -83,9 +67,6 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
       const trailer = new Headers();
       setTrailerStatus(trailer, error);
       respond(res, new Headers(), trailer, undefined);
-    } finally {
-      res.removeListener("close", onClose);
-      giveBackController(abort);
     }
   }
 

@@ -1,5 +1,5 @@
 // Messages → protobuf binary without reflection per call, for the gRPC and Connect binary answers
-// of the direct paths (grpc-unary.ts, connect-unary.ts): per message type, a size function and a
+// of the direct paths (grpc.ts, connect.ts): per message type, a size function and a
 // write function worked out once from the descriptor, writing straight into one Buffer (sizes
 // first, so every length prefix is known). The bytes are exactly toBinary's (fields in number
 // order, proto3 zero values left out, packed repeated scalars, strings as UTF-8 with lone

@@ -1,0 +1,73 @@
+// The seam between the two ways a unary call is served. connect-es' router serves every RPC on
+// every transport; the direct paths of this folder serve the common unary forms themselves, with
+// codecs compiled per message type, because the router's per-call machinery was most of the API
+// layer's own CPU (docs/performance.md, npm run bench:api):
+//   gRPC     POST application/grpc(+proto) over HTTP/2, uncompressed          grpc.ts
+//   Connect  POST application/json or application/proto, uncompressed         connect.ts
+//   REST     every unary route (its JSON request assembled by rest.ts)        rest.ts
+// Everything else stays with the router: WatchJob and REST's Server-Sent Events, gRPC-Web,
+// compressed requests, Connect GET, the gRPC JSON codec. Both ways run the same interceptor chain
+// around the same service implementation (invoke.ts).
+//
+// DIRECT_UNARY=false (src/config) picks the router for everything (router-unary.ts), the library
+// default to fall back to; the API test suites run both ways.
+
+import type { DescMethod, DescService, JsonObject } from "@bufbuild/protobuf";
+import type { Interceptor } from "@connectrpc/connect";
+import type { RequestInfo } from "../request-info.js";
+import type { JsonOptions, NodeRequest, NodeResponse } from "../rest.js";
+import { createConnectUnary } from "./connect.js";
+import { createGrpcUnary } from "./grpc.js";
+import { createUnaryInvoker } from "./invoke.js";
+import { createRestUnary } from "./rest.js";
+
+/** A REST call of a unary RPC: the request JSON assembled from the path, the query or the body. */
+export interface RestUnaryCall {
+  rpc: DescMethod;
+  json: JsonObject;
+  /** The REST request's headers as the in-process call sees them (rest.ts drops its own framing). */
+  header: Headers;
+  /** The URL the call names (HandlerContext.url). */
+  url: string;
+  info: RequestInfo;
+}
+
+/** How unary calls are served: by the direct paths, or all by connect-es' router. */
+export interface UnarySeam {
+  /** Serves a gRPC or Connect request when it is a plain unary call; undefined: the router's to serve. */
+  serveRpc(req: NodeRequest, res: NodeResponse, pathname: string, info: RequestInfo): Promise<void> | undefined;
+  /** Serves a REST call of a unary RPC, answering its REST status and body (or REST error). */
+  serveRest(res: NodeResponse, call: RestUnaryCall): Promise<void>;
+}
+
+/** One protocol's plain unary calls, served without the router. */
+export interface UnaryPath {
+  /** The unary RPC this request calls, when this path serves it as it is; undefined: leave it to the router. */
+  match(req: NodeRequest, pathname: string): DescMethod | undefined;
+  serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void>;
+}
+
+export interface DirectUnaryOptions {
+  service: DescService;
+  /** The service implementation, the one the router serves. */
+  impl: object;
+  /** The chain the router runs, outermost first. */
+  interceptors: Interceptor[];
+  maxBodyBytes: number;
+  jsonOptions: JsonOptions;
+}
+
+export function createDirectUnary(opts: DirectUnaryOptions): UnarySeam {
+  const invoke = createUnaryInvoker(opts.service, opts.impl, opts.interceptors);
+  const paths = [createGrpcUnary({ ...opts, invoke }), createConnectUnary({ ...opts, invoke })];
+  return {
+    serveRpc(req, res, pathname, info) {
+      for (const path of paths) {
+        const method = path.match(req, pathname);
+        if (method) return path.serve(req, res, method, info);
+      }
+      return undefined;
+    },
+    serveRest: createRestUnary({ invoke, jsonOptions: opts.jsonOptions }),
+  };
+}
