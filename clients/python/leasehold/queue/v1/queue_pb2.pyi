@@ -29,6 +29,12 @@ class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATUS_FAILED: _ClassVar[JobStatus]
     JOB_STATUS_CANCELLED: _ClassVar[JobStatus]
 
+class FailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FAILURE_POLICY_UNSPECIFIED: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_FAIL_FAST: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_CONTINUE: _ClassVar[FailurePolicy]
+
 class JobEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     JOB_EVENT_KIND_UNSPECIFIED: _ClassVar[JobEventKind]
@@ -56,6 +62,9 @@ JOB_STATUS_RUNNING: JobStatus
 JOB_STATUS_COMPLETED: JobStatus
 JOB_STATUS_FAILED: JobStatus
 JOB_STATUS_CANCELLED: JobStatus
+FAILURE_POLICY_UNSPECIFIED: FailurePolicy
+FAILURE_POLICY_FAIL_FAST: FailurePolicy
+FAILURE_POLICY_CONTINUE: FailurePolicy
 JOB_EVENT_KIND_UNSPECIFIED: JobEventKind
 JOB_EVENT_KIND_TASK_STATUS: JobEventKind
 JOB_EVENT_KIND_TASK_PROGRESS: JobEventKind
@@ -82,7 +91,7 @@ class TaskSpec(_message.Message):
     def __init__(self, chunk_index: _Optional[int] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., workload: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at")
+    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "failure_policy", "max_failed_tasks")
     ID_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     INPUT_URI_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +105,8 @@ class Job(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     id: str
     workload: str
     input_uri: str
@@ -109,7 +120,9 @@ class Job(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     completed_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    failure_policy: FailurePolicy
+    max_failed_tasks: int
+    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent")
@@ -192,7 +205,7 @@ class ResultManifest(_message.Message):
     def __init__(self, chunk_index: _Optional[int] = ..., task_id: _Optional[str] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Workload(_message.Message):
-    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "created_at", "updated_at", "max_pending_seconds")
+    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "created_at", "updated_at", "max_pending_seconds", "failure_policy", "max_failed_tasks")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +213,8 @@ class Workload(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     MAX_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     name: str
     max_attempts: int
     lease_seconds: int
@@ -207,10 +222,12 @@ class Workload(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     max_pending_seconds: int
-    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ...) -> None: ...
+    failure_policy: FailurePolicy
+    max_failed_tasks: int
+    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks")
+    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks")
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     INPUT_URI_FIELD_NUMBER: _ClassVar[int]
     INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +237,8 @@ class CreateJobRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     workload: str
     input_uri: str
     input_sha256: str
@@ -229,7 +248,9 @@ class CreateJobRequest(_message.Message):
     idempotency_key: str
     traceparent: str
     tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
-    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ...) -> None: ...
+    failure_policy: FailurePolicy
+    max_failed_tasks: int
+    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job", "tasks")
@@ -432,18 +453,22 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class PutWorkloadRequest(_message.Message):
-    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "max_pending_seconds")
+    __slots__ = ("name", "max_attempts", "lease_seconds", "parameters_schema", "max_pending_seconds", "failure_policy", "max_failed_tasks")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     MAX_PENDING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     name: str
     max_attempts: int
     lease_seconds: int
     parameters_schema: _struct_pb2.Struct
     max_pending_seconds: int
-    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ...) -> None: ...
+    failure_policy: FailurePolicy
+    max_failed_tasks: int
+    def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ...) -> None: ...
 
 class PutWorkloadResponse(_message.Message):
     __slots__ = ("workload",)

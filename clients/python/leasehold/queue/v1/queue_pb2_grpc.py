@@ -183,7 +183,9 @@ class QueueServiceServicer:
         """Reports that a leased task failed. A retryable failure with attempts left
         returns the task to pending after a backoff (retry_after_seconds, else
         2^attempt seconds with jitter, at most 5 minutes); otherwise the task fails
-        for good, which fails its job and cancels the job's unfinished tasks.
+        for good, and its job's failure policy (FailurePolicy, max_failed_tasks)
+        decides what becomes of the job: by default the job fails and its
+        unfinished tasks are cancelled.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -206,8 +208,12 @@ class QueueServiceServicer:
 
     def CancelJob(self, request, context):
         """Cancels a pending or running job: its pending and leased tasks become
-        cancelled, and later calls by their leaseholders are ABORTED.
-        Cancelling a finished job changes nothing and returns it as it is.
+        cancelled, and later heartbeats, progress reports and failures by their
+        leaseholders are ABORTED. A result of a task cancelled while leased is
+        still accepted (and kept, and listed by ListCompletedResults) when it
+        arrives within that lease, under the same (worker_id, attempt); the job's
+        status does not change. Cancelling a finished job changes nothing and
+        returns it as it is.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -240,8 +246,10 @@ class QueueServiceServicer:
     def WatchJob(self, request, context):
         """Streams a job: first its current snapshot, then every task status change,
         progress report and job status change as it commits, in commit order;
-        the stream ends after the event that makes the job final (at once when
-        the job is already final).
+        the stream ends after the last event of the transaction that made the job
+        final (so it carries, for instance, the cancellations written with a
+        job's failure, and its last counts are GetJob's), at once when the job is
+        already final.
         Over REST: 200 text/event-stream, one WatchJobResponse as JSON per
         `data:` line.
         """
@@ -252,8 +260,10 @@ class QueueServiceServicer:
     def RetryJob(self, request, context):
         """Puts a failed or cancelled job's failed and cancelled tasks back to
         pending with a fresh attempt budget, and the job back to pending (or
-        running when some of its tasks had run). A job that is not failed or
-        cancelled is FAILED_PRECONDITION.
+        running when some of its tasks had run); completed tasks keep their
+        results. A completed job with failed tasks (tolerated by its
+        max_failed_tasks) may be retried the same way. Any other job is
+        FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
