@@ -69,10 +69,12 @@ class Claimer:
 
     def _unknown_workloads(self, e: NotFoundError) -> None:
         w = self.w
-        known = ""
-        if "known" not in e.message and "registered" not in e.message:
-            # The coordinator's answer did not list the workloads it knows: ask (an admin or open coordinator
-            # tells; a worker token may not, and the message then goes without the list).
+        if "known_workloads" in e.metadata:  # the coordinator's google.rpc.ErrorInfo names the registered ones
+            known = f"; known workloads: {e.metadata['known_workloads'].replace(',', ', ') or '(none)'}"
+        else:
+            known = ""
+            # A coordinator that does not list them: ask (an admin or open coordinator tells; a worker token
+            # may not, and the message then goes without the list).
             try:
                 names = [str(field_of(x, "name")) for x in field_of(w._call("ListWorkloads", {}), "workloads") or []]
                 known = f"; known workloads: {', '.join(names) or '(none)'}"

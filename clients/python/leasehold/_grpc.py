@@ -92,11 +92,15 @@ def _path_of(text: str) -> str:
     return ".".join(parts)
 
 
-def _details(raw: bytes) -> tuple[str | None, list[FieldViolation]]:
-    """The request id and field violations of a ``grpc-status-details-bin`` trailer (a google.rpc.Status)."""
+def _details(raw: bytes) -> tuple[str | None, dict[str, Any]]:
+    """The request id and the rest of a ``grpc-status-details-bin`` trailer (a google.rpc.Status).
+
+    The rest as :func:`~leasehold.errors.error_for` keywords: field violations, reason, metadata.
+    """
     status = status_pb2.Status.FromString(raw)
     request_id: str | None = None
     violations: list[FieldViolation] = []
+    reason, metadata = "", {}
     for detail in status.details:
         if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
             bad = error_details_pb2.BadRequest()
@@ -106,7 +110,11 @@ def _details(raw: bytes) -> tuple[str | None, list[FieldViolation]]:
             info = error_details_pb2.RequestInfo()
             detail.Unpack(info)
             request_id = info.request_id or None
-    return request_id, violations
+        elif detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            error_info = error_details_pb2.ErrorInfo()
+            detail.Unpack(error_info)
+            reason, metadata = error_info.reason, dict(error_info.metadata)
+    return request_id, {"violations": violations, "reason": reason, "metadata": metadata}
 
 
 class GrpcTransport:
@@ -157,20 +165,20 @@ class GrpcTransport:
     @staticmethod
     def _error(method: str, e: grpc.RpcError) -> LeaseholdError:
         request_id = None
-        violations: list[FieldViolation] = []
+        details: dict[str, Any] = {}
         for md in (e.initial_metadata, e.trailing_metadata):
             try:
                 for key, value in md() or ():
                     if key == "x-request-id":
                         request_id = value
                     elif key == "grpc-status-details-bin" and isinstance(value, bytes):
-                        rid, violations = _details(value)
+                        rid, details = _details(value)
                         request_id = request_id or rid
             except Exception:
                 pass
         code = e.code()
         name = code.name.lower() if code is not None else "unknown"
-        return error_for(name, f"{method}: {e.details()}", request_id=request_id, violations=violations)
+        return error_for(name, f"{method}: {e.details()}", request_id=request_id, **details)
 
     def call(self, method: str, request: JsonObject, timeout: float, interrupt: Interrupt | None = None) -> JsonObject:
         """A unary RPC."""

@@ -106,21 +106,30 @@ def _shutdown(sock: socket.socket | None) -> None:
             pass
 
 
-def _violations_of(err: dict[str, Any]) -> list[FieldViolation]:
-    """The field violations of an error body: the REST routes' ``violations``, or Connect's BadRequest detail.
+def _details_of(err: dict[str, Any]) -> dict[str, Any]:
+    """The rich details of an error body as :func:`~leasehold.errors.error_for` keywords.
 
-    Connect sends each detail as its type, its binary ``value`` and a JSON ``debug`` copy; the copy is read,
-    so the JSON transport needs no protobuf runtime.
+    The field violations come from the REST routes' ``violations`` or Connect's ``google.rpc.BadRequest``
+    detail, the reason and metadata from its ``google.rpc.ErrorInfo``. Connect sends each detail as its
+    type, its binary ``value`` and a JSON ``debug`` copy; the copy is read, so the JSON transport needs no
+    protobuf runtime.
     """
     found = err.get("violations")
-    if not isinstance(found, list):
-        found = []
-        for detail in err.get("details") or ():
-            if isinstance(detail, dict) and str(detail.get("type", "")).endswith("google.rpc.BadRequest"):
-                debug = detail.get("debug")
-                if isinstance(debug, dict):
-                    found.extend(debug.get("field_violations") or debug.get("fieldViolations") or ())
-    return [FieldViolation(str(v.get("field", "")), str(v.get("description", ""))) for v in found if isinstance(v, dict)]
+    violations: list[Any] = found if isinstance(found, list) else []
+    reason, metadata = "", {}
+    for detail in err.get("details") or ():
+        debug = detail.get("debug") if isinstance(detail, dict) else None
+        if not isinstance(debug, dict):
+            continue
+        kind = str(detail.get("type", ""))
+        if kind.endswith("google.rpc.BadRequest") and not isinstance(found, list):
+            violations.extend(debug.get("field_violations") or debug.get("fieldViolations") or ())
+        elif kind.endswith("google.rpc.ErrorInfo"):
+            reason = str(debug.get("reason", ""))
+            metadata = {str(k): str(v) for k, v in (debug.get("metadata") or {}).items()}
+    return {"violations": [FieldViolation(str(v.get("field", "")), str(v.get("description", "")))
+                           for v in violations if isinstance(v, dict)],
+            "reason": reason, "metadata": metadata}
 
 
 class JsonTransport:
@@ -208,7 +217,7 @@ class JsonTransport:
     @staticmethod
     def _error(method: str, status: int, raw: bytes, request_id: str | None) -> LeaseholdError:
         code, message = _HTTP_CODES.get(status, "unknown"), raw.decode("utf-8", "replace")[:500]
-        violations: list[FieldViolation] = []
+        details: dict[str, Any] = {}
         try:
             payload = json.loads(raw)
             # Connect puts code and message at the top level; the REST routes under "error".
@@ -217,11 +226,10 @@ class JsonTransport:
                 code = str(err.get("code") or code)
                 message = str(err.get("message") or message)
                 request_id = err.get("request_id") or request_id
-                violations = _violations_of(err)
+                details = _details_of(err)
         except ValueError:
             pass
-        return error_for(code, f"{method}: {message}", request_id=request_id, http_status=status,
-                         violations=violations)
+        return error_for(code, f"{method}: {message}", request_id=request_id, http_status=status, **details)
 
     def stream(self, method: str, request: JsonObject, timeout: float | None) -> Iterator[JsonObject]:
         """A server-streaming RPC in Connect's enveloped JSON, on a connection of its own."""
@@ -254,7 +262,7 @@ class JsonTransport:
                     err = message.get("error")
                     if err:
                         raise error_for(str(err.get("code", "unknown")), f"{method}: {err.get('message', '')}",
-                                        request_id=request_id, violations=_violations_of(err))
+                                        request_id=request_id, **_details_of(err))
                     return
                 yield message
         finally:

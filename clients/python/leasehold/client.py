@@ -13,6 +13,7 @@ from ._transport import Transport, TransportName, make_transport
 from .errors import FieldViolation, UnavailableError, invalid_request
 from .models import (
     CreatedJob,
+    FailurePolicy,
     Job,
     JobSnapshot,
     JobStatus,
@@ -94,6 +95,8 @@ class Client:
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
+        failure_policy: FailurePolicy | None = None,
+        max_failed_tasks: int | None = None,
     ) -> CreatedJob:
         """Creates a job of ``tasks`` (or one task from ``input_uri``/``input_sha256``).
 
@@ -102,6 +105,12 @@ class Client:
         request under the same key raises :class:`~leasehold.errors.AlreadyExistsError`. ``traceparent``
         defaults to the current OpenTelemetry span's when OpenTelemetry is installed.
 
+        ``failure_policy`` says what the job does when a task fails for good: ``"fail_fast"`` (the job fails
+        at the failure past ``max_failed_tasks`` and its unfinished tasks are cancelled) or ``"continue"``
+        (every other task still runs; the job ends once all are final: ``failed`` when more than
+        ``max_failed_tasks`` failed, else ``completed``, with the completed chunks' results listed either
+        way). Unset, both take the workload's settings (by default ``fail_fast`` with no failure tolerated).
+
         An unknown key in a task mapping, a value of the wrong type, or a parameter that is not a JSON value
         raises :class:`~leasehold.errors.InvalidArgumentError` before anything is sent, with one
         ``violations`` entry per problem (``tasks[3].chunk_idx: unknown field``).
@@ -109,7 +118,8 @@ class Client:
         Example::
 
             created = client.create_job("render", tasks=[TaskSpec(i, uri, sha) for i, (uri, sha) in enumerate(chunks)],
-                                        parameters={"frames": 240}, idempotency_key="film-7")
+                                        parameters={"frames": 240}, idempotency_key="film-7",
+                                        failure_policy="continue", max_failed_tasks=2)
         """
         req: JsonObject = {"workload": workload}
         bad: list[FieldViolation] = []
@@ -139,6 +149,10 @@ class Client:
         tp = traceparent if traceparent is not None else current_traceparent()
         if tp:
             req["traceparent"] = tp
+        if failure_policy:
+            req["failure_policy"] = _enum_name("FAILURE_POLICY_", failure_policy)
+        if max_failed_tasks is not None:
+            req["max_failed_tasks"] = max_failed_tasks
         if bad:
             raise invalid_request("CreateJob", bad)
         return CreatedJob.from_json(self._call("CreateJob", req))
@@ -276,9 +290,13 @@ class Client:
                 return
 
     def put_workload(self, name: str, *, max_attempts: int | None = None, lease_seconds: int | None = None,
-                     parameters_schema: Mapping[str, Any] | None = None,
-                     max_pending_seconds: int | None = None) -> Workload:
-        """Registers a workload or updates it (admin token); unset settings take the server's defaults."""
+                     parameters_schema: Mapping[str, Any] | None = None, max_pending_seconds: int | None = None,
+                     failure_policy: FailurePolicy | None = None, max_failed_tasks: int | None = None) -> Workload:
+        """Registers a workload or updates it (admin token); unset settings take the server's defaults.
+
+        ``failure_policy`` and ``max_failed_tasks`` are the defaults of the workload's jobs (see
+        :meth:`create_job`).
+        """
         req: JsonObject = {"name": name}
         if max_attempts is not None:
             req["max_attempts"] = max_attempts
@@ -288,6 +306,10 @@ class Client:
             req["parameters_schema"] = dict(parameters_schema)
         if max_pending_seconds:
             req["max_pending_seconds"] = max_pending_seconds
+        if failure_policy:
+            req["failure_policy"] = _enum_name("FAILURE_POLICY_", failure_policy)
+        if max_failed_tasks is not None:
+            req["max_failed_tasks"] = max_failed_tasks
         return Workload.from_json(field_of(self._call("PutWorkload", req), "workload") or {})
 
     def list_workloads(self) -> list[Workload]:

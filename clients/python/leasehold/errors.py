@@ -12,7 +12,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -55,12 +55,16 @@ class LeaseholdError(Exception):
         violations: Every bad field of an ``invalid_argument`` error (the coordinator's
             ``google.rpc.BadRequest`` details, or the client's own check of a request it would not
             send); empty for other errors.
+        reason: The machine-readable cause of the coordinator's ``google.rpc.ErrorInfo`` detail
+            (``"WORKLOAD_NOT_FOUND"``); ``""`` when it sent none.
+        metadata: That detail's metadata (``{"workload": "rendr", "known_workloads": "render,thumbs"}``).
     """
 
     code = "unknown"
 
     def __init__(self, message: str, *, code: str | None = None, request_id: str | None = None,
-                 http_status: int | None = None, violations: Iterable[FieldViolation] = ()) -> None:
+                 http_status: int | None = None, violations: Iterable[FieldViolation] = (), reason: str = "",
+                 metadata: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
@@ -68,6 +72,8 @@ class LeaseholdError(Exception):
         self.request_id = request_id
         self.http_status = http_status
         self.violations: list[FieldViolation] = list(violations)
+        self.reason = reason
+        self.metadata: dict[str, str] = dict(metadata or {})
 
     def __str__(self) -> str:
         rid = f" (request id {self.request_id})" if self.request_id else ""
@@ -156,10 +162,12 @@ _ALIASES: dict[str, type[LeaseholdError]] = {
 
 
 def error_for(code: str, message: str, *, request_id: str | None = None, http_status: int | None = None,
-              violations: Iterable[FieldViolation] = ()) -> LeaseholdError:
+              violations: Iterable[FieldViolation] = (), reason: str = "",
+              metadata: Mapping[str, str] | None = None) -> LeaseholdError:
     """The typed exception for a coordinator error code (snake case)."""
     cls = _BY_CODE.get(code) or _ALIASES.get(code) or LeaseholdError
-    return cls(message, code=code, request_id=request_id, http_status=http_status, violations=violations)
+    return cls(message, code=code, request_id=request_id, http_status=http_status, violations=violations,
+               reason=reason, metadata=metadata)
 
 
 def invalid_request(method: str, violations: list[FieldViolation]) -> InvalidArgumentError:

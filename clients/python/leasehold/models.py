@@ -24,6 +24,7 @@ __all__ = [
     "AttemptProgress",
     "CreatedJob",
     "EventKind",
+    "FailurePolicy",
     "Job",
     "JobEvent",
     "JobFailure",
@@ -50,6 +51,10 @@ JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled"
 TaskStatus = Literal["", "pending", "leased", "completed", "failed", "cancelled"]
 #: What a :class:`JobEvent` records.
 EventKind = Literal["", "task_status", "task_progress", "job_status"]
+#: What a job does when its tasks fail for good: ``fail_fast`` (the first failure past ``max_failed_tasks``
+#: fails the job and cancels its unfinished tasks; the default) or ``continue`` (every other task still runs;
+#: the job ends once all are final: failed when more than ``max_failed_tasks`` failed, else completed).
+FailurePolicy = Literal["", "fail_fast", "continue"]
 #: How an attempt of a task ended (``running``: it holds its lease now).
 AttemptOutcome = Literal["", "running", "completed", "failed", "lease_expired", "cancelled"]
 
@@ -161,6 +166,11 @@ _TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled")
 _JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled")
 _EVENT_KINDS = ("", "task_status", "task_progress", "job_status")
 _OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
+_POLICIES = ("", "fail_fast", "continue")
+
+
+def _policy(d: Mapping[str, Any]) -> FailurePolicy:
+    return cast(FailurePolicy, _enum(d, "failure_policy", "FAILURE_POLICY_", _POLICIES))
 
 
 def _job_status(d: Mapping[str, Any], name: str) -> JobStatus:
@@ -212,7 +222,9 @@ class Job:
     """A job as the coordinator stores it.
 
     ``status`` is ``pending``, ``running``, ``completed``, ``failed`` or ``cancelled``; ``parameters`` as
-    :func:`plain_json` reads them.
+    :func:`plain_json` reads them. ``failure_policy`` (``fail_fast`` or ``continue``) and ``max_failed_tasks``
+    say what the job does when its tasks fail for good (see :data:`FailurePolicy`); a completed job may hold
+    up to ``max_failed_tasks`` failed tasks.
     """
 
     id: str
@@ -228,6 +240,8 @@ class Job:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     completed_at: datetime | None = None
+    failure_policy: FailurePolicy = ""
+    max_failed_tasks: int = 0
 
     @property
     def finished(self) -> bool:
@@ -243,7 +257,8 @@ class Job:
             priority=_int(d, "priority"), idempotency_key=_str(d, "idempotency_key"),
             traceparent=_str(d, "traceparent"), cancel_reason=_str(d, "cancel_reason"),
             created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"),
-            completed_at=_time(d, "completed_at"),
+            completed_at=_time(d, "completed_at"), failure_policy=_policy(d),
+            max_failed_tasks=_int(d, "max_failed_tasks"),
         )
 
 
@@ -530,7 +545,7 @@ class WatchUpdate:
 
 @dataclass(frozen=True)
 class Workload:
-    """A registered workload and its defaults."""
+    """A registered workload and its defaults (a job's ``failure_policy`` and ``max_failed_tasks`` among them)."""
 
     name: str
     max_attempts: int = 0
@@ -539,6 +554,8 @@ class Workload:
     parameters_schema: JsonObject | None = field(default=None)
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    failure_policy: FailurePolicy = ""
+    max_failed_tasks: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Workload:
@@ -546,4 +563,5 @@ class Workload:
         return cls(name=_str(d, "name"), max_attempts=_int(d, "max_attempts"), lease_seconds=_int(d, "lease_seconds"),
                    max_pending_seconds=_int(d, "max_pending_seconds"),
                    parameters_schema=_obj(d, "parameters_schema"), created_at=_time(d, "created_at"),
-                   updated_at=_time(d, "updated_at"))
+                   updated_at=_time(d, "updated_at"), failure_policy=_policy(d),
+                   max_failed_tasks=_int(d, "max_failed_tasks"))
