@@ -42,6 +42,8 @@ class Cohort:
 
 @dataclass
 class Lease:
+    """One task this worker holds, from its claim until its outcome is reported (or it is lost)."""
+
     task: Task
     handler: Handler
     interval: float  # seconds between heartbeats
@@ -55,6 +57,8 @@ class Lease:
 
 @dataclass
 class Outcome:
+    """What a lane hands the reporter: the handler's result, or the exception that fails the task."""
+
     lease: Lease
     result: Result | None = None
     error: BaseException | None = None
@@ -76,7 +80,6 @@ class Backoff:
 
     def reset(self) -> None:
         self.n = 0
-
 
 
 def transient(e: LeaseholdError) -> bool:
