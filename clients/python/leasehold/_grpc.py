@@ -83,13 +83,15 @@ def _outcome_json(o: Any) -> JsonObject:
 
 _PATH = re.compile(r'at "\w+\.?([^"]*)"')
 _FIELD = re.compile(r'field named "([^"]+)"')
+_PARSING = re.compile(r"Failed to parse (\w+) field")
 
 
 def _path_of(text: str) -> str:
     """The field a protobuf ParseError names (``tasks[0].chunk_idx``), as far as its message tells."""
     at, named = _PATH.search(text), _FIELD.search(text)
-    parts = [p for p in (at.group(1) if at else "", named.group(1) if named else "") if p]
-    return ".".join(parts)
+    if at or named:
+        return ".".join(p for p in (at.group(1) if at else "", named.group(1) if named else "") if p)
+    return ".".join(_PARSING.findall(text))
 
 
 def _details(raw: bytes) -> tuple[str | None, dict[str, Any]]:
