@@ -1,4 +1,4 @@
-"""The submitter: create, watch, list, cancel and retry jobs, and read their results."""
+"""The submitter: create, watch, list, cancel and retry jobs, read their results, and find out why they failed."""
 
 from __future__ import annotations
 
