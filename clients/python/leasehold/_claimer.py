@@ -69,21 +69,25 @@ class Claimer:
 
     def _unknown_workloads(self, e: NotFoundError) -> None:
         w = self.w
-        if "known_workloads" in e.metadata:  # the coordinator's google.rpc.ErrorInfo names the registered ones
-            known = f"; known workloads: {e.metadata['known_workloads'].replace(',', ', ') or '(none)'}"
-        else:
-            known = ""
-            # A coordinator that does not list them: ask (an admin or open coordinator tells; a worker token
-            # may not, and the message then goes without the list).
-            try:
-                names = [str(field_of(x, "name")) for x in field_of(w._call("ListWorkloads", {}), "workloads") or []]
-                known = f"; known workloads: {', '.join(names) or '(none)'}"
-            except LeaseholdError:
-                pass
-        w._fatal = WorkerConfigError(
-            f"the coordinator does not know a workload of {', '.join(w.workloads)} ({e.message}{known}); "
-            "check the names, or register the workload with PutWorkload")
+        w._fatal = unknown_workloads(w, e)
         log.error("%s", w._fatal)
         w._stop.set()
         with w._cond:
             w._cond.notify_all()
+
+
+def unknown_workloads(w: WorkerState, e: LeaseholdError) -> WorkerConfigError:
+    """The error of a worker whose workloads the coordinator refuses, naming the workloads it knows."""
+    if "known_workloads" in e.metadata:  # the coordinator's google.rpc.ErrorInfo names the registered ones
+        known = f"; known workloads: {e.metadata['known_workloads'].replace(',', ', ') or '(none)'}"
+    else:
+        known = ""
+        # A coordinator that does not list them: ask (an admin or open coordinator tells; a worker token may
+        # not, and the message then goes without the list).
+        try:
+            names = [str(field_of(x, "name")) for x in field_of(w._call("ListWorkloads", {}), "workloads") or []]
+            known = f"; known workloads: {', '.join(names) or '(none)'}"
+        except LeaseholdError:
+            pass
+    return WorkerConfigError(f"the coordinator refuses a workload of {', '.join(w.workloads)} ({e.message}{known}); "
+                             "check the names, or register the workload with PutWorkload")

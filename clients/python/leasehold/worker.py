@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Literal, TypeVar
 
-from ._claimer import Claimer
+from ._claimer import Claimer, unknown_workloads
 from ._heartbeat import Heartbeats
 from ._lanes import Lanes
 from ._reporter import Reporter
@@ -184,9 +184,7 @@ class Worker(WorkerState):
         Raises :class:`~leasehold.errors.WorkerConfigError` at start when a workload has no handler, when
         the coordinator refuses the token or the ``worker_id`` (e.g. outside the worker token's prefix), or
         when it does not know one of ``workloads`` (a misspelled name): the message names the workloads it
-        knows. A claim that finds tasks of the other workloads does not look at the names, so a misspelled
-        one beside a busy one is found by the first claim that finds nothing; the worker then drains and
-        raises.
+        knows (when the coordinator tells, or the token may list them).
 
         Example::
 
@@ -212,6 +210,7 @@ class Worker(WorkerState):
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
             self._check_identity()
+            self._check_workloads()
             self._run()
             if self._fatal is not None:
                 raise self._fatal
@@ -249,6 +248,25 @@ class Worker(WorkerState):
                     log.warning("coordinator not reachable at %s (%s); retrying with backoff", self.url, e)
                 warned = True
                 self._stop.wait(backoff.next())
+
+    def _check_workloads(self) -> None:
+        """Fails fast on a workload the coordinator does not know (a misspelled name), rather than idling.
+
+        A result for a task that cannot exist, whose ``claim_next`` names the worker's workloads: the
+        coordinator checks a claim_next's workloads before it looks the task up, so NOT_FOUND of the task
+        means every workload is known, and nothing is written either way. A coordinator that cannot tell
+        (one older than claim_next, or out of reach now) leaves it to the claims: the claimer stops the
+        worker on the first claim refused for an unknown workload.
+        """
+        req = {"task_id": _NIL_UUID, "worker_id": self.worker_id, "attempt": 1, "result_uri": "leasehold:probe",
+               "result_sha256": "0" * 64, "claim_next": {"workloads": self.workloads}}
+        try:
+            self._call("CompleteTask", req)
+        except (NotFoundError, InvalidArgumentError) as e:
+            if e.reason == "WORKLOAD_NOT_FOUND" or "claim_next.workloads" in e.message:
+                raise unknown_workloads(self, e) from e
+        except LeaseholdError:
+            pass
 
     def _run(self) -> None:
         log.info("worker %s: %d lane(s) for %s at %s over %s", self.worker_id, self.concurrency,

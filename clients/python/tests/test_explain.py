@@ -133,7 +133,7 @@ def test_bad_input_raises_the_same_errors_with_violations_on_both_transports(adm
     assert missing.value.code == "not_found" and missing.value.violations == []
 
 
-def test_a_misspelled_workload_fails_the_worker_at_start(env: Env, workload: Callable[..., str],
+def test_a_misspelled_workload_fails_the_worker_at_start(env: Env, admin: Client, workload: Callable[..., str],
                                                          spawn: Callable[..., WorkerProc], transport: str) -> None:
     w = workload()
     typo = f"{w}x"
@@ -143,6 +143,13 @@ def test_a_misspelled_workload_fails_the_worker_at_start(env: Env, workload: Cal
     assert f'"{typo}"' in worker.stderr and "not found" in worker.stderr
     assert not worker.of("started")
 
+    # Beside a busy workload (whose claims find tasks, and so never look at the other names): still at start.
+    job = admin.create_job(w, tasks=[TaskSpec(0, "s3://in/0", sha("0"))]).job
+    both = spawn(w, "pyw-typo-both", workloads=[w, typo])
+    assert both.wait(30) == 2, both.stderr
+    assert f'"{typo}"' in both.stderr and not both.of("started")
+    assert admin.get_job(job.id).task_counts.pending == 1  # nothing was claimed
+
     # An admin token may list the workloads: the message names the known ones.
     admin_worker = Worker(env.main.url, workloads=[typo], token=env.tokens.admin, transport=transport,  # type: ignore[arg-type]
                           worker_id=f"pyw-typo-admin-{transport}", wait_seconds=1)
@@ -150,3 +157,4 @@ def test_a_misspelled_workload_fails_the_worker_at_start(env: Env, workload: Cal
     with pytest.raises(WorkerConfigError) as e:
         admin_worker.run()
     assert typo in str(e.value) and w in str(e.value).replace(f'"{typo}"', "")
+
