@@ -12,7 +12,8 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { CLAIM_TASKS, COMPLETE_TASK, COMPLETE_TASKS } from "../src/store/postgres/queries.js";
+import { CLAIM_TASKS } from "../src/store/postgres/claim.js";
+import { COMPLETE_TASK, COMPLETE_TASKS } from "../src/store/postgres/complete.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, restClient, startCoordinator, startDatabase, summary } from "./harness.js";
 

@@ -84,6 +84,8 @@ const queue: QueueService = {
       createdAt: now,
       updatedAt: now,
       completedAt: null,
+      failurePolicy: input.failurePolicy ?? ("fail_fast" as const),
+      maxFailedTasks: input.maxFailedTasks ?? 0,
     };
     const specs = input.tasks?.length ? input.tasks : [{ chunkIndex: 0, inputUri: job.inputUri, inputSha256: job.inputSha256 ?? "" }];
     const tasks = specs.map((t) => ({

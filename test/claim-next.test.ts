@@ -11,7 +11,7 @@ import { Authenticator } from "../src/api/auth.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { LongPollingQueue } from "../src/queue/long-poll.js";
 import { TaskListener } from "../src/store/postgres/listener.js";
-import { EVENTS_CHANNEL } from "../src/store/postgres/queries.js";
+import { EVENTS_CHANNEL } from "../src/store/postgres/channels.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";

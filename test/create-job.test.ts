@@ -158,7 +158,7 @@ describe("CreateJob", () => {
   });
 });
 
-// From 1,000 tasks the tasks go in by COPY, in a transaction with the job row (store.ts).
+// From 1,000 tasks the tasks go in by COPY, in a transaction with the job row (create-job.ts).
 describe("CreateJob of a large job (by COPY)", () => {
   const specs = (n: number) => Array.from({ length: n }, (_, i) => spec(i));
 

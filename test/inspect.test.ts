@@ -15,7 +15,7 @@ import { BadRequestSchema, RequestInfoSchema } from "../gen/google/rpc/error_det
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { AttemptOutcome, JobStatus, QueueService, TaskStatus, type TaskAttempt } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
-import { JOB_FAILURE, LIST_FAILED_TASKS, LIST_TASKS, TASK_ATTEMPT_EVENTS } from "../src/store/postgres/queries.js";
+import { JOB_FAILURE, LIST_FAILED_TASKS, LIST_TASKS, TASK_ATTEMPT_EVENTS } from "./support/statements.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";

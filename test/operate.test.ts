@@ -10,7 +10,7 @@ import { FailedPreconditionError, LeaseConflictError, NotFoundError, Unavailable
 import { LongPollingQueue } from "../src/queue/long-poll.js";
 import type { JobUpdate, Task } from "../src/queue/types.js";
 import { TaskListener } from "../src/store/postgres/listener.js";
-import { JOB_EVENTS_SINCE, LIST_JOBS, LIST_JOBS_BY_STATUS } from "../src/store/postgres/queries.js";
+import { JOB_EVENTS_SINCE, LIST_JOBS, LIST_JOBS_BY_STATUS } from "./support/statements.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
 

@@ -227,7 +227,7 @@ describe("2. claim is one statement", () => {
       [[1, 2, 3].map(jobId), names, sha("x")],
     );
     await f.pool.query("ANALYZE tasks");
-    const { CLAIM_TASKS } = await import("../src/store/postgres/queries.js");
+    const { CLAIM_TASKS } = await import("./support/statements.js");
     const client = await f.pool.connect();
     try {
       await client.query("BEGIN");
@@ -262,7 +262,7 @@ describe("2. claim is one statement", () => {
       tasks[0].jobId,
     ]);
     await f.pool.query("VACUUM ANALYZE tasks");
-    const { CLAIM_TASKS } = await import("../src/store/postgres/queries.js");
+    const { CLAIM_TASKS } = await import("./support/statements.js");
     const client = await f.pool.connect();
     try {
       // The generic plan, as the store runs it.
@@ -678,7 +678,7 @@ describe("batch completion", () => {
         metrics: null,
       })),
     );
-    const { COMPLETE_TASKS } = await import("../src/store/postgres/queries.js");
+    const { COMPLETE_TASKS } = await import("./support/statements.js");
     const client = await f.pool.connect();
     try {
       await client.query(`PREPARE batch_plan AS ${COMPLETE_TASKS}`);

@@ -12,6 +12,7 @@ import {
   ListTasksResponseSchema,
   TaskAttemptSchema,
   GetJobResponseSchema,
+  FailurePolicy,
   JobEventKind,
   JobEventSchema,
   JobSchema,
@@ -61,6 +62,7 @@ import type {
   CompleteTaskInput,
   CreateJobInput,
   FailTaskInput,
+  FailurePolicy as DomainFailurePolicy,
   Job,
   JobStatus as DomainJobStatus,
   JobStatusResult,
@@ -152,6 +154,17 @@ const ATTEMPT_OUTCOME: Record<DomainAttemptOutcome, AttemptOutcome> = {
   cancelled: AttemptOutcome.CANCELLED,
 };
 
+const FAILURE_POLICY: Record<DomainFailurePolicy, FailurePolicy> = {
+  fail_fast: FailurePolicy.FAIL_FAST,
+  continue: FailurePolicy.CONTINUE,
+};
+
+/** UNSPECIFIED (0) is absent; an unknown number is passed on for validation to refuse. */
+function failurePolicyInput(p: FailurePolicy): DomainFailurePolicy | undefined {
+  if (p === FailurePolicy.UNSPECIFIED) return undefined;
+  return (Object.entries(FAILURE_POLICY).find(([, v]) => v === p)?.[0] ?? String(p)) as DomainFailurePolicy;
+}
+
 const JOB_EVENT_KIND = {
   task_status: JobEventKind.TASK_STATUS,
   task_progress: JobEventKind.TASK_PROGRESS,
@@ -173,6 +186,8 @@ export function createJobInput(r: CreateJobRequest): CreateJobInput {
     // The request's own TaskSpec messages, not a copy of each (10,000 in a big job): they have the
     // domain's fields, and validation reads the proto3 default "" of an unset workload as unset.
     tasks: r.tasks as TaskSpec[],
+    failurePolicy: failurePolicyInput(r.failurePolicy),
+    maxFailedTasks: r.maxFailedTasks,
   };
 }
 
@@ -243,6 +258,8 @@ export function putWorkloadInput(r: PutWorkloadRequest): PutWorkloadInput {
     leaseSeconds: r.leaseSeconds,
     parametersSchema: domainJson(r.parametersSchema) ?? null,
     maxPendingSeconds: r.maxPendingSeconds,
+    failurePolicy: failurePolicyInput(r.failurePolicy),
+    maxFailedTasks: r.maxFailedTasks,
   };
 }
 
@@ -304,6 +321,8 @@ export function jobMessage(j: Job): PbJob {
     createdAt: ts(j.createdAt),
     updatedAt: ts(j.updatedAt),
     completedAt: ts(j.completedAt),
+    failurePolicy: FAILURE_POLICY[j.failurePolicy] ?? FailurePolicy.UNSPECIFIED,
+    maxFailedTasks: j.maxFailedTasks,
   });
 }
 
@@ -350,6 +369,8 @@ export function workloadMessage(w: Workload): PbWorkload {
     leaseSeconds: w.leaseSeconds,
     parametersSchema: struct(w.parametersSchema),
     maxPendingSeconds: w.maxPendingSeconds ?? 0,
+    failurePolicy: FAILURE_POLICY[w.failurePolicy] ?? FailurePolicy.UNSPECIFIED,
+    maxFailedTasks: w.maxFailedTasks,
     createdAt: ts(w.createdAt),
     updatedAt: ts(w.updatedAt),
   });

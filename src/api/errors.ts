@@ -9,7 +9,7 @@
 
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
-import { BadRequestSchema, RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { BadRequestSchema, ErrorInfoSchema, RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import {
   DeadlineExceededError,
   FailedPreconditionError,
@@ -41,7 +41,12 @@ export interface MappedError {
   internal: boolean;
   /** Invalid input: every broken rule, by field (google.rpc.BadRequest). */
   violations?: readonly FieldViolation[];
+  /** An unknown workload: the name asked for and the registered ones (google.rpc.ErrorInfo). */
+  unknownWorkload?: { workload: string; known: readonly string[] };
 }
+
+/** google.rpc.ErrorInfo of an unknown workload: reason and domain, as the proto documents them. */
+export const WORKLOAD_NOT_FOUND = { reason: "WORKLOAD_NOT_FOUND", domain: "leasehold" } as const;
 
 /** Transport-level failures raised by the REST layer (bad JSON, unknown route…). */
 export class HttpError extends Error {
@@ -81,6 +86,7 @@ export function mapError(err: unknown): MappedError {
     if (code === undefined) return mapped(Code.Internal, INTERNAL_MESSAGE, true);
     const m = mapped(code, err.message);
     if (err instanceof ValidationError) m.violations = err.violations;
+    if (err instanceof NotFoundError && err.entity === "workload" && err.known) m.unknownWorkload = { workload: err.id, known: err.known };
     return m;
   }
   if (err instanceof ConnectError) {
@@ -122,18 +128,34 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
       value: { fieldViolations: m.violations.map((v) => ({ field: v.field, description: v.description })) },
     });
   }
+  if (m.unknownWorkload) {
+    details.push({
+      desc: ErrorInfoSchema,
+      value: {
+        ...WORKLOAD_NOT_FOUND,
+        metadata: { workload: m.unknownWorkload.workload, known_workloads: m.unknownWorkload.known.join(",") },
+      },
+    });
+  }
   details.push({ desc: RequestInfoSchema, value: { requestId } });
   return new ConnectError(m.message, m.code, { [REQUEST_ID_HEADER]: requestId }, details, err);
 }
 
 export interface RestErrorBody {
-  error: { code: string; message: string; request_id: string; violations?: { field: string; description: string }[] };
+  error: {
+    code: string;
+    message: string;
+    request_id: string;
+    violations?: { field: string; description: string }[];
+    known_workloads?: string[];
+  };
 }
 
-/** Body of a REST error answer; `violations` only for invalid input. */
+/** Body of a REST error answer; `violations` only for invalid input, `known_workloads` only for an unknown workload. */
 export function restErrorBody(m: MappedError, requestId: string): RestErrorBody {
   const body: RestErrorBody = { error: { code: m.codeName, message: m.message, request_id: requestId } };
   if (m.violations && m.violations.length > 0)
     body.error.violations = m.violations.map((v) => ({ field: v.field, description: v.description }));
+  if (m.unknownWorkload) body.error.known_workloads = [...m.unknownWorkload.known];
   return body;
 }

@@ -180,10 +180,13 @@ async function decodeBody(req: NodeRequest, maxBytes: number): Promise<JsonObjec
   return value as JsonObject;
 }
 
-/** `?status=failed` as well as the proto's `JOB_STATUS_FAILED`: an enum query value may be the value's short name. */
+/**
+ * `?status=failed` as well as the proto's `JOB_STATUS_FAILED`, and `"failure_policy": "continue"`
+ * in a body as well as `FAILURE_POLICY_CONTINUE`: a top-level enum value may be the value's short name.
+ */
 function enumShortNames(schema: DescMessage, json: JsonObject): void {
   for (const [key, v] of Object.entries(json)) {
-    if (typeof v !== "string" || !/^[a-z]+$/.test(v)) continue;
+    if (typeof v !== "string" || !/^[a-z][a-z_]*$/.test(v)) continue;
     const field = schema.fields.find((f) => f.name === key || f.jsonName === key);
     if (field?.fieldKind !== "enum") continue;
     const value = field.enum.values.find((e) => e.localName === v.toUpperCase());
@@ -221,7 +224,7 @@ function decodeError(schema: DescMessage, json: JsonValue, err: Error, path = ""
   }
   for (const [key, value] of Object.entries(json)) {
     const field = schema.fields.find((f) => f.name === key || f.jsonName === key);
-    if (!field) continue;
+    if (!field) return new ValidationError(path ? `${path}.${key}` : key, unknownKey(schema));
     const at = path ? `${path}.${field.name}` : field.name;
     try {
       fromJson(schema, { [key]: value });
@@ -246,6 +249,11 @@ function decodeError(schema: DescMessage, json: JsonValue, err: Error, path = ""
     }
   }
   return path ? new ValidationError(path, err.message) : new HttpError(Code.InvalidArgument, err.message);
+}
+
+/** What an unknown key of a request object is told: the fields the message has. */
+function unknownKey(schema: DescMessage): string {
+  return `is not a field of ${schema.name} (its fields: ${schema.fields.map((f) => f.name).join(", ")})`;
 }
 
 /** Path fields by their JSON name (task_id: taskId); a body may name the field either way. */
@@ -388,6 +396,7 @@ export function createRest(opts: RestOptions): Rest {
         if ([...url.searchParams.keys()].length > 0)
           throw new HttpError(Code.InvalidArgument, "query parameters are not accepted on this route");
         json = await decodeBody(req, opts.maxBodyBytes);
+        enumShortNames(rpc.input, json);
       }
       if (param && pathValue !== undefined) applyPathParam(json, param.field, pathValue);
       // EventSource resumes a stream by sending the last id it saw; ?after_event_id= says the same.

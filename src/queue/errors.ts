@@ -33,16 +33,32 @@ export class ValidationError extends QueueError {
   }
 }
 
-/** An unknown job, task or workload; `field` names the request field that referred to it. */
+/** Registered workloads an unknown workload's message lists; the rest are counted. */
+const KNOWN_WORKLOADS_SHOWN = 50;
+
+/**
+ * An unknown job, task or workload; `field` names the request field that referred to it. For a
+ * workload, `known` (when given) lists the registered ones, so a misspelt name is told apart from a
+ * workload nobody registered yet; transports send them as a detail too.
+ */
 export class NotFoundError extends QueueError {
   readonly kind = "not_found";
   constructor(
     readonly entity: "job" | "task" | "workload",
     readonly id: string,
     readonly field: string = `${entity}_id`,
+    readonly known?: readonly string[],
   ) {
-    super(`${field}: ${entity} ${JSON.stringify(id)} not found${entity === "workload" ? " (register it with PutWorkload first)" : ""}`);
+    super(`${field}: ${entity} ${JSON.stringify(id)} not found${entity === "workload" ? workloadHint(known) : ""}`);
   }
+}
+
+function workloadHint(known: readonly string[] | undefined): string {
+  if (known === undefined) return " (register it with PutWorkload first)";
+  if (known.length === 0) return " (no workload is registered: register it with PutWorkload first)";
+  const shown = known.slice(0, KNOWN_WORKLOADS_SHOWN).join(", ");
+  const more = known.length > KNOWN_WORKLOADS_SHOWN ? ` and ${known.length - KNOWN_WORKLOADS_SHOWN} more` : "";
+  return ` (registered workloads: ${shown}${more}; register it with PutWorkload first)`;
 }
 
 /** attempt_ahead: an attempt the task has not reached (never leased at it), as opposed to a stale one. */

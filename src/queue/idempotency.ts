@@ -16,9 +16,16 @@ export function canonicalJson(v: JsonValue | undefined): string {
   return JSON.stringify(v);
 }
 
-/** What makes two CreateJobs "the same request": everything but the traceparent, which a traced client's retry renews. */
+/**
+ * What makes two CreateJobs "the same request": everything but the traceparent, which a traced
+ * client's retry renews. The failure policy's fields count only when given, so a request without
+ * them has the fingerprint it had before they existed (a replay across an upgrade is still one).
+ */
 export function requestFingerprint(job: NormalizedCreateJob): string {
-  const { traceparent: _trace, ...request } = job;
+  const { traceparent: _trace, failurePolicy, maxFailedTasks, ...rest } = job;
+  const request: Record<string, unknown> = { ...rest };
+  if (failurePolicy !== undefined) request.failurePolicy = failurePolicy;
+  if (maxFailedTasks !== undefined) request.maxFailedTasks = maxFailedTasks;
   return createHash("sha256")
     .update(canonicalJson(request as unknown as JsonValue))
     .digest("hex");

@@ -12,6 +12,15 @@ export type JobStatus = (typeof JOB_STATUSES)[number];
 export const TASK_STATUSES = ["pending", "leased", "completed", "failed", "cancelled"] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 
+/**
+ * What a job does when its tasks fail for good. It tolerates up to `maxFailedTasks` failed tasks
+ * and completes with them once every task is final; the failure past that fails it at once and
+ * cancels its unfinished tasks (fail_fast), or lets the others run and fails the job once all are
+ * final (continue).
+ */
+export const FAILURE_POLICIES = ["fail_fast", "continue"] as const;
+export type FailurePolicy = (typeof FAILURE_POLICIES)[number];
+
 export interface Workload {
   name: string;
   maxAttempts: number;
@@ -19,6 +28,9 @@ export interface Workload {
   parametersSchema: JsonObject | null;
   /** Claimable tasks unclaimed this long fail with error_code "expired"; null: never. */
   maxPendingSeconds: number | null;
+  /** The failure policy of the workload's jobs unless a job sets its own. */
+  failurePolicy: FailurePolicy;
+  maxFailedTasks: number;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -37,6 +49,9 @@ export interface Job {
   createdAt: Date;
   updatedAt: Date;
   completedAt: Date | null;
+  /** Resolved when the job was created: its own, else its workload's. */
+  failurePolicy: FailurePolicy;
+  maxFailedTasks: number;
 }
 
 export interface Task {
@@ -86,6 +101,10 @@ export interface CreateJobInput {
   traceparent?: string;
   /** Empty or absent: one task, chunk 0, from the job's own input. */
   tasks?: TaskSpec[];
+  /** Absent: the workload's. */
+  failurePolicy?: FailurePolicy;
+  /** Absent: the workload's; 0 tolerates no failure. */
+  maxFailedTasks?: number;
 }
 
 export interface CreateJobResult {
@@ -206,6 +225,10 @@ export interface PutWorkloadInput {
   parametersSchema?: JsonObject | null;
   /** absent or 0: never expire pending tasks */
   maxPendingSeconds?: number;
+  /** absent: fail_fast */
+  failurePolicy?: FailurePolicy;
+  /** absent: 0 */
+  maxFailedTasks?: number;
 }
 
 export interface ExpireLeasesResult {

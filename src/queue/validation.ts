@@ -9,6 +9,7 @@ import type {
   CompleteTaskInput,
   CreateJobInput,
   FailTaskInput,
+  FailurePolicy,
   JsonObject,
   JsonValue,
   JobStatus,
@@ -23,7 +24,7 @@ import type {
   TaskSpec,
   TaskStatus,
 } from "./types.js";
-import { JOB_STATUSES, TASK_STATUSES } from "./types.js";
+import { FAILURE_POLICIES, JOB_STATUSES, TASK_STATUSES } from "./types.js";
 
 /**
  * The one table of field bounds: the proto's comments name them (LIMITS.<name>) rather than
@@ -49,6 +50,8 @@ export const LIMITS = {
   retryAfterSeconds: { min: 0, max: 86_400 },
   pageSize: { default: 100, max: 1000 },
   maxPendingSeconds: { min: 1, max: 30 * 86_400 },
+  /** Failed tasks a job tolerates (max_failed_tasks); 0: none. */
+  maxFailedTasks: { min: 0, max: 1_000_000 },
   progressMessageLength: 1000,
   /** Field violations (and parameters-schema violations) listed per request; the rest are only counted. */
   violations: 20,
@@ -206,6 +209,15 @@ export function cleanErrorMessage(v: unknown): string | null {
   return v.replace(CONTROL_CHARS, "").slice(0, LIMITS.errorMessageLength);
 }
 
+/** A failure policy, or undefined when absent (the caller's default then applies). */
+function optionalFailurePolicy(field: string, v: unknown): FailurePolicy | undefined {
+  if (v === undefined || v === null || v === "") return undefined;
+  if (typeof v !== "string" || !(FAILURE_POLICIES as readonly string[]).includes(v)) {
+    fail(field, `must be one of ${FAILURE_POLICIES.join(", ")}`);
+  }
+  return v as FailurePolicy;
+}
+
 export interface NormalizedTaskSpec {
   chunkIndex: number;
   inputUri: string;
@@ -224,6 +236,9 @@ export interface NormalizedCreateJob {
   idempotencyKey: string | null;
   traceparent: string | null;
   tasks: NormalizedTaskSpec[];
+  /** undefined: the workload's. */
+  failurePolicy: FailurePolicy | undefined;
+  maxFailedTasks: number | undefined;
 }
 
 export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number): NormalizedCreateJob {
@@ -233,6 +248,10 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
   const priority = optionalInt("priority", input.priority, LIMITS.priority.min, LIMITS.priority.max) ?? 0;
   const maxAttempts = optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max);
   const idempotencyKey = optionalText("idempotency_key", input.idempotencyKey, LIMITS.idempotencyKeyLength) ?? null;
+  const [failurePolicy, maxFailedTasks] = all(
+    () => optionalFailurePolicy("failure_policy", input.failurePolicy),
+    () => optionalInt("max_failed_tasks", input.maxFailedTasks, LIMITS.maxFailedTasks.min, LIMITS.maxFailedTasks.max),
+  );
   let traceparent: string | null = null;
   if (input.traceparent) {
     if (typeof input.traceparent !== "string" || !TRACEPARENT.test(input.traceparent)) {
@@ -295,7 +314,19 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     });
     if (violations.length > 0) throw violationsError(violations);
   }
-  return { workload, inputUri, inputSha256, parameters, priority, maxAttempts, idempotencyKey, traceparent, tasks };
+  return {
+    workload,
+    inputUri,
+    inputSha256,
+    parameters,
+    priority,
+    maxAttempts,
+    idempotencyKey,
+    traceparent,
+    tasks,
+    failurePolicy,
+    maxFailedTasks,
+  };
 }
 
 /** What sends a task's input_uri to the full checks: whitespace, NUL, or any surrogate (a paired one is valid, and allowed there). */
@@ -383,6 +414,27 @@ export function validateComplete(input: CompleteTaskInput): CompleteTaskInput {
   return { ...ref, resultUri, resultSha256, metrics };
 }
 
+/** A CompleteTasks batch, checked whole before anything is written. */
+export function validateBatch(inputs: CompleteTaskInput[]): CompleteTaskInput[] {
+  if (!Array.isArray(inputs) || inputs.length === 0) throw new ValidationError("results", "must hold at least one result");
+  if (inputs.length > LIMITS.maxClaimBatch) throw new ValidationError("results", `must hold at most ${LIMITS.maxClaimBatch} results`);
+  // Every result is checked, and every violation named by its place in the batch.
+  const violations: FieldViolation[] = [];
+  const batch = inputs.map((input, i) => {
+    try {
+      return validateComplete(input);
+    } catch (err) {
+      if (!(err instanceof ValidationError)) throw err;
+      violations.push(...err.violations.map((v) => ({ field: `results[${i}].${v.field}`, description: v.description })));
+      return input;
+    }
+  });
+  if (violations.length > 0) throw violationsError(violations);
+  const ids = batch.map((b) => b.taskId);
+  if (new Set(ids).size !== ids.length) throw new ValidationError("results", "names one task twice");
+  return batch;
+}
+
 export interface NormalizedFail extends LeaseRef {
   errorCode: string;
   errorMessage: string | null;
@@ -415,24 +467,39 @@ export function validateCancel(input: CancelJobInput): { jobId: string; reason: 
   };
 }
 
-export function validatePutWorkload(
-  input: PutWorkloadInput,
-  defaults: { maxAttempts: number; leaseSeconds: number },
-): { name: string; maxAttempts: number; leaseSeconds: number; parametersSchema: JsonObject | null; maxPendingSeconds: number | null } {
-  const name = requireWorkloadName("name", input.name);
-  const maxAttempts =
-    optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts;
-  const leaseSeconds =
-    optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds;
-  const schema = input.parametersSchema;
-  const parametersSchema =
-    schema === undefined || schema === null || Object.keys(schema).length === 0
-      ? null
-      : requireJsonObject("parameters_schema", schema, LIMITS.parametersSchemaBytes);
-  const maxPendingSeconds =
-    optionalInt("max_pending_seconds", input.maxPendingSeconds || undefined, LIMITS.maxPendingSeconds.min, LIMITS.maxPendingSeconds.max) ??
-    null;
-  return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds };
+export interface NormalizedWorkload {
+  name: string;
+  maxAttempts: number;
+  leaseSeconds: number;
+  parametersSchema: JsonObject | null;
+  maxPendingSeconds: number | null;
+  failurePolicy: FailurePolicy;
+  maxFailedTasks: number;
+}
+
+export function validatePutWorkload(input: PutWorkloadInput, defaults: { maxAttempts: number; leaseSeconds: number }): NormalizedWorkload {
+  // Every field is checked, so a request learns all that is wrong with it at once.
+  const [name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds, failurePolicy, maxFailedTasks] = all(
+    () => requireWorkloadName("name", input.name),
+    () => optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? defaults.maxAttempts,
+    () => optionalInt("lease_seconds", input.leaseSeconds, LIMITS.leaseSeconds.min, LIMITS.leaseSeconds.max) ?? defaults.leaseSeconds,
+    () => {
+      const schema = input.parametersSchema;
+      return schema === undefined || schema === null || Object.keys(schema).length === 0
+        ? null
+        : requireJsonObject("parameters_schema", schema, LIMITS.parametersSchemaBytes);
+    },
+    () =>
+      optionalInt(
+        "max_pending_seconds",
+        input.maxPendingSeconds || undefined,
+        LIMITS.maxPendingSeconds.min,
+        LIMITS.maxPendingSeconds.max,
+      ) ?? null,
+    () => optionalFailurePolicy("failure_policy", input.failurePolicy) ?? "fail_fast",
+    () => optionalInt("max_failed_tasks", input.maxFailedTasks, LIMITS.maxFailedTasks.min, LIMITS.maxFailedTasks.max) ?? 0,
+  );
+  return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds, failurePolicy, maxFailedTasks };
 }
 
 /** Page tokens are opaque to clients; inside they carry the last chunk_index returned. */

@@ -49,6 +49,8 @@ export function sampleJob(overrides: Partial<Job> = {}): Job {
     createdAt: SAMPLE_NOW,
     updatedAt: SAMPLE_NOW,
     completedAt: null,
+    failurePolicy: "fail_fast",
+    maxFailedTasks: 0,
     ...overrides,
   };
 }

@@ -24,3 +24,10 @@ export function textArrayLiteral(values: readonly (string | null)[]): string {
 export function intArrayLiteral(values: readonly number[]): string {
   return "{" + values.join(",") + "}";
 }
+
+/** How many times each key occurs, in order of first occurrence (the wake-ups' workload and count arrays). */
+export function countBy(keys: readonly string[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const k of keys) counts.set(k, (counts.get(k) ?? 0) + 1);
+  return counts;
+}

@@ -4,8 +4,8 @@
 
 import pg from "pg";
 import type { WakeSource } from "../../queue/long-poll.js";
-import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./queries.js";
-import type { JobEventWakes } from "./store.js";
+import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
+import type { JobEventWakes } from "./context.js";
 
 export interface ListenerLogger {
   warn(obj: object, msg: string): void;

@@ -9,6 +9,8 @@ export interface WorkloadRow {
   lease_seconds: number;
   parameters_schema: JsonObject | null;
   max_pending_seconds: number | null;
+  failure_policy: Workload["failurePolicy"];
+  max_failed_tasks: number;
   created_at: Date;
   updated_at: Date;
 }
@@ -27,6 +29,8 @@ export interface JobRow {
   created_at: Date;
   updated_at: Date;
   completed_at: Date | null;
+  failure_policy: Job["failurePolicy"];
+  max_failed_tasks: number;
 }
 
 export interface TaskRow {
@@ -82,6 +86,8 @@ export function toWorkload(r: WorkloadRow): Workload {
     leaseSeconds: r.lease_seconds,
     parametersSchema: r.parameters_schema ?? null,
     maxPendingSeconds: r.max_pending_seconds ?? null,
+    failurePolicy: r.failure_policy,
+    maxFailedTasks: r.max_failed_tasks,
     createdAt: r.created_at,
     updatedAt: r.updated_at,
   };
@@ -102,6 +108,8 @@ export function toJob(r: JobRow): Job {
     createdAt: r.created_at,
     updatedAt: r.updated_at,
     completedAt: r.completed_at ?? null,
+    failurePolicy: r.failure_policy,
+    maxFailedTasks: r.max_failed_tasks,
   };
 }
 

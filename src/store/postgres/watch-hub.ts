@@ -5,7 +5,26 @@
 
 import type pg from "pg";
 import { withClient } from "./db.js";
-import * as sql from "./queries.js";
+
+// Every stream of a coordinator at once (WatchHub), so open streams cost one statement per refresh, not one each.
+export const REFRESH_JOB_WATCHERS = `UPDATE job_watchers SET expires_at = now() + make_interval(secs => $2) WHERE id = ANY($1::uuid[])`;
+
+/*
+ * The floor under lost notifications for all of a coordinator's watch streams in one statement:
+ * which streams (by position in the arrays: job $1[i], the stream's last snapshot $2[i]) have
+ * events committed since their snapshot. One probe of task_events_job_xid_idx per stream, the same
+ * bounds as JOB_EVENTS_SINCE; the streams named then read their events themselves.
+ * Measured (bench:watchers, 1,000 idle SSE streams, 1 s interval): 3.1 database transactions/s in
+ * all, the reaper's two probes included; with a poll per stream, 300 streams had made 328/s (plus one
+ * watcher refresh per stream every 20 s, now REFRESH_JOB_WATCHERS once for all).
+ */
+export const WATCHED_JOBS_WITH_EVENTS = `
+SELECT w.i::int AS i
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS w(job_id, since, i)
+WHERE EXISTS (
+  SELECT 1 FROM task_events e
+  WHERE e.job_id = w.job_id AND e.xid >= pg_snapshot_xmin(w.since::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, w.since::pg_snapshot)
+)`;
 
 export interface WatchedStream {
   jobId: string;
@@ -73,12 +92,12 @@ export class WatchHub {
       const signal = AbortSignal.timeout(this.options.readTimeoutMs);
       await withClient(this.pool, signal, async (c) => {
         if (Date.now() - this.refreshedAt > (this.options.watcherTtlSeconds * 1000) / 3) {
-          await c.query(sql.REFRESH_JOB_WATCHERS, [streams.map((s) => s.watcherId), this.options.watcherTtlSeconds]);
+          await c.query(REFRESH_JOB_WATCHERS, [streams.map((s) => s.watcherId), this.options.watcherTtlSeconds]);
           this.refreshedAt = Date.now();
         }
         const { rows } = await c.query({
           name: "leasehold_watched_jobs_with_events",
-          text: sql.WATCHED_JOBS_WITH_EVENTS,
+          text: WATCHED_JOBS_WITH_EVENTS,
           values: [streams.map((s) => s.jobId), streams.map((s) => s.since)],
         });
         this.checkCount++;

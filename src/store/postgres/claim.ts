@@ -1,0 +1,127 @@
+// ClaimTasks: one statement chooses and leases tasks (CLAIM_TASKS). Its CTEs are also the claim
+// half of a result report with claim_next (complete.ts).
+
+import type pg from "pg";
+import type { CallOptions, ClaimTasksInput, Task } from "../../queue/types.js";
+import { validateClaim, type NormalizedClaim } from "../../queue/validation.js";
+import type { StoreContext } from "./context.js";
+import { withClient } from "./db.js";
+import { statusEvents, watchedJobs } from "./fragments.js";
+import { toTask, type TaskRow } from "./rows.js";
+
+/** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
+export interface ClaimParams {
+  workloads: string;
+  limit: string;
+  worker: string;
+  leaseSeconds: string;
+}
+
+/*
+ * The claim: one statement, so there is no window between choosing and taking.
+ * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
+ *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
+ *     expired: leases whose holder went silent, with attempts left (tasks_lease_expiry_idx),
+ *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx, whose last key column
+ *              is run_after: a task in backoff is passed over inside the index, its row never read).
+ * - FOR UPDATE SKIP LOCKED: concurrent claimers skip each other's candidates instead of queueing.
+ * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
+ * - The job moves to running in the same statement; `status = 'pending'` keeps that a no-op
+ *   (and lock-free) for jobs already running.
+ * - Rows are written through `id = ANY(ARRAY(...))`: a primary-key lookup whatever the plan cache
+ *   guesses about the size of `picked` (a joined CTE once got a generic plan with a seq scan).
+ * - The status events are written by the statement (claimedEventRows, see watchedJobs above), previous
+ *   status from the arm: pending for fresh work, leased for a reclaimed lease.
+ * - "Was it fresh" is `= ANY (ARRAY(SELECT id FROM fresh))`, not `IN (SELECT id FROM fresh)`: the
+ *   IN became a hashed subplan, whose hash table set up per statement was ~5% of the backends' CPU
+ *   under claim + complete (perf).
+ * These are the claim's CTEs, from the two arms to the job's move to running (everything but the
+ * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a
+ * result report takes nothing unless the report's result was accepted.
+ */
+export const claimCtes = (p: ClaimParams, gate = "true") => `expired AS (
+  SELECT c.id, c.priority, c.created_at, c.chunk_index, 0 AS arm
+  FROM unnest(${p.workloads}::text[]) AS w(name)
+  CROSS JOIN LATERAL (
+    SELECT id, priority, created_at, chunk_index FROM tasks
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND ${gate}
+    ORDER BY lease_expires_at
+    LIMIT ${p.limit}
+    FOR UPDATE SKIP LOCKED
+  ) c
+), fresh AS (
+  SELECT c.id, c.priority, c.created_at, c.chunk_index, 1 AS arm
+  FROM unnest(${p.workloads}::text[]) AS w(name)
+  CROSS JOIN LATERAL (
+    SELECT id, priority, created_at, chunk_index FROM tasks
+    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND ${gate}
+    ORDER BY priority DESC, created_at, chunk_index
+    LIMIT ${p.limit}
+    FOR UPDATE SKIP LOCKED
+  ) c
+), picked AS (
+  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY arm, priority DESC, created_at, chunk_index
+  LIMIT ${p.limit}
+), claimed AS (
+  UPDATE tasks t
+  SET status = 'leased',
+      attempt = t.attempt + 1,
+      lease_owner = ${p.worker},
+      lease_expires_at = now() + make_interval(secs => coalesce(${p.leaseSeconds}::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      started_at = coalesce(t.started_at, now()),
+      version = t.version + 1,
+      event_flip = NOT t.event_flip
+  WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+  RETURNING t.*
+), running AS (
+  UPDATE jobs SET status = 'running', updated_at = now()
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
+)`;
+// The claim's status events, for statusEvents: previous status pending for fresh work, leased for a reclaimed lease.
+export const claimedEventRows = `SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN id = ANY (ARRAY(SELECT id FROM fresh)) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed`;
+
+// pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
+export const pickupSeconds = `CASE WHEN claimed.id = ANY (ARRAY(SELECT id FROM fresh)) THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
+
+// $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's).
+const claimStatement = (claimOrder: string) => `
+WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4" })}, ${statusEvents(claimedEventRows)},
+${watchedJobs("claimed")}
+SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+FROM claimed ${claimOrder}`;
+export const CLAIM_ORDER = "ORDER BY priority DESC, created_at, chunk_index";
+export const CLAIM_TASKS = claimStatement(CLAIM_ORDER);
+/** CLAIM_TASKS for one task ($2 = 1): one row needs no sort (see COMPLETE_TASK_AND_CLAIM_ONE). */
+export const CLAIM_TASK = claimStatement("");
+
+export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts: CallOptions): Promise<Task[]> {
+  const claim = validateClaim(input);
+  return withClient(ctx.pool, opts.signal, (c) => claimWith(ctx, c, claim, "workloads"));
+}
+
+export async function claimWith(ctx: StoreContext, c: pg.PoolClient, claim: NormalizedClaim, field: string): Promise<Task[]> {
+  const one = claim.maxTasks === 1;
+  const { rows } = await c.query({
+    name: one ? "leasehold_claim_task" : "leasehold_claim_tasks",
+    text: one ? CLAIM_TASK : CLAIM_TASKS,
+    values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null],
+  });
+  if (rows.length === 0) {
+    // Only an empty answer pays for this check, so the hot path stays one statement.
+    await ctx.workloads.require(c, claim.workloads, field);
+    return [];
+  }
+  return claimed(ctx, rows);
+}
+
+export function claimed(ctx: StoreContext, rows: (TaskRow & { pickup_seconds: number | null })[]): Task[] {
+  if (rows.length === 0) return [];
+  ctx.options.observer?.tasksClaimed(
+    rows.length,
+    rows.flatMap((r) => (r.pickup_seconds === null ? [] : [r.pickup_seconds])),
+  );
+  return rows.map(toTask);
+}

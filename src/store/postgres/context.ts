@@ -1,0 +1,35 @@
+// What every operation of the store works with: the pool, the options, the workload cache and the
+// parameter schemas. PostgresQueue (store.ts) makes one and hands it to the operation files.
+
+import type pg from "pg";
+import type { ParameterSchemas } from "../../queue/parameter-schemas.js";
+import type { QueueObserver } from "../../queue/service.js";
+import type { WorkloadCache } from "./workloads.js";
+
+export interface StoreOptions {
+  defaultLeaseSeconds: number;
+  defaultMaxAttempts: number;
+  maxTasksPerJob: number;
+  /** Told about claims, completions, failures and expired leases as they commit (metrics). */
+  observer?: QueueObserver;
+  /** Finished jobs older than this are deleted by maintain(); undefined: kept forever. */
+  retentionDays?: number;
+  /** How often the coordinator checks, in one statement for all its WatchJob streams, for events no notification announced (default 1000). */
+  watchPollIntervalMs?: number;
+  /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
+  jobWakes?: JobEventWakes;
+}
+
+/** Where WatchJob learns that a job has new events. */
+export interface JobEventWakes {
+  /** onWake: the job has new events; also called for every job after a reconnect (notifications may be lost). */
+  subscribeJob(jobId: string, onWake: () => void): () => void;
+}
+
+export interface StoreContext {
+  readonly pool: pg.Pool;
+  readonly options: StoreOptions;
+  /** Workloads as this coordinator last read them (CreateJob's validation, claims' existence checks). */
+  readonly workloads: WorkloadCache;
+  readonly schemas: ParameterSchemas;
+}

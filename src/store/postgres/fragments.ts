@@ -1,0 +1,45 @@
+// SQL pieces several statements share: the fenced live lease, the status events a statement writes
+// itself, and the notification of watched jobs. Each statement file composes its text from these
+// once, at load.
+
+import { EVENTS_CHANNEL } from "./channels.js";
+
+/*
+ * Status events written by the statement that changes the status (the claim and the completions)
+ * rather than by the tasks_status_events trigger, which skips every row whose update flips
+ * event_flip (see migrations/1764490000000_lean_hot_path.sql): a statement that flips it must
+ * insert the event of each row it changes, exactly as the trigger would have (same columns, same
+ * transaction), and notify the watched jobs among them. The trigger was a plpgsql call per row,
+ * with its INSERT and its job_watchers probe run through SPI; ~14% of the backends' CPU under
+ * claim + complete (perf). `watched` must be read by the statement (a SELECT in a WITH runs only
+ * when referenced): each of them returns its count as `notified`.
+ * Measured (bench/sql-ab.ts, 3 pairs, backend CPU per task): single claim + complete 958 -> 925 us,
+ * batched 240 -> 187 us.
+ */
+export const watchedJobs = (rows: string) => `watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM ${rows} r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)`;
+/*
+ * The status events of a statement, from every part of it that changes a status, in one INSERT:
+ * a statement that completes and claims writes both parts' events through one ModifyTable, so it
+ * opens task_events and its index and builds the insert's projection once, not twice.
+ * Measured (bench/sql-ab.ts, 8 pairs, backend CPU per task, one INSERT / two): chained batches
+ * median 0.93, chained single tasks 0.99.
+ */
+export const statusEvents = (...rows: string[]) => `events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  ${rows.join("\n  UNION ALL\n  ")}
+)`;
+export const completedEventRows = (rows: string) =>
+  `SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM ${rows}`;
+
+// Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
+// worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
+// `status::text`: with `status = 'leased'` the generic plan of the completion found the row through
+// the lease index (then tasks_status_lease_created_idx; `status = 'leased' AND lease_expires_at > now()`, filtering on
+// id), which walks every leased entry, dead ones included: each completed task leaves one there
+// whose lease_expires_at stays in the future for a lease length. The cast keeps the partial
+// indexes' predicates unprovable, so the primary key is the only way in.
+export const liveLease = (t: string) =>
+  `${t}.id = $1 AND ${t}.status::text = 'leased' AND ${t}.lease_owner = $2 AND ${t}.attempt = $3 AND ${t}.lease_expires_at > now()`;

@@ -1,0 +1,100 @@
+// Task inspection: ListTasks and GetTask, each task with its attempts, and the read of one task
+// that explains a refused write (lease.ts, complete.ts). Reads only: none of these statements runs
+// on the claim/complete path.
+
+import type pg from "pg";
+import { attemptsOf } from "../../queue/attempts.js";
+import { NotFoundError } from "../../queue/errors.js";
+import type { CallOptions, JobEvent, ListTasksInput, ListTasksResult, Task, TaskDetail } from "../../queue/types.js";
+import { encodeTasksPageToken, requireUuid, validateListTasks } from "../../queue/validation.js";
+import type { StoreContext } from "./context.js";
+import { withClient } from "./db.js";
+import { JOB_EXISTS } from "./jobs.js";
+import { toJobEvent, toTask } from "./rows.js";
+
+export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
+
+/*
+ * ListTasks, keyset-paginated on chunk_index. One variant per index, as for ListJobs (generic
+ * plans cannot choose by a parameter's value): every task or one status through tasks_job_chunk_idx
+ * (the job's chunks in order, others filtered out), and failed tasks through the partial
+ * tasks_job_failed_idx, so "why did it fail" does not walk a 10,000-chunk job's completed chunks.
+ * $1 job id, $2 after chunk_index (-1 for the first page), $3 limit [, $4 status].
+ */
+const tasksPage = (statusFilter: string) => `
+SELECT * FROM tasks
+WHERE job_id = $1 AND chunk_index > $2 ${statusFilter}
+ORDER BY chunk_index
+LIMIT $3`;
+export const LIST_TASKS = tasksPage("");
+export const LIST_TASKS_BY_STATUS = tasksPage("AND status = $4::task_status");
+export const LIST_FAILED_TASKS = tasksPage("AND status = 'failed'");
+
+/*
+ * The events the attempts of some of a job's tasks are told from: every status change, and the
+ * last progress report of each attempt (a chatty worker may have sent thousands). Through the
+ * (job_id, xid) index, so it reads the job's events and keeps those of the tasks asked for: an
+ * index on task_id would serve it better but cost every claim and completion a second index
+ * write (the primary key on id measured ~8% of throughput). $1 job id, $2 task ids.
+ */
+export const TASK_ATTEMPT_EVENTS = `
+SELECT * FROM (
+  (SELECT * FROM task_events
+   WHERE job_id = $1 AND task_id = ANY($2::uuid[]) AND kind = 'task_status')
+  UNION ALL
+  (SELECT DISTINCT ON (task_id, attempt) * FROM task_events
+   WHERE job_id = $1 AND task_id = ANY($2::uuid[]) AND kind = 'task_progress'
+   ORDER BY task_id, attempt, id DESC)
+) e
+ORDER BY id`;
+
+export async function listTasks(ctx: StoreContext, input: ListTasksInput, opts: CallOptions): Promise<ListTasksResult> {
+  const q = validateListTasks(input);
+  return withClient(ctx.pool, opts.signal, async (c) => {
+    // One row past the page tells whether another page exists.
+    const values = [q.jobId, q.afterChunk, q.pageSize + 1];
+    const { rows } =
+      q.status === null
+        ? await c.query(LIST_TASKS, values)
+        : q.status === "failed"
+          ? await c.query(LIST_FAILED_TASKS, values)
+          : await c.query(LIST_TASKS_BY_STATUS, [...values, q.status]);
+    if (rows.length === 0) {
+      const { rows: found } = await c.query(JOB_EXISTS, [q.jobId]);
+      if (!found[0].found) throw new NotFoundError("job", q.jobId);
+    }
+    const page = rows.slice(0, q.pageSize).map(toTask);
+    return {
+      tasks: await withAttempts(c, q.jobId, page),
+      nextPageToken: rows.length > q.pageSize ? encodeTasksPageToken(q.status, page[page.length - 1].chunkIndex) : "",
+    };
+  });
+}
+
+export async function getTask(ctx: StoreContext, taskId: string, opts: CallOptions): Promise<TaskDetail> {
+  const id = requireUuid("task_id", taskId);
+  return withClient(ctx.pool, opts.signal, async (c) => {
+    const task = await loadTask(c, id);
+    return (await withAttempts(c, task.jobId, [task]))[0];
+  });
+}
+
+/** Tasks of one job with their attempts, from one read of the job's events. */
+async function withAttempts(c: pg.PoolClient, jobId: string, tasks: Task[]): Promise<TaskDetail[]> {
+  if (tasks.length === 0) return [];
+  const { rows } = await c.query(TASK_ATTEMPT_EVENTS, [jobId, tasks.map((t) => t.id)]);
+  const byTask = new Map<string, JobEvent[]>();
+  for (const r of rows) {
+    const e = toJobEvent(r);
+    const list = byTask.get(e.taskId ?? "");
+    if (list) list.push(e);
+    else byTask.set(e.taskId ?? "", [e]);
+  }
+  return tasks.map((task) => ({ task, attempts: attemptsOf(task, byTask.get(task.id) ?? []) }));
+}
+
+export async function loadTask(c: pg.PoolClient, taskId: string): Promise<Task> {
+  const { rows } = await c.query(SELECT_TASK, [taskId]);
+  if (rows.length === 0) throw new NotFoundError("task", taskId);
+  return toTask(rows[0]);
+}

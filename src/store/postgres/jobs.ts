@@ -1,0 +1,231 @@
+// Jobs as their owners see them: GetJobStatus (with the failure of a failed job),
+// ListCompletedResults, CancelJob, RetryJob and ListJobs.
+
+import type pg from "pg";
+import { FailedPreconditionError, NotFoundError } from "../../queue/errors.js";
+import type {
+  CallOptions,
+  CancelJobInput,
+  Job,
+  JobFailure,
+  JobStatusResult,
+  ListCompletedResultsInput,
+  ListCompletedResultsResult,
+  ListJobsInput,
+  ListJobsResult,
+  RetryJobInput,
+  RetryJobResult,
+  TaskCounts,
+} from "../../queue/types.js";
+import {
+  LIMITS,
+  encodeJobsPageToken,
+  encodePageToken,
+  requireUuid,
+  validateCancel,
+  validateListJobs,
+  validateListResults,
+  validateRetryJob,
+} from "../../queue/validation.js";
+import { NOTIFY_CHANNEL } from "./channels.js";
+import type { StoreContext } from "./context.js";
+import { inTransaction, withClient } from "./db.js";
+import { toJob } from "./rows.js";
+import { emptyCounts } from "./task-stats.js";
+
+export const SELECT_JOB = `SELECT * FROM jobs WHERE id = $1`;
+
+export const COUNT_JOB_TASKS = `SELECT status, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY status`;
+
+// Keyset pagination on (job_id, chunk_index): the unique index returns each page in chunk order.
+export const LIST_COMPLETED_RESULTS = `
+SELECT chunk_index, id, result_uri, result_sha256, metrics, completed_at
+FROM tasks
+WHERE job_id = $1 AND chunk_index > $2 AND status = 'completed'
+ORDER BY chunk_index
+LIMIT $3`;
+
+export const JOB_EXISTS = `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1) AS found`;
+
+// Cancel: tasks first, then the job, the same lock order as the claim (tasks, then job), so a
+// cancel racing a claim cannot deadlock.
+export const CANCEL_JOB_TASKS = `
+UPDATE tasks SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = version + 1
+WHERE job_id = $1 AND status IN ('pending', 'leased')`;
+
+export const CANCEL_JOB = `
+UPDATE jobs SET status = 'cancelled', cancel_reason = $2, completed_at = now(), updated_at = now()
+WHERE id = $1 AND status IN ('pending', 'running')
+RETURNING *`;
+
+/*
+ * RetryJob: a failed or cancelled job's failed and cancelled tasks go back to pending with a fresh
+ * attempt budget on top of the attempts used (attempt stays the fencing token, so it never goes
+ * back: a worker still holding an old attempt can never match a new lease), capped at $3. Tasks
+ * first, then the job, the lock order of the claim and of CancelJob. The job is pending again,
+ * or running when some of its tasks have run. Claimable work wakes long polls.
+ * $1 job id, $2 fresh attempts (null: the workload's max_attempts), $3 attempt cap.
+ */
+export const RETRY_JOB = `
+WITH retried AS (
+  UPDATE tasks t
+  SET status = 'pending',
+      max_attempts = least(t.attempt + coalesce($2::int, wl.max_attempts), $3::int),
+      run_after = now(), completed_at = NULL, lease_expires_at = NULL,
+      error_code = NULL, error_message = NULL, version = t.version + 1
+  FROM workloads wl
+  WHERE t.job_id = $1 AND t.status IN ('failed', 'cancelled') AND wl.name = t.workload AND t.attempt < $3::int
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled'))
+  RETURNING t.workload
+), job AS (
+  UPDATE jobs j
+  SET status = CASE WHEN EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = $1 AND o.started_at IS NOT NULL)
+                 THEN 'running' ELSE 'pending' END::job_status,
+      completed_at = NULL, cancel_reason = NULL, updated_at = now()
+  WHERE j.id = $1 AND j.status IN ('failed', 'cancelled') AND EXISTS (SELECT 1 FROM retried)
+  RETURNING j.*
+), woken AS (
+  SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM retried GROUP BY workload
+)
+SELECT job.*, (SELECT count(*) FROM retried)::int AS retried_tasks, (SELECT count(*) FROM woken) AS notified FROM job`;
+
+/*
+ * ListJobs, newest first, keyset-paginated on (created_at, id): one variant per index
+ * (jobs_created_idx, jobs_status_created_idx) because generic plans (plan_cache_mode) cannot pick
+ * an index by whether a parameter is null. created_at travels as text with microseconds so the
+ * cursor is exact. $1 after created_at ('infinity' for the first page), $2 after id, $3 limit,
+ * $4 workload ('' for any) [, $5 status].
+ */
+const jobsPage = (statusFilter: string) => `
+SELECT *, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at_cursor
+FROM jobs
+WHERE ${statusFilter} (created_at, id) < ($1::timestamptz, $2::uuid) AND ($4::text = '' OR workload = $4)
+ORDER BY created_at DESC, id DESC
+LIMIT $3`;
+export const LIST_JOBS = jobsPage("");
+export const LIST_JOBS_BY_STATUS = jobsPage("status = $5::job_status AND");
+
+/*
+ * The task that failed a failed job: its failed task (the first to fail, should two have failed in
+ * concurrent transactions), through tasks_job_failed_idx. lease_owner is kept when a task fails,
+ * so it names the worker of the last attempt.
+ */
+export const JOB_FAILURE = `
+SELECT id, chunk_index, error_code, error_message, attempt, lease_owner, completed_at
+FROM tasks
+WHERE job_id = $1 AND status = 'failed'
+ORDER BY completed_at, chunk_index
+LIMIT 1`;
+
+export async function getJobStatus(ctx: StoreContext, jobId: string, opts: CallOptions): Promise<JobStatusResult> {
+  const id = requireUuid("job_id", jobId);
+  return withClient(ctx.pool, opts.signal, (c) => readJobStatus(c, id));
+}
+
+export async function readJobStatus(c: pg.PoolClient, id: string): Promise<JobStatusResult> {
+  const { rows } = await c.query(SELECT_JOB, [id]);
+  if (rows.length === 0) throw new NotFoundError("job", id);
+  const { rows: counts } = await c.query(COUNT_JOB_TASKS, [id]);
+  const taskCounts = emptyCounts();
+  for (const r of counts) taskCounts[r.status as keyof TaskCounts] = r.n as number;
+  const totalTasks = counts.reduce((n, r) => n + (r.n as number), 0);
+  const job = toJob(rows[0]);
+  const failure = job.status === "failed" ? await readJobFailure(c, id) : null;
+  return { job, taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks, failure };
+}
+
+export async function listCompletedResults(
+  ctx: StoreContext,
+  input: ListCompletedResultsInput,
+  opts: CallOptions,
+): Promise<ListCompletedResultsResult> {
+  const q = validateListResults(input);
+  return withClient(ctx.pool, opts.signal, async (c) => {
+    // One row past the page tells whether another page exists.
+    const { rows } = await c.query(LIST_COMPLETED_RESULTS, [q.jobId, q.afterChunk, q.pageSize + 1]);
+    if (rows.length === 0) {
+      const { rows: found } = await c.query(JOB_EXISTS, [q.jobId]);
+      if (!found[0].found) throw new NotFoundError("job", q.jobId);
+    }
+    const page = rows.slice(0, q.pageSize);
+    return {
+      results: page.map((r) => ({
+        chunkIndex: r.chunk_index,
+        taskId: r.id,
+        resultUri: r.result_uri,
+        resultSha256: r.result_sha256,
+        metrics: r.metrics ?? null,
+        completedAt: r.completed_at,
+      })),
+      nextPageToken: rows.length > q.pageSize ? encodePageToken(page[page.length - 1].chunk_index) : "",
+    };
+  });
+}
+
+export async function cancelJob(ctx: StoreContext, input: CancelJobInput, opts: CallOptions): Promise<Job> {
+  const cancel = validateCancel(input);
+  return inTransaction(ctx.pool, opts.signal, async (c) => {
+    const { rows: existing } = await c.query(SELECT_JOB, [cancel.jobId]);
+    if (existing.length === 0) throw new NotFoundError("job", cancel.jobId);
+    // A finished job stays as it is: cancelling it again (or after it ended) is a no-op.
+    if (!["pending", "running"].includes(existing[0].status)) return toJob(existing[0]);
+    await c.query(CANCEL_JOB_TASKS, [cancel.jobId]);
+    const { rows } = await c.query(CANCEL_JOB, [cancel.jobId, cancel.reason]);
+    if (rows.length === 1) return toJob(rows[0]);
+    // It finished between our read and our update; report what it is now.
+    const { rows: now } = await c.query(SELECT_JOB, [cancel.jobId]);
+    return toJob(now[0]);
+  });
+}
+
+export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: CallOptions): Promise<RetryJobResult> {
+  const r = validateRetryJob(input);
+  return withClient(ctx.pool, opts.signal, async (c) => {
+    const { rows } = await c.query(RETRY_JOB, [r.jobId, r.maxAttempts, LIMITS.attempt.max]);
+    if (rows.length === 1) return { job: toJob(rows[0]), retriedTasks: rows[0].retried_tasks as number };
+    const { rows: jobs } = await c.query(SELECT_JOB, [r.jobId]);
+    if (jobs.length === 0) throw new NotFoundError("job", r.jobId);
+    const status = jobs[0].status as string;
+    if (status !== "failed" && status !== "cancelled") {
+      throw new FailedPreconditionError(`job ${r.jobId} is ${status}: only a failed or cancelled job can be retried`);
+    }
+    throw new FailedPreconditionError(
+      `job ${r.jobId} has no task left to retry (each is completed or has used ${LIMITS.attempt.max} attempts)`,
+    );
+  });
+}
+
+export async function listJobs(ctx: StoreContext, input: ListJobsInput, opts: CallOptions): Promise<ListJobsResult> {
+  const q = validateListJobs(input);
+  // One row past the page tells whether another page exists.
+  const values: unknown[] = [
+    q.after?.createdAt ?? "infinity",
+    q.after?.id ?? "ffffffff-ffff-ffff-ffff-ffffffffffff",
+    q.pageSize + 1,
+    q.workload ?? "",
+  ];
+  const { rows } = await withClient(ctx.pool, opts.signal, (c) =>
+    q.status ? c.query(LIST_JOBS_BY_STATUS, [...values, q.status]) : c.query(LIST_JOBS, values),
+  );
+  const page = rows.slice(0, q.pageSize);
+  const last = page[page.length - 1];
+  return {
+    jobs: page.map(toJob),
+    nextPageToken: rows.length > q.pageSize ? encodeJobsPageToken(last.created_at_cursor as string, last.id as string) : "",
+  };
+}
+
+async function readJobFailure(c: pg.PoolClient, jobId: string): Promise<JobFailure | null> {
+  const { rows } = await c.query(JOB_FAILURE, [jobId]);
+  const r = rows[0];
+  if (!r) return null;
+  return {
+    taskId: r.id as string,
+    chunkIndex: r.chunk_index as number,
+    errorCode: (r.error_code as string | null) ?? null,
+    errorMessage: (r.error_message as string | null) ?? null,
+    attempt: r.attempt as number,
+    workerId: (r.lease_owner as string | null) ?? null,
+    failedAt: (r.completed_at as Date | null) ?? null,
+  };
+}

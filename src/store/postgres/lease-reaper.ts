@@ -1,0 +1,114 @@
+// The lease reaper: expired leases back to pending (or failed for good when their attempts are
+// used), the jobs that lost a task for good failed, and running jobs left with nothing unfinished
+// completed. One pass per call; the loop that calls it every interval, with its start and stop, is
+// queue/maintenance.ts's Maintainer. Every coordinator runs it: the statements take their rows with
+// SKIP LOCKED, so several reapers share the work.
+
+import type pg from "pg";
+import type { QueueObserver } from "../../queue/service.js";
+import type { ExpireLeasesResult } from "../../queue/types.js";
+import { countBy } from "./arrays.js";
+import { NOTIFY_CHANNEL } from "./channels.js";
+import { inTransaction, withClient } from "./db.js";
+
+export interface LeaseReaperConfig {
+  /** Expired leases handled per transaction; the pass repeats while batches come back full. */
+  batchSize?: number;
+  /** Told how many leases expired in each pass that found any (metrics). */
+  observer?: QueueObserver;
+}
+
+export const LEASE_REAPER_DEFAULTS = { batchSize: 1000 } as const;
+
+/*
+ * Is there anything for the reaper to do? One read-only statement, so an idle database costs one
+ * transaction per reaper pass instead of three (a BEGIN … COMMIT around an EXPIRE_LEASES that
+ * finds nothing, and a FINISH_STALLED_JOBS that updates nothing). Its two probes are the
+ * predicates of those statements, through the same indexes; the work itself still runs with
+ * SKIP LOCKED, so a probe that is stale by the time the work runs costs nothing but that statement.
+ */
+export const REAPER_DUE = `
+SELECT
+  EXISTS (SELECT 1 FROM tasks WHERE status = 'leased' AND lease_expires_at <= now()) AS leases,
+  EXISTS (
+    SELECT 1 FROM jobs j
+    WHERE j.status = 'running' AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))
+  ) AS stalled_jobs`;
+
+/*
+ * The reaper, first half: expired leases back to pending while attempts remain, else failed with
+ * lease_expired. SKIP LOCKED lets every coordinator run it at once without waiting on or
+ * double-counting each other; the batch bound keeps each transaction short.
+ */
+export const EXPIRE_LEASES = `
+WITH expired AS (
+  SELECT id FROM tasks
+  WHERE status = 'leased' AND lease_expires_at <= now()
+  ORDER BY lease_expires_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE tasks t
+SET status = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
+    completed_at = CASE WHEN t.attempt < t.max_attempts THEN NULL ELSE now() END,
+    run_after = now(),
+    lease_expires_at = NULL,
+    error_code = 'lease_expired',
+    error_message = 'the lease expired before the worker reported a result',
+    version = t.version + 1
+WHERE t.id = ANY (ARRAY(SELECT id FROM expired))
+RETURNING t.id, t.job_id, t.workload, t.status`;
+
+// The reaper, second half, in the same transaction so it sees the first half's rows: jobs that
+// just lost a task for good fail, and their unfinished tasks are cancelled.
+export const FAIL_JOBS_AND_CANCEL_REST = `
+WITH failed_jobs AS (
+  UPDATE jobs SET status = 'failed', completed_at = now(), updated_at = now()
+  WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'running')
+  RETURNING id
+)
+UPDATE tasks t SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = t.version + 1
+WHERE t.job_id = ANY (ARRAY(SELECT id FROM failed_jobs)) AND t.status IN ('pending', 'leased')`;
+
+// Safety net for a coordinator that died between a completion's commit and its re-check:
+// running jobs with nothing unfinished are completed. One partial-index probe per running job.
+export const FINISH_STALLED_JOBS = `
+UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
+WHERE j.status = 'running'
+  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
+
+export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':' || n) FROM unnest($1::text[], $2::int[]) AS x(w, n)`;
+
+export class LeaseReaper {
+  private readonly batchSize: number;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly config: LeaseReaperConfig = {},
+  ) {
+    this.batchSize = config.batchSize ?? LEASE_REAPER_DEFAULTS.batchSize;
+    if (!Number.isInteger(this.batchSize) || this.batchSize < 1)
+      throw new RangeError(`lease reaper batchSize must be a positive integer, not ${this.batchSize}`);
+  }
+
+  /** One pass: every expired lease (in batches), then the stalled jobs. */
+  async runOnce(signal: AbortSignal | undefined): Promise<ExpireLeasesResult> {
+    const total: ExpireLeasesResult = { requeued: 0, failed: 0 };
+    const due = (await withClient(this.pool, signal, (c) => c.query({ name: "leasehold_reaper_due", text: REAPER_DUE }))).rows[0];
+    while (due.leases) {
+      const batch = await inTransaction(this.pool, signal, async (c) => {
+        const { rows } = await c.query(EXPIRE_LEASES, [this.batchSize]);
+        const failedJobs = [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id as string))];
+        if (failedJobs.length > 0) await c.query(FAIL_JOBS_AND_CANCEL_REST, [failedJobs]);
+        const requeued = countBy(rows.filter((r) => r.status === "pending").map((r) => r.workload as string));
+        if (requeued.size > 0) await c.query(NOTIFY_WORKLOADS, [[...requeued.keys()], [...requeued.values()]]);
+        return rows;
+      });
+      for (const r of batch) total[r.status === "pending" ? "requeued" : "failed"]++;
+      if (batch.length < this.batchSize) break;
+    }
+    if (due.stalled_jobs) await withClient(this.pool, signal, (c) => c.query(FINISH_STALLED_JOBS));
+    if (total.requeued + total.failed > 0) this.config.observer?.leasesExpired(total.requeued + total.failed);
+    return total;
+  }
+}

@@ -1,0 +1,120 @@
+// A worker's writes to a task it holds besides its result: RenewLease, ReportProgress and FailTask,
+// each fenced by (task, worker, attempt) and a live lease; a refused write is explained by
+// queue/fencing.ts from the task as it is.
+
+import { leaseConflict } from "../../queue/fencing.js";
+import type { CallOptions, FailTaskInput, RenewLeaseInput, ReportProgressInput, Task } from "../../queue/types.js";
+import { validateFail, validateRenew, validateReportProgress } from "../../queue/validation.js";
+import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
+import type { StoreContext } from "./context.js";
+import { withClient } from "./db.js";
+import { liveLease } from "./fragments.js";
+import { loadTask } from "./inspection.js";
+import { toTask } from "./rows.js";
+
+export const RENEW_LEASE = `
+UPDATE tasks t
+SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
+    version = t.version + 1
+FROM workloads wl
+WHERE ${liveLease("t")} AND wl.name = t.workload
+RETURNING t.*`;
+
+/*
+ * A progress report: the same fenced lease extension as RENEW_LEASE plus one task_events row, in
+ * one statement, so a report from a worker that lost its lease records nothing.
+ * $5 progress, $6 message, $7 partial_result_uri.
+ */
+export const REPORT_PROGRESS = `
+WITH renewed AS (
+  UPDATE tasks t
+  SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
+      version = t.version + 1
+  FROM workloads wl
+  WHERE ${liveLease("t")} AND wl.name = t.workload
+  RETURNING t.*
+), event AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, attempt, worker_id, progress, message, partial_result_uri)
+  SELECT job_id, id, chunk_index, 'task_progress', status::text, attempt, lease_owner, $5, $6, $7 FROM renewed
+), woken AS (
+  -- As the status-event triggers do: only a watched job is notified.
+  SELECT pg_notify('${EVENTS_CHANNEL}', renewed.job_id::text) FROM renewed
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = renewed.job_id)
+)
+SELECT renewed.*, (SELECT count(*) FROM woken) AS notified FROM renewed`;
+
+/*
+ * Fail one task: back to pending after a backoff while attempts remain and the worker calls it
+ * retryable, else failed for good, which fails the job and cancels its unfinished tasks (their
+ * holders learn it at their next heartbeat). Backoff: the worker's retry_after_seconds, else
+ * 2^attempt seconds, ±25% jitter, capped at 5 minutes.
+ * $4 error_code, $5 retryable, $6 error_message, $7 retry_after_seconds.
+ */
+export const FAIL_TASK = `
+WITH cur AS (
+  UPDATE tasks t
+  SET status = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
+      run_after = CASE WHEN $5::boolean AND t.attempt < t.max_attempts
+        THEN now() + make_interval(secs => coalesce($7::float8, least(300, power(2, t.attempt)) * (0.75 + random() * 0.5)))
+        ELSE t.run_after END,
+      completed_at = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN NULL ELSE now() END,
+      lease_expires_at = NULL,
+      error_code = $4,
+      error_message = $6,
+      version = t.version + 1
+  WHERE ${liveLease("t")}
+  RETURNING t.*
+), failed_job AS (
+  UPDATE jobs j SET status = 'failed', completed_at = now(), updated_at = now()
+  WHERE j.id = (SELECT job_id FROM cur WHERE cur.status = 'failed') AND j.status IN ('pending', 'running')
+  RETURNING j.id
+), cancelled AS (
+  UPDATE tasks o SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = o.version + 1
+  WHERE o.job_id = (SELECT id FROM failed_job) AND o.status IN ('pending', 'leased') AND o.id <> $1
+), woken AS (
+  -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
+  SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
+)
+SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur`;
+
+export async function renewLease(ctx: StoreContext, input: RenewLeaseInput, opts: CallOptions): Promise<Task> {
+  const renew = validateRenew(input);
+  return withClient(ctx.pool, opts.signal, async (c) => {
+    const { rows } = await c.query({
+      name: "leasehold_renew_lease",
+      text: RENEW_LEASE,
+      values: [renew.taskId, renew.workerId, renew.attempt, renew.leaseSeconds ?? null],
+    });
+    if (rows.length === 1) return toTask(rows[0]);
+    throw leaseConflict(await loadTask(c, renew.taskId), renew);
+  });
+}
+
+export async function reportProgress(ctx: StoreContext, input: ReportProgressInput, opts: CallOptions): Promise<Task> {
+  const p = validateReportProgress(input);
+  return withClient(ctx.pool, opts.signal, async (c) => {
+    const { rows } = await c.query({
+      name: "leasehold_report_progress",
+      text: REPORT_PROGRESS,
+      values: [p.taskId, p.workerId, p.attempt, p.leaseSeconds ?? null, p.progress, p.message ?? null, p.partialResultUri ?? null],
+    });
+    if (rows.length === 1) return toTask(rows[0]);
+    throw leaseConflict(await loadTask(c, p.taskId), p);
+  });
+}
+
+export async function failTask(ctx: StoreContext, input: FailTaskInput, opts: CallOptions): Promise<Task> {
+  const f = validateFail(input);
+  return withClient(ctx.pool, opts.signal, async (c) => {
+    const { rows } = await c.query({
+      name: "leasehold_fail_task",
+      text: FAIL_TASK,
+      values: [f.taskId, f.workerId, f.attempt, f.errorCode, f.retryable, f.errorMessage, f.retryAfterSeconds ?? null],
+    });
+    if (rows.length === 1) {
+      ctx.options.observer?.taskFailed(rows[0].status === "pending");
+      return toTask(rows[0]);
+    }
+    throw leaseConflict(await loadTask(c, f.taskId), f);
+  });
+}

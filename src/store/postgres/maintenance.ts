@@ -1,0 +1,65 @@
+// Maintenance besides the lease reaper: pending-task expiry, dead watch registrations and
+// retention, after one read-only probe that says which of them has anything to do. One pass per
+// call; the loop with its start and stop is queue/maintenance.ts's Maintainer.
+
+import type pg from "pg";
+import type { MaintenanceResult } from "../../queue/types.js";
+import { withClient } from "./db.js";
+import { PendingExpiry, type PendingExpiryConfig } from "./pending-expiry.js";
+import { Retention, type RetentionConfig } from "./retention.js";
+
+export interface StoreMaintenanceConfig {
+  pendingExpiry?: PendingExpiryConfig;
+  retention?: RetentionConfig;
+}
+
+// Streams of a coordinator that died without deregistering.
+export const DELETE_EXPIRED_JOB_WATCHERS = `DELETE FROM job_watchers WHERE expires_at < now()`;
+
+/*
+ * The same for the rest of maintenance (pending-task expiry, dead watch registrations, retention):
+ * one read-only statement per pass on an idle database instead of three or four transactions.
+ * The pending probe is EXPIRE_PENDING's predicate; $1 is the retention in days (null: none).
+ */
+export const MAINTENANCE_DUE = `
+SELECT
+  EXISTS (
+    SELECT 1 FROM workloads w
+    WHERE w.max_pending_seconds IS NOT NULL AND EXISTS (
+      SELECT 1 FROM tasks
+      WHERE status = 'pending' AND workload = w.name
+        AND created_at <= now() - make_interval(secs => w.max_pending_seconds)
+        AND run_after <= now() - make_interval(secs => w.max_pending_seconds))
+  ) AS pending,
+  EXISTS (SELECT 1 FROM job_watchers WHERE expires_at < now()) AS watchers,
+  ($1::int IS NOT NULL AND EXISTS (
+    SELECT 1 FROM jobs
+    WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1::int)
+  )) AS retention`;
+
+export class StoreMaintenance {
+  private readonly pendingExpiry: PendingExpiry;
+  private readonly retention: Retention;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    config: StoreMaintenanceConfig = {},
+  ) {
+    this.pendingExpiry = new PendingExpiry(pool, config.pendingExpiry);
+    this.retention = new Retention(pool, config.retention);
+  }
+
+  async runOnce(signal: AbortSignal | undefined): Promise<MaintenanceResult> {
+    const result: MaintenanceResult = { expiredPending: 0, deletedJobs: 0 };
+    const days = this.retention.days;
+    const due = (
+      await withClient(this.pool, signal, (c) =>
+        c.query({ name: "leasehold_maintenance_due", text: MAINTENANCE_DUE, values: [days ?? null] }),
+      )
+    ).rows[0];
+    if (due.pending) result.expiredPending = await this.pendingExpiry.runOnce(signal);
+    if (due.watchers) await withClient(this.pool, signal, (c) => c.query(DELETE_EXPIRED_JOB_WATCHERS));
+    if (days !== undefined && due.retention) result.deletedJobs = await this.retention.runOnce(signal);
+    return result;
+  }
+}

@@ -1,0 +1,73 @@
+// Pending-task expiry: claimable tasks of workloads with max_pending_seconds that nobody claimed in
+// that long fail with 'expired', and so do their jobs. Run by StoreMaintenance (maintenance.ts)
+// when its probe finds any; several coordinators share the work through SKIP LOCKED.
+
+import type pg from "pg";
+import { inTransaction } from "./db.js";
+import { FAIL_JOBS_AND_CANCEL_REST } from "./lease-reaper.js";
+
+export interface PendingExpiryConfig {
+  /** Expired pending tasks failed per transaction; the pass repeats while batches come back full. */
+  batchSize?: number;
+}
+
+export const PENDING_EXPIRY_DEFAULTS = { batchSize: 1000 } as const;
+
+/*
+ * Abandoned work: claimable tasks of workloads with max_pending_seconds that nobody claimed in
+ * that long fail with 'expired'. Read through the claim index (tasks_claim_pending_idx: workload,
+ * priority, created_at), where the created_at bound is an index condition: PostgreSQL 18 skips
+ * from one priority to the next ("Index Searches" = the workload's distinct priorities + 1); older
+ * servers check the bound on each of the workload's pending index entries without reading the heap.
+ * Pending tasks are no longer in the lease index, which every task insert paid for (see
+ * migrations/1764490000000_lean_hot_path.sql). No order needed: the caller repeats while batches
+ * come back full. $1 batch.
+ */
+export const EXPIRE_PENDING = `
+WITH stale AS (
+  SELECT c.id
+  FROM workloads w
+  CROSS JOIN LATERAL (
+    SELECT id FROM tasks
+    WHERE status = 'pending' AND workload = w.name
+      AND created_at <= now() - make_interval(secs => w.max_pending_seconds)
+      AND run_after <= now() - make_interval(secs => w.max_pending_seconds)
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+  ) c
+  WHERE w.max_pending_seconds IS NOT NULL
+)
+UPDATE tasks t
+SET status = 'failed', completed_at = now(), error_code = 'expired',
+    error_message = 'no worker claimed the task within its workload''s max_pending_seconds',
+    version = t.version + 1
+WHERE t.id = ANY (ARRAY(SELECT id FROM stale))
+RETURNING t.id, t.job_id`;
+
+export class PendingExpiry {
+  private readonly batchSize: number;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    config: PendingExpiryConfig = {},
+  ) {
+    this.batchSize = config.batchSize ?? PENDING_EXPIRY_DEFAULTS.batchSize;
+    if (!Number.isInteger(this.batchSize) || this.batchSize < 1)
+      throw new RangeError(`pending expiry batchSize must be a positive integer, not ${this.batchSize}`);
+  }
+
+  /** One pass; returns how many tasks expired. */
+  async runOnce(signal: AbortSignal | undefined): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const expired = await inTransaction(this.pool, signal, async (c) => {
+        const { rows } = await c.query(EXPIRE_PENDING, [this.batchSize]);
+        const jobs = [...new Set(rows.map((r) => r.job_id as string))];
+        if (jobs.length > 0) await c.query(FAIL_JOBS_AND_CANCEL_REST, [jobs]);
+        return rows.length;
+      });
+      total += expired;
+      if (expired < this.batchSize) return total;
+    }
+  }
+}

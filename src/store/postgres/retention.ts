@@ -1,0 +1,64 @@
+// Retention: finished jobs older than RETENTION_DAYS are deleted, with their tasks and events, a
+// few per statement. Run by StoreMaintenance (maintenance.ts) when its probe finds any.
+
+import type pg from "pg";
+import { withClient } from "./db.js";
+
+export interface RetentionConfig {
+  /** Finished jobs older than this are deleted; undefined: kept forever. */
+  days?: number;
+  /** Old jobs deleted per statement (each with all its tasks and events). */
+  batchJobs?: number;
+  /** Statements per pass, so one pass stays short however much is due. */
+  batchesPerPass?: number;
+}
+
+export const RETENTION_DEFAULTS = { batchJobs: 20, batchesPerPass: 50 } as const;
+
+/*
+ * Retention: a few old finished jobs per statement (each may hold thousands of tasks), with their
+ * events and their tasks (no foreign key cascades them: see migrations/1764490000000_lean_hot_path.sql;
+ * tasks_job_chunk_idx finds a job's tasks). SKIP LOCKED keeps coordinators apart.
+ * $1 days, $2 jobs per batch.
+ */
+export const DELETE_OLD_JOBS = `
+WITH old AS (
+  SELECT id FROM jobs
+  WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1)
+  ORDER BY completed_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+), events AS (
+  DELETE FROM task_events WHERE job_id = ANY (ARRAY(SELECT id FROM old))
+), job_tasks AS (
+  DELETE FROM tasks WHERE job_id = ANY (ARRAY(SELECT id FROM old))
+)
+DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`;
+
+export class Retention {
+  readonly days: number | undefined;
+  private readonly batchJobs: number;
+  private readonly batchesPerPass: number;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    config: RetentionConfig = {},
+  ) {
+    this.days = config.days;
+    this.batchJobs = config.batchJobs ?? RETENTION_DEFAULTS.batchJobs;
+    this.batchesPerPass = config.batchesPerPass ?? RETENTION_DEFAULTS.batchesPerPass;
+  }
+
+  /** One pass; returns how many jobs were deleted. */
+  async runOnce(signal: AbortSignal | undefined): Promise<number> {
+    const days = this.days;
+    if (days === undefined) return 0;
+    let deleted = 0;
+    for (let i = 0; i < this.batchesPerPass; i++) {
+      const { rowCount } = await withClient(this.pool, signal, (c) => c.query(DELETE_OLD_JOBS, [days, this.batchJobs]));
+      deleted += rowCount ?? 0;
+      if ((rowCount ?? 0) < this.batchJobs) break;
+    }
+    return deleted;
+  }
+}

@@ -1,0 +1,49 @@
+// Task counts by workload and status for metrics (TaskStatsSource), read at scrape time.
+
+import { TASK_STATUSES, type CallOptions, type TaskCounts, type WorkloadTaskStats } from "../../queue/types.js";
+import type { StoreContext } from "./context.js";
+import { withClient } from "./db.js";
+
+// Metrics: unfinished tasks by workload and status, read through a partial index that holds
+// exactly them (tasks_job_unfinished_idx), and the oldest claimable one per workload.
+export const UNFINISHED_TASK_STATS = `
+SELECT workload, status::text AS status, count(*)::int AS n,
+  coalesce(extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now())), 0)::float8 AS oldest_pending_seconds
+FROM tasks
+WHERE status IN ('pending', 'leased')
+GROUP BY workload, status`;
+
+// Metrics, rarely: every task by workload and status, a full scan (run with seqscan allowed).
+export const ALL_TASK_STATS = `SELECT workload, status::text AS status, count(*)::int AS n, 0::float8 AS oldest_pending_seconds FROM tasks GROUP BY workload, status`;
+
+export async function taskStats(ctx: StoreContext, scope: "unfinished" | "all", opts: CallOptions): Promise<WorkloadTaskStats[]> {
+  const rows = await withClient(ctx.pool, opts.signal, async (c) => {
+    const unfinished = (await c.query(UNFINISHED_TASK_STATS)).rows;
+    if (scope === "unfinished") return unfinished;
+    // The pool turns sequential scans off for the hot path; a count of everything wants one.
+    await c.query("BEGIN");
+    try {
+      await c.query("SET LOCAL enable_seqscan = on");
+      const all = (await c.query(ALL_TASK_STATS)).rows;
+      await c.query("COMMIT");
+      // Counts from the full scan; the oldest-pending ages from the unfinished query.
+      return [...all, ...unfinished.map((r) => ({ ...r, n: 0 }))];
+    } catch (err) {
+      await c.query("ROLLBACK").catch(() => {});
+      throw err;
+    }
+  });
+  const byWorkload = new Map<string, WorkloadTaskStats>();
+  for (const r of rows) {
+    const name = r.workload as string;
+    let stats = byWorkload.get(name);
+    if (!stats) byWorkload.set(name, (stats = { workload: name, counts: emptyCounts(), oldestPendingSeconds: 0 }));
+    stats.counts[r.status as keyof TaskCounts] += r.n as number;
+    stats.oldestPendingSeconds = Math.max(stats.oldestPendingSeconds, r.oldest_pending_seconds as number);
+  }
+  return [...byWorkload.values()].sort((a, b) => a.workload.localeCompare(b.workload));
+}
+
+export function emptyCounts(): TaskCounts {
+  return Object.fromEntries(TASK_STATUSES.map((s) => [s, 0])) as TaskCounts;
+}

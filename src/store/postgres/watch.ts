@@ -1,0 +1,141 @@
+// WatchJob: a job's snapshot, then its events as they commit. A NOTIFY (the LISTEN connection)
+// says when to read; the coordinator's WatchHub (watch-hub.ts) is the floor under lost ones.
+
+import type pg from "pg";
+import { QueueError, ValidationError } from "../../queue/errors.js";
+import type { JobUpdate, WatchOptions } from "../../queue/types.js";
+import { requireUuid } from "../../queue/validation.js";
+import type { StoreContext } from "./context.js";
+import { inTransaction, withClient } from "./db.js";
+import { readJobStatus } from "./jobs.js";
+import { toJobEvent, type JobEventRow } from "./rows.js";
+import type { WatchHub } from "./watch-hub.js";
+
+const FINAL_JOB_STATUSES: readonly string[] = ["completed", "failed", "cancelled"];
+/** A watch stream's job_watchers row lives this long unless refreshed (every third of it). */
+export const WATCHER_TTL_SECONDS = 60;
+/** Each database read of a watch stream gets this long, whatever the stream's own life. */
+export const WATCH_READ_TIMEOUT_MS = 10_000;
+
+// WatchJob registers its stream so the task_events trigger notifies for the job (see migration).
+export const INSERT_JOB_WATCHER = `INSERT INTO job_watchers (job_id, expires_at) VALUES ($1, now() + make_interval(secs => $2)) RETURNING id`;
+export const DELETE_JOB_WATCHER = `DELETE FROM job_watchers WHERE id = $1`;
+
+export const CURRENT_SNAPSHOT = `SELECT pg_current_snapshot()::text AS snapshot`;
+
+/*
+ * The job's events committed since snapshot $2 and not before: visible now but not in $2. Every
+ * transaction older than $2's xmin had ended by then (so its rows were visible in $2 already),
+ * which bounds the index range. Returns the statement's own snapshot for the next call, and the
+ * events as one json array so there is always exactly one row.
+ */
+export const JOB_EVENTS_SINCE = `
+SELECT pg_current_snapshot()::text AS snapshot,
+  coalesce((
+    SELECT json_agg(e ORDER BY e.id) FROM task_events e
+    WHERE e.job_id = $1 AND e.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, $2::pg_snapshot)
+  ), '[]'::json) AS events`;
+
+/*
+ * A resumed WatchJob stream: the job's events written after the last one the client saw, read in
+ * the snapshot's transaction so the live part continues from exactly there. In id (write) order:
+ * an event of a transaction that committed after a later-numbered one was streamed after it and
+ * has a lower id, so resuming right between the two would skip it; the window is one commit race
+ * wide and only matters to a client that disconnected inside it. $1 job id, $2 after event id.
+ */
+export const JOB_EVENTS_AFTER = `SELECT * FROM task_events WHERE job_id = $1 AND id > $2::bigint ORDER BY id`;
+
+/*
+ * The stream registers itself (so the events trigger NOTIFYs for the job) before it reads the
+ * snapshot, and reads every later batch as "committed since the previous read's snapshot"
+ * (JOB_EVENTS_SINCE): nothing is missed or repeated whatever order transactions commit in. A
+ * NOTIFY only says when to read; the floor under lost notifications is the coordinator's
+ * WatchHub, one statement per poll interval for all its streams.
+ */
+export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string, opts: WatchOptions): AsyncGenerator<JobUpdate> {
+  const id = requireUuid("job_id", jobId);
+  const after = opts.afterEventId === undefined || opts.afterEventId === "0" ? undefined : opts.afterEventId;
+  if (after !== undefined && !/^[1-9]\d{0,18}$/.test(after))
+    throw new ValidationError("after_event_id", "must be an event id (a positive integer)");
+  const signal = opts.signal;
+  const wakes = new Wakes();
+  const unsubscribe = ctx.options.jobWakes?.subscribeJob(id, () => wakes.wake());
+  const read = <T>(fn: (c: pg.PoolClient) => Promise<T>, begin?: string) => {
+    const readSignal = signal
+      ? AbortSignal.any([signal, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS)])
+      : AbortSignal.timeout(WATCH_READ_TIMEOUT_MS);
+    return begin ? inTransaction(ctx.pool, readSignal, fn, begin) : withClient(ctx.pool, readSignal, fn);
+  };
+  let watcherId: string | undefined;
+  let leaveHub: (() => void) | undefined;
+  try {
+    watcherId = (await read((c) => c.query(INSERT_JOB_WATCHER, [id, WATCHER_TTL_SECONDS]))).rows[0].id as string;
+    const { status, snapshot, missed } = await read(async (c) => {
+      const status = await readJobStatus(c, id);
+      const { rows } = await c.query(CURRENT_SNAPSHOT);
+      // A resumed stream: what was written after the client's last event, up to this snapshot.
+      const missed = after === undefined ? [] : (await c.query(JOB_EVENTS_AFTER, [id, after])).rows.map(toJobEvent);
+      return { status, snapshot: rows[0].snapshot as string, missed };
+    }, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    if (after === undefined) yield { snapshot: status };
+    for (const event of missed) {
+      yield { event };
+      if (event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) return;
+    }
+    // Final already (for a resumed stream: the client saw the final event before it left).
+    if (FINAL_JOB_STATUSES.includes(status.job.status)) return;
+    const stream = { jobId: id, since: snapshot, watcherId, wake: () => wakes.wake() };
+    leaveHub = hub.add(stream);
+    for (;;) {
+      // No timeout of its own: the hub wakes the stream when its job has news.
+      await wakes.next(Infinity, signal);
+      if (signal?.aborted) {
+        // Shutdown ends the stream with its reason (UNAVAILABLE: watch again); a client that left needs nothing.
+        if (signal.reason instanceof QueueError) throw signal.reason;
+        return;
+      }
+      const { rows } = await read((c) => c.query(JOB_EVENTS_SINCE, [id, stream.since]));
+      stream.since = rows[0].snapshot as string;
+      for (const e of rows[0].events as JobEventRow[]) {
+        const event = toJobEvent(e);
+        yield { event };
+        if (event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) return;
+      }
+    }
+  } finally {
+    leaveHub?.();
+    unsubscribe?.();
+    if (watcherId) {
+      const done = watcherId;
+      await withClient(ctx.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => c.query(DELETE_JOB_WATCHER, [done])).catch(() => {});
+    }
+  }
+}
+
+/** Wake-ups of one watch stream: a wake that comes while nobody waits is kept for the next wait. */
+class Wakes {
+  private pending = false;
+  private resolve: (() => void) | undefined;
+
+  wake(): void {
+    this.pending = true;
+    this.resolve?.();
+  }
+
+  /** Resolves on a wake (or one that came since the last call), after ms (Infinity: never), or when signal aborts. */
+  async next(ms: number, signal?: AbortSignal): Promise<void> {
+    if (!this.pending && !signal?.aborted) {
+      let timer: NodeJS.Timeout | undefined;
+      const done = () => this.resolve?.();
+      await new Promise<void>((resolve) => {
+        this.resolve = resolve;
+        if (Number.isFinite(ms)) timer = setTimeout(resolve, ms); // setTimeout would read Infinity as 1 ms
+        signal?.addEventListener("abort", done, { once: true });
+      });
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      this.resolve = undefined;
+    }
+    this.pending = false;
+  }
+}
