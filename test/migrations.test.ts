@@ -1,4 +1,4 @@
-// Migrations: up from an empty database to the latest, down five, and up again.
+// Migrations: up from an empty database to the latest, down six, and up again.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { expectedMigrations, migrate, pendingMigrations } from "../src/store/postgres/migrate.js";
@@ -22,7 +22,7 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.tablename);
 }
 
-it("migrates an empty database up to the latest, down by one to five, and up again", async () => {
+it("migrates an empty database up to the latest, down by one to six, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
@@ -32,15 +32,34 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: the claim index ends with run_after, so a task in retry backoff is passed over in
+  // The latest: the failure policy's columns on workloads and jobs; its down migration drops them and their type.
+  const policyColumns = async () =>
+    (
+      await client.query(
+        `SELECT table_name || '.' || column_name AS c FROM information_schema.columns WHERE column_name IN ('failure_policy', 'max_failed_tasks') ORDER BY 1`,
+      )
+    ).rows.map((r) => r.c);
+  expect(await policyColumns()).toEqual([
+    "jobs.failure_policy",
+    "jobs.max_failed_tasks",
+    "workloads.failure_policy",
+    "workloads.max_failed_tasks",
+  ]);
+  await migrate(db.url, "down");
+  const policy = expectedMigrations().at(-1)!;
+  expect(policy).toMatch(/failure_policy$/);
+  expect(await pendingMigrations(client)).toEqual([policy]);
+  expect(await policyColumns()).toEqual([]);
+
+  // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
   // the index; its down migration takes the column back out.
   const claimIndex = async () =>
     (await client.query(`SELECT indexdef FROM pg_indexes WHERE indexname = 'tasks_claim_pending_idx'`)).rows.map((r) => r.indexdef);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index, run_after\) WHERE/)]);
   await migrate(db.url, "down");
-  const runAfter = expectedMigrations().at(-1)!;
+  const runAfter = expectedMigrations().at(-2)!;
   expect(runAfter).toMatch(/claim_index_run_after$/);
-  expect(await pendingMigrations(client)).toEqual([runAfter]);
+  expect(await pendingMigrations(client)).toEqual([runAfter, policy]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
   // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
@@ -51,9 +70,9 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
     );
   expect(await chunkKey()).toEqual([]);
   await migrate(db.url, "down");
-  const plain = expectedMigrations().at(-2)!;
+  const plain = expectedMigrations().at(-3)!;
   expect(plain).toMatch(/plain_chunk_index$/);
-  expect(await pendingMigrations(client)).toEqual([plain, runAfter]);
+  expect(await pendingMigrations(client)).toEqual([plain, runAfter, policy]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
   // The lean hot path: the claim and completions write their own events (the trigger
@@ -78,9 +97,9 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
     expect.arrayContaining(["tasks_input_sha256_check", "tasks_job_id_fkey", "tasks_result_sha256_check", "tasks_workload_fkey"]),
   );
   expect(await flipColumn()).toBe(0);
-  const [storage, lean] = expectedMigrations().slice(-4, -2);
+  const [storage, lean] = expectedMigrations().slice(-5, -3);
   expect(lean).toMatch(/lean_hot_path$/);
-  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter]);
+  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter, policy]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
@@ -93,7 +112,7 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter]);
+  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter, policy]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -101,8 +120,8 @@ it("migrates an empty database up to the latest, down by one to five, and up aga
 
   // The one before (inspection) takes back only its own column and index; the event log and its triggers stay.
   await migrate(db.url, "down");
-  const previous = expectedMigrations().at(-5)!;
-  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain, runAfter]);
+  const previous = expectedMigrations().at(-6)!;
+  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain, runAfter, policy]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
     `SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`,

@@ -20,7 +20,18 @@ export function replayOrConflict(task: Task, done: CompleteTaskInput): Task {
 
 /** Why a lease-fenced write found no live lease, from the task as it is now. */
 export function leaseConflict(task: Task, ref: LeaseRef): LeaseConflictError {
-  if (task.status === "cancelled") return new LeaseConflictError("task_cancelled", `task ${task.id} was cancelled`);
+  if (task.status === "cancelled") {
+    // Its holder may still report the result it has (late-result.ts): say until when.
+    const holder =
+      task.leaseExpiresAt !== null &&
+      task.leaseExpiresAt.getTime() > Date.now() &&
+      task.leaseOwner === ref.workerId &&
+      task.attempt === ref.attempt;
+    const until = holder
+      ? ` (its result is still accepted until ${task.leaseExpiresAt!.toISOString()}, when the lease would have expired)`
+      : "";
+    return new LeaseConflictError("task_cancelled", `task ${task.id} was cancelled${until}`);
+  }
   if (task.status === "completed" || task.status === "failed") {
     return new LeaseConflictError("task_finished", `task ${task.id} is already ${task.status}`);
   }

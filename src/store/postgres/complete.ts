@@ -1,6 +1,8 @@
 // Result reports: CompleteTask and CompleteTasks, each alone or with claim_next (the completion and
 // the claim in one statement). A job whose last task completes is finished by the completion, or
-// by FINISH_JOBS_IF_DONE after it commits when the statement could not tell.
+// by FINISH_JOBS_IF_DONE (settle.ts) after it commits when the statement could not tell; it ends
+// completed, or failed when more of its tasks failed than its max_failed_tasks. A result for a task
+// cancelled while its lease ran is taken by late-result.ts.
 
 import type pg from "pg";
 import { QueueError } from "../../queue/errors.js";
@@ -21,6 +23,8 @@ import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
 import { completedEventRows, liveLease, statusEvents, watchedJobs } from "./fragments.js";
 import { loadTask } from "./inspection.js";
+import { acceptLateResult } from "./late-result.js";
+import { FINISH_JOBS_IF_DONE, finalStatus } from "./settle.js";
 import { toTask, type TaskRow } from "./rows.js";
 
 /*
@@ -37,7 +41,7 @@ const completeOne = `done AS (
   WHERE ${liveLease("tasks")}
   RETURNING *
 ), finished AS (
-  UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
+  UPDATE jobs j SET status = ${finalStatus("j")}, completed_at = now(), updated_at = now()
   WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
     AND NOT EXISTS (
       SELECT 1 FROM tasks o
@@ -127,13 +131,6 @@ SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM 
 UNION ALL
 (SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ORDER BY priority DESC, created_at, chunk_index)`;
 
-// Runs in its own statement after completions commit, so its snapshot sees every commit that
-// came before; the last of several racing completers always finds the job done.
-export const FINISH_JOBS_IF_DONE = `
-UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
-WHERE j.id = ANY($1::uuid[]) AND j.status = 'running'
-  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
-
 export async function completeTask(ctx: StoreContext, input: CompleteTaskInput, opts: CallOptions): Promise<Task> {
   const done = validateComplete(input);
   return withClient(ctx.pool, opts.signal, (c) => completeWith(ctx, c, done));
@@ -159,7 +156,7 @@ export async function completeTaskAndClaim(
     });
     const accepted = rows.find((r) => r.part === 0);
     if (!accepted) {
-      const task = replayOrConflict(await loadTask(c, done.taskId), done);
+      const task = await refusedOrLate(ctx, c, done);
       return { task, next: await claimWith(ctx, c, claim, "claim_next.workloads") };
     }
     const task = await completed(ctx, c, accepted);
@@ -176,7 +173,17 @@ export async function completeTaskAndClaim(
 async function completeWith(ctx: StoreContext, c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
   const { rows } = await c.query({ name: "leasehold_complete_task", text: COMPLETE_TASK, values: completeValues(done) });
   if (rows.length === 1) return completed(ctx, c, rows[0]);
-  return replayOrConflict(await loadTask(c, done.taskId), done);
+  return refusedOrLate(ctx, c, done);
+}
+
+/**
+ * A result the completion did not take: a late result of a task cancelled within its lease (kept),
+ * a replay (the task as it is), or a conflict (thrown).
+ */
+async function refusedOrLate(ctx: StoreContext, c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
+  const task = await loadTask(c, done.taskId);
+  const late = await acceptLateResult(ctx, c, task, done);
+  return late ?? replayOrConflict(task, done);
 }
 
 /** A task the completion accepted; its job is re-checked after commit when the statement could not decide. */
@@ -250,7 +257,7 @@ async function batchOutcomes(
       continue;
     }
     try {
-      outcomes.push({ task: replayOrConflict(await loadTask(c, b.taskId), b) });
+      outcomes.push({ task: await refusedOrLate(ctx, c, b) });
     } catch (err) {
       if (!(err instanceof QueueError)) throw err;
       outcomes.push({ error: err });

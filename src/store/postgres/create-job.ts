@@ -2,7 +2,7 @@
 // then its tasks by COPY (CREATE_JOB_ALONE, COPY_TASKS), validated against the cached workloads.
 
 import type pg from "pg";
-import { IdempotencyConflictError, NotFoundError } from "../../queue/errors.js";
+import { IdempotencyConflictError } from "../../queue/errors.js";
 import { requestFingerprint } from "../../queue/idempotency.js";
 import type { CallOptions, CreateJobInput, CreateJobResult, Task } from "../../queue/types.js";
 import { validateCreateJob, type NormalizedCreateJob } from "../../queue/validation.js";
@@ -14,6 +14,7 @@ import { COPY_NULL, copyChunks, copyText } from "./copy-text.js";
 import { withClient } from "./db.js";
 import { toJob, toTask, type JobRow } from "./rows.js";
 import { uuidv7, uuidv7s } from "./uuidv7.js";
+import { unknownWorkload } from "./workloads.js";
 
 /*
  * CreateJob in one statement and one round trip (it took six: SELECT workloads, BEGIN, INSERT job,
@@ -33,14 +34,16 @@ import { uuidv7, uuidv7s } from "./uuidv7.js";
  * $1 job id, $2 workload, $3 input_uri, $4 input_sha256, $5 parameters, $6 priority,
  * $7 idempotency_key, $8 request_sha256, $9 traceparent, $10/$11 workload names/xmins,
  * $12.. task arrays (id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts),
- * $19/$20 wake-ups (workload, count).
+ * $19/$20 wake-ups (workload, count), $21/$22 the job's failure_policy and max_failed_tasks (its
+ * own, else its workload's, as the caller validated against them).
  */
-const createJobCtes = `fresh AS (
+const createJobCtes = (policy: string, maxFailed: string) => `fresh AS (
   SELECT count(*) = cardinality($10::text[]) AS ok
   FROM workloads w JOIN unnest($10::text[], $11::text[]) AS v(name, x) ON w.name = v.name AND w.xmin::text = v.x
 ), job AS (
-  INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent)
-  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9 FROM fresh WHERE fresh.ok
+  INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent,
+                    failure_policy, max_failed_tasks)
+  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, ${policy}::failure_policy, ${maxFailed}::int FROM fresh WHERE fresh.ok
   ON CONFLICT (idempotency_key) DO NOTHING
   RETURNING *
 )`;
@@ -51,7 +54,7 @@ const wokenBy = (workloads: string, counts: string) => `woken AS (
 )`;
 
 export const CREATE_JOB = `
-WITH ${createJobCtes}, tasks_in AS (
+WITH ${createJobCtes("$21", "$22")}, tasks_in AS (
   INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent)
   SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent
   FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[])
@@ -61,7 +64,8 @@ ${createJobAnswer}`;
 
 /*
  * A large CreateJob (COPY_MIN_TASKS and up) in a transaction of its own: CREATE_JOB's
- * job row, freshness check, idempotency and wake-ups with $12/$13 as the wake-ups, then the tasks
+ * job row, freshness check, idempotency and wake-ups with $12/$13 as the wake-ups and $14/$15 as
+ * the failure policy, then the tasks
  * by COPY_TASKS (copy-in.ts) when the job row was inserted, then COMMIT. The NOTIFY still goes out
  * at the commit, when the tasks are visible; a failure rolls all of it back. COPY inserts the rows
  * in batches (one WAL record per heap page, not per row) and reads them as text, with no arrays
@@ -69,7 +73,7 @@ ${createJobAnswer}`;
  * 16 alternating runs each, 88 against 74 ms per job).
  */
 export const CREATE_JOB_ALONE = `
-WITH ${createJobCtes}, ${wokenBy("$12", "$13")}
+WITH ${createJobCtes("$14", "$15")}, ${wokenBy("$12", "$13")}
 ${createJobAnswer}`;
 
 /** The tasks of a CREATE_JOB_ALONE, in COPY's text format (copy-text.ts), columns in this order; the rest are their defaults. */
@@ -136,15 +140,17 @@ async function insertJob(
   prepared: CallOptions["prepared"],
 ): Promise<CreateJobResult | "stale" | "taken"> {
   const workloads = new Map(names.flatMap((n) => (ctx.workloads.has(n) ? [[n, ctx.workloads.get(n)!] as const] : [])));
-  if (!workloads.has(job.workload)) throw new NotFoundError("workload", job.workload, "workload");
+  const own = workloads.get(job.workload)?.workload;
+  if (!own) throw await unknownWorkload(c, job.workload, "workload");
+  const policy = [job.failurePolicy ?? own.failurePolicy, job.maxFailedTasks ?? own.maxFailedTasks];
   const maxAttempts = new Array<number>(job.tasks.length);
-  const own = input.tasks?.length ? true : false;
+  const listed = input.tasks?.length ? true : false;
   for (let i = 0; i < job.tasks.length; i++) {
     const t = job.tasks[i];
     const w = workloads.get(t.workload)?.workload;
-    if (!w) throw new NotFoundError("workload", t.workload, `tasks[${i}].workload`);
+    if (!w) throw await unknownWorkload(c, t.workload, `tasks[${i}].workload`);
     // The field's name is made only for a workload with a schema (10,000 names cost ~3 ms).
-    if (w.parametersSchema) ctx.schemas.validate(w, t.parameters, own ? `tasks[${i}].parameters` : "parameters");
+    if (w.parametersSchema) ctx.schemas.validate(w, t.parameters, listed ? `tasks[${i}].parameters` : "parameters");
     maxAttempts[i] = job.maxAttempts ?? w.maxAttempts;
   }
   const jobValues = [
@@ -160,7 +166,8 @@ async function insertJob(
     names,
     names.map((n) => workloads.get(n)!.xmin),
   ];
-  if (job.tasks.length >= COPY_MIN_TASKS) return insertJobByCopy(c, job, jobValues, ids, maxAttempts, perWorkload, inTransaction, prepared);
+  if (job.tasks.length >= COPY_MIN_TASKS)
+    return insertJobByCopy(c, job, jobValues, policy, ids, maxAttempts, perWorkload, inTransaction, prepared);
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = c.query({
     name: "leasehold_create_job",
@@ -177,6 +184,7 @@ async function insertJob(
       intArrayLiteral(maxAttempts),
       [...perWorkload.keys()],
       [...perWorkload.values()],
+      ...policy,
     ],
   });
   const tasks = taskRows(job, jobId, ids, maxAttempts);
@@ -196,6 +204,7 @@ async function insertJobByCopy(
   c: pg.PoolClient,
   job: NormalizedCreateJob,
   jobValues: unknown[],
+  policy: unknown[],
   ids: string[],
   maxAttempts: number[],
   perWorkload: Map<string, number>,
@@ -207,7 +216,7 @@ async function insertJobByCopy(
   const inserting = c.query({
     name: "leasehold_create_job_alone",
     text: CREATE_JOB_ALONE,
-    values: [...jobValues, [...perWorkload.keys()], [...perWorkload.values()]],
+    values: [...jobValues, [...perWorkload.keys()], [...perWorkload.values()], ...policy],
   });
   try {
     const [, { rows }] = await Promise.all([begun, inserting]);

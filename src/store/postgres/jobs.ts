@@ -31,6 +31,7 @@ import { NOTIFY_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { inTransaction, withClient } from "./db.js";
 import { toJob } from "./rows.js";
+import { JOB_LOCK } from "./settle.js";
 import { emptyCounts } from "./task-stats.js";
 
 export const SELECT_JOB = `SELECT * FROM jobs WHERE id = $1`;
@@ -48,9 +49,11 @@ LIMIT $3`;
 export const JOB_EXISTS = `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1) AS found`;
 
 // Cancel: tasks first, then the job, the same lock order as the claim (tasks, then job), so a
-// cancel racing a claim cannot deadlock.
+// cancel racing a claim cannot deadlock; the job's final event is then the transaction's last. A
+// leased task keeps its lease (owner, attempt, lease_expires_at): its result is still accepted
+// until the lease would have expired (late-result.ts).
 export const CANCEL_JOB_TASKS = `
-UPDATE tasks SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = version + 1
+UPDATE tasks SET status = 'cancelled', completed_at = now(), version = version + 1
 WHERE job_id = $1 AND status IN ('pending', 'leased')`;
 
 export const CANCEL_JOB = `
@@ -61,9 +64,10 @@ RETURNING *`;
 /*
  * RetryJob: a failed or cancelled job's failed and cancelled tasks go back to pending with a fresh
  * attempt budget on top of the attempts used (attempt stays the fencing token, so it never goes
- * back: a worker still holding an old attempt can never match a new lease), capped at $3. Tasks
- * first, then the job, the lock order of the claim and of CancelJob. The job is pending again,
- * or running when some of its tasks have run. Claimable work wakes long polls.
+ * back: a worker still holding an old attempt can never match a new lease), capped at $3; so do
+ * the failed tasks of a completed job that tolerated them (max_failed_tasks). Completed tasks keep
+ * their results. Tasks first, then the job, the lock order of the claim and of CancelJob. The job
+ * is pending again, or running when some of its tasks have run. Claimable work wakes long polls.
  * $1 job id, $2 fresh attempts (null: the workload's max_attempts), $3 attempt cap.
  */
 export const RETRY_JOB = `
@@ -75,14 +79,14 @@ WITH retried AS (
       error_code = NULL, error_message = NULL, version = t.version + 1
   FROM workloads wl
   WHERE t.job_id = $1 AND t.status IN ('failed', 'cancelled') AND wl.name = t.workload AND t.attempt < $3::int
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled'))
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed'))
   RETURNING t.workload
 ), job AS (
   UPDATE jobs j
   SET status = CASE WHEN EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = $1 AND o.started_at IS NOT NULL)
                  THEN 'running' ELSE 'pending' END::job_status,
       completed_at = NULL, cancel_reason = NULL, updated_at = now()
-  WHERE j.id = $1 AND j.status IN ('failed', 'cancelled') AND EXISTS (SELECT 1 FROM retried)
+  WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed') AND EXISTS (SELECT 1 FROM retried)
   RETURNING j.*
 ), woken AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM retried GROUP BY workload
@@ -165,6 +169,8 @@ export async function listCompletedResults(
 export async function cancelJob(ctx: StoreContext, input: CancelJobInput, opts: CallOptions): Promise<Job> {
   const cancel = validateCancel(input);
   return inTransaction(ctx.pool, opts.signal, async (c) => {
+    // One at a time with the job's settles (settle.ts): both cancel its unfinished tasks.
+    await c.query({ name: "leasehold_job_lock", text: JOB_LOCK, values: [cancel.jobId] });
     const { rows: existing } = await c.query(SELECT_JOB, [cancel.jobId]);
     if (existing.length === 0) throw new NotFoundError("job", cancel.jobId);
     // A finished job stays as it is: cancelling it again (or after it ended) is a no-op.
@@ -180,12 +186,19 @@ export async function cancelJob(ctx: StoreContext, input: CancelJobInput, opts: 
 
 export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: CallOptions): Promise<RetryJobResult> {
   const r = validateRetryJob(input);
-  return withClient(ctx.pool, opts.signal, async (c) => {
+  return inTransaction(ctx.pool, opts.signal, async (c) => {
+    // One at a time with the job's settles and cancels (settle.ts).
+    await c.query({ name: "leasehold_job_lock", text: JOB_LOCK, values: [r.jobId] });
     const { rows } = await c.query(RETRY_JOB, [r.jobId, r.maxAttempts, LIMITS.attempt.max]);
     if (rows.length === 1) return { job: toJob(rows[0]), retriedTasks: rows[0].retried_tasks as number };
     const { rows: jobs } = await c.query(SELECT_JOB, [r.jobId]);
     if (jobs.length === 0) throw new NotFoundError("job", r.jobId);
     const status = jobs[0].status as string;
+    if (status === "completed") {
+      throw new FailedPreconditionError(
+        `job ${r.jobId} is completed with no failed task: only a failed or cancelled job, or a completed one with failed tasks, can be retried`,
+      );
+    }
     if (status !== "failed" && status !== "cancelled") {
       throw new FailedPreconditionError(`job ${r.jobId} is ${status}: only a failed or cancelled job can be retried`);
     }

@@ -1,6 +1,7 @@
 // The lease reaper: expired leases back to pending (or failed for good when their attempts are
-// used), the jobs that lost a task for good failed, and running jobs left with nothing unfinished
-// completed. One pass per call; the loop that calls it every interval, with its start and stop, is
+// used), the jobs that lost a task for good settled under their failure policy (settle.ts), and
+// running jobs a coordinator left unsettled (nothing unfinished, or past a fail_fast threshold)
+// settled. One pass per call; the loop that calls it every interval, with its start and stop, is
 // queue/maintenance.ts's Maintainer. Every coordinator runs it: the statements take their rows with
 // SKIP LOCKED, so several reapers share the work.
 
@@ -10,6 +11,7 @@ import type { ExpireLeasesResult } from "../../queue/types.js";
 import { countBy } from "./arrays.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import { inTransaction, withClient } from "./db.js";
+import { settleJobs, UNSETTLED_JOBS, UNSETTLED_JOBS_DUE } from "./settle.js";
 
 export interface LeaseReaperConfig {
   /** Expired leases handled per transaction; the pass repeats while batches come back full. */
@@ -30,10 +32,7 @@ export const LEASE_REAPER_DEFAULTS = { batchSize: 1000 } as const;
 export const REAPER_DUE = `
 SELECT
   EXISTS (SELECT 1 FROM tasks WHERE status = 'leased' AND lease_expires_at <= now()) AS leases,
-  EXISTS (
-    SELECT 1 FROM jobs j
-    WHERE j.status = 'running' AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))
-  ) AS stalled_jobs`;
+  ${UNSETTLED_JOBS_DUE} AS stalled_jobs`;
 
 /*
  * The reaper, first half: expired leases back to pending while attempts remain, else failed with
@@ -59,23 +58,8 @@ SET status = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' E
 WHERE t.id = ANY (ARRAY(SELECT id FROM expired))
 RETURNING t.id, t.job_id, t.workload, t.status`;
 
-// The reaper, second half, in the same transaction so it sees the first half's rows: jobs that
-// just lost a task for good fail, and their unfinished tasks are cancelled.
-export const FAIL_JOBS_AND_CANCEL_REST = `
-WITH failed_jobs AS (
-  UPDATE jobs SET status = 'failed', completed_at = now(), updated_at = now()
-  WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'running')
-  RETURNING id
-)
-UPDATE tasks t SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = t.version + 1
-WHERE t.job_id = ANY (ARRAY(SELECT id FROM failed_jobs)) AND t.status IN ('pending', 'leased')`;
-
-// Safety net for a coordinator that died between a completion's commit and its re-check:
-// running jobs with nothing unfinished are completed. One partial-index probe per running job.
-export const FINISH_STALLED_JOBS = `
-UPDATE jobs j SET status = 'completed', completed_at = now(), updated_at = now()
-WHERE j.status = 'running'
-  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
+/** Unsettled jobs settled per reaper pass (the safety net; normally there are none). */
+const UNSETTLED_BATCH = 100;
 
 export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':' || n) FROM unnest($1::text[], $2::int[]) AS x(w, n)`;
 
@@ -98,16 +82,25 @@ export class LeaseReaper {
     while (due.leases) {
       const batch = await inTransaction(this.pool, signal, async (c) => {
         const { rows } = await c.query(EXPIRE_LEASES, [this.batchSize]);
-        const failedJobs = [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id as string))];
-        if (failedJobs.length > 0) await c.query(FAIL_JOBS_AND_CANCEL_REST, [failedJobs]);
         const requeued = countBy(rows.filter((r) => r.status === "pending").map((r) => r.workload as string));
         if (requeued.size > 0) await c.query(NOTIFY_WORKLOADS, [[...requeued.keys()], [...requeued.values()]]);
         return rows;
       });
       for (const r of batch) total[r.status === "pending" ? "requeued" : "failed"]++;
+      // Jobs that lost a task for good, settled once the loss has committed (settle.ts says why).
+      const failedJobs = batch.filter((r) => r.status === "failed").map((r) => r.job_id as string);
+      if (failedJobs.length > 0) await withClient(this.pool, signal, (c) => settleJobs(c, failedJobs));
       if (batch.length < this.batchSize) break;
     }
-    if (due.stalled_jobs) await withClient(this.pool, signal, (c) => c.query(FINISH_STALLED_JOBS));
+    if (due.stalled_jobs) {
+      await withClient(this.pool, signal, async (c) => {
+        const { rows } = await c.query(UNSETTLED_JOBS, [UNSETTLED_BATCH]);
+        await settleJobs(
+          c,
+          rows.map((r) => r.id as string),
+        );
+      });
+    }
     if (total.requeued + total.failed > 0) this.config.observer?.leasesExpired(total.requeued + total.failed);
     return total;
   }

@@ -10,6 +10,7 @@ import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
 import { liveLease } from "./fragments.js";
 import { loadTask } from "./inspection.js";
+import { settleJob } from "./settle.js";
 import { toTask } from "./rows.js";
 
 export const RENEW_LEASE = `
@@ -45,8 +46,9 @@ SELECT renewed.*, (SELECT count(*) FROM woken) AS notified FROM renewed`;
 
 /*
  * Fail one task: back to pending after a backoff while attempts remain and the worker calls it
- * retryable, else failed for good, which fails the job and cancels its unfinished tasks (their
- * holders learn it at their next heartbeat). Backoff: the worker's retry_after_seconds, else
+ * retryable, else failed for good, after which its job is settled under its failure policy
+ * (settle.ts: by default the job fails and its unfinished tasks are cancelled, their holders
+ * learning it at their next heartbeat). Backoff: the worker's retry_after_seconds, else
  * 2^attempt seconds, ±25% jitter, capped at 5 minutes.
  * $4 error_code, $5 retryable, $6 error_message, $7 retry_after_seconds.
  */
@@ -64,13 +66,6 @@ WITH cur AS (
       version = t.version + 1
   WHERE ${liveLease("t")}
   RETURNING t.*
-), failed_job AS (
-  UPDATE jobs j SET status = 'failed', completed_at = now(), updated_at = now()
-  WHERE j.id = (SELECT job_id FROM cur WHERE cur.status = 'failed') AND j.status IN ('pending', 'running')
-  RETURNING j.id
-), cancelled AS (
-  UPDATE tasks o SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL, version = o.version + 1
-  WHERE o.job_id = (SELECT id FROM failed_job) AND o.status IN ('pending', 'leased') AND o.id <> $1
 ), woken AS (
   -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
   SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
@@ -113,6 +108,9 @@ export async function failTask(ctx: StoreContext, input: FailTaskInput, opts: Ca
     });
     if (rows.length === 1) {
       ctx.options.observer?.taskFailed(rows[0].status === "pending");
+      if (rows[0].status !== "failed") return toTask(rows[0]);
+      // Failed for good (committed): the job's failure policy decides what becomes of it.
+      await settleJob(c, rows[0].job_id as string);
       return toTask(rows[0]);
     }
     throw leaseConflict(await loadTask(c, f.taskId), f);

@@ -1,10 +1,10 @@
 // Pending-task expiry: claimable tasks of workloads with max_pending_seconds that nobody claimed in
-// that long fail with 'expired', and so do their jobs. Run by StoreMaintenance (maintenance.ts)
+// that long fail with 'expired', and their jobs are settled under their failure policy. Run by StoreMaintenance (maintenance.ts)
 // when its probe finds any; several coordinators share the work through SKIP LOCKED.
 
 import type pg from "pg";
-import { inTransaction } from "./db.js";
-import { FAIL_JOBS_AND_CANCEL_REST } from "./lease-reaper.js";
+import { inTransaction, withClient } from "./db.js";
+import { FINISH_JOBS_IF_DONE, settleJobs } from "./settle.js";
 
 export interface PendingExpiryConfig {
   /** Expired pending tasks failed per transaction; the pass repeats while batches come back full. */
@@ -60,14 +60,18 @@ export class PendingExpiry {
   async runOnce(signal: AbortSignal | undefined): Promise<number> {
     let total = 0;
     for (;;) {
-      const expired = await inTransaction(this.pool, signal, async (c) => {
+      const jobs = await inTransaction(this.pool, signal, async (c) => {
         const { rows } = await c.query(EXPIRE_PENDING, [this.batchSize]);
         const jobs = [...new Set(rows.map((r) => r.job_id as string))];
-        if (jobs.length > 0) await c.query(FAIL_JOBS_AND_CANCEL_REST, [jobs]);
-        return rows.length;
+        // A job whose tasks have all ended now ends with them, in this transaction: a job that was
+        // never claimed is not running, so the reaper's safety net would not find it.
+        if (jobs.length > 0) await c.query(FINISH_JOBS_IF_DONE, [jobs]);
+        return { ids: jobs, expired: rows.length };
       });
-      total += expired;
-      if (expired < this.batchSize) return total;
+      // The rest of the failure policy (a fail_fast job past its threshold), after the commit.
+      if (jobs.ids.length > 0) await withClient(this.pool, signal, (c) => settleJobs(c, jobs.ids));
+      total += jobs.expired;
+      if (jobs.expired < this.batchSize) return total;
     }
   }
 }

@@ -77,6 +77,8 @@ export interface JobEventRow {
   error_code: string | null;
   error_message: string | null;
   created_at: string;
+  /** The writing transaction (xid8, as text or a number); WatchJob ends after the last event of the transaction that made the job final. */
+  xid?: string | number;
 }
 
 export function toWorkload(r: WorkloadRow): Workload {

@@ -51,6 +51,12 @@ export const JOB_EVENTS_AFTER = `SELECT * FROM task_events WHERE job_id = $1 AND
  * (JOB_EVENTS_SINCE): nothing is missed or repeated whatever order transactions commit in. A
  * NOTIFY only says when to read; the floor under lost notifications is the coordinator's
  * WatchHub, one statement per poll interval for all its streams.
+ *
+ * The stream ends after the last event of the transaction that made the job final, not at the
+ * job's final event: that transaction may write other events after it (a statement's rows fire
+ * their triggers in an order no caller controls), and a watcher must see every one, or its counts
+ * would not be GetJob's. A transaction's events commit together, so they arrive in one batch;
+ * the batch's events of later transactions (a late result of a cancelled task) are not sent.
  */
 export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string, opts: WatchOptions): AsyncGenerator<JobUpdate> {
   const id = requireUuid("job_id", jobId);
@@ -74,14 +80,11 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
       const status = await readJobStatus(c, id);
       const { rows } = await c.query(CURRENT_SNAPSHOT);
       // A resumed stream: what was written after the client's last event, up to this snapshot.
-      const missed = after === undefined ? [] : (await c.query(JOB_EVENTS_AFTER, [id, after])).rows.map(toJobEvent);
+      const missed = after === undefined ? [] : ((await c.query(JOB_EVENTS_AFTER, [id, after])).rows as JobEventRow[]);
       return { status, snapshot: rows[0].snapshot as string, missed };
     }, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     if (after === undefined) yield { snapshot: status };
-    for (const event of missed) {
-      yield { event };
-      if (event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) return;
-    }
+    if (yield* untilFinal(missed)) return;
     // Final already (for a resumed stream: the client saw the final event before it left).
     if (FINAL_JOB_STATUSES.includes(status.job.status)) return;
     const stream = { jobId: id, since: snapshot, watcherId, wake: () => wakes.wake() };
@@ -96,11 +99,7 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
       }
       const { rows } = await read((c) => c.query(JOB_EVENTS_SINCE, [id, stream.since]));
       stream.since = rows[0].snapshot as string;
-      for (const e of rows[0].events as JobEventRow[]) {
-        const event = toJobEvent(e);
-        yield { event };
-        if (event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) return;
-      }
+      if (yield* untilFinal(rows[0].events as JobEventRow[])) return;
     }
   } finally {
     leaveHub?.();
@@ -110,6 +109,23 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
       await withClient(ctx.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => c.query(DELETE_JOB_WATCHER, [done])).catch(() => {});
     }
   }
+}
+
+/**
+ * Yields a batch of events (in id order) up to and including the last one of the transaction that
+ * made the job final, if the batch has it; returns whether it did (the stream then ends).
+ */
+async function* untilFinal(rows: readonly JobEventRow[]): AsyncGenerator<JobUpdate, boolean> {
+  let finalXid: string | undefined;
+  for (const row of rows) {
+    if (finalXid !== undefined && String(row.xid) !== finalXid) continue;
+    const event = toJobEvent(row);
+    yield { event };
+    if (finalXid === undefined && event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) {
+      finalXid = String(row.xid);
+    }
+  }
+  return finalXid !== undefined;
 }
 
 /** Wake-ups of one watch stream: a wake that comes while nobody waits is kept for the next wait. */

@@ -10,15 +10,18 @@ import { withClient } from "./db.js";
 import { toWorkload } from "./rows.js";
 
 export const SELECT_ALL_WORKLOADS = `SELECT * FROM workloads ORDER BY name`;
+export const SELECT_WORKLOAD_NAMES = `SELECT name FROM workloads ORDER BY name`;
 
 export const UPSERT_WORKLOAD = `
-INSERT INTO workloads (name, max_attempts, lease_seconds, parameters_schema, max_pending_seconds)
-VALUES ($1, $2, $3, $4::jsonb, $5)
+INSERT INTO workloads (name, max_attempts, lease_seconds, parameters_schema, max_pending_seconds, failure_policy, max_failed_tasks)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6::failure_policy, $7)
 ON CONFLICT (name) DO UPDATE
   SET max_attempts = EXCLUDED.max_attempts,
       lease_seconds = EXCLUDED.lease_seconds,
       parameters_schema = EXCLUDED.parameters_schema,
       max_pending_seconds = EXCLUDED.max_pending_seconds,
+      failure_policy = EXCLUDED.failure_policy,
+      max_failed_tasks = EXCLUDED.max_failed_tasks,
       updated_at = now()
 RETURNING *`;
 
@@ -59,8 +62,19 @@ export class WorkloadCache {
     if (names.every((n) => this.byName.has(n))) return;
     await this.load(c, names, false);
     const unknown = names.find((n) => !this.byName.has(n));
-    if (unknown) throw new NotFoundError("workload", unknown, `${field}[${names.indexOf(unknown)}]`);
+    if (unknown) throw await unknownWorkload(c, unknown, `${field}[${names.indexOf(unknown)}]`);
   }
+}
+
+/** The error of an unknown workload, naming the registered ones (a misspelt name is then plain to see). */
+export async function unknownWorkload(c: pg.PoolClient, name: string, field: string): Promise<NotFoundError> {
+  const { rows } = await c.query(SELECT_WORKLOAD_NAMES);
+  return new NotFoundError(
+    "workload",
+    name,
+    field,
+    rows.map((r) => r.name as string),
+  );
 }
 
 export async function putWorkload(ctx: StoreContext, input: PutWorkloadInput, opts: CallOptions): Promise<Workload> {
@@ -73,6 +87,8 @@ export async function putWorkload(ctx: StoreContext, input: PutWorkloadInput, op
       w.leaseSeconds,
       w.parametersSchema === null ? null : JSON.stringify(w.parametersSchema),
       w.maxPendingSeconds,
+      w.failurePolicy,
+      w.maxFailedTasks,
     ]),
   );
   return toWorkload(rows[0]);

@@ -1,0 +1,51 @@
+// A late result: the result of a task that was cancelled while its lease ran (CancelJob, or a
+// fail_fast job failed by another task) is accepted and kept when it arrives within that lease,
+// from the lease's holder and attempt. The work is done and paid for (a GPU render of a chunk);
+// throwing it away would leave a retried job to redo it. The task becomes completed with its
+// result, ListCompletedResults lists it, and its job keeps its final status: the job's outcome was
+// decided when it ended, and a job is final once. Heartbeats, progress reports and failures of a
+// cancelled task are still refused, so its worker learns of the cancellation at its next one.
+//
+// A cancelled task keeps the lease_owner, attempt and lease_expires_at it had (the cancelling
+// statements leave them); RetryJob clears lease_expires_at, so once the task is pending again no
+// old lease matches.
+
+import type pg from "pg";
+import type { CompleteTaskInput, Task } from "../../queue/types.js";
+import type { StoreContext } from "./context.js";
+import { toTask } from "./rows.js";
+
+/*
+ * The same fencing as a completion, on a cancelled task whose lease has not expired (database
+ * clock). Not on the hot path: only a result the completion refused gets here, and only for a
+ * cancelled task of this worker and attempt. The tasks_status_events trigger writes its event
+ * (cancelled -> completed). $1..$6 as COMPLETE_TASK.
+ */
+export const COMPLETE_CANCELLED_TASK = `
+UPDATE tasks
+SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
+    completed_at = now(), lease_expires_at = NULL, version = version + 1
+WHERE id = $1 AND status = 'cancelled' AND lease_owner = $2 AND attempt = $3 AND lease_expires_at > now()
+RETURNING *`;
+
+/** The task completed with this late result, or undefined when the result is not a late one (or came after the lease). */
+export async function acceptLateResult(
+  ctx: StoreContext,
+  c: pg.PoolClient,
+  task: Task,
+  done: CompleteTaskInput,
+): Promise<Task | undefined> {
+  if (task.status !== "cancelled" || task.leaseExpiresAt === null || task.leaseOwner !== done.workerId || task.attempt !== done.attempt)
+    return undefined;
+  const { rows } = await c.query(COMPLETE_CANCELLED_TASK, [
+    done.taskId,
+    done.workerId,
+    done.attempt,
+    done.resultUri,
+    done.resultSha256,
+    done.metrics === undefined ? null : JSON.stringify(done.metrics),
+  ]);
+  if (rows.length === 0) return undefined;
+  ctx.options.observer?.tasksCompleted(1);
+  return toTask(rows[0]);
+}

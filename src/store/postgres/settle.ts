@@ -1,0 +1,105 @@
+// Settling a job under its failure policy: is it past its max_failed_tasks (fail_fast: fail it now
+// and cancel its unfinished tasks), or are all its tasks final (completed, or failed when past
+// max_failed_tasks)? Run after a task fails for good (FailTask, the lease reaper, pending expiry),
+// once that failure has committed, and by the reaper's safety net.
+//
+// Why after the commit: two tasks failing at once each see the other still leased, so neither
+// would see the job past its threshold (or done); each settles after its own commit, and the later
+// one sees both. The same holds for a failure racing the job's last completions, which re-check
+// after their commit (complete.ts). Settles of one job run one at a time (SETTLE_LOCK), and every
+// statement that ends a job checks that it is still pending or running while holding its row, so
+// a job gets exactly one final status (and one final job_status event).
+
+import type pg from "pg";
+
+/**
+ * Job `j` has failed tasks past what it tolerates: its (max_failed_tasks + 1)th failed task exists.
+ * Read through tasks_job_failed_idx, which holds only failed tasks.
+ */
+export const pastThreshold = (j: string) =>
+  `EXISTS (SELECT 1 FROM tasks f WHERE f.job_id = ${j}.id AND f.status = 'failed' OFFSET ${j}.max_failed_tasks)`;
+
+/** The final status of job `j` once all its tasks are final. */
+export const finalStatus = (j: string) => `(CASE WHEN ${pastThreshold(j)} THEN 'failed' ELSE 'completed' END)::job_status`;
+
+/**
+ * Settles of one job (and CancelJob, RetryJob) one at a time, without a row lock on the job: the
+ * claim and the completions lock a task, then its job, and a settle locks the tasks it cancels
+ * before the job, in that same order; a lock on the job row taken first would turn a completion
+ * of one of those tasks into a deadlock. An advisory lock of the transaction (released at commit),
+ * keyed by the job id's hash in Leasehold's own class (a collision only serializes two jobs).
+ */
+export const JOB_LOCK = `SELECT pg_advisory_xact_lock(${0x4c48}, hashtext($1::text))`;
+
+/*
+ * A fail_fast job past its threshold: its pending and leased tasks are cancelled, before the job
+ * fails (SETTLE_JOB), so the job's final event is the last of the transaction. A leased task keeps
+ * its lease_expires_at (and owner and attempt): its result is still accepted until then
+ * (late-result.ts). $1 job id.
+ */
+export const CANCEL_PAST_THRESHOLD = `
+UPDATE tasks t SET status = 'cancelled', completed_at = now(), version = t.version + 1
+WHERE t.job_id = $1 AND t.status IN ('pending', 'leased')
+  AND EXISTS (
+    SELECT 1 FROM jobs j
+    WHERE j.id = $1 AND j.status IN ('pending', 'running') AND j.failure_policy = 'fail_fast' AND ${pastThreshold("j")}
+  )`;
+
+/*
+ * The job's final status, when it has one: failed when a fail_fast job is past its threshold (its
+ * unfinished tasks were just cancelled), else, when no task is pending or leased, failed past the
+ * threshold and completed within it. A job that is neither stays as it is. $1 job id.
+ */
+export const SETTLE_JOB = `
+UPDATE jobs j
+SET status = CASE WHEN ${pastThreshold("j")} THEN 'failed' ELSE 'completed' END::job_status,
+    completed_at = now(), updated_at = now()
+WHERE j.id = $1 AND j.status IN ('pending', 'running')
+  AND ((j.failure_policy = 'fail_fast' AND ${pastThreshold("j")})
+       OR NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased')))
+RETURNING j.id, j.status`;
+
+/**
+ * Runs in its own statement after completions commit (and in pending expiry's transaction), so its
+ * snapshot sees every commit that came before: the last of several racing completers always finds
+ * the job done. Its final status counts the failed tasks (the failure policy's threshold).
+ */
+export const FINISH_JOBS_IF_DONE = `
+UPDATE jobs j SET status = ${finalStatus("j")}, completed_at = now(), updated_at = now()
+WHERE j.id = ANY($1::uuid[]) AND j.status IN ('pending', 'running')
+  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
+
+/*
+ * The reaper's safety net for a coordinator that died between a failure's or a completion's commit
+ * and its settle: running jobs with nothing unfinished, and fail_fast ones past their threshold.
+ * One partial-index probe per running job (two for a fail_fast one). $1 limit.
+ */
+const unsettled = `j.status = 'running'
+    AND (NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))
+         OR (j.failure_policy = 'fail_fast' AND ${pastThreshold("j")}))`;
+export const UNSETTLED_JOBS_DUE = `EXISTS (SELECT 1 FROM jobs j WHERE ${unsettled})`;
+export const UNSETTLED_JOBS = `SELECT j.id FROM jobs j WHERE ${unsettled} LIMIT $1`;
+
+/**
+ * Settles one job in a transaction of its own on `c` (see the top of this file); returns the
+ * job's status when this settle ended it. `c` must not be in a transaction.
+ */
+export async function settleJob(c: pg.PoolClient, jobId: string): Promise<string | undefined> {
+  await c.query("BEGIN");
+  try {
+    await c.query({ name: "leasehold_job_lock", text: JOB_LOCK, values: [jobId] });
+    // New statements, new snapshots: these see every settle and failure committed before the lock.
+    await c.query({ name: "leasehold_cancel_past_threshold", text: CANCEL_PAST_THRESHOLD, values: [jobId] });
+    const { rows } = await c.query({ name: "leasehold_settle_job", text: SETTLE_JOB, values: [jobId] });
+    await c.query("COMMIT");
+    return rows[0]?.status as string | undefined;
+  } catch (err) {
+    await c.query("ROLLBACK").catch(() => {});
+    throw err;
+  }
+}
+
+/** settleJob for several jobs, one transaction each, in a fixed order. */
+export async function settleJobs(c: pg.PoolClient, jobIds: Iterable<string>): Promise<void> {
+  for (const id of [...new Set(jobIds)].sort()) await settleJob(c, id);
+}
