@@ -35,7 +35,7 @@ class Heartbeats:
         try:
             res = w._call("ReportProgress", req)
         except (AbortedError, NotFoundError) as e:
-            self._lost(lease, e)
+            self._refused(lease, e)
             raise TaskCancelled(task.cancel_reason) from e
         except LeaseholdError as e:
             log.warning("progress of task %s not reported (%s)", task.id, e)
@@ -67,7 +67,7 @@ class Heartbeats:
             now = time.monotonic()
             with w._cond:
                 # Finished leases too: a result waiting for delivery (a coordinator restart) keeps its lease.
-                live = [lease for lease in w._leases.values() if not lease.lost]
+                live = [lease for lease in w._leases.values() if not lease.lost and not lease.cancelled]
             wake = now + 1.0
             for lease in live:
                 if lease.next_beat <= now:
@@ -81,10 +81,10 @@ class Heartbeats:
         try:
             res = w._call("RenewLease", w._lease_request(lease.task))
         except (AbortedError, NotFoundError) as e:
-            if lease.finished:
+            if lease.finished and not _cancellation(e):
                 lease.lost = True  # its result was accepted meanwhile, or will be dropped as late
             else:
-                self._lost(lease, e)
+                self._refused(lease, e)
             return
         except LeaseholdError as e:
             # Try again soon: the lease may still be saved once the coordinator is back.
@@ -96,9 +96,29 @@ class Heartbeats:
         lease.beat_failing = False
         self._renewed(lease, res)
 
+    def _refused(self, lease: Lease, e: LeaseholdError) -> None:
+        """A heartbeat or progress report the coordinator refused: the task was cancelled, or the lease lost."""
+        if _cancellation(e):
+            lease.cancelled = True
+            self.w._cancel(lease, f"{e.code}: {e.message}")
+            log.info("task %s (attempt %d) was cancelled (%s); its handler is told to stop, and a result it still "
+                     "returns within the lease is reported and kept (request id %s)",
+                     lease.task.id, lease.task.attempt, e.message, e.request_id)
+        else:
+            self._lost(lease, e)
+
     def _lost(self, lease: Lease, e: LeaseholdError) -> None:
         w = self.w
         lease.lost = True
         w._cancel(lease, f"{e.code}: {e.message}")
         log.warning("task %s (attempt %d) is no longer ours (%s); its handler is told to stop (request id %s)",
                     lease.task.id, lease.task.attempt, e.message, e.request_id)
+
+
+def _cancellation(e: LeaseholdError) -> bool:
+    """Whether a refusal says the task was cancelled (its job cancelled or failed), not that the lease is gone.
+
+    The coordinator keeps the result of a task cancelled while leased when it arrives within that lease, so
+    such a result is still worth sending; a lease lost to expiry or to another worker's attempt is not.
+    """
+    return e.code == "aborted" and "was cancelled" in e.message

@@ -73,7 +73,9 @@ class Lanes:
             return None
         except Exception as e:
             outcome.error = e
-        if lease.lost or task.cancelled:
+        # A cancelled task's result still goes out (kept when it arrives within the lease); its failure does
+        # not (nothing would come of it).
+        if lease.lost or (task.cancelled and (outcome.result is None or not lease.cancelled)):
             w._drop(lease, task.cancel_reason or "lease lost")
             return None
         return outcome

@@ -51,6 +51,9 @@ class Lease:
     started: bool = False
     finished: bool = False  # the handler returned (or raised)
     lost: bool = False  # the coordinator refused a heartbeat, or the drain gave the task back
+    # The task was cancelled while we held it (its job cancelled or failed): the handler is told to stop, no
+    # more heartbeats go out, but the lease stands until it expires, and a result sent within it is kept.
+    cancelled: bool = False
     beat_failing: bool = False  # the last heartbeat got no answer (logged once per outage)
     cohort: Cohort = field(default_factory=Cohort)
 

@@ -265,6 +265,10 @@ class Worker(WorkerState):
         except (NotFoundError, InvalidArgumentError) as e:
             if e.reason == "WORKLOAD_NOT_FOUND" or "claim_next.workloads" in e.message:
                 raise unknown_workloads(self, e) from e
+            if isinstance(e, InvalidArgumentError) and "claim_next" in e.message:
+                # A coordinator older than claim_next: no report will carry one (it would be refused too).
+                self._claims_refused = True
+                log.warning("the coordinator refuses claim_next (%s); reports claim nothing from now on", e)
         except LeaseholdError:
             pass
 

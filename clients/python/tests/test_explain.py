@@ -158,3 +158,65 @@ def test_a_misspelled_workload_fails_the_worker_at_start(env: Env, admin: Client
         admin_worker.run()
     assert typo in str(e.value) and w in str(e.value).replace(f'"{typo}"', "")
 
+
+
+
+def test_failure_policy_settings_are_stored_and_read_back(admin: Client, workload: Callable[..., str]) -> None:
+    plain = workload()
+    [registered] = [x for x in admin.list_workloads() if x.name == plain]
+    assert (registered.failure_policy, registered.max_failed_tasks) == ("fail_fast", 0)
+    w = workload(failure_policy="continue", max_failed_tasks=1)
+    [registered] = [x for x in admin.list_workloads() if x.name == w]
+    assert (registered.failure_policy, registered.max_failed_tasks) == ("continue", 1)
+    tasks = [TaskSpec(0, "s3://in/0", sha("0"))]
+    job = admin.create_job(w, tasks=tasks).job  # the workload's settings
+    assert (job.failure_policy, job.max_failed_tasks) == ("continue", 1)
+    strict = admin.create_job(w, tasks=tasks, failure_policy="fail_fast", max_failed_tasks=0).job
+    assert (strict.failure_policy, strict.max_failed_tasks) == ("fail_fast", 0)
+    assert admin.get_job(strict.id).job.failure_policy == "fail_fast"
+    assert next(iter(admin.list_jobs(workload=w))).failure_policy in ("continue", "fail_fast")
+    with pytest.raises(InvalidArgumentError) as e:
+        admin.create_job(w, tasks=tasks, max_failed_tasks=-1)
+    assert [v.field for v in e.value.violations] == ["max_failed_tasks"]
+
+
+def test_failure_policy_continue_lets_the_other_chunks_finish(admin: Client, workload: Callable[..., str],
+                                                             spawn: Callable[..., WorkerProc]) -> None:
+    w = workload(lease_seconds=30, max_attempts=1)
+    # Chunk 1 fails at once while the others take a moment: fail-fast would cancel most of them.
+    tasks = [TaskSpec(i, f"s3://in/{i}", sha(str(i)), {"action": "raise"} if i == 1 else {"action": "ok", "sleep": 0.3})
+             for i in range(6)]
+    job = admin.create_job(w, tasks=tasks, failure_policy="continue").job
+    assert (job.failure_policy, job.max_failed_tasks) == ("continue", 0)
+    worker = spawn(w, "pyw-continue", concurrency=2)
+    assert admin.wait(job.id, timeout=60).status == "failed"
+    snap = admin.get_job(job.id)
+    assert (snap.task_counts.completed, snap.task_counts.failed, snap.task_counts.cancelled) == (5, 1, 0)
+    assert snap.failure is not None and snap.failure.chunk_index == 1
+    assert [d.task.chunk_index for d in admin.list_tasks(job.id, status="failed")] == [1]
+    assert [r.chunk_index for r in admin.results(job.id)] == [0, 2, 3, 4, 5]
+    worker.signal(15)
+    assert worker.wait() == 0
+
+
+def test_a_workload_tolerating_failed_chunks_completes_its_jobs(admin: Client, workload: Callable[..., str],
+                                                                spawn: Callable[..., WorkerProc]) -> None:
+    w = workload(lease_seconds=30, max_attempts=1, failure_policy="continue", max_failed_tasks=1)
+    [registered] = [x for x in admin.list_workloads() if x.name == w]
+    assert (registered.failure_policy, registered.max_failed_tasks) == ("continue", 1)
+    tasks = [TaskSpec(i, f"s3://in/{i}", sha(str(i)), {"action": "raise"} if i == 2 else {"action": "ok"})
+             for i in range(4)]
+    job = admin.create_job(w, tasks=tasks).job  # the workload's settings
+    assert (job.failure_policy, job.max_failed_tasks) == ("continue", 1)
+    strict = admin.create_job(w, tasks=tasks, failure_policy="fail_fast", max_failed_tasks=0).job
+    assert (strict.failure_policy, strict.max_failed_tasks) == ("fail_fast", 0)
+    worker = spawn(w, "pyw-tolerant", concurrency=2)
+    done = admin.wait(job.id, timeout=60)
+    assert done.status == "completed"
+    snap = admin.get_job(job.id)
+    assert (snap.task_counts.completed, snap.task_counts.failed, snap.failure) == (3, 1, None)
+    assert [d.task.error_code for d in admin.list_tasks(job.id, status="failed")] == ["value_error"]
+    assert [r.chunk_index for r in admin.results(job.id)] == [0, 1, 3]
+    assert admin.wait(strict.id, timeout=60).status == "failed"
+    worker.signal(15)
+    assert worker.wait() == 0

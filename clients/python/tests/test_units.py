@@ -149,3 +149,94 @@ def test_failure_attempts_and_policies_read_in_either_spelling() -> None:
     [a] = detail.attempts
     assert (a.outcome, a.retried, a.last_progress and a.last_progress.message) == ("lease_expired", True, "half")
     assert isinstance(a, TaskAttempt)
+
+
+class _Coordinator:
+    """A stand-in coordinator for one leased task whose heartbeats are refused with ``refusal``."""
+
+    NIL = "00000000-0000-0000-0000-000000000000"
+
+    def __init__(self, refusal: str) -> None:
+        import threading
+
+        self.refusal = refusal
+        self.calls: list[tuple[str, dict[str, object]]] = []
+        self.claimed = False
+        self.reported = threading.Event()
+
+    def call(self, method: str, request: dict[str, object], timeout: float, interrupt: object = None) -> dict[str, object]:
+        import time
+
+        from leasehold import AbortedError, NotFoundError
+
+        self.calls.append((method, request))
+        if request.get("task_id") == self.NIL:  # the worker's start probes
+            raise NotFoundError(f'{method}: task_id: task "{self.NIL}" not found')
+        if method == "ClaimTasks":
+            if self.claimed:
+                time.sleep(0.05)
+                return {}
+            self.claimed = True
+            expires = datetime.fromtimestamp(time.time() + 30, timezone.utc).isoformat()
+            return {"tasks": [{"id": "t1", "job_id": "j1", "workload": "w", "status": "TASK_STATUS_LEASED",
+                               "attempt": 1, "lease_expires_at": expires}]}
+        if method in ("RenewLease", "ReportProgress"):
+            raise AbortedError(f"{method}: {self.refusal}")
+        if method == "CompleteTasks":
+            self.reported.set()
+            return {"outcomes": [{"task_id": "t1", "task": {"id": "t1", "status": "TASK_STATUS_COMPLETED"}}]}
+        if method == "FailTask":
+            self.reported.set()
+            raise AbortedError(f"{method}: {self.refusal}")
+        raise AssertionError(method)
+
+    def close(self) -> None:
+        pass
+
+
+def _run_one_task(monkeypatch: object, refusal: str, outcome: str) -> tuple[_Coordinator, dict[str, int]]:
+    import threading
+
+    import leasehold.worker as worker_module
+    from leasehold import Result, Task, Worker
+
+    fake = _Coordinator(refusal)
+    monkeypatch.setattr(worker_module, "make_transport", lambda *a: fake)  # type: ignore[attr-defined]
+    worker = Worker("http://127.0.0.1:1", workloads=["w"], heartbeat_interval=0.05, wait_seconds=0)
+    told = threading.Event()
+
+    @worker.handler("w")
+    def handle(task: Task) -> Result:
+        assert task.wait_cancelled(10)  # a refused heartbeat tells the handler
+        told.set()
+        if outcome == "raise":
+            raise ValueError("gave up")
+        return Result("mem://t1", "a" * 64)  # finished anyway
+
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert told.wait(10)
+        fake.reported.wait(1)
+    finally:
+        worker.stop()
+        thread.join(10)
+    return fake, worker.stats
+
+
+def test_a_cancelled_tasks_result_is_still_reported_a_lost_leases_is_not(monkeypatch: object) -> None:
+    fake, stats = _run_one_task(monkeypatch, "task t1 was cancelled", "result")
+    [report] = [r for m, r in fake.calls if m == "CompleteTasks"]
+    assert report["results"] == [{"task_id": "t1", "worker_id": report["results"][0]["worker_id"],  # type: ignore[index]
+                                  "attempt": 1, "result_uri": "mem://t1", "result_sha256": "a" * 64}]
+    assert (stats["completed"], stats["dropped"]) == (1, 0)
+    beats = [m for m, r in fake.calls if m == "RenewLease" and r["task_id"] == "t1"]
+    assert len(beats) == 1  # a cancelled task's lease is not renewed again
+
+    fake, stats = _run_one_task(monkeypatch, "task t1 is leased by another worker", "result")
+    assert not [m for m, r in fake.calls if m in ("CompleteTasks", "CompleteTask") and r.get("task_id") != fake.NIL]
+    assert (stats["completed"], stats["dropped"]) == (0, 1)
+
+    fake, stats = _run_one_task(monkeypatch, "task t1 was cancelled", "raise")  # nothing comes of its failure
+    assert not [m for m, r in fake.calls if m == "FailTask" and r["task_id"] == "t1"]
+    assert (stats["failed"], stats["dropped"]) == (0, 1)
