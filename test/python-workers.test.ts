@@ -6,7 +6,8 @@
 //   json_worker.py: REST JSON with the standard library only (needs python3),
 //     one JSON line per action.
 //   worker.py + submit.py: the leasehold package (clients/python, installed in
-//     the test venv), over Connect JSON and over gRPC.
+//     the test venv), over Connect JSON and over gRPC: a job that completes, and
+//     one whose chunk fails, which submit.py explains from the package's reads.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -450,6 +451,119 @@ describe.each(["json", "grpc"])("worker.py and submit.py (the leasehold package,
     expect(progress.map((p) => [p.chunk_index, p.progress, p.message, p.worker_id])).toEqual(
       rows.map((r) => [r.chunk_index, 0.5, "halfway", r.lease_owner]),
     );
+  });
+});
+
+describe.each(["json", "grpc"])("submit.py explains a failed job (the leasehold package, %s)", (transport) => {
+  it("prints the job's failure, each failed chunk with its error and attempts, the cancelled chunks, and the ordered results of the rest", async () => {
+    const workload = `py_fail_${transport}`;
+    await fx.queue.putWorkload({ name: workload, leaseSeconds: 30, maxAttempts: 2 });
+    const env = { LEASEHOLD_TRANSPORT: transport };
+    let workerChild: ChildProcess | undefined;
+    const worker = runPython(["examples/python/worker.py", `http://${target}`, workload], {
+      env,
+      text: true,
+      onSpawn: (c) => (workerChild = c),
+    });
+    const submit = await runPython(["examples/python/submit.py", `http://${target}`, workload, "6", "--fail-chunk", "2"], { env });
+    expect(submit.code, describeRun(submit)).toBe(0);
+    workerChild?.kill("SIGTERM");
+    const ran = await worker;
+    expect(ran.code, describeRun(ran)).toBe(0);
+
+    const statuses = submit.lines.filter((l) => "status" in l);
+    const jobId = statuses[0].job_id;
+    expect(statuses.at(-1).status).toBe("failed");
+    const rows = await taskRows(jobId);
+    const failedRow = rows.find((r) => r.chunk_index === 2)!;
+    expect([failedRow.status, failedRow.error_code, failedRow.error_message]).toEqual(["failed", "bad_chunk", "chunk 2 is corrupt"]);
+
+    // What the database holds, in this order: statuses, the failure, the failed chunk, the cancelled chunks
+    // (chunk order), then the completed chunks' results (chunk order). A chunk in flight when chunk 2 failed
+    // was cancelled, and its result, arriving within its lease, is kept (cancelled -> completed); when that
+    // came after submit.py read the tasks, it printed the chunk as cancelled.
+    const { rows: late } = await fx.pool.query<{ chunk_index: number }>(
+      `SELECT chunk_index FROM task_events
+        WHERE job_id = $1 AND kind = 'task_status' AND previous_status = 'cancelled' AND status = 'completed'`,
+      [jobId],
+    );
+    const lateCompleted = new Set(late.map((r) => r.chunk_index));
+    const cancelled: number[] = submit.lines.filter((l) => "cancelled_chunk" in l).map((l) => l.cancelled_chunk);
+    for (const c of cancelled) expect(rows[c].status === "cancelled" || lateCompleted.has(c), `chunk ${c}`).toBe(true);
+    const printedResults = rows
+      .filter((r) => r.status === "completed" && !cancelled.includes(r.chunk_index))
+      .map((r) => ({ chunk_index: r.chunk_index, uri: r.result_uri, sha256: r.result_sha256 }));
+    expect(submit.lines).toEqual([
+      ...statuses,
+      {
+        job_id: jobId,
+        failure: {
+          chunk_index: 2,
+          error_code: "bad_chunk",
+          error_message: "chunk 2 is corrupt",
+          attempt: 1,
+          worker_id: failedRow.lease_owner,
+        },
+      },
+      {
+        failed_chunk: 2,
+        error_code: "bad_chunk",
+        error_message: "chunk 2 is corrupt",
+        attempts: [{ attempt: 1, worker_id: failedRow.lease_owner, outcome: "failed", error_code: "bad_chunk" }],
+      },
+      ...cancelled.map((c) => ({ cancelled_chunk: c })),
+      ...printedResults,
+    ]);
+    expect([2, ...cancelled, ...printedResults.map((r) => r.chunk_index)].sort()).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(rows.filter((r) => r.status === "failed").map((r) => r.chunk_index)).toEqual([2]);
+  });
+});
+
+describe.each(["json", "grpc"])("submit.py with --failure-policy continue (the leasehold package, %s)", (transport) => {
+  it("lets every other chunk finish: the job fails once all are final, with the failed chunk explained and every other result", async () => {
+    const workload = `py_continue_${transport}`;
+    await fx.queue.putWorkload({ name: workload, leaseSeconds: 30, maxAttempts: 1 });
+    const env = { LEASEHOLD_TRANSPORT: transport };
+    let workerChild: ChildProcess | undefined;
+    const worker = runPython(["examples/python/worker.py", `http://${target}`, workload], {
+      env,
+      text: true,
+      onSpawn: (c) => (workerChild = c),
+    });
+    const submit = await runPython(
+      ["examples/python/submit.py", `http://${target}`, workload, "6", "--fail-chunk", "2", "--failure-policy", "continue"],
+      { env },
+    );
+    expect(submit.code, describeRun(submit)).toBe(0);
+    workerChild?.kill("SIGTERM");
+    const ran = await worker;
+    expect(ran.code, describeRun(ran)).toBe(0);
+
+    const statuses = submit.lines.filter((l) => "status" in l);
+    const jobId = statuses[0].job_id;
+    const rows = await taskRows(jobId);
+    expect(rows.map((r) => r.status)).toEqual(["completed", "completed", "failed", "completed", "completed", "completed"]);
+    expect(submit.lines).toEqual([
+      ...statuses,
+      {
+        job_id: jobId,
+        failure: {
+          chunk_index: 2,
+          error_code: "bad_chunk",
+          error_message: "chunk 2 is corrupt",
+          attempt: 1,
+          worker_id: rows[2].lease_owner,
+        },
+      },
+      {
+        failed_chunk: 2,
+        error_code: "bad_chunk",
+        error_message: "chunk 2 is corrupt",
+        attempts: [{ attempt: 1, worker_id: rows[2].lease_owner, outcome: "failed", error_code: "bad_chunk" }],
+      },
+      ...[0, 1, 3, 4, 5].map((i) => ({ chunk_index: i, uri: rows[i].result_uri, sha256: rows[i].result_sha256 })),
+    ]);
+    expect(statuses.at(-1).status).toBe("failed");
   });
 });
 

@@ -1,7 +1,10 @@
-"""Leasehold client: workers that lease and run tasks, and submitters that create and watch jobs.
+"""Leasehold client: workers that lease and run tasks, and submitters that create, watch and explain jobs.
 
 Both speak to the coordinator over Connect JSON (``transport="json"``, the standard library only) or gRPC
-(``transport="grpc"``, needs ``grpcio`` and ``protobuf``).
+(``transport="grpc"``, needs ``grpcio``, ``protobuf`` and ``googleapis-common-protos``), and read the same on
+both: the same typed answers (:mod:`leasehold.models`), the same numbers in ``parameters`` and ``metrics``
+(:func:`plain_json`), the same exceptions with the same ``code``, ``request_id`` and ``violations``
+(:mod:`leasehold.errors`).
 """
 
 from .client import Client
@@ -10,6 +13,7 @@ from .errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     FailedPreconditionError,
+    FieldViolation,
     InternalError,
     InvalidArgumentError,
     LeaseholdError,
@@ -20,17 +24,27 @@ from .errors import (
     WorkerConfigError,
 )
 from .models import (
+    AttemptOutcome,
+    AttemptProgress,
     CreatedJob,
+    EventKind,
+    FailurePolicy,
     Job,
     JobEvent,
+    JobFailure,
     JobSnapshot,
+    JobStatus,
     ResultManifest,
     RetriedJob,
+    TaskAttempt,
     TaskCounts,
+    TaskDetail,
     TaskRecord,
     TaskSpec,
+    TaskStatus,
     WatchUpdate,
     Workload,
+    plain_json,
 )
 from .worker import Result, RetryableError, Task, TaskCancelled, TaskError, Worker, error_code_of
 
@@ -39,15 +53,22 @@ __version__ = "0.1.0"
 __all__ = [
     "AbortedError",
     "AlreadyExistsError",
+    "AttemptOutcome",
+    "AttemptProgress",
     "Client",
     "CreatedJob",
     "DeadlineExceededError",
+    "EventKind",
     "FailedPreconditionError",
+    "FailurePolicy",
+    "FieldViolation",
     "InternalError",
     "InvalidArgumentError",
     "Job",
     "JobEvent",
+    "JobFailure",
     "JobSnapshot",
+    "JobStatus",
     "LeaseholdError",
     "NotFoundError",
     "PermissionDeniedError",
@@ -56,11 +77,14 @@ __all__ = [
     "RetriedJob",
     "RetryableError",
     "Task",
+    "TaskAttempt",
     "TaskCancelled",
     "TaskCounts",
+    "TaskDetail",
     "TaskError",
     "TaskRecord",
     "TaskSpec",
+    "TaskStatus",
     "UnauthenticatedError",
     "UnavailableError",
     "WatchUpdate",
@@ -68,4 +92,5 @@ __all__ = [
     "WorkerConfigError",
     "Workload",
     "error_code_of",
+    "plain_json",
 ]

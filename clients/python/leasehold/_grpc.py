@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
 from google.protobuf import json_format, struct_pb2
+from google.rpc import error_details_pb2, status_pb2
 
 from ._transport import Interrupt
-from .errors import LeaseholdError, error_for
+from .errors import FieldViolation, LeaseholdError, error_for, invalid_request
 from .queue.v1 import queue_pb2, queue_pb2_grpc
 
 JsonObject = dict[str, Any]
@@ -79,6 +81,44 @@ def _outcome_json(o: Any) -> JsonObject:
     return d
 
 
+_PATH = re.compile(r'at "\w+\.?([^"]*)"')
+_FIELD = re.compile(r'field named "([^"]+)"')
+_PARSING = re.compile(r"Failed to parse (\w+) field")
+
+
+def _path_of(text: str) -> str:
+    """The field a protobuf ParseError names (``tasks[0].chunk_idx``), as far as its message tells."""
+    at, named = _PATH.search(text), _FIELD.search(text)
+    if at or named:
+        return ".".join(p for p in (at.group(1) if at else "", named.group(1) if named else "") if p)
+    return ".".join(_PARSING.findall(text))
+
+
+def _details(raw: bytes) -> tuple[str | None, dict[str, Any]]:
+    """The request id and the rest of a ``grpc-status-details-bin`` trailer (a google.rpc.Status).
+
+    The rest as :func:`~leasehold.errors.error_for` keywords: field violations, reason, metadata.
+    """
+    status = status_pb2.Status.FromString(raw)
+    request_id: str | None = None
+    violations: list[FieldViolation] = []
+    reason, metadata = "", {}
+    for detail in status.details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations.extend(FieldViolation(v.field, v.description) for v in bad.field_violations)
+        elif detail.Is(error_details_pb2.RequestInfo.DESCRIPTOR):
+            info = error_details_pb2.RequestInfo()
+            detail.Unpack(info)
+            request_id = info.request_id or None
+        elif detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            error_info = error_details_pb2.ErrorInfo()
+            detail.Unpack(error_info)
+            reason, metadata = error_info.reason, dict(error_info.metadata)
+    return request_id, {"violations": violations, "reason": reason, "metadata": metadata}
+
+
 class GrpcTransport:
     """Calls through generated ``QueueServiceStub`` methods; messages converted from and to proto JSON."""
 
@@ -98,9 +138,14 @@ class GrpcTransport:
     @staticmethod
     def _request(method: str, request: JsonObject) -> Any:
         cls = getattr(queue_pb2, f"{method}Request")
-        if method in _LEASE_METHODS:
-            return _build(cls, request)
-        return json_format.ParseDict(request, cls())
+        try:
+            if method in _LEASE_METHODS:
+                return _build(cls, request)
+            return json_format.ParseDict(request, cls())
+        except (json_format.ParseError, TypeError, ValueError) as e:
+            # A request no message can hold (a value of the wrong type): refused here as the coordinator
+            # refuses it over JSON, so both transports raise the same error.
+            raise invalid_request(method, [FieldViolation(_path_of(str(e)), str(e).split("\n")[0])]) from None
 
     @staticmethod
     def _json(message: Any) -> JsonObject:
@@ -122,16 +167,20 @@ class GrpcTransport:
     @staticmethod
     def _error(method: str, e: grpc.RpcError) -> LeaseholdError:
         request_id = None
+        details: dict[str, Any] = {}
         for md in (e.initial_metadata, e.trailing_metadata):
             try:
                 for key, value in md() or ():
                     if key == "x-request-id":
                         request_id = value
+                    elif key == "grpc-status-details-bin" and isinstance(value, bytes):
+                        rid, details = _details(value)
+                        request_id = request_id or rid
             except Exception:
                 pass
         code = e.code()
         name = code.name.lower() if code is not None else "unknown"
-        return error_for(name, f"{method}: {e.details()}", request_id=request_id)
+        return error_for(name, f"{method}: {e.details()}", request_id=request_id, **details)
 
     def call(self, method: str, request: JsonObject, timeout: float, interrupt: Interrupt | None = None) -> JsonObject:
         """A unary RPC."""

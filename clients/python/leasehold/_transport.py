@@ -15,16 +15,16 @@ import ssl
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-from .errors import DeadlineExceededError, LeaseholdError, UnavailableError, error_for
+from .errors import DeadlineExceededError, FieldViolation, LeaseholdError, UnavailableError, error_for
 
 JsonObject = dict[str, Any]
 
 SERVICE = "leasehold.queue.v1.QueueService"
 
-__all__ = ["Interrupt", "JsonTransport", "Transport", "make_transport"]
+__all__ = ["Interrupt", "JsonTransport", "Transport", "TransportName", "make_transport"]
 
 
 class Interrupt:
@@ -73,7 +73,10 @@ class Transport(Protocol):
         ...
 
 
-def make_transport(url: str, token: str | None, transport: str) -> Transport:
+TransportName = Literal["json", "grpc"]
+
+
+def make_transport(url: str, token: str | None, transport: TransportName) -> Transport:
     """The transport named ``"json"`` or ``"grpc"`` for ``url`` (``http://host:port`` or ``https://…``)."""
     if transport == "json":
         return JsonTransport(url, token)
@@ -101,6 +104,32 @@ def _shutdown(sock: socket.socket | None) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def _details_of(err: dict[str, Any]) -> dict[str, Any]:
+    """The rich details of an error body as :func:`~leasehold.errors.error_for` keywords.
+
+    The field violations come from the REST routes' ``violations`` or Connect's ``google.rpc.BadRequest``
+    detail, the reason and metadata from its ``google.rpc.ErrorInfo``. Connect sends each detail as its
+    type, its binary ``value`` and a JSON ``debug`` copy; the copy is read, so the JSON transport needs no
+    protobuf runtime.
+    """
+    found = err.get("violations")
+    violations: list[Any] = found if isinstance(found, list) else []
+    reason, metadata = "", {}
+    for detail in err.get("details") or ():
+        debug = detail.get("debug") if isinstance(detail, dict) else None
+        if not isinstance(debug, dict):
+            continue
+        kind = str(detail.get("type", ""))
+        if kind.endswith("google.rpc.BadRequest") and not isinstance(found, list):
+            violations.extend(debug.get("field_violations") or debug.get("fieldViolations") or ())
+        elif kind.endswith("google.rpc.ErrorInfo"):
+            reason = str(debug.get("reason", ""))
+            metadata = {str(k): str(v) for k, v in (debug.get("metadata") or {}).items()}
+    return {"violations": [FieldViolation(str(v.get("field", "")), str(v.get("description", "")))
+                           for v in violations if isinstance(v, dict)],
+            "reason": reason, "metadata": metadata}
 
 
 class JsonTransport:
@@ -188,6 +217,7 @@ class JsonTransport:
     @staticmethod
     def _error(method: str, status: int, raw: bytes, request_id: str | None) -> LeaseholdError:
         code, message = _HTTP_CODES.get(status, "unknown"), raw.decode("utf-8", "replace")[:500]
+        details: dict[str, Any] = {}
         try:
             payload = json.loads(raw)
             # Connect puts code and message at the top level; the REST routes under "error".
@@ -196,9 +226,10 @@ class JsonTransport:
                 code = str(err.get("code") or code)
                 message = str(err.get("message") or message)
                 request_id = err.get("request_id") or request_id
+                details = _details_of(err)
         except ValueError:
             pass
-        return error_for(code, f"{method}: {message}", request_id=request_id, http_status=status)
+        return error_for(code, f"{method}: {message}", request_id=request_id, http_status=status, **details)
 
     def stream(self, method: str, request: JsonObject, timeout: float | None) -> Iterator[JsonObject]:
         """A server-streaming RPC in Connect's enveloped JSON, on a connection of its own."""
@@ -231,7 +262,7 @@ class JsonTransport:
                     err = message.get("error")
                     if err:
                         raise error_for(str(err.get("code", "unknown")), f"{method}: {err.get('message', '')}",
-                                        request_id=request_id)
+                                        request_id=request_id, **_details_of(err))
                     return
                 yield message
         finally:

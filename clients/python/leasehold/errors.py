@@ -1,12 +1,26 @@
-"""Exceptions of the leasehold client: one per coordinator error code."""
+"""Exceptions of the leasehold client: one per coordinator error code, the same on both transports.
+
+Example::
+
+    try:
+        client.create_job("render", tasks=[{"chunk_index": 0, "input_uri": "s3://in/0", "input_sha": "…"}])
+    except InvalidArgumentError as e:
+        print(e.code, e.request_id)             # invalid_argument, the coordinator's X-Request-Id (if it answered)
+        for v in e.violations:                  # one per bad field
+            print(v.field, v.description)       # tasks[0].input_sha: unknown field
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 __all__ = [
     "AbortedError",
     "AlreadyExistsError",
     "DeadlineExceededError",
     "FailedPreconditionError",
+    "FieldViolation",
     "InternalError",
     "InvalidArgumentError",
     "LeaseholdError",
@@ -16,7 +30,16 @@ __all__ = [
     "UnavailableError",
     "WorkerConfigError",
     "error_for",
+    "invalid_request",
 ]
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field of a refused request: ``field`` is its path (``tasks[2].input_sha256``)."""
+
+    field: str
+    description: str
 
 
 class LeaseholdError(Exception):
@@ -26,20 +49,31 @@ class LeaseholdError(Exception):
         code: The Connect/gRPC code name in snake case (``"not_found"``, ``"aborted"``, ...).
         message: The coordinator's message.
         request_id: The coordinator's ``X-Request-Id`` of the call (matches its log line); ``None``
-            when the call never got an answer (connection refused or reset).
+            when the call never got an answer (connection refused or reset), or was refused by the
+            client before it was sent.
         http_status: The HTTP status for the JSON transport; ``None`` over gRPC.
+        violations: Every bad field of an ``invalid_argument`` error (the coordinator's
+            ``google.rpc.BadRequest`` details, or the client's own check of a request it would not
+            send); empty for other errors.
+        reason: The machine-readable cause of the coordinator's ``google.rpc.ErrorInfo`` detail
+            (``"WORKLOAD_NOT_FOUND"``); ``""`` when it sent none.
+        metadata: That detail's metadata (``{"workload": "rendr", "known_workloads": "render,thumbs"}``).
     """
 
     code = "unknown"
 
     def __init__(self, message: str, *, code: str | None = None, request_id: str | None = None,
-                 http_status: int | None = None) -> None:
+                 http_status: int | None = None, violations: Iterable[FieldViolation] = (), reason: str = "",
+                 metadata: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
         self.message = message
         self.request_id = request_id
         self.http_status = http_status
+        self.violations: list[FieldViolation] = list(violations)
+        self.reason = reason
+        self.metadata: dict[str, str] = dict(metadata or {})
 
     def __str__(self) -> str:
         rid = f" (request id {self.request_id})" if self.request_id else ""
@@ -127,8 +161,16 @@ _ALIASES: dict[str, type[LeaseholdError]] = {
 }
 
 
-def error_for(code: str, message: str, *, request_id: str | None = None,
-              http_status: int | None = None) -> LeaseholdError:
+def error_for(code: str, message: str, *, request_id: str | None = None, http_status: int | None = None,
+              violations: Iterable[FieldViolation] = (), reason: str = "",
+              metadata: Mapping[str, str] | None = None) -> LeaseholdError:
     """The typed exception for a coordinator error code (snake case)."""
     cls = _BY_CODE.get(code) or _ALIASES.get(code) or LeaseholdError
-    return cls(message, code=code, request_id=request_id, http_status=http_status)
+    return cls(message, code=code, request_id=request_id, http_status=http_status, violations=violations,
+               reason=reason, metadata=metadata)
+
+
+def invalid_request(method: str, violations: list[FieldViolation]) -> InvalidArgumentError:
+    """The error of a request the client refuses to send, as the coordinator would have refused it."""
+    text = "; ".join(f"{v.field}: {v.description}" for v in violations)
+    return InvalidArgumentError(f"{method}: {text}", violations=violations)

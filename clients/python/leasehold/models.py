@@ -1,36 +1,62 @@
-"""Plain data classes for what the coordinator returns, built from its JSON.
+"""Typed data classes for what the coordinator returns, built alike from both transports' answers.
 
 Both transports hand these constructors JSON objects: the JSON transport as the
-coordinator sent them, the gRPC one via ``MessageToDict``. Field names are
-looked up in their proto spelling (``lease_expires_at``) and in their JSON
-lowerCamelCase (``leaseExpiresAt``), and absent fields take the proto default,
-so answers that omit default values or use either spelling read the same. The
-contents of ``parameters`` and ``metrics`` are user data and are never renamed.
+coordinator sent them, the gRPC one converted from the protobuf messages. Field
+names are looked up in their proto spelling (``lease_expires_at``) and in their
+JSON lowerCamelCase (``leaseExpiresAt``), and absent fields take the proto
+default, so answers that omit default values or use either spelling read the
+same. The contents of ``parameters`` and ``metrics`` are user data: their keys
+are never renamed, and their numbers are read the same way on both transports
+(see :func:`plain_json`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, cast
 
 __all__ = [
+    "AttemptOutcome",
+    "AttemptProgress",
     "CreatedJob",
+    "EventKind",
+    "FailurePolicy",
     "Job",
     "JobEvent",
+    "JobFailure",
     "JobSnapshot",
+    "JobStatus",
     "ResultManifest",
     "RetriedJob",
+    "TaskAttempt",
     "TaskCounts",
+    "TaskDetail",
     "TaskRecord",
     "TaskSpec",
+    "TaskStatus",
     "WatchUpdate",
     "Workload",
+    "plain_json",
 ]
 
 JsonObject = dict[str, Any]
+
+#: A job's status; ``""`` only for a field the coordinator left unset.
+JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled"]
+#: A task's status; ``""`` only for a field the coordinator left unset.
+TaskStatus = Literal["", "pending", "leased", "completed", "failed", "cancelled"]
+#: What a :class:`JobEvent` records.
+EventKind = Literal["", "task_status", "task_progress", "job_status"]
+#: What a job does when its tasks fail for good: ``fail_fast`` (the first failure past ``max_failed_tasks``
+#: fails the job and cancels its unfinished tasks; the default) or ``continue`` (every other task still runs;
+#: the job ends once all are final: failed when more than ``max_failed_tasks`` failed, else completed).
+FailurePolicy = Literal["", "fail_fast", "continue"]
+#: How an attempt of a task ended (``running``: it holds its lease now).
+AttemptOutcome = Literal["", "running", "completed", "failed", "lease_expired", "cancelled"]
 
 _CAMEL: dict[str, str] = {}
 
@@ -65,9 +91,45 @@ def _float(d: Mapping[str, Any], name: str) -> float:
     return float(v) if v is not None else 0.0
 
 
+def _bool(d: Mapping[str, Any], name: str) -> bool:
+    return bool(field_of(d, name, False))
+
+
+# The largest magnitude up to which every integer is a double: ``google.protobuf.Struct`` carries every
+# number as a double, so no integer beyond it survives the trip on either transport.
+_EXACT = 2**53
+
+
+def plain_json(value: Any) -> Any:
+    """A ``google.protobuf.Struct`` value as the same Python value on both transports.
+
+    A Struct carries every number as a double: over gRPC ``{"frames": 240}`` arrives as ``240.0``, over JSON
+    as ``240``. Read through this function, a number is an ``int`` when it is integral and within ±2**53
+    (``240.0`` → ``240``, ``-0.0`` → ``0``), else a ``float`` (``240.5``, ``1e300``; an integer beyond 2**53
+    could not be carried exactly and reads as the float it became). Lists and dicts are read item by item;
+    strings, booleans and ``None`` are kept.
+
+    Example::
+
+        >>> plain_json({"frames": 240.0, "fps": 23.976, "sizes": [1.0, 2.5], "big": 1e300})
+        {'frames': 240, 'fps': 23.976, 'sizes': [1, 2.5], 'big': 1e+300}
+    """
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() and abs(value) <= _EXACT else value
+    if isinstance(value, int):
+        return value if abs(value) <= _EXACT else float(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    return value
+
+
 def _obj(d: Mapping[str, Any], name: str) -> JsonObject | None:
     v = field_of(d, name)
-    return dict(v) if isinstance(v, Mapping) else None
+    return plain_json(v) if isinstance(v, Mapping) else None
 
 
 _FRACTION = re.compile(r"\.(\d+)")
@@ -103,11 +165,40 @@ def _enum(d: Mapping[str, Any], name: str, prefix: str, names: tuple[str, ...]) 
 _TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled")
 _JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled")
 _EVENT_KINDS = ("", "task_status", "task_progress", "job_status")
+_OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
+_POLICIES = ("", "fail_fast", "continue")
+
+
+def _policy(d: Mapping[str, Any]) -> FailurePolicy:
+    return cast(FailurePolicy, _enum(d, "failure_policy", "FAILURE_POLICY_", _POLICIES))
+
+
+def _job_status(d: Mapping[str, Any], name: str) -> JobStatus:
+    return cast(JobStatus, _enum(d, name, "JOB_STATUS_", _JOB_STATUSES))
+
+
+def _task_status(d: Mapping[str, Any], name: str) -> TaskStatus:
+    return cast(TaskStatus, _enum(d, name, "TASK_STATUS_", _TASK_STATUSES))
+
+
+def _list(d: Mapping[str, Any], name: str) -> list[Any]:
+    v = field_of(d, name)
+    return list(v) if isinstance(v, (list, tuple)) else []
+
+
+def _msg(d: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    v = field_of(d, name)
+    return v if isinstance(v, Mapping) else {}
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One chunk of a job as submitted to :meth:`leasehold.Client.create_job`."""
+    """One chunk of a job as submitted to :meth:`leasehold.Client.create_job`.
+
+    Example::
+
+        TaskSpec(0, "s3://in/0.mp4", sha256_hex, parameters={"frames": 240})
+    """
 
     chunk_index: int
     input_uri: str
@@ -128,11 +219,17 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class Job:
-    """A job as the coordinator stores it. ``status`` is ``pending``, ``running``, ``completed``, ``failed`` or ``cancelled``."""
+    """A job as the coordinator stores it.
+
+    ``status`` is ``pending``, ``running``, ``completed``, ``failed`` or ``cancelled``; ``parameters`` as
+    :func:`plain_json` reads them. ``failure_policy`` (``fail_fast`` or ``continue``) and ``max_failed_tasks``
+    say what the job does when its tasks fail for good (see :data:`FailurePolicy`); a completed job may hold
+    up to ``max_failed_tasks`` failed tasks.
+    """
 
     id: str
     workload: str
-    status: str
+    status: JobStatus
     input_uri: str = ""
     input_sha256: str = ""
     parameters: JsonObject | None = None
@@ -143,6 +240,8 @@ class Job:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     completed_at: datetime | None = None
+    failure_policy: FailurePolicy = ""
+    max_failed_tasks: int = 0
 
     @property
     def finished(self) -> bool:
@@ -153,24 +252,29 @@ class Job:
     def from_json(cls, d: Mapping[str, Any]) -> Job:
         """A job from its proto JSON."""
         return cls(
-            id=_str(d, "id"), workload=_str(d, "workload"), status=_enum(d, "status", "JOB_STATUS_", _JOB_STATUSES),
+            id=_str(d, "id"), workload=_str(d, "workload"), status=_job_status(d, "status"),
             input_uri=_str(d, "input_uri"), input_sha256=_str(d, "input_sha256"), parameters=_obj(d, "parameters"),
             priority=_int(d, "priority"), idempotency_key=_str(d, "idempotency_key"),
             traceparent=_str(d, "traceparent"), cancel_reason=_str(d, "cancel_reason"),
             created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"),
-            completed_at=_time(d, "completed_at"),
+            completed_at=_time(d, "completed_at"), failure_policy=_policy(d),
+            max_failed_tasks=_int(d, "max_failed_tasks"),
         )
 
 
 @dataclass(frozen=True)
 class TaskRecord:
-    """A task as the coordinator stores it (what CreateJob and the lease calls return)."""
+    """A task as the coordinator stores it (what CreateJob, GetTask, ListTasks and the lease calls return).
+
+    ``error_code`` and ``error_message`` are those of the task's last failure (kept when a later attempt
+    runs); ``parameters`` (the job's merged with the chunk's) and ``metrics`` as :func:`plain_json` reads them.
+    """
 
     id: str
     job_id: str
     chunk_index: int
     workload: str
-    status: str
+    status: TaskStatus
     attempt: int = 0
     max_attempts: int = 0
     input_uri: str = ""
@@ -186,20 +290,93 @@ class TaskRecord:
     error_message: str = ""
     traceparent: str = ""
     version: int = 0
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TaskRecord:
         """A task from its proto JSON."""
         return cls(
             id=_str(d, "id"), job_id=_str(d, "job_id"), chunk_index=_int(d, "chunk_index"),
-            workload=_str(d, "workload"), status=_enum(d, "status", "TASK_STATUS_", _TASK_STATUSES),
+            workload=_str(d, "workload"), status=_task_status(d, "status"),
             attempt=_int(d, "attempt"), max_attempts=_int(d, "max_attempts"), input_uri=_str(d, "input_uri"),
             input_sha256=_str(d, "input_sha256"), parameters=_obj(d, "parameters"), priority=_int(d, "priority"),
             lease_owner=_str(d, "lease_owner"), lease_expires_at=_time(d, "lease_expires_at"),
             result_uri=_str(d, "result_uri"), result_sha256=_str(d, "result_sha256"), metrics=_obj(d, "metrics"),
             error_code=_str(d, "error_code"), error_message=_str(d, "error_message"),
-            traceparent=_str(d, "traceparent"), version=_int(d, "version"),
+            traceparent=_str(d, "traceparent"), version=_int(d, "version"), created_at=_time(d, "created_at"),
+            started_at=_time(d, "started_at"), completed_at=_time(d, "completed_at"),
         )
+
+
+@dataclass(frozen=True)
+class AttemptProgress:
+    """The last progress a worker reported in an attempt."""
+
+    progress: float = 0.0
+    message: str = ""
+    partial_result_uri: str = ""
+    reported_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AttemptProgress:
+        """From its proto JSON."""
+        return cls(progress=_float(d, "progress"), message=_str(d, "message"),
+                   partial_result_uri=_str(d, "partial_result_uri"), reported_at=_time(d, "reported_at"))
+
+
+@dataclass(frozen=True)
+class TaskAttempt:
+    """One attempt of a task: one lease, from its claim to its end.
+
+    ``outcome`` is ``running`` (it holds its lease now), ``completed``, ``failed`` (with the worker's
+    ``error_code`` and ``error_message``), ``lease_expired`` (the worker went silent) or ``cancelled``;
+    ``retried`` tells whether a failed or expired attempt sent the task back for another one.
+    """
+
+    attempt: int
+    worker_id: str = ""
+    outcome: AttemptOutcome = ""
+    error_code: str = ""
+    error_message: str = ""
+    retried: bool = False
+    leased_at: datetime | None = None
+    ended_at: datetime | None = None
+    last_progress: AttemptProgress | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TaskAttempt:
+        """From its proto JSON."""
+        progress = field_of(d, "last_progress")
+        return cls(
+            attempt=_int(d, "attempt"), worker_id=_str(d, "worker_id"),
+            outcome=cast(AttemptOutcome, _enum(d, "outcome", "ATTEMPT_OUTCOME_", _OUTCOMES)),
+            error_code=_str(d, "error_code"), error_message=_str(d, "error_message"), retried=_bool(d, "retried"),
+            leased_at=_time(d, "leased_at"), ended_at=_time(d, "ended_at"),
+            last_progress=AttemptProgress.from_json(progress) if isinstance(progress, Mapping) else None,
+        )
+
+
+@dataclass(frozen=True)
+class TaskDetail:
+    """A task with the history of its attempts, oldest first (:meth:`leasehold.Client.get_task`, ``list_tasks``).
+
+    Example::
+
+        detail = client.get_task(task_id)
+        for a in detail.attempts:
+            print(a.attempt, a.worker_id, a.outcome, a.error_code, a.error_message)
+    """
+
+    task: TaskRecord
+    attempts: list[TaskAttempt] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TaskDetail:
+        """From GetTaskResponse or TaskDetail JSON."""
+        return cls(task=TaskRecord.from_json(_msg(d, "task")),
+                   attempts=[TaskAttempt.from_json(a) for a in _list(d, "attempts")])
 
 
 @dataclass(frozen=True)
@@ -220,19 +397,51 @@ class TaskCounts:
 
 
 @dataclass(frozen=True)
+class JobFailure:
+    """Why a job failed: the task whose failure failed it.
+
+    ``error_code`` is the worker's (its handler's exception), ``"lease_expired"`` (the last attempt's worker
+    went silent) or ``"expired"`` (nobody claimed the task in time); ``attempt`` and ``worker_id`` are those
+    of its last attempt (``0`` and ``""`` when it was never leased).
+    """
+
+    task_id: str
+    chunk_index: int
+    error_code: str
+    error_message: str = ""
+    attempt: int = 0
+    worker_id: str = ""
+    failed_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> JobFailure:
+        """From its proto JSON."""
+        return cls(task_id=_str(d, "task_id"), chunk_index=_int(d, "chunk_index"), error_code=_str(d, "error_code"),
+                   error_message=_str(d, "error_message"), attempt=_int(d, "attempt"),
+                   worker_id=_str(d, "worker_id"), failed_at=_time(d, "failed_at"))
+
+
+@dataclass(frozen=True)
 class JobSnapshot:
-    """A job with the status of its tasks, as GetJob (and the first WatchJob message) returns it."""
+    """A job with the status of its tasks, as GetJob (and the first WatchJob message) returns it.
+
+    ``failure`` is set while the job is failed: the task failure that failed it. Every failed chunk (with its
+    attempts) is in ``client.list_tasks(job_id, status="failed")``.
+    """
 
     job: Job
     task_counts: TaskCounts
     total_tasks: int
     progress: float
+    failure: JobFailure | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> JobSnapshot:
         """A snapshot from its proto JSON."""
-        return cls(job=Job.from_json(field_of(d, "job") or {}), task_counts=TaskCounts.from_json(field_of(d, "task_counts")),
-                   total_tasks=_int(d, "total_tasks"), progress=_float(d, "progress"))
+        failure = field_of(d, "failure")
+        return cls(job=Job.from_json(_msg(d, "job")), task_counts=TaskCounts.from_json(field_of(d, "task_counts")),
+                   total_tasks=_int(d, "total_tasks"), progress=_float(d, "progress"),
+                   failure=JobFailure.from_json(failure) if isinstance(failure, Mapping) and failure else None)
 
 
 @dataclass(frozen=True)
@@ -245,8 +454,7 @@ class CreatedJob:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CreatedJob:
         """From CreateJobResponse JSON."""
-        return cls(job=Job.from_json(field_of(d, "job") or {}),
-                   tasks=[TaskRecord.from_json(t) for t in field_of(d, "tasks") or []])
+        return cls(job=Job.from_json(_msg(d, "job")), tasks=[TaskRecord.from_json(t) for t in _list(d, "tasks")])
 
 
 @dataclass(frozen=True)
@@ -259,7 +467,7 @@ class RetriedJob:
 
 @dataclass(frozen=True)
 class ResultManifest:
-    """The result manifest of one completed task."""
+    """The result manifest of one completed task; ``metrics`` as :func:`plain_json` reads them."""
 
     chunk_index: int
     task_id: str
@@ -278,17 +486,22 @@ class ResultManifest:
 
 @dataclass(frozen=True)
 class JobEvent:
-    """One committed change of a job or one of its tasks. ``kind`` is ``task_status``, ``task_progress`` or ``job_status``."""
+    """One committed change of a job or one of its tasks.
+
+    ``kind`` is ``task_status`` (``task_status`` is the task's new status; a failure or retry carries
+    ``error_code`` and ``error_message``), ``task_progress`` (``progress``, ``message``,
+    ``partial_result_uri``) or ``job_status`` (``job_status``).
+    """
 
     id: int
     job_id: str
-    kind: str
+    kind: EventKind
     task_id: str = ""
     chunk_index: int = 0
-    task_status: str = ""
-    previous_task_status: str = ""
-    job_status: str = ""
-    previous_job_status: str = ""
+    task_status: TaskStatus = ""
+    previous_task_status: TaskStatus = ""
+    job_status: JobStatus = ""
+    previous_job_status: JobStatus = ""
     attempt: int = 0
     worker_id: str = ""
     progress: float = 0.0
@@ -296,20 +509,21 @@ class JobEvent:
     partial_result_uri: str = ""
     error_code: str = ""
     created_at: datetime | None = None
+    error_message: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> JobEvent:
         """From its proto JSON."""
-        ts = ("TASK_STATUS_", _TASK_STATUSES)
-        js = ("JOB_STATUS_", _JOB_STATUSES)
         return cls(
-            id=_int(d, "id"), job_id=_str(d, "job_id"), kind=_enum(d, "kind", "JOB_EVENT_KIND_", _EVENT_KINDS),
+            id=_int(d, "id"), job_id=_str(d, "job_id"),
+            kind=cast(EventKind, _enum(d, "kind", "JOB_EVENT_KIND_", _EVENT_KINDS)),
             task_id=_str(d, "task_id"), chunk_index=_int(d, "chunk_index"),
-            task_status=_enum(d, "task_status", *ts), previous_task_status=_enum(d, "previous_task_status", *ts),
-            job_status=_enum(d, "job_status", *js), previous_job_status=_enum(d, "previous_job_status", *js),
+            task_status=_task_status(d, "task_status"), previous_task_status=_task_status(d, "previous_task_status"),
+            job_status=_job_status(d, "job_status"), previous_job_status=_job_status(d, "previous_job_status"),
             attempt=_int(d, "attempt"), worker_id=_str(d, "worker_id"), progress=_float(d, "progress"),
             message=_str(d, "message"), partial_result_uri=_str(d, "partial_result_uri"),
             error_code=_str(d, "error_code"), created_at=_time(d, "created_at"),
+            error_message=_str(d, "error_message"),
         )
 
 
@@ -326,22 +540,28 @@ class WatchUpdate:
         snap = field_of(d, "snapshot")
         if snap is not None:
             return cls(snapshot=JobSnapshot.from_json(snap))
-        return cls(event=JobEvent.from_json(field_of(d, "event") or {}))
+        return cls(event=JobEvent.from_json(_msg(d, "event")))
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A registered workload and its defaults."""
+    """A registered workload and its defaults (a job's ``failure_policy`` and ``max_failed_tasks`` among them)."""
 
     name: str
     max_attempts: int = 0
     lease_seconds: int = 0
     max_pending_seconds: int = 0
     parameters_schema: JsonObject | None = field(default=None)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    failure_policy: FailurePolicy = ""
+    max_failed_tasks: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Workload:
         """From its proto JSON."""
         return cls(name=_str(d, "name"), max_attempts=_int(d, "max_attempts"), lease_seconds=_int(d, "lease_seconds"),
                    max_pending_seconds=_int(d, "max_pending_seconds"),
-                   parameters_schema=_obj(d, "parameters_schema"))
+                   parameters_schema=_obj(d, "parameters_schema"), created_at=_time(d, "created_at"),
+                   updated_at=_time(d, "updated_at"), failure_policy=_policy(d),
+                   max_failed_tasks=_int(d, "max_failed_tasks"))

@@ -31,7 +31,7 @@ REPO = Path(os.environ.get("LEASEHOLD_REPO_ROOT", Path(__file__).resolve().paren
 NODE = os.environ.get("LEASEHOLD_NODE", "node")
 WORKER_APP = Path(__file__).with_name("worker_app.py")
 WORKER_PREFIX = "pyw-"
-START_TIMEOUT = 60.0
+START_TIMEOUT = 180.0  # a loaded 2-core machine has taken over a minute to start one
 
 # Coordinator variables we set ourselves; a value inherited from the caller must not leak in.
 _COORDINATOR_VARS = (

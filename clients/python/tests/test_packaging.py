@@ -24,15 +24,16 @@ def test_the_wheel_holds_the_generated_modules_and_py_typed(tmp_path: Path) -> N
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     requires = sorted(line.split(":", 1)[1].strip() for line in metadata.splitlines()
                       if line.startswith("Requires-Dist:") and "extra ==" not in line)
-    assert requires == ["grpcio>=1.84.0", "protobuf<8,>=7.35.1"]
+    assert requires == ["googleapis-common-protos>=1.63", "grpcio>=1.84.0", "protobuf<8,>=7.35.1"]
 
 
-def test_the_json_transport_needs_neither_grpcio_nor_protobuf(env: Env) -> None:
+def test_the_json_transport_needs_neither_grpcio_nor_protobuf_nor_googleapis(env: Env) -> None:
     # Make both unimportable, then submit a job and read it back over Connect JSON.
     code = f"""
 import sys
 sys.modules["grpc"] = None
 sys.modules["google.protobuf"] = None
+sys.modules["google.rpc"] = None
 import leasehold
 c = leasehold.Client({env.main.url!r}, token={env.tokens.admin!r})
 w = c.put_workload("nogrpc")

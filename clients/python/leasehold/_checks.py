@@ -1,0 +1,70 @@
+"""The client's own checks of what a caller hands it, the same on both transports.
+
+Over gRPC a request is a protobuf message, which cannot hold an unknown key or a value of the wrong type;
+over JSON the coordinator refuses them. Checked here first, both transports raise the same
+:class:`~leasehold.errors.InvalidArgumentError` with the same ``violations`` before anything is sent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import FieldViolation
+
+JsonObject = dict[str, Any]
+
+# A TaskSpec's fields in their proto and their JSON (lowerCamelCase) spelling, with the types each takes.
+_TASK_FIELDS: dict[str, tuple[str, tuple[type, ...]]] = {
+    "chunk_index": ("chunk_index", (int,)), "chunkIndex": ("chunk_index", (int,)),
+    "input_uri": ("input_uri", (str,)), "inputUri": ("input_uri", (str,)),
+    "input_sha256": ("input_sha256", (str,)), "inputSha256": ("input_sha256", (str,)),
+    "parameters": ("parameters", (Mapping, type(None))),
+    "workload": ("workload", (str, type(None))),
+}
+_TYPE_NAMES = {"chunk_index": "an integer", "input_uri": "a string", "input_sha256": "a string",
+               "parameters": "an object (dict) or None", "workload": "a string or None"}
+
+
+def json_violations(value: Any, path: str, out: list[FieldViolation]) -> None:
+    """Appends a violation for every part of ``value`` that is not a JSON value a Struct can carry."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            out.append(FieldViolation(path, f"{value!r} is not a finite number"))
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                out.append(FieldViolation(path, f"key {k!r} is not a string"))
+            else:
+                json_violations(v, f"{path}.{k}", out)
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            json_violations(v, f"{path}[{i}]", out)
+        return
+    out.append(FieldViolation(path, f"a {type(value).__name__} is not a JSON value"))
+
+
+def task_json(item: Mapping[str, Any], at: str, out: list[FieldViolation]) -> JsonObject:
+    """A task given as a mapping, in proto JSON, with a violation appended for each unknown key or wrong type."""
+    task: JsonObject = {}
+    for key, value in item.items():
+        known = _TASK_FIELDS.get(key) if isinstance(key, str) else None
+        if known is None:
+            out.append(FieldViolation(f"{at}.{key}", "unknown field (known: chunk_index, input_uri, input_sha256, "
+                                                      "parameters, workload)"))
+            continue
+        name, types = known
+        if isinstance(value, bool) or not isinstance(value, types):
+            out.append(FieldViolation(f"{at}.{name}", f"must be {_TYPE_NAMES[name]}, not {type(value).__name__}"))
+            continue
+        if isinstance(value, Mapping):
+            json_violations(value, f"{at}.parameters", out)
+            value = dict(value)
+        if value is not None:
+            task[name] = value
+    return task
