@@ -16,7 +16,7 @@ import type { NodeRequest, NodeResponse } from "../src/api/rest.js";
 import { createUiRoutes } from "../src/api/ui-routes.js";
 import { ARTIFACTS, ensureUiBuilt, launchBrowser } from "./support/browser.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
-import { killAll, spawnCoordinator } from "./support/process.js";
+import { killAll, spawnCoordinator, type Spawned } from "./support/process.js";
 
 // The page functions below run in the browser. The few DOM names they use are declared for this
 // file alone: DOM types in the whole program would hide browser-only calls in the Node code.
@@ -45,6 +45,7 @@ const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core
 let db: TestDatabase;
 let tmp: string;
 let base: string;
+let coordinator: Spawned;
 let browser: Browser;
 let api: Client<typeof QueueService>;
 const contexts: BrowserContext[] = [];
@@ -56,10 +57,8 @@ beforeAll(async () => {
   const tokens = path.join(tmp, "tokens");
   writeFileSync(tokens, `${sha(TOKENS.admin)} admin\n${sha(TOKENS.submitter)} submitter\n`);
   db = await createTestDatabase();
-  const [url, b] = await Promise.all([
-    spawnCoordinator({ DATABASE_URL: db.url, PORT: "0", AUTH_TOKENS_FILE: tokens }).listening(60_000),
-    launchBrowser(),
-  ]);
+  coordinator = spawnCoordinator({ DATABASE_URL: db.url, PORT: "0", AUTH_TOKENS_FILE: tokens });
+  const [url, b] = await Promise.all([coordinator.listening(60_000), launchBrowser()]);
   base = url;
   browser = b;
   const bearer: Interceptor = (next) => (req) => {
@@ -153,6 +152,15 @@ describe("serving", () => {
     expect(err).toBeInstanceOf(HttpError);
     expect((err as HttpError).httpStatus).toBe(503);
     expect(await serve(req, res, "/jobs", info)).toBe(false);
+  });
+
+  it("sends a browser opening the site root to the console, whose address the start line names", async () => {
+    const root = await fetch(`${base}/`, { redirect: "manual" });
+    expect(root.status).toBe(302);
+    expect(root.headers.get("location")).toBe("/ui/");
+    expect((await fetch(`${base}/`)).url).toBe(`${base}/ui/`);
+    const line = coordinator.stderrLines().find((l) => l.includes("listening on")) ?? "";
+    expect(line).toContain(`console at ${base}/ui/`);
   });
 
   it("serves index.html uncached and hashed assets immutable, with their content types", async () => {
