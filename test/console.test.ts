@@ -198,15 +198,30 @@ describe("console as admin", () => {
   it("shows the overview: counts per workload, the throughput chart, workers holding leases", async () => {
     const running = await createJob("render", 6);
     await api.claimTasks({ workerId: "worker-a", workloads: ["render"], maxTasks: 2 });
+    // Every caption the chart shows, from the first render on.
+    await page.evaluateOnNewDocument(() => {
+      const seen: string[] = [];
+      (window as unknown as { captions: string[] }).captions = seen;
+      type Observer = new (callback: () => void) => { observe(target: unknown, options: object): void };
+      const Observer = (globalThis as unknown as { MutationObserver: Observer }).MutationObserver;
+      new Observer(() => {
+        const text = document.getElementById("throughput-caption")?.textContent;
+        if (text && seen[seen.length - 1] !== text) seen.push(text);
+      }).observe(document, { childList: true, subtree: true });
+    });
     await page.reload({ waitUntil: "domcontentloaded" });
     await page.waitForSelector("#workers", WAIT);
-    // The first sample has no rate yet; the second (five seconds on) draws the chart's first point.
+    // The first reading has no rate yet: the chart says it is measuring; the second, a second on, draws the first point.
     await page.waitForFunction(
       () =>
         document.querySelector('#workload-counts [data-workload="render"]') !== null &&
         document.getElementById("claims-rate")?.textContent !== "—",
       WAIT,
     );
+    const captions = await page.evaluate(() => (window as unknown as { captions: string[] }).captions);
+    expect(captions[0]).toMatch(/^Throughput: measuring/);
+    expect(captions.at(-1)).toMatch(/^Throughput, last [1-9]\d* s \(peak /);
+    expect(captions.filter((c) => /last 0 s/.test(c))).toEqual([]);
     expect(await page.$eval("#workers", (t) => t.textContent)).toContain("worker-a");
     expect(await page.$eval("#workloads-h", (e) => e.textContent)).toBe("Tasks by workload");
     expect(await page.$('[data-nav="workloads"]')).not.toBeNull();
@@ -294,6 +309,27 @@ describe("console as admin", () => {
     const job = (await api.getJob({ jobId })).job;
     expect([JobStatus.PENDING, JobStatus.RUNNING]).toContain(job?.status);
     expect((await api.listTasks({ jobId, status: TaskStatus.PENDING })).tasks.length).toBe(3);
+  });
+
+  it("shows a cancelled chunk's earlier error as that attempt's, and the cancellation as why it stopped", async () => {
+    const jobId = await createJob("render", 1);
+    const [t] = (await api.claimTasks({ workerId: "worker-c", workloads: ["render"], maxTasks: 1 })).tasks;
+    await api.failTask({
+      taskId: t.id,
+      workerId: "worker-c",
+      attempt: t.attempt,
+      errorCode: "nan",
+      errorMessage: "NaN at step 7",
+      retryable: true,
+      retryAfterSeconds: 600,
+    });
+    await api.cancelJob({ jobId, reason: "enough" });
+    await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
+    await statusIs(page, "cancelled");
+    await page.waitForSelector('#tasks [data-cause="cancelled"]', WAIT);
+    const cell = await page.$eval("#tasks tbody tr td:last-child", (td) => td.textContent);
+    expect(cell).toContain("#1 worker-c failed nan: NaN at step 7 (retried) (an earlier attempt's error)");
+    expect(cell).toContain("Cancelled with the job");
   });
 
   it("registers and edits a workload, and shows the request id of a refused one", async () => {
