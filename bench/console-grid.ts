@@ -1,6 +1,6 @@
 // How long the console takes to show a 10,000-chunk job's grid, in headless Chromium against a
-// real coordinator: from navigation start to the performance marks the page sets (ui/src/grid.ts,
-// ui/src/main.ts). "known" is when every cell has its real status: at once from the snapshot for a
+// real coordinator: from navigation start to the performance marks the page sets (ui/src/components/chunk-grid.ts,
+// ui/src/components/chunk-loader.ts). "known" is when every cell has its real status: at once from the snapshot for a
 // job whose tasks share one status, after the ListTasks pages of its minority statuses for a mixed one. Also writes the
 // README's screenshots (docs/console-overview.png, docs/console-job.png).
 //

@@ -1,4 +1,6 @@
 #!/usr/bin/env node
-// Launcher of the `leasehold` command: the compiled CLI (dist/src/cli.js, built by `npm run build`,
-// which `npm ci` / `npm install` run on their own through `prepare`).
-await import("../dist/src/cli.js");
+// Launcher of the `leasehold` command (package.json "bin", and `npm run leasehold -- …`): the
+// compiled CLI (dist/src/cli/main.js). It never builds: see bin/built.js.
+import { runBuilt } from "./built.js";
+
+await runBuilt("src/cli/main.js", "leasehold");

@@ -155,9 +155,16 @@ class Coordinator {
     const url = `${scheme}://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
     const database = redactUrl(databaseUrl);
     const where = embedded ? `embedded PostgreSQL, data in ${this.embedded?.dataDir}` : "DATABASE_URL";
-    process.stderr.write(`leasehold listening on ${url} (database ${database}; ${where})\n`);
+    process.stderr.write(`leasehold listening on ${url} (database ${database}; ${where}); console at ${url}/ui/\n`);
     logger.info(
-      { url, database, mode: embedded ? "embedded" : "production", tokens: config.authTokens.length, tls: config.tls !== undefined },
+      {
+        url,
+        console: `${url}/ui/`,
+        database,
+        mode: embedded ? "embedded" : "production",
+        tokens: config.authTokens.length,
+        tls: config.tls !== undefined,
+      },
       "listening",
     );
     if (config.authTokens.length === 0) {

@@ -1,5 +1,5 @@
 // The `leasehold` CLI end to end: each command runs as a real child process
-// (node --import tsx src/cli.ts) against a real coordinator process over a
+// (node --import tsx src/cli/main.ts) against a real coordinator process over a
 // migrated database of its own; a worker loop in the test drives tasks through
 // the REST API while `job watch` follows the job.
 import { spawn, type ChildProcess } from "node:child_process";
@@ -18,7 +18,9 @@ import {
   TaskStatus,
   WatchJobResponseSchema,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { exitCodeOf, failureLine, parseJobStatus, parseTaskStatus, table, WatchState } from "../src/cli.js";
+import { parseJobStatus, parseTaskStatus } from "../src/cli/args.js";
+import { failureLine, table } from "../src/cli/format.js";
+import { exitCodeOf, WatchState } from "../src/cli/watch.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, ROOT, spawnCoordinator } from "./support/process.js";
 
@@ -53,7 +55,7 @@ interface Run {
 /** Starts the CLI (with --url of the test coordinator unless `url` is false). */
 function start(args: string[], opts: { stdin?: string; url?: boolean } = {}): Run {
   const argv = opts.url === false ? args : ["--url", base, ...args];
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli.ts", ...argv], { cwd: ROOT, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...argv], { cwd: ROOT, stdio: ["pipe", "pipe", "pipe"] });
   children.add(child);
   let stdout = "";
   let stderr = "";
@@ -643,6 +645,29 @@ describe("why a job failed", () => {
     ]);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/^leasehold: not_found: task_id: task "[0-9a-f-]+" not found \(request id [\w.:-]+\)\n$/);
+  });
+
+  it("a cancelled chunk names its earlier attempt's error as that attempt's, not as why it stopped (job tasks, task get)", async () => {
+    const jobId = await newJob("cli_cancelled", 1, { max_attempts: 2 });
+    const [t] = await claim("cli_cancelled", "w-a", 1);
+    await ok("POST", `/tasks/${t.id}/failure`, {
+      worker_id: "w-a",
+      attempt: 1,
+      error_code: "nan",
+      error_message: "NaN at step 7",
+      retry_after_seconds: 60,
+    });
+    await ok("POST", `/jobs/${jobId}/cancel`, { reason: "enough" });
+    const [tasks, get] = await Promise.all([cli(["job", "tasks", jobId]), cli(["task", "get", t.id])]);
+    expect(tasks.code, tasks.stderr).toBe(0);
+    const row = tasks.stdout.trimEnd().split("\n")[1];
+    expect(row.split(/ +/).slice(0, 2)).toEqual(["0", "cancelled"]);
+    expect(row).toMatch(/ \(attempt 1: nan: NaN at step 7\)$/);
+    expect(get.code, get.stderr).toBe(0);
+    const lines = get.stdout.split("\n");
+    expect(lines[1]).toBe("status:   cancelled (attempt 1 of 2)");
+    expect(lines[2]).toBe("earlier:  (attempt 1: nan: NaN at step 7)");
+    expect(get.stdout).not.toMatch(/^error:/m);
   });
 
   it("an error with several field violations prints each on its own line, and the request id once", async () => {

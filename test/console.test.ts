@@ -16,7 +16,7 @@ import type { NodeRequest, NodeResponse } from "../src/api/rest.js";
 import { createUiRoutes } from "../src/api/ui-routes.js";
 import { ARTIFACTS, ensureUiBuilt, launchBrowser } from "./support/browser.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
-import { killAll, spawnCoordinator } from "./support/process.js";
+import { killAll, spawnCoordinator, type Spawned } from "./support/process.js";
 
 // The page functions below run in the browser. The few DOM names they use are declared for this
 // file alone: DOM types in the whole program would hide browser-only calls in the Node code.
@@ -45,6 +45,7 @@ const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core
 let db: TestDatabase;
 let tmp: string;
 let base: string;
+let coordinator: Spawned;
 let browser: Browser;
 let api: Client<typeof QueueService>;
 const contexts: BrowserContext[] = [];
@@ -56,10 +57,8 @@ beforeAll(async () => {
   const tokens = path.join(tmp, "tokens");
   writeFileSync(tokens, `${sha(TOKENS.admin)} admin\n${sha(TOKENS.submitter)} submitter\n`);
   db = await createTestDatabase();
-  const [url, b] = await Promise.all([
-    spawnCoordinator({ DATABASE_URL: db.url, PORT: "0", AUTH_TOKENS_FILE: tokens }).listening(60_000),
-    launchBrowser(),
-  ]);
+  coordinator = spawnCoordinator({ DATABASE_URL: db.url, PORT: "0", AUTH_TOKENS_FILE: tokens });
+  const [url, b] = await Promise.all([coordinator.listening(60_000), launchBrowser()]);
   base = url;
   browser = b;
   const bearer: Interceptor = (next) => (req) => {
@@ -155,6 +154,15 @@ describe("serving", () => {
     expect(await serve(req, res, "/jobs", info)).toBe(false);
   });
 
+  it("sends a browser opening the site root to the console, whose address the start line names", async () => {
+    const root = await fetch(`${base}/`, { redirect: "manual" });
+    expect(root.status).toBe(302);
+    expect(root.headers.get("location")).toBe("/ui/");
+    expect((await fetch(`${base}/`)).url).toBe(`${base}/ui/`);
+    const line = coordinator.stderrLines().find((l) => l.includes("listening on")) ?? "";
+    expect(line).toContain(`console at ${base}/ui/`);
+  });
+
   it("serves index.html uncached and hashed assets immutable, with their content types", async () => {
     const redirect = await fetch(`${base}/ui`, { redirect: "manual" });
     expect(redirect.status).toBe(308);
@@ -190,15 +198,30 @@ describe("console as admin", () => {
   it("shows the overview: counts per workload, the throughput chart, workers holding leases", async () => {
     const running = await createJob("render", 6);
     await api.claimTasks({ workerId: "worker-a", workloads: ["render"], maxTasks: 2 });
+    // Every caption the chart shows, from the first render on.
+    await page.evaluateOnNewDocument(() => {
+      const seen: string[] = [];
+      (window as unknown as { captions: string[] }).captions = seen;
+      type Observer = new (callback: () => void) => { observe(target: unknown, options: object): void };
+      const Observer = (globalThis as unknown as { MutationObserver: Observer }).MutationObserver;
+      new Observer(() => {
+        const text = document.getElementById("throughput-caption")?.textContent;
+        if (text && seen[seen.length - 1] !== text) seen.push(text);
+      }).observe(document, { childList: true, subtree: true });
+    });
     await page.reload({ waitUntil: "domcontentloaded" });
     await page.waitForSelector("#workers", WAIT);
-    // The first sample has no rate yet; the second (five seconds on) draws the chart's first point.
+    // The first reading has no rate yet: the chart says it is measuring; the second, a second on, draws the first point.
     await page.waitForFunction(
       () =>
         document.querySelector('#workload-counts [data-workload="render"]') !== null &&
         document.getElementById("claims-rate")?.textContent !== "—",
       WAIT,
     );
+    const captions = await page.evaluate(() => (window as unknown as { captions: string[] }).captions);
+    expect(captions[0]).toMatch(/^Throughput: measuring/);
+    expect(captions.at(-1)).toMatch(/^Throughput, last [1-9]\d* s \(peak /);
+    expect(captions.filter((c) => /last 0 s/.test(c))).toEqual([]);
     expect(await page.$eval("#workers", (t) => t.textContent)).toContain("worker-a");
     expect(await page.$eval("#workloads-h", (e) => e.textContent)).toBe("Tasks by workload");
     expect(await page.$('[data-nav="workloads"]')).not.toBeNull();
@@ -286,6 +309,27 @@ describe("console as admin", () => {
     const job = (await api.getJob({ jobId })).job;
     expect([JobStatus.PENDING, JobStatus.RUNNING]).toContain(job?.status);
     expect((await api.listTasks({ jobId, status: TaskStatus.PENDING })).tasks.length).toBe(3);
+  });
+
+  it("shows a cancelled chunk's earlier error as that attempt's, and the cancellation as why it stopped", async () => {
+    const jobId = await createJob("render", 1);
+    const [t] = (await api.claimTasks({ workerId: "worker-c", workloads: ["render"], maxTasks: 1 })).tasks;
+    await api.failTask({
+      taskId: t.id,
+      workerId: "worker-c",
+      attempt: t.attempt,
+      errorCode: "nan",
+      errorMessage: "NaN at step 7",
+      retryable: true,
+      retryAfterSeconds: 600,
+    });
+    await api.cancelJob({ jobId, reason: "enough" });
+    await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
+    await statusIs(page, "cancelled");
+    await page.waitForSelector('#tasks [data-cause="cancelled"]', WAIT);
+    const cell = await page.$eval("#tasks tbody tr td:last-child", (td) => td.textContent);
+    expect(cell).toContain("#1 worker-c failed nan: NaN at step 7 (retried) (an earlier attempt's error)");
+    expect(cell).toContain("Cancelled with the job");
   });
 
   it("registers and edits a workload, and shows the request id of a refused one", async () => {

@@ -1,7 +1,8 @@
 // The web console: the static files Vite builds from ui/ into dist/ui, served under /ui/ on the
 // API's one port. The page itself holds no data; it calls the API (Connect JSON) with the
 // operator's token, so these files are open like /healthz. Hashed assets are immutable; index.html
-// is revalidated on every load so a new build is picked up at once.
+// is revalidated on every load so a new build is picked up at once. The site root sends a browser
+// to the console, the one page a person opening the coordinator's address is looking for.
 import { existsSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import path from "node:path";
@@ -36,6 +37,15 @@ export type UiRoutes = (req: NodeRequest, res: NodeResponse, pathname: string, i
 export function createUiRoutes(opts: { dir?: string } = {}): UiRoutes {
   const dir = opts.dir ?? UI_DIR;
   return async (req, res, pathname, info) => {
+    if (pathname === "/" && (req.method === "GET" || req.method === "HEAD")) {
+      info.protocol = "http";
+      info.operation = "ui";
+      // 302, not 308: the root is a convenience that may one day answer something else.
+      res.statusCode = 302;
+      res.setHeader("location", "/ui/");
+      res.end();
+      return true;
+    }
     if (pathname !== "/ui" && !pathname.startsWith("/ui/")) return false;
     info.protocol = "http";
     info.operation = "ui";

@@ -1,0 +1,81 @@
+// The top of a job's page: its facts (status, workload, times, why it failed, whether updates are
+// live) and its progress (a bar and the count of tasks in each status).
+import { JobStatus, type GetJobResponse } from "../../../gen/leasehold/queue/v1/queue_pb.js";
+import { clear, h, when } from "../dom.js";
+import { STATUS_COLORS } from "./chunk-grid.js";
+import { badge, jobStatusName, ts } from "./status.js";
+
+export function renderJobHeader(header: HTMLElement, snapshot: GetJobResponse, live: string): void {
+  const job = snapshot.job;
+  if (!job) return;
+  const failure = snapshot.failure;
+  clear(
+    header,
+    h("h1", {}, "Job ", h("span", { class: "mono" }, job.id)),
+    h(
+      "dl",
+      { class: "facts" },
+      h("dt", {}, "Status"),
+      h(
+        "dd",
+        {},
+        badge(jobStatusName(job.status)),
+        h("span", { id: "job-status", "data-status": jobStatusName(job.status), class: "sr-only" }, jobStatusName(job.status)),
+      ),
+      h("dt", {}, "Workload"),
+      h("dd", {}, job.workload),
+      h("dt", {}, "Created"),
+      h("dd", {}, when(ts(job.createdAt))),
+      h("dt", {}, "Finished"),
+      h("dd", {}, when(ts(job.completedAt))),
+      job.idempotencyKey ? h("dt", {}, "Idempotency key") : null,
+      job.idempotencyKey ? h("dd", { class: "mono" }, job.idempotencyKey) : null,
+      job.cancelReason ? h("dt", {}, "Cancel reason") : null,
+      job.cancelReason ? h("dd", {}, job.cancelReason) : null,
+      h("dt", {}, "Updates"),
+      h("dd", { id: "live-state" }, live),
+    ),
+    failure
+      ? h(
+          "p",
+          { class: "error-text", id: "job-failure" },
+          `Failed at chunk ${failure.chunkIndex} (attempt ${failure.attempt}, ${failure.workerId || "no worker"}): ${failure.errorCode}${failure.errorMessage ? ` — ${failure.errorMessage}` : ""}`,
+        )
+      : null,
+  );
+}
+
+/** Whether the job's cancel and retry actions apply to its status now. */
+export function jobActions(status: JobStatus): { cancel: boolean; retry: boolean } {
+  return {
+    cancel: status === JobStatus.PENDING || status === JobStatus.RUNNING,
+    retry: status === JobStatus.FAILED || status === JobStatus.CANCELLED,
+  };
+}
+
+export function renderJobProgress(progress: HTMLElement, snapshot: GetJobResponse): void {
+  const c = snapshot.taskCounts;
+  const total = snapshot.totalTasks;
+  const done = c?.completed ?? 0;
+  const pct = total ? Math.floor((done / total) * 100) : 0;
+  clear(
+    progress,
+    h("h2", { id: "progress-h" }, "Progress"),
+    h("progress", { id: "job-progress", max: total || 1, value: done, "aria-labelledby": "progress-h", "data-percent": pct }),
+    h("p", { id: "progress-text" }, `${pct}% — ${done} of ${total} tasks completed`),
+    h(
+      "ul",
+      { class: "legend" },
+      ...(["pending", "leased", "completed", "failed", "cancelled"] as const).map((s, i) =>
+        h(
+          "li",
+          {},
+          h("span", { class: "key", style: null, "data-color": STATUS_COLORS[i + 1], "aria-hidden": "true" }),
+          `${s}: `,
+          h("strong", { "data-count": s }, c?.[s] ?? 0),
+        ),
+      ),
+    ),
+  );
+  for (const k of progress.querySelectorAll<HTMLElement>("[data-color]")) k.style.background = k.dataset.color ?? "";
+}
