@@ -1,0 +1,159 @@
+// npm run test:pg -- 15|17|all [vitest filters…]
+//
+// The server-facing suites (files.ts) on each PostgreSQL version in turn: one container per
+// version (container.ts), its admin URL handed to vitest as TEST_DATABASE_URL, so the shared global
+// setup migrates a template database there and every file clones its own. The container is
+// stopped when the run ends, fails or is interrupted. Starts no Docker engine: without one it says
+// so in one line and exits 1.
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import pg from "pg";
+import type { StartedPostgreSqlContainer } from "@testcontainers/postgresql";
+import { ROOT, VERSIONS, engineProblem, ensureImage, startPostgres, sweepLeftovers, type Version } from "./container.js";
+
+interface Outcome {
+  version: Version;
+  image: string;
+  server: string;
+  imageSeconds: number;
+  suiteSeconds: number;
+  passed: number;
+  failed: number;
+  skipped: number;
+  ok: boolean;
+}
+
+const args = process.argv.slice(2);
+const wanted = args.filter((a) => a === "all" || /^\d+$/.test(a));
+const filters = args.filter((a) => !wanted.includes(a));
+const versions: Version[] = [];
+for (const w of wanted.length ? wanted : ["all"]) {
+  if (w === "all") versions.push(...VERSIONS);
+  else if ((VERSIONS as readonly string[]).includes(w)) versions.push(w as Version);
+  else {
+    console.error(`test:pg: PostgreSQL ${w} is not in the matrix (versions: ${VERSIONS.join(", ")}, or all)`);
+    process.exit(2);
+  }
+}
+
+const problem = engineProblem();
+if (problem) {
+  console.error(
+    `test:pg: no Docker engine answers (${problem}); start one (as root on Debian: apt-get install docker.io && dockerd &) - nothing was tested`,
+  );
+  process.exit(1);
+}
+sweepLeftovers();
+
+let container: StartedPostgreSqlContainer | undefined;
+let vitest: ReturnType<typeof spawn> | undefined;
+let interrupted: NodeJS.Signals | undefined;
+
+async function stopContainer(): Promise<void> {
+  const c = container;
+  container = undefined;
+  if (c)
+    await c
+      .stop({ remove: true, removeVolumes: true })
+      .catch((err: unknown) => console.error(`test:pg: stopping the container: ${String(err)}`));
+}
+
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+  process.on(signal, () => {
+    if (interrupted) return;
+    interrupted = signal;
+    console.error(`\ntest:pg: ${signal}: stopping vitest and the container`);
+    vitest?.kill("SIGTERM");
+    void stopContainer().then(() => process.exit(130));
+  });
+}
+
+function runVitest(url: string, reportFile: string): Promise<number> {
+  return new Promise((resolve) => {
+    vitest = spawn(
+      process.execPath,
+      [
+        path.join(ROOT, "node_modules/vitest/vitest.mjs"),
+        "run",
+        "--config",
+        "test/pg-matrix/vitest.config.ts",
+        "--reporter=default",
+        "--reporter=json",
+        `--outputFile.json=${reportFile}`,
+        ...filters,
+      ],
+      {
+        cwd: ROOT,
+        stdio: "inherit",
+        // PYTHON: the matrix's files run no Python, so the global setup need not provision the venv.
+        env: { ...process.env, TEST_DATABASE_URL: url, PYTHON: process.env.PYTHON ?? "python3" },
+      },
+    );
+    vitest.on("exit", (code, signal) => resolve(code ?? (signal ? 128 : 1)));
+  });
+}
+
+async function serverVersion(url: string): Promise<string> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<{ server_version: string }>("SHOW server_version")).rows[0].server_version;
+  } finally {
+    await c.end();
+  }
+}
+
+const outcomes: Outcome[] = [];
+const tmp = mkdtempSync(path.join(os.tmpdir(), "leasehold-pg-matrix-"));
+try {
+  for (const version of versions) {
+    if (interrupted) break;
+    console.log(`\n==> PostgreSQL ${version}`);
+    let started = performance.now();
+    const image = ensureImage(version);
+    const imageSeconds = (performance.now() - started) / 1000;
+    started = performance.now();
+    container = await startPostgres(image, { tmpfs: true });
+    const url = container.getConnectionUri();
+    const server = await serverVersion(url);
+    console.log(
+      `test:pg: PostgreSQL ${server} in ${image} (container ${container.getId().slice(0, 12)}, ${url.replace(/:[^:@/]*@/, ":***@")})`,
+    );
+    const reportFile = path.join(tmp, `vitest-${version}.json`);
+    const code = await runVitest(url, reportFile);
+    await stopContainer();
+    const suiteSeconds = (performance.now() - started) / 1000;
+    let passed = 0;
+    let failed = 0;
+    let skipped = 0;
+    try {
+      const report = JSON.parse(readFileSync(reportFile, "utf8")) as {
+        numPassedTests: number;
+        numFailedTests: number;
+        numPendingTests: number;
+        numTodoTests: number;
+      };
+      passed = report.numPassedTests;
+      failed = report.numFailedTests;
+      skipped = report.numPendingTests + report.numTodoTests;
+    } catch {
+      // no report: vitest failed before running tests; the exit code says so
+    }
+    outcomes.push({ version, image, server, imageSeconds, suiteSeconds, passed, failed, skipped, ok: code === 0 });
+  }
+} finally {
+  await stopContainer();
+  rmSync(tmp, { recursive: true, force: true });
+}
+
+console.log("\ntest:pg: PostgreSQL version matrix");
+for (const o of outcomes) {
+  console.log(
+    `  ${o.ok ? "ok  " : "FAIL"} PostgreSQL ${o.server.padEnd(6)} ${o.image.padEnd(22)} tests ${o.passed} passed, ${o.failed} failed, ${o.skipped} skipped; ` +
+      `image ${o.imageSeconds.toFixed(1)} s, container + suite ${o.suiteSeconds.toFixed(1)} s`,
+  );
+}
+const ok = !interrupted && outcomes.length === versions.length && outcomes.every((o) => o.ok);
+process.exit(ok ? 0 : 1);
