@@ -6,6 +6,7 @@ import { spawnSync } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { PostgreSqlContainer, type StartedPostgreSqlContainer } from "@testcontainers/postgresql";
+import { Wait } from "testcontainers";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 export const VERSIONS = ["15", "17"] as const;
@@ -72,15 +73,39 @@ export function ensureImage(version: Version): string {
  */
 const FLAGS = ["max_connections=200", "shared_buffers=256MB", "synchronous_commit=on", "wal_compression=on", "autovacuum_naptime=10s"];
 
+/**
+ * With an init process (docker run --init: tini) as PID 1 instead of the postmaster. Processes the
+ * engine runs in the container (`docker exec`: readiness checks) are re-parented to PID 1 when
+ * their runc parent exits; a postmaster that reaps one which died by a signal (SIGPIPE, once the
+ * engine stopped reading its output) takes it for a crashed backend and restarts the server,
+ * ending every session. Seen on PostgreSQL 15 here (the testcontainers module's default health
+ * check, every 250 ms on a busy machine). The module has no switch for it; HostConfig is
+ * protected.
+ */
+class PostgresWithInit extends PostgreSqlContainer {
+  withInit(): this {
+    this.hostConfig.Init = true;
+    return this;
+  }
+}
+
 export async function startPostgres(image: string, opts: { tmpfs: boolean }): Promise<StartedPostgreSqlContainer> {
   testcontainersEnv();
-  let c = new PostgreSqlContainer(image)
+  let c = new PostgresWithInit(image)
+    .withInit()
     .withUsername("postgres")
     .withPassword("leasehold")
     .withDatabase("postgres")
     .withLabels({ [LABEL]: String(process.pid) })
     // Docker's default /dev/shm is 64 MB; PostgreSQL's parallel workers share memory through it.
     .withSharedMemorySize(512 * 1024 * 1024)
+    // The module's default readiness is a Docker health check (pg_isready every 250 ms), which the
+    // engine keeps running, one `docker exec` each time, for the container's whole life: ~1/3 of a
+    // core on a 2-core machine. The same pg_isready (over TCP, which the entrypoint's initdb-time
+    // server does not listen on) as a wait that runs only until it first succeeds, and no health check.
+    // ["NONE"] is the engine's "no health check" (the module's types know only CMD and CMD-SHELL).
+    .withHealthCheck({ test: ["NONE" as "CMD"] })
+    .withWaitStrategy(Wait.forAll([Wait.forSuccessfulCommand("pg_isready --host localhost --port 5432"), Wait.forListeningPorts()]))
     .withCommand(["postgres", ...FLAGS.flatMap((f) => ["-c", f]), ...(opts.tmpfs ? ["-c", "fsync=off"] : [])]);
   if (opts.tmpfs) c = c.withTmpFs({ "/var/lib/postgresql/data": "rw,mode=700" });
   return c.start();

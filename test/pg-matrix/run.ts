@@ -5,7 +5,7 @@
 // setup migrates a template database there and every file clones its own. The container is
 // stopped when the run ends, fails or is interrupted. Starts no Docker engine: without one it says
 // so in one line and exits 1.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -105,6 +105,22 @@ async function serverVersion(url: string): Promise<string> {
   }
 }
 
+/** After a failed run: the server's own account of crashes and restarts, if it had any. */
+function printServerTrouble(id: string): void {
+  const r = spawnSync("docker", ["logs", id], { encoding: "utf8", maxBuffer: 256 * 1024 * 1024 });
+  const lines = `${r.stdout ?? ""}${r.stderr ?? ""}`.split("\n");
+  // A crashed process's own earlier lines say what it was doing.
+  const crashed = [...lines.join("\n").matchAll(/process \(PID (\d+)\) (?:was terminated|exited with exit code [^1])/g)].map(
+    (m) => `[${m[1]}]`,
+  );
+  const trouble = lines.filter(
+    (l) =>
+      /PANIC|terminated by signal|exited with exit code [^1]|reinitializing|was interrupted|out of memory|No space left/.test(l) ||
+      crashed.some((pid) => l.includes(pid)),
+  );
+  if (trouble.length) console.log(`test:pg: the server's log says:\n${trouble.slice(0, 60).join("\n")}`);
+}
+
 const outcomes: Outcome[] = [];
 const tmp = mkdtempSync(path.join(os.tmpdir(), "leasehold-pg-matrix-"));
 try {
@@ -123,6 +139,7 @@ try {
     );
     const reportFile = path.join(tmp, `vitest-${version}.json`);
     const code = await runVitest(url, reportFile);
+    if (code !== 0) printServerTrouble(container.getId());
     await stopContainer();
     const suiteSeconds = (performance.now() - started) / 1000;
     let passed = 0;
@@ -151,7 +168,7 @@ try {
 console.log("\ntest:pg: PostgreSQL version matrix");
 for (const o of outcomes) {
   console.log(
-    `  ${o.ok ? "ok  " : "FAIL"} PostgreSQL ${o.server.padEnd(6)} ${o.image.padEnd(22)} tests ${o.passed} passed, ${o.failed} failed, ${o.skipped} skipped; ` +
+    `  ${o.ok ? "ok  " : "FAIL"} PostgreSQL ${o.server.split(" ")[0].padEnd(6)} ${o.image.padEnd(22)} tests ${o.passed} passed, ${o.failed} failed, ${o.skipped} skipped; ` +
       `image ${o.imageSeconds.toFixed(1)} s, container + suite ${o.suiteSeconds.toFixed(1)} s`,
   );
 }
