@@ -60,13 +60,14 @@ async function stopContainer(): Promise<void> {
       .catch((err: unknown) => console.error(`test:pg: stopping the container: ${String(err)}`));
 }
 
+// The run stops vitest and lets the loop below end, whose `finally` stops the container (also one
+// still starting when the signal came); a second signal exits at once.
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
   process.on(signal, () => {
-    if (interrupted) return;
+    if (interrupted) process.exit(130);
     interrupted = signal;
     console.error(`\ntest:pg: ${signal}: stopping vitest and the container`);
     vitest?.kill("SIGTERM");
-    void stopContainer().then(() => process.exit(130));
   });
 }
 
@@ -131,15 +132,16 @@ try {
     const image = ensureImage(version);
     const imageSeconds = (performance.now() - started) / 1000;
     started = performance.now();
-    container = await startPostgres(image, { tmpfs: true });
-    const url = container.getConnectionUri();
+    const db = await startPostgres(image, { tmpfs: true });
+    container = db;
+    if (interrupted) break;
+    const url = db.getConnectionUri();
     const server = await serverVersion(url);
-    console.log(
-      `test:pg: PostgreSQL ${server} in ${image} (container ${container.getId().slice(0, 12)}, ${url.replace(/:[^:@/]*@/, ":***@")})`,
-    );
+    console.log(`test:pg: PostgreSQL ${server} in ${image} (container ${db.getId().slice(0, 12)}, ${url.replace(/:[^:@/]*@/, ":***@")})`);
     const reportFile = path.join(tmp, `vitest-${version}.json`);
     const code = await runVitest(url, reportFile);
-    if (code !== 0) printServerTrouble(container.getId());
+    if (interrupted) break;
+    if (code !== 0) printServerTrouble(db.getId());
     await stopContainer();
     const suiteSeconds = (performance.now() - started) / 1000;
     let passed = 0;
@@ -172,5 +174,6 @@ for (const o of outcomes) {
       `image ${o.imageSeconds.toFixed(1)} s, container + suite ${o.suiteSeconds.toFixed(1)} s`,
   );
 }
-const ok = !interrupted && outcomes.length === versions.length && outcomes.every((o) => o.ok);
+if (interrupted) process.exit(130);
+const ok = outcomes.length === versions.length && outcomes.every((o) => o.ok);
 process.exit(ok ? 0 : 1);
