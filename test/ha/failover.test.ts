@@ -67,6 +67,8 @@ interface Event {
   firstClaimMs: number[];
   /** per coordinator: ms until /readyz answered 200 again (0: it never turned unready). */
   readyAgainMs?: number[];
+  /** Every change of a coordinator's /readyz answer after the disruption began: "c1:503@1200". */
+  readiness?: string[];
   /** ms until every member runs again with a synchronous standby (the old leader rejoined). */
   wholeAgainMs: number;
 }
@@ -161,7 +163,7 @@ describe("failover on the HA rig", () => {
     const served: Served = bases.map(() => []);
     const watches = first.map((id) => watch(state, bases, id!));
     const load = Promise.all([
-      ...[0, 1].map((p) => producer(state, bases, p, 20, 400)),
+      ...[0, 1].map((p) => producer(state, bases, p, 20, 1000)),
       ...Array.from({ length: 9 }, (_, w) => worker(state, bases, w, w % 3 === 0 ? 1 : 4, () => drained)),
       probeReadiness(state, bases, readiness),
       probeClaims(state, bases, served),
@@ -177,12 +179,18 @@ describe("failover on the HA rig", () => {
         const before = completed();
         await until("progress before the disruption", 120_000, async () => (completed() >= before + 300 ? true : undefined), 100);
         // Watch again while the leader is away: the streams resume from their last event id.
+        // A job that spans the disruption (ahead of the backlog), watched from before it: the stream is cut in the gap and
+        // resumes from its last event id.
+        const spanning = watch(state, bases, (await createJob(state, bases[0], `watched-${kind}`, 600, 10))!);
+        watches.push(spanning);
+        await until("the watched job's first event", 60_000, async () => (spanning.watch.ids.length > 0 ? true : undefined), 50);
         const cutWatches = () => setTimeout(() => watches.forEach((w) => w.watch.cut()), 300);
         const doneBefore = completed();
         const event = await disrupt(r, served, kind, cutWatches);
         events.push(event);
         const t0 = event.at;
         // Readiness per coordinator: when it last turned ready (200) after turning unready, if it did.
+        event.readiness = readiness.filter((x) => x.at > t0).map((x) => `c${x.i + 1}:${x.status}@${x.at - t0}`);
         event.readyAgainMs = bases.map((_, i) => {
           const after = readiness.filter((x) => x.i === i && x.at > t0);
           const back = after.filter((x) => x.status === 200).at(-1);
@@ -264,9 +272,10 @@ describe("failover on the HA rig", () => {
       expect(res.status, `replay of ${id}`).toBe(200);
     }
     // The watch streams resumed with Last-Event-ID, saw their jobs finish, and no event twice.
+    expect(watches.filter((w) => w.watch.cutWhileOpen).length).toBeGreaterThan(0);
     for (const { watch: w } of watches) {
       expect(w.final, `watch of ${w.jobId}`).toBe("JOB_STATUS_COMPLETED");
-      expect(w.resumes).toBeGreaterThan(0);
+      if (w.cutWhileOpen) expect(w.resumes, `resumes of the watch of ${w.jobId}`).toBeGreaterThan(0);
       expect(new Set(w.ids).size).toBe(w.ids.length);
     }
 
@@ -282,7 +291,7 @@ describe("failover on the HA rig", () => {
       lost: 0,
       doubled: doubled.length,
       statuses,
-      watches: watches.map(({ watch: w }) => ({ opens: w.opens, resumes: w.resumes, events: w.ids.length })),
+      watches: watches.map(({ watch: w }) => ({ cutWhileOpen: w.cutWhileOpen, opens: w.opens, resumes: w.resumes, events: w.ids.length })),
     };
     log(JSON.stringify(figures));
     const artifacts = path.join(ROOT, "test-artifacts");

@@ -108,8 +108,8 @@ function tasks(n: number, prefix: string) {
 }
 
 /** CreateJob with an idempotency key, asked again through any gap until it is answered. */
-export async function createJob(state: LoadState, base: string, key: string, n: number): Promise<string | undefined> {
-  const body = { workload: WORKLOAD, idempotency_key: key, tasks: tasks(n, key) };
+export async function createJob(state: LoadState, base: string, key: string, n: number, priority = 0): Promise<string | undefined> {
+  const body = { workload: WORKLOAD, idempotency_key: key, priority, tasks: tasks(n, key) };
   for (;;) {
     const a = await call(base, "POST", "/jobs", body, 60_000);
     state.ledger.record("create", a, [200, 201, ...GAP]);
@@ -189,6 +189,8 @@ export interface Watch {
   ids: number[];
   opens: number;
   resumes: number;
+  /** The test cut the stream while the job was not final yet. */
+  cutWhileOpen: boolean;
   cut: () => void;
 }
 
@@ -198,7 +200,18 @@ export interface Watch {
  */
 export function watch(state: LoadState, bases: string[], jobId: string): { watch: Watch; done: Promise<void> } {
   let current: http.ClientRequest | undefined;
-  const w: Watch = { jobId, ids: [], opens: 0, resumes: 0, cut: () => current?.destroy() };
+  const w: Watch = {
+    jobId,
+    ids: [],
+    opens: 0,
+    resumes: 0,
+    cutWhileOpen: false,
+    cut: () => {
+      if (w.final) return;
+      w.cutWhileOpen = true;
+      current?.destroy();
+    },
+  };
   const done = (async () => {
     while (!w.final && !(state.stop && Date.now() > stopDeadline(state))) {
       const base = bases[w.opens % bases.length];
