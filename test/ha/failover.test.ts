@@ -159,7 +159,7 @@ describe("failover on the HA rig", () => {
         await pause(500);
       }
     })();
-    const readiness: Array<{ i: number; status: number; at: number }> = [];
+    const readiness: Array<{ i: number; status: number; at: number; detail?: string }> = [];
     const served: Served = bases.map(() => []);
     const watches = first.map((id) => watch(state, bases, id!));
     const load = Promise.all([
@@ -190,7 +190,9 @@ describe("failover on the HA rig", () => {
         events.push(event);
         const t0 = event.at;
         // Readiness per coordinator: when it last turned ready (200) after turning unready, if it did.
-        event.readiness = readiness.filter((x) => x.at > t0).map((x) => `c${x.i + 1}:${x.status}@${x.at - t0}`);
+        event.readiness = readiness
+          .filter((x) => x.at > t0)
+          .map((x) => `c${x.i + 1}:${x.status}@${x.at - t0}${x.detail ? ` (${x.detail})` : ""}`);
         event.readyAgainMs = bases.map((_, i) => {
           const after = readiness.filter((x) => x.i === i && x.at > t0);
           const back = after.filter((x) => x.status === 200).at(-1);

@@ -284,14 +284,14 @@ export async function probeClaims(state: LoadState, bases: string[], served: Arr
 export async function probeReadiness(
   state: LoadState,
   bases: string[],
-  log: Array<{ i: number; status: number; at: number }>,
+  log: Array<{ i: number; status: number; at: number; detail?: string }>,
 ): Promise<void> {
   const last = bases.map(() => 0);
   while (!state.stop) {
     await Promise.all(
       bases.map(async (b, i) => {
         const a = await call(b, "GET", "/readyz", undefined, 3000);
-        if (a.status !== last[i]) log.push({ i, status: a.status, at: Date.now() });
+        if (a.status !== last[i]) log.push({ i, status: a.status, at: Date.now(), detail: a.body?.detail as string | undefined });
         last[i] = a.status;
       }),
     );
