@@ -67,6 +67,8 @@ interface Event {
   firstClaimMs: number[];
   /** per coordinator: ms until /readyz answered 200 again (0: it never turned unready). */
   readyAgainMs?: number[];
+  /** per coordinator: the longest time between two served probe claims around the disruption. */
+  longestGapMs?: number[];
   /** Every change of a coordinator's /readyz answer after the disruption began: "c1:503@1200". */
   readiness?: string[];
   /** ms until every member runs again with a synchronous standby (the old leader rejoined). */
@@ -197,6 +199,11 @@ describe("failover on the HA rig", () => {
           const after = readiness.filter((x) => x.i === i && x.at > t0);
           const back = after.filter((x) => x.status === 200).at(-1);
           return back ? back.at - t0 : 0;
+        });
+        // The real outage per coordinator: the longest stretch without a served probe claim.
+        event.longestGapMs = served.map((claims) => {
+          const times = claims.map((c) => c.answered).filter((t) => t > t0 - 5000 && t < t0 + event.wholeAgainMs);
+          return times.slice(1).reduce((m, t, j) => Math.max(m, t - times[j]), 0);
         });
         gaps.push({ kind, from: t0, to: t0 + Math.max(...event.firstClaimMs) });
         if (kind === "kill") {

@@ -22,8 +22,16 @@ export function call(base: string, method: string, route: string, body?: unknown
   const data = body === undefined ? undefined : JSON.stringify(body);
   const url = new URL(route, base);
   return new Promise((resolve) => {
-    const failed = () => resolve({ status: 0, body: null, ms: Date.now() - t0 });
-    const req = http.request(
+    const failed = (err?: NodeJS.ErrnoException) => {
+      // A keep-alive socket the server closed as this request went out on it: the server never
+      // read the request (Node's documented case for a retry), so it is sent again.
+      if (req.reusedSocket && err?.code === "ECONNRESET") {
+        void call(base, method, route, body, timeoutMs).then(resolve);
+        return;
+      }
+      resolve({ status: 0, body: { error: err?.code ?? err?.message ?? "closed", reused: req.reusedSocket }, ms: Date.now() - t0 });
+    };
+    const req: http.ClientRequest = http.request(
       {
         host: url.hostname,
         port: url.port,
@@ -36,7 +44,7 @@ export function call(base: string, method: string, route: string, body?: unknown
       (res) => {
         const chunks: Buffer[] = [];
         res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("error", failed);
+        res.on("error", (err) => resolve({ status: 0, body: { error: err.message }, ms: Date.now() - t0 }));
         res.on("end", () => {
           const text = Buffer.concat(chunks).toString();
           let parsed: Record<string, unknown> | null;
@@ -49,7 +57,7 @@ export function call(base: string, method: string, route: string, body?: unknown
         });
       },
     );
-    req.on("timeout", () => req.destroy());
+    req.on("timeout", () => req.destroy(Object.assign(new Error("timeout"), { code: "TIMEOUT" })));
     req.on("error", failed);
     req.end(data);
   });
