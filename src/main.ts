@@ -18,7 +18,7 @@ import type { QueueService } from "./queue/service.js";
 import { onShutdownSignal } from "./signals.js";
 import { EmbeddedStartError, startEmbeddedMode, type EmbeddedMode } from "./store/postgres/embedded-mode.js";
 import { pendingMigrations } from "./store/postgres/migrate.js";
-import { checkReadiness, type Readiness } from "./store/postgres/readiness.js";
+import { checkReadiness, readOnlyReason, type Readiness } from "./store/postgres/readiness.js";
 import { TaskListener } from "./store/postgres/listener.js";
 import { createPool, PostgresQueue } from "./store/postgres/store.js";
 import { Metrics } from "./telemetry/metrics.js";
@@ -107,17 +107,19 @@ class Coordinator {
       statementTimeoutMs: config.pgStatementTimeoutMs,
       connectTimeoutMs: config.pgConnectTimeoutMs,
       onClientError: connectionLost("busy"),
+      preparedStatements: config.pgPreparedStatements,
     });
     this.pool = pool;
     pool.on("error", connectionLost("idle"));
     if (!embedded) await requireCurrentSchema(pool, databaseUrl);
+    if (!embedded) await warnIfReadOnly(pool, logger);
     this.checkpoint();
 
     const metrics = new Metrics({ logger, pool });
     // Long-poll claims and WatchJob streams wake on a NOTIFY on the one LISTEN session (a direct
     // connection, LISTEN_DATABASE_URL, when DATABASE_URL is a transaction pooler), with the poll
     // interval as the floor.
-    this.listener = new TaskListener(config.listenDatabaseUrl ?? databaseUrl, logger);
+    this.listener = new TaskListener(config.listenDatabaseUrl ?? databaseUrl, logger, { connectTimeoutMs: config.pgConnectTimeoutMs });
     const store = new PostgresQueue(pool, {
       observer: metrics.observer,
       defaultLeaseSeconds: config.defaultLeaseSeconds,
@@ -242,6 +244,18 @@ async function requireCurrentSchema(pool: pg.Pool, databaseUrl: string): Promise
       `database schema is behind the code: ${pending.length} migration(s) pending (first: ${pending[0]}); ` + "run `npm run migrate -- up`",
     );
   }
+}
+
+/**
+ * A coordinator started against a standby by mistake keeps running (during a switchover the
+ * same URL reaches a writable primary again within seconds) but stays unready: /readyz says why,
+ * and so does this line at start.
+ */
+async function warnIfReadOnly(pool: pg.Pool, logger: Logger): Promise<void> {
+  const reason = await readOnlyReason(pool).catch(() => undefined);
+  if (!reason) return;
+  logger.error({ detail: reason }, "database is read-only: not ready until it accepts writes");
+  process.stderr.write(`leasehold: not ready: ${reason}\n`);
 }
 
 async function registerDemoWorkloads(queue: QueueService, logger: Logger): Promise<void> {

@@ -19,6 +19,8 @@ export interface Config {
   pgStatementTimeoutMs: number;
   /** How long a request may wait for a pooled connection before UNAVAILABLE. */
   pgConnectTimeoutMs: number;
+  /** false: statements go unnamed, for a transaction pooler without prepared-statement support. */
+  pgPreparedStatements: boolean;
   requestTimeoutMs: number;
   defaultLeaseSeconds: number;
   defaultMaxAttempts: number;
@@ -81,6 +83,11 @@ export const CONFIG_VARIABLES = [
   ["PG_POOL_MAX", "8", "connections in the pool"],
   ["PG_STATEMENT_TIMEOUT_MS", "5000", "server-side statement_timeout of every pooled connection"],
   ["PG_CONNECT_TIMEOUT_MS", "2000", "longest wait for a pooled connection before UNAVAILABLE/503"],
+  [
+    "PG_PREPARED_STATEMENTS",
+    "true",
+    "`false` sends every statement unnamed: for DATABASE_URL on PgBouncer before 1.21 (or without `max_prepared_statements`) in transaction mode",
+  ],
   ["REQUEST_TIMEOUT_MS", "10000", "deadline of a request without its own (long polls add their wait)"],
   ["DEFAULT_LEASE_SECONDS", "60", "lease of a workload registered without one"],
   ["DEFAULT_MAX_ATTEMPTS", "3", "attempts of a workload registered without one"],
@@ -295,6 +302,7 @@ export function loadConfig(env: Env = process.env): Config {
     pgPoolMax: int(env, "PG_POOL_MAX", 8, 1, 1000),
     pgStatementTimeoutMs: int(env, "PG_STATEMENT_TIMEOUT_MS", 5000, 1, 3_600_000),
     pgConnectTimeoutMs: int(env, "PG_CONNECT_TIMEOUT_MS", 2000, 1, 600_000),
+    pgPreparedStatements: (env.PG_PREPARED_STATEMENTS ?? "") === "" || bool(env, "PG_PREPARED_STATEMENTS"),
     requestTimeoutMs: int(env, "REQUEST_TIMEOUT_MS", 10_000, 1, 3_600_000),
     defaultLeaseSeconds: int(env, "DEFAULT_LEASE_SECONDS", 60, 1, 86_400),
     defaultMaxAttempts: int(env, "DEFAULT_MAX_ATTEMPTS", 3, 1, 100),

@@ -14,6 +14,30 @@ export interface PoolOptions {
   applicationName?: string;
   /** Told of a connection that failed while checked out (logging only; the caller's query fails too). */
   onClientError?: (err: Error) => void;
+  /**
+   * false: every statement goes unnamed (parsed and planned on each call), for a transaction
+   * pooler that cannot keep a named prepared statement across transactions (PgBouncer before
+   * 1.21, or without max_prepared_statements). Default true.
+   */
+  preparedStatements?: boolean;
+}
+
+/**
+ * A pg client that drops the name of every statement, so it is never prepared on the server:
+ * behind a transaction pooler the next call may land on another server connection, which has
+ * never seen it ("prepared statement … does not exist"). The store names its hot statements;
+ * this is the one seam that turns that off.
+ */
+export class UnnamedStatementClient extends pg.Client {
+  // @ts-expect-error one override for pg's query overloads: the arguments go on as they came
+  override query(config: unknown, values?: unknown, callback?: unknown) {
+    const c = config as { name?: unknown; submit?: unknown } | null;
+    if (c !== null && typeof c === "object" && typeof c.submit !== "function" && c.name !== undefined) {
+      const { name: _name, ...unnamed } = c;
+      config = unnamed;
+    }
+    return (super.query as (...args: unknown[]) => unknown)(config, values, callback);
+  }
 }
 
 export function createPool(opts: PoolOptions): pg.Pool {
@@ -22,7 +46,14 @@ export function createPool(opts: PoolOptions): pg.Pool {
     max: opts.max,
     statement_timeout: opts.statementTimeoutMs,
     connectionTimeoutMillis: opts.connectTimeoutMs,
+    // A statement the server has not answered once its own statement_timeout (plus the connect
+    // timeout, for a queue in a pooler) has passed never will: the server is gone without closing
+    // the connection (a leader cut off by the network). The client gives up on it ("Query read
+    // timeout", a connection failure below) and the connection is dropped.
+    query_timeout: opts.statementTimeoutMs + opts.connectTimeoutMs,
     idleTimeoutMillis: 30_000,
+    keepAlive: true,
+    ...(opts.preparedStatements === false ? { Client: UnnamedStatementClient as unknown as new () => pg.ClientBase } : {}),
     application_name: opts.applicationName ?? "leasehold",
     types: pgTypes,
     // Every statement of the store is meant to be index-driven:
@@ -66,6 +97,9 @@ export async function openClient(config: pg.ClientConfig): Promise<pg.Client> {
 }
 
 const UNAVAILABLE_CODES = new Set([
+  // read_only_sql_transaction: the connection reached a replica (a demoted leader during a
+  // switchover, or a URL that points at a standby); the primary is elsewhere.
+  "25006",
   "57P01",
   "57P02",
   "57P03",
@@ -81,7 +115,7 @@ const UNAVAILABLE_CODES = new Set([
 function isConnectionFailure(err: unknown): boolean {
   const e = err as { code?: string; message?: string };
   if (e?.code && (UNAVAILABLE_CODES.has(e.code) || e.code.startsWith("08"))) return true;
-  return /timeout exceeded when trying to connect|Connection terminated|connection terminated|Client has encountered a connection error|Client was closed|Cannot use a pool after calling end|the database system is (starting up|shutting down)/.test(
+  return /timeout exceeded when trying to connect|Connection terminated|connection terminated|Client has encountered a connection error|Client was closed|Cannot use a pool after calling end|Query read timeout|the database system is (starting up|shutting down|in recovery mode|not yet accepting connections)/.test(
     e?.message ?? "",
   );
 }
@@ -169,6 +203,12 @@ export async function withClient<T>(pool: pg.Pool, signal: AbortSignal | undefin
   } catch (err) {
     throw toQueueError(err, signal);
   }
+  try {
+    await checkIdleClient(pool, client);
+  } catch (err) {
+    client.release(err as Error);
+    throw toQueueError(err, signal);
+  }
   let cancelling: Promise<void> | undefined;
   const onAbort = () => {
     cancelling = cancelBackend(pool, client);
@@ -188,7 +228,40 @@ export async function withClient<T>(pool: pg.Pool, signal: AbortSignal | undefin
     // cancel has been delivered, the backend is either still in the aborted statement or idle,
     // where PostgreSQL drops it.
     if (cancelling) await cancelling;
+    if (!broken) releasedAt.set(client, Date.now());
     client.release(broken);
+  }
+}
+
+/** When each pooled connection went back to the pool. */
+const releasedAt = new WeakMap<pg.PoolClient, number>();
+/** A connection idle for longer than this is checked before a call uses it (a busy pool never pays). */
+const CHECK_AFTER_IDLE_MS = 1000;
+
+/**
+ * A leader that vanished without closing its connections (a network cut, a frozen host) leaves
+ * idle pooled connections that look healthy: a call on one would wait for an answer that never
+ * comes. One round trip, bounded by the connect timeout, tells: a connection that cannot answer
+ * `SELECT 1` within the time allowed to open one is treated like one that could not be opened,
+ * and the call gets UNAVAILABLE within PG_CONNECT_TIMEOUT_MS.
+ */
+async function checkIdleClient(pool: pg.Pool, client: pg.PoolClient): Promise<void> {
+  const since = releasedAt.get(client);
+  if (since === undefined || Date.now() - since < CHECK_AFTER_IDLE_MS) return;
+  const timeoutMs = (pool as unknown as { options: { connectionTimeoutMillis?: number } }).options.connectionTimeoutMillis || 2000;
+  const ping = client.query("SELECT 1");
+  ping.catch(() => {}); // after a timeout the connection is dropped and the ping fails unobserved
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(Object.assign(new Error(`the database did not answer within ${timeoutMs} ms`), { code: "ETIMEDOUT" })),
+      timeoutMs,
+    );
+  });
+  try {
+    await Promise.race([ping, timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -12,12 +12,26 @@ export interface ListenerLogger {
   info(obj: object, msg: string): void;
 }
 
+export interface ListenerOptions {
+  /** Longest wait to open the session (PG_CONNECT_TIMEOUT_MS), and for an answer to a ping. */
+  connectTimeoutMs?: number;
+  /** How often the idle session is pinged; 0: never. */
+  pingIntervalMs?: number;
+}
+
+/** Reconnect backoff: doubling from the first to the last, so a failover costs at most the last. */
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 1000;
+
 /** Claim wake-ups (leasehold_tasks) and WatchJob wake-ups (leasehold_events) over one session. */
 export class TaskListener implements WakeSource, JobEventWakes {
   private client: pg.Client | undefined;
   private stopped = false;
-  private retryMs = 100;
+  private retryMs = RETRY_FIRST_MS;
   private retryTimer: NodeJS.Timeout | undefined;
+  private pingTimer: NodeJS.Timeout | undefined;
+  private readonly connectTimeoutMs: number;
+  private readonly pingIntervalMs: number;
   private readonly subscribers = new Set<{ onWake: (workload: string, count: number) => void; onReconnect: () => void }>();
   private connectedOnce = false;
   /** WatchJob streams by job id. */
@@ -26,7 +40,11 @@ export class TaskListener implements WakeSource, JobEventWakes {
   constructor(
     private readonly connectionString: string,
     private readonly log?: ListenerLogger,
-  ) {}
+    opts: ListenerOptions = {},
+  ) {
+    this.connectTimeoutMs = opts.connectTimeoutMs ?? 2000;
+    this.pingIntervalMs = opts.pingIntervalMs ?? 5000;
+  }
 
   /** Resolves once listening (or keeps retrying in the background if the database is down). */
   async start(): Promise<void> {
@@ -56,6 +74,7 @@ export class TaskListener implements WakeSource, JobEventWakes {
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.retryTimer);
+    clearTimeout(this.pingTimer);
     const c = this.client;
     this.client = undefined;
     await c?.end().catch(() => {});
@@ -63,10 +82,18 @@ export class TaskListener implements WakeSource, JobEventWakes {
 
   private async connect(): Promise<void> {
     if (this.stopped) return;
-    const client = new pg.Client({ connectionString: this.connectionString, application_name: "leasehold-listener", keepAlive: true });
+    const client = new pg.Client({
+      connectionString: this.connectionString,
+      application_name: "leasehold-listener",
+      keepAlive: true,
+      connectionTimeoutMillis: this.connectTimeoutMs,
+    });
     const lost = (err?: Error) => {
       if (this.client !== client) return;
       this.client = undefined;
+      clearTimeout(this.pingTimer);
+      // end() would wait for a server that no longer answers; the socket goes at once.
+      (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
       client.end().catch(() => {});
       if (!this.stopped) {
         this.log?.warn({ err: err?.message }, "LISTEN connection lost; reconnecting");
@@ -88,6 +115,9 @@ export class TaskListener implements WakeSource, JobEventWakes {
     });
     try {
       await client.connect();
+      // On a standby (a demoted leader the proxy still routes to for a moment) LISTEN fails with
+      // "cannot execute LISTEN during recovery", and this retries until it reaches the primary:
+      // a NOTIFY is delivered only on the server that runs it.
       await client.query(`LISTEN ${NOTIFY_CHANNEL}; LISTEN ${EVENTS_CHANNEL}`);
     } catch (err) {
       client.end().catch(() => {});
@@ -100,7 +130,8 @@ export class TaskListener implements WakeSource, JobEventWakes {
       return;
     }
     this.client = client;
-    this.retryMs = 100;
+    this.retryMs = RETRY_FIRST_MS;
+    this.schedulePing(client, lost);
     if (this.connectedOnce) {
       this.log?.info({}, "LISTEN connection restored");
       for (const s of this.subscribers) s.onReconnect();
@@ -112,6 +143,36 @@ export class TaskListener implements WakeSource, JobEventWakes {
   private scheduleReconnect(): void {
     clearTimeout(this.retryTimer);
     this.retryTimer = setTimeout(() => void this.connect(), this.retryMs);
-    this.retryMs = Math.min(this.retryMs * 2, 2000);
+    this.retryMs = Math.min(this.retryMs * 2, RETRY_MAX_MS);
+  }
+
+  /**
+   * An idle LISTEN session hears nothing when its server is cut off without closing it (a leader
+   * lost to the network): parked claims would fall back to polling for good. A ping that gets no
+   * answer within the connect timeout counts as a lost session.
+   */
+  private schedulePing(client: pg.Client, lost: (err?: Error) => void): void {
+    if (this.pingIntervalMs <= 0) return;
+    clearTimeout(this.pingTimer);
+    this.pingTimer = setTimeout(() => {
+      if (this.client !== client) return;
+      let answered = false;
+      const timer = setTimeout(() => {
+        if (!answered) lost(new Error(`no answer to a ping within ${this.connectTimeoutMs} ms`));
+      }, this.connectTimeoutMs);
+      client.query("SELECT 1").then(
+        () => {
+          answered = true;
+          clearTimeout(timer);
+          this.schedulePing(client, lost);
+        },
+        (err: Error) => {
+          answered = true;
+          clearTimeout(timer);
+          lost(err);
+        },
+      );
+    }, this.pingIntervalMs);
+    this.pingTimer.unref();
   }
 }

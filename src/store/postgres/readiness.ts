@@ -24,8 +24,25 @@ export interface Readiness {
 }
 
 /**
- * Ready when the database answers `SELECT 1` within timeoutMs and every
- * migration the code expects has been applied.
+ * Why the sessions of this pool cannot write, or undefined when they can: a coordinator pointed
+ * at a hot standby (or reaching a demoted leader during a switchover) answers every write with
+ * an error, so it must not take traffic. Checked per session: through a pooler the answer is the
+ * server's that the pooler reaches now.
+ */
+export async function readOnlyReason(pool: pg.Pool): Promise<string | undefined> {
+  const { rows } = await pool.query<{ recovery: boolean; read_only: string }>(
+    "SELECT pg_is_in_recovery() AS recovery, current_setting('transaction_read_only') AS read_only",
+  );
+  if (rows[0].recovery) return "the database is a read-only standby (pg_is_in_recovery() is true): point DATABASE_URL at the primary";
+  if (rows[0].read_only === "on") {
+    return "the database's sessions are read-only (default_transaction_read_only is on): point DATABASE_URL at a writable primary";
+  }
+  return undefined;
+}
+
+/**
+ * Ready when the database answers within timeoutMs, accepts writes, and every migration the
+ * code expects has been applied.
  */
 export async function checkReadiness(pool: pg.Pool, timeoutMs: number): Promise<Readiness> {
   let timer: NodeJS.Timeout | undefined;
@@ -34,7 +51,8 @@ export async function checkReadiness(pool: pg.Pool, timeoutMs: number): Promise<
   });
   const check = async (): Promise<Readiness> => {
     try {
-      await pool.query("SELECT 1");
+      const readOnly = await readOnlyReason(pool);
+      if (readOnly) return { ready: false, detail: readOnly };
       const pending = await pendingMigrations(pool);
       if (pending.length > 0) {
         return { ready: false, detail: `${pending.length} migration(s) pending (first: ${pending[0]})` };

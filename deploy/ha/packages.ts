@@ -1,0 +1,29 @@
+// The Debian packages the rig runs on, installed with apt-get when missing (as root only).
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { PG_BIN_DIR } from "./config.js";
+
+const NEEDED: Array<{ pkg: string; file: string }> = [
+  { pkg: "postgresql-15", file: `${PG_BIN_DIR}/postgres` },
+  { pkg: "patroni", file: "/usr/bin/patroni" },
+  { pkg: "etcd-server", file: "/usr/bin/etcd" },
+  { pkg: "etcd-client", file: "/usr/bin/etcdctl" },
+  { pkg: "haproxy", file: "/usr/sbin/haproxy" },
+  { pkg: "pgbouncer", file: "/usr/sbin/pgbouncer" },
+];
+
+export function ensurePackages(log: (m: string) => void): void {
+  const missing = NEEDED.filter((n) => !existsSync(n.file)).map((n) => n.pkg);
+  if (missing.length === 0) return;
+  const command = `apt-get install -y --no-install-recommends ${missing.join(" ")}`;
+  if (process.getuid?.() !== 0) throw new Error(`missing Debian packages: ${missing.join(", ")}; as root: ${command}`);
+  log(`installing ${missing.join(", ")} with apt-get`);
+  // No daemon of a package may start on its own: PID 1 is not an init here, and the rig runs
+  // each one itself on its own ports.
+  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive", RUNLEVEL: "1" };
+  const install = () => spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...missing], { stdio: "inherit", env });
+  if (install().status !== 0) {
+    execFileSync("apt-get", ["update"], { stdio: "inherit", env });
+    if (install().status !== 0) throw new Error(`${command} failed`);
+  }
+}
