@@ -16,7 +16,7 @@ const PYTHON = inject("python");
 const TASKS = 3000;
 const LANES = 64;
 const GZIP_EVERY = 8;
-const RUN_TIMEOUT_MS = 400_000;
+const RUN_TIMEOUT_MS = 600_000;
 
 let fx: QueueFixture;
 let server: ApiServer;
@@ -28,7 +28,7 @@ beforeAll(async () => {
     queue: fx.queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 1024 * 1024,
-    requestTimeoutMs: 30_000,
+    requestTimeoutMs: 120_000,
     readiness: async () => ({ ready: true }),
   });
   target = `127.0.0.1:${await server.listen(0, "127.0.0.1")}`;

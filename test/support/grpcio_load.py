@@ -52,7 +52,7 @@ async def main() -> int:
                     claim = await stub.ClaimTasks(
                         queue_pb2.ClaimTasksRequest(worker_id=worker, workloads=[workload], max_tasks=rng.randint(1, MAX_TASKS)),
                         compression=compression,
-                        timeout=30,
+                        timeout=120,
                     )
                     if not claim.tasks:
                         idle += 1
@@ -71,7 +71,7 @@ async def main() -> int:
                                     result_uri=f"s3://out/{t.id}", result_sha256="a" * 64,
                                 ),
                                 compression=compression,
-                                timeout=30,
+                                timeout=120,
                             )
                             if done.task.status == queue_pb2.TASK_STATUS_COMPLETED:
                                 completed.add(t.id)
@@ -86,16 +86,16 @@ async def main() -> int:
                                 for t in claim.tasks
                             ]),
                             compression=compression,
-                            timeout=30,
+                            timeout=120,
                         )
                         for outcome in batch.outcomes:
                             if outcome.task.status == queue_pb2.TASK_STATUS_COMPLETED:
                                 completed.add(outcome.task_id)
                     if rng.random() < 0.2:
                         calls += 2
-                        await stub.GetJob(queue_pb2.GetJobRequest(job_id=job_id), compression=compression, timeout=30)
+                        await stub.GetJob(queue_pb2.GetJobRequest(job_id=job_id), compression=compression, timeout=120)
                         await stub.ListTasks(
-                            queue_pb2.ListTasksRequest(job_id=job_id, page_size=rng.randint(1, 50)), compression=compression, timeout=30
+                            queue_pb2.ListTasksRequest(job_id=job_id, page_size=rng.randint(1, 50)), compression=compression, timeout=120
                         )
                 except grpc.aio.AioRpcError as e:
                     errors.append({"lane": str(i), "code": e.code().name, "details": e.details() or ""})

@@ -13,7 +13,7 @@
 // default to fall back to; the API test suites run both ways.
 
 import type { DescMethod, DescService, JsonObject } from "@bufbuild/protobuf";
-import type { Interceptor } from "@connectrpc/connect";
+import type { Interceptor, ServiceImpl } from "@connectrpc/connect";
 import type { RequestInfo } from "../request-info.js";
 import type { JsonOptions, NodeRequest, NodeResponse } from "../rest.js";
 import { createConnectUnary } from "./connect.js";
@@ -47,17 +47,17 @@ export interface UnaryPath {
   serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void>;
 }
 
-export interface DirectUnaryOptions {
-  service: DescService;
+export interface DirectUnaryOptions<S extends DescService> {
+  service: S;
   /** The service implementation, the one the router serves. */
-  impl: object;
+  impl: ServiceImpl<S>;
   /** The chain the router runs, outermost first. */
   interceptors: Interceptor[];
   maxBodyBytes: number;
   jsonOptions: JsonOptions;
 }
 
-export function createDirectUnary(opts: DirectUnaryOptions): UnarySeam {
+export function createDirectUnary<S extends DescService>(opts: DirectUnaryOptions<S>): UnarySeam {
   const invoke = createUnaryInvoker(opts.service, opts.impl, opts.interceptors);
   const paths = [createGrpcUnary({ ...opts, invoke }), createConnectUnary({ ...opts, invoke })];
   return {

@@ -13,9 +13,17 @@
 // the signal here aborts only when the client goes away.
 
 import type { DescMessage, DescMethod, DescService, MessageShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type HandlerContext } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  createContextValues,
+  createServiceImplSpec,
+  type HandlerContext,
+  type Interceptor,
+  type MethodImplSpec,
+  type ServiceImpl,
+} from "@connectrpc/connect";
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
-import type { Interceptor } from "@connectrpc/connect";
 import { type EarlyAnswer, earlyAnswerKey } from "../early-answer.js";
 import { HttpError, INTERNAL_MESSAGE } from "../errors.js";
 import { callControllerKey } from "../interceptors.js";
@@ -56,15 +64,14 @@ export type UnaryInvoker = (
 /** Thrown into the call's signal when the client resets the stream or goes away before the answer. */
 export const CLIENT_GONE = new ConnectError("the client went away", Code.Canceled);
 
-type AnyUnaryImpl = (input: MessageShape<DescMessage>, ctx: HandlerContext) => Promise<MessageShape<DescMessage>>;
-
-/** The unary methods of a service implementation, each run through `interceptors`. */
-export function createUnaryInvoker(service: DescService, impl: object, interceptors: Interceptor[]): UnaryInvoker {
-  const specs = new Map<DescMethod, { kind: "unary"; method: DescMethod; impl: AnyUnaryImpl }>();
-  for (const method of service.methods) {
-    if (method.methodKind !== "unary") continue;
-    const fn = (impl as Record<string, AnyUnaryImpl>)[method.localName];
-    specs.set(method, { kind: "unary", method, impl: fn.bind(impl) });
+/**
+ * The unary methods of a service implementation, each run through `interceptors`. The method specs
+ * are made as the router makes them (createServiceImplSpec).
+ */
+export function createUnaryInvoker<S extends DescService>(service: S, impl: ServiceImpl<S>, interceptors: Interceptor[]): UnaryInvoker {
+  const specs = new Map<DescMethod, MethodImplSpec & { kind: "unary" }>();
+  for (const spec of Object.values(createServiceImplSpec(service, impl).methods)) {
+    if (spec.kind === "unary") specs.set(spec.method, spec);
   }
   return async (res, method, input, call) => {
     const spec = specs.get(method);
@@ -85,7 +92,7 @@ export function createUnaryInvoker(service: DescService, impl: object, intercept
         values,
         url: call.url,
       };
-      const message = await invokeUnaryImplementation(spec as never, ctx, input, interceptors);
+      const message = await invokeUnaryImplementation(spec, ctx, input, interceptors);
       return { message, header: ctx.responseHeader, trailer: ctx.responseTrailer };
     });
   };
