@@ -10,16 +10,20 @@ import path from "node:path";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
+  AttemptOutcome,
   GetJobResponseSchema,
   JobEventKind,
   JobEventSchema,
   JobStatus,
+  TaskAttemptSchema,
   TaskCountsSchema,
+  TaskSchema,
   TaskStatus,
   WatchJobResponseSchema,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { parseJobStatus, parseTaskStatus } from "../src/cli/args.js";
-import { failureLine, table } from "../src/cli/format.js";
+import { failureLine, table, taskErrorCell } from "../src/cli/format.js";
+import { COMMANDS, USAGE } from "../src/cli/program.js";
 import { exitCodeOf, WatchState } from "../src/cli/watch.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, ROOT, spawnCoordinator } from "./support/process.js";
@@ -276,6 +280,31 @@ describe("WatchState (unit)", () => {
         ["aaa", "b", "c"],
       ]),
     ).toBe("A    BB  C\naaa  b   c");
+  });
+});
+
+describe("error column and usage text (unit)", () => {
+  const attempt = (n: number, outcome: AttemptOutcome, errorCode = "", errorMessage = "") =>
+    create(TaskAttemptSchema, { attempt: n, outcome, errorCode, errorMessage });
+
+  it("names a task's error as the cause only when it failed, else as the earlier attempt's", () => {
+    const failed = create(TaskSchema, { status: TaskStatus.FAILED, errorCode: "oom", errorMessage: "out of memory" });
+    expect(taskErrorCell({ task: failed, attempts: [attempt(1, AttemptOutcome.FAILED, "oom", "out of memory")] })).toBe(
+      "oom: out of memory",
+    );
+    const cancelled = create(TaskSchema, { status: TaskStatus.CANCELLED, errorCode: "nan", errorMessage: "NaN at step 7" });
+    const attempts = [attempt(1, AttemptOutcome.FAILED, "nan", "NaN at step 7"), attempt(2, AttemptOutcome.CANCELLED)];
+    expect(taskErrorCell({ task: cancelled, attempts })).toBe("(attempt 1: nan: NaN at step 7)");
+    expect(taskErrorCell({ task: create(TaskSchema, { status: TaskStatus.CANCELLED }), attempts: [] })).toBe("");
+  });
+
+  it("lists every command and every option it declares", () => {
+    for (const cmd of COMMANDS) {
+      expect(USAGE).toContain(`  ${cmd.name}`);
+      for (const o of cmd.options) expect(USAGE).toContain(`--${o.name}`);
+    }
+    expect(USAGE).toMatch(/^usage: leasehold \[--url URL\] \[--token T\] \[--json\] \[--timeout-ms N\] COMMAND …\n/);
+    expect(USAGE).toContain("exit codes:");
   });
 });
 
