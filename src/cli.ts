@@ -21,14 +21,13 @@ import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Command as Program, CommanderError } from "commander";
 import { ROLES, tokenEntryProblem } from "./config/index.js";
-import { FAILURE_POLICIES, JOB_STATUSES, TASK_STATUSES } from "./queue/types.js";
+import { JOB_STATUSES, TASK_STATUSES } from "./queue/types.js";
 import { BadRequestSchema } from "../gen/google/rpc/error_details_pb.js";
 import {
   AttemptOutcome,
   CancelJobResponseSchema,
   CreateJobRequestSchema,
   CreateJobResponseSchema,
-  FailurePolicy,
   GetJobResponseSchema,
   GetTaskResponseSchema,
   JobEventKind,
@@ -58,16 +57,12 @@ const USAGE = `usage: leasehold [--url URL] [--token T] [--json] [--timeout-ms N
   token new --role ${ROLES.join("|")} [--worker-prefix PREFIX]
                                  print a new token and its AUTH_TOKENS_FILE line
   workload put NAME [--max-attempts N] [--lease-seconds N] [--max-pending-seconds N]
-               [--parameters-schema FILE.json] [--failure-policy fail_fast|continue]
-               [--max-failed-tasks N]
+               [--parameters-schema FILE.json]
                                  register a workload or change its settings
   workload list                  list the registered workloads
-  job submit FILE.json|- [--watch] [--failure-policy fail_fast|continue]
-             [--max-failed-tasks N]
+  job submit FILE.json|- [--watch]
                                  create a job from a CreateJobRequest in proto JSON
-                                 (- reads stdin); --watch then watches it; the
-                                 failure options override the file's (default: the
-                                 workload's)
+                                 (- reads stdin); --watch then watches it
   job get ID                     status, task counts and progress of a job (and why it failed)
   job watch ID                   follow a job until it finishes (and say why it failed)
   job tasks ID [--status pending|leased|completed|failed|cancelled]
@@ -155,21 +150,6 @@ export function parseJobStatus(name: string): JobStatus {
   const i = JOB_STATUSES.indexOf(name.toLowerCase() as (typeof JOB_STATUSES)[number]);
   if (i < 0) throw new UsageError(`--status must be one of ${JOB_STATUSES.join(", ")}, not ${JSON.stringify(name)}`);
   return JobStatus[name.toUpperCase() as keyof typeof JobStatus];
-}
-
-/** "continue" → FailurePolicy.CONTINUE; undefined when the option is absent. */
-export function parseFailurePolicy(value: string | boolean | undefined): FailurePolicy | undefined {
-  if (value === undefined) return undefined;
-  const name = typeof value === "string" ? value.toLowerCase().replace(/-/g, "_") : "";
-  if (!(FAILURE_POLICIES as readonly string[]).includes(name))
-    throw new UsageError(`--failure-policy must be one of ${FAILURE_POLICIES.join(", ")}, not ${JSON.stringify(value)}`);
-  return FailurePolicy[name.toUpperCase() as keyof typeof FailurePolicy];
-}
-
-/** "fail_fast", "continue, up to 2 failed tasks". */
-function policyText(policy: FailurePolicy, maxFailedTasks: number): string {
-  const name = (FailurePolicy[policy] ?? String(policy)).toLowerCase();
-  return maxFailedTasks > 0 ? `${name}, up to ${maxFailedTasks} failed task${maxFailedTasks === 1 ? "" : "s"} tolerated` : name;
 }
 
 /** "failed" → TaskStatus.FAILED. */
@@ -428,15 +408,11 @@ const COMMANDS: Record<string, Command> = {
       "lease-seconds": { type: "string" },
       "max-pending-seconds": { type: "string" },
       "parameters-schema": { type: "string" },
-      "failure-policy": { type: "string" },
-      "max-failed-tasks": { type: "string" },
     },
     async run({ client, callOptions, json, args: [name], opts }) {
       const maxAttempts = intOption("max-attempts", opts["max-attempts"], 1);
       const leaseSeconds = intOption("lease-seconds", opts["lease-seconds"], 1);
       const maxPendingSeconds = intOption("max-pending-seconds", opts["max-pending-seconds"]);
-      const failurePolicy = parseFailurePolicy(opts["failure-policy"]);
-      const maxFailedTasks = intOption("max-failed-tasks", opts["max-failed-tasks"]);
       let parametersSchema: JsonObject | undefined;
       const schemaFile = opts["parameters-schema"];
       if (typeof schemaFile === "string") {
@@ -445,15 +421,12 @@ const COMMANDS: Record<string, Command> = {
           throw new CliError(`${schemaFile}: a JSON Schema must be a JSON object`);
         parametersSchema = value;
       }
-      const res = await client.putWorkload(
-        { name, maxAttempts, leaseSeconds, maxPendingSeconds, parametersSchema, failurePolicy, maxFailedTasks },
-        callOptions,
-      );
+      const res = await client.putWorkload({ name, maxAttempts, leaseSeconds, maxPendingSeconds, parametersSchema }, callOptions);
       if (json) printJson(jsonOf(PutWorkloadResponseSchema, res));
       else {
         const w = res.workload;
         out(
-          `workload ${w?.name}: max_attempts ${w?.maxAttempts}, lease_seconds ${w?.leaseSeconds}, max_pending_seconds ${w?.maxPendingSeconds}${w?.parametersSchema ? ", parameters_schema set" : ""}, failure_policy ${policyText(w?.failurePolicy ?? FailurePolicy.UNSPECIFIED, w?.maxFailedTasks ?? 0)}`,
+          `workload ${w?.name}: max_attempts ${w?.maxAttempts}, lease_seconds ${w?.leaseSeconds}, max_pending_seconds ${w?.maxPendingSeconds}${w?.parametersSchema ? ", parameters_schema set" : ""}`,
         );
       }
       return 0;
@@ -484,11 +457,8 @@ const COMMANDS: Record<string, Command> = {
 
   "job submit": {
     positionals: ["FILE.json"],
-    options: { watch: { type: "boolean" }, "failure-policy": { type: "string" }, "max-failed-tasks": { type: "string" } },
+    options: { watch: { type: "boolean" } },
     async run(inv) {
-      // The options win over the file's failure_policy and max_failed_tasks.
-      const failurePolicy = parseFailurePolicy(inv.opts["failure-policy"]);
-      const maxFailedTasks = intOption("max-failed-tasks", inv.opts["max-failed-tasks"]);
       const file = inv.args[0];
       const body = readJsonFile(file === "-" ? "stdin" : file, await readInput(file));
       let request;
@@ -497,8 +467,6 @@ const COMMANDS: Record<string, Command> = {
       } catch (err) {
         throw new CliError(`${file === "-" ? "stdin" : file}: not a CreateJobRequest: ${(err as Error).message}`);
       }
-      if (failurePolicy !== undefined) request.failurePolicy = failurePolicy;
-      if (maxFailedTasks !== undefined) request.maxFailedTasks = maxFailedTasks;
       const res = await inv.client.createJob(request, inv.callOptions);
       if (inv.json) printJson(jsonOf(CreateJobResponseSchema, res));
       else out(`job ${res.job?.id} submitted: ${res.tasks.length} task${res.tasks.length === 1 ? "" : "s"}`);
@@ -522,7 +490,6 @@ const COMMANDS: Record<string, Command> = {
           `tasks:    ${res.totalTasks} (pending ${c?.pending ?? 0}, leased ${c?.leased ?? 0}, completed ${c?.completed ?? 0}, failed ${c?.failed ?? 0}, cancelled ${c?.cancelled ?? 0})`,
         );
         out(`progress: ${percent(res.progress)}`);
-        if (job) out(`policy:   ${policyText(job.failurePolicy, job.maxFailedTasks)}`);
         if (res.failure) out(`failure:  ${failureLine(res.failure)}`);
       }
       return 0;
