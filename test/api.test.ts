@@ -419,7 +419,7 @@ describe("REST", () => {
     expectRestError(unknownParam, 400, "invalid_argument", "limit");
   });
 
-  it("POST /jobs/{job_id}/cancel cancels what is left; the leaseholder then gets 409", async () => {
+  it("POST /jobs/{job_id}/cancel cancels what is left; the leaseholder's heartbeat then gets 409, its result within the lease is kept", async () => {
     const claimed = await rest("POST", "/tasks/claim", { worker_id: worker, workloads: [workload] });
     expect(claimed.status).toBe(200);
     const held = claimed.body.tasks[0];
@@ -428,13 +428,19 @@ describe("REST", () => {
     expect(cancelled.body.job).toMatchObject({ status: "JOB_STATUS_CANCELLED", cancel_reason: "changed my mind" });
     const status = await rest("GET", `/jobs/${jobId}`);
     expect(status.body.task_counts).toEqual({ pending: 0, leased: 0, completed: 2, failed: 0, cancelled: 3 });
+    const heartbeat = await rest("POST", `/tasks/${held.id}/heartbeat`, { worker_id: worker, attempt: held.attempt });
+    expectRestError(heartbeat, 409, "aborted", "cancelled");
     const late = await rest("POST", `/tasks/${held.id}/result`, {
       worker_id: worker,
       attempt: held.attempt,
       result_uri: "s3://late",
       result_sha256: sha("late"),
     });
-    expectRestError(late, 409, "aborted");
+    expect(late.status, late.text).toBe(200);
+    expect(late.body.task).toMatchObject({ status: "TASK_STATUS_COMPLETED", result_uri: "s3://late" });
+    const after = await rest("GET", `/jobs/${jobId}`);
+    expect(after.body.job.status).toBe("JOB_STATUS_CANCELLED");
+    expect(after.body.task_counts).toEqual({ pending: 0, leased: 0, completed: 3, failed: 0, cancelled: 2 });
     const missing = await rest("POST", `/jobs/${randomUUID()}/cancel`);
     expectRestError(missing, 404, "not_found");
   });

@@ -374,7 +374,7 @@ describe("leasehold CLI against a live coordinator", () => {
     ]);
     expect(get.code, get.stderr).toBe(0);
     expect(get.stdout).toBe(
-      `job ${id} (workload cli_submit)\nstatus:   pending\ntasks:    3 (pending 3, leased 0, completed 0, failed 0, cancelled 0)\nprogress: 0%\npolicy:   fail_fast\n`,
+      `job ${id} (workload cli_submit)\nstatus:   pending\ntasks:    3 (pending 3, leased 0, completed 0, failed 0, cancelled 0)\nprogress: 0%\n`,
     );
     expect(json.job).toMatchObject({ id, status: "JOB_STATUS_PENDING", workload: "cli_submit" });
     expect(json.total_tasks).toBe(3);
