@@ -28,7 +28,11 @@ export default defineConfig({
     // Test files spawn real coordinators and Postgres work; two cores cannot run many at once.
     maxWorkers: 2,
     projects: [
-      { extends: true, test: { name: "direct", include: ["test/**/*.test.ts"] } },
+      {
+        extends: true,
+        // test/ha runs apart, on the HA rig (npm run test:ha), with its own config.
+        test: { name: "direct", include: ["test/**/*.test.ts"], exclude: ["test/ha/**", "**/node_modules/**"] },
+      },
       { extends: true, test: { name: "router", include: API_SUITES, env: { DIRECT_UNARY: "false" } } },
     ],
   },

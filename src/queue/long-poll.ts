@@ -101,11 +101,16 @@ export class LongPollingQueue implements QueueService {
       const left = until - Date.now();
       if (left <= 0) return tasks;
       // A rate limit without a token says when the next is due: claim again then rather than at the
-      // poll interval. The claims parked here spread their retries over as many token intervals as
-      // there are of them, so one token does not wake them all at once.
-      const due = opts.claimRetryAfterMs === undefined ? Infinity : opts.claimRetryAfterMs * (1 + Math.random() * this.waiters.size);
+      // poll interval. The claims parked here spread their retries over twice as many token
+      // intervals as there are of them (other coordinators' claims want the same tokens), so one
+      // token does not wake them all at once; the bucket keeps tokens no claim took, up to the
+      // burst, so a late retry loses none while the claims outnumber the rate.
+      const due = opts.claimRetryAfterMs === undefined ? Infinity : opts.claimRetryAfterMs * (1 + Math.random() * 2 * this.waiters.size);
       opts.claimRetryAfterMs = undefined;
-      await this.park(input.workloads, Math.min(left, this.jitteredPoll(), due), opts.signal);
+      // A claim refused by the rate limit sleeps until its token is due: a wake (a completion, a new
+      // job) brings no token, and claiming again on every wake is what made such claims spin. It
+      // parks on no workload, so it takes no wake from another claim; shutdown still ends it.
+      await this.park(Number.isFinite(due) ? [] : input.workloads, Math.min(left, this.jitteredPoll(), due), opts.signal);
       if (this.closed || opts.signal?.aborted || Date.now() >= until) return [];
       tasks = await this.queue.claimTasks(input, opts);
     }
