@@ -672,9 +672,13 @@ describe("Server-Sent Events", () => {
     expect(events[0].id).toBeUndefined();
     expect(events[0].data).toHaveProperty("snapshot");
     const rest = events.slice(1);
-    expect(rest.length).toBeGreaterThanOrEqual(3);
+    // The snapshot is read after the watcher registers, so on a fast server it may already hold the
+    // lease's event: the events after it are the log's last ones, each with its id line, at least
+    // the completion's.
+    expect(rest.length).toBeGreaterThanOrEqual(1);
     for (const e of rest) expect(e.id).toBe((e.data as { event: { id: string } }).event.id);
-    expect(rest.map((e) => e.id)).toEqual(await eventIds(jobId));
+    const all = await eventIds(jobId);
+    expect(rest.map((e) => e.id)).toEqual(all.slice(all.length - rest.length));
   });
 
   it("resumes after Last-Event-ID (and ?after_event_id=) with the events after it, without a snapshot", async () => {
