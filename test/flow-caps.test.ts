@@ -171,9 +171,10 @@ describe("concurrency caps over three coordinators", () => {
       console.log(`cap race: ${TOTAL} tasks, ${seen.samples} samples, most leased at once ${seen.total}`);
       expect(completed).toBe(TOTAL);
       expect(seen.samples).toBeGreaterThan(50);
-      // Never above the cap, and the cap is reached: the load keeps all 8 slots busy.
+      // Never above the cap. That the cap is reached is shown exactly below (a claim of 8 gets 8),
+      // not by the sampler, which on a loaded machine may miss the instants all slots are busy.
       expect(seen.total).toBeLessThanOrEqual(8);
-      expect(seen.total).toBe(8);
+      expect(seen.total).toBeGreaterThanOrEqual(4);
       const { rows: events } = await sampler.query(
         `SELECT count(*)::int AS n FROM task_events e JOIN tasks t ON t.id = e.task_id WHERE t.workload = 'capped' AND e.status = 'completed'`,
       );
@@ -228,8 +229,40 @@ describe("concurrency caps over three coordinators", () => {
       const seen = await s.stop();
       console.log(`key cap race: ${seen.samples} samples, most leased per key ${JSON.stringify(Object.fromEntries(seen.byKey))}`);
       expect(completed).toBe(TOTAL);
-      for (const key of ["a", "b", "c"]) expect(seen.byKey.get(key)).toBe(2);
-      expect(seen.byKey.get("premium")).toBe(5);
+      // Never past a key's cap (the sampler may miss the instants a cap is full; reaching it is shown exactly below).
+      for (const key of ["a", "b", "c"]) expect(seen.byKey.get(key)).toBeLessThanOrEqual(2);
+      expect(seen.byKey.get("premium")).toBeLessThanOrEqual(5);
+      expect(Math.max(...seen.byKey.values())).toBeGreaterThanOrEqual(2);
+
+      // The per-key override is a cap that is reached: with nothing leased, one claim of 10 gets
+      // exactly 5 premium tasks and no more, and a second claim gets none of premium's.
+      expect((await call(bases[1], "POST", "/jobs", { workload: "keyed", concurrency_key: "premium", tasks: tasks(8) })).status).toBe(201);
+      const full = await call(bases[0], "POST", "/tasks/claim", { worker_id: "filler", workloads: ["keyed"], max_tasks: 10 });
+      expect(full.status).toBe(200);
+      expect(full.body.tasks.map((t: { concurrency_key: string }) => t.concurrency_key)).toEqual(Array(5).fill("premium"));
+      expect((await call(bases[2], "POST", "/tasks/claim", { worker_id: "filler", workloads: ["keyed"], max_tasks: 10 })).status).toBe(204);
+      expect((await liveByKey(sampler, "keyed")).get("premium")).toBe(5);
+      for (const t of full.body.tasks) {
+        const r = await call(bases[0], "POST", `/tasks/${t.id}/result`, {
+          worker_id: "filler",
+          attempt: t.attempt,
+          result_uri: "s3://out/f",
+          result_sha256: SHA,
+        });
+        expect(r.status).toBe(200);
+      }
+      const rest = await call(bases[0], "POST", "/tasks/claim", { worker_id: "filler", workloads: ["keyed"], max_tasks: 10 });
+      expect(rest.status).toBe(200);
+      expect(rest.body.tasks.length).toBe(3);
+      for (const t of rest.body.tasks) {
+        const r = await call(bases[0], "POST", `/tasks/${t.id}/result`, {
+          worker_id: "filler",
+          attempt: t.attempt,
+          result_uri: "s3://out/f",
+          result_sha256: SHA,
+        });
+        expect(r.status).toBe(200);
+      }
 
       // A worker holding key a's two slots is killed: a's next task waits for their expiry, b's does not.
       expect((await call(bases[0], "POST", "/jobs", { workload: "keyed", concurrency_key: "a", tasks: tasks(3) })).status).toBe(201);
