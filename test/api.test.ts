@@ -53,7 +53,7 @@ function expectRestError(a: RestAnswer, status: number, code: string, mentions?:
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
+  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {

@@ -51,7 +51,7 @@ let tmp: string;
 beforeAll(async () => {
   tmp = mkdtempSync(path.join(os.tmpdir(), "leasehold-auth-"));
   db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
+  pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {

@@ -38,7 +38,7 @@ let base: string;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
+  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50, watchPollIntervalMs: 100 });
   server = createApiServer({
     queue,

@@ -46,7 +46,7 @@ function logger() {
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
+  pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   const log = logger();
   // No caching here, so every scrape sees the latest counts (caching is tested below on its own).
   metrics = new Metrics({ logger: log, pool, unfinishedTtlMs: 0, allTtlMs: 0 });

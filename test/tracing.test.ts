@@ -43,7 +43,7 @@ beforeAll(async () => {
   provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   provider.register({ propagator: new W3CTraceContextPropagator() });
   db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
+  pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   const store = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
   await store.putWorkload({ name: WORKLOAD });
   server = createApiServer({

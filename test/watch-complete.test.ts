@@ -27,7 +27,7 @@ let client: Client<typeof QueueService>;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
+  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 1, maxTasksPerJob: 50, watchPollIntervalMs: 200 });
   server = createApiServer({
     queue,
