@@ -30,6 +30,7 @@ __all__ = [
     "JobFailure",
     "JobSnapshot",
     "JobStatus",
+    "KeyLimit",
     "ResultManifest",
     "RetriedJob",
     "TaskAttempt",
@@ -38,6 +39,7 @@ __all__ = [
     "TaskRecord",
     "TaskSpec",
     "TaskStatus",
+    "WaitingReason",
     "WatchUpdate",
     "Workload",
     "plain_json",
@@ -57,6 +59,12 @@ EventKind = Literal["", "task_status", "task_progress", "job_status"]
 FailurePolicy = Literal["", "fail_fast", "continue"]
 #: How an attempt of a task ended (``running``: it holds its lease now).
 AttemptOutcome = Literal["", "running", "completed", "failed", "lease_expired", "cancelled"]
+#: Why a pending task is not running (the proto's ``WAITING_REASON_*`` in lower case; ``""`` when the task is
+#: not pending): ``queued`` (claimable, behind the tasks before it), ``retry_backoff``, ``workload_paused``,
+#: ``workload_cap``, ``key_cap``, ``rate_limited``, ``labels_unmatched`` (no worker claimed the workload with
+#: the labels it needs in the last minute) or ``no_workers`` (nobody claimed the workload in the last minute).
+WaitingReason = Literal["", "queued", "retry_backoff", "workload_paused", "workload_cap", "key_cap", "rate_limited",
+                        "labels_unmatched", "no_workers"]
 
 _CAMEL: dict[str, str] = {}
 
@@ -167,6 +175,13 @@ _JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled")
 _EVENT_KINDS = ("", "task_status", "task_progress", "job_status")
 _OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
 _POLICIES = ("", "fail_fast", "continue")
+_WAITING_REASONS = ("", "queued", "retry_backoff", "workload_paused", "workload_cap", "key_cap", "rate_limited",
+                    "labels_unmatched", "no_workers")
+
+
+def _labels(d: Mapping[str, Any], name: str) -> dict[str, str]:
+    v = field_of(d, name)
+    return {str(k): str(x) for k, x in v.items()} if isinstance(v, Mapping) else {}
 
 
 def _policy(d: Mapping[str, Any]) -> FailurePolicy:
@@ -195,9 +210,12 @@ def _msg(d: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 class TaskSpec:
     """One chunk of a job as submitted to :meth:`leasehold.Client.create_job`.
 
+    ``required_labels`` are labels a worker must claim with to lease this chunk, on top of the job's (this
+    chunk's value wins for a name both give).
+
     Example::
 
-        TaskSpec(0, "s3://in/0.mp4", sha256_hex, parameters={"frames": 240})
+        TaskSpec(0, "s3://in/0.mp4", sha256_hex, parameters={"frames": 240}, required_labels={"gpu": "a100"})
     """
 
     chunk_index: int
@@ -205,6 +223,7 @@ class TaskSpec:
     input_sha256: str
     parameters: JsonObject | None = None
     workload: str | None = None
+    required_labels: Mapping[str, str] | None = None
 
     def to_json(self) -> JsonObject:
         """The proto JSON of the spec, without unset fields."""
@@ -214,6 +233,8 @@ class TaskSpec:
             out["parameters"] = self.parameters
         if self.workload:
             out["workload"] = self.workload
+        if self.required_labels:
+            out["required_labels"] = dict(self.required_labels)
         return out
 
 
@@ -224,7 +245,8 @@ class Job:
     ``status`` is ``pending``, ``running``, ``completed``, ``failed`` or ``cancelled``; ``parameters`` as
     :func:`plain_json` reads them. ``failure_policy`` (``fail_fast`` or ``continue``) and ``max_failed_tasks``
     say what the job does when its tasks fail for good (see :data:`FailurePolicy`); a completed job may hold
-    up to ``max_failed_tasks`` failed tasks.
+    up to ``max_failed_tasks`` failed tasks. ``concurrency_key`` (``""`` when none) and ``required_labels``
+    (empty when none) are the flow-control settings it was created with.
     """
 
     id: str
@@ -242,6 +264,8 @@ class Job:
     completed_at: datetime | None = None
     failure_policy: FailurePolicy = ""
     max_failed_tasks: int = 0
+    concurrency_key: str = ""
+    required_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -258,7 +282,8 @@ class Job:
             traceparent=_str(d, "traceparent"), cancel_reason=_str(d, "cancel_reason"),
             created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"),
             completed_at=_time(d, "completed_at"), failure_policy=_policy(d),
-            max_failed_tasks=_int(d, "max_failed_tasks"),
+            max_failed_tasks=_int(d, "max_failed_tasks"), concurrency_key=_str(d, "concurrency_key"),
+            required_labels=_labels(d, "required_labels"),
         )
 
 
@@ -268,6 +293,8 @@ class TaskRecord:
 
     ``error_code`` and ``error_message`` are those of the task's last failure (kept when a later attempt
     runs); ``parameters`` (the job's merged with the chunk's) and ``metrics`` as :func:`plain_json` reads them.
+    ``concurrency_key`` is the job's (``""`` when none); ``required_labels`` the labels a worker must claim
+    with to lease it (the job's merged with the chunk's own; empty when none).
     """
 
     id: str
@@ -293,6 +320,8 @@ class TaskRecord:
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    concurrency_key: str = ""
+    required_labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TaskRecord:
@@ -307,6 +336,7 @@ class TaskRecord:
             error_code=_str(d, "error_code"), error_message=_str(d, "error_message"),
             traceparent=_str(d, "traceparent"), version=_int(d, "version"), created_at=_time(d, "created_at"),
             started_at=_time(d, "started_at"), completed_at=_time(d, "completed_at"),
+            concurrency_key=_str(d, "concurrency_key"), required_labels=_labels(d, "required_labels"),
         )
 
 
@@ -362,21 +392,32 @@ class TaskAttempt:
 class TaskDetail:
     """A task with the history of its attempts, oldest first (:meth:`leasehold.Client.get_task`, ``list_tasks``).
 
+    ``waiting_reason`` and ``waiting_detail`` say why a pending task is not running (a :data:`WaitingReason`
+    and a sentence with its numbers, such as ``workload cap reached: 8 of 8 leased``),
+    computed when :meth:`~leasehold.Client.get_task` asks; ``""`` for a task that is not pending, and in
+    ``list_tasks``, which does not compute them.
+
     Example::
 
         detail = client.get_task(task_id)
         for a in detail.attempts:
             print(a.attempt, a.worker_id, a.outcome, a.error_code, a.error_message)
+        if detail.waiting_reason:
+            print(detail.waiting_reason, detail.waiting_detail)   # labels_unmatched needs labels gpu=a100: ...
     """
 
     task: TaskRecord
     attempts: list[TaskAttempt] = field(default_factory=list)
+    waiting_reason: WaitingReason = ""
+    waiting_detail: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TaskDetail:
         """From GetTaskResponse or TaskDetail JSON."""
         return cls(task=TaskRecord.from_json(_msg(d, "task")),
-                   attempts=[TaskAttempt.from_json(a) for a in _list(d, "attempts")])
+                   attempts=[TaskAttempt.from_json(a) for a in _list(d, "attempts")],
+                   waiting_reason=cast(WaitingReason, _enum(d, "waiting_reason", "WAITING_REASON_", _WAITING_REASONS)),
+                   waiting_detail=_str(d, "waiting_detail"))
 
 
 @dataclass(frozen=True)
@@ -545,7 +586,12 @@ class WatchUpdate:
 
 @dataclass(frozen=True)
 class Workload:
-    """A registered workload and its defaults (a job's ``failure_policy`` and ``max_failed_tasks`` among them)."""
+    """A registered workload and its defaults (a job's ``failure_policy`` and ``max_failed_tasks`` among them).
+
+    Its flow control: ``max_leased`` (at most that many of its tasks leased at once; ``0``: no cap),
+    ``max_leased_per_key`` (the same per concurrency key; ``0``: no cap), ``max_leases_per_second`` and
+    ``leases_burst`` (the rate limit's token bucket; ``0``: no limit), and ``paused``.
+    """
 
     name: str
     max_attempts: int = 0
@@ -556,6 +602,11 @@ class Workload:
     updated_at: datetime | None = None
     failure_policy: FailurePolicy = ""
     max_failed_tasks: int = 0
+    max_leased: int = 0
+    max_leased_per_key: int = 0
+    max_leases_per_second: float = 0.0
+    leases_burst: int = 0
+    paused: bool = False
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Workload:
@@ -564,4 +615,21 @@ class Workload:
                    max_pending_seconds=_int(d, "max_pending_seconds"),
                    parameters_schema=_obj(d, "parameters_schema"), created_at=_time(d, "created_at"),
                    updated_at=_time(d, "updated_at"), failure_policy=_policy(d),
-                   max_failed_tasks=_int(d, "max_failed_tasks"))
+                   max_failed_tasks=_int(d, "max_failed_tasks"), max_leased=_int(d, "max_leased"),
+                   max_leased_per_key=_int(d, "max_leased_per_key"),
+                   max_leases_per_second=_float(d, "max_leases_per_second"), leases_burst=_int(d, "leases_burst"),
+                   paused=_bool(d, "paused"))
+
+
+@dataclass(frozen=True)
+class KeyLimit:
+    """One concurrency key's own cap, as :meth:`leasehold.Client.put_key_limit` set it."""
+
+    workload: str
+    key: str
+    max_leased: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> KeyLimit:
+        """From PutKeyLimitResponse JSON."""
+        return cls(workload=_str(d, "name"), key=_str(d, "key"), max_leased=_int(d, "max_leased"))
