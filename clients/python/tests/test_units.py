@@ -267,8 +267,13 @@ def test_worker_labels_are_checked_locally_and_kept() -> None:
     import pytest
 
     from leasehold import Worker
+    from leasehold._reporter import Reporter
 
-    assert Worker("http://127.0.0.1:1", workloads=["w"]).labels == {}
-    assert Worker("http://127.0.0.1:1", workloads=["w"], labels={"gpu": "a100"}).labels == {"gpu": "a100"}
+    plain = Worker("http://127.0.0.1:1", workloads=["w"])
+    labelled = Worker("http://127.0.0.1:1", workloads=["w"], labels={"gpu": "a100"})
+    assert (plain.labels, labelled.labels) == ({}, {"gpu": "a100"})
+    # A report's claim_next is a claim like the claimer's: it carries the labels, and none when there are none.
+    assert Reporter(labelled)._claim_next(2) == {"workloads": ["w"], "labels": {"gpu": "a100"}, "max_tasks": 2}
+    assert Reporter(plain)._claim_next(1) == {"workloads": ["w"]}
     with pytest.raises(ValueError, match="labels"):
         Worker("http://127.0.0.1:1", workloads=["w"], labels={"gpu": 100})  # type: ignore[dict-item]
