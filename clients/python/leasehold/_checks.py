@@ -22,9 +22,32 @@ _TASK_FIELDS: dict[str, tuple[str, tuple[type, ...]]] = {
     "input_sha256": ("input_sha256", (str,)), "inputSha256": ("input_sha256", (str,)),
     "parameters": ("parameters", (Mapping, type(None))),
     "workload": ("workload", (str, type(None))),
+    "required_labels": ("required_labels", (Mapping, type(None))),
+    "requiredLabels": ("required_labels", (Mapping, type(None))),
 }
 _TYPE_NAMES = {"chunk_index": "an integer", "input_uri": "a string", "input_sha256": "a string",
-               "parameters": "an object (dict) or None", "workload": "a string or None"}
+               "parameters": "an object (dict) or None", "workload": "a string or None",
+               "required_labels": "a mapping of label names to values, or None"}
+
+
+def labels_json(value: Any, path: str, out: list[FieldViolation]) -> dict[str, str]:
+    """Labels (``{"gpu": "a100"}``) as sent, with a violation appended for a value that is no such mapping.
+
+    Only the types: the coordinator judges the names and values themselves (``^[a-z0-9._/-]{1,63}$``, at
+    most 16) and names the bad one in its answer (``required_labels[gpu]``), on both transports alike.
+    """
+    if not isinstance(value, Mapping):
+        out.append(FieldViolation(path, f"must be a mapping of label names to values, not {type(value).__name__}"))
+        return {}
+    labels: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            out.append(FieldViolation(path, f"label name {k!r} is not a string"))
+        elif not isinstance(v, str):
+            out.append(FieldViolation(f"{path}[{k}]", f"label value must be a string, not {type(v).__name__}"))
+        else:
+            labels[k] = v
+    return labels
 
 
 def json_violations(value: Any, path: str, out: list[FieldViolation]) -> None:
@@ -56,13 +79,15 @@ def task_json(item: Mapping[str, Any], at: str, out: list[FieldViolation]) -> Js
         known = _TASK_FIELDS.get(key) if isinstance(key, str) else None
         if known is None:
             out.append(FieldViolation(f"{at}.{key}", "unknown field (known: chunk_index, input_uri, input_sha256, "
-                                                      "parameters, workload)"))
+                                                      "parameters, workload, required_labels)"))
             continue
         name, types = known
         if isinstance(value, bool) or not isinstance(value, types):
             out.append(FieldViolation(f"{at}.{name}", f"must be {_TYPE_NAMES[name]}, not {type(value).__name__}"))
             continue
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and name == "required_labels":
+            value = labels_json(value, f"{at}.required_labels", out)
+        elif isinstance(value, Mapping):
             json_violations(value, f"{at}.parameters", out)
             value = dict(value)
         if value is not None:

@@ -30,6 +30,8 @@ class Claimer:
                 free = w.concurrency - w._busy - w._reserved
             n = min(free if w.prefetch else 1, MAX_BATCH)
             req: JsonObject = {"worker_id": w.worker_id, "workloads": w.workloads}
+            if w.labels:
+                req["labels"] = w.labels
             if n > 1:
                 req["max_tasks"] = n
             if w.lease_seconds is not None:

@@ -62,7 +62,10 @@ def _task_json(t: Any) -> JsonObject:
         "max_attempts": t.max_attempts, "priority": t.priority, "lease_owner": t.lease_owner,
         "result_uri": t.result_uri, "result_sha256": t.result_sha256, "error_code": t.error_code,
         "error_message": t.error_message, "version": t.version, "traceparent": t.traceparent,
+        "concurrency_key": t.concurrency_key,
     }
+    if t.required_labels:
+        d["required_labels"] = dict(t.required_labels)
     if t.HasField("parameters"):
         d["parameters"] = _struct(t.parameters)
     if t.HasField("metrics"):

@@ -102,6 +102,8 @@ class Reporter:
         # No worker_id: the coordinator takes the reporting worker's. No wait_seconds: a report that finds
         # nothing answers at once, so its results are never held up; the claimer's long poll takes over.
         req: JsonObject = {"workloads": w.workloads}
+        if w.labels:
+            req["labels"] = w.labels
         n = min(lanes if w.prefetch else 1, MAX_BATCH)
         if n > 1:
             req["max_tasks"] = n

@@ -96,9 +96,11 @@ class WorkerState:
 
     def __init__(self, url: str, workloads: list[str], concurrency: int, worker_id: str, lease_seconds: int | None,
                  wait_seconds: int, prefetch: bool, batch_results: bool, claim_with_results: bool,
-                 drain_timeout: float, heartbeat_interval: float | None, executor: str, request_timeout: float) -> None:
+                 drain_timeout: float, heartbeat_interval: float | None, executor: str, request_timeout: float,
+                 labels: dict[str, str] | None = None) -> None:
         self.url = url
         self.workloads = list(workloads)
+        self.labels: dict[str, str] = dict(labels or {})  # sent on every claim; none: the claim carries no labels
         self.concurrency = concurrency
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds

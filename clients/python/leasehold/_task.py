@@ -110,9 +110,10 @@ class Task:
 
     Attributes mirror the coordinator's task (``id``, ``job_id``, ``chunk_index``, ``workload``, ``attempt``,
     ``max_attempts``, ``input_uri``, ``input_sha256``, ``parameters``, ``priority``, ``traceparent``,
-    ``lease_expires_at``) plus ``worker_id``. The worker heartbeats the lease by itself; when a heartbeat (or
-    :meth:`progress`) finds the task cancelled or the lease lost, :attr:`cancelled` turns true and
-    :attr:`cancel_event` is set: the handler should stop, as its result will not be reported.
+    ``lease_expires_at``, ``concurrency_key``, ``required_labels``) plus ``worker_id``. The worker heartbeats
+    the lease by itself; when a heartbeat (or :meth:`progress`) finds the task cancelled or the lease lost,
+    :attr:`cancelled` turns true and :attr:`cancel_event` is set: the handler should stop, as its result will
+    not be reported.
     """
 
     def __init__(self, record: TaskRecord, worker_id: str, progress: ProgressSink | None = None) -> None:
@@ -129,6 +130,8 @@ class Task:
         self.priority = record.priority
         self.traceparent = record.traceparent
         self.lease_expires_at: datetime | None = record.lease_expires_at
+        self.concurrency_key = record.concurrency_key
+        self.required_labels: dict[str, str] = dict(record.required_labels)
         self.worker_id = worker_id
         self.cancel_event = threading.Event()
         self.cancel_reason = ""

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
-from ._checks import json_violations, task_json
+from ._checks import json_violations, labels_json, task_json
 from ._otel import current_traceparent
 from ._transport import Transport, TransportName, make_transport
 from .errors import FieldViolation, UnavailableError, invalid_request
@@ -17,6 +17,7 @@ from .models import (
     Job,
     JobSnapshot,
     JobStatus,
+    KeyLimit,
     ResultManifest,
     RetriedJob,
     TaskDetail,
@@ -97,6 +98,8 @@ class Client:
         traceparent: str | None = None,
         failure_policy: FailurePolicy | None = None,
         max_failed_tasks: int | None = None,
+        concurrency_key: str | None = None,
+        required_labels: Mapping[str, str] | None = None,
     ) -> CreatedJob:
         """Creates a job of ``tasks`` (or one task from ``input_uri``/``input_sha256``).
 
@@ -111,6 +114,14 @@ class Client:
         ``max_failed_tasks`` failed, else ``completed``, with the completed chunks' results listed either
         way). Unset, both take the workload's settings (by default ``fail_fast`` with no failure tolerated).
 
+        ``concurrency_key`` (a customer id, say; at most 128 bytes) is inherited by every task: the workload's
+        ``max_leased_per_key`` (or the key's own cap, :meth:`put_key_limit`) bounds how many of the key's
+        tasks are leased at once, and within a priority the keys take turns. ``required_labels`` are labels a
+        worker must claim with (``Worker(labels=...)``, every pair equal) to lease the job's tasks; a
+        :class:`~leasehold.models.TaskSpec` may add its own. Names and values match ``^[a-z0-9._/-]{1,63}$``,
+        at most 16; the coordinator refuses others with :class:`~leasehold.errors.InvalidArgumentError`
+        naming the field (``required_labels[gpu]``), and nothing is written.
+
         An unknown key in a task mapping, a value of the wrong type, or a parameter that is not a JSON value
         raises :class:`~leasehold.errors.InvalidArgumentError` before anything is sent, with one
         ``violations`` entry per problem (``tasks[3].chunk_idx: unknown field``).
@@ -120,6 +131,7 @@ class Client:
             created = client.create_job("render", tasks=[TaskSpec(i, uri, sha) for i, (uri, sha) in enumerate(chunks)],
                                         parameters={"frames": 240}, idempotency_key="film-7",
                                         failure_policy="continue", max_failed_tasks=2)
+            client.create_job("render", tasks=chunks, concurrency_key="customer-42", required_labels={"gpu": "a100"})
         """
         req: JsonObject = {"workload": workload}
         bad: list[FieldViolation] = []
@@ -129,6 +141,8 @@ class Client:
                 if isinstance(t, TaskSpec):
                     if t.parameters is not None:
                         json_violations(t.parameters, f"tasks[{i}].parameters", bad)
+                    if t.required_labels is not None:
+                        labels_json(t.required_labels, f"tasks[{i}].required_labels", bad)
                     specs.append(t.to_json())
                 else:
                     specs.append(task_json(t, f"tasks[{i}]", bad))
@@ -153,6 +167,10 @@ class Client:
             req["failure_policy"] = _enum_name("FAILURE_POLICY_", failure_policy)
         if max_failed_tasks is not None:
             req["max_failed_tasks"] = max_failed_tasks
+        if concurrency_key:
+            req["concurrency_key"] = concurrency_key
+        if required_labels:
+            req["required_labels"] = labels_json(required_labels, "required_labels", bad)
         if bad:
             raise invalid_request("CreateJob", bad)
         return CreatedJob.from_json(self._call("CreateJob", req))
@@ -291,11 +309,25 @@ class Client:
 
     def put_workload(self, name: str, *, max_attempts: int | None = None, lease_seconds: int | None = None,
                      parameters_schema: Mapping[str, Any] | None = None, max_pending_seconds: int | None = None,
-                     failure_policy: FailurePolicy | None = None, max_failed_tasks: int | None = None) -> Workload:
+                     failure_policy: FailurePolicy | None = None, max_failed_tasks: int | None = None,
+                     max_leased: int | None = None, max_leased_per_key: int | None = None,
+                     max_leases_per_second: float | None = None, leases_burst: int | None = None) -> Workload:
         """Registers a workload or updates it (admin token); unset settings take the server's defaults.
 
         ``failure_policy`` and ``max_failed_tasks`` are the defaults of the workload's jobs (see
         :meth:`create_job`).
+
+        Flow control, enforced by every claim on every coordinator: ``max_leased`` (at most that many of the
+        workload's tasks leased at once), ``max_leased_per_key`` (the same for each ``concurrency_key``;
+        :meth:`put_key_limit` gives one key another cap), and ``max_leases_per_second`` with ``leases_burst``
+        (a token bucket of tasks leased per second, whatever each claim's batch size). Each replaces what the
+        workload had: left unset, that cap or limit is removed. Whether it is paused is kept (:meth:`pause`).
+        A cap below 1, a rate without a burst or a burst below 1 raise
+        :class:`~leasehold.errors.InvalidArgumentError` naming the field, and nothing is written.
+
+        Example::
+
+            client.put_workload("render", max_leased=8, max_leased_per_key=2, max_leases_per_second=50, leases_burst=10)
         """
         req: JsonObject = {"name": name}
         if max_attempts is not None:
@@ -310,8 +342,49 @@ class Client:
             req["failure_policy"] = _enum_name("FAILURE_POLICY_", failure_policy)
         if max_failed_tasks is not None:
             req["max_failed_tasks"] = max_failed_tasks
+        if max_leased is not None:
+            req["max_leased"] = max_leased
+        if max_leased_per_key is not None:
+            req["max_leased_per_key"] = max_leased_per_key
+        if max_leases_per_second is not None:
+            req["max_leases_per_second"] = max_leases_per_second
+        if leases_burst is not None:
+            req["leases_burst"] = leases_burst
         return Workload.from_json(field_of(self._call("PutWorkload", req), "workload") or {})
 
     def list_workloads(self) -> list[Workload]:
         """The registered workloads, ordered by name."""
         return [Workload.from_json(w) for w in field_of(self._call("ListWorkloads", {}), "workloads") or []]
+
+    # ---------- flow control (admin token) ----------
+
+    def put_key_limit(self, workload: str, key: str, max_leased: int) -> KeyLimit:
+        """Sets one concurrency key's cap in place of the workload's ``max_leased_per_key``, from the next claim.
+
+        A premium tenant's key may get 10 where the default is 2. Claims parked on the workload are woken, so
+        a raised cap fills at once. An unknown workload raises :class:`~leasehold.errors.NotFoundError`; a cap
+        below 1 or a key that is empty or over 128 bytes :class:`~leasehold.errors.InvalidArgumentError`.
+
+        Example::
+
+            client.put_workload("render", max_leased_per_key=2)
+            client.put_key_limit("render", "premium-customer", 10)
+        """
+        res = self._call("PutKeyLimit", {"name": workload, "key": key, "max_leased": max_leased})
+        return KeyLimit.from_json(res)
+
+    def pause(self, workload: str) -> Workload:
+        """Pauses a workload: no claim leases its tasks until :meth:`resume`; returns it with ``paused`` set.
+
+        Leases already held run on and may complete; jobs can still be created (their tasks wait, and
+        :meth:`get_task` says ``workload_paused``). Pausing a paused workload changes nothing. An unknown
+        workload raises :class:`~leasehold.errors.NotFoundError`.
+        """
+        return Workload.from_json(field_of(self._call("PauseWorkload", {"name": workload}), "workload") or {})
+
+    def resume(self, workload: str) -> Workload:
+        """Resumes a paused workload and wakes the claims parked on it; returns it with ``paused`` unset.
+
+        An unknown workload raises :class:`~leasehold.errors.NotFoundError`.
+        """
+        return Workload.from_json(field_of(self._call("ResumeWorkload", {"name": workload}), "workload") or {})

@@ -12,12 +12,26 @@ are never renamed, and their numbers are read the same way on both transports
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
+
+from ._read import (
+    _bool,
+    _enum,
+    _float,
+    _int,
+    _labels,
+    _list,
+    _msg,
+    _obj,
+    _str,
+    _time,
+)
+from ._read import field_of as field_of
+from ._read import parse_time as parse_time
+from ._read import plain_json as plain_json
 
 __all__ = [
     "AttemptOutcome",
@@ -30,6 +44,7 @@ __all__ = [
     "JobFailure",
     "JobSnapshot",
     "JobStatus",
+    "KeyLimit",
     "ResultManifest",
     "RetriedJob",
     "TaskAttempt",
@@ -38,6 +53,7 @@ __all__ = [
     "TaskRecord",
     "TaskSpec",
     "TaskStatus",
+    "WaitingReason",
     "WatchUpdate",
     "Workload",
     "plain_json",
@@ -57,116 +73,21 @@ EventKind = Literal["", "task_status", "task_progress", "job_status"]
 FailurePolicy = Literal["", "fail_fast", "continue"]
 #: How an attempt of a task ended (``running``: it holds its lease now).
 AttemptOutcome = Literal["", "running", "completed", "failed", "lease_expired", "cancelled"]
-
-_CAMEL: dict[str, str] = {}
-
-
-def _camel(name: str) -> str:
-    c = _CAMEL.get(name)
-    if c is None:
-        head, *rest = name.split("_")
-        c = _CAMEL[name] = head + "".join(p[:1].upper() + p[1:] for p in rest)
-    return c
-
-
-def field_of(d: Mapping[str, Any], name: str, default: Any = None) -> Any:
-    """``d[name]`` in its proto or its lowerCamelCase spelling, else ``default``."""
-    if name in d:
-        return d[name]
-    return d.get(_camel(name), default)
-
-
-def _str(d: Mapping[str, Any], name: str) -> str:
-    v = field_of(d, name, "")
-    return "" if v is None else str(v)
-
-
-def _int(d: Mapping[str, Any], name: str) -> int:
-    v = field_of(d, name, 0)
-    return int(v) if v is not None else 0
-
-
-def _float(d: Mapping[str, Any], name: str) -> float:
-    v = field_of(d, name, 0.0)
-    return float(v) if v is not None else 0.0
-
-
-def _bool(d: Mapping[str, Any], name: str) -> bool:
-    return bool(field_of(d, name, False))
-
-
-# The largest magnitude up to which every integer is a double: ``google.protobuf.Struct`` carries every
-# number as a double, so no integer beyond it survives the trip on either transport.
-_EXACT = 2**53
-
-
-def plain_json(value: Any) -> Any:
-    """A ``google.protobuf.Struct`` value as the same Python value on both transports.
-
-    A Struct carries every number as a double: over gRPC ``{"frames": 240}`` arrives as ``240.0``, over JSON
-    as ``240``. Read through this function, a number is an ``int`` when it is integral and within ±2**53
-    (``240.0`` → ``240``, ``-0.0`` → ``0``), else a ``float`` (``240.5``, ``1e300``; an integer beyond 2**53
-    could not be carried exactly and reads as the float it became). Lists and dicts are read item by item;
-    strings, booleans and ``None`` are kept.
-
-    Example::
-
-        >>> plain_json({"frames": 240.0, "fps": 23.976, "sizes": [1.0, 2.5], "big": 1e300})
-        {'frames': 240, 'fps': 23.976, 'sizes': [1, 2.5], 'big': 1e+300}
-    """
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) and value.is_integer() and abs(value) <= _EXACT else value
-    if isinstance(value, int):
-        return value if abs(value) <= _EXACT else float(value)
-    if isinstance(value, Mapping):
-        return {str(k): plain_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_json(v) for v in value]
-    return value
-
-
-def _obj(d: Mapping[str, Any], name: str) -> JsonObject | None:
-    v = field_of(d, name)
-    return plain_json(v) if isinstance(v, Mapping) else None
-
-
-_FRACTION = re.compile(r"\.(\d+)")
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as an aware datetime (nanoseconds cut to microseconds); ``None`` when unset."""
-    if not value or not isinstance(value, str):
-        return None
-    text = value.replace("Z", "+00:00").replace("z", "+00:00")
-    text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
-    return datetime.fromisoformat(text)
-
-
-def _time(d: Mapping[str, Any], name: str) -> datetime | None:
-    return parse_time(field_of(d, name))
-
-
-def _enum(d: Mapping[str, Any], name: str, prefix: str, names: tuple[str, ...]) -> str:
-    """An enum as its lower-case short name (``JOB_STATUS_FAILED`` → ``failed``); ``""`` when unspecified."""
-    v = field_of(d, name)
-    if isinstance(v, int):
-        return names[v] if 0 <= v < len(names) else str(v)
-    if not v:
-        return ""
-    s = str(v)
-    if s.startswith(prefix):
-        s = s[len(prefix):]
-    s = s.lower()
-    return "" if s == "unspecified" else s
-
+#: Why a pending task is not running (the proto's ``WAITING_REASON_*`` in lower case; ``""`` when the task is
+#: not pending): ``queued`` (claimable, behind the tasks before it), ``retry_backoff``, ``workload_paused``,
+#: ``workload_cap``, ``key_cap``, ``rate_limited``, ``labels_unmatched`` (no worker claimed the workload with
+#: the labels it needs in the last minute) or ``no_workers`` (nobody claimed the workload in the last minute).
+WaitingReason = Literal["", "queued", "retry_backoff", "workload_paused", "workload_cap", "key_cap", "rate_limited",
+                        "labels_unmatched", "no_workers"]
 
 _TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled")
 _JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled")
 _EVENT_KINDS = ("", "task_status", "task_progress", "job_status")
 _OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
 _POLICIES = ("", "fail_fast", "continue")
+_WAITING_REASONS = ("", "queued", "retry_backoff", "workload_paused", "workload_cap", "key_cap", "rate_limited",
+                    "labels_unmatched", "no_workers")
+
 
 
 def _policy(d: Mapping[str, Any]) -> FailurePolicy:
@@ -181,23 +102,18 @@ def _task_status(d: Mapping[str, Any], name: str) -> TaskStatus:
     return cast(TaskStatus, _enum(d, name, "TASK_STATUS_", _TASK_STATUSES))
 
 
-def _list(d: Mapping[str, Any], name: str) -> list[Any]:
-    v = field_of(d, name)
-    return list(v) if isinstance(v, (list, tuple)) else []
-
-
-def _msg(d: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    v = field_of(d, name)
-    return v if isinstance(v, Mapping) else {}
 
 
 @dataclass(frozen=True)
 class TaskSpec:
     """One chunk of a job as submitted to :meth:`leasehold.Client.create_job`.
 
+    ``required_labels`` are labels a worker must claim with to lease this chunk, on top of the job's (this
+    chunk's value wins for a name both give).
+
     Example::
 
-        TaskSpec(0, "s3://in/0.mp4", sha256_hex, parameters={"frames": 240})
+        TaskSpec(0, "s3://in/0.mp4", sha256_hex, parameters={"frames": 240}, required_labels={"gpu": "a100"})
     """
 
     chunk_index: int
@@ -205,6 +121,7 @@ class TaskSpec:
     input_sha256: str
     parameters: JsonObject | None = None
     workload: str | None = None
+    required_labels: Mapping[str, str] | None = None
 
     def to_json(self) -> JsonObject:
         """The proto JSON of the spec, without unset fields."""
@@ -214,6 +131,8 @@ class TaskSpec:
             out["parameters"] = self.parameters
         if self.workload:
             out["workload"] = self.workload
+        if self.required_labels:
+            out["required_labels"] = dict(self.required_labels)
         return out
 
 
@@ -224,7 +143,8 @@ class Job:
     ``status`` is ``pending``, ``running``, ``completed``, ``failed`` or ``cancelled``; ``parameters`` as
     :func:`plain_json` reads them. ``failure_policy`` (``fail_fast`` or ``continue``) and ``max_failed_tasks``
     say what the job does when its tasks fail for good (see :data:`FailurePolicy`); a completed job may hold
-    up to ``max_failed_tasks`` failed tasks.
+    up to ``max_failed_tasks`` failed tasks. ``concurrency_key`` (``""`` when none) and ``required_labels``
+    (empty when none) are the flow-control settings it was created with.
     """
 
     id: str
@@ -242,6 +162,8 @@ class Job:
     completed_at: datetime | None = None
     failure_policy: FailurePolicy = ""
     max_failed_tasks: int = 0
+    concurrency_key: str = ""
+    required_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -258,7 +180,8 @@ class Job:
             traceparent=_str(d, "traceparent"), cancel_reason=_str(d, "cancel_reason"),
             created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"),
             completed_at=_time(d, "completed_at"), failure_policy=_policy(d),
-            max_failed_tasks=_int(d, "max_failed_tasks"),
+            max_failed_tasks=_int(d, "max_failed_tasks"), concurrency_key=_str(d, "concurrency_key"),
+            required_labels=_labels(d, "required_labels"),
         )
 
 
@@ -268,6 +191,8 @@ class TaskRecord:
 
     ``error_code`` and ``error_message`` are those of the task's last failure (kept when a later attempt
     runs); ``parameters`` (the job's merged with the chunk's) and ``metrics`` as :func:`plain_json` reads them.
+    ``concurrency_key`` is the job's (``""`` when none); ``required_labels`` the labels a worker must claim
+    with to lease it (the job's merged with the chunk's own; empty when none).
     """
 
     id: str
@@ -293,6 +218,8 @@ class TaskRecord:
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    concurrency_key: str = ""
+    required_labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TaskRecord:
@@ -307,6 +234,7 @@ class TaskRecord:
             error_code=_str(d, "error_code"), error_message=_str(d, "error_message"),
             traceparent=_str(d, "traceparent"), version=_int(d, "version"), created_at=_time(d, "created_at"),
             started_at=_time(d, "started_at"), completed_at=_time(d, "completed_at"),
+            concurrency_key=_str(d, "concurrency_key"), required_labels=_labels(d, "required_labels"),
         )
 
 
@@ -362,21 +290,32 @@ class TaskAttempt:
 class TaskDetail:
     """A task with the history of its attempts, oldest first (:meth:`leasehold.Client.get_task`, ``list_tasks``).
 
+    ``waiting_reason`` and ``waiting_detail`` say why a pending task is not running (a :data:`WaitingReason`
+    and a sentence with its numbers, such as ``workload cap reached: 8 of 8 leased``),
+    computed when :meth:`~leasehold.Client.get_task` asks; ``""`` for a task that is not pending, and in
+    ``list_tasks``, which does not compute them.
+
     Example::
 
         detail = client.get_task(task_id)
         for a in detail.attempts:
             print(a.attempt, a.worker_id, a.outcome, a.error_code, a.error_message)
+        if detail.waiting_reason:
+            print(detail.waiting_reason, detail.waiting_detail)   # labels_unmatched needs labels gpu=a100: ...
     """
 
     task: TaskRecord
     attempts: list[TaskAttempt] = field(default_factory=list)
+    waiting_reason: WaitingReason = ""
+    waiting_detail: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TaskDetail:
         """From GetTaskResponse or TaskDetail JSON."""
         return cls(task=TaskRecord.from_json(_msg(d, "task")),
-                   attempts=[TaskAttempt.from_json(a) for a in _list(d, "attempts")])
+                   attempts=[TaskAttempt.from_json(a) for a in _list(d, "attempts")],
+                   waiting_reason=cast(WaitingReason, _enum(d, "waiting_reason", "WAITING_REASON_", _WAITING_REASONS)),
+                   waiting_detail=_str(d, "waiting_detail"))
 
 
 @dataclass(frozen=True)
@@ -545,7 +484,12 @@ class WatchUpdate:
 
 @dataclass(frozen=True)
 class Workload:
-    """A registered workload and its defaults (a job's ``failure_policy`` and ``max_failed_tasks`` among them)."""
+    """A registered workload and its defaults (a job's ``failure_policy`` and ``max_failed_tasks`` among them).
+
+    Its flow control: ``max_leased`` (at most that many of its tasks leased at once; ``0``: no cap),
+    ``max_leased_per_key`` (the same per concurrency key; ``0``: no cap), ``max_leases_per_second`` and
+    ``leases_burst`` (the rate limit's token bucket; ``0``: no limit), and ``paused``.
+    """
 
     name: str
     max_attempts: int = 0
@@ -556,6 +500,11 @@ class Workload:
     updated_at: datetime | None = None
     failure_policy: FailurePolicy = ""
     max_failed_tasks: int = 0
+    max_leased: int = 0
+    max_leased_per_key: int = 0
+    max_leases_per_second: float = 0.0
+    leases_burst: int = 0
+    paused: bool = False
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Workload:
@@ -564,4 +513,21 @@ class Workload:
                    max_pending_seconds=_int(d, "max_pending_seconds"),
                    parameters_schema=_obj(d, "parameters_schema"), created_at=_time(d, "created_at"),
                    updated_at=_time(d, "updated_at"), failure_policy=_policy(d),
-                   max_failed_tasks=_int(d, "max_failed_tasks"))
+                   max_failed_tasks=_int(d, "max_failed_tasks"), max_leased=_int(d, "max_leased"),
+                   max_leased_per_key=_int(d, "max_leased_per_key"),
+                   max_leases_per_second=_float(d, "max_leases_per_second"), leases_burst=_int(d, "leases_burst"),
+                   paused=_bool(d, "paused"))
+
+
+@dataclass(frozen=True)
+class KeyLimit:
+    """One concurrency key's own cap, as :meth:`leasehold.Client.put_key_limit` set it."""
+
+    workload: str
+    key: str
+    max_leased: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> KeyLimit:
+        """From PutKeyLimitResponse JSON."""
+        return cls(workload=_str(d, "name"), key=_str(d, "key"), max_leased=_int(d, "max_leased"))

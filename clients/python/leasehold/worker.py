@@ -14,7 +14,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, Literal, TypeVar
 
@@ -99,6 +99,11 @@ class Worker(WorkerState):
         heartbeat_interval: Seconds between heartbeats; default a third of each lease.
         executor: ``"thread"`` or ``"process"``.
         request_timeout: Seconds a call may take (a claim: plus its wait).
+        labels: The worker's labels (``{"gpu": "a100", "region": "eu"}``), sent on every claim: it then also
+            leases tasks whose ``required_labels`` they all match (a task requiring a label the worker lacks, or
+            has with another value, is never leased by it). Names and values match ``^[a-z0-9._/-]{1,63}$``, at
+            most 16; ones the coordinator refuses fail :meth:`run` at start with ``WorkerConfigError``.
+            Without labels, only tasks that require none are leased.
     """
 
     def __init__(
@@ -120,6 +125,7 @@ class Worker(WorkerState):
         heartbeat_interval: float | None = None,
         executor: Executor = "thread",
         request_timeout: float = 10.0,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         if not workloads:
             raise ValueError("workloads: at least one")
@@ -131,11 +137,15 @@ class Worker(WorkerState):
             raise ValueError('executor must be "thread" or "process"')
         if transport not in ("json", "grpc"):
             raise ValueError('transport must be "json" or "grpc"')
+        if labels is not None and not (isinstance(labels, Mapping) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
+            raise ValueError(f"labels: a mapping of label names to values, all strings: {labels!r}")
         worker_id = worker_id or f"{worker_prefix}{socket.gethostname()}-{os.getpid()}"
         if not _WORKER_ID.match(worker_id):
             raise ValueError(f"worker_id must be 1 to 128 printable ASCII characters without spaces: {worker_id!r}")
         super().__init__(url, workloads, concurrency, worker_id, lease_seconds, wait_seconds, prefetch, batch_results,
-                         claim_with_results, drain_timeout, heartbeat_interval, executor, request_timeout)
+                         claim_with_results, drain_timeout, heartbeat_interval, executor, request_timeout,
+                         labels=dict(labels) if labels else None)
         self._token = token
         self._transport_name: TransportName = transport
         self._claimer = Claimer(self)
@@ -182,9 +192,10 @@ class Worker(WorkerState):
         """Claims and runs tasks until SIGTERM/SIGINT (or :meth:`stop`), then drains and returns.
 
         Raises :class:`~leasehold.errors.WorkerConfigError` at start when a workload has no handler, when
-        the coordinator refuses the token or the ``worker_id`` (e.g. outside the worker token's prefix), or
-        when it does not know one of ``workloads`` (a misspelled name): the message names the workloads it
-        knows (when the coordinator tells, or the token may list them).
+        the coordinator refuses the token, the ``worker_id`` (e.g. outside the worker token's prefix) or the
+        ``labels`` (a name or value outside ``^[a-z0-9._/-]{1,63}$``), or when it does not know one of
+        ``workloads`` (a misspelled name): the message names the workloads it knows (when the coordinator
+        tells, or the token may list them).
 
         Example::
 
@@ -254,17 +265,25 @@ class Worker(WorkerState):
 
         A result for a task that cannot exist, whose ``claim_next`` names the worker's workloads: the
         coordinator checks a claim_next's workloads before it looks the task up, so NOT_FOUND of the task
-        means every workload is known, and nothing is written either way. A coordinator that cannot tell
+        means every workload is known (and the worker's labels, which it carries too, are good), and nothing
+        is written either way. A coordinator that cannot tell
         (one older than claim_next, or out of reach now) leaves it to the claims: the claimer stops the
         worker on the first claim refused for an unknown workload.
         """
+        claim: dict[str, Any] = {"workloads": self.workloads}
+        if self.labels:
+            claim["labels"] = self.labels
         req = {"task_id": _NIL_UUID, "worker_id": self.worker_id, "attempt": 1, "result_uri": "leasehold:probe",
-               "result_sha256": "0" * 64, "claim_next": {"workloads": self.workloads}}
+               "result_sha256": "0" * 64, "claim_next": claim}
         try:
             self._call("CompleteTask", req)
         except (NotFoundError, InvalidArgumentError) as e:
             if e.reason == "WORKLOAD_NOT_FOUND" or "claim_next.workloads" in e.message:
                 raise unknown_workloads(self, e) from e
+            if isinstance(e, InvalidArgumentError) and ("claim_next.labels" in e.message or any(
+                    v.field.startswith("claim_next.labels") for v in e.violations)):
+                # Labels no claim can carry: every claim would be refused the same way, so fail at start.
+                raise WorkerConfigError(f"the coordinator refuses the worker's labels {self.labels!r}: {e.message}") from e
             if isinstance(e, InvalidArgumentError) and "claim_next" in e.message:
                 # A coordinator older than claim_next: no report will carry one (it would be refused too).
                 self._claims_refused = True

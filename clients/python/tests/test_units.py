@@ -240,3 +240,40 @@ def test_a_cancelled_tasks_result_is_still_reported_a_lost_leases_is_not(monkeyp
     fake, stats = _run_one_task(monkeypatch, "task t1 was cancelled", "raise")  # nothing comes of its failure
     assert not [m for m, r in fake.calls if m == "FailTask" and r["task_id"] == "t1"]
     assert (stats["failed"], stats["dropped"]) == (0, 1)
+
+
+def test_flow_control_fields_read_in_either_spelling_and_enum_form() -> None:
+    from leasehold import TaskDetail, Workload
+
+    snake = {"task": {"id": "t1", "status": "TASK_STATUS_PENDING", "concurrency_key": "acme",
+                      "required_labels": {"gpu": "a100"}},
+             "waiting_reason": "WAITING_REASON_LABELS_UNMATCHED", "waiting_detail": "needs labels gpu=a100"}
+    camel = {"task": {"id": "t1", "status": "TASK_STATUS_PENDING", "concurrencyKey": "acme",
+                      "requiredLabels": {"gpu": "a100"}},
+             "waitingReason": 7, "waitingDetail": "needs labels gpu=a100"}
+    a, b = TaskDetail.from_json(snake), TaskDetail.from_json(camel)
+    assert a == b
+    assert (a.waiting_reason, a.task.concurrency_key, a.task.required_labels) == ("labels_unmatched", "acme",
+                                                                                  {"gpu": "a100"})
+    # A leased task: the coordinator leaves the reason unset.
+    assert TaskDetail.from_json({"task": {"id": "t1"}}).waiting_reason == ""
+    w = Workload.from_json({"name": "w", "maxLeased": 8, "maxLeasedPerKey": 2, "maxLeasesPerSecond": 2.5,
+                            "leasesBurst": 5, "paused": True})
+    assert (w.max_leased, w.max_leased_per_key, w.max_leases_per_second, w.leases_burst, w.paused) == (8, 2, 2.5, 5, True)
+    assert Workload.from_json({"name": "w"}).paused is False
+
+
+def test_worker_labels_are_checked_locally_and_kept() -> None:
+    import pytest
+
+    from leasehold import Worker
+    from leasehold._reporter import Reporter
+
+    plain = Worker("http://127.0.0.1:1", workloads=["w"])
+    labelled = Worker("http://127.0.0.1:1", workloads=["w"], labels={"gpu": "a100"})
+    assert (plain.labels, labelled.labels) == ({}, {"gpu": "a100"})
+    # A report's claim_next is a claim like the claimer's: it carries the labels, and none when there are none.
+    assert Reporter(labelled)._claim_next(2) == {"workloads": ["w"], "labels": {"gpu": "a100"}, "max_tasks": 2}
+    assert Reporter(plain)._claim_next(1) == {"workloads": ["w"]}
+    with pytest.raises(ValueError, match="labels"):
+        Worker("http://127.0.0.1:1", workloads=["w"], labels={"gpu": 100})  # type: ignore[dict-item]
