@@ -900,6 +900,19 @@ describe("flow control from the CLI", () => {
       "waiting:  workload_paused: the workload is paused (ResumeWorkload resumes it)",
     ]);
     expect(json).toMatchObject({ waiting_reason: "WAITING_REASON_WORKLOAD_PAUSED" });
+
+    // The workload's keys: acme holds its one slot and waits with one more.
+    const keys = await cli(["workload", "keys", "cli_wait"]);
+    expect(keys.code, keys.stderr).toBe(0);
+    expect(
+      keys.stdout
+        .trimEnd()
+        .split("\n")
+        .map((l) => l.split(/ +/)),
+    ).toEqual([
+      ["KEY", "LEASED", "CAP", "PENDING"],
+      ["acme", "1", "1", "1"],
+    ]);
     // A leased task waits for nothing: no waiting line.
     expect(await waiting(first)).toBeUndefined();
   });

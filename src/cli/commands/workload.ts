@@ -1,8 +1,10 @@
-// `workload put`, `workload list` and flow control: `workload pause` / `resume` and `workload
-// key-limit` (admin RPCs: PutWorkload, ListWorkloads, PauseWorkload, ResumeWorkload, PutKeyLimit).
+// `workload put`, `workload list` and flow control: `workload pause` / `resume`, `workload
+// key-limit` and `workload keys` (admin RPCs: PutWorkload, ListWorkloads, PauseWorkload,
+// ResumeWorkload, PutKeyLimit, ListWorkloadKeys).
 import type { JsonObject } from "@bufbuild/protobuf";
 import {
   FailurePolicy,
+  ListWorkloadKeysResponseSchema,
   ListWorkloadsResponseSchema,
   PauseWorkloadResponseSchema,
   PutKeyLimitResponseSchema,
@@ -166,6 +168,29 @@ export const workloadCommands: CommandSpec[] = [
       const res = await client.putKeyLimit({ name, key, maxLeased }, callOptions);
       if (json) printJson(jsonOf(PutKeyLimitResponseSchema, res));
       else out(`workload ${res.name} key ${JSON.stringify(res.key)}: max_leased ${res.maxLeased}`);
+      return 0;
+    },
+  },
+  {
+    name: "workload keys",
+    positionals: ["NAME"],
+    options: [{ name: "limit", value: "N" }],
+    summary: ["its concurrency keys, busiest first: leased (live),", "cap and pending tasks of each (at most --limit, 100)"],
+    async run({ client, callOptions, json, args: [name], opts }) {
+      const limit = intOption("limit", opts.limit, 1) ?? 0;
+      const res = await client.listWorkloadKeys({ name, limit }, callOptions);
+      if (json) printJson(jsonOf(ListWorkloadKeysResponseSchema, res));
+      else if (res.keys.length === 0) out("no keys");
+      else {
+        const rows = res.keys.map((k) => [
+          k.key === "" ? '""' : k.key,
+          String(k.leased),
+          k.maxLeased > 0 ? `${k.maxLeased}${k.ownLimit ? " (own)" : ""}` : "-",
+          String(k.pending),
+        ]);
+        out(table([["KEY", "LEASED", "CAP", "PENDING"], ...rows]));
+        if (res.truncated) out(`(the ${res.keys.length} busiest keys; --limit N shows more)`);
+      }
       return 0;
     },
   },
