@@ -915,7 +915,8 @@ describe("flow control from the CLI", () => {
     ]);
     // A leased task waits for nothing: no waiting line.
     expect(await waiting(first)).toBeUndefined();
-  });
+    // Ten CLI processes, mostly one after another: each starts Node, slow on a loaded machine.
+  }, 180_000);
 });
 
 async function claimWithLabels(workload: string, labels: Record<string, string>): Promise<RestTask[]> {
