@@ -55,8 +55,27 @@ function keyTable(w: Workload, keys: WorkloadKey[], truncated: boolean): HTMLEle
   );
 }
 
-/** The section, or null when no workload has keyed tasks. */
-export async function keyCountsSection(): Promise<HTMLElement | null> {
+/**
+ * How often the keys are counted again: each count reads a workload's unfinished tasks, so a tab
+ * left open on a deep queue asks for it less often than for the cached /metrics.
+ */
+const REFRESH_MS = 15_000;
+
+/**
+ * One overview's source of the section: each call gives the section, or null when no workload has
+ * keyed tasks, counted anew at most every REFRESH_MS (a new overview counts at once).
+ */
+export function keyCountsSource(): () => Promise<HTMLElement | null> {
+  let last: { at: number; section: HTMLElement | null } | undefined;
+  return async () => {
+    if (last && performance.now() - last.at < REFRESH_MS) return last.section;
+    const section = await countKeys();
+    last = { at: performance.now(), section };
+    return section;
+  };
+}
+
+async function countKeys(): Promise<HTMLElement | null> {
   try {
     const { workloads } = await client.listWorkloads({});
     const lists = await Promise.all(

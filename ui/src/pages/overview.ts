@@ -3,7 +3,7 @@
 // newest running jobs and ListWorkloadKeys.
 import { fetchMetrics } from "../api.js";
 import { loadError } from "../components/outcome.js";
-import { keyCountsSection } from "../components/key-counts.js";
+import { keyCountsSource } from "../components/key-counts.js";
 import { chart, hasRate, recordSample, SAMPLE_MS } from "../components/throughput.js";
 import { workersSection } from "../components/workers.js";
 import { workloadCounts } from "../components/workload-counts.js";
@@ -19,13 +19,14 @@ export function renderOverview(): () => void {
   clear(main, h("h1", {}, "Overview"), body);
   let stopped = false;
   let timer: number | undefined;
+  const keyCounts = keyCountsSource();
   const tick = async () => {
     let ms;
     try {
       const [metrics, workers, keys] = await Promise.all([
         fetchMetrics(),
         workersSection(),
-        isAdmin() ? keyCountsSection() : Promise.resolve(null),
+        isAdmin() ? keyCounts() : Promise.resolve(null),
       ]);
       ms = metrics;
       if (stopped) return;
