@@ -122,6 +122,7 @@ const queue: QueueService = {
   putKeyLimit: unsupported,
   pauseWorkload: unsupported,
   resumeWorkload: unsupported,
+  listWorkloadKeys: unsupported,
   maintain: unsupported,
   taskStats: unsupported,
 };

@@ -762,6 +762,7 @@ describe("deadlines and unexpected errors", () => {
       putKeyLimit: (i, o) => real.putKeyLimit(i, o),
       pauseWorkload: (i, o) => real.pauseWorkload(i, o),
       resumeWorkload: (i, o) => real.resumeWorkload(i, o),
+      listWorkloadKeys: (i, o) => real.listWorkloadKeys(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

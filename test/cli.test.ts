@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   AttemptOutcome,
@@ -334,11 +335,13 @@ describe("leasehold CLI against a live coordinator", () => {
     ]);
     expect(list.code, list.stderr).toBe(0);
     const lines = list.stdout.trimEnd().split("\n");
-    expect(lines[0]).toMatch(/^NAME +MAX_ATTEMPTS +LEASE_SECONDS +MAX_PENDING_SECONDS +SCHEMA +UPDATED$/);
+    expect(lines[0]).toMatch(
+      /^NAME +MAX_ATTEMPTS +LEASE_SECONDS +MAX_PENDING_SECONDS +SCHEMA +MAX_LEASED +PER_KEY +RATE +BURST +PAUSED +UPDATED$/,
+    );
     const alpha = lines.find((l) => l.startsWith("cli_alpha "));
     const beta = lines.find((l) => l.startsWith("cli_beta "));
-    expect(alpha?.split(/ +/).slice(0, 5)).toEqual(["cli_alpha", "2", "30", "600", "no"]);
-    expect(beta?.split(/ +/).slice(0, 5)).toEqual(["cli_beta", "3", "60", "0", "yes"]);
+    expect(alpha?.split(/ +/).slice(0, 10)).toEqual(["cli_alpha", "2", "30", "600", "no", "-", "-", "-", "-", "no"]);
+    expect(beta?.split(/ +/).slice(0, 10)).toEqual(["cli_beta", "3", "60", "0", "yes", "-", "-", "-", "-", "no"]);
     // Aligned: every column starts at the same offset in each row.
     for (const header of ["MAX_ATTEMPTS", "LEASE_SECONDS", "UPDATED"]) {
       const col = lines[0].indexOf(header);
@@ -736,3 +739,188 @@ describe("--token", () => {
     expect((JSON.parse(withToken.stdout) as { workloads: { name: string }[] }).workloads.map((w) => w.name)).toContain("cli_token");
   });
 });
+
+describe("flow control from the CLI", () => {
+  /** One row of the database, read directly (what the CLI's call wrote). */
+  async function row(sql: string, values: unknown[]): Promise<Record<string, unknown>> {
+    const c = new pg.Client({ connectionString: db.url });
+    c.on("error", () => {});
+    await c.connect();
+    try {
+      const { rows } = await c.query(sql, values);
+      expect(rows, sql).toHaveLength(1);
+      return rows[0] as Record<string, unknown>;
+    } finally {
+      await c.end();
+    }
+  }
+
+  it("workload put sets caps, a rate limit and a failure policy; list shows them; pause, resume, key-limit", async () => {
+    const put = await cli([
+      "workload",
+      "put",
+      "cli_flow",
+      "--max-leased",
+      "8",
+      "--max-leased-per-key",
+      "2",
+      "--max-leases-per-second",
+      "2.5",
+      "--leases-burst",
+      "10",
+      "--failure-policy",
+      "continue",
+      "--max-failed-tasks",
+      "3",
+    ]);
+    expect(put.code, put.stderr).toBe(0);
+    expect(put.stdout).toBe(
+      "workload cli_flow: max_attempts 3, lease_seconds 60, max_pending_seconds 0, failure_policy continue, max_failed_tasks 3, " +
+        "max_leased 8, max_leased_per_key 2, max_leases_per_second 2.5, leases_burst 10\n",
+    );
+    expect(
+      await row(
+        "SELECT max_leased, max_leased_per_key, max_leases_per_second, leases_burst, failure_policy::text AS fp, max_failed_tasks, paused FROM workloads WHERE name = $1",
+        ["cli_flow"],
+      ),
+    ).toEqual({
+      max_leased: 8,
+      max_leased_per_key: 2,
+      max_leases_per_second: 2.5,
+      leases_burst: 10,
+      fp: "continue",
+      max_failed_tasks: 3,
+      paused: false,
+    });
+
+    const paused = await cli(["workload", "pause", "cli_flow"]);
+    expect(paused.code, paused.stderr).toBe(0);
+    expect(paused.stdout).toBe("workload cli_flow paused\n");
+    expect(await row("SELECT paused FROM workloads WHERE name = $1", ["cli_flow"])).toEqual({ paused: true });
+
+    const [list, listJson, keyLimit] = await Promise.all([
+      cli(["workload", "list"]),
+      cliJson<{ workloads: Record<string, unknown>[] }>(["workload", "list"]),
+      cli(["workload", "key-limit", "cli_flow", "acme", "--max-leased", "5"]),
+    ]);
+    expect(list.code, list.stderr).toBe(0);
+    const line = list.stdout.split("\n").find((l) => l.startsWith("cli_flow "));
+    expect(line?.split(/ +/).slice(0, 10)).toEqual(["cli_flow", "3", "60", "0", "no", "8", "2", "2.5/s", "10", "yes"]);
+    expect(listJson.workloads.find((w) => w.name === "cli_flow")).toMatchObject({
+      max_leased: 8,
+      max_leased_per_key: 2,
+      max_leases_per_second: 2.5,
+      leases_burst: 10,
+      paused: true,
+    });
+    expect(keyLimit.code, keyLimit.stderr).toBe(0);
+    expect(keyLimit.stdout).toBe('workload cli_flow key "acme": max_leased 5\n');
+    expect(await row("SELECT max_leased FROM workload_key_limits WHERE workload = $1 AND key = $2", ["cli_flow", "acme"])).toEqual({
+      max_leased: 5,
+    });
+
+    const [resumed, resumedJson] = await Promise.all([
+      cli(["workload", "resume", "cli_flow"]),
+      cliJson<{ workload: Record<string, unknown> }>(["workload", "resume", "cli_flow"]),
+    ]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toBe("workload cli_flow resumed\n");
+    expect(resumedJson.workload).toMatchObject({ name: "cli_flow", paused: false });
+    expect(await row("SELECT paused FROM workloads WHERE name = $1", ["cli_flow"])).toEqual({ paused: false });
+  });
+
+  it("bad flow-control usage exits 2 and writes nothing; pausing an unknown workload exits 1 with not_found", async () => {
+    const [noBurst, zeroCap, noCap, badLabel, unknown] = await Promise.all([
+      cli(["workload", "put", "cli_flow_bad", "--max-leases-per-second", "5"]),
+      cli(["workload", "put", "cli_flow_bad", "--max-leased", "0"]),
+      cli(["workload", "key-limit", "cli_flow_bad", "acme"]),
+      cli(["job", "submit", "-", "--required-label", "gpu"], { stdin: "{}" }),
+      cli(["workload", "pause", "cli_no_such_workload"]),
+    ]);
+    expect(noBurst.code).toBe(2);
+    expect(noBurst.stderr).toMatch(/^leasehold: --max-leases-per-second and --leases-burst go together/);
+    expect(zeroCap.code).toBe(2);
+    expect(zeroCap.stderr).toMatch(/^leasehold: --max-leased must be an integer ≥ 1, not "0"/);
+    expect(noCap.code).toBe(2);
+    expect(noCap.stderr).toMatch(/--max-leased N is required/);
+    expect(badLabel.code).toBe(2);
+    expect(badLabel.stderr).toMatch(/^leasehold: --required-label must be KEY=VALUE, not "gpu"/);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/^leasehold: not_found: .*cli_no_such_workload.*\(request id [\w.:-]+\)\n$/);
+    expect(await row("SELECT count(*)::int AS n FROM workloads WHERE name = $1", ["cli_flow_bad"])).toEqual({ n: 0 });
+  });
+
+  it("job submit --concurrency-key and --required-label reach the tasks; task get says why a pending task waits", async () => {
+    await putWorkload("cli_wait", { max_leased_per_key: 1 });
+    const submitted = await cli([
+      "--json",
+      "job",
+      "submit",
+      jobFile("cli_wait", 2),
+      "--concurrency-key",
+      "acme",
+      "--required-label",
+      "gpu=a100",
+      "--required-label",
+      "region=eu",
+    ]);
+    expect(submitted.code, submitted.stderr).toBe(0);
+    const created = JSON.parse(submitted.stdout) as { job: { id: string; concurrency_key: string }; tasks: { id: string }[] };
+    const [first, second] = created.tasks.map((t) => t.id);
+    expect(
+      await row(
+        "SELECT count(*)::int AS n, min(concurrency_key) AS key, min(required_labels::text) AS labels FROM tasks WHERE job_id = $1",
+        [created.job.id],
+      ),
+    ).toEqual({ n: 2, key: "acme", labels: '{"gpu": "a100", "region": "eu"}' });
+
+    const waiting = async (taskId: string) => {
+      const r = await cli(["task", "get", taskId]);
+      expect(r.code, r.stderr).toBe(0);
+      return r.stdout.split("\n").find((l) => l.startsWith("waiting:"));
+    };
+    expect(await waiting(first)).toBe("waiting:  no_workers: no worker has asked for this workload in the last minute");
+
+    // A worker without the labels asks: the task names the labels it needs.
+    expect(await claimWithLabels("cli_wait", { gpu: "t4" })).toEqual([]);
+    expect(await waiting(first)).toMatch(/^waiting: {2}labels_unmatched: needs labels .*gpu.*a100.*/);
+
+    // One with them leases the first task; the key's cap of 1 holds the second.
+    expect((await claimWithLabels("cli_wait", { gpu: "a100", region: "eu" })).map((t) => t.id)).toEqual([first]);
+    expect(await waiting(second)).toBe('waiting:  key_cap: key cap reached: 1 of 1 leased for concurrency key "acme"');
+
+    const paused = await cli(["workload", "pause", "cli_wait"]);
+    expect(paused.code, paused.stderr).toBe(0);
+    const [human, json] = await Promise.all([
+      cli(["task", "get", second]),
+      cliJson<{ waiting_reason: string; waiting_detail: string }>(["task", "get", second]),
+    ]);
+    expect(human.stdout.split("\n").slice(1, 3)).toEqual([
+      "status:   pending (attempt 0 of 3)",
+      "waiting:  workload_paused: the workload is paused (ResumeWorkload resumes it)",
+    ]);
+    expect(json).toMatchObject({ waiting_reason: "WAITING_REASON_WORKLOAD_PAUSED" });
+
+    // The workload's keys: acme holds its one slot and waits with one more.
+    const keys = await cli(["workload", "keys", "cli_wait"]);
+    expect(keys.code, keys.stderr).toBe(0);
+    expect(
+      keys.stdout
+        .trimEnd()
+        .split("\n")
+        .map((l) => l.split(/ +/)),
+    ).toEqual([
+      ["KEY", "LEASED", "CAP", "PENDING"],
+      ["acme", "1", "1", "1"],
+    ]);
+    // A leased task waits for nothing: no waiting line.
+    expect(await waiting(first)).toBeUndefined();
+    // Ten CLI processes, mostly one after another: each starts Node, slow on a loaded machine.
+  }, 180_000);
+});
+
+async function claimWithLabels(workload: string, labels: Record<string, string>): Promise<RestTask[]> {
+  const r = await rest("POST", "/tasks/claim", { worker_id: "w-labels", workloads: [workload], max_tasks: 2, labels });
+  expect(r.status === 200 || r.status === 204, JSON.stringify(r.json)).toBe(true);
+  return r.status === 204 ? [] : (r.json.tasks as RestTask[]);
+}

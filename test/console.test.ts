@@ -350,6 +350,76 @@ describe("console as admin", () => {
     expect(await axeSerious(page)).toEqual([]);
   });
 
+  it("shows caps and pause state, pauses and resumes a workload, a pending task's waiting reason, per-key counts", async () => {
+    await api.putWorkload({ name: "keyed", maxLeased: 8, maxLeasedPerKey: 1, maxLeasesPerSecond: 50, leasesBurst: 10 });
+    const created = await api.createJob({ workload: "keyed", concurrencyKey: "acme", tasks: chunks(2, randomUUID()) });
+    const jobId = created.job!.id;
+    const claimed = await api.claimTasks({ workerId: "worker-k", workloads: ["keyed"], maxTasks: 2 });
+    expect(claimed.tasks.map((t) => t.chunkIndex)).toEqual([0]);
+
+    // Workloads: the caps, the rate and the state; Pause asks first, then the row says paused. (The
+    // tab may be on #/workloads already, where going to the same address loads nothing anew.)
+    await page.goto(`${base}/ui/#/workloads`, { waitUntil: "domcontentloaded" });
+    await page.reload({ waitUntil: "domcontentloaded" });
+    await page.waitForSelector('#workloads tr[data-workload="keyed"]', WAIT);
+    const cells = await page.$$eval('#workloads tr[data-workload="keyed"] td[data-col]', (tds) =>
+      tds.map((td) => [(td as unknown as El).dataset.col, td.textContent]),
+    );
+    expect(cells).toEqual([
+      ["max-leased", "8"],
+      ["per-key", "1"],
+      ["rate", "50/s (burst 10)"],
+      ["state", "active"],
+    ]);
+    await page.click('button[aria-label="Pause workload keyed"]');
+    await confirmDialog(page);
+    await page.waitForSelector('#workloads tr[data-workload="keyed"][data-paused="true"]', WAIT);
+    expect(await page.$eval('#workloads tr[data-workload="keyed"] td[data-col="state"]', (td) => td.textContent)).toBe("paused");
+    expect(await page.$eval("#outcome", (e) => e.textContent)).toContain("Workload keyed paused.");
+    expect((await api.listWorkloads({})).workloads.find((w) => w.name === "keyed")?.paused).toBe(true);
+    expect(await axeSerious(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, "workloads-paused.png"), fullPage: true });
+
+    // The pending chunk says why it waits: the workload is paused.
+    await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
+    await page.waitForSelector(".grid-wrap[data-complete]", WAIT);
+    await page.focus("#chunk-grid");
+    await page.keyboard.press("ArrowRight");
+    await page.waitForFunction(() => document.getElementById("grid-readout")?.textContent?.startsWith("Chunk 1: pending") === true, WAIT);
+    await page.keyboard.press("Enter");
+    await page.waitForSelector('#task-waiting[data-reason="workload_paused"]', WAIT);
+    expect(await page.$eval("#task-waiting", (e) => e.textContent)).toBe(
+      "Workload paused: the workload is paused (ResumeWorkload resumes it)",
+    );
+
+    // Resume: the row is active again, and the same chunk now waits for its key's cap.
+    await page.goto(`${base}/ui/#/workloads`, { waitUntil: "domcontentloaded" });
+    await page.waitForSelector('button[aria-label="Resume workload keyed"]', WAIT);
+    await page.click('button[aria-label="Resume workload keyed"]');
+    await confirmDialog(page);
+    await page.waitForSelector('#workloads tr[data-workload="keyed"][data-paused="false"]', WAIT);
+    expect((await api.listWorkloads({})).workloads.find((w) => w.name === "keyed")?.paused).toBe(false);
+    await page.goto(`${base}/ui/#/jobs/${jobId}`, { waitUntil: "domcontentloaded" });
+    await page.waitForSelector(".grid-wrap[data-complete]", WAIT);
+    await page.focus("#chunk-grid");
+    await page.keyboard.press("ArrowRight");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector('#task-waiting[data-reason="key_cap"]', WAIT);
+    expect(await page.$eval("#task-waiting", (e) => e.textContent)).toBe(
+      'Key cap: key cap reached: 1 of 1 leased for concurrency key "acme"',
+    );
+    expect(await axeSerious(page)).toEqual([]);
+
+    // The overview: the keyed workload's keys, leased against the cap, and pending.
+    await page.goto(`${base}/ui/#/`, { waitUntil: "domcontentloaded" });
+    await page.waitForSelector('#keys-keyed tr[data-key="acme"]', WAIT);
+    const row = await page.$$eval('#keys-keyed tr[data-key="acme"] > *', (cells) => cells.map((c) => c.textContent));
+    expect(row).toEqual(["acme", "1", "1", "1"]);
+    expect(await axeSerious(page)).toEqual([]);
+    await page.screenshot({ path: path.join(ARTIFACTS, "overview-keys.png"), fullPage: true });
+    await api.cancelJob({ jobId });
+  }, 240_000);
+
   it("lists jobs filtered by status, and finds one by id", async () => {
     const jobId = await createJob("render", 1);
     await page.goto(`${base}/ui/#/jobs?status=pending`, { waitUntil: "domcontentloaded" });

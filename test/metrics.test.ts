@@ -230,6 +230,38 @@ describe("GET /metrics", () => {
     expect(line).toMatchObject({ msg: "request", path: "/metrics", operation: "metrics", method: "GET", status: 200 });
   });
 
+  it("counts claims refused by a cap and by a rate limit, per workload, and shows the leased tasks while they are leased", async () => {
+    const capped = "metrics_capped";
+    const limited = "metrics_rate";
+    await client.putWorkload({ name: capped, maxLeased: 2 });
+    // One token, refilled once in 1,000 s: the second claim finds none.
+    await client.putWorkload({ name: limited, maxLeasesPerSecond: 0.001, leasesBurst: 1 });
+    const chunks = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ chunkIndex: i, inputUri: `s3://in/${i}`, inputSha256: sha(`c${i}`) }));
+    await client.createJob({ workload: capped, tasks: chunks(4) });
+    await client.createJob({ workload: limited, tasks: chunks(3) });
+    const before = await scrape();
+    expect(value(before, "leasehold_claims_refused_total", { workload: capped, reason: "cap" })).toBeUndefined();
+
+    const claim = (w: string, maxTasks: number) => client.claimTasks({ workerId: worker, workloads: [w], maxTasks });
+    expect((await claim(capped, 4)).tasks).toHaveLength(2);
+    expect((await claim(capped, 1)).tasks).toHaveLength(0);
+    expect((await claim(capped, 2)).tasks).toHaveLength(0);
+    expect((await claim(limited, 3)).tasks).toHaveLength(1);
+    expect((await claim(limited, 1)).tasks).toHaveLength(0);
+
+    const s = await scrape();
+    expect(value(s, "leasehold_claims_refused_total", { workload: capped, reason: "cap" })).toBe(2);
+    expect(value(s, "leasehold_claims_refused_total", { workload: capped, reason: "rate" })).toBeUndefined();
+    expect(value(s, "leasehold_claims_refused_total", { workload: limited, reason: "rate" })).toBe(1);
+    expect(value(s, "leasehold_claims_refused_total", { workload: limited, reason: "cap" })).toBeUndefined();
+    // Leased tasks per workload, read from the database at scrape time: the cap's 2, the token's 1.
+    expect(value(s, "leasehold_tasks", { workload: capped, status: "leased" })).toBe(2);
+    expect(value(s, "leasehold_tasks", { workload: capped, status: "pending" })).toBe(2);
+    expect(value(s, "leasehold_tasks", { workload: limited, status: "leased" })).toBe(1);
+    expect(value(s, "leasehold_tasks", { workload: limited, status: "pending" })).toBe(2);
+  });
+
   it("is a 404 on a server without metrics", async () => {
     const res = await fetch(`${bareBase}/metrics`);
     expect(res.status).toBe(404);

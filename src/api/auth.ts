@@ -48,6 +48,7 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   putKeyLimit: { roles: [] },
   pauseWorkload: { roles: [] },
   resumeWorkload: { roles: [] },
+  listWorkloadKeys: { roles: [] },
 };
 
 /** Every worker_id a request acts as (empty for RPCs that are not a worker's). */

@@ -1,18 +1,20 @@
 // Flow control's messages ↔ the queue's types: waiting reasons, and the requests and answers of
-// PutKeyLimit, PauseWorkload and ResumeWorkload.
+// PutKeyLimit, PauseWorkload, ResumeWorkload and ListWorkloadKeys.
 
 import { create } from "@bufbuild/protobuf";
 import {
+  ListWorkloadKeysResponseSchema,
   PauseWorkloadResponseSchema,
   PutKeyLimitResponseSchema,
   ResumeWorkloadResponseSchema,
   WaitingReason,
+  type ListWorkloadKeysResponse,
   type PauseWorkloadResponse,
   type PutKeyLimitRequest,
   type PutKeyLimitResponse,
   type ResumeWorkloadResponse,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import type { KeyLimit, PutKeyLimitInput, WaitingReason as DomainWaitingReason, Workload } from "../queue/types.js";
+import type { KeyLimit, ListWorkloadKeysResult, PutKeyLimitInput, WaitingReason as DomainWaitingReason, Workload } from "../queue/types.js";
 import { workloadMessage } from "./convert.js";
 
 export const WAITING_REASON: Record<DomainWaitingReason, WaitingReason> = {
@@ -40,4 +42,8 @@ export function pauseWorkloadResponse(w: Workload): PauseWorkloadResponse {
 
 export function resumeWorkloadResponse(w: Workload): ResumeWorkloadResponse {
   return create(ResumeWorkloadResponseSchema, { workload: workloadMessage(w) });
+}
+
+export function listWorkloadKeysResponse(r: ListWorkloadKeysResult): ListWorkloadKeysResponse {
+  return create(ListWorkloadKeysResponseSchema, { keys: r.keys, truncated: r.truncated });
 }

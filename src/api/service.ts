@@ -113,6 +113,9 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
       return create(PutWorkloadResponseSchema, { workload: convert.workloadMessage(workload) });
     },
 
+    async listWorkloadKeys(req, ctx) {
+      return flowConvert.listWorkloadKeysResponse(await queue.listWorkloadKeys({ name: req.name, limit: req.limit }, call(ctx)));
+    },
     async putKeyLimit(req, ctx) {
       return flowConvert.putKeyLimitResponse(await queue.putKeyLimit(flowConvert.putKeyLimitInput(req), call(ctx)));
     },

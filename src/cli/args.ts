@@ -6,8 +6,11 @@ import { JobStatus, TaskStatus } from "../../gen/leasehold/queue/v1/queue_pb.js"
 import { JOB_STATUSES, TASK_STATUSES } from "../queue/types.js";
 import { CliError, UsageError } from "./errors.js";
 
+/** An option's value as the command gets it (a repeatable option's: string[]). */
+type OptionValue = string | string[] | boolean | undefined;
+
 /** A non-negative int32 option (or a positive one with min 1). */
-export function intOption(name: string, value: string | boolean | undefined, min = 0): number | undefined {
+export function intOption(name: string, value: OptionValue, min = 0): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== "string" || !/^\d+$/.test(value) || Number(value) > 2 ** 31 - 1 || Number(value) < min) {
     throw new UsageError(`--${name} must be an integer ≥ ${min}, not ${JSON.stringify(value)}`);
@@ -16,8 +19,30 @@ export function intOption(name: string, value: string | boolean | undefined, min
 }
 
 /** A string option's value, or undefined when absent. */
-export function stringOption(value: string | boolean | undefined): string | undefined {
+export function stringOption(value: OptionValue): string | undefined {
   return typeof value === "string" ? value : undefined;
+}
+
+/** A positive number option (a rate: 0.5 is allowed). */
+export function positiveNumberOption(name: string, value: OptionValue): number | undefined {
+  if (value === undefined) return undefined;
+  const n = typeof value === "string" && /^\d+(\.\d+)?$/.test(value) ? Number(value) : NaN;
+  if (!(n > 0) || !Number.isFinite(n)) throw new UsageError(`--${name} must be a number > 0, not ${JSON.stringify(value)}`);
+  return n;
+}
+
+/** A repeatable KEY=VALUE option ("--required-label gpu=a100 --required-label region=eu") as a map. */
+export function pairsOption(name: string, value: OptionValue): Record<string, string> | undefined {
+  if (value === undefined) return undefined;
+  const pairs: Record<string, string> = {};
+  for (const item of Array.isArray(value) ? value : [String(value)]) {
+    const eq = item.indexOf("=");
+    if (eq < 1) throw new UsageError(`--${name} must be KEY=VALUE, not ${JSON.stringify(item)}`);
+    const key = item.slice(0, eq);
+    if (key in pairs) throw new UsageError(`--${name} ${key} is given twice`);
+    pairs[key] = item.slice(eq + 1);
+  }
+  return pairs;
 }
 
 /** "failed" → JobStatus.FAILED. */

@@ -11,6 +11,8 @@ export interface OptionSpec {
   required?: boolean;
   /** A line for the usage text's option list (the global options have one). */
   help?: string;
+  /** May be given more than once: the command gets every value, in order, as a string[]. */
+  repeatable?: boolean;
 }
 
 export interface Invocation {
@@ -20,8 +22,8 @@ export interface Invocation {
   json: boolean;
   /** Positionals after the command words. */
   args: string[];
-  /** Command options by their --long-name. */
-  opts: Record<string, string | boolean | undefined>;
+  /** Command options by their --long-name (a repeatable one's values as a string[]). */
+  opts: Record<string, string | string[] | boolean | undefined>;
 }
 
 export interface CommandSpec {

@@ -9,6 +9,7 @@ import {
   type JobFailure,
   type TaskAttempt,
   type TaskDetail,
+  WaitingReason,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 
 /** The fields of a JobFailure the CLI names (a live watch builds one from a task event). */
@@ -20,6 +21,11 @@ export function jobStatusName(s: JobStatus): string {
 
 export function taskStatusName(s: TaskStatus): string {
   return (TaskStatus[s] ?? String(s)).toLowerCase();
+}
+
+/** WaitingReason.WORKLOAD_CAP → "workload_cap". */
+export function waitingReasonName(r: WaitingReason): string {
+  return (WaitingReason[r] ?? String(r)).toLowerCase();
 }
 
 function outcomeName(o: AttemptOutcome): string {

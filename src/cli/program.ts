@@ -55,8 +55,8 @@ async function runCommand(
 ): Promise<number> {
   if (positionals.some((p) => p === "")) throw new UsageError(`${cmd.name}: empty ${cmd.positionals.join(" ")}`);
   const timeoutMs = intOption("timeout-ms", globals.timeoutMs, 1);
-  const opts: Record<string, string | boolean | undefined> = {};
-  for (const { name } of cmd.options) opts[name] = parsed[camelCase(name)] as string | boolean | undefined;
+  const opts: Invocation["opts"] = {};
+  for (const { name } of cmd.options) opts[name] = parsed[camelCase(name)] as Invocation["opts"][string];
   let client: Client<typeof QueueService> | undefined;
   const inv: Invocation = {
     get client() {
@@ -91,7 +91,10 @@ function buildProgram(result: { code: number }): Program {
     const [groupName, commandName] = cmd.name.split(" ");
     const sub = configure(group(groupName).command(commandName));
     for (const positional of cmd.positionals) sub.argument(`<${positional}>`);
-    for (const o of cmd.options) sub.option(o.value ? `--${o.name} <VALUE>` : `--${o.name}`);
+    for (const o of cmd.options) {
+      if (o.repeatable) sub.option(`--${o.name} <VALUE>`, "", (v: string, all: string[] = []) => [...all, v]);
+      else sub.option(o.value ? `--${o.name} <VALUE>` : `--${o.name}`);
+    }
     sub.action(async (...args: unknown[]) => {
       const command = args[args.length - 1] as Program;
       const positionals = args.slice(0, cmd.positionals.length) as string[];

@@ -7,7 +7,7 @@ const COLUMN = 33;
 const WIDTH = 80;
 
 function optionWord(o: OptionSpec): string {
-  const word = o.value ? `--${o.name} ${o.value}` : `--${o.name}`;
+  const word = `${o.value ? `--${o.name} ${o.value}` : `--${o.name}`}${o.repeatable ? " …" : ""}`;
   return o.required ? word : `[${word}]`;
 }
 

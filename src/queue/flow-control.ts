@@ -3,7 +3,7 @@
 // each waiting reason is told with. How the claim enforces them: src/store/postgres/flow-control.md.
 
 import { ValidationError } from "./errors.js";
-import type { Labels, PutKeyLimitInput, WaitingReason } from "./types.js";
+import type { Labels, ListWorkloadKeysInput, PutKeyLimitInput, WaitingReason } from "./types.js";
 
 export const FLOW_LIMITS = {
   /** max_leased, max_leased_per_key and a key's cap */
@@ -12,6 +12,8 @@ export const FLOW_LIMITS = {
   burst: { min: 1, max: 1_000_000 },
   labels: 16,
   concurrencyKeyBytes: 128,
+  /** ListWorkloadKeys' limit */
+  keysListed: { default: 100, max: 1000 },
 } as const;
 
 const LABEL = /^[a-z0-9._/-]{1,63}$/;
@@ -112,6 +114,17 @@ export function validatePutKeyLimit(input: PutKeyLimitInput, requireName: (field
     fail("max_leased", `is required (at least ${FLOW_LIMITS.cap.min})`);
   const maxLeased = optionalCap("max_leased", input.maxLeased)!;
   return { name, key, maxLeased };
+}
+
+export function validateListWorkloadKeys(
+  input: ListWorkloadKeysInput,
+  requireName: (field: string, v: unknown) => string,
+): { name: string; limit: number } {
+  const name = requireName("name", input.name);
+  const limit = input.limit || FLOW_LIMITS.keysListed.default;
+  if (!Number.isInteger(limit) || limit < 1 || limit > FLOW_LIMITS.keysListed.max)
+    fail("limit", `must be an integer from 1 to ${FLOW_LIMITS.keysListed.max} (0: ${FLOW_LIMITS.keysListed.default})`);
+  return { name, limit };
 }
 
 /** What the store reads to tell why a pending task waits (WAITING_FACTS). */

@@ -8,6 +8,8 @@ import { UnavailableError } from "./errors.js";
 import type { QueueService } from "./service.js";
 import type {
   KeyLimit,
+  ListWorkloadKeysInput,
+  ListWorkloadKeysResult,
   PutKeyLimitInput,
   BatchCompletedAndClaimed,
   CallOptions,
@@ -197,6 +199,10 @@ export class LongPollingQueue implements QueueService {
   // Resuming notifies the workload's channel: claims parked here are woken by that, on every coordinator.
   resumeWorkload(name: string, opts?: CallOptions): Promise<Workload> {
     return this.queue.resumeWorkload(name, opts);
+  }
+
+  listWorkloadKeys(input: ListWorkloadKeysInput, opts?: CallOptions): Promise<ListWorkloadKeysResult> {
+    return this.queue.listWorkloadKeys(input, opts);
   }
 
   reportProgress(input: ReportProgressInput, opts?: CallOptions): Promise<Task> {

@@ -31,6 +31,8 @@ import type {
   Workload,
   PutKeyLimitInput,
   KeyLimit,
+  ListWorkloadKeysInput,
+  ListWorkloadKeysResult,
 } from "./types.js";
 
 /**
@@ -80,6 +82,8 @@ export interface ApiQueue {
   pauseWorkload(name: string, opts?: CallOptions): Promise<Workload>;
   /** Undoes pauseWorkload and wakes the claims parked on the workload. */
   resumeWorkload(name: string, opts?: CallOptions): Promise<Workload>;
+  /** A workload's concurrency keys with their counts and caps, busiest first; NotFoundError for an unknown workload. */
+  listWorkloadKeys(input: ListWorkloadKeysInput, opts?: CallOptions): Promise<ListWorkloadKeysResult>;
 }
 
 /** What metrics read when scraped. */

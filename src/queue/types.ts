@@ -272,6 +272,32 @@ export interface KeyLimit {
   maxLeased: number;
 }
 
+/** ListWorkloadKeys: a workload's concurrency keys; limit 0 or absent means 100. */
+export interface ListWorkloadKeysInput {
+  name: string;
+  limit?: number;
+}
+
+/** One concurrency key of a workload, counted when asked. */
+export interface WorkloadKeyCount {
+  /** "" for the tasks of jobs without a key */
+  key: string;
+  pending: number;
+  /** live leases, as the caps count them */
+  leased: number;
+  /** the key's own cap, else the workload's maxLeasedPerKey; 0: none */
+  maxLeased: number;
+  /** maxLeased is the key's own (PutKeyLimit) */
+  ownLimit: boolean;
+}
+
+export interface ListWorkloadKeysResult {
+  /** by leased, then pending (most first), then key */
+  keys: WorkloadKeyCount[];
+  /** more keys qualified than the limit */
+  truncated: boolean;
+}
+
 export const WAITING_REASONS = [
   "queued",
   "retry_backoff",

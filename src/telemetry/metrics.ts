@@ -2,10 +2,12 @@
 // rendered by GET /metrics (src/api/server.ts):
 //   - default Node.js process metrics (no prefix);
 //   - counters and the pickup histogram, fed by the store through the
-//     QueueObserver that main.ts passes to PostgresQueue;
+//     QueueObserver that main.ts passes to PostgresQueue (claims refused by a
+//     flow-controlled workload's cap or rate limit among them);
 //   - RPC durations, observed by the metrics interceptor (src/api/interceptors.ts) for every RPC over
 //     every transport;
-//   - task counts and pool gauges, read only when scraped: task counts come from
+//   - task counts and pool gauges, read only when scraped (leased tasks per
+//     workload: leasehold_tasks{status="leased"}): task counts come from
 //     queue.taskStats(), cached (unfinished ~5 s, all 60 s: that one is a full
 //     scan), so a scrape never costs more than those queries; a failing query
 //     keeps the last values and logs a warning, it never fails the scrape.
@@ -116,6 +118,12 @@ export class Metrics implements ApiMetrics {
       help: "Leases that expired (requeued or failed for good by the reaper).",
       registers: [registry],
     });
+    const refused = new Counter({
+      name: "leasehold_claims_refused_total",
+      help: 'Empty claims of a flow-controlled workload, by what refused them: reason="cap" (its max_leased tasks are leased), reason="rate" (its rate limit had no token).',
+      labelNames: ["workload", "reason"] as const,
+      registers: [registry],
+    });
     const pickup = new Histogram({
       name: "leasehold_pickup_seconds",
       help: "How long a claimed task had been claimable before it was claimed.",
@@ -144,6 +152,9 @@ export class Metrics implements ApiMetrics {
       },
       leasesExpired(count) {
         if (count > 0) expirations.inc(count);
+      },
+      claimRefused(workload, by) {
+        refused.inc({ workload, reason: by });
       },
     };
 

@@ -25,6 +25,8 @@ import { QueueError } from "../queue/errors.js";
 import type { QueueService } from "../queue/service.js";
 import type {
   KeyLimit,
+  ListWorkloadKeysInput,
+  ListWorkloadKeysResult,
   PutKeyLimitInput,
   BatchCompletedAndClaimed,
   CallOptions,
@@ -283,6 +285,12 @@ export class TracedQueue implements QueueService {
   resumeWorkload(name: string, opts?: CallOptions): Promise<Workload> {
     return spanned("resumeWorkload", { "leasehold.queue.method": "resumeWorkload", "leasehold.workload": name }, () =>
       this.queue.resumeWorkload(name, opts),
+    );
+  }
+
+  listWorkloadKeys(input: ListWorkloadKeysInput, opts?: CallOptions): Promise<ListWorkloadKeysResult> {
+    return spanned("listWorkloadKeys", { "leasehold.queue.method": "listWorkloadKeys", "leasehold.workload": input.name }, () =>
+      this.queue.listWorkloadKeys(input, opts),
     );
   }
 

@@ -8,11 +8,24 @@ import {
   TaskStatus,
   type Job,
   type TaskDetail,
+  WaitingReason,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { JOB_STATUSES, TASK_STATUSES } from "../../queue/types.js";
 import { intOption, parseJobStatus, parseTaskStatus, stringOption } from "../args.js";
 import type { CommandSpec } from "../command.js";
-import { attemptRow, errorText, jobStatusName, jsonOf, out, printJson, table, taskErrorCell, taskStatusName, time } from "../format.js";
+import {
+  attemptRow,
+  errorText,
+  waitingReasonName,
+  jobStatusName,
+  jsonOf,
+  out,
+  printJson,
+  table,
+  taskErrorCell,
+  taskStatusName,
+  time,
+} from "../format.js";
 
 export const inspectCommands: CommandSpec[] = [
   {
@@ -53,7 +66,7 @@ export const inspectCommands: CommandSpec[] = [
     name: "task get",
     positionals: ["ID"],
     options: [],
-    summary: ["one task and each of its attempts: worker, times, outcome"],
+    summary: ["one task and each of its attempts: worker, times, outcome", "(a pending one: why it waits)"],
     async run({ client, callOptions, json, args: [taskId] }) {
       const res = await client.getTask({ taskId }, callOptions);
       if (json) printJson(jsonOf(GetTaskResponseSchema, res));
@@ -61,6 +74,9 @@ export const inspectCommands: CommandSpec[] = [
         const t = res.task;
         out(`task ${t?.id} (job ${t?.jobId}, chunk ${t?.chunkIndex}, workload ${t?.workload})`);
         out(`status:   ${taskStatusName(t?.status ?? TaskStatus.UNSPECIFIED)} (attempt ${t?.attempt ?? 0} of ${t?.maxAttempts ?? 0})`);
+        // Why a pending task is not running (computed by the coordinator when asked).
+        if (res.waitingReason !== WaitingReason.UNSPECIFIED)
+          out(`waiting:  ${waitingReasonName(res.waitingReason)}${res.waitingDetail ? `: ${res.waitingDetail}` : ""}`);
         // The task's error is the cause only when it failed; otherwise an earlier attempt's.
         if (t?.errorCode)
           out(t.status === TaskStatus.FAILED ? `error:    ${errorText(t.errorCode, t.errorMessage)}` : `earlier:  ${taskErrorCell(res)}`);

@@ -11,7 +11,7 @@ import {
   type Job,
   type ResultManifest,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
-import { intOption, readInput, readJsonFile, stringOption } from "../args.js";
+import { intOption, pairsOption, readInput, readJsonFile, stringOption } from "../args.js";
 import type { CommandSpec } from "../command.js";
 import { CliError } from "../errors.js";
 import { failureLine, jobStatusName, jsonOf, out, percent, printJson } from "../format.js";
@@ -27,8 +27,13 @@ export const jobCommands: CommandSpec[] = [
   {
     name: "job submit",
     positionals: ["FILE.json|-"],
-    options: [{ name: "watch" }],
-    summary: ["create a job from a CreateJobRequest in proto JSON", "(- reads stdin); --watch then watches it"],
+    options: [{ name: "watch" }, { name: "concurrency-key", value: "K" }, { name: "required-label", value: "KEY=VALUE", repeatable: true }],
+    summary: [
+      "create a job from a CreateJobRequest in proto JSON",
+      "(- reads stdin); --watch then watches it;",
+      "--concurrency-key and --required-label set those",
+      "fields of the request",
+    ],
     async run(inv) {
       const file = inv.args[0];
       const source = file === "-" ? "stdin" : file;
@@ -39,6 +44,9 @@ export const jobCommands: CommandSpec[] = [
       } catch (err) {
         throw new CliError(`${source}: not a CreateJobRequest: ${(err as Error).message}`);
       }
+      request.concurrencyKey = stringOption(inv.opts["concurrency-key"]) ?? request.concurrencyKey;
+      const labels = pairsOption("required-label", inv.opts["required-label"]);
+      if (labels !== undefined) request.requiredLabels = { ...request.requiredLabels, ...labels };
       const res = await inv.client.createJob(request, inv.callOptions);
       if (inv.json) printJson(jsonOf(CreateJobResponseSchema, res));
       else out(`job ${res.job?.id} submitted: ${plural(res.tasks.length, "task")}`);

@@ -4,6 +4,7 @@
 //
 //   workloads.ts     PutWorkload, ListWorkloads, the workload cache
 //   flow-control.ts  PauseWorkload, ResumeWorkload, PutKeyLimit, waiting reasons (the claim's part: claim.ts)
+//   workload-keys.ts ListWorkloadKeys (per-key counts and caps)
 //   create-job.ts    CreateJob (one statement, or COPY for a large job; ids from uuidv7.ts)
 //   claim.ts         ClaimTasks                    complete.ts   CompleteTask(s), with claim_next
 //   lease.ts         RenewLease, ReportProgress, FailTask
@@ -50,6 +51,8 @@ import type {
   Workload,
   WorkloadTaskStats,
   KeyLimit,
+  ListWorkloadKeysInput,
+  ListWorkloadKeysResult,
   PutKeyLimitInput,
 } from "../../queue/types.js";
 import { claimTasks } from "./claim.js";
@@ -57,6 +60,7 @@ import { completeTask, completeTaskAndClaim, completeTasks, completeTasksAndClai
 import type { StoreContext, StoreOptions } from "./context.js";
 import { createJob } from "./create-job.js";
 import { FlowWorkloads, pauseWorkload, putKeyLimit, resumeWorkload, WorkerSightings } from "./flow-control.js";
+import { listWorkloadKeys } from "./workload-keys.js";
 import { getTask, listTasks } from "./inspection.js";
 import { cancelJob, getJobStatus, listCompletedResults, listJobs, retryJob } from "./jobs.js";
 import { failTask, renewLease, reportProgress } from "./lease.js";
@@ -112,6 +116,10 @@ export class PostgresQueue implements QueueService {
 
   resumeWorkload(name: string, opts: CallOptions = {}): Promise<Workload> {
     return resumeWorkload(this.ctx, name, opts);
+  }
+
+  listWorkloadKeys(input: ListWorkloadKeysInput, opts: CallOptions = {}): Promise<ListWorkloadKeysResult> {
+    return listWorkloadKeys(this.ctx, input, opts);
   }
 
   createJob(input: CreateJobInput, opts: CallOptions = {}): Promise<CreateJobResult> {

@@ -1,6 +1,6 @@
-// A chunk's task, opened from the grid or the tasks table: its status, input, result and each
-// attempt with its worker, outcome and error.
-import { TaskStatus } from "../../../gen/leasehold/queue/v1/queue_pb.js";
+// A chunk's task, opened from the grid or the tasks table: its status, why it waits (a pending
+// one), input, result and each attempt with its worker, outcome and error.
+import { TaskStatus, WaitingReason } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { client } from "../api.js";
 import { clear, h, when } from "../dom.js";
 import { showError } from "./outcome.js";
@@ -26,6 +26,15 @@ export async function showTaskDetail(detail: HTMLElement, chunk: number, taskId:
         h("dd", { class: "mono" }, taskId),
         h("dt", {}, "Status"),
         h("dd", {}, badge(taskStatusName(status))),
+        r.waitingReason !== WaitingReason.UNSPECIFIED ? h("dt", {}, "Waiting") : null,
+        r.waitingReason !== WaitingReason.UNSPECIFIED
+          ? h(
+              "dd",
+              { id: "task-waiting", "data-reason": waitingReasonName(r.waitingReason) },
+              h("strong", {}, waitingReasonLabel(r.waitingReason)),
+              r.waitingDetail ? `: ${r.waitingDetail}` : "",
+            )
+          : null,
         h("dt", {}, "Attempt"),
         h("dd", {}, `${t?.attempt ?? 0} of ${t?.maxAttempts ?? 0}`),
         h("dt", {}, "Input"),
@@ -40,4 +49,14 @@ export async function showTaskDetail(detail: HTMLElement, chunk: number, taskId:
   } catch (err) {
     showError("Loading the task", err);
   }
+}
+
+function waitingReasonName(r: WaitingReason): string {
+  return (WaitingReason[r] ?? String(r)).toLowerCase();
+}
+
+/** WORKLOAD_CAP → "Workload cap". */
+function waitingReasonLabel(r: WaitingReason): string {
+  const words = waitingReasonName(r).replace(/_/g, " ");
+  return words.charAt(0).toUpperCase() + words.slice(1);
 }
