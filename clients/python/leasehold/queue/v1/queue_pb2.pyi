@@ -772,6 +772,36 @@ class ResumeWorkloadResponse(_message.Message):
     workload: Workload
     def __init__(self, workload: _Optional[_Union[Workload, _Mapping]] = ...) -> None: ...
 
+class ListWorkloadKeysRequest(_message.Message):
+    __slots__ = ("name", "limit")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    limit: int
+    def __init__(self, name: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListWorkloadKeysResponse(_message.Message):
+    __slots__ = ("keys", "truncated")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[WorkloadKey]
+    truncated: bool
+    def __init__(self, keys: _Optional[_Iterable[_Union[WorkloadKey, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class WorkloadKey(_message.Message):
+    __slots__ = ("key", "pending", "leased", "max_leased", "own_limit")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEASED_FIELD_NUMBER: _ClassVar[int]
+    OWN_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    pending: int
+    leased: int
+    max_leased: int
+    own_limit: bool
+    def __init__(self, key: _Optional[str] = ..., pending: _Optional[int] = ..., leased: _Optional[int] = ..., max_leased: _Optional[int] = ..., own_limit: _Optional[bool] = ...) -> None: ...
+
 class TaskDetail(_message.Message):
     __slots__ = ("task", "attempts")
     TASK_FIELD_NUMBER: _ClassVar[int]

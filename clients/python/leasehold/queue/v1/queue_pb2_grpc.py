@@ -138,6 +138,11 @@ class QueueServiceStub:
                 request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadRequest.SerializeToString,
                 response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadResponse.FromString,
                 _registered_method=True)
+        self.ListWorkloadKeys = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ListWorkloadKeys',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -337,6 +342,16 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkloadKeys(self, request, context):
+        """A workload's concurrency keys with their pending and leased task counts
+        and caps, busiest first: every key with a pending or leased task, and
+        every key with its own cap (PutKeyLimit). Counted when asked (a read of
+        the workload's unfinished tasks). An unknown workload is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -439,6 +454,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.ResumeWorkload,
                     request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadRequest.FromString,
                     response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadResponse.SerializeToString,
+            ),
+            'ListWorkloadKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkloadKeys,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -985,6 +1005,33 @@ class QueueService:
             '/leasehold.queue.v1.QueueService/ResumeWorkload',
             leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadRequest.SerializeToString,
             leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeWorkloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkloadKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ListWorkloadKeys',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,
