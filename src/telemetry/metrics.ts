@@ -116,6 +116,18 @@ export class Metrics implements ApiMetrics {
       help: "Leases that expired (requeued or failed for good by the reaper).",
       registers: [registry],
     });
+    const scheduleFired = new Counter({
+      name: "leasehold_schedule_ticks_fired_total",
+      help: "Schedule ticks that created a job, by schedule.",
+      labelNames: ["schedule"] as const,
+      registers: [registry],
+    });
+    const scheduleSkipped = new Counter({
+      name: "leasehold_schedule_ticks_skipped_total",
+      help: 'Schedule ticks that created no job, by schedule and reason: "overlap" (the previous job was not final), "catch_up" (missed while no coordinator ran, not caught up), "failed" (CreateJob refused the template).',
+      labelNames: ["schedule", "reason"] as const,
+      registers: [registry],
+    });
     const pickup = new Histogram({
       name: "leasehold_pickup_seconds",
       help: "How long a claimed task had been claimable before it was claimed.",
@@ -144,6 +156,11 @@ export class Metrics implements ApiMetrics {
       },
       leasesExpired(count) {
         if (count > 0) expirations.inc(count);
+      },
+      scheduleTicks(schedule, outcome, count) {
+        if (count <= 0) return;
+        if (outcome === "fired") scheduleFired.inc({ schedule }, count);
+        else scheduleSkipped.inc({ schedule, reason: outcome }, count);
       },
     };
 
