@@ -5,7 +5,7 @@
 import { Cron } from "croner";
 import { ValidationError, type FieldViolation } from "./errors.js";
 import type { CreateJobInput, TaskSpec } from "./types.js";
-import { LIMITS, requireText, requireWorkloadName, validateCreateJob, violationsError, type NormalizedCreateJob } from "./validation.js";
+import { LIMITS, requireText, validateCreateJob, violationsError, type NormalizedCreateJob } from "./validation.js";
 
 export const OVERLAP_POLICIES = ["allow", "skip"] as const;
 /** What a tick does while the previous tick's job is not final: create its job anyway, or skip it. */
