@@ -13,6 +13,7 @@ import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { CronSchedule, planTicks } from "../src/queue/schedules.js";
 import type { QueueObserver } from "../src/queue/service.js";
+import { NEXT_SCHEDULE_DUE, TAKE_DUE_SCHEDULE } from "../src/store/postgres/scheduler.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { sha } from "./support/queue.js";
@@ -433,5 +434,48 @@ describe("the scheduler's passes", () => {
     const got = await clients.connect.getJob({ jobId: job.id });
     expect(got.job?.scheduleName).toBe("listed");
     expect((await restCall(base, "GET", "/jobs?schedule_name=nosuch")).body.jobs ?? []).toEqual([]);
+  });
+});
+
+describe("a pass costs O(schedules due)", () => {
+  it("with 5,000 schedules not due, the probe and the take read schedules_due_idx only; a pass fires the due one alone", async () => {
+    await pool.query(
+      `
+      INSERT INTO schedules (name, cron, timezone, job, overlap, catch_up, max_catch_up, next_fire_at)
+      SELECT 'idle-' || i, '0 0 1 1 *', 'UTC', $1::jsonb, 'allow', 'one', 10, now() + interval '300 days' + i * interval '1 second'
+      FROM generate_series(1, 5000) AS i`,
+      [JSON.stringify({ workload: W, inputUri: "s3://x", inputSha256: sha("x") })],
+    );
+    await pool.query(`ANALYZE schedules`);
+    for (const text of [NEXT_SCHEDULE_DUE, TAKE_DUE_SCHEDULE]) {
+      const c = await pool.connect();
+      try {
+        await c.query("BEGIN");
+        const { rows } = await c.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`);
+        await c.query("ROLLBACK");
+        // The execution's plan (the planner's own catalog reads are listed apart, under "Planning").
+        const plan = JSON.stringify(rows[0]["QUERY PLAN"][0].Plan);
+        expect(plan, text).toContain("schedules_due_idx");
+        expect(plan, text).not.toContain('"Seq Scan"');
+        // A handful of index pages, not the table's.
+        const shared = [...plan.matchAll(/"Shared Hit Blocks": ?(\d+)/g)].map((m) => Number(m[1]));
+        expect(shared.length, text).toBeGreaterThan(0);
+        expect(Math.max(...shared), text).toBeLessThan(20);
+      } finally {
+        c.release();
+      }
+    }
+    await queue.putSchedule({
+      name: "due-among-many",
+      cron: "* * * * * *",
+      job: { workload: W, inputUri: "s3://x", inputSha256: sha("x") },
+    });
+    await dueSince("due-among-many", 0);
+    const r = await queue.fireSchedules();
+    expect(r.fired).toBeGreaterThanOrEqual(1);
+    expect((await jobsOf("due-among-many")).length).toBe(r.fired);
+    expect((await pool.query(`SELECT count(*)::int AS n FROM schedule_ticks WHERE schedule_name LIKE 'idle-%'`)).rows[0].n).toBe(0);
+    await queue.pauseSchedule("due-among-many");
+    await pool.query(`DELETE FROM schedules WHERE name LIKE 'idle-%'`);
   });
 });
