@@ -74,6 +74,15 @@ WHERE name = $1`;
 // Ticks a day older than the one handled: long past any tick a pass could handle again.
 export const PRUNE_TICKS = `DELETE FROM schedule_ticks WHERE schedule_name = $1 AND fire_at < $2::timestamptz - interval '1 day'`;
 
+/** What one schedule's transaction did (counted once it has committed). */
+interface ScheduleOutcome {
+  schedule: string;
+  fired: number;
+  overlap: number;
+  catchUp: number;
+  failures: ScheduleTickResult["failures"];
+}
+
 export class Scheduler {
   private readonly graceMs: number;
   private readonly maxPerPass: number;
@@ -93,8 +102,21 @@ export class Scheduler {
     const due = await this.nextDue(signal);
     if (due !== null && due <= 0) {
       for (let n = 0; n < this.maxPerPass; n++) {
-        const handled = await inTransaction(this.ctx.pool, signal, (c) => this.fireOne(c, result));
-        if (!handled) break; // nothing left, or what is due is held by another coordinator's pass
+        const done = await inTransaction(this.ctx.pool, signal, (c) => this.fireOne(c));
+        if (done === null) break; // nothing left, or what is due is held by another coordinator's pass
+        // Counted once committed: a tick rolled back is counted by the pass that fires it.
+        result.fired += done.fired;
+        result.skipped.overlap += done.overlap;
+        result.skipped.catchUp += done.catchUp;
+        result.skipped.failed += done.failures.length;
+        result.failures.push(...done.failures);
+        const counts = [
+          ["fired", done.fired],
+          ["overlap", done.overlap],
+          ["catch_up", done.catchUp],
+          ["failed", done.failures.length],
+        ] as const;
+        for (const [outcome, n] of counts) if (n > 0) this.config.observer?.scheduleTicks?.(done.schedule, outcome, n);
       }
     }
     result.nextDueInMs = await this.nextDue(signal);
@@ -108,12 +130,12 @@ export class Scheduler {
     return rows[0].ms === null ? null : Number(rows[0].ms);
   }
 
-  /** Fires the ticks of one due schedule; false when none was due (or every due one is held). */
-  private async fireOne(c: pg.PoolClient, result: ScheduleTickResult): Promise<boolean> {
+  /** Fires the ticks of one due schedule; null when none was due (or every due one is held). */
+  private async fireOne(c: pg.PoolClient): Promise<ScheduleOutcome | null> {
     const { rows } = await c.query({ name: "leasehold_take_due_schedule", text: TAKE_DUE_SCHEDULE });
-    if (rows.length === 0) return false;
+    if (rows.length === 0) return null;
     const s = rows[0] as ScheduleRow & { db_now: Date };
-    const observer = this.config.observer;
+    const done: ScheduleOutcome = { schedule: s.name, fired: 0, overlap: 0, catchUp: 0, failures: [] };
     const plan = planTicks(
       new CronSchedule(s.cron, s.timezone),
       { catchUp: s.catch_up, maxCatchUp: s.max_catch_up },
@@ -121,10 +143,7 @@ export class Scheduler {
       s.db_now,
       this.graceMs,
     );
-    if (plan.missedSkipped > 0) {
-      result.skipped.catchUp += plan.missedSkipped;
-      observer?.scheduleTicks?.(s.name, "catch_up", plan.missedSkipped);
-    }
+    done.catchUp = plan.missedSkipped;
     let lastFireAt: Date | null = null;
     let lastJobId: string | null = null;
     let previousFinal: boolean | undefined;
@@ -132,14 +151,11 @@ export class Scheduler {
       if (s.overlap === "skip") {
         previousFinal ??= s.last_job_id === null || ((await c.query(PREVIOUS_JOB_FINAL, [s.last_job_id])).rows[0].final as boolean);
         if (!previousFinal) {
-          if (await this.recordTick(c, s.name, tick, "skipped", "the previous tick's job is not final (overlap: skip)")) {
-            result.skipped.overlap++;
-            observer?.scheduleTicks?.(s.name, "overlap", 1);
-          }
+          if (await this.recordTick(c, s.name, tick, "skipped", "the previous tick's job is not final (overlap: skip)")) done.overlap++;
           continue;
         }
       }
-      const jobId = await this.fireTick(c, s, tick, result);
+      const jobId = await this.fireTick(c, s, tick, done);
       if (jobId !== null) {
         lastFireAt = tick;
         lastJobId = jobId;
@@ -148,7 +164,7 @@ export class Scheduler {
     }
     await c.query(ADVANCE_SCHEDULE, [s.name, plan.next, lastFireAt, lastJobId]);
     if (plan.fire.length > 0) await c.query(PRUNE_TICKS, [s.name, plan.fire[plan.fire.length - 1]]);
-    return true;
+    return done;
   }
 
   /**
@@ -156,8 +172,7 @@ export class Scheduler {
    * workload's schema changed since PutSchedule) records the tick failed and lets the schedule
    * go on, instead of failing the pass again on every tick. The job's id, or null.
    */
-  private async fireTick(c: pg.PoolClient, s: ScheduleRow, tick: Date, result: ScheduleTickResult): Promise<string | null> {
-    const observer = this.config.observer;
+  private async fireTick(c: pg.PoolClient, s: ScheduleRow, tick: Date, done: ScheduleOutcome): Promise<string | null> {
     await c.query("SAVEPOINT leasehold_tick");
     try {
       if (!(await this.recordTick(c, s.name, tick, "fired", null))) {
@@ -167,17 +182,14 @@ export class Scheduler {
       const created = await createJobInTransaction(this.ctx, c, s.job);
       await c.query(LINK_TICK_JOB, [s.name, tick, created.job.id]);
       await c.query("RELEASE SAVEPOINT leasehold_tick");
-      result.fired++;
-      observer?.scheduleTicks?.(s.name, "fired", 1);
+      done.fired++;
       return created.job.id;
     } catch (err) {
       if (!(err instanceof QueueError) || err.kind === "unavailable" || err.kind === "deadline_exceeded") throw err;
       await c.query("ROLLBACK TO SAVEPOINT leasehold_tick");
       await this.recordTick(c, s.name, tick, "failed", err.message);
       await c.query("RELEASE SAVEPOINT leasehold_tick");
-      result.skipped.failed++;
-      result.failures.push({ schedule: s.name, fireAt: tick, message: err.message });
-      observer?.scheduleTicks?.(s.name, "failed", 1);
+      done.failures.push({ schedule: s.name, fireAt: tick, message: err.message });
       return null;
     }
   }
