@@ -119,17 +119,29 @@ describe("the cron arithmetic (croner)", () => {
     ]);
     const every = new CronSchedule("* * * * * *", "UTC");
     const now = new Date("2026-01-01T00:01:00.400Z");
-    const from = new Date("2026-01-01T00:00:00Z"); // 60 ticks due, 55 of them more than 5 s ago
+    const from = new Date("2026-01-01T00:00:00Z"); // 61 ticks due, 60 of them more than the grace ago
     const iso = (p: { fire: Date[] }) => p.fire.map((d) => d.toISOString().slice(14, 19));
+    // The grace asked for is 5 s; half the interval (500 ms) bounds it.
     const skip = planTicks(every, { catchUp: "skip", maxCatchUp: 10 }, from, now, 5000);
-    expect(iso(skip)).toEqual(["00:56", "00:57", "00:58", "00:59", "01:00"]);
-    expect(skip.missedSkipped).toBe(56);
+    expect(iso(skip)).toEqual(["01:00"]);
+    expect(skip.missedSkipped).toBe(60);
     expect(skip.next?.toISOString()).toBe("2026-01-01T00:01:01.000Z");
     const one = planTicks(every, { catchUp: "one", maxCatchUp: 10 }, from, now, 5000);
-    expect(iso(one)).toEqual(["00:55", "00:56", "00:57", "00:58", "00:59", "01:00"]);
+    expect(iso(one)).toEqual(["00:59", "01:00"]);
     const all = planTicks(every, { catchUp: "all", maxCatchUp: 3 }, from, now, 5000);
-    expect(iso(all)).toEqual(["00:53", "00:54", "00:55", "00:56", "00:57", "00:58", "00:59", "01:00"]);
-    expect(all.missedSkipped).toBe(53);
+    expect(iso(all)).toEqual(["00:57", "00:58", "00:59", "01:00"]);
+    expect(all.missedSkipped).toBe(57);
+    // A minute schedule found 3 s late within a 5 s grace: late, not missed.
+    const minutely = new CronSchedule("* * * * *", "UTC");
+    const lateTick = planTicks(
+      minutely,
+      { catchUp: "skip", maxCatchUp: 10 },
+      new Date("2026-01-01T00:01:00Z"),
+      new Date("2026-01-01T00:01:03Z"),
+      5000,
+    );
+    expect(iso(lateTick)).toEqual(["01:00"]);
+    expect(lateTick.missedSkipped).toBe(0);
   });
 });
 

@@ -254,10 +254,12 @@ export interface TickPlan {
 }
 
 /**
- * What a due schedule does now. A tick more than `graceMs` before `now` is missed (no scheduler
- * ran at its time): the catch-up policy decides (skip: none, one: the latest, all: the latest
- * maxCatchUp). A tick within the grace is late but on time, and always fires, so a pass that runs
- * a little late never drops a tick.
+ * What a due schedule does now. A tick found due more than the grace after its time is missed (no
+ * scheduler ran at its time): the catch-up policy decides (skip: none, one: the latest, all: the
+ * latest maxCatchUp). A tick within the grace is late but on time, and always fires, so a pass
+ * that runs a little late drops nothing. The grace is `graceMs`, at most half the schedule's
+ * interval (500 ms for a per-second schedule), so "skip" never fires a tick that another tick of
+ * the schedule has already followed.
  */
 export function planTicks(
   cron: CronSchedule,
@@ -266,7 +268,9 @@ export function planTicks(
   now: Date,
   graceMs: number,
 ): TickPlan {
-  const late = new Date(now.getTime() - graceMs);
+  const following = cron.next(nextFireAt);
+  const grace = following === null ? graceMs : Math.min(graceMs, (following.getTime() - nextFireAt.getTime()) / 2);
+  const late = new Date(now.getTime() - grace);
   const fire: Date[] = [];
   let missedSkipped = 0;
   if (nextFireAt < late) {

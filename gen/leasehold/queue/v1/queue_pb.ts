@@ -3315,8 +3315,9 @@ export const OverlapPolicySchema: GenEnum<OverlapPolicy> = /*@__PURE__*/
 
 /**
  * What a schedule does with the ticks it missed while no coordinator ran (a
- * tick is missed when it is found due more than the scheduler's grace, 5 s by
- * default, after its time; a late tick within the grace always fires).
+ * tick is missed when it is found due more than the scheduler's grace after its
+ * time: 1 s, at most half the schedule's interval; a late tick within the
+ * grace always fires).
  *
  * @generated from enum leasehold.queue.v1.CatchUpPolicy
  */
