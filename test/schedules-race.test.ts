@@ -90,4 +90,62 @@ describe("a per-second schedule on three coordinators", () => {
     }
     expect(fired).toBeGreaterThanOrEqual(perTick.length - killedAt - 1);
   });
+
+  it("catch-up after a real outage: the coordinator is SIGKILLed, stays down 6 s, restarts; skip fires no missed tick, one the latest, all the latest 3", async () => {
+    db ??= await createTestDatabase();
+    if (!client) {
+      client = new pg.Client({ connectionString: db.url });
+      await client.connect();
+    }
+    const first = await startCoordinator(db.url);
+    expect((await restCall(first.base, "PUT", "/workloads/outage", {})).status).toBe(200);
+    const job = { workload: "outage", input_uri: "s3://in/o", input_sha256: sha("o") };
+    for (const policy of ["skip", "one", "all"]) {
+      const put = await restCall(first.base, "PUT", `/schedules/outage-${policy}`, {
+        cron: "* * * * * *",
+        catch_up: policy,
+        max_catch_up: 3,
+        job,
+      });
+      expect(put.status, put.text).toBe(200);
+    }
+    const jobs = async (policy: string) =>
+      (await client!.query(`SELECT count(*)::int AS n FROM jobs WHERE schedule_name = $1`, [`outage-${policy}`])).rows[0].n as number;
+    await until("two ticks of each", async () => (await Promise.all(["skip", "one", "all"].map(jobs))).every((n) => n >= 2), 30_000);
+    first.proc.signal("SIGKILL");
+    await first.proc.exited;
+    const before = (await client.query(`SELECT max(schedule_fire_at) AS last FROM jobs WHERE schedule_name LIKE 'outage-%'`)).rows[0]
+      .last as Date;
+    // The outage: no coordinator for 6 s (a per-second schedule misses 6 ticks and more while the next one starts).
+    await new Promise((r) => setTimeout(r, 6000));
+    await startCoordinator(db.url);
+    await until(
+      "a tick after the restart for each",
+      async () =>
+        (
+          await client!.query(
+            `SELECT count(DISTINCT schedule_name)::int AS n FROM jobs WHERE schedule_name LIKE 'outage-%' AND schedule_fire_at > $1::timestamptz + interval '8 seconds'`,
+            [before],
+          )
+        ).rows[0].n === 3,
+      60_000,
+    );
+    const caughtUp: Record<string, number> = {};
+    for (const policy of ["skip", "one", "all"]) {
+      // The jobs of ticks in the outage: fired by the restarted coordinator's first pass for ticks
+      // more than the grace (500 ms) before it.
+      const { rows } = await client.query(
+        `WITH after AS (SELECT * FROM jobs WHERE schedule_name = $1 AND schedule_fire_at > $2)
+         SELECT count(*)::int AS n FROM after WHERE schedule_fire_at < (SELECT min(created_at) FROM after) - interval '500 milliseconds'`,
+        [`outage-${policy}`, before],
+      );
+      caughtUp[policy] = rows[0].n;
+      const { rows: doubles } = await client.query(
+        `SELECT schedule_fire_at FROM jobs WHERE schedule_name = $1 GROUP BY 1 HAVING count(*) > 1`,
+        [`outage-${policy}`],
+      );
+      expect(doubles).toEqual([]);
+    }
+    expect(caughtUp).toEqual({ skip: 0, one: 1, all: 3 });
+  });
 });
