@@ -1,7 +1,9 @@
 // Exactly one job per tick across coordinators: three real coordinator processes on one database
 // run the scheduler against a per-second schedule; one is SIGKILLed while the ticks go on. Every
 // tick from the first to the last must have exactly one job: no gap (a tick the killed one held
-// is fired by another) and no double (the tick's unique key and its job commit together).
+// is fired by another) and no double (the tick's unique key and its job commit together). Then a
+// real outage: the only coordinator killed, none for 6 s, a new one started; each catch-up policy
+// fires what it says of the missed ticks.
 import pg from "pg";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
