@@ -12,7 +12,7 @@ export const OVERLAP_POLICIES = ["allow", "skip"] as const;
 export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
 
 export const CATCH_UP_POLICIES = ["skip", "one", "all"] as const;
-/** What a schedule does with ticks missed while no scheduler ran (catch-up.md: docs/schedules.md). */
+/** What a schedule does with ticks missed while no scheduler ran (docs/schedules.md, "Catch-up"). */
 export type CatchUpPolicy = (typeof CATCH_UP_POLICIES)[number];
 
 export const SCHEDULE_DEFAULTS = { timezone: "UTC", overlap: "allow", catchUp: "one", maxCatchUp: 10 } as const;
