@@ -90,6 +90,8 @@ const queue: QueueService = {
       maxFailedTasks: input.maxFailedTasks ?? 0,
       concurrencyKey: "",
       requiredLabels: null,
+      scheduleName: null,
+      scheduleFireAt: null,
     };
     const specs = input.tasks?.length ? input.tasks : [{ chunkIndex: 0, inputUri: job.inputUri, inputSha256: job.inputSha256 ?? "" }];
     const tasks = specs.map((t) => ({
@@ -123,6 +125,12 @@ const queue: QueueService = {
   pauseWorkload: unsupported,
   resumeWorkload: unsupported,
   listWorkloadKeys: unsupported,
+  putSchedule: unsupported,
+  getSchedule: unsupported,
+  listSchedules: unsupported,
+  deleteSchedule: unsupported,
+  pauseSchedule: unsupported,
+  resumeSchedule: unsupported,
   maintain: unsupported,
   taskStats: unsupported,
 };

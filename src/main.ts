@@ -14,6 +14,7 @@ import { ConfigError, loadConfig, type Config } from "./config/index.js";
 import { createLogger } from "./logger.js";
 import { LongPollingQueue } from "./queue/long-poll.js";
 import { Maintainer } from "./queue/maintenance.js";
+import { SchedulerLoop } from "./queue/scheduler.js";
 import type { QueueService } from "./queue/service.js";
 import { onShutdownSignal } from "./signals.js";
 import { EmbeddedStartError, startEmbeddedMode, type EmbeddedMode } from "./store/postgres/embedded-mode.js";
@@ -141,6 +142,9 @@ class Coordinator {
     // The maintenance half of the store, not through the long-poll wrapper (it changes claims only).
     this.maintainer = new Maintainer(store, logger, { intervalMs: config.reaperIntervalMs });
     this.maintainer.start();
+    const scheduler = new SchedulerLoop(store, logger);
+    scheduler.start();
+    this.shutdownHooks.push({ name: "scheduler", run: () => scheduler.stop() });
     this.server = createApiServer({
       // With tracing, a span per queue call of the API (the maintenance passes stay unspanned).
       queue: this.tracing ? traceQueue(queue) : queue,

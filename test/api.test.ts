@@ -763,6 +763,12 @@ describe("deadlines and unexpected errors", () => {
       pauseWorkload: (i, o) => real.pauseWorkload(i, o),
       resumeWorkload: (i, o) => real.resumeWorkload(i, o),
       listWorkloadKeys: (i, o) => real.listWorkloadKeys(i, o),
+      putSchedule: (i, o) => real.putSchedule(i, o),
+      getSchedule: (i, o) => real.getSchedule(i, o),
+      listSchedules: (o) => real.listSchedules(o),
+      deleteSchedule: (i, o) => real.deleteSchedule(i, o),
+      pauseSchedule: (i, o) => real.pauseSchedule(i, o),
+      resumeSchedule: (i, o) => real.resumeSchedule(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

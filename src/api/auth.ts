@@ -49,6 +49,12 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   pauseWorkload: { roles: [] },
   resumeWorkload: { roles: [] },
   listWorkloadKeys: { roles: [] },
+  putSchedule: { roles: [] },
+  getSchedule: { roles: [] },
+  listSchedules: { roles: [] },
+  deleteSchedule: { roles: [] },
+  pauseSchedule: { roles: [] },
+  resumeSchedule: { roles: [] },
 };
 
 /** Every worker_id a request acts as (empty for RPCs that are not a worker's). */

@@ -292,7 +292,13 @@ export function retryJobInput(r: RetryJobRequest): RetryJobInput {
 export function listJobsInput(r: ListJobsRequest): ListJobsInput {
   const status =
     r.status === JobStatus.UNSPECIFIED ? undefined : (Object.entries(JOB_STATUS).find(([, v]) => v === r.status)?.[0] ?? String(r.status));
-  return { status: status as ListJobsInput["status"], workload: opt(r.workload), pageSize: r.pageSize, pageToken: opt(r.pageToken) };
+  return {
+    status: status as ListJobsInput["status"],
+    workload: opt(r.workload),
+    pageSize: r.pageSize,
+    pageToken: opt(r.pageToken),
+    scheduleName: opt(r.scheduleName),
+  };
 }
 
 /** TASK_STATUS_UNSPECIFIED (0) means any status; an unknown number is passed on for validation to refuse. */
@@ -334,6 +340,8 @@ export function jobMessage(j: Job): PbJob {
     maxFailedTasks: j.maxFailedTasks,
     concurrencyKey: j.concurrencyKey,
     requiredLabels: j.requiredLabels ?? {},
+    scheduleName: j.scheduleName ?? "",
+    scheduleFireTime: ts(j.scheduleFireAt),
   });
 }
 

@@ -11,7 +11,13 @@ import {
   ClaimTasksResponseSchema,
   CompleteTaskResponseSchema,
   CreateJobResponseSchema,
+  DeleteScheduleResponseSchema,
   FailTaskResponseSchema,
+  GetScheduleResponseSchema,
+  ListSchedulesResponseSchema,
+  PauseScheduleResponseSchema,
+  PutScheduleResponseSchema,
+  ResumeScheduleResponseSchema,
   type CreateJobResponse,
   ListWorkloadsResponseSchema,
   PutWorkloadResponseSchema,
@@ -24,6 +30,7 @@ import type { CallOptions, CreateJobResult } from "../queue/types.js";
 import { traceparentHeader } from "../telemetry/tracing.js";
 import * as convert from "./convert.js";
 import * as flowConvert from "./flow-convert.js";
+import { putScheduleInput, scheduleMessage } from "./schedule-convert.js";
 import { earlyAnswerKey } from "./early-answer.js";
 import { deadlineKey } from "./interceptors.js";
 import { requestInfoKey } from "./request-info.js";
@@ -126,6 +133,31 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
 
     async resumeWorkload(req, ctx) {
       return flowConvert.resumeWorkloadResponse(await queue.resumeWorkload(req.name, call(ctx)));
+    },
+
+    async putSchedule(req, ctx) {
+      const r = await queue.putSchedule(putScheduleInput(req), call(ctx));
+      return create(PutScheduleResponseSchema, { schedule: scheduleMessage(r.schedule), created: r.created });
+    },
+
+    async getSchedule(req, ctx) {
+      return create(GetScheduleResponseSchema, { schedule: scheduleMessage(await queue.getSchedule(req.name, call(ctx))) });
+    },
+
+    async listSchedules(_req, ctx) {
+      return create(ListSchedulesResponseSchema, { schedules: (await queue.listSchedules(call(ctx))).map(scheduleMessage) });
+    },
+
+    async deleteSchedule(req, ctx) {
+      return create(DeleteScheduleResponseSchema, { schedule: scheduleMessage(await queue.deleteSchedule(req.name, call(ctx))) });
+    },
+
+    async pauseSchedule(req, ctx) {
+      return create(PauseScheduleResponseSchema, { schedule: scheduleMessage(await queue.pauseSchedule(req.name, call(ctx))) });
+    },
+
+    async resumeSchedule(req, ctx) {
+      return create(ResumeScheduleResponseSchema, { schedule: scheduleMessage(await queue.resumeSchedule(req.name, call(ctx))) });
     },
 
     async listWorkloads(_req, ctx) {

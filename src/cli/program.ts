@@ -11,13 +11,20 @@ import { intOption } from "./args.js";
 import { camelCase, DEFAULT_URL, GLOBAL_OPTIONS, type CommandSpec, type Invocation } from "./command.js";
 import { inspectCommands } from "./commands/inspect.js";
 import { jobCommands } from "./commands/job.js";
+import { scheduleCommands } from "./commands/schedule.js";
 import { tokenCommands } from "./commands/token.js";
 import { workloadCommands } from "./commands/workload.js";
 import { CliError, describeConnectError, UsageError } from "./errors.js";
 import { usage } from "./usage.js";
 
 /** Every command, in the order the usage text lists them. */
-export const COMMANDS: readonly CommandSpec[] = [...tokenCommands, ...workloadCommands, ...jobCommands, ...inspectCommands];
+export const COMMANDS: readonly CommandSpec[] = [
+  ...tokenCommands,
+  ...workloadCommands,
+  ...jobCommands,
+  ...inspectCommands,
+  ...scheduleCommands,
+];
 
 export const USAGE = usage(COMMANDS);
 

@@ -5,6 +5,7 @@
 // WatchJob streams end at shutdown too (UNAVAILABLE: the client watches again elsewhere).
 
 import { UnavailableError } from "./errors.js";
+import type { PutScheduleInput, PutScheduleResult, Schedule } from "./schedules.js";
 import type { QueueService } from "./service.js";
 import type {
   KeyLimit,
@@ -203,6 +204,30 @@ export class LongPollingQueue implements QueueService {
 
   listWorkloadKeys(input: ListWorkloadKeysInput, opts?: CallOptions): Promise<ListWorkloadKeysResult> {
     return this.queue.listWorkloadKeys(input, opts);
+  }
+
+  putSchedule(input: PutScheduleInput, opts?: CallOptions): Promise<PutScheduleResult> {
+    return this.queue.putSchedule(input, opts);
+  }
+
+  getSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
+    return this.queue.getSchedule(name, opts);
+  }
+
+  listSchedules(opts?: CallOptions): Promise<Schedule[]> {
+    return this.queue.listSchedules(opts);
+  }
+
+  deleteSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
+    return this.queue.deleteSchedule(name, opts);
+  }
+
+  pauseSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
+    return this.queue.pauseSchedule(name, opts);
+  }
+
+  resumeSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
+    return this.queue.resumeSchedule(name, opts);
   }
 
   reportProgress(input: ReportProgressInput, opts?: CallOptions): Promise<Task> {

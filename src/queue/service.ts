@@ -1,4 +1,5 @@
 import type { MaintenanceQueue } from "./maintenance.js";
+import type { PutScheduleInput, PutScheduleResult, Schedule } from "./schedules.js";
 import type {
   BatchCompletedAndClaimed,
   CallOptions,
@@ -84,6 +85,14 @@ export interface ApiQueue {
   resumeWorkload(name: string, opts?: CallOptions): Promise<Workload>;
   /** A workload's concurrency keys with their counts and caps, busiest first; NotFoundError for an unknown workload. */
   listWorkloadKeys(input: ListWorkloadKeysInput, opts?: CallOptions): Promise<ListWorkloadKeysResult>;
+  /** Creates or replaces a periodic schedule; its template is checked as CreateJob would check it. */
+  putSchedule(input: PutScheduleInput, opts?: CallOptions): Promise<PutScheduleResult>;
+  /** NotFoundError for an unknown schedule (as for delete, pause and resume). */
+  getSchedule(name: string, opts?: CallOptions): Promise<Schedule>;
+  listSchedules(opts?: CallOptions): Promise<Schedule[]>;
+  deleteSchedule(name: string, opts?: CallOptions): Promise<Schedule>;
+  pauseSchedule(name: string, opts?: CallOptions): Promise<Schedule>;
+  resumeSchedule(name: string, opts?: CallOptions): Promise<Schedule>;
 }
 
 /** What metrics read when scraped. */
@@ -116,4 +125,6 @@ export interface QueueObserver {
   leasesExpired(count: number): void;
   /** A claim of a flow-controlled workload leased nothing because of its cap (or a key's) or its rate limit. */
   claimRefused?(workload: string, by: "cap" | "rate"): void;
+  /** A schedule's ticks: fired (a job created) or skipped (overlap, catch_up, or a template CreateJob refused: failed). */
+  scheduleTicks?(schedule: string, outcome: "fired" | "overlap" | "catch_up" | "failed", count: number): void;
 }

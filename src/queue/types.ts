@@ -65,6 +65,9 @@ export interface Job {
   concurrencyKey: string;
   /** null when none */
   requiredLabels: Labels | null;
+  /** The schedule that created the job, and the tick it was created for; null when none. */
+  scheduleName: string | null;
+  scheduleFireAt: Date | null;
 }
 
 export interface Task {
@@ -368,6 +371,8 @@ export interface ListJobsInput {
   /** default 100, at most 1000 */
   pageSize?: number;
   pageToken?: string;
+  /** Only jobs created by this schedule. */
+  scheduleName?: string;
 }
 
 export interface ListJobsResult {

@@ -57,6 +57,9 @@ export const LIMITS = {
   chunkIndexMax: 2_147_483_647,
   retryAfterSeconds: { min: 0, max: 86_400 },
   pageSize: { default: 100, max: 1000 },
+  /** A schedule's cron expression, and the missed ticks CATCH_UP_POLICY_ALL may fire. */
+  cronLength: 256,
+  maxCatchUp: { min: 1, max: 1000 },
   maxPendingSeconds: { min: 1, max: 30 * 86_400 },
   /** Failed tasks a job tolerates (max_failed_tasks); 0: none. */
   maxFailedTasks: { min: 0, max: 1_000_000 },
@@ -585,6 +588,7 @@ export function validateListJobs(input: ListJobsInput): {
   workload: string | null;
   pageSize: number;
   after: { createdAt: string; id: string } | null;
+  scheduleName: string | null;
 } {
   let status: JobStatus | null = null;
   if (input.status !== undefined && input.status !== null) {
@@ -599,7 +603,9 @@ export function validateListJobs(input: ListJobsInput): {
     if (!m || !UUID.test(m[2]) || Number.isNaN(Date.parse(m[1]))) fail("page_token", "is not a token this server issued");
     after = { createdAt: m[1], id: m[2].toLowerCase() };
   }
-  return { status, workload, pageSize, after };
+  // Schedule names follow the workload names' pattern.
+  const scheduleName = input.scheduleName ? requireWorkloadName("schedule_name", input.scheduleName) : null;
+  return { status, workload, pageSize, after, scheduleName };
 }
 
 /**

@@ -124,6 +124,18 @@ export class Metrics implements ApiMetrics {
       labelNames: ["workload", "reason"] as const,
       registers: [registry],
     });
+    const scheduleFired = new Counter({
+      name: "leasehold_schedule_ticks_fired_total",
+      help: "Schedule ticks that created a job, by schedule.",
+      labelNames: ["schedule"] as const,
+      registers: [registry],
+    });
+    const scheduleSkipped = new Counter({
+      name: "leasehold_schedule_ticks_skipped_total",
+      help: 'Schedule ticks that created no job, by schedule and reason: "overlap" (the previous job was not final), "catch_up" (missed while no coordinator ran, not caught up), "failed" (CreateJob refused the template).',
+      labelNames: ["schedule", "reason"] as const,
+      registers: [registry],
+    });
     const pickup = new Histogram({
       name: "leasehold_pickup_seconds",
       help: "How long a claimed task had been claimable before it was claimed.",
@@ -155,6 +167,11 @@ export class Metrics implements ApiMetrics {
       },
       claimRefused(workload, by) {
         refused.inc({ workload, reason: by });
+      },
+      scheduleTicks(schedule, outcome, count) {
+        if (count <= 0) return;
+        if (outcome === "fired") scheduleFired.inc({ schedule }, count);
+        else scheduleSkipped.inc({ schedule, reason: outcome }, count);
       },
     };
 

@@ -22,6 +22,7 @@ import {
   type TextMapGetter,
 } from "@opentelemetry/api";
 import { QueueError } from "../queue/errors.js";
+import type { PutScheduleInput, PutScheduleResult, Schedule } from "../queue/schedules.js";
 import type { QueueService } from "../queue/service.js";
 import type {
   KeyLimit,
@@ -291,6 +292,40 @@ export class TracedQueue implements QueueService {
   listWorkloadKeys(input: ListWorkloadKeysInput, opts?: CallOptions): Promise<ListWorkloadKeysResult> {
     return spanned("listWorkloadKeys", { "leasehold.queue.method": "listWorkloadKeys", "leasehold.workload": input.name }, () =>
       this.queue.listWorkloadKeys(input, opts),
+    );
+  }
+
+  putSchedule(input: PutScheduleInput, opts?: CallOptions): Promise<PutScheduleResult> {
+    return spanned("putSchedule", { "leasehold.queue.method": "putSchedule", "leasehold.schedule": input.name }, () =>
+      this.queue.putSchedule(input, opts),
+    );
+  }
+
+  listSchedules(opts?: CallOptions): Promise<Schedule[]> {
+    return spanned("listSchedules", { "leasehold.queue.method": "listSchedules" }, () => this.queue.listSchedules(opts));
+  }
+
+  getSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
+    return spanned("getSchedule", { "leasehold.queue.method": "getSchedule", "leasehold.schedule": name }, () =>
+      this.queue.getSchedule(name, opts),
+    );
+  }
+
+  deleteSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
+    return spanned("deleteSchedule", { "leasehold.queue.method": "deleteSchedule", "leasehold.schedule": name }, () =>
+      this.queue.deleteSchedule(name, opts),
+    );
+  }
+
+  pauseSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
+    return spanned("pauseSchedule", { "leasehold.queue.method": "pauseSchedule", "leasehold.schedule": name }, () =>
+      this.queue.pauseSchedule(name, opts),
+    );
+  }
+
+  resumeSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
+    return spanned("resumeSchedule", { "leasehold.queue.method": "resumeSchedule", "leasehold.schedule": name }, () =>
+      this.queue.resumeSchedule(name, opts),
     );
   }
 

@@ -18,4 +18,5 @@ export const PG_MATRIX_FILES = [
   "test/pg-types.test.ts",
   "test/api.test.ts",
   "test/inspect.test.ts",
+  "test/schedules.test.ts",
 ];

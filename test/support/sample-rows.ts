@@ -55,6 +55,8 @@ export function sampleJob(overrides: Partial<Job> = {}): Job {
     maxFailedTasks: 0,
     concurrencyKey: "",
     requiredLabels: null,
+    scheduleName: null,
+    scheduleFireAt: null,
     ...overrides,
   };
 }

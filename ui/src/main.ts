@@ -10,6 +10,7 @@ import { main } from "./layout.js";
 import { renderJob } from "./pages/job.js";
 import { renderJobs } from "./pages/jobs.js";
 import { renderOverview } from "./pages/overview.js";
+import { renderSchedules } from "./pages/schedules.js";
 import { renderSignIn } from "./pages/sign-in.js";
 import { renderWorkloads } from "./pages/workloads.js";
 import { currentRole, isAdmin, setRole } from "./session.js";
@@ -42,6 +43,7 @@ function route(): void {
   if (job) cleanup = renderJob(decodeURIComponent(job[1]));
   else if (path === "/jobs") renderJobs(params);
   else if (path === "/workloads") renderWorkloads();
+  else if (path === "/schedules") renderSchedules();
   else cleanup = renderOverview();
 }
 

@@ -20,6 +20,7 @@ from .models import (
     KeyLimit,
     ResultManifest,
     RetriedJob,
+    Schedule,
     TaskDetail,
     TaskSpec,
     TaskStatus,
@@ -287,8 +288,11 @@ class Client:
         return RetriedJob(job=Job.from_json(field_of(res, "job") or {}), retried_tasks=int(field_of(res, "retried_tasks", 0)))
 
     def list_jobs(self, *, status: JobStatus | str | None = None, workload: str | None = None,
-                  page_size: int | None = None) -> Iterator[Job]:
-        """Iterates over jobs, newest first, across every page; ``status`` as ``"failed"`` or ``"JOB_STATUS_FAILED"``."""
+                  page_size: int | None = None, schedule_name: str | None = None) -> Iterator[Job]:
+        """Iterates over jobs, newest first, across every page; ``status`` as ``"failed"`` or ``"JOB_STATUS_FAILED"``.
+
+        ``schedule_name``: only the jobs that schedule created.
+        """
         token = ""
         while True:
             req: JsonObject = {}
@@ -298,6 +302,8 @@ class Client:
                 req["workload"] = workload
             if page_size:
                 req["page_size"] = page_size
+            if schedule_name:
+                req["schedule_name"] = schedule_name
             if token:
                 req["page_token"] = token
             page = self._call("ListJobs", req)
@@ -388,3 +394,61 @@ class Client:
         An unknown workload raises :class:`~leasehold.errors.NotFoundError`.
         """
         return Workload.from_json(field_of(self._call("ResumeWorkload", {"name": workload}), "workload") or {})
+
+    # ---- periodic schedules (admin token) ----
+
+    def put_schedule(self, name: str, cron: str, job: Mapping[str, Any], *, timezone: str | None = None,
+                     overlap: str | None = None, catch_up: str | None = None,
+                     max_catch_up: int | None = None) -> Schedule:
+        """Creates or replaces a periodic schedule: on every tick of ``cron`` one job from ``job``.
+
+        ``cron`` has five fields (minute hour day-of-month month day-of-week) or six with seconds first;
+        ``timezone`` is an IANA name (default UTC), DST included (a 02:30 daily schedule runs once, at
+        03:00, on a spring-forward day). ``job`` is a CreateJob request as proto JSON (``workload``,
+        ``input_uri``, ``input_sha256``, ``parameters``, ``tasks`` as mappings or
+        :class:`~leasehold.models.TaskSpec`, ...), checked now as CreateJob would check it. ``overlap``:
+        ``"allow"`` (default) or ``"skip"`` (no job while the previous tick's is not final); ``catch_up``:
+        ``"skip"``, ``"one"`` (default) or ``"all"`` (at most ``max_catch_up``, default 10) for the ticks
+        missed while no coordinator ran. Replacing a schedule keeps whether it is paused. A bad
+        expression, timezone or template raises :class:`~leasehold.errors.InvalidArgumentError` naming
+        the field (``cron``, ``timezone``, ``job.input_sha256``, ...).
+
+        Example::
+
+            client.put_schedule("nightly-report", "30 2 * * *", {"workload": "report", "input_uri": uri,
+                                "input_sha256": sha}, timezone="Europe/Berlin", overlap="skip")
+        """
+        template: JsonObject = dict(job)
+        tasks = template.get("tasks")
+        if tasks is not None:
+            template["tasks"] = [t.to_json() if isinstance(t, TaskSpec) else dict(t) for t in tasks]
+        req: JsonObject = {"name": name, "cron": cron, "job": template}
+        if timezone:
+            req["timezone"] = timezone
+        if overlap:
+            req["overlap"] = _enum_name("OVERLAP_POLICY_", overlap)
+        if catch_up:
+            req["catch_up"] = _enum_name("CATCH_UP_POLICY_", catch_up)
+        if max_catch_up is not None:
+            req["max_catch_up"] = max_catch_up
+        return Schedule.from_json(field_of(self._call("PutSchedule", req), "schedule") or {})
+
+    def get_schedule(self, name: str) -> Schedule:
+        """A schedule with its next fire times; :class:`~leasehold.errors.NotFoundError` when unknown."""
+        return Schedule.from_json(field_of(self._call("GetSchedule", {"name": name}), "schedule") or {})
+
+    def list_schedules(self) -> list[Schedule]:
+        """The schedules, ordered by name."""
+        return [Schedule.from_json(s) for s in field_of(self._call("ListSchedules", {}), "schedules") or []]
+
+    def delete_schedule(self, name: str) -> Schedule:
+        """Deletes a schedule (the jobs it created stay); returns it as it was."""
+        return Schedule.from_json(field_of(self._call("DeleteSchedule", {"name": name}), "schedule") or {})
+
+    def pause_schedule(self, name: str) -> Schedule:
+        """Stops a schedule's ticks until it is resumed; the ticks missed meanwhile are not caught up."""
+        return Schedule.from_json(field_of(self._call("PauseSchedule", {"name": name}), "schedule") or {})
+
+    def resume_schedule(self, name: str) -> Schedule:
+        """Resumes a paused schedule from its next tick after now."""
+        return Schedule.from_json(field_of(self._call("ResumeSchedule", {"name": name}), "schedule") or {})

@@ -47,6 +47,7 @@ __all__ = [
     "KeyLimit",
     "ResultManifest",
     "RetriedJob",
+    "Schedule",
     "TaskAttempt",
     "TaskCounts",
     "TaskDetail",
@@ -164,6 +165,8 @@ class Job:
     max_failed_tasks: int = 0
     concurrency_key: str = ""
     required_labels: dict[str, str] = field(default_factory=dict)
+    schedule_name: str = ""
+    schedule_fire_time: datetime | None = None
 
     @property
     def finished(self) -> bool:
@@ -182,6 +185,7 @@ class Job:
             completed_at=_time(d, "completed_at"), failure_policy=_policy(d),
             max_failed_tasks=_int(d, "max_failed_tasks"), concurrency_key=_str(d, "concurrency_key"),
             required_labels=_labels(d, "required_labels"),
+            schedule_name=_str(d, "schedule_name"), schedule_fire_time=_time(d, "schedule_fire_time"),
         )
 
 
@@ -531,3 +535,41 @@ class KeyLimit:
     def from_json(cls, d: Mapping[str, Any]) -> KeyLimit:
         """From PutKeyLimitResponse JSON."""
         return cls(workload=_str(d, "name"), key=_str(d, "key"), max_leased=_int(d, "max_leased"))
+
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A periodic schedule: a job made from ``job`` (a CreateJob request as proto JSON) on every tick of ``cron``.
+
+    ``overlap`` is ``allow`` or ``skip`` (no job while the previous tick's is not final); ``catch_up`` is
+    ``skip``, ``one`` or ``all`` (at most ``max_catch_up``) for the ticks missed while no coordinator ran.
+    ``next_fire_times`` are the next ticks, earliest first (empty while paused).
+    """
+
+    name: str
+    cron: str
+    timezone: str
+    job: JsonObject
+    overlap: str = ""
+    catch_up: str = ""
+    max_catch_up: int = 0
+    paused: bool = False
+    next_fire_times: list[datetime] = field(default_factory=list)
+    last_fire_time: datetime | None = None
+    last_job_id: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Schedule:
+        """From its proto JSON."""
+        return cls(
+            name=_str(d, "name"), cron=_str(d, "cron"), timezone=_str(d, "timezone"), job=dict(_msg(d, "job")),
+            overlap=_enum(d, "overlap", "OVERLAP_POLICY_", ("", "allow", "skip")),
+            catch_up=_enum(d, "catch_up", "CATCH_UP_POLICY_", ("", "skip", "one", "all")),
+            max_catch_up=_int(d, "max_catch_up"), paused=_bool(d, "paused"),
+            next_fire_times=[t for t in (parse_time(v) for v in _list(d, "next_fire_times")) if t is not None],
+            last_fire_time=_time(d, "last_fire_time"), last_job_id=_str(d, "last_job_id"),
+            created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"),
+        )

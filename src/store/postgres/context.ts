@@ -17,6 +17,8 @@ export interface StoreOptions {
   retentionDays?: number;
   /** How often the coordinator checks, in one statement for all its WatchJob streams, for events no notification announced (default 1000). */
   watchPollIntervalMs?: number;
+  /** The scheduler's settings (scheduler.ts); its observer is `observer`. */
+  scheduler?: { graceMs?: number; maxPerPass?: number };
   /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
   jobWakes?: JobEventWakes;
 }

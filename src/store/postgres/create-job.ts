@@ -169,6 +169,22 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
   });
 }
 
+/**
+ * CreateJob inside the caller's transaction (a schedule's tick: the job and the tick's key commit
+ * together or not at all). The workloads are read FOR SHARE first, so the insert never finds
+ * them stale. No idempotency key: a caller that needs one has its own key.
+ */
+export async function createJobInTransaction(ctx: StoreContext, c: pg.PoolClient, input: CreateJobInput): Promise<CreateJobResult> {
+  const job = validateCreateJob({ ...input, idempotencyKey: undefined }, ctx.options.maxTasksPerJob);
+  const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload)])];
+  if (job.concurrencyKey !== "" && ctx.workloads.get(job.workload)?.keyed !== true) await c.query(MARK_KEYED, [job.workload]);
+  await ctx.workloads.load(c, names, true);
+  const perWorkload = countBy(job.tasks.map((t) => t.workload));
+  const result = await insertJob(ctx, c, input, job, null, names, uuidv7(), uuidv7s(job.tasks.length), perWorkload, true, undefined);
+  if (typeof result === "string") throw new Error(`CreateJob in a transaction found its workloads ${result}`);
+  return result;
+}
+
 /** CREATE_JOB against the cached workloads: the new job, "stale" if they changed, "taken" if the idempotency key was used before. */
 async function insertJob(
   ctx: StoreContext,

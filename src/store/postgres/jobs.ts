@@ -108,6 +108,8 @@ ORDER BY created_at DESC, id DESC
 LIMIT $3`;
 export const LIST_JOBS = jobsPage("");
 export const LIST_JOBS_BY_STATUS = jobsPage("status = $5::job_status AND");
+// A schedule's jobs through jobs_schedule_created_idx; $5 the schedule, $6 the status (null: any).
+export const LIST_JOBS_BY_SCHEDULE = jobsPage("schedule_name = $5 AND ($6::job_status IS NULL OR status = $6::job_status) AND");
 
 /*
  * The task that failed a failed job: its failed task (the first to fail, should two have failed in
@@ -218,7 +220,11 @@ export async function listJobs(ctx: StoreContext, input: ListJobsInput, opts: Ca
     q.workload ?? "",
   ];
   const { rows } = await withClient(ctx.pool, opts.signal, (c) =>
-    q.status ? c.query(LIST_JOBS_BY_STATUS, [...values, q.status]) : c.query(LIST_JOBS, values),
+    q.scheduleName
+      ? c.query(LIST_JOBS_BY_SCHEDULE, [...values, q.scheduleName, q.status])
+      : q.status
+        ? c.query(LIST_JOBS_BY_STATUS, [...values, q.status])
+        : c.query(LIST_JOBS, values),
   );
   const page = rows.slice(0, q.pageSize);
   const last = page[page.length - 1];

@@ -39,6 +39,8 @@ export interface JobRow {
   max_failed_tasks: number;
   concurrency_key: string;
   required_labels: Labels | null;
+  schedule_name?: string | null;
+  schedule_fire_at?: Date | null;
 }
 
 export interface TaskRow {
@@ -129,6 +131,8 @@ export function toJob(r: JobRow): Job {
     maxFailedTasks: r.max_failed_tasks,
     concurrencyKey: r.concurrency_key ?? "",
     requiredLabels: r.required_labels ?? null,
+    scheduleName: r.schedule_name ?? null,
+    scheduleFireAt: r.schedule_fire_at ?? null,
   };
 }
 

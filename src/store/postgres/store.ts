@@ -12,12 +12,16 @@
 //   inspection.ts    ListTasks, GetTask            watch.ts      WatchJob (with watch-hub.ts)
 //   task-stats.ts    counts for metrics
 //   lease-reaper.ts, maintenance.ts (pending-expiry.ts, retention.ts): the maintenance services
+//   schedules.ts     PutSchedule, GetSchedule, ListSchedules, DeleteSchedule, Pause/ResumeSchedule
+//   scheduler.ts     the scheduler's pass (fires due schedules' ticks)
 //
 // SQL fragments several statements share are in fragments.ts, NOTIFY channels in channels.ts.
 
 import type pg from "pg";
 import { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueService } from "../../queue/service.js";
+import type { SchedulerQueue } from "../../queue/scheduler.js";
+import type { PutScheduleInput, PutScheduleResult, Schedule, ScheduleTickResult } from "../../queue/schedules.js";
 import type {
   BatchCompletedAndClaimed,
   CallOptions,
@@ -66,6 +70,8 @@ import { cancelJob, getJobStatus, listCompletedResults, listJobs, retryJob } fro
 import { failTask, renewLease, reportProgress } from "./lease.js";
 import { LeaseReaper } from "./lease-reaper.js";
 import { StoreMaintenance } from "./maintenance.js";
+import { Scheduler } from "./scheduler.js";
+import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./schedules.js";
 import { taskStats } from "./task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./watch.js";
 import { WatchHub } from "./watch-hub.js";
@@ -74,12 +80,13 @@ import { listWorkloads, putWorkload, WorkloadCache } from "./workloads.js";
 export { createPool } from "./db.js";
 export type { JobEventWakes, StoreOptions } from "./context.js";
 
-export class PostgresQueue implements QueueService {
+export class PostgresQueue implements QueueService, SchedulerQueue {
   private readonly ctx: StoreContext;
   /** The poll floor and watcher refresh of all this coordinator's WatchJob streams. */
   private readonly watchHub: WatchHub;
   private readonly reaper: LeaseReaper;
   private readonly maintenance: StoreMaintenance;
+  private readonly scheduler: Scheduler;
 
   constructor(pool: pg.Pool, options: StoreOptions) {
     this.ctx = {
@@ -96,6 +103,35 @@ export class PostgresQueue implements QueueService {
     });
     this.reaper = new LeaseReaper(pool, { observer: options.observer });
     this.maintenance = new StoreMaintenance(pool, { retention: { days: options.retentionDays } });
+    this.scheduler = new Scheduler(this.ctx, { ...options.scheduler, observer: options.observer });
+  }
+
+  putSchedule(input: PutScheduleInput, opts: CallOptions = {}): Promise<PutScheduleResult> {
+    return putSchedule(this.ctx, input, opts);
+  }
+
+  getSchedule(name: string, opts: CallOptions = {}): Promise<Schedule> {
+    return getSchedule(this.ctx, name, opts);
+  }
+
+  listSchedules(opts: CallOptions = {}): Promise<Schedule[]> {
+    return listSchedules(this.ctx, opts);
+  }
+
+  deleteSchedule(name: string, opts: CallOptions = {}): Promise<Schedule> {
+    return deleteSchedule(this.ctx, name, opts);
+  }
+
+  pauseSchedule(name: string, opts: CallOptions = {}): Promise<Schedule> {
+    return pauseSchedule(this.ctx, name, opts);
+  }
+
+  resumeSchedule(name: string, opts: CallOptions = {}): Promise<Schedule> {
+    return resumeSchedule(this.ctx, name, opts);
+  }
+
+  fireSchedules(opts: CallOptions = {}): Promise<ScheduleTickResult> {
+    return this.scheduler.runOnce(opts.signal);
   }
 
   putWorkload(input: PutWorkloadInput, opts: CallOptions = {}): Promise<Workload> {

@@ -143,6 +143,36 @@ class QueueServiceStub:
                 request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysRequest.SerializeToString,
                 response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysResponse.FromString,
                 _registered_method=True)
+        self.PutSchedule = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/PutSchedule',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutScheduleRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutScheduleResponse.FromString,
+                _registered_method=True)
+        self.GetSchedule = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/GetSchedule',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetScheduleRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ListSchedules',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/DeleteSchedule',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/PauseSchedule',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseScheduleResponse.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ResumeSchedule',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -352,6 +382,59 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutSchedule(self, request, context):
+        """Creates or replaces a periodic schedule: on every tick of its cron
+        expression (in its IANA timezone) one job is created from its job
+        template, exactly once across all coordinators. The template is checked
+        as CreateJob would check it (its workload must be registered) before
+        anything is written; an invalid cron expression, an unknown timezone or
+        a bad template is INVALID_ARGUMENT naming the field. Replacing a schedule
+        keeps whether it is paused and restarts its ticks from now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedule(self, request, context):
+        """Returns a schedule with its next fire times. An unknown schedule is
+        NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Lists the schedules, ordered by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Deletes a schedule: it creates no more jobs; the jobs it created stay.
+        An unknown schedule is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Pauses a schedule: its ticks create no job until it is resumed, and the
+        ticks missed meanwhile are not caught up. Pausing a paused schedule
+        changes nothing. An unknown schedule is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Resumes a paused schedule from its next tick after now. An unknown
+        schedule is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -459,6 +542,36 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.ListWorkloadKeys,
                     request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysRequest.FromString,
                     response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysResponse.SerializeToString,
+            ),
+            'PutSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutSchedule,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutScheduleRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutScheduleResponse.SerializeToString,
+            ),
+            'GetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedule,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetScheduleRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.DeleteScheduleResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseScheduleResponse.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1032,6 +1145,168 @@ class QueueService:
             '/leasehold.queue.v1.QueueService/ListWorkloadKeys',
             leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysRequest.SerializeToString,
             leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkloadKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/PutSchedule',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PutScheduleRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PutScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/GetSchedule',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetScheduleRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ListSchedules',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSchedulesRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/DeleteSchedule',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.DeleteScheduleRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.DeleteScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/PauseSchedule',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseScheduleRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PauseScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ResumeSchedule',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

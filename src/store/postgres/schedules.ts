@@ -1,0 +1,192 @@
+// Periodic schedules as their owners see them: PutSchedule, GetSchedule, ListSchedules,
+// DeleteSchedule, PauseSchedule and ResumeSchedule. The ticks themselves are scheduler.ts's.
+
+import type pg from "pg";
+import { NotFoundError, ValidationError, type FieldViolation } from "../../queue/errors.js";
+import {
+  CronSchedule,
+  NEXT_FIRE_TIMES,
+  requireScheduleName,
+  validatePutSchedule,
+  type PutScheduleInput,
+  type PutScheduleResult,
+  type Schedule,
+} from "../../queue/schedules.js";
+import type { CallOptions, CreateJobInput } from "../../queue/types.js";
+import { violationsError } from "../../queue/validation.js";
+import type { StoreContext } from "./context.js";
+import { inTransaction, withClient } from "./db.js";
+import { SELECT_WORKLOAD_NAMES } from "./workloads.js";
+
+export const SELECT_DB_NOW = `SELECT now() AS now`;
+
+/*
+ * Create or replace. Paused is kept (it has operations of its own). A schedule whose cron and
+ * timezone are unchanged keeps its next_fire_at, so a deployment that declares its schedules at
+ * every start does not drop the ticks a catch-up policy would fire; a changed expression starts
+ * from its next tick after now ($8). xmax = 0: the row was inserted, not updated.
+ * $1 name, $2 cron, $3 timezone, $4 job (jsonb), $5 overlap, $6 catch_up, $7 max_catch_up, $8 next_fire_at.
+ */
+export const UPSERT_SCHEDULE = `
+INSERT INTO schedules AS s (name, cron, timezone, job, overlap, catch_up, max_catch_up, next_fire_at)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
+ON CONFLICT (name) DO UPDATE
+  SET cron = EXCLUDED.cron,
+      timezone = EXCLUDED.timezone,
+      job = EXCLUDED.job,
+      overlap = EXCLUDED.overlap,
+      catch_up = EXCLUDED.catch_up,
+      max_catch_up = EXCLUDED.max_catch_up,
+      next_fire_at = CASE WHEN s.cron = EXCLUDED.cron AND s.timezone = EXCLUDED.timezone AND s.next_fire_at IS NOT NULL
+                       THEN s.next_fire_at ELSE EXCLUDED.next_fire_at END,
+      updated_at = now()
+RETURNING s.*, (s.xmax = 0) AS created`;
+
+export const SELECT_SCHEDULE = `SELECT * FROM schedules WHERE name = $1`;
+export const SELECT_SCHEDULE_FOR_UPDATE = `SELECT *, now() AS db_now FROM schedules WHERE name = $1 FOR UPDATE`;
+export const SELECT_ALL_SCHEDULES = `SELECT * FROM schedules ORDER BY name`;
+export const DELETE_SCHEDULE = `DELETE FROM schedules WHERE name = $1 RETURNING *`;
+// Pausing a paused schedule changes nothing (not even updated_at).
+export const PAUSE_SCHEDULE = `
+UPDATE schedules SET paused = true, updated_at = CASE WHEN paused THEN updated_at ELSE now() END
+WHERE name = $1 RETURNING *`;
+// Resumed from its next tick after now ($2): the ticks of the pause are not caught up.
+export const RESUME_SCHEDULE = `UPDATE schedules SET paused = false, next_fire_at = $2, updated_at = now() WHERE name = $1 RETURNING *`;
+
+export interface ScheduleRow {
+  name: string;
+  cron: string;
+  timezone: string;
+  job: CreateJobInput;
+  overlap: Schedule["overlap"];
+  catch_up: Schedule["catchUp"];
+  max_catch_up: number;
+  paused: boolean;
+  next_fire_at: Date | null;
+  last_fire_at: Date | null;
+  last_job_id: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** A row as the API answers it, with its next fire times (computed: none while paused). */
+export function toSchedule(r: ScheduleRow): Schedule {
+  let nextFireTimes: Date[] = [];
+  if (!r.paused && r.next_fire_at !== null) {
+    nextFireTimes = [r.next_fire_at, ...new CronSchedule(r.cron, r.timezone).nextN(NEXT_FIRE_TIMES - 1, r.next_fire_at)];
+  }
+  return {
+    name: r.name,
+    cron: r.cron,
+    timezone: r.timezone,
+    job: r.job,
+    overlap: r.overlap,
+    catchUp: r.catch_up,
+    maxCatchUp: r.max_catch_up,
+    paused: r.paused,
+    nextFireTimes,
+    lastFireAt: r.last_fire_at,
+    lastJobId: r.last_job_id,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+export async function putSchedule(ctx: StoreContext, input: PutScheduleInput, opts: CallOptions): Promise<PutScheduleResult> {
+  const s = validatePutSchedule(input, ctx.options.maxTasksPerJob);
+  return withClient(ctx.pool, opts.signal, async (c) => {
+    await checkTemplateWorkloads(ctx, c, s.normalizedJob, Boolean(s.job.tasks?.length));
+    const now = (await c.query(SELECT_DB_NOW)).rows[0].now as Date;
+    const next = new CronSchedule(s.cron, s.timezone).next(now);
+    const { rows } = await c.query(UPSERT_SCHEDULE, [
+      s.name,
+      s.cron,
+      s.timezone,
+      JSON.stringify(s.job),
+      s.overlap,
+      s.catchUp,
+      s.maxCatchUp,
+      next,
+    ]);
+    return { schedule: toSchedule(rows[0]), created: rows[0].created as boolean };
+  });
+}
+
+/**
+ * What CreateJob would check against the database, checked at PutSchedule, not at the first tick:
+ * every workload the template names is registered, and its parameters pass their schemas. A
+ * failure is the request's (INVALID_ARGUMENT naming the template's field), not a missing resource.
+ */
+async function checkTemplateWorkloads(
+  ctx: StoreContext,
+  c: pg.PoolClient,
+  job: ReturnType<typeof validatePutSchedule>["normalizedJob"],
+  /** the template lists its tasks (a schema failure is then named by the task) */
+  listed: boolean,
+): Promise<void> {
+  const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload)])];
+  await ctx.workloads.load(c, names, false);
+  const violations: FieldViolation[] = [];
+  let known: string[] | undefined;
+  const unknown = async (name: string, field: string) => {
+    known ??= (await c.query(SELECT_WORKLOAD_NAMES)).rows.map((r) => r.name as string);
+    const listed = known.length === 0 ? "no workload is registered" : `registered workloads: ${known.slice(0, 50).join(", ")}`;
+    violations.push({ field, description: `workload ${JSON.stringify(name)} is not registered (${listed})` });
+  };
+  if (!ctx.workloads.has(job.workload)) await unknown(job.workload, "job.workload");
+  for (let i = 0; i < job.tasks.length && violations.length < 20; i++) {
+    const t = job.tasks[i];
+    const w = ctx.workloads.get(t.workload)?.workload;
+    if (!w) {
+      if (t.workload !== job.workload) await unknown(t.workload, `job.tasks[${i}].workload`);
+      continue;
+    }
+    try {
+      ctx.schemas.validate(w, t.parameters, listed ? `job.tasks[${i}].parameters` : "job.parameters");
+    } catch (err) {
+      if (!(err instanceof ValidationError)) throw err;
+      violations.push(...err.violations);
+    }
+  }
+  if (violations.length > 0) throw violationsError(violations);
+}
+
+export async function getSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
+  const n = requireScheduleName("name", name);
+  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(SELECT_SCHEDULE, [n]));
+  if (rows.length === 0) throw new NotFoundError("schedule", n, "name");
+  return toSchedule(rows[0]);
+}
+
+export async function listSchedules(ctx: StoreContext, opts: CallOptions): Promise<Schedule[]> {
+  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(SELECT_ALL_SCHEDULES));
+  return rows.map(toSchedule);
+}
+
+export async function deleteSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
+  const n = requireScheduleName("name", name);
+  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(DELETE_SCHEDULE, [n]));
+  if (rows.length === 0) throw new NotFoundError("schedule", n, "name");
+  return toSchedule(rows[0]);
+}
+
+export async function pauseSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
+  const n = requireScheduleName("name", name);
+  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(PAUSE_SCHEDULE, [n]));
+  if (rows.length === 0) throw new NotFoundError("schedule", n, "name");
+  return toSchedule(rows[0]);
+}
+
+export async function resumeSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
+  const n = requireScheduleName("name", name);
+  return inTransaction(ctx.pool, opts.signal, async (c) => {
+    const { rows } = await c.query(SELECT_SCHEDULE_FOR_UPDATE, [n]);
+    if (rows.length === 0) throw new NotFoundError("schedule", n, "name");
+    const row = rows[0];
+    // Resuming a running schedule changes nothing.
+    if (!row.paused) return toSchedule(row);
+    const next = new CronSchedule(row.cron, row.timezone).next(row.db_now as Date);
+    const { rows: resumed } = await c.query(RESUME_SCHEDULE, [n, next]);
+    return toSchedule(resumed[0]);
+  });
+}
