@@ -12,19 +12,14 @@ import type {
   FailurePolicy,
   JsonObject,
   JsonValue,
-  JobStatus,
   LeaseRef,
-  ListCompletedResultsInput,
-  ListJobsInput,
-  ListTasksInput,
   PutWorkloadInput,
   RenewLeaseInput,
   ReportProgressInput,
   RetryJobInput,
   TaskSpec,
-  TaskStatus,
 } from "./types.js";
-import { FAILURE_POLICIES, JOB_STATUSES, TASK_STATUSES, type Labels } from "./types.js";
+import { FAILURE_POLICIES, type Labels } from "./types.js";
 import {
   labelsJson,
   mergeLabels,
@@ -125,7 +120,7 @@ export function requireInt(field: string, v: unknown, min: number, max: number):
   return v;
 }
 
-function optionalInt(field: string, v: unknown, min: number, max: number): number | undefined {
+export function optionalInt(field: string, v: unknown, min: number, max: number): number | undefined {
   return v === undefined || v === null ? undefined : requireInt(field, v, min, max);
 }
 
@@ -534,23 +529,6 @@ export function validatePutWorkload(input: PutWorkloadInput, defaults: { maxAtte
   return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds, failurePolicy, maxFailedTasks, flow };
 }
 
-/** Page tokens are opaque to clients; inside they carry the last chunk_index returned. */
-export function encodePageToken(lastChunkIndex: number): string {
-  return Buffer.from(`c:${lastChunkIndex}`).toString("base64url");
-}
-
-export function validateListResults(input: ListCompletedResultsInput): { jobId: string; pageSize: number; afterChunk: number } {
-  const jobId = requireUuid("job_id", input.jobId);
-  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
-  let afterChunk = -1;
-  if (input.pageToken) {
-    const m = typeof input.pageToken === "string" ? /^c:(\d{1,10})$/.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
-    if (!m || Number(m[1]) > LIMITS.chunkIndexMax) fail("page_token", "is not a token this server issued");
-    afterChunk = Number(m[1]);
-  }
-  return { jobId, pageSize, afterChunk };
-}
-
 export function validateReportProgress(input: ReportProgressInput): Required<Pick<ReportProgressInput, "progress">> & ReportProgressInput {
   const ref = validateLeaseRef(input);
   const progress = input.progress;
@@ -571,66 +549,4 @@ export function validateRetryJob(input: RetryJobInput): { jobId: string; maxAtte
     jobId: requireUuid("job_id", input.jobId),
     maxAttempts: optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? null,
   };
-}
-
-/** ListJobs pages newest first; the token is the last job's (created_at, id), created_at as the database wrote it (µs). */
-export function encodeJobsPageToken(createdAt: string, id: string): string {
-  return Buffer.from(`j:${createdAt}|${id}`).toString("base64url");
-}
-
-const JOBS_TOKEN = /^j:(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f-]{36})$/;
-
-export function validateListJobs(input: ListJobsInput): {
-  status: JobStatus | null;
-  workload: string | null;
-  pageSize: number;
-  after: { createdAt: string; id: string } | null;
-} {
-  let status: JobStatus | null = null;
-  if (input.status !== undefined && input.status !== null) {
-    if (!(JOB_STATUSES as readonly string[]).includes(input.status)) fail("status", `must be one of ${JOB_STATUSES.join(", ")}`);
-    status = input.status;
-  }
-  const workload = input.workload ? requireWorkloadName("workload", input.workload) : null;
-  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
-  let after: { createdAt: string; id: string } | null = null;
-  if (input.pageToken) {
-    const m = typeof input.pageToken === "string" ? JOBS_TOKEN.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
-    if (!m || !UUID.test(m[2]) || Number.isNaN(Date.parse(m[1]))) fail("page_token", "is not a token this server issued");
-    after = { createdAt: m[1], id: m[2].toLowerCase() };
-  }
-  return { status, workload, pageSize, after };
-}
-
-/**
- * ListTasks pages in chunk order; the token carries the last chunk_index returned and the status
- * filter it was issued under, so a token is never applied to a different listing.
- */
-export function encodeTasksPageToken(status: TaskStatus | null, lastChunkIndex: number): string {
-  return Buffer.from(`t:${status ?? "*"}:${lastChunkIndex}`).toString("base64url");
-}
-
-const TASKS_TOKEN = /^t:([a-z]+|\*):(\d{1,10})$/;
-
-export function validateListTasks(input: ListTasksInput): {
-  jobId: string;
-  status: TaskStatus | null;
-  pageSize: number;
-  afterChunk: number;
-} {
-  const jobId = requireUuid("job_id", input.jobId);
-  let status: TaskStatus | null = null;
-  if (input.status !== undefined && input.status !== null) {
-    if (!(TASK_STATUSES as readonly string[]).includes(input.status)) fail("status", `must be one of ${TASK_STATUSES.join(", ")}`);
-    status = input.status;
-  }
-  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
-  let afterChunk = -1;
-  if (input.pageToken) {
-    const m = typeof input.pageToken === "string" ? TASKS_TOKEN.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
-    if (!m || Number(m[2]) > LIMITS.chunkIndexMax) fail("page_token", "is not a token this server issued");
-    if (m[1] !== (status ?? "*")) fail("page_token", "was issued for a different status filter");
-    afterChunk = Number(m[2]);
-  }
-  return { jobId, status, pageSize, afterChunk };
 }

@@ -17,16 +17,8 @@ import type {
   RetryJobResult,
   TaskCounts,
 } from "../../queue/types.js";
-import {
-  LIMITS,
-  encodeJobsPageToken,
-  encodePageToken,
-  requireUuid,
-  validateCancel,
-  validateListJobs,
-  validateListResults,
-  validateRetryJob,
-} from "../../queue/validation.js";
+import { encodeJobsPageToken, encodePageToken, validateListJobs, validateListResults } from "../../queue/list-validation.js";
+import { LIMITS, requireUuid, validateCancel, validateRetryJob } from "../../queue/validation.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { inTransaction, withClient } from "./db.js";
