@@ -125,6 +125,7 @@ class Coordinator {
       defaultLeaseSeconds: config.defaultLeaseSeconds,
       defaultMaxAttempts: config.defaultMaxAttempts,
       maxTasksPerJob: config.maxTasksPerJob,
+      maxRunAtAheadDays: config.maxRunAtAheadDays,
       retentionDays: config.retentionDays,
       watchPollIntervalMs: config.pollIntervalMs,
       jobWakes: this.listener,

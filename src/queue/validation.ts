@@ -10,6 +10,7 @@ import type {
   CreateJobInput,
   FailTaskInput,
   FailurePolicy,
+  FinalizerSpec,
   JsonObject,
   JsonValue,
   LeaseRef,
@@ -28,6 +29,7 @@ import {
   validateLabels,
   type FlowSettings,
 } from "./flow-control.js";
+import { DEFAULT_MAX_RUN_AT_AHEAD_DAYS, validateFinalizer, validateRunAt } from "./delay-validation.js";
 
 /**
  * The one table of field bounds: the proto's comments name them (LIMITS.<name>) rather than
@@ -229,6 +231,8 @@ export interface NormalizedTaskSpec {
   workload: string;
   /** the job's merged with the task's own */
   requiredLabels: Labels | null;
+  /** its own run_at (ISO), when given */
+  runAt?: string;
 }
 
 export interface NormalizedCreateJob {
@@ -246,9 +250,16 @@ export interface NormalizedCreateJob {
   maxFailedTasks: number | undefined;
   concurrencyKey: string;
   requiredLabels: Labels | null;
+  /** ISO, when given (absent, not null, so a request without it keeps its idempotency fingerprint) */
+  runAt?: string;
+  finalizer?: FinalizerSpec;
 }
 
-export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number): NormalizedCreateJob {
+export function validateCreateJob(
+  input: CreateJobInput,
+  maxTasksPerJob: number,
+  maxRunAtAheadDays: number = DEFAULT_MAX_RUN_AT_AHEAD_DAYS,
+): NormalizedCreateJob {
   if (input === null || typeof input !== "object") fail("request", "must be an object");
   const workload = requireWorkloadName("workload", input.workload);
   const parameters = optionalJsonObject("parameters", input.parameters) ?? {};
@@ -269,6 +280,10 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
   const [concurrencyKey, requiredLabels] = all(
     () => validateConcurrencyKey("concurrency_key", input.concurrencyKey),
     () => validateLabels("required_labels", input.requiredLabels),
+  );
+  const [runAt, finalizer] = all(
+    () => validateRunAt("run_at", input.runAt, maxRunAtAheadDays),
+    () => validateFinalizer("finalizer", input.finalizer),
   );
   const specs = input.tasks ?? [];
   if (!Array.isArray(specs)) fail("tasks", "must be a list");
@@ -297,7 +312,7 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
       const at = `tasks[${i}]`;
       try {
         if (spec === null || typeof spec !== "object") fail(at, "must be an object");
-        const [chunkIndex, specUri, specSha256, own, specWorkload, specLabels] = all(
+        const [chunkIndex, specUri, specSha256, own, specWorkload, specLabels, specRunAt] = all(
           () => {
             const chunk = requireInt(`${at}.chunk_index`, spec.chunkIndex, 0, LIMITS.chunkIndexMax);
             if (seen.has(chunk)) fail(`${at}.chunk_index`, `duplicates chunk_index ${chunk}`);
@@ -309,8 +324,10 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
           () => optionalJsonObject(`${at}.parameters`, spec.parameters),
           () => (spec.workload ? requireWorkloadName(`${at}.workload`, spec.workload) : workload),
           () => mergeLabels(requiredLabels, validateLabels(`${at}.required_labels`, spec.requiredLabels), `${at}.required_labels`),
+          () => validateRunAt(`${at}.run_at`, spec.runAt, maxRunAtAheadDays),
         );
         return {
+          ...(specRunAt === undefined ? {} : { runAt: specRunAt }),
           chunkIndex,
           inputUri: specUri,
           inputSha256: specSha256,
@@ -341,6 +358,8 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     maxFailedTasks,
     concurrencyKey,
     requiredLabels,
+    ...(runAt === undefined ? {} : { runAt }),
+    ...(finalizer === undefined ? {} : { finalizer }),
   };
 }
 
@@ -364,6 +383,7 @@ function plainTask(
 ): NormalizedTaskSpec | undefined {
   if (spec === null || typeof spec !== "object") return undefined;
   if (spec.requiredLabels && Object.keys(spec.requiredLabels).length > 0) return undefined;
+  if (spec.runAt !== undefined && spec.runAt !== null) return undefined;
   const chunk = spec.chunkIndex;
   if (!isInteger(chunk) || chunk < 0 || chunk > LIMITS.chunkIndexMax || seen.has(chunk)) return undefined;
   const uri = spec.inputUri;

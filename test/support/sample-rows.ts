@@ -55,6 +55,10 @@ export function sampleJob(overrides: Partial<Job> = {}): Job {
     maxFailedTasks: 0,
     concurrencyKey: "",
     requiredLabels: null,
+    runAt: null,
+    finalizer: null,
+    finalizerJobId: null,
+    parentJobId: null,
     ...overrides,
   };
 }

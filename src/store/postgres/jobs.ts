@@ -26,7 +26,7 @@ import { toJob } from "./rows.js";
 import { JOB_LOCK } from "./settle.js";
 import { emptyCounts } from "./task-stats.js";
 
-export const SELECT_JOB = `SELECT * FROM jobs WHERE id = $1`;
+export const SELECT_JOB = `SELECT *, run_at > now() AS run_at_ahead FROM jobs WHERE id = $1`;
 
 export const COUNT_JOB_TASKS = `SELECT status, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY status`;
 
@@ -93,13 +93,17 @@ SELECT job.*, (SELECT count(*) FROM retried)::int AS retried_tasks, (SELECT coun
  * $4 workload ('' for any) [, $5 status].
  */
 const jobsPage = (statusFilter: string) => `
-SELECT *, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at_cursor
+SELECT *, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at_cursor, run_at > now() AS run_at_ahead
 FROM jobs
 WHERE ${statusFilter} (created_at, id) < ($1::timestamptz, $2::uuid) AND ($4::text = '' OR workload = $4)
 ORDER BY created_at DESC, id DESC
 LIMIT $3`;
 export const LIST_JOBS = jobsPage("");
 export const LIST_JOBS_BY_STATUS = jobsPage("status = $5::job_status AND");
+// A scheduled job is stored as pending with its run_at ahead (the delayed_finalizer migration):
+// the filters for either tell them apart by run_at, through jobs_status_created_idx all the same.
+export const LIST_JOBS_SCHEDULED = jobsPage("status = 'pending' AND run_at > now() AND");
+export const LIST_JOBS_PENDING = jobsPage("status = 'pending' AND (run_at IS NULL OR run_at <= now()) AND");
 
 /*
  * The task that failed a failed job: its failed task (the first to fail, should two have failed in
@@ -210,7 +214,13 @@ export async function listJobs(ctx: StoreContext, input: ListJobsInput, opts: Ca
     q.workload ?? "",
   ];
   const { rows } = await withClient(ctx.pool, opts.signal, (c) =>
-    q.status ? c.query(LIST_JOBS_BY_STATUS, [...values, q.status]) : c.query(LIST_JOBS, values),
+    q.status === "scheduled"
+      ? c.query(LIST_JOBS_SCHEDULED, values)
+      : q.status === "pending"
+        ? c.query(LIST_JOBS_PENDING, values)
+        : q.status
+          ? c.query(LIST_JOBS_BY_STATUS, [...values, q.status])
+          : c.query(LIST_JOBS, values),
   );
   const page = rows.slice(0, q.pageSize);
   const last = page[page.length - 1];

@@ -62,6 +62,7 @@ import { cancelJob, getJobStatus, listCompletedResults, listJobs, retryJob } fro
 import { failTask, renewLease, reportProgress } from "./lease.js";
 import { LeaseReaper } from "./lease-reaper.js";
 import { StoreMaintenance } from "./maintenance.js";
+import { DueWakes } from "./due-wakes.js";
 import { taskStats } from "./task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./watch.js";
 import { WatchHub } from "./watch-hub.js";
@@ -84,6 +85,7 @@ export class PostgresQueue implements QueueService {
       workloads: new WorkloadCache(),
       schemas: new ParameterSchemas(),
       flow: { workloads: new FlowWorkloads(pool), sightings: new WorkerSightings() },
+      dueWakes: new DueWakes(pool),
     };
     this.watchHub = new WatchHub(pool, {
       pollIntervalMs: options.watchPollIntervalMs ?? 1000,
@@ -191,8 +193,15 @@ export class PostgresQueue implements QueueService {
     return this.reaper.runOnce(opts.signal);
   }
 
-  maintain(opts: CallOptions = {}): Promise<MaintenanceResult> {
+  async maintain(opts: CallOptions = {}): Promise<MaintenanceResult> {
+    // Due times written through other coordinators (or one that died before its timer fired).
+    await this.ctx.dueWakes.refresh(undefined, opts.signal);
     return this.maintenance.runOnce(opts.signal);
+  }
+
+  /** Stops the due-time timer (the pool's owner ends the pool). */
+  stopTimers(): void {
+    this.ctx.dueWakes.stop();
   }
 
   taskStats(scope: "unfinished" | "all", opts: CallOptions = {}): Promise<WorkloadTaskStats[]> {
