@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any
 
@@ -97,6 +98,8 @@ class Client:
         traceparent: str | None = None,
         failure_policy: FailurePolicy | None = None,
         max_failed_tasks: int | None = None,
+        run_at: datetime | str | None = None,
+        finalizer: Mapping[str, Any] | None = None,
     ) -> CreatedJob:
         """Creates a job of ``tasks`` (or one task from ``input_uri``/``input_sha256``).
 
@@ -110,6 +113,13 @@ class Client:
         (every other task still runs; the job ends once all are final: ``failed`` when more than
         ``max_failed_tasks`` failed, else ``completed``, with the completed chunks' results listed either
         way). Unset, both take the workload's settings (by default ``fail_fast`` with no failure tolerated).
+
+        ``run_at`` (a timezone-aware :class:`~datetime.datetime`, a naive one read as UTC, or an RFC 3339
+        string) delays the job: its tasks are claimable from then, and until then the job is ``scheduled``.
+        ``finalizer`` (``{"workload": ..., "parameters": {...}, "run_on_failure": False}``) enqueues one job of
+        that workload when this job ends; its task's parameters name the parent (``parent_job_id``,
+        ``parent_status``), so its worker can read the ordered results with :meth:`results`. It runs
+        after a failed or cancelled job only with ``run_on_failure``.
 
         An unknown key in a task mapping, a value of the wrong type, or a parameter that is not a JSON value
         raises :class:`~leasehold.errors.InvalidArgumentError` before anything is sent, with one
@@ -153,6 +163,10 @@ class Client:
             req["failure_policy"] = _enum_name("FAILURE_POLICY_", failure_policy)
         if max_failed_tasks is not None:
             req["max_failed_tasks"] = max_failed_tasks
+        if run_at is not None:
+            req["run_at"] = _rfc3339(run_at)
+        if finalizer is not None:
+            req["finalizer"] = _finalizer_json(finalizer, bad)
         if bad:
             raise invalid_request("CreateJob", bad)
         return CreatedJob.from_json(self._call("CreateJob", req))
@@ -315,3 +329,36 @@ class Client:
     def list_workloads(self) -> list[Workload]:
         """The registered workloads, ordered by name."""
         return [Workload.from_json(w) for w in field_of(self._call("ListWorkloads", {}), "workloads") or []]
+
+
+def _rfc3339(at: datetime | str) -> str:
+    """A run_at as proto JSON: an RFC 3339 string (a naive datetime is read as UTC)."""
+    if isinstance(at, str):
+        return at
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+_FINALIZER_FIELDS = ("workload", "parameters", "run_on_failure")
+
+
+def _finalizer_json(finalizer: Mapping[str, Any], bad: list[FieldViolation]) -> JsonObject:
+    """A finalizer mapping in proto JSON, with a violation appended for each unknown key or wrong type."""
+    out: JsonObject = {}
+    for key, value in finalizer.items():
+        if key not in _FINALIZER_FIELDS:
+            bad.append(FieldViolation(f"finalizer.{key}", "unknown field (known: workload, parameters, run_on_failure)"))
+        elif key == "workload" and not isinstance(value, str):
+            bad.append(FieldViolation("finalizer.workload", "must be a string"))
+        elif key == "run_on_failure" and not isinstance(value, bool):
+            bad.append(FieldViolation("finalizer.run_on_failure", "must be a bool"))
+        elif key == "parameters" and value is not None:
+            if not isinstance(value, Mapping):
+                bad.append(FieldViolation("finalizer.parameters", "must be a mapping"))
+                continue
+            json_violations(value, "finalizer.parameters", bad)
+            out["parameters"] = dict(value)
+        elif value is not None:
+            out[key] = value
+    return out

@@ -46,7 +46,7 @@ __all__ = [
 JsonObject = dict[str, Any]
 
 #: A job's status; ``""`` only for a field the coordinator left unset.
-JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled"]
+JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled", "scheduled"]
 #: A task's status; ``""`` only for a field the coordinator left unset.
 TaskStatus = Literal["", "pending", "leased", "completed", "failed", "cancelled"]
 #: What a :class:`JobEvent` records.
@@ -163,7 +163,7 @@ def _enum(d: Mapping[str, Any], name: str, prefix: str, names: tuple[str, ...]) 
 
 
 _TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled")
-_JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled")
+_JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled", "scheduled")
 _EVENT_KINDS = ("", "task_status", "task_progress", "job_status")
 _OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
 _POLICIES = ("", "fail_fast", "continue")
@@ -242,6 +242,12 @@ class Job:
     completed_at: datetime | None = None
     failure_policy: FailurePolicy = ""
     max_failed_tasks: int = 0
+    #: When its tasks fall due, while that lies ahead (the job is ``scheduled`` until then).
+    run_at: datetime | None = None
+    #: The job enqueued when this one ended (its finalizer); ``""`` until then or when none ran.
+    finalizer_job_id: str = ""
+    #: On a finalizer job: the job whose end enqueued it.
+    parent_job_id: str = ""
 
     @property
     def finished(self) -> bool:
@@ -258,7 +264,8 @@ class Job:
             traceparent=_str(d, "traceparent"), cancel_reason=_str(d, "cancel_reason"),
             created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"),
             completed_at=_time(d, "completed_at"), failure_policy=_policy(d),
-            max_failed_tasks=_int(d, "max_failed_tasks"),
+            max_failed_tasks=_int(d, "max_failed_tasks"), run_at=_time(d, "run_at"),
+            finalizer_job_id=_str(d, "finalizer_job_id"), parent_job_id=_str(d, "parent_job_id"),
         )
 
 
