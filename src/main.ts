@@ -137,6 +137,7 @@ class Coordinator {
     await this.listener.start();
     const queue = new LongPollingQueue(store, this.listener, { pollIntervalMs: config.pollIntervalMs });
     this.shutdownHooks.push({ name: "parked long polls", run: () => queue.close() });
+    this.shutdownHooks.push({ name: "due-time timer", run: () => store.stopTimers() });
     this.checkpoint();
 
     // The maintenance half of the store, not through the long-poll wrapper (it changes claims only).
