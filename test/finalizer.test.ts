@@ -149,5 +149,15 @@ it("refuses a finalizer naming an unknown workload (or none), naming the field, 
   }
   const err = await f.queue.createJob(job(1, { workload: "nope" })).catch((e: unknown) => e);
   expect((err as Error).message).toContain(STITCH);
+  // A finalizer workload's parameters schema is checked at CreateJob, on the parameters its task will have.
+  await f.queue.putWorkload({
+    name: "stitch_schema",
+    parametersSchema: { type: "object", required: ["manifest", "parent_job_id"], properties: { manifest: { type: "string" } } },
+  });
+  const refused = await f.queue.createJob(job(1, { workload: "stitch_schema", parameters: { manifest: 7 } })).catch((e: unknown) => e);
+  expect(refused).toBeInstanceOf(ValidationError);
+  expect((refused as ValidationError).violations[0].field).toMatch(/^finalizer\.parameters/);
   expect(await f.count("jobs")).toBe(before);
+  const { job: accepted } = await f.queue.createJob(job(1, { workload: "stitch_schema", parameters: { manifest: "s3://m" } }));
+  expect(accepted.finalizer?.workload).toBe("stitch_schema");
 });

@@ -156,7 +156,7 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
         }
         if (locked) await ctx.workloads.load(c, names, true);
         else if (refresh) await ctx.workloads.load(c, names, false);
-        if (finalizer && !ctx.workloads.get(finalizer)?.workload) throw await unknownFinalizer(c, finalizer);
+        if (finalizer) checkFinalizer(ctx, job, await unknownFinalizer(c, finalizer, ctx));
         // A delayed job's answer is known only after DELAY_JOB: no early answer.
         const prepared = extra ? undefined : opts.prepared;
         const result = await insertJob(ctx, c, input, job, fingerprint, names, jobId, ids, perWorkload, open, prepared);
@@ -363,10 +363,24 @@ async function insertJobByCopy(
  * A finalizer naming no registered workload: a bad field of the request (400), not a missing
  * resource, since the job it names does not exist yet; the message lists the registered ones.
  */
-async function unknownFinalizer(c: pg.PoolClient, name: string): Promise<ValidationError> {
+async function unknownFinalizer(c: pg.PoolClient, name: string, ctx: StoreContext): Promise<ValidationError | undefined> {
+  if (ctx.workloads.get(name)?.workload) return undefined;
   const known = (await unknownWorkload(c, name, "finalizer.workload")).known ?? [];
   const shown = known.slice(0, 20).join(", ") || "none";
   return new ValidationError("finalizer.workload", `workload ${JSON.stringify(name)} is not registered (registered workloads: ${shown})`);
+}
+
+/**
+ * The finalizer's workload exists (else `unknown`, thrown), and its parameters schema, if any,
+ * accepts the finalizer task's parameters as they will be (with parent_job_id and parent_status):
+ * refused now, at CreateJob, not when the job ends.
+ */
+function checkFinalizer(ctx: StoreContext, job: NormalizedCreateJob, unknown: ValidationError | undefined): void {
+  if (unknown) throw unknown;
+  const w = ctx.workloads.get(job.finalizer!.workload)!.workload!;
+  if (!w.parametersSchema) return;
+  const parameters = { ...job.finalizer!.parameters, parent_job_id: "00000000-0000-0000-0000-000000000000", parent_status: "completed" };
+  ctx.schemas.validate(w, parameters, "finalizer.parameters");
 }
 
 /** A created job's answer after DELAY_JOB: its row as that left it, and its delayed tasks' run_after. */
