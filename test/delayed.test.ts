@@ -137,3 +137,46 @@ it("refuses a run_at more than MAX_RUN_AT_AHEAD_DAYS ahead, naming the field, an
   expect(await f.count("jobs")).toBe(before);
   expect(await f.count("due_wakeups" as "jobs", `workload = '${w}'`)).toBe(0);
 });
+
+it("a large delayed job (its tasks inserted by COPY) is scheduled whole, with one due-time row", async () => {
+  const w = await workload();
+  const runAt = new Date(Date.now() + 60_000);
+  const { job, tasks } = await f.queue.createJob({
+    workload: w,
+    runAt,
+    tasks: Array.from({ length: 1500 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://big/${i}`, inputSha256: sha(i) })),
+  });
+  expect(job.status).toBe("scheduled");
+  expect(tasks.every((t) => t.runAfter.getTime() === runAt.getTime())).toBe(true);
+  expect(await f.count("tasks", `job_id = '${job.id}' AND run_after = '${runAt.toISOString()}'`)).toBe(1500);
+  expect(await f.count("due_wakeups" as "jobs", `workload = '${w}'`)).toBe(1);
+  expect(await f.queue.claimTasks({ workerId: "w", workloads: [w], maxTasks: 100 })).toEqual([]);
+});
+
+it("twenty jobs due 100 ms apart are each leased at or after their time and within 1 s of it by parked claims", async () => {
+  const q = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
+  const w = await workload();
+  const start = Date.now() + 1500;
+  for (let i = 0; i < 20; i++) {
+    await f.queue.createJob({ workload: w, inputUri: `s3://s/${i}`, inputSha256: sha(`s${i}`), runAt: new Date(start + i * 100) });
+  }
+  // Claimers park one task at a time and park again, until all twenty are leased.
+  let leased = 0;
+  await Promise.all(
+    Array.from({ length: 4 }, async (_, k) => {
+      while (leased < 20) {
+        const got = await q.claimTasks({ workerId: `s${k}`, workloads: [w], waitSeconds: 10 });
+        leased += got.length;
+        // The others are parked for a task that will not come: let them go.
+        if (leased >= 20) q.close();
+      }
+    }),
+  );
+  const { rows } = await f.pool.query(
+    `SELECT (extract(epoch FROM started_at - run_after) * 1000)::float8 AS late_ms FROM tasks WHERE workload = $1 ORDER BY late_ms`,
+    [w],
+  );
+  expect(rows).toHaveLength(20);
+  expect(rows[0].late_ms).toBeGreaterThanOrEqual(0);
+  expect(rows[19].late_ms).toBeLessThan(1000);
+});
