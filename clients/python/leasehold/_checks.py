@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from .errors import FieldViolation
+from .models import rfc3339
 
 JsonObject = dict[str, Any]
 
@@ -22,9 +24,11 @@ _TASK_FIELDS: dict[str, tuple[str, tuple[type, ...]]] = {
     "input_sha256": ("input_sha256", (str,)), "inputSha256": ("input_sha256", (str,)),
     "parameters": ("parameters", (Mapping, type(None))),
     "workload": ("workload", (str, type(None))),
+    "run_at": ("run_at", (str, datetime, type(None))), "runAt": ("run_at", (str, datetime, type(None))),
 }
 _TYPE_NAMES = {"chunk_index": "an integer", "input_uri": "a string", "input_sha256": "a string",
-               "parameters": "an object (dict) or None", "workload": "a string or None"}
+               "parameters": "an object (dict) or None", "workload": "a string or None",
+               "run_at": "a datetime, an RFC 3339 string or None"}
 
 
 def json_violations(value: Any, path: str, out: list[FieldViolation]) -> None:
@@ -56,7 +60,7 @@ def task_json(item: Mapping[str, Any], at: str, out: list[FieldViolation]) -> Js
         known = _TASK_FIELDS.get(key) if isinstance(key, str) else None
         if known is None:
             out.append(FieldViolation(f"{at}.{key}", "unknown field (known: chunk_index, input_uri, input_sha256, "
-                                                      "parameters, workload)"))
+                                                      "parameters, workload, run_at)"))
             continue
         name, types = known
         if isinstance(value, bool) or not isinstance(value, types):
@@ -65,6 +69,8 @@ def task_json(item: Mapping[str, Any], at: str, out: list[FieldViolation]) -> Js
         if isinstance(value, Mapping):
             json_violations(value, f"{at}.parameters", out)
             value = dict(value)
+        if isinstance(value, datetime):
+            value = rfc3339(value)
         if value is not None:
             task[name] = value
     return task

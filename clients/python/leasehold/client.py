@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -26,6 +26,7 @@ from .models import (
     WatchUpdate,
     Workload,
     field_of,
+    rfc3339,
 )
 
 __all__ = ["Client"]
@@ -164,7 +165,7 @@ class Client:
         if max_failed_tasks is not None:
             req["max_failed_tasks"] = max_failed_tasks
         if run_at is not None:
-            req["run_at"] = _rfc3339(run_at)
+            req["run_at"] = rfc3339(run_at)
         if finalizer is not None:
             req["finalizer"] = _finalizer_json(finalizer, bad)
         if bad:
@@ -329,15 +330,6 @@ class Client:
     def list_workloads(self) -> list[Workload]:
         """The registered workloads, ordered by name."""
         return [Workload.from_json(w) for w in field_of(self._call("ListWorkloads", {}), "workloads") or []]
-
-
-def _rfc3339(at: datetime | str) -> str:
-    """A run_at as proto JSON: an RFC 3339 string (a naive datetime is read as UTC)."""
-    if isinstance(at, str):
-        return at
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=timezone.utc)
-    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 _FINALIZER_FIELDS = ("workload", "parameters", "run_on_failure")

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal, cast
 
 __all__ = [
@@ -173,6 +173,15 @@ def _policy(d: Mapping[str, Any]) -> FailurePolicy:
     return cast(FailurePolicy, _enum(d, "failure_policy", "FAILURE_POLICY_", _POLICIES))
 
 
+def rfc3339(at: datetime | str) -> str:
+    """A time as proto JSON: an RFC 3339 string (a naive datetime is read as UTC; a string is sent as given)."""
+    if isinstance(at, str):
+        return at
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
 def _job_status(d: Mapping[str, Any], name: str) -> JobStatus:
     return cast(JobStatus, _enum(d, name, "JOB_STATUS_", _JOB_STATUSES))
 
@@ -198,6 +207,8 @@ class TaskSpec:
     Example::
 
         TaskSpec(0, "s3://in/0.mp4", sha256_hex, parameters={"frames": 240})
+
+    ``run_at`` (a datetime, naive read as UTC, or an RFC 3339 string) delays this task; unset, the job's.
     """
 
     chunk_index: int
@@ -205,6 +216,7 @@ class TaskSpec:
     input_sha256: str
     parameters: JsonObject | None = None
     workload: str | None = None
+    run_at: datetime | str | None = None
 
     def to_json(self) -> JsonObject:
         """The proto JSON of the spec, without unset fields."""
@@ -214,6 +226,8 @@ class TaskSpec:
             out["parameters"] = self.parameters
         if self.workload:
             out["workload"] = self.workload
+        if self.run_at is not None:
+            out["run_at"] = rfc3339(self.run_at)
         return out
 
 

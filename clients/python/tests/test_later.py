@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from leasehold import Client, InvalidArgumentError
+from leasehold import Client, InvalidArgumentError, TaskSpec
 
 
 def sha(text: str) -> str:
@@ -54,3 +54,16 @@ def test_bad_run_at_and_finalizer_name_the_field(admin: Client, workload: Callab
         with pytest.raises(InvalidArgumentError) as bad:
             admin.create_job(w, input_uri="s3://in/2", input_sha256=sha("2"), **extra)  # type: ignore[arg-type]
         assert [v.field for v in bad.value.violations] == [field]
+
+
+def test_a_task_sets_its_own_run_at(admin: Client, workload: Callable[..., str]) -> None:
+    w = workload()
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    created = admin.create_job(w, tasks=[
+        TaskSpec(0, "s3://in/0", sha("0"), run_at=later),
+        {"chunk_index": 1, "input_uri": "s3://in/1", "input_sha256": sha("1"), "run_at": later.isoformat()},
+    ])
+    assert created.job.status == "scheduled"
+    with pytest.raises(InvalidArgumentError) as bad:
+        admin.create_job(w, tasks=[{"chunk_index": 0, "input_uri": "s3://x", "input_sha256": sha("x"), "run_at": 5}])
+    assert [v.field for v in bad.value.violations] == ["tasks[0].run_at"]
