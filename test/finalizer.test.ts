@@ -110,6 +110,30 @@ it("a failed or cancelled job runs its finalizer only with run_on_failure", asyn
   while ((await f.queue.claimTasks({ workerId: "s", workloads: [STITCH], maxTasks: 100 })).length > 0);
 });
 
+it("a job reopened by RetryJob runs its finalizer once: after the retry when its failure ran none, never twice", async () => {
+  const failOne = async (jobId: string) => {
+    const [t] = await f.queue.claimTasks({ workerId: "w", workloads: [W] });
+    expect(t.jobId).toBe(jobId);
+    await f.queue.failTask({ taskId: t.id, workerId: "w", attempt: t.attempt, errorCode: "bad", retryable: false });
+  };
+  // Failed without run_on_failure: no finalizer; retried and completed: one.
+  const { job: quiet } = await f.queue.createJob(job(1, { workload: STITCH }));
+  await failOne(quiet.id);
+  expect(await finalizersOf(quiet.id)).toHaveLength(0);
+  await f.queue.retryJob({ jobId: quiet.id, maxAttempts: 2 });
+  await completeAll(quiet.id);
+  expect(await finalizersOf(quiet.id)).toHaveLength(1);
+  // Failed with run_on_failure: one finalizer; retried and completed: still that one.
+  const { job: loud } = await f.queue.createJob(job(1, { workload: STITCH, runOnFailure: true }));
+  await failOne(loud.id);
+  const [first] = await finalizersOf(loud.id);
+  await f.queue.retryJob({ jobId: loud.id, maxAttempts: 2 });
+  await completeAll(loud.id);
+  expect((await f.queue.getJobStatus(loud.id)).job.status).toBe("completed");
+  expect(await finalizersOf(loud.id)).toEqual([first]);
+  while ((await f.queue.claimTasks({ workerId: "s", workloads: [STITCH], maxTasks: 100 })).length > 0);
+});
+
 it("a delayed job's finalizer runs once its tasks are done", async () => {
   const { job: parent } = await f.queue.createJob(job(1, { workload: STITCH }, { runAt: new Date(Date.now() - 1000) }));
   await completeAll(parent.id);
