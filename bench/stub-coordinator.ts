@@ -92,6 +92,10 @@ const queue: QueueService = {
       requiredLabels: null,
       scheduleName: null,
       scheduleFireAt: null,
+      runAt: null,
+      finalizer: null,
+      finalizerJobId: null,
+      parentJobId: null,
     };
     const specs = input.tasks?.length ? input.tasks : [{ chunkIndex: 0, inputUri: job.inputUri, inputSha256: job.inputSha256 ?? "" }];
     const tasks = specs.map((t) => ({

@@ -126,6 +126,7 @@ class Coordinator {
       defaultLeaseSeconds: config.defaultLeaseSeconds,
       defaultMaxAttempts: config.defaultMaxAttempts,
       maxTasksPerJob: config.maxTasksPerJob,
+      maxRunAtAheadDays: config.maxRunAtAheadDays,
       retentionDays: config.retentionDays,
       watchPollIntervalMs: config.pollIntervalMs,
       jobWakes: this.listener,
@@ -137,6 +138,7 @@ class Coordinator {
     await this.listener.start();
     const queue = new LongPollingQueue(store, this.listener, { pollIntervalMs: config.pollIntervalMs });
     this.shutdownHooks.push({ name: "parked long polls", run: () => queue.close() });
+    this.shutdownHooks.push({ name: "due-time timer", run: () => store.stopTimers() });
     this.checkpoint();
 
     // The maintenance half of the store, not through the long-poll wrapper (it changes claims only).

@@ -26,6 +26,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual([
+    "due_wakeups",
     "flow_keys",
     "job_watchers",
     "jobs",
@@ -63,12 +64,21 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   expect(await claimIndex()).toEqual([
     expect.stringMatching(/\(workload, priority DESC, fair_rank, created_at, chunk_index, run_after\) WHERE/),
   ]);
-  const flowControl = expectedMigrations().at(-2)!;
+  // Then delayed jobs and finalizers; their down migration drops due_wakeups, the trigger and the columns.
+  const delayedFinalizer = expectedMigrations().at(-2)!;
+  expect(delayedFinalizer).toMatch(/delayed_finalizer$/);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules]);
+  expect(await tables()).not.toContain("due_wakeups");
+  const { rows: finalizerColumns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'`);
+  expect(finalizerColumns.map((r) => r.column_name)).not.toContain("parent_job_id");
+
+  const flowControl = expectedMigrations().at(-3)!;
   expect(flowControl).toMatch(/flow_control$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([flowControl, schedules]);
+  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
-  const older = expectedMigrations().slice(0, -2);
+  const older = expectedMigrations().slice(0, -3);
 
   // The one before: the failure policy's columns on workloads and jobs; its down migration drops them and their type.
   const policyColumns = async () =>
@@ -86,7 +96,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const policy = older.at(-1)!;
   expect(policy).toMatch(/failure_policy$/);
-  expect(await pendingMigrations(client)).toEqual([policy, flowControl, schedules]);
+  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules]);
   expect(await policyColumns()).toEqual([]);
 
   // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
@@ -95,7 +105,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const runAfter = older.at(-2)!;
   expect(runAfter).toMatch(/claim_index_run_after$/);
-  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, schedules]);
+  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, delayedFinalizer, schedules]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
   // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
@@ -108,7 +118,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const plain = older.at(-3)!;
   expect(plain).toMatch(/plain_chunk_index$/);
-  expect(await pendingMigrations(client)).toEqual([plain, runAfter, policy, flowControl, schedules]);
+  expect(await pendingMigrations(client)).toEqual([plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
   // The lean hot path: the claim and completions write their own events (the trigger
@@ -135,7 +145,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   expect(await flipColumn()).toBe(0);
   const [storage, lean] = older.slice(-5, -3);
   expect(lean).toMatch(/lean_hot_path$/);
-  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter, policy, flowControl, schedules]);
+  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
@@ -148,7 +158,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter, policy, flowControl, schedules]);
+  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -157,7 +167,17 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   // The one before (inspection) takes back only its own column and index; the event log and its triggers stay.
   await migrate(db.url, "down");
   const previous = older.at(-6)!;
-  expect(await pendingMigrations(client)).toEqual([previous, storage, lean, plain, runAfter, policy, flowControl, schedules]);
+  expect(await pendingMigrations(client)).toEqual([
+    previous,
+    storage,
+    lean,
+    plain,
+    runAfter,
+    policy,
+    flowControl,
+    delayedFinalizer,
+    schedules,
+  ]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
     `SELECT column_name FROM information_schema.columns WHERE table_name = 'task_events' AND column_name = 'error_message'`,

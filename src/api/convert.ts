@@ -4,7 +4,7 @@
 // in requests, "" and 0 mean "not given" wherever the proto has no presence.
 
 import { create, type JsonObject as PbJsonObject } from "@bufbuild/protobuf";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   AttemptOutcome,
   CompleteTasksResponseSchema,
@@ -15,6 +15,7 @@ import {
   FailurePolicy,
   JobEventKind,
   JobEventSchema,
+  FinalizerSchema,
   JobSchema,
   JobStatus,
   ListJobsResponseSchema,
@@ -146,6 +147,7 @@ const JOB_STATUS: Record<DomainJobStatus, JobStatus> = {
   completed: JobStatus.COMPLETED,
   failed: JobStatus.FAILED,
   cancelled: JobStatus.CANCELLED,
+  scheduled: JobStatus.SCHEDULED,
 };
 
 const ATTEMPT_OUTCOME: Record<DomainAttemptOutcome, AttemptOutcome> = {
@@ -187,12 +189,22 @@ export function createJobInput(r: CreateJobRequest): CreateJobInput {
     traceparent: opt(r.traceparent),
     // The request's own TaskSpec messages, not a copy of each (10,000 in a big job): they have the
     // domain's fields, and validation reads the proto3 default "" of an unset workload as unset.
-    tasks: r.tasks as TaskSpec[],
+    tasks: taskSpecs(r.tasks),
     failurePolicy: failurePolicyInput(r.failurePolicy),
     maxFailedTasks: r.maxFailedTasks,
     concurrencyKey: opt(r.concurrencyKey),
     requiredLabels: r.requiredLabels,
+    runAt: r.runAt ? timestampDate(r.runAt) : undefined,
+    finalizer: r.finalizer
+      ? { workload: r.finalizer.workload, parameters: domainJson(r.finalizer.parameters), runOnFailure: r.finalizer.runOnFailure }
+      : undefined,
   };
+}
+
+/** The TaskSpec messages as they are, but for a run_at (a Timestamp message), which becomes a Date on a copy of its task. */
+function taskSpecs(specs: CreateJobRequest["tasks"]): TaskSpec[] {
+  if (!specs.some((t) => t.runAt !== undefined)) return specs as unknown as TaskSpec[];
+  return specs.map((t) => (t.runAt === undefined ? t : { ...t, runAt: timestampDate(t.runAt) })) as unknown as TaskSpec[];
 }
 
 export function claimTasksInput(r: ClaimTasksRequest): ClaimTasksInput {
@@ -342,6 +354,16 @@ export function jobMessage(j: Job): PbJob {
     requiredLabels: j.requiredLabels ?? {},
     scheduleName: j.scheduleName ?? "",
     scheduleFireTime: ts(j.scheduleFireAt),
+    runAt: ts(j.runAt),
+    finalizer: j.finalizer
+      ? create(FinalizerSchema, {
+          workload: j.finalizer.workload,
+          parameters: struct(j.finalizer.parameters),
+          runOnFailure: j.finalizer.runOnFailure,
+        })
+      : undefined,
+    finalizerJobId: j.finalizerJobId ?? "",
+    parentJobId: j.parentJobId ?? "",
   });
 }
 

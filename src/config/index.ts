@@ -25,6 +25,8 @@ export interface Config {
   defaultLeaseSeconds: number;
   defaultMaxAttempts: number;
   maxTasksPerJob: number;
+  /** How far ahead a CreateJob's run_at may lie, in days. */
+  maxRunAtAheadDays: number;
   reaperIntervalMs: number;
   pollIntervalMs: number;
   /** Finished jobs older than this many days are deleted with their tasks and events; undefined: kept. */
@@ -92,6 +94,7 @@ export const CONFIG_VARIABLES = [
   ["DEFAULT_LEASE_SECONDS", "60", "lease of a workload registered without one"],
   ["DEFAULT_MAX_ATTEMPTS", "3", "attempts of a workload registered without one"],
   ["MAX_TASKS_PER_JOB", "10000", "most tasks one CreateJob may carry"],
+  ["MAX_RUN_AT_AHEAD_DAYS", "365", "how far ahead a CreateJob's run_at (a delayed job or task) may lie, in days"],
   ["REAPER_INTERVAL_MS", "1000", "how often expired leases are requeued or failed"],
   ["POLL_INTERVAL_MS", "1000", "how often a parked long-poll (or a WatchJob stream) re-checks without a notification"],
   [
@@ -307,6 +310,7 @@ export function loadConfig(env: Env = process.env): Config {
     defaultLeaseSeconds: int(env, "DEFAULT_LEASE_SECONDS", 60, 1, 86_400),
     defaultMaxAttempts: int(env, "DEFAULT_MAX_ATTEMPTS", 3, 1, 100),
     maxTasksPerJob: int(env, "MAX_TASKS_PER_JOB", 10_000, 1, 1_000_000),
+    maxRunAtAheadDays: int(env, "MAX_RUN_AT_AHEAD_DAYS", 365, 1, 36_500),
     reaperIntervalMs: int(env, "REAPER_INTERVAL_MS", 1000, 10, 3_600_000),
     pollIntervalMs: int(env, "POLL_INTERVAL_MS", 1000, 10, 600_000),
     retentionDays: env.RETENTION_DAYS ? int(env, "RETENTION_DAYS", 0, 1, 36_500) : undefined,

@@ -6,7 +6,8 @@ import type { QueueError } from "./errors.js";
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 export type JsonObject = { [key: string]: JsonValue };
 
-export const JOB_STATUSES = ["pending", "running", "completed", "failed", "cancelled"] as const;
+/** scheduled: pending with its run_at still ahead (stored as pending). */
+export const JOB_STATUSES = ["pending", "running", "completed", "failed", "cancelled", "scheduled"] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
 
 export const TASK_STATUSES = ["pending", "leased", "completed", "failed", "cancelled"] as const;
@@ -68,6 +69,22 @@ export interface Job {
   /** The schedule that created the job, and the tick it was created for; null when none. */
   scheduleName: string | null;
   scheduleFireAt: Date | null;
+  /** The earliest due time of its tasks, when that lay ahead at creation; null: due at once. */
+  runAt: Date | null;
+  /** null when none */
+  finalizer: FinalizerSpec | null;
+  /** The finalizer job enqueued at its end; null until then, or when none ran. */
+  finalizerJobId: string | null;
+  /** On a finalizer job: the job that enqueued it. */
+  parentJobId: string | null;
+}
+
+/** A job to enqueue when another job's last task reaches a final state. */
+export interface FinalizerSpec {
+  workload: string;
+  parameters: JsonObject;
+  /** also after a failed or cancelled job */
+  runOnFailure: boolean;
 }
 
 export interface Task {
@@ -109,6 +126,8 @@ export interface TaskSpec {
   parameters?: JsonObject;
   workload?: string;
   requiredLabels?: Labels;
+  /** Absent: the job's run_at. */
+  runAt?: Date;
 }
 
 export interface CreateJobInput {
@@ -128,6 +147,9 @@ export interface CreateJobInput {
   maxFailedTasks?: number;
   concurrencyKey?: string;
   requiredLabels?: Labels;
+  /** When its tasks become claimable; absent or past: now. */
+  runAt?: Date;
+  finalizer?: { workload: string; parameters?: JsonObject; runOnFailure?: boolean };
 }
 
 export interface CreateJobResult {

@@ -10,21 +10,17 @@ import type {
   CreateJobInput,
   FailTaskInput,
   FailurePolicy,
+  FinalizerSpec,
   JsonObject,
   JsonValue,
-  JobStatus,
   LeaseRef,
-  ListCompletedResultsInput,
-  ListJobsInput,
-  ListTasksInput,
   PutWorkloadInput,
   RenewLeaseInput,
   ReportProgressInput,
   RetryJobInput,
   TaskSpec,
-  TaskStatus,
 } from "./types.js";
-import { FAILURE_POLICIES, JOB_STATUSES, TASK_STATUSES, type Labels } from "./types.js";
+import { FAILURE_POLICIES, type Labels } from "./types.js";
 import {
   labelsJson,
   mergeLabels,
@@ -33,6 +29,7 @@ import {
   validateLabels,
   type FlowSettings,
 } from "./flow-control.js";
+import { DEFAULT_MAX_RUN_AT_AHEAD_DAYS, validateFinalizer, validateRunAt } from "./delay-validation.js";
 
 /**
  * The one table of field bounds: the proto's comments name them (LIMITS.<name>) rather than
@@ -128,7 +125,7 @@ export function requireInt(field: string, v: unknown, min: number, max: number):
   return v;
 }
 
-function optionalInt(field: string, v: unknown, min: number, max: number): number | undefined {
+export function optionalInt(field: string, v: unknown, min: number, max: number): number | undefined {
   return v === undefined || v === null ? undefined : requireInt(field, v, min, max);
 }
 
@@ -237,6 +234,8 @@ export interface NormalizedTaskSpec {
   workload: string;
   /** the job's merged with the task's own */
   requiredLabels: Labels | null;
+  /** its own run_at (ISO), when given */
+  runAt?: string;
 }
 
 export interface NormalizedCreateJob {
@@ -254,9 +253,16 @@ export interface NormalizedCreateJob {
   maxFailedTasks: number | undefined;
   concurrencyKey: string;
   requiredLabels: Labels | null;
+  /** ISO, when given (absent, not null, so a request without it keeps its idempotency fingerprint) */
+  runAt?: string;
+  finalizer?: FinalizerSpec;
 }
 
-export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number): NormalizedCreateJob {
+export function validateCreateJob(
+  input: CreateJobInput,
+  maxTasksPerJob: number,
+  maxRunAtAheadDays: number = DEFAULT_MAX_RUN_AT_AHEAD_DAYS,
+): NormalizedCreateJob {
   if (input === null || typeof input !== "object") fail("request", "must be an object");
   const workload = requireWorkloadName("workload", input.workload);
   const parameters = optionalJsonObject("parameters", input.parameters) ?? {};
@@ -277,6 +283,10 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
   const [concurrencyKey, requiredLabels] = all(
     () => validateConcurrencyKey("concurrency_key", input.concurrencyKey),
     () => validateLabels("required_labels", input.requiredLabels),
+  );
+  const [runAt, finalizer] = all(
+    () => validateRunAt("run_at", input.runAt, maxRunAtAheadDays),
+    () => validateFinalizer("finalizer", input.finalizer),
   );
   const specs = input.tasks ?? [];
   if (!Array.isArray(specs)) fail("tasks", "must be a list");
@@ -305,7 +315,7 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
       const at = `tasks[${i}]`;
       try {
         if (spec === null || typeof spec !== "object") fail(at, "must be an object");
-        const [chunkIndex, specUri, specSha256, own, specWorkload, specLabels] = all(
+        const [chunkIndex, specUri, specSha256, own, specWorkload, specLabels, specRunAt] = all(
           () => {
             const chunk = requireInt(`${at}.chunk_index`, spec.chunkIndex, 0, LIMITS.chunkIndexMax);
             if (seen.has(chunk)) fail(`${at}.chunk_index`, `duplicates chunk_index ${chunk}`);
@@ -317,8 +327,10 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
           () => optionalJsonObject(`${at}.parameters`, spec.parameters),
           () => (spec.workload ? requireWorkloadName(`${at}.workload`, spec.workload) : workload),
           () => mergeLabels(requiredLabels, validateLabels(`${at}.required_labels`, spec.requiredLabels), `${at}.required_labels`),
+          () => validateRunAt(`${at}.run_at`, spec.runAt, maxRunAtAheadDays),
         );
         return {
+          ...(specRunAt === undefined ? {} : { runAt: specRunAt }),
           chunkIndex,
           inputUri: specUri,
           inputSha256: specSha256,
@@ -349,6 +361,8 @@ export function validateCreateJob(input: CreateJobInput, maxTasksPerJob: number)
     maxFailedTasks,
     concurrencyKey,
     requiredLabels,
+    ...(runAt === undefined ? {} : { runAt }),
+    ...(finalizer === undefined ? {} : { finalizer }),
   };
 }
 
@@ -372,6 +386,7 @@ function plainTask(
 ): NormalizedTaskSpec | undefined {
   if (spec === null || typeof spec !== "object") return undefined;
   if (spec.requiredLabels && Object.keys(spec.requiredLabels).length > 0) return undefined;
+  if (spec.runAt !== undefined && spec.runAt !== null) return undefined;
   const chunk = spec.chunkIndex;
   if (!isInteger(chunk) || chunk < 0 || chunk > LIMITS.chunkIndexMax || seen.has(chunk)) return undefined;
   const uri = spec.inputUri;
@@ -537,23 +552,6 @@ export function validatePutWorkload(input: PutWorkloadInput, defaults: { maxAtte
   return { name, maxAttempts, leaseSeconds, parametersSchema, maxPendingSeconds, failurePolicy, maxFailedTasks, flow };
 }
 
-/** Page tokens are opaque to clients; inside they carry the last chunk_index returned. */
-export function encodePageToken(lastChunkIndex: number): string {
-  return Buffer.from(`c:${lastChunkIndex}`).toString("base64url");
-}
-
-export function validateListResults(input: ListCompletedResultsInput): { jobId: string; pageSize: number; afterChunk: number } {
-  const jobId = requireUuid("job_id", input.jobId);
-  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
-  let afterChunk = -1;
-  if (input.pageToken) {
-    const m = typeof input.pageToken === "string" ? /^c:(\d{1,10})$/.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
-    if (!m || Number(m[1]) > LIMITS.chunkIndexMax) fail("page_token", "is not a token this server issued");
-    afterChunk = Number(m[1]);
-  }
-  return { jobId, pageSize, afterChunk };
-}
-
 export function validateReportProgress(input: ReportProgressInput): Required<Pick<ReportProgressInput, "progress">> & ReportProgressInput {
   const ref = validateLeaseRef(input);
   const progress = input.progress;
@@ -574,69 +572,4 @@ export function validateRetryJob(input: RetryJobInput): { jobId: string; maxAtte
     jobId: requireUuid("job_id", input.jobId),
     maxAttempts: optionalInt("max_attempts", input.maxAttempts, LIMITS.maxAttempts.min, LIMITS.maxAttempts.max) ?? null,
   };
-}
-
-/** ListJobs pages newest first; the token is the last job's (created_at, id), created_at as the database wrote it (µs). */
-export function encodeJobsPageToken(createdAt: string, id: string): string {
-  return Buffer.from(`j:${createdAt}|${id}`).toString("base64url");
-}
-
-const JOBS_TOKEN = /^j:(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f-]{36})$/;
-
-export function validateListJobs(input: ListJobsInput): {
-  status: JobStatus | null;
-  workload: string | null;
-  pageSize: number;
-  after: { createdAt: string; id: string } | null;
-  scheduleName: string | null;
-} {
-  let status: JobStatus | null = null;
-  if (input.status !== undefined && input.status !== null) {
-    if (!(JOB_STATUSES as readonly string[]).includes(input.status)) fail("status", `must be one of ${JOB_STATUSES.join(", ")}`);
-    status = input.status;
-  }
-  const workload = input.workload ? requireWorkloadName("workload", input.workload) : null;
-  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
-  let after: { createdAt: string; id: string } | null = null;
-  if (input.pageToken) {
-    const m = typeof input.pageToken === "string" ? JOBS_TOKEN.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
-    if (!m || !UUID.test(m[2]) || Number.isNaN(Date.parse(m[1]))) fail("page_token", "is not a token this server issued");
-    after = { createdAt: m[1], id: m[2].toLowerCase() };
-  }
-  // Schedule names follow the workload names' pattern.
-  const scheduleName = input.scheduleName ? requireWorkloadName("schedule_name", input.scheduleName) : null;
-  return { status, workload, pageSize, after, scheduleName };
-}
-
-/**
- * ListTasks pages in chunk order; the token carries the last chunk_index returned and the status
- * filter it was issued under, so a token is never applied to a different listing.
- */
-export function encodeTasksPageToken(status: TaskStatus | null, lastChunkIndex: number): string {
-  return Buffer.from(`t:${status ?? "*"}:${lastChunkIndex}`).toString("base64url");
-}
-
-const TASKS_TOKEN = /^t:([a-z]+|\*):(\d{1,10})$/;
-
-export function validateListTasks(input: ListTasksInput): {
-  jobId: string;
-  status: TaskStatus | null;
-  pageSize: number;
-  afterChunk: number;
-} {
-  const jobId = requireUuid("job_id", input.jobId);
-  let status: TaskStatus | null = null;
-  if (input.status !== undefined && input.status !== null) {
-    if (!(TASK_STATUSES as readonly string[]).includes(input.status)) fail("status", `must be one of ${TASK_STATUSES.join(", ")}`);
-    status = input.status;
-  }
-  const pageSize = optionalInt("page_size", input.pageSize || undefined, 1, LIMITS.pageSize.max) ?? LIMITS.pageSize.default;
-  let afterChunk = -1;
-  if (input.pageToken) {
-    const m = typeof input.pageToken === "string" ? TASKS_TOKEN.exec(Buffer.from(input.pageToken, "base64url").toString()) : null;
-    if (!m || Number(m[2]) > LIMITS.chunkIndexMax) fail("page_token", "is not a token this server issued");
-    if (m[1] !== (status ?? "*")) fail("page_token", "was issued for a different status filter");
-    afterChunk = Number(m[2]);
-  }
-  return { jobId, status, pageSize, afterChunk };
 }

@@ -57,6 +57,10 @@ export function sampleJob(overrides: Partial<Job> = {}): Job {
     requiredLabels: null,
     scheduleName: null,
     scheduleFireAt: null,
+    runAt: null,
+    finalizer: null,
+    finalizerJobId: null,
+    parentJobId: null,
     ...overrides,
   };
 }

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from .errors import FieldViolation
+from .models import rfc3339
 
 JsonObject = dict[str, Any]
 
@@ -24,10 +26,12 @@ _TASK_FIELDS: dict[str, tuple[str, tuple[type, ...]]] = {
     "workload": ("workload", (str, type(None))),
     "required_labels": ("required_labels", (Mapping, type(None))),
     "requiredLabels": ("required_labels", (Mapping, type(None))),
+    "run_at": ("run_at", (str, datetime, type(None))), "runAt": ("run_at", (str, datetime, type(None))),
 }
 _TYPE_NAMES = {"chunk_index": "an integer", "input_uri": "a string", "input_sha256": "a string",
                "parameters": "an object (dict) or None", "workload": "a string or None",
-               "required_labels": "a mapping of label names to values, or None"}
+               "required_labels": "a mapping of label names to values, or None",
+               "run_at": "a datetime, an RFC 3339 string or None"}
 
 
 def labels_json(value: Any, path: str, out: list[FieldViolation]) -> dict[str, str]:
@@ -79,7 +83,7 @@ def task_json(item: Mapping[str, Any], at: str, out: list[FieldViolation]) -> Js
         known = _TASK_FIELDS.get(key) if isinstance(key, str) else None
         if known is None:
             out.append(FieldViolation(f"{at}.{key}", "unknown field (known: chunk_index, input_uri, input_sha256, "
-                                                      "parameters, workload, required_labels)"))
+                                                      "parameters, workload, required_labels, run_at)"))
             continue
         name, types = known
         if isinstance(value, bool) or not isinstance(value, types):
@@ -90,6 +94,8 @@ def task_json(item: Mapping[str, Any], at: str, out: list[FieldViolation]) -> Js
         elif isinstance(value, Mapping):
             json_violations(value, f"{at}.parameters", out)
             value = dict(value)
+        if isinstance(value, datetime):
+            value = rfc3339(value)
         if value is not None:
             task[name] = value
     return task

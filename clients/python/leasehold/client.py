@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +28,7 @@ from .models import (
     WatchUpdate,
     Workload,
     field_of,
+    rfc3339,
 )
 
 __all__ = ["Client"]
@@ -101,6 +103,8 @@ class Client:
         max_failed_tasks: int | None = None,
         concurrency_key: str | None = None,
         required_labels: Mapping[str, str] | None = None,
+        run_at: datetime | str | None = None,
+        finalizer: Mapping[str, Any] | None = None,
     ) -> CreatedJob:
         """Creates a job of ``tasks`` (or one task from ``input_uri``/``input_sha256``).
 
@@ -122,6 +126,13 @@ class Client:
         :class:`~leasehold.models.TaskSpec` may add its own. Names and values match ``^[a-z0-9._/-]{1,63}$``,
         at most 16; the coordinator refuses others with :class:`~leasehold.errors.InvalidArgumentError`
         naming the field (``required_labels[gpu]``), and nothing is written.
+
+        ``run_at`` (a timezone-aware :class:`~datetime.datetime`, a naive one read as UTC, or an RFC 3339
+        string) delays the job: its tasks are claimable from then, and until then the job is ``scheduled``.
+        ``finalizer`` (``{"workload": ..., "parameters": {...}, "run_on_failure": False}``) enqueues one job of
+        that workload when this job ends; its task's parameters name the parent (``parent_job_id``,
+        ``parent_status``), so its worker can read the ordered results with :meth:`results`. It runs
+        after a failed or cancelled job only with ``run_on_failure``.
 
         An unknown key in a task mapping, a value of the wrong type, or a parameter that is not a JSON value
         raises :class:`~leasehold.errors.InvalidArgumentError` before anything is sent, with one
@@ -172,6 +183,10 @@ class Client:
             req["concurrency_key"] = concurrency_key
         if required_labels:
             req["required_labels"] = labels_json(required_labels, "required_labels", bad)
+        if run_at is not None:
+            req["run_at"] = rfc3339(run_at)
+        if finalizer is not None:
+            req["finalizer"] = _finalizer_json(finalizer, bad)
         if bad:
             raise invalid_request("CreateJob", bad)
         return CreatedJob.from_json(self._call("CreateJob", req))
@@ -452,3 +467,26 @@ class Client:
     def resume_schedule(self, name: str) -> Schedule:
         """Resumes a paused schedule from its next tick after now."""
         return Schedule.from_json(field_of(self._call("ResumeSchedule", {"name": name}), "schedule") or {})
+
+_FINALIZER_FIELDS = ("workload", "parameters", "run_on_failure")
+
+
+def _finalizer_json(finalizer: Mapping[str, Any], bad: list[FieldViolation]) -> JsonObject:
+    """A finalizer mapping in proto JSON, with a violation appended for each unknown key or wrong type."""
+    out: JsonObject = {}
+    for key, value in finalizer.items():
+        if key not in _FINALIZER_FIELDS:
+            bad.append(FieldViolation(f"finalizer.{key}", "unknown field (known: workload, parameters, run_on_failure)"))
+        elif key == "workload" and not isinstance(value, str):
+            bad.append(FieldViolation("finalizer.workload", "must be a string"))
+        elif key == "run_on_failure" and not isinstance(value, bool):
+            bad.append(FieldViolation("finalizer.run_on_failure", "must be a bool"))
+        elif key == "parameters" and value is not None:
+            if not isinstance(value, Mapping):
+                bad.append(FieldViolation("finalizer.parameters", "must be a mapping"))
+                continue
+            json_violations(value, "finalizer.parameters", bad)
+            out["parameters"] = dict(value)
+        elif value is not None:
+            out[key] = value
+    return out

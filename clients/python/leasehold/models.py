@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal, cast
 
 from ._read import (
@@ -63,7 +63,7 @@ __all__ = [
 JsonObject = dict[str, Any]
 
 #: A job's status; ``""`` only for a field the coordinator left unset.
-JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled"]
+JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled", "scheduled"]
 #: A task's status; ``""`` only for a field the coordinator left unset.
 TaskStatus = Literal["", "pending", "leased", "completed", "failed", "cancelled"]
 #: What a :class:`JobEvent` records.
@@ -82,7 +82,7 @@ WaitingReason = Literal["", "queued", "retry_backoff", "workload_paused", "workl
                         "labels_unmatched", "no_workers"]
 
 _TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled")
-_JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled")
+_JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled", "scheduled")
 _EVENT_KINDS = ("", "task_status", "task_progress", "job_status")
 _OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
 _POLICIES = ("", "fail_fast", "continue")
@@ -93,6 +93,15 @@ _WAITING_REASONS = ("", "queued", "retry_backoff", "workload_paused", "workload_
 
 def _policy(d: Mapping[str, Any]) -> FailurePolicy:
     return cast(FailurePolicy, _enum(d, "failure_policy", "FAILURE_POLICY_", _POLICIES))
+
+
+def rfc3339(at: datetime | str) -> str:
+    """A time as proto JSON: an RFC 3339 string (a naive datetime is read as UTC; a string is sent as given)."""
+    if isinstance(at, str):
+        return at
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _job_status(d: Mapping[str, Any], name: str) -> JobStatus:
@@ -115,6 +124,8 @@ class TaskSpec:
     Example::
 
         TaskSpec(0, "s3://in/0.mp4", sha256_hex, parameters={"frames": 240}, required_labels={"gpu": "a100"})
+
+    ``run_at`` (a datetime, naive read as UTC, or an RFC 3339 string) delays this task; unset, the job's.
     """
 
     chunk_index: int
@@ -123,6 +134,7 @@ class TaskSpec:
     parameters: JsonObject | None = None
     workload: str | None = None
     required_labels: Mapping[str, str] | None = None
+    run_at: datetime | str | None = None
 
     def to_json(self) -> JsonObject:
         """The proto JSON of the spec, without unset fields."""
@@ -134,6 +146,8 @@ class TaskSpec:
             out["workload"] = self.workload
         if self.required_labels:
             out["required_labels"] = dict(self.required_labels)
+        if self.run_at is not None:
+            out["run_at"] = rfc3339(self.run_at)
         return out
 
 
@@ -167,6 +181,12 @@ class Job:
     required_labels: dict[str, str] = field(default_factory=dict)
     schedule_name: str = ""
     schedule_fire_time: datetime | None = None
+    #: When its tasks fall due, while that lies ahead (the job is ``scheduled`` until then).
+    run_at: datetime | None = None
+    #: The job enqueued when this one ended (its finalizer); ``""`` until then or when none ran.
+    finalizer_job_id: str = ""
+    #: On a finalizer job: the job whose end enqueued it.
+    parent_job_id: str = ""
 
     @property
     def finished(self) -> bool:
@@ -186,6 +206,8 @@ class Job:
             max_failed_tasks=_int(d, "max_failed_tasks"), concurrency_key=_str(d, "concurrency_key"),
             required_labels=_labels(d, "required_labels"),
             schedule_name=_str(d, "schedule_name"), schedule_fire_time=_time(d, "schedule_fire_time"),
+            run_at=_time(d, "run_at"),
+            finalizer_job_id=_str(d, "finalizer_job_id"), parent_job_id=_str(d, "parent_job_id"),
         )
 
 

@@ -1,9 +1,11 @@
-// One job's life: `job submit`, `job get`, `job watch`, `job results`, `job cancel`, `job retry`.
-import { fromJson } from "@bufbuild/protobuf";
+// One job's life: `job create`, `job submit`, `job get`, `job watch`, `job results`, `job cancel`, `job retry`.
+import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   CancelJobResponseSchema,
   CreateJobRequestSchema,
   CreateJobResponseSchema,
+  FinalizerSchema,
   GetJobResponseSchema,
   JobStatus,
   ResultManifestSchema,
@@ -13,7 +15,7 @@ import {
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { intOption, pairsOption, readInput, readJsonFile, stringOption } from "../args.js";
 import type { CommandSpec } from "../command.js";
-import { CliError } from "../errors.js";
+import { CliError, UsageError } from "../errors.js";
 import { failureLine, jobStatusName, jsonOf, out, percent, printJson } from "../format.js";
 import { watch } from "../watch.js";
 
@@ -23,14 +25,109 @@ function jobLine(job: Job | undefined): string {
 
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
+const DURATION_UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** --run-at: an RFC 3339 time, or +DURATION from now (+90s, +5m, +1h30m, +2d). */
+export function parseRunAt(value: string | string[] | boolean | undefined): Date | undefined {
+  if (value === undefined) return undefined;
+  const text = typeof value === "string" ? value.trim() : "";
+  if (text.startsWith("+")) {
+    const parts = [...text.slice(1).matchAll(/(\d+)(ms|s|m|h|d)/g)];
+    if (parts.length > 0 && parts.map((p) => p[0]).join("") === text.slice(1)) {
+      return new Date(Date.now() + parts.reduce((ms, p) => ms + Number(p[1]) * DURATION_UNIT_MS[p[2]], 0));
+    }
+  } else if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/i.test(text) && !Number.isNaN(Date.parse(text))) {
+    return new Date(text);
+  }
+  throw new UsageError(
+    `--run-at must be an RFC 3339 time (2026-12-01T18:00:00Z) or +DURATION (+90s, +5m, +1h30m, +2d), not ${JSON.stringify(value)}`,
+  );
+}
+
+function jsonObjectOption(name: string, value: string | string[] | boolean | undefined): JsonObject | undefined {
+  if (value === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(String(value));
+  } catch {
+    parsed = undefined;
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw new UsageError(`--${name} must be a JSON object`);
+  return parsed as JsonObject;
+}
+
+/** The options `job create` and `job submit` share: when, and what runs after. */
+const LATER_OPTIONS = [
+  { name: "run-at", value: "RFC3339|+DURATION" },
+  { name: "finalizer-workload", value: "W" },
+  { name: "finalizer-parameters", value: "JSON" },
+  { name: "finalizer-on-failure" },
+];
+
+/** --run-at and the finalizer options onto a CreateJobRequest (over what it already says). */
+function applyLaterOptions(
+  request: ReturnType<typeof create<typeof CreateJobRequestSchema>>,
+  opts: Record<string, string | string[] | boolean | undefined>,
+): void {
+  const runAt = parseRunAt(opts["run-at"]);
+  if (runAt) request.runAt = timestampFromDate(runAt);
+  const workload = stringOption(opts["finalizer-workload"]);
+  if (workload === undefined && (opts["finalizer-parameters"] !== undefined || opts["finalizer-on-failure"] !== undefined)) {
+    throw new UsageError("--finalizer-parameters and --finalizer-on-failure need --finalizer-workload");
+  }
+  if (workload !== undefined) {
+    request.finalizer = create(FinalizerSchema, {
+      workload,
+      parameters: jsonObjectOption("finalizer-parameters", opts["finalizer-parameters"]),
+      runOnFailure: opts["finalizer-on-failure"] === true,
+    });
+  }
+}
+
 export const jobCommands: CommandSpec[] = [
+  {
+    name: "job create",
+    positionals: ["WORKLOAD"],
+    options: [
+      { name: "input-uri", value: "URI", required: true },
+      { name: "input-sha256", value: "HEX", required: true },
+      { name: "parameters", value: "JSON" },
+      { name: "priority", value: "N" },
+      ...LATER_OPTIONS,
+      { name: "watch" },
+    ],
+    summary: [
+      "create a one-task job; --run-at delays it (RFC 3339 or +5m), --finalizer-workload",
+      "enqueues a job when it ends (--finalizer-on-failure: after a failure too)",
+    ],
+    async run(inv) {
+      const request = create(CreateJobRequestSchema, {
+        workload: inv.args[0],
+        inputUri: stringOption(inv.opts["input-uri"]) ?? "",
+        inputSha256: stringOption(inv.opts["input-sha256"]) ?? "",
+        parameters: jsonObjectOption("parameters", inv.opts.parameters),
+        priority: intOption("priority", inv.opts.priority) ?? 0,
+      });
+      applyLaterOptions(request, inv.opts);
+      const res = await inv.client.createJob(request, inv.callOptions);
+      if (inv.json) printJson(jsonOf(CreateJobResponseSchema, res));
+      else out(`${jobLine(res.job)}${res.job?.runAt ? ` (due ${new Date(Number(res.job.runAt.seconds) * 1000).toISOString()})` : ""}`);
+      if (inv.opts.watch === true && res.job !== undefined) return watch(inv, res.job.id);
+      return 0;
+    },
+  },
   {
     name: "job submit",
     positionals: ["FILE.json|-"],
-    options: [{ name: "watch" }, { name: "concurrency-key", value: "K" }, { name: "required-label", value: "KEY=VALUE", repeatable: true }],
+    options: [
+      ...LATER_OPTIONS,
+      { name: "watch" },
+      { name: "concurrency-key", value: "K" },
+      { name: "required-label", value: "KEY=VALUE", repeatable: true },
+    ],
     summary: [
       "create a job from a CreateJobRequest in proto JSON",
-      "(- reads stdin); --watch then watches it;",
+      "(- reads stdin; --run-at and --finalizer-* as job create); --watch then watches it;",
       "--concurrency-key and --required-label set those",
       "fields of the request",
     ],
@@ -47,6 +144,7 @@ export const jobCommands: CommandSpec[] = [
       request.concurrencyKey = stringOption(inv.opts["concurrency-key"]) ?? request.concurrencyKey;
       const labels = pairsOption("required-label", inv.opts["required-label"]);
       if (labels !== undefined) request.requiredLabels = { ...request.requiredLabels, ...labels };
+      applyLaterOptions(request, inv.opts);
       const res = await inv.client.createJob(request, inv.callOptions);
       if (inv.json) printJson(jsonOf(CreateJobResponseSchema, res));
       else out(`job ${res.job?.id} submitted: ${plural(res.tasks.length, "task")}`);
@@ -72,6 +170,9 @@ export const jobCommands: CommandSpec[] = [
         );
         out(`progress: ${percent(res.progress)}`);
         if (res.failure) out(`failure:  ${failureLine(res.failure)}`);
+        if (job?.runAt) out(`run at:   ${new Date(Number(job.runAt.seconds) * 1000).toISOString()}`);
+        if (job?.finalizer) out(`finalizer: ${job.finalizer.workload}${job.finalizerJobId ? ` → job ${job.finalizerJobId}` : ""}`);
+        if (job?.parentJobId) out(`parent:   job ${job.parentJobId}`);
       }
       return 0;
     },

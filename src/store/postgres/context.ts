@@ -4,6 +4,7 @@
 import type pg from "pg";
 import type { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueObserver } from "../../queue/service.js";
+import type { DueWakes } from "./due-wakes.js";
 import type { FlowState } from "./flow-control.js";
 import type { WorkloadCache } from "./workloads.js";
 
@@ -11,6 +12,8 @@ export interface StoreOptions {
   defaultLeaseSeconds: number;
   defaultMaxAttempts: number;
   maxTasksPerJob: number;
+  /** How far ahead a CreateJob's run_at may lie, in days (default 365). */
+  maxRunAtAheadDays?: number;
   /** Told about claims, completions, failures and expired leases as they commit (metrics). */
   observer?: QueueObserver;
   /** Finished jobs older than this are deleted by maintain(); undefined: kept forever. */
@@ -37,4 +40,6 @@ export interface StoreContext {
   readonly schemas: ParameterSchemas;
   /** Which workloads are flow-controlled, and which labels workers claim with (flow-control.ts). */
   readonly flow: FlowState;
+  /** The timer that wakes parked claimers when delayed tasks fall due (due-wakes.ts). */
+  readonly dueWakes: DueWakes;
 }

@@ -2,7 +2,7 @@
 // then its tasks by COPY (CREATE_JOB_ALONE, COPY_TASKS), validated against the cached workloads.
 
 import type pg from "pg";
-import { IdempotencyConflictError } from "../../queue/errors.js";
+import { IdempotencyConflictError, ValidationError } from "../../queue/errors.js";
 import { requestFingerprint } from "../../queue/idempotency.js";
 import type { CallOptions, CreateJobInput, CreateJobResult, Task } from "../../queue/types.js";
 import { validateCreateJob, type NormalizedCreateJob } from "../../queue/validation.js";
@@ -15,6 +15,7 @@ import { withClient } from "./db.js";
 import { toJob, toTask, type JobRow } from "./rows.js";
 import { uuidv7, uuidv7s } from "./uuidv7.js";
 import { unknownWorkload } from "./workloads.js";
+import { delayJob, isDelayed, needsDelayJob } from "./due-wakes.js";
 
 /*
  * CreateJob in one statement and one round trip (it took six: SELECT workloads, BEGIN, INSERT job,
@@ -123,12 +124,16 @@ export const SELECT_JOB_BY_IDEMPOTENCY_KEY = `SELECT * FROM jobs WHERE idempoten
 export const SELECT_JOB_TASKS = `SELECT * FROM tasks WHERE job_id = $1 ORDER BY chunk_index`;
 
 export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: CallOptions): Promise<CreateJobResult> {
-  const job = validateCreateJob(input, ctx.options.maxTasksPerJob);
+  const job = validateCreateJob(input, ctx.options.maxTasksPerJob, ctx.options.maxRunAtAheadDays);
   const fingerprint = job.idempotencyKey ? requestFingerprint(job) : null;
-  const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload)])];
+  const finalizer = job.finalizer?.workload;
+  const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload), ...(finalizer ? [finalizer] : [])])];
   const jobId = uuidv7();
   const ids = uuidv7s(job.tasks.length);
-  const perWorkload = countBy(job.tasks.map((t) => t.workload));
+  // A delayed job's tasks are announced by DELAY_JOB (those due now) and at their due time (due-wakes.ts), not by the insert.
+  const perWorkload = isDelayed(job) ? new Map<string, number>() : countBy(job.tasks.map((t) => t.workload));
+  // A run_at or a finalizer is written by DELAY_JOB after the insert, in its transaction.
+  const extra = needsDelayJob(job);
 
   return withClient(ctx.pool, opts.signal, async (c) => {
     // The cached workloads are used as they are when CREATE_JOB finds them unchanged; a miss
@@ -142,28 +147,36 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
       refresh = true;
     }
     let locked = false;
+    let open = false;
     try {
       for (;;) {
-        if (locked) {
+        if (locked || extra) {
           await c.query("BEGIN");
-          await ctx.workloads.load(c, names, true);
-        } else if (refresh) {
-          await ctx.workloads.load(c, names, false);
+          open = true;
         }
-        const result = await insertJob(ctx, c, input, job, fingerprint, names, jobId, ids, perWorkload, locked, opts.prepared);
+        if (locked) await ctx.workloads.load(c, names, true);
+        else if (refresh) await ctx.workloads.load(c, names, false);
+        if (finalizer) checkFinalizer(ctx, job, await unknownFinalizer(c, finalizer, ctx));
+        // A delayed job's answer is known only after DELAY_JOB: no early answer.
+        const prepared = extra ? undefined : opts.prepared;
+        const result = await insertJob(ctx, c, input, job, fingerprint, names, jobId, ids, perWorkload, open, prepared);
         if (result === "stale") {
           if (locked) throw new Error("workloads changed while locked");
+          if (open) await c.query("ROLLBACK");
+          open = false;
           locked = true;
           continue;
         }
-        if (locked) {
-          locked = false;
+        if (extra && result !== "taken") delayed(result, await delayJob(c, jobId, job), job);
+        if (open) {
+          open = false;
           await c.query("COMMIT");
         }
+        if (extra && result !== "taken" && isDelayed(job)) ctx.dueWakes.refreshSoon();
         return result === "taken" ? await replayJob(c, job.idempotencyKey!, fingerprint) : result;
       }
     } catch (err) {
-      if (locked) await c.query("ROLLBACK").catch(() => {});
+      if (open) await c.query("ROLLBACK").catch(() => {});
       throw err;
     }
   });
@@ -359,6 +372,43 @@ async function insertJobByCopy(
   } catch (err) {
     if (!inTransaction) await c.query("ROLLBACK").catch(() => {});
     throw err;
+  }
+}
+
+/**
+ * A finalizer naming no registered workload: a bad field of the request (400), not a missing
+ * resource, since the job it names does not exist yet; the message lists the registered ones.
+ */
+async function unknownFinalizer(c: pg.PoolClient, name: string, ctx: StoreContext): Promise<ValidationError | undefined> {
+  if (ctx.workloads.get(name)?.workload) return undefined;
+  const known = (await unknownWorkload(c, name, "finalizer.workload")).known ?? [];
+  const shown = known.slice(0, 20).join(", ") || "none";
+  return new ValidationError("finalizer.workload", `workload ${JSON.stringify(name)} is not registered (registered workloads: ${shown})`);
+}
+
+/**
+ * The finalizer's workload exists (else `unknown`, thrown), and its parameters schema, if any,
+ * accepts the finalizer task's parameters as they will be (with parent_job_id and parent_status):
+ * refused now, at CreateJob, not when the job ends.
+ */
+function checkFinalizer(ctx: StoreContext, job: NormalizedCreateJob, unknown: ValidationError | undefined): void {
+  if (unknown) throw unknown;
+  const w = ctx.workloads.get(job.finalizer!.workload)!.workload!;
+  if (!w.parametersSchema) return;
+  const parameters = { ...job.finalizer!.parameters, parent_job_id: "00000000-0000-0000-0000-000000000000", parent_status: "completed" };
+  ctx.schemas.validate(w, parameters, "finalizer.parameters");
+}
+
+/** A created job's answer after DELAY_JOB: its row as that left it, and its delayed tasks' run_after. */
+function delayed(result: CreateJobResult, row: JobRow, job: NormalizedCreateJob): void {
+  result.job = toJob(row);
+  const created = result.job.createdAt.getTime();
+  const own = new Map(job.tasks.flatMap((t) => (t.runAt === undefined ? [] : [[t.chunkIndex, t.runAt] as const])));
+  for (const t of result.tasks) {
+    // DELAY_JOB's run_after: the due time when it lay ahead of the job's now(), else that now().
+    const at = own.get(t.chunkIndex) ?? job.runAt;
+    const ms = at === undefined ? NaN : Date.parse(at);
+    if (ms > created) t.runAfter = new Date(ms);
   }
 }
 

@@ -17,16 +17,8 @@ import type {
   RetryJobResult,
   TaskCounts,
 } from "../../queue/types.js";
-import {
-  LIMITS,
-  encodeJobsPageToken,
-  encodePageToken,
-  requireUuid,
-  validateCancel,
-  validateListJobs,
-  validateListResults,
-  validateRetryJob,
-} from "../../queue/validation.js";
+import { encodeJobsPageToken, encodePageToken, validateListJobs, validateListResults } from "../../queue/list-validation.js";
+import { LIMITS, requireUuid, validateCancel, validateRetryJob } from "../../queue/validation.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { inTransaction, withClient } from "./db.js";
@@ -34,7 +26,7 @@ import { toJob } from "./rows.js";
 import { JOB_LOCK } from "./settle.js";
 import { emptyCounts } from "./task-stats.js";
 
-export const SELECT_JOB = `SELECT * FROM jobs WHERE id = $1`;
+export const SELECT_JOB = `SELECT *, run_at > now() AS run_at_ahead FROM jobs WHERE id = $1`;
 
 export const COUNT_JOB_TASKS = `SELECT status, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY status`;
 
@@ -101,15 +93,23 @@ SELECT job.*, (SELECT count(*) FROM retried)::int AS retried_tasks, (SELECT coun
  * $4 workload ('' for any) [, $5 status].
  */
 const jobsPage = (statusFilter: string) => `
-SELECT *, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at_cursor
+SELECT *, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at_cursor, run_at > now() AS run_at_ahead
 FROM jobs
 WHERE ${statusFilter} (created_at, id) < ($1::timestamptz, $2::uuid) AND ($4::text = '' OR workload = $4)
 ORDER BY created_at DESC, id DESC
 LIMIT $3`;
 export const LIST_JOBS = jobsPage("");
 export const LIST_JOBS_BY_STATUS = jobsPage("status = $5::job_status AND");
-// A schedule's jobs through jobs_schedule_created_idx; $5 the schedule, $6 the status (null: any).
-export const LIST_JOBS_BY_SCHEDULE = jobsPage("schedule_name = $5 AND ($6::job_status IS NULL OR status = $6::job_status) AND");
+// A scheduled job is stored as pending with its run_at ahead (the delayed_finalizer migration):
+// the filters for either tell them apart by run_at, through jobs_status_created_idx all the same.
+export const LIST_JOBS_SCHEDULED = jobsPage("status = 'pending' AND run_at > now() AND");
+export const LIST_JOBS_PENDING = jobsPage("status = 'pending' AND (run_at IS NULL OR run_at <= now()) AND");
+// A schedule's jobs through jobs_schedule_created_idx; $5 the schedule, $6 the status filter as
+// ListJobs names it (null: any), scheduled and pending told apart by run_at as above.
+export const LIST_JOBS_BY_SCHEDULE = jobsPage(`schedule_name = $5 AND ($6::text IS NULL OR CASE $6::text
+    WHEN 'scheduled' THEN status = 'pending' AND run_at > now()
+    WHEN 'pending' THEN status = 'pending' AND (run_at IS NULL OR run_at <= now())
+    ELSE status::text = $6::text END) AND`);
 
 /*
  * The task that failed a failed job: its failed task (the first to fail, should two have failed in
@@ -222,9 +222,13 @@ export async function listJobs(ctx: StoreContext, input: ListJobsInput, opts: Ca
   const { rows } = await withClient(ctx.pool, opts.signal, (c) =>
     q.scheduleName
       ? c.query(LIST_JOBS_BY_SCHEDULE, [...values, q.scheduleName, q.status])
-      : q.status
-        ? c.query(LIST_JOBS_BY_STATUS, [...values, q.status])
-        : c.query(LIST_JOBS, values),
+      : q.status === "scheduled"
+        ? c.query(LIST_JOBS_SCHEDULED, values)
+        : q.status === "pending"
+          ? c.query(LIST_JOBS_PENDING, values)
+          : q.status
+            ? c.query(LIST_JOBS_BY_STATUS, [...values, q.status])
+            : c.query(LIST_JOBS, values),
   );
   const page = rows.slice(0, q.pageSize);
   const last = page[page.length - 1];

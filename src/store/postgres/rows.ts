@@ -41,6 +41,15 @@ export interface JobRow {
   required_labels: Labels | null;
   schedule_name?: string | null;
   schedule_fire_at?: Date | null;
+  /** absent in a row read before the delayed_finalizer migration (a rolling upgrade) */
+  run_at?: Date | null;
+  finalizer_workload?: string | null;
+  finalizer_parameters?: JsonObject | null;
+  finalizer_on_failure?: boolean;
+  finalizer_job_id?: string | null;
+  parent_job_id?: string | null;
+  /** run_at > now() by the database's clock, where the statement selects it (GetJob, ListJobs) */
+  run_at_ahead?: boolean | null;
 }
 
 export interface TaskRow {
@@ -112,6 +121,17 @@ export function toWorkload(r: WorkloadRow): Workload {
   };
 }
 
+/**
+ * A job not yet due is stored as pending with its run_at ahead, and shown as scheduled: by the
+ * database's clock where the statement read run_at_ahead, else by this coordinator's (a job just
+ * created, whose run_at is stored only when it lay ahead).
+ */
+function jobStatus(r: JobRow): Job["status"] {
+  if (r.status !== "pending" || !r.run_at) return r.status;
+  const ahead = r.run_at_ahead ?? r.run_at.getTime() > Date.now();
+  return ahead ? "scheduled" : "pending";
+}
+
 export function toJob(r: JobRow): Job {
   return {
     id: r.id,
@@ -119,7 +139,7 @@ export function toJob(r: JobRow): Job {
     inputUri: r.input_uri,
     inputSha256: r.input_sha256 ?? null,
     parameters: r.parameters,
-    status: r.status,
+    status: jobStatus(r),
     priority: r.priority,
     idempotencyKey: r.idempotency_key ?? null,
     traceparent: r.traceparent ?? null,
@@ -133,6 +153,12 @@ export function toJob(r: JobRow): Job {
     requiredLabels: r.required_labels ?? null,
     scheduleName: r.schedule_name ?? null,
     scheduleFireAt: r.schedule_fire_at ?? null,
+    runAt: r.run_at ?? null,
+    finalizer: r.finalizer_workload
+      ? { workload: r.finalizer_workload, parameters: r.finalizer_parameters ?? {}, runOnFailure: r.finalizer_on_failure === true }
+      : null,
+    finalizerJobId: r.finalizer_job_id ?? null,
+    parentJobId: r.parent_job_id ?? null,
   };
 }
 

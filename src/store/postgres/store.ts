@@ -72,6 +72,7 @@ import { LeaseReaper } from "./lease-reaper.js";
 import { StoreMaintenance } from "./maintenance.js";
 import { Scheduler } from "./scheduler.js";
 import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./schedules.js";
+import { DueWakes } from "./due-wakes.js";
 import { taskStats } from "./task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./watch.js";
 import { WatchHub } from "./watch-hub.js";
@@ -95,6 +96,7 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
       workloads: new WorkloadCache(),
       schemas: new ParameterSchemas(),
       flow: { workloads: new FlowWorkloads(pool), sightings: new WorkerSightings() },
+      dueWakes: new DueWakes(pool),
     };
     this.watchHub = new WatchHub(pool, {
       pollIntervalMs: options.watchPollIntervalMs ?? 1000,
@@ -235,8 +237,15 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
     return this.reaper.runOnce(opts.signal);
   }
 
-  maintain(opts: CallOptions = {}): Promise<MaintenanceResult> {
+  async maintain(opts: CallOptions = {}): Promise<MaintenanceResult> {
+    // Due times written through other coordinators (or one that died before its timer fired).
+    await this.ctx.dueWakes.refresh(undefined, opts.signal);
     return this.maintenance.runOnce(opts.signal);
+  }
+
+  /** Stops the due-time timer (the pool's owner ends the pool). */
+  stopTimers(): void {
+    this.ctx.dueWakes.stop();
   }
 
   taskStats(scope: "unfinished" | "all", opts: CallOptions = {}): Promise<WorkloadTaskStats[]> {

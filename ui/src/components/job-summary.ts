@@ -32,6 +32,21 @@ export function renderJobHeader(header: HTMLElement, snapshot: GetJobResponse, l
       job.idempotencyKey ? h("dd", { class: "mono" }, job.idempotencyKey) : null,
       job.cancelReason ? h("dt", {}, "Cancel reason") : null,
       job.cancelReason ? h("dd", {}, job.cancelReason) : null,
+      job.runAt ? h("dt", {}, "Run at") : null,
+      job.runAt ? h("dd", { id: "job-run-at" }, when(ts(job.runAt))) : null,
+      // The finalizer job enqueued at this job's end, and on a finalizer job the job that ended.
+      job.finalizer ? h("dt", {}, "Finalizer") : null,
+      job.finalizer
+        ? h(
+            "dd",
+            { id: "job-finalizer" },
+            job.finalizerJobId
+              ? h("a", { href: `#/jobs/${job.finalizerJobId}`, class: "mono" }, job.finalizerJobId)
+              : `${job.finalizer.workload} (when this job ${job.finalizer.runOnFailure ? "ends" : "completes"})`,
+          )
+        : null,
+      job.parentJobId ? h("dt", {}, "Parent job") : null,
+      job.parentJobId ? h("dd", { id: "job-parent" }, h("a", { href: `#/jobs/${job.parentJobId}`, class: "mono" }, job.parentJobId)) : null,
       h("dt", {}, "Updates"),
       h("dd", { id: "live-state" }, live),
     ),
@@ -48,7 +63,7 @@ export function renderJobHeader(header: HTMLElement, snapshot: GetJobResponse, l
 /** Whether the job's cancel and retry actions apply to its status now. */
 export function jobActions(status: JobStatus): { cancel: boolean; retry: boolean } {
   return {
-    cancel: status === JobStatus.PENDING || status === JobStatus.RUNNING,
+    cancel: status === JobStatus.PENDING || status === JobStatus.RUNNING || status === JobStatus.SCHEDULED,
     retry: status === JobStatus.FAILED || status === JobStatus.CANCELLED,
   };
 }

@@ -28,6 +28,7 @@ class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATUS_COMPLETED: _ClassVar[JobStatus]
     JOB_STATUS_FAILED: _ClassVar[JobStatus]
     JOB_STATUS_CANCELLED: _ClassVar[JobStatus]
+    JOB_STATUS_SCHEDULED: _ClassVar[JobStatus]
 
 class FailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -87,6 +88,7 @@ JOB_STATUS_RUNNING: JobStatus
 JOB_STATUS_COMPLETED: JobStatus
 JOB_STATUS_FAILED: JobStatus
 JOB_STATUS_CANCELLED: JobStatus
+JOB_STATUS_SCHEDULED: JobStatus
 FAILURE_POLICY_UNSPECIFIED: FailurePolicy
 FAILURE_POLICY_FAIL_FAST: FailurePolicy
 FAILURE_POLICY_CONTINUE: FailurePolicy
@@ -118,7 +120,7 @@ CATCH_UP_POLICY_ONE: CatchUpPolicy
 CATCH_UP_POLICY_ALL: CatchUpPolicy
 
 class TaskSpec(_message.Message):
-    __slots__ = ("chunk_index", "input_uri", "input_sha256", "parameters", "workload", "required_labels")
+    __slots__ = ("chunk_index", "input_uri", "input_sha256", "parameters", "workload", "required_labels", "run_at")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -132,16 +134,28 @@ class TaskSpec(_message.Message):
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_FIELD_NUMBER: _ClassVar[int]
     chunk_index: int
     input_uri: str
     input_sha256: str
     parameters: _struct_pb2.Struct
     workload: str
     required_labels: _containers.ScalarMap[str, str]
-    def __init__(self, chunk_index: _Optional[int] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., workload: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    run_at: _timestamp_pb2.Timestamp
+    def __init__(self, chunk_index: _Optional[int] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., workload: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Finalizer(_message.Message):
+    __slots__ = ("workload", "parameters", "run_on_failure")
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    parameters: _struct_pb2.Struct
+    run_on_failure: bool
+    def __init__(self, workload: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_on_failure: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "schedule_name", "schedule_fire_time")
+    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "schedule_name", "schedule_fire_time", "run_at", "finalizer", "finalizer_job_id", "parent_job_id")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +182,10 @@ class Job(_message.Message):
     REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_FIELD_NUMBER: _ClassVar[int]
+    FINALIZER_FIELD_NUMBER: _ClassVar[int]
+    FINALIZER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     workload: str
     input_uri: str
@@ -187,7 +205,11 @@ class Job(_message.Message):
     required_labels: _containers.ScalarMap[str, str]
     schedule_name: str
     schedule_fire_time: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., schedule_name: _Optional[str] = ..., schedule_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    run_at: _timestamp_pb2.Timestamp
+    finalizer: Finalizer
+    finalizer_job_id: str
+    parent_job_id: str
+    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., schedule_name: _Optional[str] = ..., schedule_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., finalizer_job_id: _Optional[str] = ..., parent_job_id: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent", "concurrency_key", "required_labels")
@@ -313,7 +335,7 @@ class Workload(_message.Message):
     def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels")
+    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "run_at", "finalizer")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +356,8 @@ class CreateJobRequest(_message.Message):
     MAX_FAILED_TASKS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_FIELD_NUMBER: _ClassVar[int]
+    FINALIZER_FIELD_NUMBER: _ClassVar[int]
     workload: str
     input_uri: str
     input_sha256: str
@@ -347,7 +371,9 @@ class CreateJobRequest(_message.Message):
     max_failed_tasks: int
     concurrency_key: str
     required_labels: _containers.ScalarMap[str, str]
-    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    run_at: _timestamp_pb2.Timestamp
+    finalizer: Finalizer
+    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job", "tasks")
