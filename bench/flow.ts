@@ -255,9 +255,7 @@ async function main() {
   let fill = { seconds: NaN };
   try {
     const current = await target("current", db.url);
-    const base = baseline
-      ? await target(`baseline ${baseline.sha.slice(0, 12)}`, await baselineDatabase(db.url, baseName, baseline), baseline.script)
-      : undefined;
+    const base = baseline ? await target("baseline", await baselineDatabase(db.url, baseName, baseline), baseline.script) : undefined;
     if (PARTS.includes(1)) {
       const both = base ? [current, base] : [current];
       const workloads = [...both.map((t) => [t, WARM] as const), ...VARIANTS.map((v) => [current, v] as const)];
@@ -304,7 +302,8 @@ async function main() {
 function printThroughput(rounds: Round1[], baseline: Baseline | undefined, context: string) {
   const ids = [...(baseline ? ["baseline"] : []), "a", "b", "c", "d"];
   const labels: Record<string, string> = Object.fromEntries(VARIANTS.map((v) => [v.id, v.label]));
-  if (baseline) labels.baseline = `before flow control (${baseline.ref}, ${baseline.sha.slice(0, 7)}), no caps`;
+  if (baseline)
+    labels.baseline = `before flow control (${baseline.sha.startsWith(baseline.ref) ? baseline.ref : `${baseline.ref}, ${baseline.sha.slice(0, 7)}`}), no caps`;
   const json: Record<string, unknown> = {};
   console.log(`\n### Flow control: claim → complete throughput\n`);
   console.log(`REST, chained result reports (claim_next), ${SECONDS} s windows after 1 s of warm-up; ${context}.`);
@@ -334,11 +333,24 @@ function printThroughput(rounds: Round1[], baseline: Baseline | undefined, conte
         cpu_ms_per_task: { coordinator: coord, postgres: pgCpu },
         leased_mean: mean,
         leased_max: max,
+        unavailable_503: xs.reduce((n, x) => n + x.unavailable, 0),
       };
     }
     console.log(`| ${labels[id]} | ${cells.join(" | ")} | ${leased.join(" / ")} |`);
     json[id] = j;
   }
+  if (baseline) {
+    // The issue's first bar: an uncapped workload keeps the claim cost it had before flow control.
+    const perRound = BATCHES.map((b) => rounds.map((r) => r[b].a.rate / r[b].baseline.rate));
+    json.a_vs_baseline = Object.fromEntries(
+      BATCHES.map((b, i) => [`max_tasks_${b}`, { median: median(perRound[i]), per_round: perRound[i] }]),
+    );
+    console.log(
+      `\n(a) / before, same rounds: ${BATCHES.map((b, i) => `max_tasks ${b} **${fmt(median(perRound[i]), 2)}** (${perRound[i].map((x) => fmt(x, 2)).join(", ")})`).join("; ")}; the bar: ≥ 0.90.`,
+    );
+  }
+  const refused = ids.flatMap((id) => BATCHES.map((b) => rounds.reduce((n, r) => n + r[b][id].unavailable, 0))).reduce((a, b) => a + b, 0);
+  if (refused) console.log(`\n${refused} calls answered 503 (retried after 20 ms); per workload in the JSON line.`);
   return json;
 }
 
