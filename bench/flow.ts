@@ -102,6 +102,8 @@ const backlog = (maxTasks: number) => Math.ceil(best[maxTasks] * (SECONDS + WARM
 async function throughputWindow(t: Target, v: Variant, maxTasks: number): Promise<Throughput> {
   const workload = `flow_${v.id}_${maxTasks}`;
   await topUp(t, workload, backlog(maxTasks), v.keys);
+  // Every variant starts from fresh statistics and a vacuumed table, as bench:sql's fills do.
+  await t.pool.query("VACUUM ANALYZE tasks");
   const load = chainedWorkers(t, workload, maxTasks, WORKERS, v.waitSeconds);
   const stop = load.start();
   await sleep(WARMUP_MS);
