@@ -21,13 +21,13 @@
 // /proc for the arithmetic behind the ratios.
 
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
 import os from "node:os";
 import { performance } from "node:perf_hooks";
 import { Logger, makeWorkerUtils, run as runGraphile, type WorkerUtils } from "graphile-worker";
 import pg from "pg";
 import PgBoss from "pg-boss";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
+import { cpuNow, cpuPer } from "./cpu.js";
 import { fmt, grpcClient, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
 
 const argRuns = process.argv.indexOf("--runs");
@@ -42,79 +42,6 @@ type Rest = ReturnType<typeof restClient>;
 type Grpc = ReturnType<typeof grpcClient>;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const quietLogger = new Logger(() => () => {});
-
-// ---------- CPU accounting from /proc (Linux) ----------
-
-const TICK_MS = 10; // USER_HZ is 100 on Linux
-
-function procTicks(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return Number(f[11]) + Number(f[12]); // utime + stime
-  } catch {
-    return 0;
-  }
-}
-
-function childrenOf(ppid: number): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (Number(f[1]) === ppid) out.push(Number(name));
-    } catch {
-      // gone
-    }
-  }
-  return out;
-}
-
-/** The embedded postmaster is a child of this process; its backends are its children. Per pid, so a backend that exits is not subtracted. */
-function postgresTicks(): Map<number, number> {
-  const out = new Map<number, number>();
-  for (const pm of childrenOf(process.pid)) {
-    const comm = safeRead(`/proc/${pm}/comm`).trim();
-    if (comm !== "postgres") continue;
-    out.set(pm, procTicks(pm));
-    for (const b of childrenOf(pm)) out.set(b, procTicks(b));
-  }
-  return out;
-}
-
-function safeRead(p: string): string {
-  try {
-    return readFileSync(p, "utf8");
-  } catch {
-    return "";
-  }
-}
-
-interface CpuSample {
-  coordinator: number;
-  postgres: Map<number, number>;
-  self: number;
-}
-
-function cpuNow(coordinator?: Coordinator): CpuSample {
-  const u = process.cpuUsage();
-  return {
-    coordinator: coordinator?.child.pid ? procTicks(coordinator.child.pid) * TICK_MS : 0,
-    postgres: postgresTicks(),
-    self: (u.user + u.system) / 1000,
-  };
-}
-
-/** CPU milliseconds per item of each process between two samples (a backend that exits in between is not counted). */
-function cpuPer(a: CpuSample, b: CpuSample, items: number) {
-  return {
-    coordinator: (b.coordinator - a.coordinator) / items,
-    postgres: ([...b.postgres].reduce((sum, [pid, t]) => sum + t - (a.postgres.get(pid) ?? 0), 0) * TICK_MS) / items,
-    self: (b.self - a.self) / items,
-  };
-}
 
 // ---------- measurement ----------
 
