@@ -225,21 +225,11 @@ class Client:
             for detail in client.list_tasks(job_id, status="failed"):
                 print(detail.task.chunk_index, detail.task.error_code, detail.task.error_message)
         """
-        token = ""
-        while True:
-            req: JsonObject = {"job_id": job_id}
-            if status:
-                req["status"] = _enum_name("TASK_STATUS_", status)
-            if page_size:
-                req["page_size"] = page_size
-            if token:
-                req["page_token"] = token
-            page = self._call("ListTasks", req)
-            for t in field_of(page, "tasks") or []:
-                yield TaskDetail.from_json(t)
-            token = field_of(page, "next_page_token") or ""
-            if not token:
-                return
+        req: JsonObject = {"job_id": job_id}
+        if status:
+            req["status"] = _enum_name("TASK_STATUS_", status)
+        for t in self._pages("ListTasks", req, "tasks", page_size):
+            yield TaskDetail.from_json(t)
 
     def watch(self, job_id: str, *, timeout: float | None = None) -> Iterator[WatchUpdate]:
         """Iterates over the job's updates: first a snapshot, then every event as it commits.
@@ -273,19 +263,8 @@ class Client:
 
     def results(self, job_id: str, *, page_size: int | None = None) -> Iterator[ResultManifest]:
         """Iterates over the result manifests of the job's completed tasks in chunk order, across every page."""
-        token = ""
-        while True:
-            req: JsonObject = {"job_id": job_id}
-            if page_size:
-                req["page_size"] = page_size
-            if token:
-                req["page_token"] = token
-            page = self._call("ListCompletedResults", req)
-            for r in field_of(page, "results") or []:
-                yield ResultManifest.from_json(r)
-            token = field_of(page, "next_page_token") or ""
-            if not token:
-                return
+        for r in self._pages("ListCompletedResults", {"job_id": job_id}, "results", page_size):
+            yield ResultManifest.from_json(r)
 
     def cancel(self, job_id: str, reason: str | None = None) -> Job:
         """Cancels a pending or running job (a finished job is returned as it is)."""
@@ -308,22 +287,27 @@ class Client:
 
         ``schedule_name``: only the jobs that schedule created.
         """
+        req: JsonObject = {}
+        if status:
+            req["status"] = _enum_name("JOB_STATUS_", status)
+        if workload:
+            req["workload"] = workload
+        if schedule_name:
+            req["schedule_name"] = schedule_name
+        for j in self._pages("ListJobs", req, "jobs", page_size):
+            yield Job.from_json(j)
+
+    def _pages(self, method: str, req: JsonObject, field: str, page_size: int | None) -> Iterator[Any]:
+        """The items of every page of a paged RPC, in order: ``req`` again with each next page's token."""
         token = ""
         while True:
-            req: JsonObject = {}
-            if status:
-                req["status"] = _enum_name("JOB_STATUS_", status)
-            if workload:
-                req["workload"] = workload
+            page_req = dict(req)
             if page_size:
-                req["page_size"] = page_size
-            if schedule_name:
-                req["schedule_name"] = schedule_name
+                page_req["page_size"] = page_size
             if token:
-                req["page_token"] = token
-            page = self._call("ListJobs", req)
-            for j in field_of(page, "jobs") or []:
-                yield Job.from_json(j)
+                page_req["page_token"] = token
+            page = self._call(method, page_req)
+            yield from field_of(page, field) or []
             token = field_of(page, "next_page_token") or ""
             if not token:
                 return
