@@ -20,6 +20,38 @@ export interface ClaimParams {
   labels: string;
 }
 
+/**
+ * A claim for several callers at once (coalescing.ts): the statement leases up to `limit` tasks
+ * and gives the rn-th of them, in claim order, to `owner(rn)`. Flow-controlled workloads are never
+ * claimed this way (their claims go one by one through leasehold_flow_claim, which leases for one
+ * worker): the flow arm is left out.
+ */
+export interface ClaimAssignment {
+  owner(rn: string): string;
+}
+
+const plainPick = (limit: string) => `picked AS (
+  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
+  LIMIT ${limit}
+)`;
+// The same choice, numbered in claim order so each task can be given to its caller's slot.
+const assignedPick = (limit: string) => `picked AS (
+  SELECT id, row_number() OVER (ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index) AS rn
+  FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY rn
+  LIMIT ${limit}
+)`;
+const flowClaim = (p: ClaimParams, gate: string) => `flow_claimed AS (
+  SELECT f.task, f.fresh
+  FROM leasehold_flow_claim(
+    ARRAY(SELECT name FROM requested WHERE flow), ${p.limit}::int - (SELECT count(*)::int FROM plain_claimed), ${p.worker}::text,
+    ${p.leaseSeconds}::int, ${p.labels}::jsonb) f
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
+)`;
+// No flow arm: the same columns, no rows, and the function never called.
+const NO_FLOW_CLAIM = `flow_claimed AS (SELECT NULL::tasks AS task, false AS fresh WHERE false)`;
+
 /*
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
@@ -48,7 +80,7 @@ export interface ClaimParams {
  * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a
  * result report takes nothing unless the report's result was accepted.
  */
-export const claimCtes = (p: ClaimParams, gate = "true") => `requested AS (
+export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignment) => `requested AS (
   SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY (${p.workloads}::text[])
 ), expired AS (
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
@@ -72,29 +104,19 @@ export const claimCtes = (p: ClaimParams, gate = "true") => `requested AS (
     LIMIT ${p.limit}
     FOR UPDATE SKIP LOCKED
   ) c
-), picked AS (
-  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
-  ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
-  LIMIT ${p.limit}
-), plain_claimed AS (
+), ${assign ? assignedPick(p.limit) : plainPick(p.limit)}, plain_claimed AS (
   UPDATE tasks t
   SET status = 'leased',
       attempt = t.attempt + 1,
-      lease_owner = ${p.worker},
+      lease_owner = ${assign ? assign.owner("p.rn") : p.worker},
       lease_expires_at = now() + make_interval(secs => coalesce(${p.leaseSeconds}::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
-  WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
-  RETURNING t.*
-), flow_claimed AS (
-  SELECT f.task, f.fresh
-  FROM leasehold_flow_claim(
-    ARRAY(SELECT name FROM requested WHERE flow), ${p.limit}::int - (SELECT count(*)::int FROM plain_claimed), ${p.worker}::text,
-    ${p.leaseSeconds}::int, ${p.labels}::jsonb) f
-  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
-), claimed AS (
-  SELECT * FROM plain_claimed UNION ALL SELECT (task).* FROM flow_claimed
+  ${assign ? "FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id" : "WHERE t.id = ANY (ARRAY(SELECT id FROM picked))"}
+  RETURNING t.*${assign ? ", p.rn" : ""}
+), ${assign ? NO_FLOW_CLAIM : flowClaim(p, gate)}, claimed AS (
+  SELECT * FROM plain_claimed${assign ? "" : " UNION ALL SELECT (task).* FROM flow_claimed"}
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
@@ -123,6 +145,7 @@ export const CLAIM_TASK = claimStatement("");
 
 export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts: CallOptions): Promise<Task[]> {
   const claim = validateClaim(input);
+  if (ctx.coalescer && !ctx.flow.workloads.any(claim.workloads)) return ctx.coalescer.claim(claim, opts.signal);
   return withClient(ctx.pool, opts.signal, (c) => claimWith(ctx, c, claim, "workloads", opts));
 }
 

@@ -134,6 +134,7 @@ UNION ALL
 
 export async function completeTask(ctx: StoreContext, input: CompleteTaskInput, opts: CallOptions): Promise<Task> {
   const done = validateComplete(input);
+  if (ctx.coalescer) return ctx.coalescer.complete(done, opts.signal);
   return withClient(ctx.pool, opts.signal, (c) => completeWith(ctx, c, done));
 }
 
@@ -147,6 +148,7 @@ export async function completeTaskAndClaim(
 ): Promise<CompletedAndClaimed> {
   const done = validateComplete(input);
   const claim = validateClaimNext(next);
+  if (ctx.coalescer && !ctx.flow.workloads.any(claim.workloads)) return ctx.coalescer.completeAndClaim(done, claim, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.require(c, claim.workloads, "claim_next.workloads");
     const one = claim.maxTasks === 1;
@@ -181,7 +183,7 @@ async function completeWith(ctx: StoreContext, c: pg.PoolClient, done: CompleteT
  * A result the completion did not take: a late result of a task cancelled within its lease (kept),
  * a replay (the task as it is), or a conflict (thrown).
  */
-async function refusedOrLate(ctx: StoreContext, c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
+export async function refusedOrLate(ctx: StoreContext, c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
   const task = await loadTask(c, done.taskId);
   const late = await acceptLateResult(ctx, c, task, done);
   return late ?? replayOrConflict(task, done);
@@ -231,7 +233,7 @@ export async function completeTasksAndClaim(
   });
 }
 
-async function completeBatchWith(ctx: StoreContext, c: pg.PoolClient, batch: CompleteTaskInput[]): Promise<CompleteOutcome[]> {
+export async function completeBatchWith(ctx: StoreContext, c: pg.PoolClient, batch: CompleteTaskInput[]): Promise<CompleteOutcome[]> {
   const { rows } = await c.query({ name: "leasehold_complete_tasks", text: COMPLETE_TASKS, values: batchValues(batch) });
   return batchOutcomes(ctx, c, batch, rows);
 }

@@ -75,6 +75,7 @@ SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur`;
 
 export async function renewLease(ctx: StoreContext, input: RenewLeaseInput, opts: CallOptions): Promise<Task> {
   const renew = validateRenew(input);
+  if (ctx.coalescer) return ctx.coalescer.renew(renew, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
     const { rows } = await c.query({
       name: "leasehold_renew_lease",
@@ -101,6 +102,7 @@ export async function reportProgress(ctx: StoreContext, input: ReportProgressInp
 
 export async function failTask(ctx: StoreContext, input: FailTaskInput, opts: CallOptions): Promise<Task> {
   const f = validateFail(input);
+  if (ctx.coalescer) return ctx.coalescer.fail(f, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
     const { rows } = await c.query({
       name: "leasehold_fail_task",

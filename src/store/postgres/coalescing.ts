@@ -1,0 +1,309 @@
+// Coalescing: the single-task calls of many workers that arrive together go to PostgreSQL as one
+// statement per kind (group commit, group-commit.ts). Most of a single task's database cost is per
+// statement (plan start-up, tuple descriptors, index descents, the commit), not per row, so a busy
+// coordinator pays it once for a batch; an idle one runs each call at once, as before.
+//
+// Kinds: claims (ClaimTasks), results with claim_next, results, lease renewals and failures. A
+// claim batch shares its workloads, labels and lease length (the key of its lane); the result kinds
+// mix every worker. Each item keeps its own outcome exactly as its one-caller statement gives it:
+// the fences are per item, a refused item is explained alone, and a batch never fails because one
+// item is stale. Claims of flow-controlled workloads never coalesce (their cap, rate and fair share
+// are kept by leasehold_flow_claim, one claimer at a time); claim.ts sends them the direct way.
+
+import type pg from "pg";
+import { leaseConflict } from "../../queue/fencing.js";
+import type { CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
+import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js";
+import { claimed, claimWith } from "./claim.js";
+import { COALESCED_CLAIM, COALESCED_COMPLETE_AND_CLAIM, COALESCED_FAIL, COALESCED_RENEW, GIVE_BACK } from "./coalesced-statements.js";
+import { completeBatchWith, refusedOrLate } from "./complete.js";
+import type { StoreContext } from "./context.js";
+import { toQueueError, withClient } from "./db.js";
+import { freedSlots } from "./flow-control.js";
+import { GroupCommit, type GroupCommitOptions, type Outcome } from "./group-commit.js";
+import { loadTask } from "./inspection.js";
+import { toTask, type TaskRow } from "./rows.js";
+import { FINISH_JOBS_IF_DONE, settleJob } from "./settle.js";
+
+export type CoalescingOptions = GroupCommitOptions;
+
+export const DEFAULT_COALESCING: CoalescingOptions = { maxBatch: 64, lingerUs: 0 };
+
+/** The kinds of coalesced statements, as the batch-size metric names them. */
+export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "renew" | "fail";
+
+interface ClaimItem {
+  claim: NormalizedClaim;
+}
+interface ResultClaimItem {
+  done: CompleteTaskInput;
+  claim: NormalizedClaim;
+}
+
+type ClaimedRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null };
+
+export class Coalescer {
+  private readonly claims: GroupCommit<ClaimItem, Task[]>;
+  private readonly resultClaims: GroupCommit<ResultClaimItem, CompletedAndClaimed>;
+  private readonly results: GroupCommit<CompleteTaskInput, Task>;
+  private readonly renewals: GroupCommit<RenewLeaseInput, Task>;
+  private readonly failures: GroupCommit<NormalizedFail, Task>;
+
+  constructor(
+    private readonly ctx: StoreContext,
+    options: CoalescingOptions,
+  ) {
+    const batched = (kind: CoalescedKind) => (size: number) => ctx.options.observer?.statementBatched?.(kind, size);
+    this.claims = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runClaims(items, signal),
+        abandon: (item, tasks) => this.giveBack(tasks),
+        batched: batched("claim"),
+      },
+      options,
+    );
+    this.resultClaims = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runResultClaims(items, signal),
+        conflict: (a, b) => a.done.taskId === b.done.taskId,
+        // The result has committed (a retry is answered as a replay); the tasks it claimed go back.
+        abandon: (item, value) => this.giveBack(value.next),
+        batched: batched("complete_and_claim"),
+      },
+      options,
+    );
+    this.results = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runResults(items, signal),
+        conflict: (a, b) => a.taskId === b.taskId,
+        batched: batched("complete"),
+      },
+      options,
+    );
+    this.renewals = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runRenewals(items, signal),
+        conflict: (a, b) => a.taskId === b.taskId,
+        batched: batched("renew"),
+      },
+      options,
+    );
+    this.failures = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runFailures(items, signal),
+        conflict: (a, b) => a.taskId === b.taskId,
+        batched: batched("fail"),
+      },
+      options,
+    );
+  }
+
+  claim(claim: NormalizedClaim, signal?: AbortSignal): Promise<Task[]> {
+    return this.claims.submit(claimKey(claim), { claim }, signal);
+  }
+
+  completeAndClaim(done: CompleteTaskInput, claim: NormalizedClaim, signal?: AbortSignal): Promise<CompletedAndClaimed> {
+    return this.resultClaims.submit(claimKey(claim), { done, claim }, signal);
+  }
+
+  complete(done: CompleteTaskInput, signal?: AbortSignal): Promise<Task> {
+    return this.results.submit("", done, signal);
+  }
+
+  renew(renew: RenewLeaseInput, signal?: AbortSignal): Promise<Task> {
+    return this.renewals.submit("", renew, signal);
+  }
+
+  fail(f: NormalizedFail, signal?: AbortSignal): Promise<Task> {
+    return this.failures.submit("", f, signal);
+  }
+
+  private runClaims(items: ClaimItem[], signal: AbortSignal): Promise<Outcome<Task[]>[]> {
+    const ctx = this.ctx;
+    const first = items[0].claim;
+    const owners: string[] = [];
+    const callers: number[] = [];
+    items.forEach(({ claim }, i) => {
+      for (let k = 0; k < claim.maxTasks; k++) {
+        owners.push(claim.workerId);
+        callers.push(i);
+      }
+    });
+    return withClient(ctx.pool, signal, async (c) => {
+      const { rows } = await c.query<ClaimedRow>({
+        name: "leasehold_coalesced_claim",
+        text: COALESCED_CLAIM,
+        values: [first.workloads, owners, callers, first.leaseSeconds ?? null, first.labels],
+      });
+      await ctx.flow.sightings.seen(c, first.workloads, first.labels);
+      const per = byCaller(items.length, rows);
+      // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
+      if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
+      return per.map((r) => ({ value: claimed(ctx, r) }));
+    });
+  }
+
+  private runResultClaims(items: ResultClaimItem[], signal: AbortSignal): Promise<Outcome<CompletedAndClaimed>[]> {
+    const ctx = this.ctx;
+    const first = items[0].claim;
+    const payload = JSON.stringify(
+      items.map(({ done, claim }, i) => ({ ...resultRecord(done), caller: i, claim_worker: claim.workerId, claim_n: claim.maxTasks })),
+    );
+    return withClient(ctx.pool, signal, async (c) => {
+      await ctx.workloads.require(c, first.workloads, "claim_next.workloads");
+      const { rows } = await c.query<ClaimedRow & { part: number }>({
+        name: "leasehold_coalesced_complete_and_claim",
+        text: COALESCED_COMPLETE_AND_CLAIM,
+        values: [payload, items.map((it) => it.done.taskId), first.workloads, first.leaseSeconds ?? null, first.labels],
+      });
+      const doneRows = rows.filter((r) => r.part === 0);
+      const claimedRows = rows.filter((r) => r.part === 1);
+      await this.finishCompleted(c, doneRows, claimedRows);
+      const accepted = new Map(doneRows.map((r) => [r.id, r]));
+      const per = byCaller(items.length, claimedRows);
+      const outcomes: Outcome<CompletedAndClaimed>[] = [];
+      for (const [i, { done, claim }] of items.entries()) {
+        const row = accepted.get(done.taskId);
+        if (row) {
+          outcomes.push({ value: { task: toTask(row), next: claimed(ctx, per[i]) } });
+          continue;
+        }
+        // Refused, replayed or late, as the one-caller path explains it; a replay claims on its own.
+        outcomes.push(
+          await settled(async () => {
+            const task = await refusedOrLate(ctx, c, done);
+            return { task, next: await claimWith(ctx, c, claim, "claim_next.workloads") };
+          }),
+        );
+      }
+      return outcomes;
+    });
+  }
+
+  /** Metrics, freed slots, and the jobs the completions may have finished (not those a claim just gave work). */
+  private async finishCompleted(c: pg.PoolClient, doneRows: TaskRow[], claimedRows: TaskRow[]): Promise<void> {
+    if (doneRows.length === 0) return;
+    this.ctx.options.observer?.tasksCompleted(doneRows.length);
+    freedSlots(
+      this.ctx,
+      doneRows.map((r) => r.workload),
+    );
+    const busy = new Set(claimedRows.map((r) => r.job_id));
+    const jobs = [...new Set(doneRows.map((r) => r.job_id))].filter((j) => !busy.has(j));
+    if (jobs.length > 0) await c.query({ name: "leasehold_finish_jobs", text: FINISH_JOBS_IF_DONE, values: [jobs] });
+  }
+
+  private runResults(items: CompleteTaskInput[], signal: AbortSignal): Promise<Outcome<Task>[]> {
+    return withClient(this.ctx.pool, signal, async (c) => {
+      const outcomes = await completeBatchWith(this.ctx, c, items);
+      return outcomes.map((o): Outcome<Task> => (o.task ? { value: o.task } : { error: o.error }));
+    });
+  }
+
+  private runRenewals(items: RenewLeaseInput[], signal: AbortSignal): Promise<Outcome<Task>[]> {
+    const payload = JSON.stringify(
+      items.map((r) => ({ task_id: r.taskId, worker_id: r.workerId, attempt: r.attempt, lease_seconds: r.leaseSeconds ?? null })),
+    );
+    return withClient(this.ctx.pool, signal, async (c) => {
+      const { rows } = await c.query<TaskRow>({
+        name: "leasehold_coalesced_renew",
+        text: COALESCED_RENEW,
+        values: [payload, items.map((r) => r.taskId)],
+      });
+      const renewed = new Map(rows.map((r) => [r.id, r]));
+      const outcomes: Outcome<Task>[] = [];
+      for (const r of items) {
+        const row = renewed.get(r.taskId);
+        outcomes.push(row ? { value: toTask(row) } : await refused(c, r));
+      }
+      return outcomes;
+    });
+  }
+
+  private runFailures(items: NormalizedFail[], signal: AbortSignal): Promise<Outcome<Task>[]> {
+    const ctx = this.ctx;
+    const payload = JSON.stringify(
+      items.map((f) => ({
+        task_id: f.taskId,
+        worker_id: f.workerId,
+        attempt: f.attempt,
+        error_code: f.errorCode,
+        retryable: f.retryable,
+        error_message: f.errorMessage,
+        retry_after_seconds: f.retryAfterSeconds ?? null,
+      })),
+    );
+    return withClient(ctx.pool, signal, async (c) => {
+      const { rows } = await c.query<TaskRow>({
+        name: "leasehold_coalesced_fail",
+        text: COALESCED_FAIL,
+        values: [payload, items.map((f) => f.taskId)],
+      });
+      for (const row of rows) ctx.options.observer?.taskFailed(row.status === "pending");
+      freedSlots(
+        ctx,
+        rows.map((r) => r.workload),
+      );
+      // Failed for good (committed): each job's failure policy decides what becomes of it.
+      for (const jobId of [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id))].sort()) {
+        await settleJob(c, jobId);
+      }
+      const failed = new Map(rows.map((r) => [r.id, r]));
+      const outcomes: Outcome<Task>[] = [];
+      for (const f of items) {
+        const row = failed.get(f.taskId);
+        outcomes.push(row ? { value: toTask(row) } : await refused(c, f));
+      }
+      return outcomes;
+    });
+  }
+
+  /** Tasks leased for a caller that is no longer waiting: back to pending, attempt unspent. */
+  private giveBack(tasks: Task[]): void {
+    if (tasks.length === 0) return;
+    const payload = JSON.stringify(tasks.map((t) => ({ task_id: t.id, worker_id: t.leaseOwner, attempt: t.attempt })));
+    // Best effort: a task not given back is reclaimed when its lease expires.
+    this.ctx.pool.query(GIVE_BACK, [payload, tasks.map((t) => t.id)]).catch(() => {});
+  }
+}
+
+/** Claims share a statement when they ask for the same workloads with the same labels and lease length. */
+function claimKey(claim: NormalizedClaim): string {
+  return `${claim.workloads.join("\u0000")}\u0001${claim.labels}\u0001${claim.leaseSeconds ?? ""}`;
+}
+
+/** The claimed rows of each caller, in claim order. */
+function byCaller<R extends { caller: number; rn: string }>(count: number, rows: R[]): R[][] {
+  const per: R[][] = Array.from({ length: count }, () => []);
+  for (const r of [...rows].sort((a, b) => Number(a.rn) - Number(b.rn))) per[r.caller].push(r);
+  return per;
+}
+
+/** One result as the coalesced statements' recordset has it. */
+function resultRecord(done: CompleteTaskInput) {
+  return {
+    task_id: done.taskId,
+    worker_id: done.workerId,
+    attempt: done.attempt,
+    result_uri: done.resultUri,
+    result_sha256: done.resultSha256,
+    metrics: done.metrics ?? null,
+  };
+}
+
+/** Why a renewal or failure was refused, from the task as it is. */
+async function refused(c: pg.PoolClient, ref: RenewLeaseInput | NormalizedFail): Promise<Outcome<Task>> {
+  try {
+    return { error: leaseConflict(await loadTask(c, ref.taskId), ref) };
+  } catch (err) {
+    return { error: toQueueError(err) };
+  }
+}
+
+async function settled<T>(fn: () => Promise<T>): Promise<Outcome<T>> {
+  try {
+    return { value: await fn() };
+  } catch (err) {
+    return { error: toQueueError(err) };
+  }
+}
