@@ -20,7 +20,7 @@ export interface Queryable {
 }
 
 /** The parameters of a statement that takes none. */
-export type NoParams = Record<string, never>;
+export type NoParams = Record<never, never>;
 
 /** A statement's parameters as a call passes them: none for a statement without. */
 type ParamsArg<P> = [keyof P] extends [never] ? [params?: P] : [params: P];
