@@ -475,7 +475,7 @@ describe("a pass costs O(schedules due)", () => {
       [JSON.stringify({ workload: W, inputUri: "s3://x", inputSha256: sha("x") })],
     );
     await pool.query(`ANALYZE schedules`);
-    for (const text of [NEXT_SCHEDULE_DUE, TAKE_DUE_SCHEDULE]) {
+    for (const { text } of [NEXT_SCHEDULE_DUE, TAKE_DUE_SCHEDULE]) {
       const c = await pool.connect();
       try {
         await c.query("BEGIN");
