@@ -16,6 +16,13 @@ import {
   COMPLETE_TASKS_AND_CLAIM,
 } from "../src/store/postgres/complete.js";
 import { FAIL_TASK, RENEW_LEASE, REPORT_PROGRESS } from "../src/store/postgres/lease.js";
+import {
+  COALESCED_CLAIM,
+  COALESCED_COMPLETE_AND_CLAIM,
+  COALESCED_FAIL,
+  COALESCED_RENEW,
+  GIVE_BACK,
+} from "../src/store/postgres/coalesced-statements.js";
 
 /** A statement as its module exports it: its text, or a defineQuery definition of it. */
 type Statement = string | { text: string };
@@ -31,6 +38,11 @@ const HOT: Record<string, Statement> = {
   RENEW_LEASE,
   FAIL_TASK,
   REPORT_PROGRESS,
+  COALESCED_CLAIM,
+  COALESCED_COMPLETE_AND_CLAIM,
+  COALESCED_FAIL,
+  COALESCED_RENEW,
+  GIVE_BACK,
 };
 
 describe("the hot statements' composed text", () => {
