@@ -5,6 +5,23 @@
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
 import { claimCtes, claimedEventRows, pickupSeconds } from "./claim.js";
 import { completedEventRows, statusEvents, watchedJobs } from "./fragments.js";
+import { defineQuery } from "./query.js";
+import type { TaskRow } from "./rows.js";
+
+/** The claim's parameters shared by a batch: its lane's key. */
+interface ClaimShape {
+  workloads: string[];
+  leaseSeconds: number | null;
+  /** jsonb text */
+  labels: string;
+}
+/** A row a claim leased: which caller of the batch it is for, and its place in claim order. */
+export type CoalescedClaimRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null };
+/** Items as one jsonb recordset (JSON text) and their task ids, so rows are found through the primary key. */
+interface Items {
+  items: string;
+  taskIds: string[];
+}
 
 /*
  * Claims of several callers (same workloads, labels and lease length) in one statement: CLAIM_TASKS
@@ -14,7 +31,7 @@ import { completedEventRows, statusEvents, watchedJobs } from "./fragments.js";
  * $1 workloads, $2 slot owners (worker ids, text[]), $3 slot callers (the caller's index in the
  * batch, int[]), $4 lease seconds (null: the workload's), $5 labels (jsonb).
  */
-export const COALESCED_CLAIM = `
+const COALESCED_CLAIM_TEXT = `
 WITH ${claimCtes({ workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5" }, "true", {
   owner: (rn) => `($2::text[])[${rn}]`,
 })}, ${statusEvents(claimedEventRows)},
@@ -32,7 +49,7 @@ FROM claimed`;
  * $1 results (jsonb recordset with the caller's index and claim_n), $2 their task ids,
  * $3 workloads, $4 lease seconds, $5 labels.
  */
-export const COALESCED_COMPLETE_AND_CLAIM = `
+const COALESCED_COMPLETE_AND_CLAIM_TEXT = `
 WITH input AS MATERIALIZED (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, claim_worker text, claim_n int)
@@ -70,7 +87,7 @@ SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeco
 /*
  * Lease renewals of several workers: RENEW_LEASE per item. $1 items (jsonb recordset), $2 their task ids.
  */
-export const COALESCED_RENEW = `
+const COALESCED_RENEW_TEXT = `
 UPDATE tasks t
 SET lease_expires_at = now() + make_interval(secs => coalesce(b.lease_seconds, wl.lease_seconds)),
     version = t.version + 1
@@ -83,7 +100,7 @@ RETURNING t.*`;
  * Failure reports of several workers: FAIL_TASK per item (retry after a backoff while attempts
  * remain and the worker calls it retryable, else failed for good). $1 items, $2 their task ids.
  */
-export const COALESCED_FAIL = `
+const COALESCED_FAIL_TEXT = `
 WITH cur AS (
   UPDATE tasks t
   SET status = CASE WHEN b.retryable AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
@@ -112,7 +129,7 @@ SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur`;
  * moved on is left alone. The status trigger writes the leased -> pending event. $1 items
  * (task_id, worker_id, attempt), $2 their task ids.
  */
-export const GIVE_BACK = `
+const GIVE_BACK_TEXT = `
 WITH back AS (
   UPDATE tasks t
   SET status = 'pending', attempt = t.attempt - 1, lease_owner = NULL, lease_expires_at = NULL, version = t.version + 1
@@ -121,3 +138,18 @@ WITH back AS (
   RETURNING t.workload
 )
 SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM back GROUP BY workload`;
+
+export const COALESCED_CLAIM = defineQuery<ClaimShape & { owners: string[]; callers: number[] }, CoalescedClaimRow>(
+  "leasehold_coalesced_claim",
+  COALESCED_CLAIM_TEXT,
+  (p) => [p.workloads, p.owners, p.callers, p.leaseSeconds, p.labels],
+);
+export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<ClaimShape & Items, CoalescedClaimRow & { part: number }>(
+  "leasehold_coalesced_complete_and_claim",
+  COALESCED_COMPLETE_AND_CLAIM_TEXT,
+  (p) => [p.items, p.taskIds, p.workloads, p.leaseSeconds, p.labels],
+);
+export const COALESCED_RENEW = defineQuery<Items, TaskRow>("leasehold_coalesced_renew", COALESCED_RENEW_TEXT, (p) => [p.items, p.taskIds]);
+export const COALESCED_FAIL = defineQuery<Items, TaskRow>("leasehold_coalesced_fail", COALESCED_FAIL_TEXT, (p) => [p.items, p.taskIds]);
+// Rare (a caller gone mid-statement): sent unnamed, no plan kept on every connection for it.
+export const GIVE_BACK = defineQuery<Items, { pg_notify: string }>(null, GIVE_BACK_TEXT, (p) => [p.items, p.taskIds]);

@@ -23,7 +23,7 @@ import { freedSlots } from "./flow-control.js";
 import { GroupCommit, type GroupCommitOptions, type Outcome } from "./group-commit.js";
 import { loadTask } from "./inspection.js";
 import { toTask, type TaskRow } from "./rows.js";
-import { FINISH_JOBS_IF_DONE, settleJob } from "./settle.js";
+import { FINISH_JOBS, settleJob } from "./settle.js";
 
 export type CoalescingOptions = GroupCommitOptions;
 
@@ -39,8 +39,6 @@ interface ResultClaimItem {
   done: CompleteTaskInput;
   claim: NormalizedClaim;
 }
-
-type ClaimedRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null };
 
 export class Coalescer {
   private readonly claims: GroupCommit<ClaimItem, Task[]>;
@@ -130,11 +128,7 @@ export class Coalescer {
       }
     });
     return withClient(ctx.pool, signal, async (c) => {
-      const { rows } = await c.query<ClaimedRow>({
-        name: "leasehold_coalesced_claim",
-        text: COALESCED_CLAIM,
-        values: [first.workloads, owners, callers, first.leaseSeconds ?? null, first.labels],
-      });
+      const rows = await COALESCED_CLAIM.run(c, { ...shape(first), owners, callers });
       await ctx.flow.sightings.seen(c, first.workloads, first.labels);
       const per = byCaller(items.length, rows);
       // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
@@ -151,10 +145,10 @@ export class Coalescer {
     );
     return withClient(ctx.pool, signal, async (c) => {
       await ctx.workloads.require(c, first.workloads, "claim_next.workloads");
-      const { rows } = await c.query<ClaimedRow & { part: number }>({
-        name: "leasehold_coalesced_complete_and_claim",
-        text: COALESCED_COMPLETE_AND_CLAIM,
-        values: [payload, items.map((it) => it.done.taskId), first.workloads, first.leaseSeconds ?? null, first.labels],
+      const rows = await COALESCED_COMPLETE_AND_CLAIM.run(c, {
+        ...shape(first),
+        items: payload,
+        taskIds: items.map((it) => it.done.taskId),
       });
       const doneRows = rows.filter((r) => r.part === 0);
       const claimedRows = rows.filter((r) => r.part === 1);
@@ -190,7 +184,7 @@ export class Coalescer {
     );
     const busy = new Set(claimedRows.map((r) => r.job_id));
     const jobs = [...new Set(doneRows.map((r) => r.job_id))].filter((j) => !busy.has(j));
-    if (jobs.length > 0) await c.query({ name: "leasehold_finish_jobs", text: FINISH_JOBS_IF_DONE, values: [jobs] });
+    if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
   }
 
   private runResults(items: CompleteTaskInput[], signal: AbortSignal): Promise<Outcome<Task>[]> {
@@ -205,11 +199,7 @@ export class Coalescer {
       items.map((r) => ({ task_id: r.taskId, worker_id: r.workerId, attempt: r.attempt, lease_seconds: r.leaseSeconds ?? null })),
     );
     return withClient(this.ctx.pool, signal, async (c) => {
-      const { rows } = await c.query<TaskRow>({
-        name: "leasehold_coalesced_renew",
-        text: COALESCED_RENEW,
-        values: [payload, items.map((r) => r.taskId)],
-      });
+      const rows = await COALESCED_RENEW.run(c, { items: payload, taskIds: items.map((r) => r.taskId) });
       const renewed = new Map(rows.map((r) => [r.id, r]));
       const outcomes: Outcome<Task>[] = [];
       for (const r of items) {
@@ -234,11 +224,7 @@ export class Coalescer {
       })),
     );
     return withClient(ctx.pool, signal, async (c) => {
-      const { rows } = await c.query<TaskRow>({
-        name: "leasehold_coalesced_fail",
-        text: COALESCED_FAIL,
-        values: [payload, items.map((f) => f.taskId)],
-      });
+      const rows = await COALESCED_FAIL.run(c, { items: payload, taskIds: items.map((f) => f.taskId) });
       for (const row of rows) ctx.options.observer?.taskFailed(row.status === "pending");
       freedSlots(
         ctx,
@@ -263,8 +249,13 @@ export class Coalescer {
     if (tasks.length === 0) return;
     const payload = JSON.stringify(tasks.map((t) => ({ task_id: t.id, worker_id: t.leaseOwner, attempt: t.attempt })));
     // Best effort: a task not given back is reclaimed when its lease expires.
-    this.ctx.pool.query(GIVE_BACK, [payload, tasks.map((t) => t.id)]).catch(() => {});
+    GIVE_BACK.run(this.ctx.pool, { items: payload, taskIds: tasks.map((t) => t.id) }).catch(() => {});
   }
+}
+
+/** A claim's lane key as the statements take it. */
+function shape(claim: NormalizedClaim) {
+  return { workloads: claim.workloads, leaseSeconds: claim.leaseSeconds ?? null, labels: claim.labels };
 }
 
 /** Claims share a statement when they ask for the same workloads with the same labels and lease length. */
