@@ -8,6 +8,7 @@ import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
 import { explainRefusal } from "./flow-control.js";
 import { statusEvents, watchedJobs } from "./fragments.js";
+import { defineQuery } from "./query.js";
 import { toTask, type TaskRow } from "./rows.js";
 
 /** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
@@ -143,6 +144,20 @@ export const CLAIM_TASKS = claimStatement(CLAIM_ORDER);
 /** CLAIM_TASKS for one task ($2 = 1): one row needs no sort (see COMPLETE_TASK_AND_CLAIM_ONE). */
 export const CLAIM_TASK = claimStatement("");
 
+interface ClaimQueryParams {
+  workloads: string[];
+  maxTasks: number;
+  workerId: string;
+  leaseSeconds: number | null;
+  /** jsonb text */
+  labels: string;
+}
+/** A claimed row: the task, and how long it had been claimable (NULL for a reclaimed lease). */
+export type ClaimedRow = TaskRow & { pickup_seconds: number | null };
+const claimValues = (p: ClaimQueryParams) => [p.workloads, p.maxTasks, p.workerId, p.leaseSeconds, p.labels];
+const claimTaskQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_task", CLAIM_TASK, claimValues);
+const claimTasksQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_tasks", CLAIM_TASKS, claimValues);
+
 export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts: CallOptions): Promise<Task[]> {
   const claim = validateClaim(input);
   if (ctx.coalescer && !ctx.flow.workloads.any(claim.workloads)) return ctx.coalescer.claim(claim, opts.signal);
@@ -156,11 +171,9 @@ export async function claimWith(
   field: string,
   opts: CallOptions = {},
 ): Promise<Task[]> {
-  const one = claim.maxTasks === 1;
-  const { rows } = await c.query({
-    name: one ? "leasehold_claim_task" : "leasehold_claim_tasks",
-    text: one ? CLAIM_TASK : CLAIM_TASKS,
-    values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels],
+  const rows = await (claim.maxTasks === 1 ? claimTaskQuery : claimTasksQuery).run(c, {
+    ...claim,
+    leaseSeconds: claim.leaseSeconds ?? null,
   });
   await ctx.flow.sightings.seen(c, claim.workloads, claim.labels);
   if (rows.length === 0) {
@@ -172,7 +185,7 @@ export async function claimWith(
   return claimed(ctx, rows);
 }
 
-export function claimed(ctx: StoreContext, rows: (TaskRow & { pickup_seconds: number | null })[]): Task[] {
+export function claimed(ctx: StoreContext, rows: ClaimedRow[]): Task[] {
   if (rows.length === 0) return [];
   ctx.options.observer?.tasksClaimed(
     rows.length,
