@@ -129,57 +129,59 @@ const KINDS: Kind[] = [
   },
 ];
 
-describe.each(KINDS)("$name in one burst", (k) => {
-  it("of the holder and another worker on each of 16 tasks: the holder's is accepted, the other refused", async () => {
-    const w = await workload(16);
-    const held = await Promise.all(Array.from({ length: 16 }, (_, i) => claim(w, `h${i}`, i)));
-    const before = await rows(held.map((r) => r.id));
-    // Each task's intruder is the holder of the next task: a worker, just not this task's.
-    const intruders = held.map((r, i) => ({ ...r, worker: held[(i + 1) % held.length].worker }));
-    const answers = await Promise.all(held.flatMap((r, i) => [k.send(r), k.send(intruders[i])]));
-    const after = await rows(held.map((r) => r.id));
-    held.forEach((r, i) => {
-      expect(answers[2 * i].status, answers[2 * i].text).toBe(200);
-      expect(answers[2 * i + 1].status, answers[2 * i + 1].text).toBe(409);
-      expect(answers[2 * i + 1].body.error.code).toBe("aborted");
-      const row = after.get(r.id)!;
-      expect(row).toMatchObject({ lease_owner: r.worker, attempt: 1, version: before.get(r.id)!.version + 1 });
-      k.wrote(row, r);
+for (const k of KINDS) {
+  describe(`${k.name} in one burst`, () => {
+    it("of the holder and another worker on each of 16 tasks: the holder's is accepted, the other refused", async () => {
+      const w = await workload(16);
+      const held = await Promise.all(Array.from({ length: 16 }, (_, i) => claim(w, `h${i}`, i)));
+      const before = await rows(held.map((r) => r.id));
+      // Each task's intruder is the holder of the next task: a worker, just not this task's.
+      const intruders = held.map((r, i) => ({ ...r, worker: held[(i + 1) % held.length].worker }));
+      const answers = await Promise.all(held.flatMap((r, i) => [k.send(r), k.send(intruders[i])]));
+      const after = await rows(held.map((r) => r.id));
+      held.forEach((r, i) => {
+        expect(answers[2 * i].status, answers[2 * i].text).toBe(200);
+        expect(answers[2 * i + 1].status, answers[2 * i + 1].text).toBe(409);
+        expect(answers[2 * i + 1].body.error.code).toBe("aborted");
+        const row = after.get(r.id)!;
+        expect(row).toMatchObject({ lease_owner: r.worker, attempt: 1, version: before.get(r.id)!.version + 1 });
+        k.wrote(row, r);
+      });
     });
-  });
 
-  it("of a stale attempt beside the fresh one on each of 8 reclaimed tasks, among 8 others: only the stale are refused", async () => {
-    const w = await workload(16);
-    const stale = await Promise.all(Array.from({ length: 8 }, (_, i) => claim(w, `old${i}`, i)));
-    await pool.query("UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1::uuid[])", [
-      stale.map((r) => r.id),
-    ]);
-    // Reclaimed by new holders (the expired leases go first), each on the coordinator its old holder reports to.
-    const fresh: Ref[] = [];
-    for (let i = 0; i < 8; i++) fresh.push(await claim(w, `new${i}`, i));
-    expect(new Set(fresh.map((r) => r.id))).toEqual(new Set(stale.map((r) => r.id)));
-    for (const r of fresh) r.via = stale.find((s) => s.id === r.id)!.via;
-    const others = await Promise.all(Array.from({ length: 8 }, (_, i) => claim(w, `other${i}`, i)));
-    const burst = [
-      ...stale.map((r) => ({ r, accept: false })),
-      ...fresh.map((r) => ({ r, accept: true })),
-      ...others.map((r) => ({ r, accept: true })),
-    ];
-    burst.sort(() => Math.random() - 0.5);
-    const answers = await Promise.all(burst.map((b) => k.send(b.r)));
-    const after = await rows(burst.map((b) => b.r.id));
-    burst.forEach((b, i) => {
-      expect(answers[i].status, answers[i].text).toBe(b.accept ? 200 : 409);
-      if (!b.accept) expect(answers[i].body.error.code).toBe("aborted");
+    it("of a stale attempt beside the fresh one on each of 8 reclaimed tasks, among 8 others: only the stale are refused", async () => {
+      const w = await workload(16);
+      const stale = await Promise.all(Array.from({ length: 8 }, (_, i) => claim(w, `old${i}`, i)));
+      await pool.query("UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1::uuid[])", [
+        stale.map((r) => r.id),
+      ]);
+      // Reclaimed by new holders (the expired leases go first), each on the coordinator its old holder reports to.
+      const fresh: Ref[] = [];
+      for (let i = 0; i < 8; i++) fresh.push(await claim(w, `new${i}`, i));
+      expect(new Set(fresh.map((r) => r.id))).toEqual(new Set(stale.map((r) => r.id)));
+      for (const r of fresh) r.via = stale.find((s) => s.id === r.id)!.via;
+      const others = await Promise.all(Array.from({ length: 8 }, (_, i) => claim(w, `other${i}`, i)));
+      const burst = [
+        ...stale.map((r) => ({ r, accept: false })),
+        ...fresh.map((r) => ({ r, accept: true })),
+        ...others.map((r) => ({ r, accept: true })),
+      ];
+      burst.sort(() => Math.random() - 0.5);
+      const answers = await Promise.all(burst.map((b) => k.send(b.r)));
+      const after = await rows(burst.map((b) => b.r.id));
+      burst.forEach((b, i) => {
+        expect(answers[i].status, answers[i].text).toBe(b.accept ? 200 : 409);
+        if (!b.accept) expect(answers[i].body.error.code).toBe("aborted");
+      });
+      for (const r of [...fresh, ...others]) {
+        const row = after.get(r.id)!;
+        expect(row).toMatchObject({ lease_owner: r.worker, attempt: r.attempt });
+        k.wrote(row, r);
+      }
+      expect(fresh.every((r) => r.attempt === 2)).toBe(true);
     });
-    for (const r of [...fresh, ...others]) {
-      const row = after.get(r.id)!;
-      expect(row).toMatchObject({ lease_owner: r.worker, attempt: r.attempt });
-      k.wrote(row, r);
-    }
-    expect(fresh.every((r) => r.attempt === 2)).toBe(true);
   });
-});
+}
 
 describe("a burst of replays", () => {
   for (const claimNext of [false, true]) {

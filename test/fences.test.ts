@@ -262,104 +262,106 @@ async function transitions(id: string): Promise<string[]> {
   return rows.map((r) => r.t);
 }
 
-describe.each(PATHS)("$name", (p) => {
-  it("refuses another worker's report on the holder's live lease (lease_owner)", async () => {
-    const s = await scene();
-    await refused(p, s, { id: s.target, worker: "w2", attempt: 1 }, "aborted");
-    await accepted(p, s, { id: s.target, worker: "w1", attempt: 1 });
-  });
+for (const p of PATHS) {
+  describe(p.name, () => {
+    it("refuses another worker's report on the holder's live lease (lease_owner)", async () => {
+      const s = await scene();
+      await refused(p, s, { id: s.target, worker: "w2", attempt: 1 }, "aborted");
+      await accepted(p, s, { id: s.target, worker: "w1", attempt: 1 });
+    });
 
-  it("refuses the holder's stale attempt once it holds a newer one (attempt)", async () => {
-    const s = await scene();
-    await expire(s.target);
-    const [again] = await claim(s.w, "w1");
-    expect(again).toEqual({ id: s.target, worker: "w1", attempt: 2 });
-    await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
-    await accepted(p, s, again);
-  });
+    it("refuses the holder's stale attempt once it holds a newer one (attempt)", async () => {
+      const s = await scene();
+      await expire(s.target);
+      const [again] = await claim(s.w, "w1");
+      expect(again).toEqual({ id: s.target, worker: "w1", attempt: 2 });
+      await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
+      await accepted(p, s, again);
+    });
 
-  it("refuses the holder's report once its lease has expired (live lease), and accepts the next holder's", async () => {
-    const s = await scene();
-    await expire(s.target);
-    await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
-    const [next] = await claim(s.w, "w2");
-    expect(next).toEqual({ id: s.target, worker: "w2", attempt: 2 });
-    await accepted(p, s, next);
-  });
+    it("refuses the holder's report once its lease has expired (live lease), and accepts the next holder's", async () => {
+      const s = await scene();
+      await expire(s.target);
+      await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
+      const [next] = await claim(s.w, "w2");
+      expect(next).toEqual({ id: s.target, worker: "w2", attempt: 2 });
+      await accepted(p, s, next);
+    });
 
-  if (!p.result) {
-    it("refuses the holder's report on a task cancelled while its lease ran (status)", async () => {
+    if (!p.result) {
+      it("refuses the holder's report on a task cancelled while its lease ran (status)", async () => {
+        const s = await scene();
+        await cancel(s.jobA);
+        expect((await row(s.target)).status).toBe("cancelled");
+        await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
+      });
+      return;
+    }
+
+    it("keeps the holder's result of a task cancelled while its lease ran, as a late result (status)", async () => {
       const s = await scene();
       await cancel(s.jobA);
-      expect((await row(s.target)).status).toBe("cancelled");
+      const o = await p.send(s, { id: s.target, worker: "w1", attempt: 1 });
+      expect(o.code).toBe("ok");
+      expect(await row(s.target)).toMatchObject({
+        status: "completed",
+        result_uri: manifestOf({ id: s.target, worker: "w1", attempt: 1 }).result_uri,
+      });
+      // Taken by the late-result path, not by the completion of a leased task.
+      expect(await transitions(s.target)).toEqual(["pending>leased", "leased>cancelled", "cancelled>completed"]);
+      const { rows } = await pool.query("SELECT status::text FROM jobs WHERE id = $1", [s.jobA]);
+      expect(rows[0].status).toBe("cancelled");
+    });
+
+    it("refuses a late result from a worker that did not hold the cancelled task's lease", async () => {
+      const s = await scene();
+      await cancel(s.jobA);
+      await refused(p, s, { id: s.target, worker: "w2", attempt: 1 }, "aborted");
+      expect((await p.send(s, { id: s.target, worker: "w1", attempt: 1 })).code).toBe("ok");
+    });
+
+    it("refuses a late result of an attempt older than the one cancelled", async () => {
+      const s = await scene();
+      await expire(s.target);
+      expect(await claim(s.w, "w1")).toEqual([{ id: s.target, worker: "w1", attempt: 2 }]);
+      await cancel(s.jobA);
+      await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
+      expect((await p.send(s, { id: s.target, worker: "w1", attempt: 2 })).code).toBe("ok");
+    });
+
+    it("refuses a late result that comes after the cancelled task's lease would have expired", async () => {
+      const s = await scene();
+      await cancel(s.jobA);
+      await expire(s.target);
       await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
     });
-    return;
-  }
 
-  it("keeps the holder's result of a task cancelled while its lease ran, as a late result (status)", async () => {
-    const s = await scene();
-    await cancel(s.jobA);
-    const o = await p.send(s, { id: s.target, worker: "w1", attempt: 1 });
-    expect(o.code).toBe("ok");
-    expect(await row(s.target)).toMatchObject({
-      status: "completed",
-      result_uri: manifestOf({ id: s.target, worker: "w1", attempt: 1 }).result_uri,
+    it("answers a replay of the accepted result with the task and writes nothing; refuses another manifest", async () => {
+      const s = await scene();
+      const holder = { id: s.target, worker: "w1", attempt: 1 };
+      await ok(await rest(`/tasks/${s.target}/result`, report(holder)));
+      const before = await row(s.target);
+      const again = await p.send(s, holder);
+      expect(again.code).toBe("ok");
+      expect(again.task).toMatchObject({ id: s.target, status: "TASK_STATUS_COMPLETED", result_uri: before.result_uri });
+      expect(await row(s.target)).toEqual(before);
+      await refused(p, s, holder, "already_exists", manifestOf(holder, "-other"));
     });
-    // Taken by the late-result path, not by the completion of a leased task.
-    expect(await transitions(s.target)).toEqual(["pending>leased", "leased>cancelled", "cancelled>completed"]);
-    const { rows } = await pool.query("SELECT status::text FROM jobs WHERE id = $1", [s.jobA]);
-    expect(rows[0].status).toBe("cancelled");
-  });
 
-  it("refuses a late result from a worker that did not hold the cancelled task's lease", async () => {
-    const s = await scene();
-    await cancel(s.jobA);
-    await refused(p, s, { id: s.target, worker: "w2", attempt: 1 }, "aborted");
-    expect((await p.send(s, { id: s.target, worker: "w1", attempt: 1 })).code).toBe("ok");
-  });
+    it("refuses the accepted manifest from another worker or an older attempt", async () => {
+      const s = await scene();
+      await expire(s.target);
+      const [again] = await claim(s.w, "w1");
+      expect((await ok(await rest(`/tasks/${s.target}/result`, report(again)))).body.task.attempt).toBe(2);
+      // The same manifest under another worker or attempt is no replay: only its sender's is.
+      await refused(p, s, { ...again, worker: "w2" }, "aborted", manifestOf(again));
+      await refused(p, s, { ...again, attempt: 1 }, "aborted", manifestOf(again));
+    });
 
-  it("refuses a late result of an attempt older than the one cancelled", async () => {
-    const s = await scene();
-    await expire(s.target);
-    expect(await claim(s.w, "w1")).toEqual([{ id: s.target, worker: "w1", attempt: 2 }]);
-    await cancel(s.jobA);
-    await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
-    expect((await p.send(s, { id: s.target, worker: "w1", attempt: 2 })).code).toBe("ok");
+    it("answers not_found for a task that does not exist", async () => {
+      const s = await scene();
+      const o = await p.send(s, { id: "0190b3c0-0000-7000-8000-000000000000", worker: "w1", attempt: 1 });
+      expect(o.code).toBe("not_found");
+    });
   });
-
-  it("refuses a late result that comes after the cancelled task's lease would have expired", async () => {
-    const s = await scene();
-    await cancel(s.jobA);
-    await expire(s.target);
-    await refused(p, s, { id: s.target, worker: "w1", attempt: 1 }, "aborted");
-  });
-
-  it("answers a replay of the accepted result with the task and writes nothing; refuses another manifest", async () => {
-    const s = await scene();
-    const holder = { id: s.target, worker: "w1", attempt: 1 };
-    await ok(await rest(`/tasks/${s.target}/result`, report(holder)));
-    const before = await row(s.target);
-    const again = await p.send(s, holder);
-    expect(again.code).toBe("ok");
-    expect(again.task).toMatchObject({ id: s.target, status: "TASK_STATUS_COMPLETED", result_uri: before.result_uri });
-    expect(await row(s.target)).toEqual(before);
-    await refused(p, s, holder, "already_exists", manifestOf(holder, "-other"));
-  });
-
-  it("refuses the accepted manifest from another worker or an older attempt", async () => {
-    const s = await scene();
-    await expire(s.target);
-    const [again] = await claim(s.w, "w1");
-    expect((await ok(await rest(`/tasks/${s.target}/result`, report(again)))).body.task.attempt).toBe(2);
-    // The same manifest under another worker or attempt is no replay: only its sender's is.
-    await refused(p, s, { ...again, worker: "w2" }, "aborted", manifestOf(again));
-    await refused(p, s, { ...again, attempt: 1 }, "aborted", manifestOf(again));
-  });
-
-  it("answers not_found for a task that does not exist", async () => {
-    const s = await scene();
-    const o = await p.send(s, { id: "0190b3c0-0000-7000-8000-000000000000", worker: "w1", attempt: 1 });
-    expect(o.code).toBe("not_found");
-  });
-});
+}
