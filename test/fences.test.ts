@@ -19,7 +19,56 @@
 // - claim_next claims nothing for a refused result (the claim is gated on the completion).
 //
 // Mutation survey (each clause removed from one statement at a time; test names abbreviated):
-// FENCE-TABLE
+//   statement or check : clause         before  failing here (the path's describe; names below)
+//   COMPLETE_TASK:status                  0  late
+//   COMPLETE_TASK:owner                  11  owner
+//   COMPLETE_TASK:attempt                 1  attempt
+//   COMPLETE_TASK:lease                   1  lease
+//   COMPLETE_TASK_AND_CLAIM_ONE:status    0  late
+//   COMPLETE_TASK_AND_CLAIM_ONE:owner     0  owner
+//   COMPLETE_TASK_AND_CLAIM_ONE:attempt   1  attempt
+//   COMPLETE_TASK_AND_CLAIM_ONE:lease     0  lease
+//   COMPLETE_TASK_AND_CLAIM_ONE:gate      2  owner, attempt, lease, late-owner, late-attempt, late-lease, replay, replay-other
+//   COMPLETE_TASK_AND_CLAIM:status        0  late
+//   COMPLETE_TASK_AND_CLAIM:owner         0  owner
+//   COMPLETE_TASK_AND_CLAIM:attempt       0  attempt
+//   COMPLETE_TASK_AND_CLAIM:lease         0  lease
+//   COMPLETE_TASK_AND_CLAIM:gate          0  owner, attempt, lease, late-owner, late-attempt, late-lease, replay-other
+//   COMPLETE_TASKS:status                 0  late
+//   COMPLETE_TASKS:owner                  2  owner
+//   COMPLETE_TASKS:attempt                5  attempt
+//   COMPLETE_TASKS:lease                  0  lease
+//   COMPLETE_TASKS_AND_CLAIM:status       0  late
+//   COMPLETE_TASKS_AND_CLAIM:owner        0  owner
+//   COMPLETE_TASKS_AND_CLAIM:attempt      1  attempt
+//   COMPLETE_TASKS_AND_CLAIM:lease        0  lease
+//   RENEW_LEASE:status                    3  cancelled
+//   RENEW_LEASE:owner                     2  owner
+//   RENEW_LEASE:attempt                  10  attempt
+//   RENEW_LEASE:lease                     0  lease
+//   REPORT_PROGRESS:status                0  cancelled
+//   REPORT_PROGRESS:owner                 0  owner
+//   REPORT_PROGRESS:attempt               0  attempt
+//   REPORT_PROGRESS:lease                 0  lease
+//   FAIL_TASK:status                      1  cancelled
+//   FAIL_TASK:owner                       1  owner
+//   FAIL_TASK:attempt                     0  attempt
+//   FAIL_TASK:lease                       0  lease
+//   COMPLETE_CANCELLED_TASK:status        -  none (equivalent: the same check is made in code just before)
+//   COMPLETE_CANCELLED_TASK:owner         -  none (equivalent: the same check is made in code just before)
+//   COMPLETE_CANCELLED_TASK:attempt       -  none (equivalent: the same check is made in code just before)
+//   COMPLETE_CANCELLED_TASK:lease         1  late-lease
+//   late:owner(js+sql)                    1  late-owner
+//   late:attempt(js+sql)                  0  late-attempt
+//   late:off                              4  late, late-owner, late-attempt
+//   replay:attempt                        0  replay-other
+//   replay:owner                          0  replay-other
+//   replay:manifest                      14  replay
+// before: failing tests of queue, claim-next, api and failure-policy (- = not run there); owner
+// and attempt of the liveLease statements were replaced by `$n::type IS NOT NULL`, keeping the
+// parameter typed. The tests: owner, attempt, lease = the three "refuses ..." cases; late, late-owner,
+// late-attempt, late-lease = the cancelled-task cases; cancelled = the status case of FailTask,
+// RenewLease and ReportProgress; replay, replay-other = the replay cases.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
