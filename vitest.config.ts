@@ -19,6 +19,8 @@ const API_SUITES = [
   "test/shutdown.test.ts",
   "test/tracing.test.ts",
   "test/grpcio-load.test.ts",
+  "test/fences.test.ts",
+  "test/fences-race.test.ts",
 ];
 
 /**
@@ -33,6 +35,8 @@ const COALESCE_SUITES = [
   "test/faults.test.ts",
   "test/failure-policy.test.ts",
   "test/grpcio-load.test.ts",
+  "test/fences.test.ts",
+  "test/fences-race.test.ts",
 ];
 
 export default defineConfig({
