@@ -8,7 +8,8 @@ import { DeadlineExceededError, LeaseConflictError, ResultConflictError } from "
 import type { QueueObserver } from "../src/queue/service.js";
 import type { Task } from "../src/queue/types.js";
 import { GroupCommit, type Outcome } from "../src/store/postgres/group-commit.js";
-import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
+import { PostgresQueue } from "../src/store/postgres/store.js";
+import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
 
 let f: QueueFixture;
 let seq = 0;
@@ -180,6 +181,21 @@ describe("claims", () => {
         .sort(),
     ).toEqual(["g0", "g1"]);
     expect(rows.filter((r) => r.status === "pending").every((r) => r.attempt === 0)).toBe(true);
+  });
+
+  it("a workload capped through another coordinator is claimed under its cap at once, before this one's view of caps is refreshed", async () => {
+    const other = new PostgresQueue(f.newPool(), { ...TEST_STORE_OPTIONS, coalescing: { maxBatch: 64, lingerUs: 0 } });
+    const w = await workload();
+    // The other coordinator reads which workloads are flow-controlled now, while this one is not.
+    expect(await other.claimTasks({ workerId: "v0", workloads: [w] })).toEqual([]);
+    await f.queue.putWorkload({ name: w, leaseSeconds: 30, maxAttempts: 3, maxLeased: 2 });
+    await enqueue(w, 5);
+    const got = await Promise.all([1, 2, 3].map((i) => other.claimTasks({ workerId: `v${i}`, workloads: [w], maxTasks: 2 })));
+    // The coalesced statement leaves flow-controlled workloads out; the callers claim them one by
+    // one under the cap, so the two slots are taken and no more.
+    expect(got.flat()).toHaveLength(2);
+    expect((await leaseRows(w)).filter((r) => r.status === "leased")).toHaveLength(2);
+    other.stopTimers();
   });
 });
 

@@ -54,5 +54,6 @@ watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM claimed r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 )
-SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
-FROM claimed
+SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+  f.flow_workloads
+FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f LEFT JOIN claimed ON true

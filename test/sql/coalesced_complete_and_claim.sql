@@ -74,7 +74,8 @@ watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 )
-SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads
 FROM done
 UNION ALL
-SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0 FROM claimed
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, NULL FROM claimed

@@ -17,6 +17,11 @@ interface ClaimShape {
 }
 /** A row a claim leased: which caller of the batch it is for, and its place in claim order. */
 export type CoalescedClaimRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null };
+/**
+ * The requested workloads the database says are flow-controlled (the claim leaves them out): a
+ * coordinator whose view of them was stale claims those through the one-caller path instead.
+ */
+type FlowWorkloads = { flow_workloads: string[] | null };
 /** Items as one jsonb recordset (JSON text) and their task ids, so rows are found through the primary key. */
 interface Items {
   items: string;
@@ -29,15 +34,17 @@ interface Items {
  * rn-th slot's worker. Slots are laid out caller by caller in arrival order, so the first caller
  * gets the best tasks, as it would have claimed first. Every arm, lock and event is CLAIM_TASKS'.
  * $1 workloads, $2 slot owners (worker ids, text[]), $3 slot callers (the caller's index in the
- * batch, int[]), $4 lease seconds (null: the workload's), $5 labels (jsonb).
+ * batch, int[]), $4 lease seconds (null: the workload's), $5 labels (jsonb). Always one row at least
+ * (the claimed ones, or one of nulls), each with the requested workloads that are flow-controlled.
  */
 const COALESCED_CLAIM_TEXT = `
 WITH ${claimCtes({ workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5" }, "true", {
   owner: (rn) => `($2::text[])[${rn}]`,
 })}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
-SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
-FROM claimed`;
+SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+  f.flow_workloads
+FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f LEFT JOIN claimed ON true`;
 
 /*
  * Results with claim_next of several callers in one statement. The results are COMPLETE_TASKS'
@@ -79,10 +86,11 @@ watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 )
-SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads
 FROM done
 UNION ALL
-SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0 FROM claimed`;
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0, NULL FROM claimed`;
 
 /*
  * Lease renewals of several workers: RENEW_LEASE per item. $1 items (jsonb recordset), $2 their task ids.
@@ -139,12 +147,11 @@ WITH back AS (
 )
 SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM back GROUP BY workload`;
 
-export const COALESCED_CLAIM = defineQuery<ClaimShape & { owners: string[]; callers: number[] }, CoalescedClaimRow>(
-  "leasehold_coalesced_claim",
-  COALESCED_CLAIM_TEXT,
-  (p) => [p.workloads, p.owners, p.callers, p.leaseSeconds, p.labels],
-);
-export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<ClaimShape & Items, CoalescedClaimRow & { part: number }>(
+export const COALESCED_CLAIM = defineQuery<
+  ClaimShape & { owners: string[]; callers: number[] },
+  (CoalescedClaimRow | { [K in keyof CoalescedClaimRow]: null }) & FlowWorkloads
+>("leasehold_coalesced_claim", COALESCED_CLAIM_TEXT, (p) => [p.workloads, p.owners, p.callers, p.leaseSeconds, p.labels]);
+export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<ClaimShape & Items, CoalescedClaimRow & { part: number } & FlowWorkloads>(
   "leasehold_coalesced_complete_and_claim",
   COALESCED_COMPLETE_AND_CLAIM_TEXT,
   (p) => [p.items, p.taskIds, p.workloads, p.leaseSeconds, p.labels],

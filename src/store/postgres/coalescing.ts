@@ -15,7 +15,14 @@ import { leaseConflict } from "../../queue/fencing.js";
 import type { CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
 import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js";
 import { claimed, claimWith } from "./claim.js";
-import { COALESCED_CLAIM, COALESCED_COMPLETE_AND_CLAIM, COALESCED_FAIL, COALESCED_RENEW, GIVE_BACK } from "./coalesced-statements.js";
+import {
+  COALESCED_CLAIM,
+  COALESCED_COMPLETE_AND_CLAIM,
+  COALESCED_FAIL,
+  COALESCED_RENEW,
+  GIVE_BACK,
+  type CoalescedClaimRow,
+} from "./coalesced-statements.js";
 import { completeBatchWith, refusedOrLate } from "./complete.js";
 import type { StoreContext } from "./context.js";
 import { toQueueError, withClient } from "./db.js";
@@ -130,10 +137,15 @@ export class Coalescer {
     return withClient(ctx.pool, signal, async (c) => {
       const rows = await COALESCED_CLAIM.run(c, { ...shape(first), owners, callers });
       await ctx.flow.sightings.seen(c, first.workloads, first.labels);
-      const per = byCaller(items.length, rows);
+      const per = byCaller(
+        items.length,
+        rows.filter((r): r is CoalescedClaimRow & { flow_workloads: string[] | null } => r.id !== null),
+      );
       // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
       if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
-      return per.map((r) => ({ value: claimed(ctx, r) }));
+      const answers = per.map((r) => claimed(ctx, r));
+      await this.claimFlowAlone(c, rows[0]?.flow_workloads, items, answers);
+      return answers.map((value) => ({ value }));
     });
   }
 
@@ -155,11 +167,14 @@ export class Coalescer {
       await this.finishCompleted(c, doneRows, claimedRows);
       const accepted = new Map(doneRows.map((r) => [r.id, r]));
       const per = byCaller(items.length, claimedRows);
+      const next = per.map((r) => claimed(ctx, r));
+      const acceptedItems = items.map((it) => (accepted.has(it.done.taskId) ? it : undefined));
+      await this.claimFlowAlone(c, doneRows[0]?.flow_workloads, acceptedItems, next);
       const outcomes: Outcome<CompletedAndClaimed>[] = [];
       for (const [i, { done, claim }] of items.entries()) {
         const row = accepted.get(done.taskId);
         if (row) {
-          outcomes.push({ value: { task: toTask(row), next: claimed(ctx, per[i]) } });
+          outcomes.push({ value: { task: toTask(row), next: next[i] } });
           continue;
         }
         // Refused, replayed or late, as the one-caller path explains it; a replay claims on its own.
@@ -172,6 +187,25 @@ export class Coalescer {
       }
       return outcomes;
     });
+  }
+
+  /**
+   * The statement found flow-controlled workloads among those requested, which this coordinator
+   * took for plain ones (its view of them is refreshed every few seconds): it learns them now, and
+   * each caller still short of what it asked for claims the rest one by one, under the caps.
+   */
+  private async claimFlowAlone(
+    c: pg.PoolClient,
+    flow: string[] | null | undefined,
+    items: ({ claim: NormalizedClaim } | undefined)[],
+    answers: Task[][],
+  ): Promise<void> {
+    if (!flow || flow.length === 0) return;
+    for (const name of flow) this.ctx.flow.workloads.mark(name, true);
+    for (const [i, item] of items.entries()) {
+      const want = item ? item.claim.maxTasks - answers[i].length : 0;
+      if (want > 0) answers[i].push(...(await claimWith(this.ctx, c, { ...item!.claim, maxTasks: want }, "workloads")));
+    }
   }
 
   /** Metrics, freed slots, and the jobs the completions may have finished (not those a claim just gave work). */
