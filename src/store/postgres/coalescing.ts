@@ -23,7 +23,7 @@ import {
   GIVE_BACK,
   type CoalescedClaimRow,
 } from "./coalesced-statements.js";
-import { completeBatchWith, refusedOrLate } from "./complete.js";
+import { completeBatchWith, refusedOrLate, resultRecord } from "./complete.js";
 import type { StoreContext } from "./context.js";
 import { toQueueError, withClient } from "./db.js";
 import { freedSlots } from "./flow-control.js";
@@ -302,18 +302,6 @@ function byCaller<R extends { caller: number; rn: string }>(count: number, rows:
   const per: R[][] = Array.from({ length: count }, () => []);
   for (const r of [...rows].sort((a, b) => Number(a.rn) - Number(b.rn))) per[r.caller].push(r);
   return per;
-}
-
-/** One result as the coalesced statements' recordset has it. */
-function resultRecord(done: CompleteTaskInput) {
-  return {
-    task_id: done.taskId,
-    worker_id: done.workerId,
-    attempt: done.attempt,
-    result_uri: done.resultUri,
-    result_sha256: done.resultSha256,
-    metrics: done.metrics ?? null,
-  };
 }
 
 /** Why a renewal or failure was refused, from the task as it is. */

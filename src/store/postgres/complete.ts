@@ -338,15 +338,17 @@ function nextParams(claim: NormalizedClaim): NextParams {
 
 /** COMPLETE_TASKS' parameters: the results as one jsonb recordset, and their ids. */
 function batchParams(batch: CompleteTaskInput[]): BatchParams {
-  const results = JSON.stringify(
-    batch.map((b) => ({
-      task_id: b.taskId,
-      worker_id: b.workerId,
-      attempt: b.attempt,
-      result_uri: b.resultUri,
-      result_sha256: b.resultSha256,
-      metrics: b.metrics ?? null,
-    })),
-  );
-  return { results, taskIds: batch.map((b) => b.taskId) };
+  return { results: JSON.stringify(batch.map(resultRecord)), taskIds: batch.map((b) => b.taskId) };
+}
+
+/** One result as the batched statements' jsonb recordsets have it (here and the coalesced ones). */
+export function resultRecord(done: CompleteTaskInput) {
+  return {
+    task_id: done.taskId,
+    worker_id: done.workerId,
+    attempt: done.attempt,
+    result_uri: done.resultUri,
+    result_sha256: done.resultSha256,
+    metrics: done.metrics ?? null,
+  };
 }
