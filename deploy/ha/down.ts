@@ -1,7 +1,7 @@
 // npm run ha:down: stops every process of the rig in deploy/ha/.state.json, checks that none is
 // left, and removes the run directory and the state file.
-import { existsSync, rmSync } from "node:fs";
-import { down, readState } from "./rig.js";
+import { existsSync } from "node:fs";
+import { readState, teardown } from "./rig.js";
 import { STATE_FILE } from "./up.js";
 
 async function main(): Promise<void> {
@@ -10,11 +10,9 @@ async function main(): Promise<void> {
     log(`no ${STATE_FILE}: nothing to stop`);
     return;
   }
-  const state = readState(STATE_FILE);
-  await down(state, log);
-  rmSync(state.runDir, { recursive: true, force: true });
-  rmSync(STATE_FILE, { force: true });
-  log(`stopped; removed ${state.runDir}`);
+  const { runDir } = readState(STATE_FILE);
+  await teardown(STATE_FILE, log);
+  log(`stopped; removed ${runDir}`);
 }
 
 main().catch((err: unknown) => {

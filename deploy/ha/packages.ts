@@ -21,9 +21,12 @@ export function ensurePackages(log: (m: string) => void): void {
   // No daemon of a package may start on its own: PID 1 is not an init here, and the rig runs
   // each one itself on its own ports.
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive", RUNLEVEL: "1" };
-  const install = () => spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...missing], { stdio: "inherit", env });
+  // Another apt-get (a CI step, unattended upgrades) may hold the dpkg lock for a while: wait.
+  const lock = ["-o", "DPkg::Lock::Timeout=600"];
+  const install = () =>
+    spawnSync("apt-get", ["install", "-y", "-q", ...lock, "--no-install-recommends", ...missing], { stdio: "inherit", env });
   if (install().status !== 0) {
-    execFileSync("apt-get", ["update"], { stdio: "inherit", env });
+    execFileSync("apt-get", ["update", "-q", ...lock], { stdio: "inherit", env });
     if (install().status !== 0) throw new Error(`${command} failed`);
   }
 }

@@ -395,6 +395,20 @@ export function leftovers(runDir: string): number[] {
   return found;
 }
 
+/**
+ * Stops the rig a state file describes, then removes its run directory and the file; nothing to
+ * do without the file. The state is written before the first daemon starts and after each one,
+ * so this also stops what an interrupted `up` or a killed test run left behind.
+ */
+export async function teardown(stateFile: string, log: (m: string) => void = () => {}): Promise<boolean> {
+  if (!existsSync(stateFile)) return false;
+  const state = readState(stateFile);
+  await down(state, log);
+  rmSync(state.runDir, { recursive: true, force: true });
+  rmSync(stateFile, { force: true });
+  return true;
+}
+
 /** Stops everything in the state, newest first, and waits until none of it runs. */
 export async function down(state: RigState, log: (m: string) => void = () => {}): Promise<void> {
   await stop(

@@ -4,13 +4,13 @@
 // later the leadership is switched over by plan. Afterwards every acknowledged write is there,
 // nothing was accepted twice, clients saw only 503/504 in the gaps, and the same coordinator
 // processes serve again.
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensurePackages } from "../../deploy/ha/packages.js";
-import { alive, clusterHealthy, clusterView, down, postmasterPid, until, up, type RigState } from "../../deploy/ha/rig.js";
+import { alive, clusterHealthy, clusterView, postmasterPid, teardown, until, up, type RigState } from "../../deploy/ha/rig.js";
 import { ROOT } from "../support/process.js";
 import {
   call,
@@ -30,17 +30,23 @@ import {
 
 const BASE_PORT = Number(process.env.HA_TEST_BASE_PORT ?? 47600);
 const RUN_DIR = path.join(os.tmpdir(), `leasehold-ha-test-${BASE_PORT}`);
+const STATE_FILE = `${RUN_DIR}.json`;
 const log = (m: string) => process.stderr.write(`[ha] ${m}\n`);
 
 let rig: RigState | undefined;
 
+// Its own hook and timeout: on a clean machine apt-get may take minutes before the rig starts.
+beforeAll(() => ensurePackages(log), 900_000);
+
 beforeAll(async () => {
-  ensurePackages(log);
+  // A run that was killed (its afterAll never ran) left its rig running: this test's own rig,
+  // on its own ports and run directory, so it is stopped here rather than refused.
+  if (await teardown(STATE_FILE, log)) log(`stopped the rig a previous run left in ${RUN_DIR}`);
   const started = Date.now();
   rig = await up({
     basePort: BASE_PORT,
     runDir: RUN_DIR,
-    stateFile: `${RUN_DIR}.json`,
+    stateFile: STATE_FILE,
     log,
     coordinatorEnv: { LOG_LEVEL: "warn", REAPER_INTERVAL_MS: "500" },
   });
@@ -49,9 +55,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   closeAgent();
-  if (rig) await down(rig, log);
-  rmSync(RUN_DIR, { recursive: true, force: true });
-  rmSync(`${RUN_DIR}.json`, { force: true });
+  await teardown(STATE_FILE, log);
 });
 
 type Served = Array<Array<{ asked: number; answered: number }>>;
