@@ -178,7 +178,9 @@ describe("failover on the HA rig", () => {
 
     const events: Event[] = [];
     const gaps: Array<{ kind: string; from: number; to: number }> = [];
-    let movedThroughKill = 0;
+    // Tasks leased before the kill and accepted after it: on the lease they had (the result asked
+    // again through the gap) or, once that lease expired in the gap, on a later attempt.
+    const movedThroughKill = { total: 0, sameLease: 0, reclaimed: 0 };
     let completedAcrossKill = 0;
     try {
       for (const kind of ["kill", "switchover"] as const) {
@@ -212,7 +214,15 @@ describe("failover on the HA rig", () => {
         gaps.push({ kind, from: t0, to: t0 + Math.max(...event.firstClaimMs) });
         if (kind === "kill") {
           completedAcrossKill = completed() - doneBefore;
-          movedThroughKill = [...state.accepted.values()].filter((a) => a.some((x) => x.claimedAt < t0 && x.acceptedAt > t0)).length;
+          for (const [id, [a]] of state.accepted) {
+            const lease = state.firstLease.get(id);
+            if (!lease || lease.at >= t0 || a.acceptedAt <= t0) continue;
+            movedThroughKill.total++;
+            if (a.attempt === lease.attempt) movedThroughKill.sameLease++;
+            else movedThroughKill.reclaimed++;
+          }
+          // The kill hit work in flight, or it proved nothing about it.
+          expect(movedThroughKill.total).toBeGreaterThan(0);
         }
         // No lease outlives its expiry by more than a few reaper passes.
         const stuck = await withDb(r.haproxy.url, async (c) => {

@@ -98,6 +98,8 @@ export interface LoadState {
   accepted: Map<string, Accepted[]>;
   /** coordinator index → claims answered 200 with at least one task: when asked, when answered. */
   claimsAt: Array<Array<{ asked: number; answered: number }>>;
+  /** task id → its first lease: when that claim was asked, and the attempt it leased. */
+  firstLease: Map<string, { at: number; attempt: number }>;
   ledger: Ledger;
 }
 
@@ -107,6 +109,7 @@ export function newLoadState(coordinators: number): LoadState {
     jobs: new Map(),
     accepted: new Map(),
     claimsAt: Array.from({ length: coordinators }, () => []),
+    firstLease: new Map(),
     ledger: new Ledger(),
   };
 }
@@ -159,6 +162,7 @@ export async function worker(state: LoadState, bases: string[], w: number, batch
     }
     state.claimsAt[ci].push({ asked: claimedAt, answered: Date.now() });
     for (const t of claim.body!.tasks as Array<{ id: string; attempt: number }>) {
+      if (!state.firstLease.has(t.id)) state.firstLease.set(t.id, { at: claimedAt, attempt: t.attempt });
       const progress = await call(base, "POST", `/tasks/${t.id}/progress`, {
         worker_id: me,
         attempt: t.attempt,
