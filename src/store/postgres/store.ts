@@ -104,7 +104,10 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
       readTimeoutMs: WATCH_READ_TIMEOUT_MS,
     });
     this.reaper = new LeaseReaper(pool, { observer: options.observer });
-    this.maintenance = new StoreMaintenance(pool, { retention: { days: options.retentionDays } });
+    this.maintenance = new StoreMaintenance(pool, {
+      retention: { days: options.retentionDays },
+      eventPartitions: options.eventPartitions,
+    });
     this.scheduler = new Scheduler(this.ctx, { ...options.scheduler, observer: options.observer });
   }
 
