@@ -76,7 +76,23 @@ END $$;
 CREATE TABLE task_events_default PARTITION OF task_events DEFAULT
   WITH (autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_vacuum_insert_threshold = 10000);
 
+/*
+ * Watermarks of the log, for the watch reads: every event with created_at < upper has an xid below
+ * xid_bound. A watch stream reads "events committed since snapshot S" (xid >= xmin(S)), which
+ * without a time bound probes every partition's index; with the newest watermark whose xid_bound
+ * <= xmin(S), it may add created_at >= upper, which PostgreSQL uses to skip the older partitions
+ * (run-time pruning). The maintenance pass records one at a partition boundary once no transaction
+ * that started before it is still running (an event's created_at is its transaction's start, so
+ * none can be written below the boundary after that), with the xid horizon of that moment.
+ */
+CREATE TABLE task_event_watermarks (
+  upper     timestamptz PRIMARY KEY,
+  xid_bound xid8 NOT NULL
+);
+
 -- Down Migration
+
+DROP TABLE task_event_watermarks;
 
 /*
  * Back to one table: every partition's rows copied into it, ids and the sequence as they were.

@@ -5,6 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobUpdate, Task } from "../src/queue/types.js";
 import { EventPartitions, LIST_EVENT_PARTITIONS } from "../src/store/postgres/event-partitions.js";
+import { WATCHED_JOBS_WITH_EVENTS } from "../src/store/postgres/watch-hub.js";
+import { JOB_EVENTS_SINCE } from "../src/store/postgres/watch.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 
 const W = "parts";
@@ -162,7 +164,13 @@ describe("the event log in partitions", () => {
         ),
       );
       await client.query(
-        `CREATE TABLE task_events_recent PARTITION OF task_events FOR VALUES FROM ($1::timestamptz - interval '9 days') TO ($1::timestamptz)`.replaceAll(
+        `CREATE TABLE task_events_recent PARTITION OF task_events FOR VALUES FROM ($1::timestamptz - interval '9 days') TO ($1::timestamptz - interval '1 day')`.replaceAll(
+          "$1",
+          client.escapeLiteral(boundary.toISOString()),
+        ),
+      );
+      await client.query(
+        `CREATE TABLE task_events_today PARTITION OF task_events FOR VALUES FROM ($1::timestamptz - interval '1 day') TO ($1::timestamptz)`.replaceAll(
           "$1",
           client.escapeLiteral(boundary.toISOString()),
         ),
@@ -209,6 +217,38 @@ describe("the event log in partitions", () => {
     expect(await fx.count("task_events", `job_id = '${recentJob}'`)).toBe(50);
     // Without a retention nothing is dropped.
     expect((await new EventPartitions(fx.pool, {}).runOnce(undefined, true)).dropped).toBe(0);
+  });
+
+  it("reads a watch stream's news only from the partitions past the newest watermark below its snapshot", async () => {
+    // The pass records a watermark at today's boundary (every running transaction started after it).
+    // (The passes of the tests before recorded it already.)
+    await new EventPartitions(fx.pool, {}).runOnce(undefined, true);
+    const today = (await partitions()).find((p) => p.name === "task_events_today")!;
+    const { rows: marks } = await fx.pool.query(`SELECT max(upper) AS upper FROM task_event_watermarks`);
+    expect(marks[0].upper.getTime()).toBe(today.lower!.getTime());
+    const snapshot = (await fx.pool.query(`SELECT pg_current_snapshot()::text AS s`)).rows[0].s as string;
+    const jobId = crypto.randomUUID();
+    const { rows: written } = await fx.pool.query(
+      `INSERT INTO task_events (job_id, kind, status) VALUES ($1, 'job_status', 'running') RETURNING id::text`,
+      [jobId],
+    );
+    const since = await fx.pool.query(JOB_EVENTS_SINCE, [jobId, snapshot]);
+    expect(since.rows[0].events.map((e: { id: number }) => String(e.id))).toEqual([written[0].id]);
+    const hub = await fx.pool.query(WATCHED_JOBS_WITH_EVENTS, [
+      [crypto.randomUUID(), jobId],
+      [snapshot, snapshot],
+    ]);
+    expect(hub.rows).toEqual([{ i: 2 }]);
+    // The partition before the watermark is pruned at run time: in the plan, never executed.
+    for (const [text, values] of [
+      [JOB_EVENTS_SINCE, [jobId, snapshot]],
+      [WATCHED_JOBS_WITH_EVENTS, [[jobId], [snapshot]]],
+    ] as const) {
+      const { rows } = await fx.pool.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`, [...values]);
+      const plan = rows.map((p) => p["QUERY PLAN"] as string);
+      expect(plan.some((l) => /on task_events_today/.test(l) && !/never executed/.test(l))).toBe(true);
+      for (const l of plan.filter((l) => /on task_events_recent/.test(l))) expect(l).toMatch(/never executed/);
+    }
   });
 
   it("reads a job's events after an id through the (job_id, xid) index of every partition, never a sequential scan", async () => {

@@ -37,6 +37,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     "pgmigrations",
     "schedule_ticks",
     "schedules",
+    "task_event_watermarks",
     "task_events",
     "tasks",
     "worker_sightings",
@@ -81,6 +82,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   expect(await pendingMigrations(client)).toEqual([eventPartitions]);
   expect(await eventLog()).toEqual({ relkind: "r", partitions: 0 });
+  expect(await tables()).not.toContain("task_event_watermarks");
   expect(await events()).toEqual([
     { id: first, old: false },
     { id: second, old: true },

@@ -34,9 +34,12 @@ export interface EventPartitionsResult {
   movedFromDefault: number;
   /** Rows of the default partition older than the retention, deleted. */
   deletedFromDefault: number;
+  /** The partition boundary a watermark was recorded at (undefined: none new). */
+  watermark?: Date;
 }
 
 export const EVENTS_TABLE = "task_events";
+export const WATERMARKS_TABLE = "task_event_watermarks";
 export const DEFAULT_PARTITION = "task_events_default";
 
 /** One key for every coordinator's partition pass (pg_try_advisory_lock). */
@@ -62,6 +65,30 @@ WITH parts AS (
 SELECT name, is_default, lower_us::text, upper_us::text, (extract(epoch FROM now()) * 1000000)::bigint::text AS now_us
 FROM bounds
 ORDER BY upper_us NULLS FIRST`;
+
+/*
+ * The earliest an event may have been written by a transaction a watch read must still look at:
+ * the newest watermark (see migrations/1764570000000_event_partitions.sql) below the snapshot's
+ * xmin, as a bound on created_at that lets PostgreSQL skip the partitions before it. `snapshot` is
+ * a pg_snapshot expression of the statement.
+ */
+export const eventsFloor = (snapshot: string) =>
+  `coalesce((SELECT max(m.upper) FROM ${WATERMARKS_TABLE} m WHERE m.xid_bound <= pg_snapshot_xmin(${snapshot})), '-infinity'::timestamptz)`;
+
+/*
+ * The oldest transaction start in this database (this statement's own included), and whether some
+ * session's is hidden from us (another role's, without pg_read_all_stats): then no watermark.
+ */
+const OLDEST_TRANSACTION = `
+SELECT (extract(epoch FROM least(now(), min(xact_start))) * 1000000)::bigint::text AS oldest_us,
+       coalesce(bool_or(query = '<insufficient privilege>'), false) AS hidden
+FROM pg_stat_activity WHERE datname = current_database()`;
+
+// The xid horizon, read after the transactions above: every xid assigned so far is below it.
+const XID_HORIZON = `SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xmax`;
+
+// The newest watermarks are the ones the reads use; older ones only widen a read that has them.
+const KEEP_WATERMARKS = 30;
 
 // The parent's columns, in order, for moving rows out of the default partition by name.
 const EVENT_COLUMNS = `
@@ -123,6 +150,7 @@ export class EventPartitions {
       if (!rows[0].locked) return; // another coordinator's pass is at it
       try {
         await this.createAhead(c, result);
+        await this.recordWatermark(c, result);
         if (this.retentionDays !== undefined) await this.dropOld(c, this.retentionDays, result);
       } finally {
         await c.query(`SELECT pg_advisory_unlock($1)`, [PARTITION_LOCK_KEY]);
@@ -188,6 +216,32 @@ export class EventPartitions {
     } catch (err) {
       await c.query("ROLLBACK").catch(() => {});
       throw err;
+    }
+  }
+
+  /*
+   * A watermark at the newest partition boundary that every running transaction started after: no
+   * event can be written below it any more (an event's created_at is its transaction's start), and
+   * every one written so far has an xid below the horizon read next.
+   */
+  private async recordWatermark(c: pg.PoolClient, result: EventPartitionsResult): Promise<void> {
+    const { partitions } = await this.list(c);
+    const { rows } = await c.query(OLDEST_TRANSACTION);
+    if (rows[0].hidden) return;
+    const oldest = BigInt(rows[0].oldest_us);
+    const boundaries = partitions.flatMap((p) => (p.upperUs !== undefined && p.upperUs <= oldest ? [p.upperUs] : []));
+    if (boundaries.length === 0) return;
+    const upper = boundaries.reduce((m, u) => (u > m ? u : m));
+    const xmax = (await c.query(XID_HORIZON)).rows[0].xmax as string;
+    const { rowCount } = await c.query(
+      `INSERT INTO ${WATERMARKS_TABLE} (upper, xid_bound) VALUES (${at(upper)}, $1::xid8) ON CONFLICT (upper) DO NOTHING`,
+      [xmax],
+    );
+    if (rowCount) {
+      result.watermark = new Date(Number(upper / 1000n));
+      await c.query(
+        `DELETE FROM ${WATERMARKS_TABLE} WHERE upper < (SELECT min(upper) FROM (SELECT upper FROM ${WATERMARKS_TABLE} ORDER BY upper DESC LIMIT ${KEEP_WATERMARKS}) k)`,
+      );
     }
   }
 

@@ -7,6 +7,7 @@ import type { JobUpdate, WatchOptions } from "../../queue/types.js";
 import { requireUuid } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
 import { inTransaction, withClient } from "./db.js";
+import { eventsFloor } from "./event-partitions.js";
 import { readJobStatus } from "./jobs.js";
 import { toJobEvent, type JobEventRow } from "./rows.js";
 import type { WatchHub } from "./watch-hub.js";
@@ -26,14 +27,16 @@ export const CURRENT_SNAPSHOT = `SELECT pg_current_snapshot()::text AS snapshot`
 /*
  * The job's events committed since snapshot $2 and not before: visible now but not in $2. Every
  * transaction older than $2's xmin had ended by then (so its rows were visible in $2 already),
- * which bounds the index range. Returns the statement's own snapshot for the next call, and the
- * events as one json array so there is always exactly one row.
+ * which bounds the index range, and the log's watermarks bound created_at, so only the partitions
+ * written since then are read (event-partitions.ts). Returns the statement's own snapshot for the
+ * next call, and the events as one json array so there is always exactly one row.
  */
 export const JOB_EVENTS_SINCE = `
 SELECT pg_current_snapshot()::text AS snapshot,
   coalesce((
     SELECT json_agg(e ORDER BY e.id) FROM task_events e
     WHERE e.job_id = $1 AND e.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, $2::pg_snapshot)
+      AND e.created_at >= ${eventsFloor("$2::pg_snapshot")}
   ), '[]'::json) AS events`;
 
 /*
