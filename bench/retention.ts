@@ -170,7 +170,24 @@ async function timed(c: pg.Client, ms: number, fn: () => Promise<unknown>): Prom
   return ((backendTicks(pid) - ticks0) * 10_000) / n;
 }
 
-async function watchReads(c: pg.Client): Promise<{ after: number; since: number; hub: number }> {
+// The two live watch reads as they were before the partitions (no watermark bound): the plain side's.
+const JOB_EVENTS_SINCE_BEFORE = `
+SELECT pg_current_snapshot()::text AS snapshot,
+  coalesce((
+    SELECT json_agg(e ORDER BY e.id) FROM task_events e
+    WHERE e.job_id = $1 AND e.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, $2::pg_snapshot)
+  ), '[]'::json) AS events`;
+const WATCHED_JOBS_WITH_EVENTS_BEFORE = `
+SELECT w.i::int AS i
+FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS w(job_id, since, i)
+WHERE EXISTS (
+  SELECT 1 FROM task_events e
+  WHERE e.job_id = w.job_id AND e.xid >= pg_snapshot_xmin(w.since::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, w.since::pg_snapshot)
+)`;
+
+async function watchReads(c: pg.Client, before: boolean): Promise<{ after: number; since: number; hub: number }> {
+  const sinceText = before ? JOB_EVENTS_SINCE_BEFORE : JOB_EVENTS_SINCE;
+  const hubText = before ? WATCHED_JOBS_WITH_EVENTS_BEFORE : WATCHED_JOBS_WITH_EVENTS;
   // A recent job's events, as a resumed stream and a live stream read them, and the hub's probe of 100 streams.
   const { rows } = await c.query(
     `SELECT job_id, min(id)::text AS id FROM task_events WHERE created_at > now() - interval '1 hour' GROUP BY job_id LIMIT 100`,
@@ -179,8 +196,8 @@ async function watchReads(c: pg.Client): Promise<{ after: number; since: number;
   const jobs = rows.map((r) => r.job_id as string);
   let i = 0;
   const after = await timed(c, 3000, () => c.query({ name: "after", text: JOB_EVENTS_AFTER, values: [jobs[i++ % jobs.length], "0"] }));
-  const since = await timed(c, 3000, () => c.query({ name: "since", text: JOB_EVENTS_SINCE, values: [jobs[i++ % jobs.length], snap] }));
-  const hub = await timed(c, 3000, () => c.query({ name: "hub", text: WATCHED_JOBS_WITH_EVENTS, values: [jobs, jobs.map(() => snap)] }));
+  const since = await timed(c, 3000, () => c.query({ name: "since", text: sinceText, values: [jobs[i++ % jobs.length], snap] }));
+  const hub = await timed(c, 3000, () => c.query({ name: "hub", text: hubText, values: [jobs, jobs.map(() => snap)] }));
   return { after, since, hub };
 }
 
@@ -218,7 +235,7 @@ async function main() {
           const jobs = await load(c);
           // The maintenance pass a coordinator makes: partitions ahead, and the watermark the watch reads prune by.
           if (side === "parted") await maintenancePass(url);
-          const w = await watchReads(c);
+          const w = await watchReads(c, side === "plain");
           reads[side].after.push(w.after);
           reads[side].since.push(w.since);
           reads[side].hub.push(w.hub);
