@@ -90,8 +90,24 @@ CREATE TABLE task_event_watermarks (
   xid_bound xid8 NOT NULL
 );
 
+/*
+ * The bound for a read since snapshot s, and the lowest for several snapshots (the watch hub's).
+ * Functions, STABLE, rather than subqueries in the statements: PostgreSQL evaluates a stable call
+ * on the statement's parameters when the executor starts and leaves the older partitions out of
+ * the plan altogether; a subquery's result prunes only while running, after every partition's
+ * scan was set up.
+ */
+CREATE FUNCTION leasehold_events_floor(s pg_snapshot) RETURNS timestamptz LANGUAGE sql STABLE AS $$
+  SELECT coalesce(max(upper), '-infinity'::timestamptz) FROM task_event_watermarks WHERE xid_bound <= pg_snapshot_xmin(s)
+$$;
+CREATE FUNCTION leasehold_events_floor(s text[]) RETURNS timestamptz LANGUAGE sql STABLE AS $$
+  SELECT coalesce(min(leasehold_events_floor(x::pg_snapshot)), '-infinity'::timestamptz) FROM unnest(s) AS x
+$$;
+
 -- Down Migration
 
+DROP FUNCTION leasehold_events_floor(text[]);
+DROP FUNCTION leasehold_events_floor(pg_snapshot);
 DROP TABLE task_event_watermarks;
 
 /*

@@ -69,11 +69,11 @@ ORDER BY upper_us NULLS FIRST`;
 /*
  * The earliest an event may have been written by a transaction a watch read must still look at:
  * the newest watermark (see migrations/1764570000000_event_partitions.sql) below the snapshot's
- * xmin, as a bound on created_at that lets PostgreSQL skip the partitions before it. `snapshot` is
- * a pg_snapshot expression of the statement.
+ * xmin, as a bound on created_at that lets PostgreSQL leave the partitions before it out of the
+ * plan. `snapshot` is a pg_snapshot expression of the statement's parameters (or, for several
+ * streams at once, a text[] of snapshots: the lowest of their bounds).
  */
-export const eventsFloor = (snapshot: string) =>
-  `coalesce((SELECT max(m.upper) FROM ${WATERMARKS_TABLE} m WHERE m.xid_bound <= pg_snapshot_xmin(${snapshot})), '-infinity'::timestamptz)`;
+export const eventsFloor = (snapshot: string) => `leasehold_events_floor(${snapshot})`;
 
 /*
  * The oldest transaction start in this database (this statement's own included), and whether some
@@ -86,6 +86,10 @@ FROM pg_stat_activity WHERE datname = current_database()`;
 
 // The xid horizon, read after the transactions above: every xid assigned so far is below it.
 const XID_HORIZON = `SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xmax`;
+
+// A boundary gets its watermark no sooner than this after it: a server clock stepped back by less
+// cannot make a new transaction's events fall below it.
+const WATERMARK_MARGIN_US = 5n * 60_000_000n;
 
 // The newest watermarks are the ones the reads use; older ones only widen a read that has them.
 const KEEP_WATERMARKS = 30;
@@ -220,7 +224,8 @@ export class EventPartitions {
   }
 
   /*
-   * A watermark at the newest partition boundary that every running transaction started after: no
+   * A watermark at the newest partition boundary that every running transaction started after (by
+   * WATERMARK_MARGIN_US at least): no
    * event can be written below it any more (an event's created_at is its transaction's start), and
    * every one written so far has an xid below the horizon read next.
    */
@@ -228,7 +233,7 @@ export class EventPartitions {
     const { partitions } = await this.list(c);
     const { rows } = await c.query(OLDEST_TRANSACTION);
     if (rows[0].hidden) return;
-    const oldest = BigInt(rows[0].oldest_us);
+    const oldest = BigInt(rows[0].oldest_us) - WATERMARK_MARGIN_US;
     const boundaries = partitions.flatMap((p) => (p.upperUs !== undefined && p.upperUs <= oldest ? [p.upperUs] : []));
     if (boundaries.length === 0) return;
     const upper = boundaries.reduce((m, u) => (u > m ? u : m));
