@@ -186,8 +186,8 @@ WHERE EXISTS (
 )`;
 
 async function watchReads(c: pg.Client, before: boolean): Promise<{ after: number; since: number; hub: number }> {
-  const sinceText = before ? JOB_EVENTS_SINCE_BEFORE : JOB_EVENTS_SINCE;
-  const hubText = before ? WATCHED_JOBS_WITH_EVENTS_BEFORE : WATCHED_JOBS_WITH_EVENTS;
+  const sinceText = before ? JOB_EVENTS_SINCE_BEFORE : JOB_EVENTS_SINCE.text;
+  const hubText = before ? WATCHED_JOBS_WITH_EVENTS_BEFORE : WATCHED_JOBS_WITH_EVENTS.text;
   // A recent job's events, as a resumed stream and a live stream read them, and the hub's probe of 100 streams.
   const { rows } = await c.query(
     `SELECT job_id, min(id)::text AS id FROM task_events WHERE created_at > now() - interval '1 hour' GROUP BY job_id LIMIT 100`,
@@ -195,7 +195,7 @@ async function watchReads(c: pg.Client, before: boolean): Promise<{ after: numbe
   const snap = (await c.query(`SELECT pg_current_snapshot()::text AS s`)).rows[0].s as string;
   const jobs = rows.map((r) => r.job_id as string);
   let i = 0;
-  const after = await timed(c, 3000, () => c.query({ name: "after", text: JOB_EVENTS_AFTER, values: [jobs[i++ % jobs.length], "0"] }));
+  const after = await timed(c, 3000, () => c.query({ name: "after", text: JOB_EVENTS_AFTER.text, values: [jobs[i++ % jobs.length], "0"] }));
   const since = await timed(c, 3000, () => c.query({ name: "since", text: sinceText, values: [jobs[i++ % jobs.length], snap] }));
   const hub = await timed(c, 3000, () => c.query({ name: "hub", text: hubText, values: [jobs, jobs.map(() => snap)] }));
   return { after, since, hub };

@@ -129,6 +129,7 @@ class Coordinator {
       maxRunAtAheadDays: config.maxRunAtAheadDays,
       retentionDays: config.retentionDays,
       eventPartitions: { intervalHours: config.eventPartitionHours, ahead: config.eventPartitionsAhead },
+      coalescing: config.coalescing,
       watchPollIntervalMs: config.pollIntervalMs,
       jobWakes: this.listener,
     });

@@ -28,7 +28,7 @@ interface Part {
 }
 
 async function partitions(): Promise<Part[]> {
-  const { rows } = await fx.pool.query(LIST_EVENT_PARTITIONS);
+  const rows = await LIST_EVENT_PARTITIONS.run(fx.pool);
   const date = (us: string | null) => (us === null ? null : new Date(Number(BigInt(us) / 1000n)));
   return rows.map((r) => ({ name: r.name, is_default: r.is_default, lower: date(r.lower_us), upper: date(r.upper_us) }));
 }
@@ -232,17 +232,14 @@ describe("the event log in partitions", () => {
       `INSERT INTO task_events (job_id, kind, status) VALUES ($1, 'job_status', 'running') RETURNING id::text`,
       [jobId],
     );
-    const since = await fx.pool.query(JOB_EVENTS_SINCE, [jobId, snapshot]);
-    expect(since.rows[0].events.map((e: { id: number }) => String(e.id))).toEqual([written[0].id]);
-    const hub = await fx.pool.query(WATCHED_JOBS_WITH_EVENTS, [
-      [crypto.randomUUID(), jobId],
-      [snapshot, snapshot],
-    ]);
-    expect(hub.rows).toEqual([{ i: 2 }]);
+    const since = await JOB_EVENTS_SINCE.one(fx.pool, { jobId, since: snapshot });
+    expect(since.events.map((e) => String(e.id))).toEqual([written[0].id]);
+    const hub = await WATCHED_JOBS_WITH_EVENTS.run(fx.pool, { jobIds: [crypto.randomUUID(), jobId], snapshots: [snapshot, snapshot] });
+    expect(hub).toEqual([{ i: 2 }]);
     // The partition before the watermark is pruned at run time: in the plan, never executed.
     for (const [text, values] of [
-      [JOB_EVENTS_SINCE, [jobId, snapshot]],
-      [WATCHED_JOBS_WITH_EVENTS, [[jobId], [snapshot]]],
+      [JOB_EVENTS_SINCE.text, [jobId, snapshot]],
+      [WATCHED_JOBS_WITH_EVENTS.text, [[jobId], [snapshot]]],
     ] as const) {
       const { rows } = await fx.pool.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`, [...values]);
       const plan = rows.map((p) => p["QUERY PLAN"] as string);

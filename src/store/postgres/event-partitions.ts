@@ -7,6 +7,7 @@
 
 import type pg from "pg";
 import { withClient } from "./db.js";
+import { defineQuery, type NoParams } from "./query.js";
 
 export interface EventPartitionsConfig {
   /** Length of each new partition, in hours. Existing partitions keep theirs: a change applies from the next one. */
@@ -44,6 +45,10 @@ export const DEFAULT_PARTITION = "task_events_default";
 
 /** One key for every coordinator's partition pass (pg_try_advisory_lock). */
 const PARTITION_LOCK_KEY = 0x1ea5e_0e7;
+const TRY_PARTITION_LOCK = defineQuery<{ key: number }, { locked: boolean }>(null, `SELECT pg_try_advisory_lock($1) AS locked`, (p) => [
+  p.key,
+]);
+const PARTITION_UNLOCK = defineQuery<{ key: number }>(null, `SELECT pg_advisory_unlock($1)`, (p) => [p.key]);
 
 /*
  * The partitions with their bounds in microseconds since the epoch (exact, unlike a Date), read
@@ -51,7 +56,12 @@ const PARTITION_LOCK_KEY = 0x1ea5e_0e7;
  * back in the same statement is exact. A partition from MINVALUE has no lower bound; the default
  * partition neither.
  */
-export const LIST_EVENT_PARTITIONS = `
+export const LIST_EVENT_PARTITIONS = defineQuery<
+  NoParams,
+  { name: string; is_default: boolean; lower_us: string | null; upper_us: string | null; now_us: string }
+>(
+  null,
+  `
 WITH parts AS (
   SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -64,7 +74,8 @@ WITH parts AS (
 )
 SELECT name, is_default, lower_us::text, upper_us::text, (extract(epoch FROM now()) * 1000000)::bigint::text AS now_us
 FROM bounds
-ORDER BY upper_us NULLS FIRST`;
+ORDER BY upper_us NULLS FIRST`,
+);
 
 /*
  * The earliest an event may have been written by a transaction a watch read must still look at:
@@ -79,13 +90,47 @@ export const eventsFloor = (snapshot: string) => `leasehold_events_floor(${snaps
  * The oldest transaction start in this database (this statement's own included), and whether some
  * session's is hidden from us (another role's, without pg_read_all_stats): then no watermark.
  */
-const OLDEST_TRANSACTION = `
+const OLDEST_TRANSACTION = defineQuery<NoParams, { oldest_us: string; hidden: boolean }>(
+  null,
+  `
 SELECT (extract(epoch FROM least(now(), min(xact_start))) * 1000000)::bigint::text AS oldest_us,
        coalesce(bool_or(query = '<insufficient privilege>'), false) AS hidden
-FROM pg_stat_activity WHERE datname = current_database()`;
+FROM pg_stat_activity WHERE datname = current_database()`,
+);
 
 // The xid horizon, read after the transactions above: every xid assigned so far is below it.
-const XID_HORIZON = `SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xmax`;
+const XID_HORIZON = defineQuery<NoParams, { xmax: string }>(null, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xmax`);
+
+/** A bound in microseconds since the epoch as a timestamptz parameter's expression, exact. */
+const atParam = (n: number) => `('epoch'::timestamptz + $${n}::bigint * interval '1 microsecond')`;
+
+// A watermark: every event below the boundary $1 (µs) has an xid below $2. Answers a row if it is new.
+const INSERT_WATERMARK = defineQuery<{ upperUs: string; xidBound: string }, { upper: Date }>(
+  null,
+  `INSERT INTO ${WATERMARKS_TABLE} (upper, xid_bound) VALUES (${atParam(1)}, $2::xid8) ON CONFLICT (upper) DO NOTHING RETURNING upper`,
+  (p) => [p.upperUs, p.xidBound],
+);
+
+// The $1 newest watermarks are kept.
+const PRUNE_WATERMARKS = defineQuery<{ keep: number }>(
+  null,
+  `DELETE FROM ${WATERMARKS_TABLE} WHERE upper < (SELECT min(upper) FROM (SELECT upper FROM ${WATERMARKS_TABLE} ORDER BY upper DESC LIMIT $1) k)`,
+  (p) => [p.keep],
+);
+
+// Up to $2 rows of the default partition older than $1 (µs) deleted; answers how many.
+const DELETE_OLD_DEFAULT_ROWS = defineQuery<{ cutoffUs: string; limit: number }, { deleted: number }>(
+  null,
+  `
+WITH gone AS (
+  DELETE FROM ${DEFAULT_PARTITION}
+  WHERE ctid = ANY (ARRAY(SELECT ctid FROM ${DEFAULT_PARTITION} WHERE created_at < ${atParam(1)} LIMIT $2))
+  RETURNING 1
+)
+SELECT count(*)::int AS deleted FROM gone`,
+  (p) => [p.cutoffUs, p.limit],
+);
+const DEFAULT_DELETE_BATCH = 10_000;
 
 // A boundary gets its watermark no sooner than this after it: a server clock stepped back by less
 // cannot make a new transaction's events fall below it.
@@ -95,14 +140,20 @@ const WATERMARK_MARGIN_US = 5n * 60_000_000n;
 const KEEP_WATERMARKS = 30;
 
 // The parent's columns, in order, for moving rows out of the default partition by name.
-const EVENT_COLUMNS = `
+const EVENT_COLUMNS = defineQuery<NoParams, { columns: string }>(
+  null,
+  `
 SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) AS columns
-FROM pg_attribute WHERE attrelid = '${EVENTS_TABLE}'::regclass AND attnum > 0 AND NOT attisdropped`;
+FROM pg_attribute WHERE attrelid = '${EVENTS_TABLE}'::regclass AND attnum > 0 AND NOT attisdropped`,
+);
 
 // The storage settings every partition gets (see migrations/1764480000000_queue_storage.sql).
 const PARTITION_STORAGE = `autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_vacuum_insert_threshold = 10000`;
 
-/** A bound as a constant expression, exact to the microsecond. */
+/**
+ * A bound as a constant expression, exact to the microsecond: in DDL (a partition's bounds take
+ * no parameters) and in the statements that name a partition, which are composed per call anyway.
+ */
 const at = (us: bigint) => `('epoch'::timestamptz + ${us.toString()} * interval '1 microsecond')`;
 
 const HOUR_US = 3_600_000_000n;
@@ -150,21 +201,21 @@ export class EventPartitions {
     if (!force && !this.due) return result;
     this.lastPassAt = Date.now();
     await withClient(this.pool, signal, async (c) => {
-      const { rows } = await c.query(`SELECT pg_try_advisory_lock($1) AS locked`, [PARTITION_LOCK_KEY]);
-      if (!rows[0].locked) return; // another coordinator's pass is at it
+      const { locked } = await TRY_PARTITION_LOCK.one(c, { key: PARTITION_LOCK_KEY });
+      if (!locked) return; // another coordinator's pass is at it
       try {
         await this.createAhead(c, result);
         await this.recordWatermark(c, result);
         if (this.retentionDays !== undefined) await this.dropOld(c, this.retentionDays, result);
       } finally {
-        await c.query(`SELECT pg_advisory_unlock($1)`, [PARTITION_LOCK_KEY]);
+        await PARTITION_UNLOCK.run(c, { key: PARTITION_LOCK_KEY });
       }
     });
     return result;
   }
 
   private async list(c: pg.PoolClient): Promise<{ partitions: Partition[]; nowUs: bigint }> {
-    const { rows } = await c.query(LIST_EVENT_PARTITIONS);
+    const rows = await LIST_EVENT_PARTITIONS.run(c);
     const big = (v: string | null) => (v === null ? undefined : BigInt(v));
     const partitions = rows.map((r) => ({ name: r.name, isDefault: r.is_default, lowerUs: big(r.lower_us), upperUs: big(r.upper_us) }));
     const nowUs = rows.length > 0 ? BigInt(rows[0].now_us) : BigInt(Date.now()) * 1000n;
@@ -207,7 +258,7 @@ export class EventPartitions {
       await c.query(`CREATE TABLE ${table} (LIKE ${EVENTS_TABLE} INCLUDING DEFAULTS) WITH (${PARTITION_STORAGE})`);
       let moved = 0;
       if (hasDefault) {
-        const columns = (await c.query(EVENT_COLUMNS)).rows[0].columns as string;
+        const { columns } = await EVENT_COLUMNS.one(c);
         const r = await c.query(
           `WITH moved AS (DELETE FROM ${DEFAULT_PARTITION} WHERE created_at >= ${at(lowerUs)} AND created_at < ${at(upperUs)} RETURNING ${columns})
            INSERT INTO ${table} (${columns}) SELECT ${columns} FROM moved`,
@@ -231,22 +282,17 @@ export class EventPartitions {
    */
   private async recordWatermark(c: pg.PoolClient, result: EventPartitionsResult): Promise<void> {
     const { partitions } = await this.list(c);
-    const { rows } = await c.query(OLDEST_TRANSACTION);
-    if (rows[0].hidden) return;
-    const oldest = BigInt(rows[0].oldest_us) - WATERMARK_MARGIN_US;
+    const transactions = await OLDEST_TRANSACTION.one(c);
+    if (transactions.hidden) return;
+    const oldest = BigInt(transactions.oldest_us) - WATERMARK_MARGIN_US;
     const boundaries = partitions.flatMap((p) => (p.upperUs !== undefined && p.upperUs <= oldest ? [p.upperUs] : []));
     if (boundaries.length === 0) return;
     const upper = boundaries.reduce((m, u) => (u > m ? u : m));
-    const xmax = (await c.query(XID_HORIZON)).rows[0].xmax as string;
-    const { rowCount } = await c.query(
-      `INSERT INTO ${WATERMARKS_TABLE} (upper, xid_bound) VALUES (${at(upper)}, $1::xid8) ON CONFLICT (upper) DO NOTHING`,
-      [xmax],
-    );
-    if (rowCount) {
+    const { xmax } = await XID_HORIZON.one(c);
+    const inserted = await INSERT_WATERMARK.maybe(c, { upperUs: upper.toString(), xidBound: xmax });
+    if (inserted) {
       result.watermark = new Date(Number(upper / 1000n));
-      await c.query(
-        `DELETE FROM ${WATERMARKS_TABLE} WHERE upper < (SELECT min(upper) FROM (SELECT upper FROM ${WATERMARKS_TABLE} ORDER BY upper DESC LIMIT ${KEEP_WATERMARKS}) k)`,
-      );
+      await PRUNE_WATERMARKS.run(c, { keep: KEEP_WATERMARKS });
     }
   }
 
@@ -275,11 +321,9 @@ export class EventPartitions {
     }
     if (partitions.some((p) => p.isDefault)) {
       for (;;) {
-        const r = await c.query(
-          `DELETE FROM ${DEFAULT_PARTITION} WHERE ctid = ANY (ARRAY(SELECT ctid FROM ${DEFAULT_PARTITION} WHERE created_at < ${at(cutoff)} LIMIT 10000))`,
-        );
-        result.deletedFromDefault += r.rowCount ?? 0;
-        if ((r.rowCount ?? 0) < 10000) break;
+        const { deleted } = await DELETE_OLD_DEFAULT_ROWS.one(c, { cutoffUs: cutoff.toString(), limit: DEFAULT_DELETE_BATCH });
+        result.deletedFromDefault += deleted;
+        if (deleted < DEFAULT_DELETE_BATCH) break;
       }
     }
   }

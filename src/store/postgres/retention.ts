@@ -4,6 +4,7 @@
 
 import type pg from "pg";
 import { withClient } from "./db.js";
+import { defineQuery } from "./query.js";
 
 export interface RetentionConfig {
   /** Finished jobs older than this are deleted; undefined: kept forever. */
@@ -27,7 +28,9 @@ export const RETENTION_DEFAULTS = { batchJobs: 20, batchesPerPass: 50 } as const
  * (every read of events starts from the job or its task).
  * $1 days, $2 jobs per batch.
  */
-export const DELETE_OLD_JOBS = `
+export const DELETE_OLD_JOBS = defineQuery<{ days: number; batchJobs: number }, { id: string }>(
+  null,
+  `
 WITH old AS (
   SELECT id FROM jobs
   WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1)
@@ -37,7 +40,9 @@ WITH old AS (
 ), job_tasks AS (
   DELETE FROM tasks WHERE job_id = ANY (ARRAY(SELECT id FROM old))
 )
-DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`;
+DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`,
+  (p) => [p.days, p.batchJobs],
+);
 
 export class Retention {
   readonly days: number | undefined;
@@ -59,9 +64,9 @@ export class Retention {
     if (days === undefined) return 0;
     let deleted = 0;
     for (let i = 0; i < this.batchesPerPass; i++) {
-      const { rowCount } = await withClient(this.pool, signal, (c) => c.query(DELETE_OLD_JOBS, [days, this.batchJobs]));
-      deleted += rowCount ?? 0;
-      if ((rowCount ?? 0) < this.batchJobs) break;
+      const gone = await withClient(this.pool, signal, (c) => DELETE_OLD_JOBS.run(c, { days, batchJobs: this.batchJobs }));
+      deleted += gone.length;
+      if (gone.length < this.batchJobs) break;
     }
     return deleted;
   }
