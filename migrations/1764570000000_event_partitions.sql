@@ -81,33 +81,19 @@ CREATE TABLE task_events_default PARTITION OF task_events DEFAULT
  * xid_bound. A watch stream reads "events committed since snapshot S" (xid >= xmin(S)), which
  * without a time bound probes every partition's index; with the newest watermark whose xid_bound
  * <= xmin(S), it may add created_at >= upper, which PostgreSQL uses to skip the older partitions
- * (run-time pruning). The maintenance pass records one at a partition boundary once no transaction
- * that started before it is still running (an event's created_at is its transaction's start, so
- * none can be written below the boundary after that), with the xid horizon of that moment.
+ * (run-time pruning; the coordinator caches the watermarks and passes the bound as a parameter:
+ * src/store/postgres/event-floors.ts). The maintenance pass records one at a partition boundary
+ * once no transaction that started before it is still running (an event's created_at is its
+ * transaction's start, so none can be written below the boundary after that), with the xid
+ * horizon of that moment.
  */
 CREATE TABLE task_event_watermarks (
   upper     timestamptz PRIMARY KEY,
   xid_bound xid8 NOT NULL
 );
 
-/*
- * The bound for a read since snapshot s, and the lowest for several snapshots (the watch hub's).
- * Functions, STABLE, rather than subqueries in the statements: PostgreSQL evaluates a stable call
- * on the statement's parameters when the executor starts and leaves the older partitions out of
- * the plan altogether; a subquery's result prunes only while running, after every partition's
- * scan was set up.
- */
-CREATE FUNCTION leasehold_events_floor(s pg_snapshot) RETURNS timestamptz LANGUAGE sql STABLE AS $$
-  SELECT coalesce(max(upper), '-infinity'::timestamptz) FROM task_event_watermarks WHERE xid_bound <= pg_snapshot_xmin(s)
-$$;
-CREATE FUNCTION leasehold_events_floor(s text[]) RETURNS timestamptz LANGUAGE sql STABLE AS $$
-  SELECT coalesce(min(leasehold_events_floor(x::pg_snapshot)), '-infinity'::timestamptz) FROM unnest(s) AS x
-$$;
-
 -- Down Migration
 
-DROP FUNCTION leasehold_events_floor(text[]);
-DROP FUNCTION leasehold_events_floor(pg_snapshot);
 DROP TABLE task_event_watermarks;
 
 /*

@@ -4,6 +4,7 @@
 // sequence across partitions for a resumed watch stream. Real PostgreSQL, a database of its own.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobUpdate, Task } from "../src/queue/types.js";
+import { EventFloors, NO_FLOOR } from "../src/store/postgres/event-floors.js";
 import { EventPartitions, LIST_EVENT_PARTITIONS } from "../src/store/postgres/event-partitions.js";
 import { WATCHED_JOBS_WITH_EVENTS } from "../src/store/postgres/watch-hub.js";
 import { JOB_EVENTS_SINCE } from "../src/store/postgres/watch.js";
@@ -219,32 +220,56 @@ describe("the event log in partitions", () => {
     expect((await new EventPartitions(fx.pool, {}).runOnce(undefined, true)).dropped).toBe(0);
   });
 
-  it("reads a watch stream's news only from the partitions past the newest watermark below its snapshot", async () => {
+  it("reads a watch stream's news only from the partitions between its floor (the newest watermark below its snapshot) and now", async () => {
     // The pass records a watermark at today's boundary (every running transaction started after it).
     // (The passes of the tests before recorded it already.)
     await new EventPartitions(fx.pool, {}).runOnce(undefined, true);
-    const today = (await partitions()).find((p) => p.name === "task_events_today")!;
-    const { rows: marks } = await fx.pool.query(`SELECT max(upper) AS upper FROM task_event_watermarks`);
-    expect(marks[0].upper.getTime()).toBe(today.lower!.getTime());
+    const parts = await partitions();
+    const today = parts.find((p) => p.name === "task_events_today")!;
     const snapshot = (await fx.pool.query(`SELECT pg_current_snapshot()::text AS s`)).rows[0].s as string;
+    const floors = new EventFloors();
+    expect(floors.floor(snapshot)).toBe(NO_FLOOR); // nothing read yet: every partition
+    await floors.refresh(fx.pool);
+    const floor = floors.floor(snapshot);
+    const asTime = async (t: string) => ((await fx.pool.query(`SELECT $1::timestamptz AS t`, [t])).rows[0].t as Date).getTime();
+    expect(await asTime(floor)).toBe(today.lower!.getTime());
+    // A snapshot older than every watermark's xid bound has no floor; the hub reads from the lowest of its streams'.
+    expect(floors.floor("3:3:")).toBe(NO_FLOOR);
+    expect(floors.lowest([snapshot, "3:3:"])).toBe(NO_FLOOR);
+    expect(floors.lowest([snapshot, snapshot])).toBe(floor);
+
     const jobId = crypto.randomUUID();
     const { rows: written } = await fx.pool.query(
       `INSERT INTO task_events (job_id, kind, status) VALUES ($1, 'job_status', 'running') RETURNING id::text`,
       [jobId],
     );
-    const since = await JOB_EVENTS_SINCE.one(fx.pool, { jobId, since: snapshot });
+    const since = await JOB_EVENTS_SINCE.one(fx.pool, { jobId, since: snapshot, floor });
     expect(since.events.map((e) => String(e.id))).toEqual([written[0].id]);
-    const hub = await WATCHED_JOBS_WITH_EVENTS.run(fx.pool, { jobIds: [crypto.randomUUID(), jobId], snapshots: [snapshot, snapshot] });
+    const hub = await WATCHED_JOBS_WITH_EVENTS.run(fx.pool, {
+      jobIds: [crypto.randomUUID(), jobId],
+      snapshots: [snapshot, snapshot],
+      floor,
+    });
     expect(hub).toEqual([{ i: 2 }]);
-    // The partition before the watermark is pruned at run time: in the plan, never executed.
+    // Only the partitions that hold [floor, now + 5 minutes) are read: not the older ones, not those
+    // created ahead, not the default partition (the window is covered by partitions).
+    const soon = Date.now() + 6 * 60_000;
     for (const [text, values] of [
-      [JOB_EVENTS_SINCE.text, [jobId, snapshot]],
-      [WATCHED_JOBS_WITH_EVENTS.text, [[jobId], [snapshot]]],
+      [JOB_EVENTS_SINCE.text, [jobId, snapshot, floor]],
+      [WATCHED_JOBS_WITH_EVENTS.text, [[jobId], [snapshot], floor]],
     ] as const) {
       const { rows } = await fx.pool.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`, [...values]);
-      const plan = rows.map((p) => p["QUERY PLAN"] as string);
-      expect(plan.some((l) => /on task_events_today/.test(l) && !/never executed/.test(l))).toBe(true);
-      for (const l of plan.filter((l) => /on task_events_recent/.test(l))) expect(l).toMatch(/never executed/);
+      const executed = rows
+        .map((p) => p["QUERY PLAN"] as string)
+        .filter((l) => / on task_events/.test(l) && !/never executed/.test(l))
+        .map((l) => / on (task_events\w*)/.exec(l)![1]);
+      expect(executed).toContain("task_events_today");
+      for (const name of executed) {
+        const p = parts.find((x) => x.name === name)!;
+        expect(p.is_default).toBe(false);
+        expect(p.upper!.getTime()).toBeGreaterThan(today.lower!.getTime() - 1);
+        expect(p.lower!.getTime()).toBeLessThan(soon);
+      }
     }
   });
 

@@ -78,15 +78,6 @@ ORDER BY upper_us NULLS FIRST`,
 );
 
 /*
- * The earliest an event may have been written by a transaction a watch read must still look at:
- * the newest watermark (see migrations/1764570000000_event_partitions.sql) below the snapshot's
- * xmin, as a bound on created_at that lets PostgreSQL leave the partitions before it out of the
- * plan. `snapshot` is a pg_snapshot expression of the statement's parameters (or, for several
- * streams at once, a text[] of snapshots: the lowest of their bounds).
- */
-export const eventsFloor = (snapshot: string) => `leasehold_events_floor(${snapshot})`;
-
-/*
  * The oldest transaction start in this database (this statement's own included), and whether some
  * session's is hidden from us (another role's, without pg_read_all_stats): then no watermark.
  */
@@ -136,7 +127,7 @@ const DEFAULT_DELETE_BATCH = 10_000;
 // cannot make a new transaction's events fall below it.
 const WATERMARK_MARGIN_US = 5n * 60_000_000n;
 
-// The newest watermarks are the ones the reads use; older ones only widen a read that has them.
+// The newest watermarks are the ones the reads use (event-floors.ts); older ones only widen a read that has them.
 const KEEP_WATERMARKS = 30;
 
 // The parent's columns, in order, for moving rows out of the default partition by name.
@@ -276,8 +267,7 @@ export class EventPartitions {
 
   /*
    * A watermark at the newest partition boundary that every running transaction started after (by
-   * WATERMARK_MARGIN_US at least): no
-   * event can be written below it any more (an event's created_at is its transaction's start), and
+   * WATERMARK_MARGIN_US at least): no event can be written below it any more (an event's created_at is its transaction's start), and
    * every one written so far has an xid below the horizon read next.
    */
   private async recordWatermark(c: pg.PoolClient, result: EventPartitionsResult): Promise<void> {
