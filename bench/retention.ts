@@ -13,11 +13,17 @@
 // after (and after the VACUUM for plain). Rounds alternate which side goes first.
 // Then the watch reads on each (a resumed stream's JOB_EVENTS_AFTER, a live stream's JOB_EVENTS_SINCE,
 // the watch hub's poll of 100 streams; on the partitioned side after a maintenance pass, so with the
-// watermark at today's boundary that lets the live reads skip the older partitions): backend CPU per statement (/proc, Linux) over a loop of prepared statements, alternating, medians.
+// watermark at today's boundary that lets the live reads skip the older partitions): backend CPU
+// per statement (/proc, Linux), medians. Run as the coordinator runs them: through its pool
+// (createPool: plan_cache_mode=force_generic_plan), under the names the store gives them, with the
+// floor from the watermarks (event-floors.ts). The one-table side runs the statements as they were
+// before the partitions, also under those names; its live read also unnamed, as it was sent then.
 //
 //   RETENTION_BENCH_ROUNDS (2)   RETENTION_BENCH_EVENTS (1000000)   RETENTION_BENCH_DAYS_BACK (10)
+//   RETENTION_BENCH_DATABASE_URL: a server of your own (a container: PostgreSQL 15, 17) instead of
+//   the embedded one; its backends' CPU is read from this host's /proc (the same kernel).
 
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
@@ -25,6 +31,8 @@ import pg from "pg";
 import { fmt, freePort } from "./harness.js";
 import { startEmbeddedPostgres } from "../src/store/postgres/embedded.js";
 import { expectedMigrations, migrate } from "../src/store/postgres/migrate.js";
+import { createPool } from "../src/store/postgres/db.js";
+import { EventFloors } from "../src/store/postgres/event-floors.js";
 import { EventPartitions } from "../src/store/postgres/event-partitions.js";
 import { WATCHED_JOBS_WITH_EVENTS } from "../src/store/postgres/watch-hub.js";
 import { JOB_EVENTS_AFTER, JOB_EVENTS_SINCE } from "../src/store/postgres/watch.js";
@@ -32,6 +40,7 @@ import { JOB_EVENTS_AFTER, JOB_EVENTS_SINCE } from "../src/store/postgres/watch.
 const ROUNDS = Number(process.env.RETENTION_BENCH_ROUNDS ?? 2);
 const EVENTS = Number(process.env.RETENTION_BENCH_EVENTS ?? 1_000_000);
 const DAYS_BACK = Number(process.env.RETENTION_BENCH_DAYS_BACK ?? 10);
+const EXTERNAL = process.env.RETENTION_BENCH_DATABASE_URL;
 const OLD_JOBS = 1000;
 const RECENT = 100_000;
 const BATCH_JOBS = 20; // RETENTION_DEFAULTS.batchJobs
@@ -146,6 +155,29 @@ async function pastPartitions(c: pg.Client): Promise<void> {
   }
 }
 
+/**
+ * The host's pid of a backend: itself for a local server; for one in a container (another pid
+ * namespace on this kernel), the process whose innermost pid it is (NSpid) and whose title names
+ * the database.
+ */
+function hostPid(pid: number, database: string): number {
+  if (!EXTERNAL) return pid;
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const ns = /NSpid:\s+(.*)/
+        .exec(readFileSync(`/proc/${d}/status`, "utf8"))?.[1]
+        .trim()
+        .split(/\s+/);
+      if (ns && ns.length > 1 && Number(ns.at(-1)) === pid && readFileSync(`/proc/${d}/cmdline`, "utf8").includes(` ${database} `))
+        return Number(d);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  throw new Error(`no process on this host is backend ${pid} of ${database}`);
+}
+
 /** CPU ticks (user + system, 10 ms each) of one backend so far. */
 function backendTicks(pid: number): number {
   const f = readFileSync(`/proc/${pid}/stat`, "utf8");
@@ -157,8 +189,9 @@ function backendTicks(pid: number): number {
  * Backend CPU per call of fn (µs), over ~ms milliseconds of calls: the database's own work, which
  * does not move with how busy the shared machine is as a wall-clock time does.
  */
-async function timed(c: pg.Client, ms: number, fn: () => Promise<unknown>): Promise<number> {
-  const pid = (await c.query("SELECT pg_backend_pid() AS p")).rows[0].p as number;
+async function timed(c: pg.ClientBase, ms: number, fn: () => Promise<unknown>): Promise<number> {
+  const { rows } = await c.query("SELECT pg_backend_pid() AS p, current_database() AS d");
+  const pid = hostPid(rows[0].p as number, rows[0].d as string);
   for (let i = 0; i < 10; i++) await fn(); // past the custom plans, as a coordinator's prepared statements are
   let n = 0;
   const ticks0 = backendTicks(pid);
@@ -185,31 +218,70 @@ WHERE EXISTS (
   WHERE e.job_id = w.job_id AND e.xid >= pg_snapshot_xmin(w.since::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, w.since::pg_snapshot)
 )`;
 
-async function watchReads(c: pg.Client, before: boolean): Promise<{ after: number; since: number; hub: number }> {
-  const sinceText = before ? JOB_EVENTS_SINCE_BEFORE : JOB_EVENTS_SINCE.text;
-  const hubText = before ? WATCHED_JOBS_WITH_EVENTS_BEFORE : WATCHED_JOBS_WITH_EVENTS.text;
-  // A recent job's events, as a resumed stream and a live stream read them, and the hub's probe of 100 streams.
-  const { rows } = await c.query(
-    `SELECT job_id, min(id)::text AS id FROM task_events WHERE created_at > now() - interval '1 hour' GROUP BY job_id LIMIT 100`,
-  );
-  const snap = (await c.query(`SELECT pg_current_snapshot()::text AS s`)).rows[0].s as string;
-  const jobs = rows.map((r) => r.job_id as string);
-  let i = 0;
-  const after = await timed(c, 3000, () => c.query({ name: "after", text: JOB_EVENTS_AFTER.text, values: [jobs[i++ % jobs.length], "0"] }));
-  const since = await timed(c, 3000, () => c.query({ name: "since", text: sinceText, values: [jobs[i++ % jobs.length], snap] }));
-  const hub = await timed(c, 3000, () => c.query({ name: "hub", text: hubText, values: [jobs, jobs.map(() => snap)] }));
-  return { after, since, hub };
+interface Reads {
+  after: number;
+  since: number;
+  hub: number;
+  /** The one-table side's live read unnamed, as the coordinator sent it before the partitions. */
+  sinceUnnamed?: number;
+}
+
+async function watchReads(url: string, before: boolean): Promise<Reads> {
+  // The coordinator's pool (plan_cache_mode=force_generic_plan, enable_seqscan=off), one connection.
+  const pool = createPool({ connectionString: url, max: 1, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000 });
+  const c = await pool.connect();
+  try {
+    // A recent job's events, as a resumed stream and a live stream read them, and the hub's probe of 100 streams.
+    const { rows } = await c.query(
+      `SELECT job_id, min(id)::text AS id FROM task_events WHERE created_at > now() - interval '1 hour' GROUP BY job_id LIMIT 100`,
+    );
+    const snap = (await c.query(`SELECT pg_current_snapshot()::text AS s`)).rows[0].s as string;
+    const jobs = rows.map((r) => r.job_id as string);
+    const snaps = jobs.map(() => snap);
+    const floors = new EventFloors();
+    let i = 0;
+    const after = await timed(c, 3000, () => JOB_EVENTS_AFTER.run(c, { jobId: jobs[i++ % jobs.length], afterEventId: "0" }));
+    if (before) {
+      const since = await timed(c, 3000, () =>
+        c.query({ name: JOB_EVENTS_SINCE.name, text: JOB_EVENTS_SINCE_BEFORE, values: [jobs[i++ % jobs.length], snap] }),
+      );
+      const sinceUnnamed = await timed(c, 3000, () => c.query({ text: JOB_EVENTS_SINCE_BEFORE, values: [jobs[i++ % jobs.length], snap] }));
+      const hub = await timed(c, 3000, () =>
+        c.query({ name: WATCHED_JOBS_WITH_EVENTS.name, text: WATCHED_JOBS_WITH_EVENTS_BEFORE, values: [jobs, snaps] }),
+      );
+      return { after, since, hub, sinceUnnamed };
+    }
+    // As watch.ts and watch-hub.ts run them: the cached watermarks (read again at most once a minute), then the statement.
+    const since = await timed(c, 3000, async () => {
+      await floors.refresh(c);
+      return JOB_EVENTS_SINCE.one(c, { jobId: jobs[i++ % jobs.length], since: snap, floor: floors.floor(snap) });
+    });
+    const hub = await timed(c, 3000, async () => {
+      await floors.refresh(c);
+      return WATCHED_JOBS_WITH_EVENTS.run(c, { jobIds: jobs, snapshots: snaps, floor: floors.lowest(snaps) });
+    });
+    return { after, since, hub };
+  } finally {
+    c.release();
+    await pool.end();
+  }
 }
 
 async function main() {
   const dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-retention-"));
   chmodSync(dir, 0o755);
-  const db = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false });
+  const db = EXTERNAL
+    ? {
+        url: EXTERNAL,
+        urlFor: (name: string) => Object.assign(new URL(EXTERNAL), { pathname: `/${name}` }).toString(),
+        stop: async () => {},
+      }
+    : await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false });
   const before = expectedMigrations().length - 1;
   const results: Record<"plain" | "parted", Result[]> = { plain: [], parted: [] };
-  const reads: Record<"plain" | "parted", { after: number[]; since: number[]; hub: number[] }> = {
-    plain: { after: [], since: [], hub: [] },
-    parted: { after: [], since: [], hub: [] },
+  const reads: Record<"plain" | "parted", { after: number[]; since: number[]; hub: number[]; sinceUnnamed: number[] }> = {
+    plain: { after: [], since: [], hub: [], sinceUnnamed: [] },
+    parted: { after: [], since: [], hub: [], sinceUnnamed: [] },
   };
   try {
     console.error(
@@ -218,6 +290,10 @@ async function main() {
         .map((l) => l.toFixed(1))
         .join(" ")} on ${os.cpus().length} cores`,
     );
+    const probe = new pg.Client({ connectionString: db.url });
+    await probe.connect();
+    console.error(`PostgreSQL ${(await probe.query("SHOW server_version")).rows[0].server_version as string}`);
+    await probe.end();
     for (let round = 0; round < ROUNDS; round++) {
       const order: ("plain" | "parted")[] = round % 2 === 0 ? ["plain", "parted"] : ["parted", "plain"];
       for (const side of order) {
@@ -235,10 +311,11 @@ async function main() {
           const jobs = await load(c);
           // The maintenance pass a coordinator makes: partitions ahead, and the watermark the watch reads prune by.
           if (side === "parted") await maintenancePass(url);
-          const w = await watchReads(c, side === "plain");
+          const w = await watchReads(url, side === "plain");
           reads[side].after.push(w.after);
           reads[side].since.push(w.since);
           reads[side].hub.push(w.hub);
+          if (w.sinceUnnamed !== undefined) reads[side].sinceUnnamed.push(w.sinceUnnamed);
           const r = side === "plain" ? await batchedDelete(c, jobs) : await partitionDrop(c, url);
           results[side].push(r);
           console.error(
@@ -246,7 +323,9 @@ async function main() {
               (r.vacuumMs !== undefined
                 ? `; VACUUM ${fmt(r.vacuumMs)} ms, WAL ${mb(r.vacuumWal!)}, size after ${mb(r.afterVacuum!)}`
                 : "") +
-              `; ${fmt(r.left)} events left; watch reads, backend CPU per statement: after ${fmt(w.after)} µs, since ${fmt(w.since)} µs, hub(100 streams) ${fmt(w.hub)} µs`,
+              `; ${fmt(r.left)} events left; watch reads, backend CPU per statement: after ${fmt(w.after)} µs, since ${fmt(w.since)} µs` +
+              (w.sinceUnnamed !== undefined ? ` (unnamed ${fmt(w.sinceUnnamed)} µs)` : "") +
+              `, hub(100 streams) ${fmt(w.hub)} µs`,
           );
         } finally {
           await c.end();
@@ -270,6 +349,9 @@ async function main() {
       console.log(
         `  watch read ${k}, backend CPU per statement: plain ${fmt(med(reads.plain[k]))} µs, partitioned (${DAYS_BACK + 5} partitions) ${fmt(med(reads.parted[k]))} µs, ratio ${fmt(med(reads.parted[k]) / med(reads.plain[k]), 2)}`,
       );
+    console.log(
+      `  (plain's live read unnamed, as the coordinator sent it before: ${fmt(med(reads.plain.sinceUnnamed))} µs; partitioned against it ${fmt(med(reads.parted.since) / med(reads.plain.sinceUnnamed), 2)})`,
+    );
   } finally {
     await db.stop();
     rmSync(dir, { recursive: true, force: true });
