@@ -9,9 +9,9 @@
 //   claim.ts         ClaimTasks                    complete.ts   CompleteTask(s), with claim_next
 //   lease.ts         RenewLease, ReportProgress, FailTask
 //   jobs.ts          GetJobStatus, ListCompletedResults, CancelJob, RetryJob, ListJobs
-//   inspection.ts    ListTasks, GetTask            watch.ts      WatchJob (with watch-hub.ts)
+//   inspection.ts    ListTasks, GetTask            watch.ts      WatchJob (with watch-hub.ts, event-floors.ts)
 //   task-stats.ts    counts for metrics
-//   lease-reaper.ts, maintenance.ts (pending-expiry.ts, retention.ts): the maintenance services
+//   lease-reaper.ts, maintenance.ts (pending-expiry.ts, retention.ts, event-partitions.ts): the maintenance services
 //   schedules.ts     PutSchedule, GetSchedule, ListSchedules, DeleteSchedule, Pause/ResumeSchedule
 //   scheduler.ts     the scheduler's pass (fires due schedules' ticks)
 //
