@@ -6,6 +6,10 @@
 //   --runs N | PEERS_RUNS (3)       full rounds; medians are reported
 //   PEERS_SECONDS (5)               length of each timed window (after a 1 s unmeasured warm-up)
 //   PEERS_WORKERS (16)              workers, submitters and peer concurrency
+//   --pgbouncer | PEERS_PGBOUNCER=1 also a second coordinator whose pool goes through a PgBouncer
+//                                   in transaction mode (bench/pgbouncer.ts; PG_PREPARED_STATEMENTS
+//                                   false, LISTEN on the direct URL), its rounds alternating with the
+//                                   direct one's, each with the peers; both tables are printed
 //
 // How each side runs (say so wherever a number is quoted):
 // - Leasehold: a real coordinator process (`src/main.ts`, PG_POOL_MAX 8, LOG_LEVEL warn) driven
@@ -29,12 +33,14 @@ import PgBoss from "pg-boss";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { cpuNow, cpuPer } from "./cpu.js";
 import { fmt, grpcClient, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
+import { startPgBouncer, type PgBouncer } from "./pgbouncer.js";
 
 const argRuns = process.argv.indexOf("--runs");
 const RUNS = Number(argRuns >= 0 ? process.argv[argRuns + 1] : (process.env.PEERS_RUNS ?? 3));
 const SECONDS = Number(process.env.PEERS_SECONDS ?? 5);
 const WORKERS = Number(process.env.PEERS_WORKERS ?? 16);
 const WARMUP_MS = 1000;
+const PGBOUNCER = process.argv.includes("--pgbouncer") || process.env.PEERS_PGBOUNCER === "1";
 const SHA = createHash("sha256").update("peers").digest("hex");
 const PICKUP_SAMPLES = 40;
 
@@ -562,16 +568,58 @@ async function main() {
   const store = new PostgresQueue(storePool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
   const rest = restClient(coordinator.url, WORKERS * 2);
   const rpc = grpcClient(coordinator.url);
+  // --pgbouncer: the same coordinator build, its pool (PG_POOL_MAX 8) through PgBouncer with 8 server
+  // connections, LISTEN straight to the server, prepared statements off (PgBouncer 1.18 in
+  // transaction mode does not keep them).
+  let bouncer: PgBouncer | undefined;
+  let bounced: { coordinator: Coordinator; rest: Rest; rpc: Grpc } | undefined;
+  if (PGBOUNCER) {
+    bouncer = await startPgBouncer(db.url, 8);
+    const c = await startCoordinator(bouncer.url, { PG_POOL_MAX: "8", LISTEN_DATABASE_URL: db.url, PG_PREPARED_STATEMENTS: "false" });
+    bounced = { coordinator: c, rest: restClient(c.url, WORKERS * 2), rpc: grpcClient(c.url) };
+  }
   const rounds: Round[] = [];
+  const bouncedRounds: Round[] = [];
+  let bouncerCpu = 0;
+  let bouncedMs = 0;
   try {
-    for (let i = 1; i <= RUNS; i++) rounds.push(await round(i, { leaseholdUrl: db.url, rest, rpc, store, coordinator, gwUrl, bossUrl }));
+    for (let i = 1; i <= RUNS; i++) {
+      const direct = async () => rounds.push(await round(i, { leaseholdUrl: db.url, rest, rpc, store, coordinator, gwUrl, bossUrl }));
+      const through = async () => {
+        if (!bounced || !bouncer) return;
+        const cpu0 = bouncer.cpuSeconds();
+        const t0 = performance.now();
+        bouncedRounds.push(await round(100 + i, { leaseholdUrl: db.url, ...bounced, store, gwUrl, bossUrl }));
+        bouncerCpu += bouncer.cpuSeconds() - cpu0;
+        bouncedMs += performance.now() - t0;
+      };
+      // Alternate which goes first, so neither always meets the machine fresher.
+      if (i % 2 === 1) {
+        await direct();
+        await through();
+      } else {
+        await through();
+        await direct();
+      }
+    }
   } finally {
     rpc.close();
+    bounced?.rpc.close();
     await coordinator.stop();
+    await bounced?.coordinator.stop();
+    await bouncer?.stop();
     await storePool.end();
     await db.stop();
   }
-  print(rounds, coordinator.peakRssMb());
+  print(rounds, coordinator.peakRssMb(), PGBOUNCER ? "direct (coordinator pool straight to PostgreSQL)" : undefined);
+  if (bounced) {
+    print(
+      bouncedRounds,
+      bounced.coordinator.peakRssMb(),
+      "through PgBouncer 1.18, transaction mode (LISTEN direct, no prepared statements)",
+    );
+    console.log(`PgBouncer's own CPU: ${fmt(bouncerCpu, 1)} s over its rounds' ${fmt(bouncedMs / 1000)} s`);
+  }
   console.log(`(total ${fmt((performance.now() - started) / 1000)} s)`);
   process.exit(0);
 }
@@ -583,9 +631,9 @@ async function createDatabase(url: string, name: string): Promise<string> {
   return u.toString();
 }
 
-function print(rounds: Round[], rssMb: number) {
+function print(rounds: Round[], rssMb: number, label?: string) {
   console.log(
-    `\nLeasehold vs peers — ${WORKERS} workers, ${SECONDS}s windows, ${rounds.length} round(s), ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}`,
+    `\nLeasehold${label ? ` (${label})` : ""} vs peers — ${WORKERS} workers, ${SECONDS}s windows, ${rounds.length} round(s), ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}`,
   );
   console.log("ratio = Leasehold / peer, per round; the last columns are medians over rounds\n");
   const names = Object.keys(rounds[0].rows);

@@ -1,4 +1,4 @@
-// Migrations: up from an empty database to the latest, down six, and up again.
+// Migrations: up from an empty database to the latest, down one at a time, and up again.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { expectedMigrations, migrate, pendingMigrations } from "../src/store/postgres/migrate.js";
@@ -17,12 +17,16 @@ afterAll(async () => {
   await db?.drop();
 });
 
+// Tables, not the partitions of the event log (those are checked on their own).
 async function tables(): Promise<string[]> {
-  const { rows } = await client.query(`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`);
+  const { rows } = await client.query(
+    `SELECT tablename FROM pg_tables t JOIN pg_class c ON c.oid = (quote_ident(t.schemaname) || '.' || quote_ident(t.tablename))::regclass
+     WHERE schemaname = 'public' AND NOT c.relispartition ORDER BY tablename`,
+  );
   return rows.map((r) => r.tablename);
 }
 
-it("migrates an empty database up to the latest, down by one to seven, and up again", async () => {
+it("migrates an empty database up to the latest, down by one to eight, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual([
@@ -33,6 +37,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     "pgmigrations",
     "schedule_ticks",
     "schedules",
+    "task_event_watermarks",
     "task_events",
     "tasks",
     "worker_sightings",
@@ -46,11 +51,59 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: periodic schedules, their ticks, and the schedule a job was made by; down drops them.
-  const schedules = expectedMigrations().at(-1)!;
+  // The latest: the event log in time partitions (the table as it was attached as the first one, a
+  // default partition, days ahead); down makes it one table again with every row and the same ids.
+  const eventPartitions = expectedMigrations().at(-1)!;
+  expect(eventPartitions).toMatch(/event_partitions$/);
+  const eventLog = async () => {
+    const { rows } = await client.query(
+      `SELECT c.relkind, (SELECT count(*)::int FROM pg_inherits i WHERE i.inhparent = c.oid) AS partitions FROM pg_class c WHERE c.oid = 'task_events'::regclass`,
+    );
+    return rows[0];
+  };
+  const jobId = "00000000-0000-4000-8000-000000000001";
+  const insertEvent = async (at: string) =>
+    (
+      await client.query(
+        `INSERT INTO task_events (job_id, kind, status, created_at) VALUES ($1, 'job_status', 'running', ${at}) RETURNING id::int`,
+        [jobId],
+      )
+    ).rows[0].id as number;
+  const events = async () =>
+    (
+      await client.query(`SELECT id::int, created_at < now() - interval '1 day' AS old FROM task_events WHERE job_id = $1 ORDER BY id`, [
+        jobId,
+      ])
+    ).rows;
+  expect(await eventLog()).toEqual({ relkind: "p", partitions: 5 });
+  const first = await insertEvent("now()");
+  const second = await insertEvent("now() - interval '30 days'");
+  const third = await insertEvent("now() + interval '1 day'");
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([eventPartitions]);
+  expect(await eventLog()).toEqual({ relkind: "r", partitions: 0 });
+  expect(await tables()).not.toContain("task_event_watermarks");
+  expect(await events()).toEqual([
+    { id: first, old: false },
+    { id: second, old: true },
+    { id: third, old: false },
+  ]);
+  const fourth = await insertEvent("now() - interval '2 days'");
+  expect(fourth).toBeGreaterThan(third);
+  // Up again over a table with rows: every row kept (the old table becomes a partition), ids go on.
+  await migrate(db.url, "up");
+  expect(await eventLog()).toEqual({ relkind: "p", partitions: 5 });
+  expect((await events()).map((e) => e.id)).toEqual([first, second, third, fourth]);
+  expect(await insertEvent("now()")).toBeGreaterThan(fourth);
+  await client.query(`DELETE FROM task_events WHERE job_id = $1`, [jobId]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([eventPartitions]);
+
+  // The one before: periodic schedules, their ticks, and the schedule a job was made by; down drops them.
+  const schedules = expectedMigrations().at(-2)!;
   expect(schedules).toMatch(/schedules$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([schedules]);
+  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions]);
   expect(await tables()).not.toContain("schedules");
   const jobColumns = await client.query(
     `SELECT 1 FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'schedule_name'`,
@@ -65,20 +118,20 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     expect.stringMatching(/\(workload, priority DESC, fair_rank, created_at, chunk_index, run_after\) WHERE/),
   ]);
   // Then delayed jobs and finalizers; their down migration drops due_wakeups, the trigger and the columns.
-  const delayedFinalizer = expectedMigrations().at(-2)!;
+  const delayedFinalizer = expectedMigrations().at(-3)!;
   expect(delayedFinalizer).toMatch(/delayed_finalizer$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions]);
   expect(await tables()).not.toContain("due_wakeups");
   const { rows: finalizerColumns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'`);
   expect(finalizerColumns.map((r) => r.column_name)).not.toContain("parent_job_id");
 
-  const flowControl = expectedMigrations().at(-3)!;
+  const flowControl = expectedMigrations().at(-4)!;
   expect(flowControl).toMatch(/flow_control$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, eventPartitions]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
-  const older = expectedMigrations().slice(0, -3);
+  const older = expectedMigrations().slice(0, -4);
 
   // The one before: the failure policy's columns on workloads and jobs; its down migration drops them and their type.
   const policyColumns = async () =>
@@ -96,7 +149,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const policy = older.at(-1)!;
   expect(policy).toMatch(/failure_policy$/);
-  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, eventPartitions]);
   expect(await policyColumns()).toEqual([]);
 
   // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
@@ -105,7 +158,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const runAfter = older.at(-2)!;
   expect(runAfter).toMatch(/claim_index_run_after$/);
-  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, delayedFinalizer, schedules, eventPartitions]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
   // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
@@ -118,7 +171,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const plain = older.at(-3)!;
   expect(plain).toMatch(/plain_chunk_index$/);
-  expect(await pendingMigrations(client)).toEqual([plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([plain, runAfter, policy, flowControl, delayedFinalizer, schedules, eventPartitions]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
   // The lean hot path: the claim and completions write their own events (the trigger
@@ -145,7 +198,16 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   expect(await flipColumn()).toBe(0);
   const [storage, lean] = older.slice(-5, -3);
   expect(lean).toMatch(/lean_hot_path$/);
-  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([
+    lean,
+    plain,
+    runAfter,
+    policy,
+    flowControl,
+    delayedFinalizer,
+    schedules,
+    eventPartitions,
+  ]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
@@ -158,7 +220,17 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([
+    storage,
+    lean,
+    plain,
+    runAfter,
+    policy,
+    flowControl,
+    delayedFinalizer,
+    schedules,
+    eventPartitions,
+  ]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -177,6 +249,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     flowControl,
     delayedFinalizer,
     schedules,
+    eventPartitions,
   ]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(

@@ -23,6 +23,8 @@ import {
   COALESCED_RENEW,
   GIVE_BACK,
 } from "../src/store/postgres/coalesced-statements.js";
+import { WATCHED_JOBS_WITH_EVENTS } from "../src/store/postgres/watch-hub.js";
+import { JOB_EVENTS_SINCE } from "../src/store/postgres/watch.js";
 
 /** A statement as its module exports it: its text, or a defineQuery definition of it. */
 type Statement = string | { text: string };
@@ -43,6 +45,8 @@ const HOT: Record<string, Statement> = {
   COALESCED_FAIL,
   COALESCED_RENEW,
   GIVE_BACK,
+  JOB_EVENTS_SINCE,
+  WATCHED_JOBS_WITH_EVENTS,
 };
 
 describe("the hot statements' composed text", () => {

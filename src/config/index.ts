@@ -31,6 +31,10 @@ export interface Config {
   pollIntervalMs: number;
   /** Finished jobs older than this many days are deleted with their tasks and events; undefined: kept. */
   retentionDays?: number;
+  /** Length of each new partition of the event log, in hours. */
+  eventPartitionHours: number;
+  /** Partitions of the event log kept created ahead of now. */
+  eventPartitionsAhead: number;
   maxBodyBytes: number;
   shutdownTimeoutMs: number;
   logLevel: LogLevel;
@@ -102,7 +106,17 @@ export const CONFIG_VARIABLES = [
   [
     "RETENTION_DAYS",
     "(unset: keep everything)",
-    "finished jobs older than this many days are deleted, with their tasks and events, in small batches by the maintenance loop",
+    "finished jobs older than this many days are deleted with their tasks, in small batches, by the maintenance loop; the event log's partitions wholly older than this are dropped",
+  ],
+  [
+    "EVENT_PARTITION_HOURS",
+    "24",
+    "length of each new partition of the event log (task_events), in hours; a change applies from the next partition the maintenance loop creates",
+  ],
+  [
+    "EVENT_PARTITIONS_AHEAD",
+    "3",
+    "partitions of the event log the maintenance loop keeps created ahead of now (an event with none lands in task_events_default and is moved when its partition is created)",
   ],
   ["MAX_BODY_BYTES", "8388608", "largest request body"],
   ["SHUTDOWN_TIMEOUT_MS", "10000", "how long in-flight requests may run after SIGTERM"],
@@ -336,6 +350,8 @@ export function loadConfig(env: Env = process.env): Config {
     reaperIntervalMs: int(env, "REAPER_INTERVAL_MS", 1000, 10, 3_600_000),
     pollIntervalMs: int(env, "POLL_INTERVAL_MS", 1000, 10, 600_000),
     retentionDays: env.RETENTION_DAYS ? int(env, "RETENTION_DAYS", 0, 1, 36_500) : undefined,
+    eventPartitionHours: int(env, "EVENT_PARTITION_HOURS", 24, 1, 24 * 366),
+    eventPartitionsAhead: int(env, "EVENT_PARTITIONS_AHEAD", 3, 1, 1000),
     maxBodyBytes: int(env, "MAX_BODY_BYTES", 8 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     shutdownTimeoutMs: int(env, "SHUTDOWN_TIMEOUT_MS", 10_000, 0, 600_000),
     logLevel,

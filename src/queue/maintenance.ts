@@ -97,6 +97,10 @@ export class Maintainer {
       if (maintained.expiredPending > 0)
         logger.info({ expired_tasks: maintained.expiredPending }, "failed tasks nobody claimed within max_pending_seconds");
       if (maintained.deletedJobs > 0) logger.info({ deleted_jobs: maintained.deletedJobs }, "deleted finished jobs past RETENTION_DAYS");
+      if (maintained.createdEventPartitions)
+        logger.info({ partitions: maintained.createdEventPartitions }, "created event log partitions ahead");
+      if (maintained.droppedEventPartitions)
+        logger.info({ partitions: maintained.droppedEventPartitions }, "dropped event log partitions past RETENTION_DAYS");
     } catch (err) {
       logger.warn({ err }, "maintenance failed; retrying next interval");
     }

@@ -438,8 +438,12 @@ export type JobUpdate = { snapshot: JobStatusResult; event?: undefined } | { eve
 export interface MaintenanceResult {
   /** tasks failed with error_code "expired" (workload max_pending_seconds) */
   expiredPending: number;
-  /** finished jobs deleted by retention, with their tasks and events */
+  /** finished jobs deleted by retention, with their tasks */
   deletedJobs: number;
+  /** partitions of the event log created ahead (set when the pass checked them) */
+  createdEventPartitions?: number;
+  /** partitions of the event log dropped past the retention (set when the pass checked them) */
+  droppedEventPartitions?: number;
 }
 
 /** Unfinished work of one workload, for metrics. */

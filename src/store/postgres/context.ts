@@ -19,6 +19,8 @@ export interface StoreOptions {
   observer?: QueueObserver;
   /** Finished jobs older than this are deleted by maintain(); undefined: kept forever. */
   retentionDays?: number;
+  /** The event log's partitions (event-partitions.ts): hours each, and how many kept ahead. */
+  eventPartitions?: { intervalHours?: number; ahead?: number };
   /** How often the coordinator checks, in one statement for all its WatchJob streams, for events no notification announced (default 1000). */
   watchPollIntervalMs?: number;
   /** The scheduler's settings (scheduler.ts); its observer is `observer`. */

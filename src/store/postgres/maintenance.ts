@@ -1,10 +1,12 @@
 // Maintenance besides the lease reaper: pending-task expiry, dead watch registrations and
-// retention, after one read-only probe that says which of them has anything to do. One pass per
-// call; the loop with its start and stop is queue/maintenance.ts's Maintainer.
+// retention, after one read-only probe that says which of them has anything to do, then the event
+// log's partitions (event-partitions.ts: created ahead, dropped past the retention; at most once a
+// minute). One pass per call; the loop with its start and stop is queue/maintenance.ts's Maintainer.
 
 import type pg from "pg";
 import type { MaintenanceResult } from "../../queue/types.js";
 import { withClient } from "./db.js";
+import { EventPartitions, type EventPartitionsConfig } from "./event-partitions.js";
 import { PendingExpiry, type PendingExpiryConfig } from "./pending-expiry.js";
 import { defineQuery } from "./query.js";
 import { Retention, type RetentionConfig } from "./retention.js";
@@ -12,6 +14,8 @@ import { Retention, type RetentionConfig } from "./retention.js";
 export interface StoreMaintenanceConfig {
   pendingExpiry?: PendingExpiryConfig;
   retention?: RetentionConfig;
+  /** The event log's partitions; their retention is retention.days unless given here. */
+  eventPartitions?: EventPartitionsConfig;
 }
 
 // Streams of a coordinator that died without deregistering.
@@ -47,6 +51,7 @@ const maintenanceDue = defineQuery<{ days: number | null }, { pending: boolean; 
 export class StoreMaintenance {
   private readonly pendingExpiry: PendingExpiry;
   private readonly retention: Retention;
+  private readonly eventPartitions: EventPartitions;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -54,6 +59,7 @@ export class StoreMaintenance {
   ) {
     this.pendingExpiry = new PendingExpiry(pool, config.pendingExpiry);
     this.retention = new Retention(pool, config.retention);
+    this.eventPartitions = new EventPartitions(pool, { retentionDays: config.retention?.days, ...config.eventPartitions });
   }
 
   async runOnce(signal: AbortSignal | undefined): Promise<MaintenanceResult> {
@@ -63,6 +69,11 @@ export class StoreMaintenance {
     if (due.pending) result.expiredPending = await this.pendingExpiry.runOnce(signal);
     if (due.watchers) await withClient(this.pool, signal, (c) => c.query(DELETE_EXPIRED_JOB_WATCHERS));
     if (days !== undefined && due.retention) result.deletedJobs = await this.retention.runOnce(signal);
+    if (this.eventPartitions.due) {
+      const partitions = await this.eventPartitions.runOnce(signal);
+      result.createdEventPartitions = partitions.created;
+      result.droppedEventPartitions = partitions.dropped;
+    }
     return result;
   }
 }

@@ -1,8 +1,10 @@
-// Retention: finished jobs older than RETENTION_DAYS are deleted, with their tasks and events, a
-// few per statement. Run by StoreMaintenance (maintenance.ts) when its probe finds any.
+// Retention: finished jobs older than RETENTION_DAYS are deleted, with their tasks, a few per
+// statement. Run by StoreMaintenance (maintenance.ts) when its probe finds any. Their events go
+// with the event log's partitions (event-partitions.ts), dropped whole once past the same retention.
 
 import type pg from "pg";
 import { withClient } from "./db.js";
+import { defineQuery } from "./query.js";
 
 export interface RetentionConfig {
   /** Finished jobs older than this are deleted; undefined: kept forever. */
@@ -17,23 +19,30 @@ export const RETENTION_DEFAULTS = { batchJobs: 20, batchesPerPass: 50 } as const
 
 /*
  * Retention: a few old finished jobs per statement (each may hold thousands of tasks), with their
- * events and their tasks (no foreign key cascades them: see migrations/1764490000000_lean_hot_path.sql;
+ * tasks (no foreign key cascades them: see migrations/1764490000000_lean_hot_path.sql;
  * tasks_job_chunk_idx finds a job's tasks). SKIP LOCKED keeps coordinators apart.
+ * Not their events: those are in time partitions dropped whole past the same retention, at most one
+ * partition interval after the job (a job's events are all older than its completion). Deleting
+ * them here, row by row, was the WAL and the bloat the partitions are there to avoid (a million
+ * events: docs/scaling.md); until its partition goes, a deleted job's events are read by nothing
+ * (every read of events starts from the job or its task).
  * $1 days, $2 jobs per batch.
  */
-export const DELETE_OLD_JOBS = `
+export const DELETE_OLD_JOBS = defineQuery<{ days: number; batchJobs: number }, { id: string }>(
+  null,
+  `
 WITH old AS (
   SELECT id FROM jobs
   WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1)
   ORDER BY completed_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED
-), events AS (
-  DELETE FROM task_events WHERE job_id = ANY (ARRAY(SELECT id FROM old))
 ), job_tasks AS (
   DELETE FROM tasks WHERE job_id = ANY (ARRAY(SELECT id FROM old))
 )
-DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`;
+DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id`,
+  (p) => [p.days, p.batchJobs],
+);
 
 export class Retention {
   readonly days: number | undefined;
@@ -55,9 +64,9 @@ export class Retention {
     if (days === undefined) return 0;
     let deleted = 0;
     for (let i = 0; i < this.batchesPerPass; i++) {
-      const { rowCount } = await withClient(this.pool, signal, (c) => c.query(DELETE_OLD_JOBS, [days, this.batchJobs]));
-      deleted += rowCount ?? 0;
-      if ((rowCount ?? 0) < this.batchJobs) break;
+      const gone = await withClient(this.pool, signal, (c) => DELETE_OLD_JOBS.run(c, { days, batchJobs: this.batchJobs }));
+      deleted += gone.length;
+      if (gone.length < this.batchJobs) break;
     }
     return deleted;
   }

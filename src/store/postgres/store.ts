@@ -9,9 +9,9 @@
 //   claim.ts         ClaimTasks                    complete.ts   CompleteTask(s), with claim_next
 //   lease.ts         RenewLease, ReportProgress, FailTask
 //   jobs.ts          GetJobStatus, ListCompletedResults, CancelJob, RetryJob, ListJobs
-//   inspection.ts    ListTasks, GetTask            watch.ts      WatchJob (with watch-hub.ts)
+//   inspection.ts    ListTasks, GetTask            watch.ts      WatchJob (with watch-hub.ts, event-floors.ts)
 //   task-stats.ts    counts for metrics
-//   lease-reaper.ts, maintenance.ts (pending-expiry.ts, retention.ts): the maintenance services
+//   lease-reaper.ts, maintenance.ts (pending-expiry.ts, retention.ts, event-partitions.ts): the maintenance services
 //   schedules.ts     PutSchedule, GetSchedule, ListSchedules, DeleteSchedule, Pause/ResumeSchedule
 //   scheduler.ts     the scheduler's pass (fires due schedules' ticks)
 //
@@ -108,7 +108,10 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
       readTimeoutMs: WATCH_READ_TIMEOUT_MS,
     });
     this.reaper = new LeaseReaper(pool, { observer: options.observer });
-    this.maintenance = new StoreMaintenance(pool, { retention: { days: options.retentionDays } });
+    this.maintenance = new StoreMaintenance(pool, {
+      retention: { days: options.retentionDays },
+      eventPartitions: options.eventPartitions,
+    });
     this.scheduler = new Scheduler(this.ctx, { ...options.scheduler, observer: options.observer });
   }
 

@@ -5,6 +5,7 @@
 
 import type pg from "pg";
 import { withClient } from "./db.js";
+import { EVENTS_CEILING, EventFloors } from "./event-floors.js";
 import { defineQuery } from "./query.js";
 
 // Every stream of a coordinator at once (WatchHub), so open streams cost one statement per refresh, not one each.
@@ -17,13 +18,15 @@ export const REFRESH_JOB_WATCHERS = defineQuery<{ watcherIds: string[]; ttlSecon
 /*
  * The floor under lost notifications for all of a coordinator's watch streams in one statement:
  * which streams (by position in the arrays: job $1[i], the stream's last snapshot $2[i]) have
- * events committed since their snapshot. One probe of task_events_job_xid_idx per stream, the same
- * bounds as JOB_EVENTS_SINCE; the streams named then read their events themselves.
+ * events committed since their snapshot. One probe of task_events_job_xid_idx per stream, in the
+ * partitions from $3 (the lowest of the streams' floors: event-floors.ts) to just past the
+ * statement's start (the others are pruned when the executor starts), the same bounds as
+ * JOB_EVENTS_SINCE; the streams named then read their events themselves.
  * Measured (bench:watchers, 1,000 idle SSE streams, 1 s interval): 3.1 database transactions/s in
  * all, the reaper's two probes included; with a poll per stream, 300 streams had made 328/s (plus one
  * watcher refresh per stream every 20 s, now REFRESH_JOB_WATCHERS once for all).
  */
-export const WATCHED_JOBS_WITH_EVENTS = defineQuery<{ jobIds: string[]; snapshots: string[] }, { i: number }>(
+export const WATCHED_JOBS_WITH_EVENTS = defineQuery<{ jobIds: string[]; snapshots: string[]; floor: string }, { i: number }>(
   "leasehold_watched_jobs_with_events",
   `
 SELECT w.i::int AS i
@@ -31,8 +34,9 @@ FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS w(job_id, since, i)
 WHERE EXISTS (
   SELECT 1 FROM task_events e
   WHERE e.job_id = w.job_id AND e.xid >= pg_snapshot_xmin(w.since::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, w.since::pg_snapshot)
+    AND e.created_at >= $3::timestamptz AND e.created_at < ${EVENTS_CEILING}
 )`,
-  (p) => [p.jobIds, p.snapshots],
+  (p) => [p.jobIds, p.snapshots, p.floor],
 );
 
 export interface WatchedStream {
@@ -58,6 +62,8 @@ export class WatchHub {
   private busy = false;
   private refreshedAt = Date.now();
   private checkCount = 0;
+  /** The log's watermarks as this coordinator last read them: the floors of its streams' reads. */
+  readonly floors = new EventFloors();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -104,9 +110,12 @@ export class WatchHub {
           await REFRESH_JOB_WATCHERS.run(c, { watcherIds: streams.map((s) => s.watcherId), ttlSeconds: this.options.watcherTtlSeconds });
           this.refreshedAt = Date.now();
         }
+        await this.floors.refresh(c);
+        const snapshots = streams.map((s) => s.since);
         const rows = await WATCHED_JOBS_WITH_EVENTS.run(c, {
           jobIds: streams.map((s) => s.jobId),
-          snapshots: streams.map((s) => s.since),
+          snapshots,
+          floor: this.floors.lowest(snapshots),
         });
         this.checkCount++;
         for (const r of rows) streams[r.i - 1]?.wake();
