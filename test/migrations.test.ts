@@ -22,7 +22,7 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.tablename);
 }
 
-it("migrates an empty database up to the latest, down by one to seven, and up again", async () => {
+it("migrates an empty database up to the latest, down by one to eight, and up again", async () => {
   expect(await pendingMigrations(client)).toEqual(expectedMigrations());
   await migrate(db.url, "up");
   expect(await tables()).toEqual([
@@ -46,11 +46,21 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: periodic schedules, their ticks, and the schedule a job was made by; down drops them.
-  const schedules = expectedMigrations().at(-1)!;
+  // The latest: the capped claim's gates; its down migration puts back the claim with one advisory lock per workload.
+  const claimSource = async () =>
+    (await client.query(`SELECT prosrc FROM pg_proc WHERE proname = 'leasehold_flow_claim'`)).rows.map((r) => r.prosrc as string);
+  const gates = expectedMigrations().at(-1)!;
+  expect(gates).toMatch(/flow_claim_shards$/);
+  expect(await claimSource()).toEqual([expect.stringContaining("pg_try_advisory_xact_lock(v_lock")]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([gates]);
+  expect(await claimSource()).toEqual([expect.stringContaining("pg_advisory_xact_lock(hashtextextended('leasehold.flow:'")]);
+
+  // Then periodic schedules, their ticks, and the schedule a job was made by; down drops them.
+  const schedules = expectedMigrations().at(-2)!;
   expect(schedules).toMatch(/schedules$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([schedules]);
+  expect(await pendingMigrations(client)).toEqual([schedules, gates]);
   expect(await tables()).not.toContain("schedules");
   const jobColumns = await client.query(
     `SELECT 1 FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'schedule_name'`,
@@ -65,20 +75,20 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     expect.stringMatching(/\(workload, priority DESC, fair_rank, created_at, chunk_index, run_after\) WHERE/),
   ]);
   // Then delayed jobs and finalizers; their down migration drops due_wakeups, the trigger and the columns.
-  const delayedFinalizer = expectedMigrations().at(-2)!;
+  const delayedFinalizer = expectedMigrations().at(-3)!;
   expect(delayedFinalizer).toMatch(/delayed_finalizer$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, gates]);
   expect(await tables()).not.toContain("due_wakeups");
   const { rows: finalizerColumns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'`);
   expect(finalizerColumns.map((r) => r.column_name)).not.toContain("parent_job_id");
 
-  const flowControl = expectedMigrations().at(-3)!;
+  const flowControl = expectedMigrations().at(-4)!;
   expect(flowControl).toMatch(/flow_control$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, gates]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
-  const older = expectedMigrations().slice(0, -3);
+  const older = expectedMigrations().slice(0, -4);
 
   // The one before: the failure policy's columns on workloads and jobs; its down migration drops them and their type.
   const policyColumns = async () =>
@@ -96,7 +106,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const policy = older.at(-1)!;
   expect(policy).toMatch(/failure_policy$/);
-  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, gates]);
   expect(await policyColumns()).toEqual([]);
 
   // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
@@ -105,7 +115,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const runAfter = older.at(-2)!;
   expect(runAfter).toMatch(/claim_index_run_after$/);
-  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, delayedFinalizer, schedules, gates]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
   // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
@@ -118,7 +128,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   await migrate(db.url, "down");
   const plain = older.at(-3)!;
   expect(plain).toMatch(/plain_chunk_index$/);
-  expect(await pendingMigrations(client)).toEqual([plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([plain, runAfter, policy, flowControl, delayedFinalizer, schedules, gates]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
   // The lean hot path: the claim and completions write their own events (the trigger
@@ -145,7 +155,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
   expect(await flipColumn()).toBe(0);
   const [storage, lean] = older.slice(-5, -3);
   expect(lean).toMatch(/lean_hot_path$/);
-  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([lean, plain, runAfter, policy, flowControl, delayedFinalizer, schedules, gates]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
   const reloptions = async () =>
@@ -158,7 +168,17 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     ["tasks", expect.arrayContaining(["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=1000"])],
   ]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([storage, lean, plain, runAfter, policy, flowControl, delayedFinalizer, schedules]);
+  expect(await pendingMigrations(client)).toEqual([
+    storage,
+    lean,
+    plain,
+    runAfter,
+    policy,
+    flowControl,
+    delayedFinalizer,
+    schedules,
+    gates,
+  ]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
     ["tasks", null],
@@ -177,6 +197,7 @@ it("migrates an empty database up to the latest, down by one to seven, and up ag
     flowControl,
     delayedFinalizer,
     schedules,
+    gates,
   ]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
