@@ -27,6 +27,7 @@ DECLARE
   v_keyed boolean;
   v_unit integer;
   v_gated boolean;
+  v_may_wait boolean;
   v_held integer;
   v_first integer;
   v_need integer;
@@ -66,6 +67,17 @@ BEGIN
           GROUP BY l.concurrency_key) k
         LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key
         WHERE k.n + c_gates * v_unit > coalesce(o.max_leased, w.max_leased_per_key)));
+    /*
+     * May this claim wait for a gate? Not once its transaction has written rows (a result report
+     * that claims the worker's next tasks, or leases of an earlier workload): a gate's holder can
+     * wait for such a transaction. FOR UPDATE SKIP LOCKED skips a row locked by a transaction in
+     * flight, but when the version it saw was updated by one that has just committed, PostgreSQL
+     * follows the update chain and waits for the next version's writer (XLTW_LockUpdated), skip
+     * or not: a task claimed and at once reported on by its worker, whose report then waits for
+     * the gate. Such a claim tries the gates and, finding them taken, leases nothing of this
+     * workload; its worker's next claim, a transaction with no writes, may wait.
+     */
+    v_may_wait := txid_current_if_assigned() IS NULL;
     IF v_gated THEN
       -- As many gates as the claim can use, tried from a place that differs per backend; a claim
       -- that finds every gate taken waits for one. It holds no other gate of this workload then,
@@ -80,6 +92,7 @@ BEGIN
         END IF;
       END LOOP;
       IF v_held = 0 THEN
+        CONTINUE WHEN NOT v_may_wait;
         PERFORM pg_advisory_xact_lock(v_lock, v_first);
         v_held := 1;
       END IF;
@@ -87,10 +100,16 @@ BEGIN
     ELSE
       -- Every capped claim of this workload on the exact path, on any coordinator, passes here one
       -- at a time, and while it does no gated claim is in flight.
+      v_held := 0;
       FOR i IN 0 .. c_gates - 1 LOOP
-        PERFORM pg_advisory_xact_lock(v_lock, i);
+        IF v_may_wait THEN
+          PERFORM pg_advisory_xact_lock(v_lock, i);
+        ELSIF NOT pg_try_advisory_xact_lock(v_lock, i) THEN
+          EXIT;
+        END IF;
+        v_held := v_held + 1;
       END LOOP;
-      v_held := c_gates;
+      CONTINUE WHEN v_held < c_gates;
       v_reserve := 0;
       -- Read again after the gates: a cap changed meanwhile counts from this claim on.
       SELECT * INTO w FROM workloads WHERE workloads.name = v_name;
@@ -112,8 +131,53 @@ BEGIN
       v_allowance := least(v_allowance, floor(v_tokens)::integer);
     END IF;
     CONTINUE WHEN v_allowance <= 0;
+    IF NOT v_keyed THEN
+      -- No per-key caps: the plain claim's two arms and nothing else (the keyed query below costs
+      -- a count per key, a window and two sorts more per claim).
+      RETURN QUERY
+      WITH expired AS (
+        SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+        FROM tasks c
+        WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts
+          AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+        ORDER BY c.lease_expires_at
+        LIMIT v_allowance
+        FOR UPDATE SKIP LOCKED
+      ), pending AS (
+        SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+        FROM tasks c
+        WHERE c.status = 'pending' AND c.workload = v_name AND c.run_after <= now()
+          AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+        ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+        LIMIT v_allowance
+        FOR UPDATE SKIP LOCKED
+      ), picked AS (
+        SELECT c.id, c.arm FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
+        ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+        LIMIT v_allowance
+      ), claimed AS (
+        UPDATE tasks t
+        SET status = 'leased',
+            attempt = t.attempt + 1,
+            lease_owner = p_worker,
+            lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
+            started_at = coalesce(t.started_at, now()),
+            version = t.version + 1,
+            event_flip = NOT t.event_flip
+        FROM picked p
+        WHERE t.id = p.id
+        RETURNING t, p.arm = 1
+      )
+      SELECT * FROM claimed;
+      GET DIAGNOSTICS v_taken = ROW_COUNT;
+      v_want := v_want - v_taken;
+      IF w.max_leases_per_second IS NOT NULL AND v_taken > 0 THEN
+        UPDATE workload_rate_buckets b SET tokens = b.tokens - v_taken WHERE b.workload = v_name;
+      END IF;
+      CONTINUE;
+    END IF;
     -- With per-key caps a candidate of a key with no room left is passed over: read a few more.
-    v_scan := CASE WHEN NOT v_keyed THEN v_allowance ELSE v_allowance * 4 + 16 END;
+    v_scan := v_allowance * 4 + 16;
     RETURN QUERY
     WITH live_keys AS (
       SELECT l.concurrency_key AS key, count(*)::integer AS n FROM tasks l
