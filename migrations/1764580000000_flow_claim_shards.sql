@@ -78,6 +78,11 @@ BEGIN
      * workload; its worker's next claim, a transaction with no writes, may wait.
      */
     v_may_wait := txid_current_if_assigned() IS NULL;
+    -- Gated claims in flight hold lock (hash, GATES) shared: tried, never waited for; a claim that
+    -- finds it held exclusively takes the exact path.
+    IF v_gated AND NOT pg_try_advisory_xact_lock_shared(v_lock, c_gates) THEN
+      v_gated := false;
+    END IF;
     IF v_gated THEN
       -- As many gates as the claim can use, tried from a place that differs per backend; a claim
       -- that finds every gate taken waits for one. It holds no other gate of this workload then,
@@ -99,7 +104,15 @@ BEGIN
       v_reserve := (c_gates - v_held) * v_unit;
     ELSE
       -- Every capped claim of this workload on the exact path, on any coordinator, passes here one
-      -- at a time, and while it does no gated claim is in flight.
+      -- at a time, and while it does no gated claim is in flight. An exact claim holding all the
+      -- gates cannot wait for a transaction through an update chain (no claim of the workload
+      -- commits between its gates and its snapshot), so a claim that has written may wait for the
+      -- gates too, once it holds (hash, GATES) exclusively: no gated claim is in flight then, and
+      -- none starts until it commits. Else it only tries them. This keeps a reached cap full
+      -- under result reports that claim the next task (they take the slot they just freed).
+      IF NOT v_may_wait THEN
+        v_may_wait := pg_try_advisory_xact_lock(v_lock, c_gates);
+      END IF;
       v_held := 0;
       FOR i IN 0 .. c_gates - 1 LOOP
         IF v_may_wait THEN
