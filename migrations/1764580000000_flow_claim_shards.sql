@@ -110,8 +110,11 @@ BEGIN
       -- gates too, once it holds (hash, GATES) exclusively: no gated claim is in flight then, and
       -- none starts until it commits. Else it only tries them. This keeps a reached cap full
       -- under result reports that claim the next task (they take the slot they just freed).
+      -- A workload whose settings allow no gated claim (a cap below 2 × GATES, a rate limit) has
+      -- none in flight but for the moments after its settings changed: such a claim waits.
       IF NOT v_may_wait THEN
-        v_may_wait := pg_try_advisory_xact_lock(v_lock, c_gates);
+        v_may_wait := coalesce(v_unit, 0) < 1 OR w.max_leases_per_second IS NOT NULL
+          OR pg_try_advisory_xact_lock(v_lock, c_gates);
       END IF;
       v_held := 0;
       FOR i IN 0 .. c_gates - 1 LOOP
