@@ -19,6 +19,24 @@ const API_SUITES = [
   "test/shutdown.test.ts",
   "test/tracing.test.ts",
   "test/grpcio-load.test.ts",
+  "test/fences.test.ts",
+  "test/fences-race.test.ts",
+];
+
+/**
+ * The suites of claims, results, fencing and faults: run a second time with COALESCE=false, so
+ * every outcome they check holds both when concurrent single-task calls share one statement (the
+ * default) and when each call runs its own.
+ */
+const COALESCE_SUITES = [
+  "test/queue.test.ts",
+  "test/api.test.ts",
+  "test/claim-next.test.ts",
+  "test/faults.test.ts",
+  "test/failure-policy.test.ts",
+  "test/grpcio-load.test.ts",
+  "test/fences.test.ts",
+  "test/fences-race.test.ts",
 ];
 
 export default defineConfig({
@@ -35,6 +53,7 @@ export default defineConfig({
         test: { name: "direct", include: ["test/**/*.test.ts"], exclude: ["test/ha/**", "**/node_modules/**"] },
       },
       { extends: true, test: { name: "router", include: API_SUITES, env: { DIRECT_UNARY: "false" } } },
+      { extends: true, test: { name: "one-statement-per-call", include: COALESCE_SUITES, env: { COALESCE: "false" } } },
     ],
   },
 });

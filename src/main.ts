@@ -128,6 +128,7 @@ class Coordinator {
       maxTasksPerJob: config.maxTasksPerJob,
       maxRunAtAheadDays: config.maxRunAtAheadDays,
       retentionDays: config.retentionDays,
+      coalescing: config.coalescing,
       watchPollIntervalMs: config.pollIntervalMs,
       jobWakes: this.listener,
     });

@@ -316,7 +316,8 @@ describe("PostgreSQL restarts", () => {
     let cluster = own.cluster;
     try {
       const [c] = await startCoordinators(1, { DATABASE_URL: url, REQUEST_TIMEOUT_MS: "3000", PG_CONNECT_TIMEOUT_MS: "1000" });
-      await call(c.base, "PUT", "/workloads/restart", { lease_seconds: 5 });
+      // Long enough to outlast the restart on a loaded machine: the leases taken before it are completed after it.
+      await call(c.base, "PUT", "/workloads/restart", { lease_seconds: 60 });
       await call(c.base, "POST", "/jobs", { workload: "restart", tasks: manyTasks(40) });
       const first = await call(c.base, "POST", "/tasks/claim", { worker_id: "w", workloads: ["restart"], max_tasks: 10 });
       expect(first.status).toBe(200);

@@ -136,6 +136,13 @@ export class Metrics implements ApiMetrics {
       labelNames: ["schedule", "reason"] as const,
       registers: [registry],
     });
+    const batchSize = new Histogram({
+      name: "leasehold_coalesced_batch_size",
+      help: 'Calls answered by one coalesced statement, by kind ("claim", "complete_and_claim", "complete", "renew", "fail"); 1: the lane was idle and the call ran at once.',
+      labelNames: ["kind"] as const,
+      buckets: [1, 2, 4, 8, 16, 32, 64, 128],
+      registers: [registry],
+    });
     const pickup = new Histogram({
       name: "leasehold_pickup_seconds",
       help: "How long a claimed task had been claimable before it was claimed.",
@@ -164,6 +171,9 @@ export class Metrics implements ApiMetrics {
       },
       leasesExpired(count) {
         if (count > 0) expirations.inc(count);
+      },
+      statementBatched(kind, size) {
+        batchSize.observe({ kind }, size);
       },
       claimRefused(workload, by) {
         refused.inc({ workload, reason: by });

@@ -1,7 +1,15 @@
 // The text of store statements that tests EXPLAIN or PREPARE themselves, with positional parameters
 // as the store sends them.
+import * as inspection from "../../src/store/postgres/inspection.js";
+import * as jobs from "../../src/store/postgres/jobs.js";
+import * as watch from "../../src/store/postgres/watch.js";
+
 export { CLAIM_TASKS } from "../../src/store/postgres/claim.js";
 export { COMPLETE_TASKS } from "../../src/store/postgres/complete.js";
-export { LIST_FAILED_TASKS, LIST_TASKS, TASK_ATTEMPT_EVENTS } from "../../src/store/postgres/inspection.js";
-export { JOB_FAILURE, LIST_JOBS, LIST_JOBS_BY_STATUS } from "../../src/store/postgres/jobs.js";
-export { JOB_EVENTS_SINCE } from "../../src/store/postgres/watch.js";
+export const LIST_FAILED_TASKS = inspection.LIST_FAILED_TASKS.text;
+export const LIST_TASKS = inspection.LIST_TASKS.text;
+export const TASK_ATTEMPT_EVENTS = inspection.TASK_ATTEMPT_EVENTS.text;
+export const JOB_FAILURE = jobs.JOB_FAILURE.text;
+export const LIST_JOBS = jobs.LIST_JOBS.text;
+export const LIST_JOBS_BY_STATUS = jobs.LIST_JOBS_BY_STATUS.text;
+export const JOB_EVENTS_SINCE = watch.JOB_EVENTS_SINCE.text;

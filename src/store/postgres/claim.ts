@@ -8,6 +8,7 @@ import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
 import { explainRefusal } from "./flow-control.js";
 import { statusEvents, watchedJobs } from "./fragments.js";
+import { defineQuery } from "./query.js";
 import { toTask, type TaskRow } from "./rows.js";
 
 /** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
@@ -19,6 +20,38 @@ export interface ClaimParams {
   /** the worker's labels, jsonb ('{}' for none) */
   labels: string;
 }
+
+/**
+ * A claim for several callers at once (coalescing.ts): the statement leases up to `limit` tasks
+ * and gives the rn-th of them, in claim order, to `owner(rn)`. Flow-controlled workloads are never
+ * claimed this way (their claims go one by one through leasehold_flow_claim, which leases for one
+ * worker): the flow arm is left out.
+ */
+export interface ClaimAssignment {
+  owner(rn: string): string;
+}
+
+const plainPick = (limit: string) => `picked AS (
+  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
+  LIMIT ${limit}
+)`;
+// The same choice, numbered in claim order so each task can be given to its caller's slot.
+const assignedPick = (limit: string) => `picked AS (
+  SELECT id, row_number() OVER (ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index) AS rn
+  FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY rn
+  LIMIT ${limit}
+)`;
+const flowClaim = (p: ClaimParams, gate: string) => `flow_claimed AS (
+  SELECT f.task, f.fresh
+  FROM leasehold_flow_claim(
+    ARRAY(SELECT name FROM requested WHERE flow), ${p.limit}::int - (SELECT count(*)::int FROM plain_claimed), ${p.worker}::text,
+    ${p.leaseSeconds}::int, ${p.labels}::jsonb) f
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
+)`;
+// No flow arm: the same columns, no rows, and the function never called.
+const NO_FLOW_CLAIM = `flow_claimed AS (SELECT NULL::tasks AS task, false AS fresh WHERE false)`;
 
 /*
  * The claim: one statement, so there is no window between choosing and taking.
@@ -48,7 +81,7 @@ export interface ClaimParams {
  * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a
  * result report takes nothing unless the report's result was accepted.
  */
-export const claimCtes = (p: ClaimParams, gate = "true") => `requested AS (
+export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignment) => `requested AS (
   SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY (${p.workloads}::text[])
 ), expired AS (
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
@@ -72,29 +105,19 @@ export const claimCtes = (p: ClaimParams, gate = "true") => `requested AS (
     LIMIT ${p.limit}
     FOR UPDATE SKIP LOCKED
   ) c
-), picked AS (
-  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
-  ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
-  LIMIT ${p.limit}
-), plain_claimed AS (
+), ${assign ? assignedPick(p.limit) : plainPick(p.limit)}, plain_claimed AS (
   UPDATE tasks t
   SET status = 'leased',
       attempt = t.attempt + 1,
-      lease_owner = ${p.worker},
+      lease_owner = ${assign ? assign.owner("p.rn") : p.worker},
       lease_expires_at = now() + make_interval(secs => coalesce(${p.leaseSeconds}::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
-  WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
-  RETURNING t.*
-), flow_claimed AS (
-  SELECT f.task, f.fresh
-  FROM leasehold_flow_claim(
-    ARRAY(SELECT name FROM requested WHERE flow), ${p.limit}::int - (SELECT count(*)::int FROM plain_claimed), ${p.worker}::text,
-    ${p.leaseSeconds}::int, ${p.labels}::jsonb) f
-  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
-), claimed AS (
-  SELECT * FROM plain_claimed UNION ALL SELECT (task).* FROM flow_claimed
+  ${assign ? "FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id" : "WHERE t.id = ANY (ARRAY(SELECT id FROM picked))"}
+  RETURNING t.*${assign ? ", p.rn" : ""}
+), ${assign ? NO_FLOW_CLAIM : flowClaim(p, gate)}, claimed AS (
+  SELECT * FROM plain_claimed${assign ? "" : " UNION ALL SELECT (task).* FROM flow_claimed"}
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
@@ -121,8 +144,23 @@ export const CLAIM_TASKS = claimStatement(CLAIM_ORDER);
 /** CLAIM_TASKS for one task ($2 = 1): one row needs no sort (see COMPLETE_TASK_AND_CLAIM_ONE). */
 export const CLAIM_TASK = claimStatement("");
 
+interface ClaimQueryParams {
+  workloads: string[];
+  maxTasks: number;
+  workerId: string;
+  leaseSeconds: number | null;
+  /** jsonb text */
+  labels: string;
+}
+/** A claimed row: the task, and how long it had been claimable (NULL for a reclaimed lease). */
+export type ClaimedRow = TaskRow & { pickup_seconds: number | null };
+const claimValues = (p: ClaimQueryParams) => [p.workloads, p.maxTasks, p.workerId, p.leaseSeconds, p.labels];
+const claimTaskQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_task", CLAIM_TASK, claimValues);
+const claimTasksQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_tasks", CLAIM_TASKS, claimValues);
+
 export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts: CallOptions): Promise<Task[]> {
   const claim = validateClaim(input);
+  if (ctx.coalescer && !ctx.flow.workloads.any(claim.workloads)) return ctx.coalescer.claim(claim, opts.signal);
   return withClient(ctx.pool, opts.signal, (c) => claimWith(ctx, c, claim, "workloads", opts));
 }
 
@@ -133,11 +171,9 @@ export async function claimWith(
   field: string,
   opts: CallOptions = {},
 ): Promise<Task[]> {
-  const one = claim.maxTasks === 1;
-  const { rows } = await c.query({
-    name: one ? "leasehold_claim_task" : "leasehold_claim_tasks",
-    text: one ? CLAIM_TASK : CLAIM_TASKS,
-    values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels],
+  const rows = await (claim.maxTasks === 1 ? claimTaskQuery : claimTasksQuery).run(c, {
+    ...claim,
+    leaseSeconds: claim.leaseSeconds ?? null,
   });
   await ctx.flow.sightings.seen(c, claim.workloads, claim.labels);
   if (rows.length === 0) {
@@ -149,7 +185,7 @@ export async function claimWith(
   return claimed(ctx, rows);
 }
 
-export function claimed(ctx: StoreContext, rows: (TaskRow & { pickup_seconds: number | null })[]): Task[] {
+export function claimed(ctx: StoreContext, rows: ClaimedRow[]): Task[] {
   if (rows.length === 0) return [];
   ctx.options.observer?.tasksClaimed(
     rows.length,

@@ -16,8 +16,8 @@ import type {
   CompleteTaskInput,
   Task,
 } from "../../queue/types.js";
-import { validateBatch, validateClaimNext, validateComplete } from "../../queue/validation.js";
-import { CLAIM_ORDER, claimCtes, claimed, claimedEventRows, claimWith, pickupSeconds } from "./claim.js";
+import { validateBatch, validateClaimNext, validateComplete, type NormalizedClaim } from "../../queue/validation.js";
+import { CLAIM_ORDER, claimCtes, claimed, claimedEventRows, claimWith, pickupSeconds, type ClaimedRow } from "./claim.js";
 import { freedSlots } from "./flow-control.js";
 import { EVENTS_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
@@ -25,7 +25,8 @@ import { withClient } from "./db.js";
 import { completedEventRows, liveLease, statusEvents, watchedJobs } from "./fragments.js";
 import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
-import { FINISH_JOBS_IF_DONE, finalStatus } from "./settle.js";
+import { defineQuery } from "./query.js";
+import { FINISH_JOBS, finalStatus } from "./settle.js";
 import { toTask, type TaskRow } from "./rows.js";
 
 /*
@@ -132,8 +133,55 @@ SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM 
 UNION ALL
 (SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ${CLAIM_ORDER})`;
 
+/** A result: the fenced task, its manifest (metrics as jsonb text or null). */
+interface ResultParams {
+  taskId: string;
+  workerId: string;
+  attempt: number;
+  resultUri: string;
+  resultSha256: string;
+  metrics: string | null;
+}
+/** A batch of results as one jsonb recordset (JSON text) and their task ids. */
+interface BatchParams {
+  results: string;
+  taskIds: string[];
+}
+/** claim_next's parameters, as CLAIM_TASKS takes them. */
+interface NextParams {
+  workloads: string[];
+  maxTasks: number;
+  claimWorkerId: string;
+  leaseSeconds: number | null;
+  labels: string;
+}
+type CompletedRow = TaskRow & { recheck_job: boolean };
+/** Rows of a statement that completes and claims: part 0 the completed task(s), part 1 the claimed. */
+type PartRow = ClaimedRow & { part: number; recheck_job: boolean };
+const resultValues = (p: ResultParams) => [p.taskId, p.workerId, p.attempt, p.resultUri, p.resultSha256, p.metrics];
+const nextValues = (p: NextParams) => [p.workloads, p.maxTasks, p.claimWorkerId, p.leaseSeconds, p.labels];
+const completeTaskQuery = defineQuery<ResultParams, CompletedRow>("leasehold_complete_task", COMPLETE_TASK, resultValues);
+const completeAndClaimValues = (p: ResultParams & NextParams) => [...resultValues(p), ...nextValues(p)];
+const completeTaskAndClaimQuery = defineQuery<ResultParams & NextParams, PartRow>(
+  "leasehold_complete_task_and_claim",
+  COMPLETE_TASK_AND_CLAIM,
+  completeAndClaimValues,
+);
+const completeTaskAndClaimOneQuery = defineQuery<ResultParams & NextParams, PartRow>(
+  "leasehold_complete_task_and_claim_one",
+  COMPLETE_TASK_AND_CLAIM_ONE,
+  completeAndClaimValues,
+);
+const completeTasksQuery = defineQuery<BatchParams, TaskRow>("leasehold_complete_tasks", COMPLETE_TASKS, (p) => [p.results, p.taskIds]);
+const completeTasksAndClaimQuery = defineQuery<BatchParams & NextParams, PartRow>(
+  "leasehold_complete_tasks_and_claim",
+  COMPLETE_TASKS_AND_CLAIM,
+  (p) => [p.results, p.taskIds, ...nextValues(p)],
+);
+
 export async function completeTask(ctx: StoreContext, input: CompleteTaskInput, opts: CallOptions): Promise<Task> {
   const done = validateComplete(input);
+  if (ctx.coalescer) return ctx.coalescer.complete(done, opts.signal);
   return withClient(ctx.pool, opts.signal, (c) => completeWith(ctx, c, done));
 }
 
@@ -147,14 +195,11 @@ export async function completeTaskAndClaim(
 ): Promise<CompletedAndClaimed> {
   const done = validateComplete(input);
   const claim = validateClaimNext(next);
+  if (ctx.coalescer && !ctx.flow.workloads.any(claim.workloads)) return ctx.coalescer.completeAndClaim(done, claim, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.require(c, claim.workloads, "claim_next.workloads");
-    const one = claim.maxTasks === 1;
-    const { rows } = await c.query({
-      name: one ? "leasehold_complete_task_and_claim_one" : "leasehold_complete_task_and_claim",
-      text: one ? COMPLETE_TASK_AND_CLAIM_ONE : COMPLETE_TASK_AND_CLAIM,
-      values: [...completeValues(done), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels],
-    });
+    const query = claim.maxTasks === 1 ? completeTaskAndClaimOneQuery : completeTaskAndClaimQuery;
+    const rows = await query.run(c, { ...resultParams(done), ...nextParams(claim) });
     const accepted = rows.find((r) => r.part === 0);
     if (!accepted) {
       const task = await refusedOrLate(ctx, c, done);
@@ -172,8 +217,8 @@ export async function completeTaskAndClaim(
 }
 
 async function completeWith(ctx: StoreContext, c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
-  const { rows } = await c.query({ name: "leasehold_complete_task", text: COMPLETE_TASK, values: completeValues(done) });
-  if (rows.length === 1) return completed(ctx, c, rows[0]);
+  const row = await completeTaskQuery.maybe(c, resultParams(done));
+  if (row) return completed(ctx, c, row);
   return refusedOrLate(ctx, c, done);
 }
 
@@ -181,17 +226,17 @@ async function completeWith(ctx: StoreContext, c: pg.PoolClient, done: CompleteT
  * A result the completion did not take: a late result of a task cancelled within its lease (kept),
  * a replay (the task as it is), or a conflict (thrown).
  */
-async function refusedOrLate(ctx: StoreContext, c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
+export async function refusedOrLate(ctx: StoreContext, c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
   const task = await loadTask(c, done.taskId);
   const late = await acceptLateResult(ctx, c, task, done);
   return late ?? replayOrConflict(task, done);
 }
 
 /** A task the completion accepted; its job is re-checked after commit when the statement could not decide. */
-async function completed(ctx: StoreContext, c: pg.PoolClient, row: TaskRow & { recheck_job: boolean }): Promise<Task> {
+async function completed(ctx: StoreContext, c: pg.PoolClient, row: CompletedRow): Promise<Task> {
   ctx.options.observer?.tasksCompleted(1);
   freedSlots(ctx, [row.workload]);
-  if (row.recheck_job) await c.query({ name: "leasehold_finish_jobs", text: FINISH_JOBS_IF_DONE, values: [[row.job_id]] });
+  if (row.recheck_job) await FINISH_JOBS.run(c, { jobIds: [row.job_id] });
   return toTask(row);
 }
 
@@ -210,16 +255,12 @@ export async function completeTasksAndClaim(
   const claim = validateClaimNext(next);
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.require(c, claim.workloads, "claim_next.workloads");
-    const { rows } = await c.query({
-      name: "leasehold_complete_tasks_and_claim",
-      text: COMPLETE_TASKS_AND_CLAIM,
-      values: [...batchValues(batch), claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels],
-    });
+    const rows = await completeTasksAndClaimQuery.run(c, { ...batchParams(batch), ...nextParams(claim) });
     const claimedRows = rows.filter((r) => r.part === 1);
     // A job one of whose tasks this statement claimed has unfinished work (that task), so it
     // cannot be done; its last completion will check. A worker chained through one large job
     // thus never pays for FINISH_JOBS_IF_DONE.
-    const busy = new Set(claimedRows.map((r) => r.job_id as string));
+    const busy = new Set(claimedRows.map((r) => r.job_id));
     const outcomes = await batchOutcomes(
       ctx,
       c,
@@ -231,8 +272,8 @@ export async function completeTasksAndClaim(
   });
 }
 
-async function completeBatchWith(ctx: StoreContext, c: pg.PoolClient, batch: CompleteTaskInput[]): Promise<CompleteOutcome[]> {
-  const { rows } = await c.query({ name: "leasehold_complete_tasks", text: COMPLETE_TASKS, values: batchValues(batch) });
+export async function completeBatchWith(ctx: StoreContext, c: pg.PoolClient, batch: CompleteTaskInput[]): Promise<CompleteOutcome[]> {
+  const rows = await completeTasksQuery.run(c, batchParams(batch));
   return batchOutcomes(ctx, c, batch, rows);
 }
 
@@ -254,7 +295,7 @@ async function batchOutcomes(
     rows.map((r) => r.workload),
   );
   const jobs = [...new Set(rows.map((r) => r.job_id))].filter((j) => !busy.has(j));
-  if (jobs.length > 0) await c.query({ name: "leasehold_finish_jobs", text: FINISH_JOBS_IF_DONE, values: [jobs] });
+  if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
   const outcomes: CompleteOutcome[] = [];
   for (const b of batch) {
     const task = completed.get(b.taskId);
@@ -272,29 +313,42 @@ async function batchOutcomes(
   return outcomes;
 }
 
-/** COMPLETE_TASK's parameters, $1..$6. */
-function completeValues(done: CompleteTaskInput): unknown[] {
-  return [
-    done.taskId,
-    done.workerId,
-    done.attempt,
-    done.resultUri,
-    done.resultSha256,
-    done.metrics === undefined ? null : JSON.stringify(done.metrics),
-  ];
+/** COMPLETE_TASK's parameters. */
+function resultParams(done: CompleteTaskInput): ResultParams {
+  return {
+    taskId: done.taskId,
+    workerId: done.workerId,
+    attempt: done.attempt,
+    resultUri: done.resultUri,
+    resultSha256: done.resultSha256,
+    metrics: done.metrics === undefined ? null : JSON.stringify(done.metrics),
+  };
+}
+
+/** claim_next's parameters (its worker may differ from the results'). */
+function nextParams(claim: NormalizedClaim): NextParams {
+  return {
+    workloads: claim.workloads,
+    maxTasks: claim.maxTasks,
+    claimWorkerId: claim.workerId,
+    leaseSeconds: claim.leaseSeconds ?? null,
+    labels: claim.labels,
+  };
 }
 
 /** COMPLETE_TASKS' parameters: the results as one jsonb recordset, and their ids. */
-function batchValues(batch: CompleteTaskInput[]): unknown[] {
-  const payload = JSON.stringify(
-    batch.map((b) => ({
-      task_id: b.taskId,
-      worker_id: b.workerId,
-      attempt: b.attempt,
-      result_uri: b.resultUri,
-      result_sha256: b.resultSha256,
-      metrics: b.metrics ?? null,
-    })),
-  );
-  return [payload, batch.map((b) => b.taskId)];
+function batchParams(batch: CompleteTaskInput[]): BatchParams {
+  return { results: JSON.stringify(batch.map(resultRecord)), taskIds: batch.map((b) => b.taskId) };
+}
+
+/** One result as the batched statements' jsonb recordsets have it (here and the coalesced ones). */
+export function resultRecord(done: CompleteTaskInput) {
+  return {
+    task_id: done.taskId,
+    worker_id: done.workerId,
+    attempt: done.attempt,
+    result_uri: done.resultUri,
+    result_sha256: done.resultSha256,
+    metrics: done.metrics ?? null,
+  };
 }

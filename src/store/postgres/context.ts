@@ -4,6 +4,7 @@
 import type pg from "pg";
 import type { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueObserver } from "../../queue/service.js";
+import type { Coalescer, CoalescingOptions } from "./coalescing.js";
 import type { DueWakes } from "./due-wakes.js";
 import type { FlowState } from "./flow-control.js";
 import type { WorkloadCache } from "./workloads.js";
@@ -22,6 +23,12 @@ export interface StoreOptions {
   watchPollIntervalMs?: number;
   /** The scheduler's settings (scheduler.ts); its observer is `observer`. */
   scheduler?: { graceMs?: number; maxPerPass?: number };
+  /**
+   * Single-task claims, results, renewals and failures that arrive together share one statement
+   * per kind (coalescing.ts); false: each call runs its own statement. Default: COALESCE from the
+   * environment (on unless COALESCE=false), with its batch size and linger.
+   */
+  coalescing?: CoalescingOptions | false;
   /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
   jobWakes?: JobEventWakes;
 }
@@ -42,4 +49,6 @@ export interface StoreContext {
   readonly flow: FlowState;
   /** The timer that wakes parked claimers when delayed tasks fall due (due-wakes.ts). */
   readonly dueWakes: DueWakes;
+  /** Set when coalescing is on (store.ts makes it once the context exists). */
+  coalescer?: Coalescer;
 }

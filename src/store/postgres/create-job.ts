@@ -12,7 +12,8 @@ import type { StoreContext } from "./context.js";
 import { copyIn } from "./copy-in.js";
 import { COPY_NULL, copyChunks, copyText } from "./copy-text.js";
 import { withClient } from "./db.js";
-import { toJob, toTask, type JobRow } from "./rows.js";
+import { defineQuery } from "./query.js";
+import { toJob, toTask, type JobRow, type TaskRow } from "./rows.js";
 import { uuidv7, uuidv7s } from "./uuidv7.js";
 import { unknownWorkload } from "./workloads.js";
 import { delayJob, isDelayed, needsDelayJob } from "./due-wakes.js";
@@ -81,13 +82,76 @@ const createJobAnswer = `SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*
 FROM (SELECT 1) one LEFT JOIN job ON true`;
 
 /** A job with a concurrency key makes its workload keyed (fair ranks from then on), once. */
-export const MARK_KEYED = `UPDATE workloads SET keyed = true WHERE name = $1 AND NOT keyed`;
+export const MARK_KEYED = defineQuery<{ workload: string }>(
+  null,
+  `UPDATE workloads SET keyed = true WHERE name = $1 AND NOT keyed`,
+  (p) => [p.workload],
+);
 const wokenBy = (workloads: string, counts: string) => `woken AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n) FROM job, unnest(${workloads}::text[], ${counts}::int[]) AS x(w, n)
 )`;
 
+/** The job row's values, $1..$11 of CREATE_JOB and CREATE_JOB_ALONE. */
+interface JobInsert {
+  jobId: string;
+  workload: string;
+  inputUri: string;
+  inputSha256: string | null;
+  /** jsonb text */
+  parameters: string;
+  priority: number;
+  idempotencyKey: string | null;
+  requestSha256: string | null;
+  traceparent: string | null;
+  /** the workloads validated against, and the xmin of each as cached */
+  workloadNames: string[];
+  workloadXmins: string[];
+}
+const jobInsertValues = (p: JobInsert) => [
+  p.jobId,
+  p.workload,
+  p.inputUri,
+  p.inputSha256,
+  p.parameters,
+  p.priority,
+  p.idempotencyKey,
+  p.requestSha256,
+  p.traceparent,
+  p.workloadNames,
+  p.workloadXmins,
+];
+/** The job's failure policy and flow-control values, as the caller validated them. */
+interface JobPolicy {
+  failurePolicy: string;
+  maxFailedTasks: number;
+  concurrencyKey: string;
+  /** jsonb text, null for none */
+  requiredLabels: string | null;
+  ranked: boolean;
+  taskCount: number;
+}
+const jobPolicyValues = (p: JobPolicy) => [p.failurePolicy, p.maxFailedTasks, p.concurrencyKey, p.requiredLabels, p.ranked, p.taskCount];
+/** The answer's one row: the job's columns are null when nothing was inserted (stale workloads, or a used idempotency key). */
+type CreateJobAnswer = { fresh: boolean; notified: string; rank_base: string } & (JobRow | { [K in keyof JobRow]: null });
+/** The task arrays, as array literals (arrays.ts), and the wake-ups (workload, count); named apart from JobInsert's, as both go in one object. */
+interface TaskInsert {
+  taskIds: string;
+  taskChunkIndexes: string;
+  taskWorkloads: string;
+  taskInputUris: string;
+  taskInputSha256s: string;
+  taskParameters: string;
+  taskMaxAttempts: string;
+  wakeWorkloads: string[];
+  wakeCounts: number[];
+  /** each task's labels (jsonb text), or null when every task has the job's */
+  taskLabels: (string | null)[] | null;
+}
+
 // $23 concurrency key, $24 job labels, $25 ranked, $26 task count (FlowParams), $27 each task's labels (text[] of jsonb, or null).
-export const CREATE_JOB = `
+export const CREATE_JOB = defineQuery<JobInsert & JobPolicy & TaskInsert, CreateJobAnswer>(
+  "leasehold_create_job",
+  `
 WITH ${createJobCtes("$21", "$22", { key: "$23", labels: "$24", ranked: "$25", count: "$26" })}, tasks_in AS (
   INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
     concurrency_key, required_labels, fair_rank)
@@ -96,7 +160,22 @@ WITH ${createJobCtes("$21", "$22", { key: "$23", labels: "$24", ranked: "$25", c
   FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[], $27::text[])
     WITH ORDINALITY AS u(id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, required_labels, n)
 ), ${wokenBy("$19", "$20")}
-${createJobAnswer}`;
+${createJobAnswer}`,
+  (p) => [
+    ...jobInsertValues(p),
+    p.taskIds,
+    p.taskChunkIndexes,
+    p.taskWorkloads,
+    p.taskInputUris,
+    p.taskInputSha256s,
+    p.taskParameters,
+    p.taskMaxAttempts,
+    p.wakeWorkloads,
+    p.wakeCounts,
+    ...jobPolicyValues(p),
+    p.taskLabels,
+  ],
+);
 
 /*
  * A large CreateJob (COPY_MIN_TASKS and up) in a transaction of its own: CREATE_JOB's
@@ -109,9 +188,13 @@ ${createJobAnswer}`;
  * 16 alternating runs each, 88 against 74 ms per job).
  */
 // $16 concurrency key, $17 job labels, $18 ranked, $19 task count (FlowParams); the answer's rank_base is the first task's fair rank.
-export const CREATE_JOB_ALONE = `
+export const CREATE_JOB_ALONE = defineQuery<JobInsert & JobPolicy & Pick<TaskInsert, "wakeWorkloads" | "wakeCounts">, CreateJobAnswer>(
+  "leasehold_create_job_alone",
+  `
 WITH ${createJobCtes("$14", "$15", { key: "$16", labels: "$17", ranked: "$18", count: "$19" })}, ${wokenBy("$12", "$13")}
-${createJobAnswer}`;
+${createJobAnswer}`,
+  (p) => [...jobInsertValues(p), p.wakeWorkloads, p.wakeCounts, ...jobPolicyValues(p)],
+);
 
 /** The tasks of a CREATE_JOB_ALONE, in COPY's text format (copy-text.ts), columns in this order; the rest are their defaults. */
 export const COPY_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent) FROM STDIN`;
@@ -119,9 +202,17 @@ export const COPY_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_
 export const COPY_FLOW_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
   concurrency_key, required_labels, fair_rank) FROM STDIN`;
 
-export const SELECT_JOB_BY_IDEMPOTENCY_KEY = `SELECT * FROM jobs WHERE idempotency_key = $1`;
+export const SELECT_JOB_BY_IDEMPOTENCY_KEY = defineQuery<{ key: string }, JobRow & { request_sha256: string | null }>(
+  null,
+  `SELECT * FROM jobs WHERE idempotency_key = $1`,
+  (p) => [p.key],
+);
 
-export const SELECT_JOB_TASKS = `SELECT * FROM tasks WHERE job_id = $1 ORDER BY chunk_index`;
+export const SELECT_JOB_TASKS = defineQuery<{ jobId: string }, TaskRow>(
+  null,
+  `SELECT * FROM tasks WHERE job_id = $1 ORDER BY chunk_index`,
+  (p) => [p.jobId],
+);
 
 export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: CallOptions): Promise<CreateJobResult> {
   const job = validateCreateJob(input, ctx.options.maxTasksPerJob, ctx.options.maxRunAtAheadDays);
@@ -143,7 +234,7 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
     let refresh = names.some((n) => !ctx.workloads.has(n));
     // A job with a concurrency key makes its workload keyed (fair ranks from then on), once.
     if (job.concurrencyKey !== "" && ctx.workloads.get(job.workload)?.keyed !== true) {
-      await c.query(MARK_KEYED, [job.workload]);
+      await MARK_KEYED.run(c, { workload: job.workload });
       refresh = true;
     }
     let locked = false;
@@ -190,7 +281,7 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
 export async function createJobInTransaction(ctx: StoreContext, c: pg.PoolClient, input: CreateJobInput): Promise<CreateJobResult> {
   const job = validateCreateJob({ ...input, idempotencyKey: undefined }, ctx.options.maxTasksPerJob);
   const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload)])];
-  if (job.concurrencyKey !== "" && ctx.workloads.get(job.workload)?.keyed !== true) await c.query(MARK_KEYED, [job.workload]);
+  if (job.concurrencyKey !== "" && ctx.workloads.get(job.workload)?.keyed !== true) await MARK_KEYED.run(c, { workload: job.workload });
   await ctx.workloads.load(c, names, true);
   const perWorkload = countBy(job.tasks.map((t) => t.workload));
   const result = await insertJob(ctx, c, input, job, null, names, uuidv7(), uuidv7s(job.tasks.length), perWorkload, true, undefined);
@@ -215,13 +306,14 @@ async function insertJob(
   const workloads = new Map(names.flatMap((n) => (ctx.workloads.has(n) ? [[n, ctx.workloads.get(n)!] as const] : [])));
   const own = workloads.get(job.workload)?.workload;
   if (!own) throw await unknownWorkload(c, job.workload, "workload");
-  const policy = [job.failurePolicy ?? own.failurePolicy, job.maxFailedTasks ?? own.maxFailedTasks];
-  const flowValues = [
-    job.concurrencyKey,
-    job.requiredLabels === null ? null : JSON.stringify(job.requiredLabels),
-    workloads.get(job.workload)!.keyed,
-    job.tasks.length,
-  ];
+  const policy: JobPolicy = {
+    failurePolicy: job.failurePolicy ?? own.failurePolicy,
+    maxFailedTasks: job.maxFailedTasks ?? own.maxFailedTasks,
+    concurrencyKey: job.concurrencyKey,
+    requiredLabels: job.requiredLabels === null ? null : JSON.stringify(job.requiredLabels),
+    ranked: workloads.get(job.workload)!.keyed,
+    taskCount: job.tasks.length,
+  };
   const maxAttempts = new Array<number>(job.tasks.length);
   const listed = input.tasks?.length ? true : false;
   for (let i = 0; i < job.tasks.length; i++) {
@@ -232,45 +324,38 @@ async function insertJob(
     if (w.parametersSchema) ctx.schemas.validate(w, t.parameters, listed ? `tasks[${i}].parameters` : "parameters");
     maxAttempts[i] = job.maxAttempts ?? w.maxAttempts;
   }
-  const jobValues = [
+  const insert: JobInsert & JobPolicy = {
     jobId,
-    job.workload,
-    job.inputUri,
-    job.inputSha256,
-    JSON.stringify(job.parameters),
-    job.priority,
-    job.idempotencyKey,
-    fingerprint,
-    job.traceparent,
-    names,
-    names.map((n) => workloads.get(n)!.xmin),
-  ];
-  if (job.tasks.length >= COPY_MIN_TASKS)
-    return insertJobByCopy(c, job, jobValues, [...policy, ...flowValues], ids, maxAttempts, perWorkload, inTransaction, prepared);
+    workload: job.workload,
+    inputUri: job.inputUri,
+    inputSha256: job.inputSha256,
+    parameters: JSON.stringify(job.parameters),
+    priority: job.priority,
+    idempotencyKey: job.idempotencyKey,
+    requestSha256: fingerprint,
+    traceparent: job.traceparent,
+    workloadNames: names,
+    workloadXmins: names.map((n) => workloads.get(n)!.xmin),
+    ...policy,
+  };
+  if (job.tasks.length >= COPY_MIN_TASKS) return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared);
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
-  const inserting = c.query({
-    name: "leasehold_create_job",
-    text: CREATE_JOB,
-    values: [
-      ...jobValues,
-      // The task arrays as literals made here (arrays.ts: a third of pg's cost for 10,000 tasks).
-      textArrayLiteral(ids),
-      intArrayLiteral(job.tasks.map((t) => t.chunkIndex)),
-      textArrayLiteral(job.tasks.map((t) => t.workload)),
-      textArrayLiteral(job.tasks.map((t) => t.inputUri)),
-      textArrayLiteral(job.tasks.map((t) => t.inputSha256)),
-      textArrayLiteral(parametersJson(job.tasks)),
-      intArrayLiteral(maxAttempts),
-      [...perWorkload.keys()],
-      [...perWorkload.values()],
-      ...policy,
-      ...flowValues,
-      taskLabels(job),
-    ],
+  const inserting = CREATE_JOB.one(c, {
+    ...insert,
+    // The task arrays as literals made here (arrays.ts: a third of pg's cost for 10,000 tasks).
+    taskIds: textArrayLiteral(ids),
+    taskChunkIndexes: intArrayLiteral(job.tasks.map((t) => t.chunkIndex)),
+    taskWorkloads: textArrayLiteral(job.tasks.map((t) => t.workload)),
+    taskInputUris: textArrayLiteral(job.tasks.map((t) => t.inputUri)),
+    taskInputSha256s: textArrayLiteral(job.tasks.map((t) => t.inputSha256)),
+    taskParameters: textArrayLiteral(parametersJson(job.tasks)),
+    taskMaxAttempts: intArrayLiteral(maxAttempts),
+    wakeWorkloads: [...perWorkload.keys()],
+    wakeCounts: [...perWorkload.values()],
+    taskLabels: taskLabels(job),
   });
   const tasks = taskRows(job, jobId, ids, maxAttempts);
-  const { rows } = await inserting;
-  const row = rows[0];
+  const row = await inserting;
   if (!row.fresh) return "stale";
   if (row.id === null) return "taken"; // the idempotency key was used before
   return createdJob(row, tasks);
@@ -284,25 +369,18 @@ async function insertJob(
 async function insertJobByCopy(
   c: pg.PoolClient,
   job: NormalizedCreateJob,
-  jobValues: unknown[],
-  /** the failure policy's two values, then the flow-control ones (CREATE_JOB_ALONE $14..$19) */
-  extra: unknown[],
+  insert: JobInsert & JobPolicy,
   ids: string[],
   maxAttempts: number[],
   perWorkload: Map<string, number>,
   inTransaction: boolean,
   prepared: CallOptions["prepared"],
 ): Promise<CreateJobResult | "stale" | "taken"> {
-  const jobId = jobValues[0] as string;
+  const jobId = insert.jobId;
   const begun = inTransaction ? undefined : c.query("BEGIN");
-  const inserting = c.query({
-    name: "leasehold_create_job_alone",
-    text: CREATE_JOB_ALONE,
-    values: [...jobValues, [...perWorkload.keys()], [...perWorkload.values()], ...extra],
-  });
+  const inserting = CREATE_JOB_ALONE.one(c, { ...insert, wakeWorkloads: [...perWorkload.keys()], wakeCounts: [...perWorkload.values()] });
   try {
-    const [, { rows }] = await Promise.all([begun, inserting]);
-    const row = rows[0];
+    const [, row] = await Promise.all([begun, inserting]);
     if (!row.fresh || row.id === null) {
       if (!inTransaction) await c.query("ROLLBACK");
       return row.fresh ? "taken" : "stale";
@@ -312,7 +390,7 @@ async function insertJobByCopy(
     // Escaped like every text column, though validation allows only hex and dashes there.
     const tail = "\t" + job.priority + "\t" + (job.traceparent === null ? COPY_NULL : copyText(job.traceparent));
     // With a key, labels or fair ranks, three columns more (COPY_FLOW_TASKS).
-    const withFlow = job.concurrencyKey !== "" || job.tasks.some((t) => t.requiredLabels !== null) || extra[4] === true;
+    const withFlow = job.concurrencyKey !== "" || job.tasks.some((t) => t.requiredLabels !== null) || insert.ranked;
     const rankBase = Number(row.rank_base);
     const flowTail = (i: number) => {
       const labels = job.tasks[i].requiredLabels;
@@ -414,12 +492,12 @@ function delayed(result: CreateJobResult, row: JobRow, job: NormalizedCreateJob)
 
 /** A CreateJob whose idempotency key was used before: the same request is a replay, anything else a conflict. */
 async function replayJob(c: pg.PoolClient, key: string, fingerprint: string | null): Promise<CreateJobResult> {
-  const { rows: prior } = await c.query(SELECT_JOB_BY_IDEMPOTENCY_KEY, [key]);
-  if (prior[0]?.request_sha256 !== fingerprint) {
-    throw new IdempotencyConflictError(`idempotency_key: was used for a different request (job ${prior[0]?.id})`);
+  const prior = await SELECT_JOB_BY_IDEMPOTENCY_KEY.maybe(c, { key });
+  if (!prior || prior.request_sha256 !== fingerprint) {
+    throw new IdempotencyConflictError(`idempotency_key: was used for a different request (job ${prior?.id})`);
   }
-  const { rows: taskRows } = await c.query(SELECT_JOB_TASKS, [prior[0].id]);
-  return { job: toJob(prior[0]), tasks: taskRows.map(toTask), created: false };
+  const taskRows = await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
+  return { job: toJob(prior), tasks: taskRows.map(toTask), created: false };
 }
 
 /** Each task's parameters as JSON text; tasks without parameters of their own share the job's object, written once. */

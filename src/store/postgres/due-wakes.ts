@@ -15,7 +15,22 @@ import type pg from "pg";
 import type { NormalizedCreateJob } from "../../queue/validation.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import { withClient } from "./db.js";
+import { defineQuery, type NoParams } from "./query.js";
 import type { JobRow } from "./rows.js";
+
+interface DelayJob {
+  jobId: string;
+  runAt: string | null;
+  /** per task with a due time: its chunk_index, its own run_at (null: the job's) and workload */
+  chunkIndexes: number[];
+  runAts: (string | null)[];
+  workloads: string[];
+  taskCount: number;
+  finalizerWorkload: string | null;
+  /** jsonb text */
+  finalizerParameters: string | null;
+  finalizerOnFailure: boolean | null;
+}
 
 /*
  * Run in the CreateJob's transaction, after its insert. $1 job id, $2 the job's run_at (null:
@@ -30,7 +45,9 @@ import type { JobRow } from "./rows.js";
  * - the job's run_at is its tasks' earliest due time when every task lies ahead (else it is
  *   claimable now, and not scheduled).
  */
-export const DELAY_JOB = `
+export const DELAY_JOB = defineQuery<DelayJob, JobRow>(
+  "leasehold_delay_job",
+  `
 WITH given AS (
   SELECT u.chunk_index, coalesce(u.run_at, $2::timestamptz) AS run_at, u.workload
   FROM unnest($3::int[], $4::timestamptz[], $5::text[]) AS u(chunk_index, run_at, workload)
@@ -50,7 +67,19 @@ UPDATE jobs j
 SET run_at = CASE WHEN (SELECT count(*) FROM delayed) = $6::int THEN (SELECT min(run_after) FROM delayed) END,
     finalizer_workload = $7, finalizer_parameters = $8::jsonb, finalizer_on_failure = coalesce($9::boolean, false)
 WHERE j.id = $1
-RETURNING j.*, (SELECT count(*) FROM due_now) AS notified`;
+RETURNING j.*, (SELECT count(*) FROM due_now) AS notified`,
+  (p) => [
+    p.jobId,
+    p.runAt,
+    p.chunkIndexes,
+    p.runAts,
+    p.workloads,
+    p.taskCount,
+    p.finalizerWorkload,
+    p.finalizerParameters,
+    p.finalizerOnFailure,
+  ],
+);
 
 /** Whether a CreateJob needs DELAY_JOB: a run_at anywhere, or a finalizer. */
 export function needsDelayJob(job: NormalizedCreateJob): boolean {
@@ -65,37 +94,38 @@ export function isDelayed(job: NormalizedCreateJob): boolean {
 /** DELAY_JOB on `c`, in the caller's transaction; the job's row as it now is. */
 export async function delayJob(c: pg.PoolClient, jobId: string, job: NormalizedCreateJob): Promise<JobRow> {
   const timed = job.tasks.filter((t) => t.runAt !== undefined || job.runAt !== undefined);
-  const { rows } = await c.query({
-    name: "leasehold_delay_job",
-    text: DELAY_JOB,
-    values: [
-      jobId,
-      job.runAt ?? null,
-      timed.map((t) => t.chunkIndex),
-      timed.map((t) => t.runAt ?? null),
-      timed.map((t) => t.workload),
-      job.tasks.length,
-      job.finalizer?.workload ?? null,
-      job.finalizer ? JSON.stringify(job.finalizer.parameters) : null,
-      job.finalizer?.runOnFailure ?? null,
-    ],
+  return DELAY_JOB.one(c, {
+    jobId,
+    runAt: job.runAt ?? null,
+    chunkIndexes: timed.map((t) => t.chunkIndex),
+    runAts: timed.map((t) => t.runAt ?? null),
+    workloads: timed.map((t) => t.workload),
+    taskCount: job.tasks.length,
+    finalizerWorkload: job.finalizer?.workload ?? null,
+    finalizerParameters: job.finalizer ? JSON.stringify(job.finalizer.parameters) : null,
+    finalizerOnFailure: job.finalizer?.runOnFailure ?? null,
   });
-  return rows[0] as JobRow;
 }
 
 // Milliseconds from the database's now() to the earliest due time recorded (null: none).
-export const NEXT_DUE = `SELECT (extract(epoch FROM min(run_at) - now()) * 1000)::float8 AS in_ms FROM due_wakeups`;
+export const NEXT_DUE = defineQuery<NoParams, { in_ms: number | null }>(
+  "leasehold_next_due",
+  `SELECT (extract(epoch FROM min(run_at) - now()) * 1000)::float8 AS in_ms FROM due_wakeups`,
+);
 
 /*
  * The due rows, deleted, and their wake-ups sent (at commit, when the tasks are claimable by every
  * later statement's now()). A row another coordinator is deleting is waited for and then gone.
  */
-export const FIRE_DUE = `
+export const FIRE_DUE = defineQuery<NoParams, { notified: string }>(
+  "leasehold_fire_due",
+  `
 WITH due AS (
   DELETE FROM due_wakeups WHERE run_at <= now() RETURNING workload, tasks
 )
 SELECT count(pg_notify('${NOTIFY_CHANNEL}', d.workload || ':' || d.n)) AS notified
-FROM (SELECT workload, sum(tasks) AS n FROM due GROUP BY workload) d`;
+FROM (SELECT workload, sum(tasks) AS n FROM due GROUP BY workload) d`,
+);
 
 /** Longest a firing may take, so a stuck database never holds a pooled connection for long. */
 const FIRE_DEADLINE_MS = 5000;
@@ -122,9 +152,8 @@ export class DueWakes {
 
   /** Reads the earliest due time on `c` (or a pooled client) and arms the timer for it, if sooner than the one set. */
   async refresh(c?: pg.PoolClient, signal?: AbortSignal): Promise<void> {
-    const read = (q: pg.PoolClient) => q.query({ name: "leasehold_next_due", text: NEXT_DUE });
-    const { rows } = c ? await read(c) : await withClient(this.pool, signal, read);
-    const inMs = rows[0]?.in_ms as number | null;
+    const read = (q: pg.PoolClient) => NEXT_DUE.maybe(q);
+    const inMs = (c ? await read(c) : await withClient(this.pool, signal, read))?.in_ms;
     if (inMs !== null && inMs !== undefined) this.arm(Date.now() + Math.max(inMs, 0));
   }
 
@@ -158,7 +187,7 @@ export class DueWakes {
       return;
     }
     this.firing = withClient(this.pool, AbortSignal.timeout(FIRE_DEADLINE_MS), async (c) => {
-      await c.query({ name: "leasehold_fire_due", text: FIRE_DUE });
+      await FIRE_DUE.run(c);
       // The next one; a due time this coordinator's clock reached before the database's is still
       // there, and read again in MIN_DELAY_MS.
       await this.refresh(c);

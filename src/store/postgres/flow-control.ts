@@ -11,6 +11,7 @@ import { requireWorkloadName } from "../../queue/validation.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
+import { defineQuery } from "./query.js";
 import { toWorkload, type WorkloadRow } from "./rows.js";
 
 /** Wakes this many parked claims of a workload when it is resumed or a key's cap changes: all of them. */
@@ -92,27 +93,59 @@ WHERE t.id = $1`;
 // Wakes the claims parked on workloads whose tasks stopped holding a slot (any coordinator).
 const NOTIFY_FREED = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':1') FROM unnest($1::text[]) AS w`;
 
+const pauseWorkloadQuery = defineQuery<{ name: string }, WorkloadRow>(null, PAUSE_WORKLOAD, (p) => [p.name]);
+const resumeWorkloadQuery = defineQuery<{ name: string }, WorkloadRow>(null, RESUME_WORKLOAD, (p) => [p.name]);
+const putKeyLimitQuery = defineQuery<
+  { name: string; key: string; maxLeased: number },
+  { workload: string; key: string; max_leased: number }
+>(null, PUT_KEY_LIMIT, (p) => [p.name, p.key, p.maxLeased]);
+const selectFlowWorkloads = defineQuery<Record<never, never>, { name: string }>(null, SELECT_FLOW_WORKLOADS);
+const flowRefusals = defineQuery<
+  { workloads: string[] },
+  { name: string; paused: boolean; cap_full: boolean; rate_wait_ms: number | null }
+>("leasehold_flow_refusals", FLOW_REFUSALS, (p) => [p.workloads]);
+const recordSightings = defineQuery<{ workloads: string[]; labels: string }>("leasehold_record_sightings", RECORD_SIGHTINGS, (p) => [
+  p.workloads,
+  p.labels,
+]);
+interface WaitingFactsRow {
+  now: Date;
+  run_after: Date;
+  paused: boolean;
+  max_leased: number | null;
+  concurrency_key: string;
+  required_labels: Labels | null;
+  leased: number;
+  key_cap: number | null;
+  key_leased: number;
+  next_token_at: Date | null;
+  workers_seen: boolean;
+  labels_seen: boolean;
+}
+const waitingFacts = defineQuery<{ taskId: string }, WaitingFactsRow>(null, WAITING_FACTS, (p) => [p.taskId]);
+const notifyFreed = defineQuery<{ workloads: string[] }>(null, NOTIFY_FREED, (p) => [p.workloads]);
+
 export async function pauseWorkload(ctx: StoreContext, name: string, opts: CallOptions): Promise<Workload> {
   const n = requireWorkloadName("name", name);
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(PAUSE_WORKLOAD, [n]));
-  if (rows.length === 0) throw new NotFoundError("workload", n, "name");
+  const row = await withClient(ctx.pool, opts.signal, (c) => pauseWorkloadQuery.maybe(c, { name: n }));
+  if (!row) throw new NotFoundError("workload", n, "name");
   ctx.flow.workloads.mark(n, true);
-  return toWorkload(rows[0] as WorkloadRow);
+  return toWorkload(row);
 }
 
 export async function resumeWorkload(ctx: StoreContext, name: string, opts: CallOptions): Promise<Workload> {
   const n = requireWorkloadName("name", name);
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(RESUME_WORKLOAD, [n]));
-  if (rows.length === 0) throw new NotFoundError("workload", n, "name");
-  return toWorkload(rows[0] as WorkloadRow);
+  const row = await withClient(ctx.pool, opts.signal, (c) => resumeWorkloadQuery.maybe(c, { name: n }));
+  if (!row) throw new NotFoundError("workload", n, "name");
+  return toWorkload(row);
 }
 
 export async function putKeyLimit(ctx: StoreContext, input: PutKeyLimitInput, opts: CallOptions): Promise<KeyLimit> {
   const limit = validatePutKeyLimit(input, requireWorkloadName);
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(PUT_KEY_LIMIT, [limit.name, limit.key, limit.maxLeased]));
-  if (rows.length === 0) throw new NotFoundError("workload", limit.name, "name");
+  const row = await withClient(ctx.pool, opts.signal, (c) => putKeyLimitQuery.maybe(c, limit));
+  if (!row) throw new NotFoundError("workload", limit.name, "name");
   ctx.flow.workloads.mark(limit.name, true);
-  return { name: rows[0].workload as string, key: rows[0].key as string, maxLeased: rows[0].max_leased as number };
+  return { name: row.workload, key: row.key, maxLeased: row.max_leased };
 }
 
 /**
@@ -120,13 +153,13 @@ export async function putKeyLimit(ctx: StoreContext, input: PutKeyLimitInput, op
  * rate limit had no token, opts.claimRetryAfterMs says when the next is due (the long poll waits that long).
  */
 export async function explainRefusal(ctx: StoreContext, c: pg.PoolClient, workloads: string[], opts: CallOptions): Promise<void> {
-  const { rows } = await c.query({ name: "leasehold_flow_refusals", text: FLOW_REFUSALS, values: [workloads] });
+  const rows = await flowRefusals.run(c, { workloads });
   let wait = Infinity;
   for (const r of rows) {
-    if (r.cap_full) ctx.options.observer?.claimRefused?.(r.name as string, "cap");
+    if (r.cap_full) ctx.options.observer?.claimRefused?.(r.name, "cap");
     if (r.rate_wait_ms !== null) {
-      ctx.options.observer?.claimRefused?.(r.name as string, "rate");
-      wait = Math.min(wait, r.rate_wait_ms as number);
+      ctx.options.observer?.claimRefused?.(r.name, "rate");
+      wait = Math.min(wait, r.rate_wait_ms);
     }
   }
   if (Number.isFinite(wait)) opts.claimRetryAfterMs = Math.max(1, wait);
@@ -139,7 +172,7 @@ export async function explainRefusal(ctx: StoreContext, c: pg.PoolClient, worklo
 export function freedSlots(ctx: StoreContext, workloads: readonly string[]): void {
   const capped = [...new Set(workloads)].filter((w) => ctx.flow.workloads.any([w]));
   if (capped.length === 0) return;
-  ctx.pool.query(NOTIFY_FREED, [capped]).catch(() => {});
+  notifyFreed.run(ctx.pool, { workloads: capped }).catch(() => {});
 }
 
 /** What the store keeps for flow control. */
@@ -151,22 +184,21 @@ export interface FlowState {
 /** Why a pending task waits; undefined for a task that is not pending. */
 export async function waitingOf(c: pg.PoolClient, task: Task): Promise<Waiting | undefined> {
   if (task.status !== "pending") return undefined;
-  const { rows } = await c.query(WAITING_FACTS, [task.id]);
-  const r = rows[0];
+  const r = await waitingFacts.maybe(c, { taskId: task.id });
   if (!r) return undefined;
   const facts: WaitingFacts = {
-    runAfter: r.run_after as Date,
-    now: r.now as Date,
-    paused: r.paused as boolean,
-    maxLeased: (r.max_leased as number | null) ?? null,
-    leased: r.leased as number,
-    concurrencyKey: r.concurrency_key as string,
-    keyCap: (r.key_cap as number | null) ?? null,
-    keyLeased: r.key_leased as number,
-    nextTokenAt: (r.next_token_at as Date | null) ?? null,
-    workersSeen: r.workers_seen as boolean,
-    requiredLabels: (r.required_labels as Labels | null) ?? null,
-    labelsSeen: r.labels_seen as boolean,
+    runAfter: r.run_after,
+    now: r.now,
+    paused: r.paused,
+    maxLeased: r.max_leased ?? null,
+    leased: r.leased,
+    concurrencyKey: r.concurrency_key,
+    keyCap: r.key_cap ?? null,
+    keyLeased: r.key_leased,
+    nextTokenAt: r.next_token_at ?? null,
+    workersSeen: r.workers_seen,
+    requiredLabels: r.required_labels ?? null,
+    labelsSeen: r.labels_seen,
   };
   return waitingReason(facts);
 }
@@ -188,7 +220,7 @@ export class WorkerSightings {
     this.last.set(key, now);
     if (this.last.size > 10_000) this.last.clear();
     try {
-      await c.query({ name: "leasehold_record_sightings", text: RECORD_SIGHTINGS, values: [workloads, labels] });
+      await recordSightings.run(c, { workloads, labels });
     } catch (err) {
       // A lost sighting only makes a waiting reason less precise; the claim stands.
       this.last.delete(key);
@@ -208,10 +240,10 @@ export class FlowWorkloads {
   /** Whether any of these is flow-controlled (refreshing the view in the background when it is old). */
   any(workloads: readonly string[]): boolean {
     if (Date.now() - this.readAt > FLOW_REFRESH_MS && !this.reading) {
-      this.reading = this.pool
-        .query(SELECT_FLOW_WORKLOADS)
-        .then(({ rows }) => {
-          this.names = new Set(rows.map((r) => r.name as string));
+      this.reading = selectFlowWorkloads
+        .run(this.pool)
+        .then((rows) => {
+          this.names = new Set(rows.map((r) => r.name));
           this.readAt = Date.now();
         })
         .catch(() => {})

@@ -11,10 +11,11 @@ import { requireUuid } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
 import { JOB_EXISTS } from "./jobs.js";
-import { toJobEvent, toTask } from "./rows.js";
+import { defineQuery } from "./query.js";
+import { toJobEvent, toTask, type JobEventRow, type TaskRow } from "./rows.js";
 import { waitingOf } from "./flow-control.js";
 
-export const SELECT_TASK = `SELECT * FROM tasks WHERE id = $1`;
+export const SELECT_TASK = defineQuery<{ taskId: string }, TaskRow>(null, `SELECT * FROM tasks WHERE id = $1`, (p) => [p.taskId]);
 
 /*
  * ListTasks, keyset-paginated on chunk_index. One variant per index, as for ListJobs (generic
@@ -28,9 +29,19 @@ SELECT * FROM tasks
 WHERE job_id = $1 AND chunk_index > $2 ${statusFilter}
 ORDER BY chunk_index
 LIMIT $3`;
-export const LIST_TASKS = tasksPage("");
-export const LIST_TASKS_BY_STATUS = tasksPage("AND status = $4::task_status");
-export const LIST_FAILED_TASKS = tasksPage("AND status = 'failed'");
+interface TasksPage {
+  jobId: string;
+  afterChunk: number;
+  limit: number;
+}
+const pageValues = (p: TasksPage) => [p.jobId, p.afterChunk, p.limit];
+export const LIST_TASKS = defineQuery<TasksPage, TaskRow>(null, tasksPage(""), pageValues);
+export const LIST_TASKS_BY_STATUS = defineQuery<TasksPage & { status: Task["status"] }, TaskRow>(
+  null,
+  tasksPage("AND status = $4::task_status"),
+  (p) => [...pageValues(p), p.status],
+);
+export const LIST_FAILED_TASKS = defineQuery<TasksPage, TaskRow>(null, tasksPage("AND status = 'failed'"), pageValues);
 
 /*
  * The events the attempts of some of a job's tasks are told from: every status change, and the
@@ -39,7 +50,9 @@ export const LIST_FAILED_TASKS = tasksPage("AND status = 'failed'");
  * index on task_id would serve it better but cost every claim and completion a second index
  * write (the primary key on id measured ~8% of throughput). $1 job id, $2 task ids.
  */
-export const TASK_ATTEMPT_EVENTS = `
+export const TASK_ATTEMPT_EVENTS = defineQuery<{ jobId: string; taskIds: string[] }, JobEventRow>(
+  null,
+  `
 SELECT * FROM (
   (SELECT * FROM task_events
    WHERE job_id = $1 AND task_id = ANY($2::uuid[]) AND kind = 'task_status')
@@ -48,23 +61,22 @@ SELECT * FROM (
    WHERE job_id = $1 AND task_id = ANY($2::uuid[]) AND kind = 'task_progress'
    ORDER BY task_id, attempt, id DESC)
 ) e
-ORDER BY id`;
+ORDER BY id`,
+  (p) => [p.jobId, p.taskIds],
+);
 
 export async function listTasks(ctx: StoreContext, input: ListTasksInput, opts: CallOptions): Promise<ListTasksResult> {
   const q = validateListTasks(input);
   return withClient(ctx.pool, opts.signal, async (c) => {
     // One row past the page tells whether another page exists.
-    const values = [q.jobId, q.afterChunk, q.pageSize + 1];
-    const { rows } =
+    const p = { jobId: q.jobId, afterChunk: q.afterChunk, limit: q.pageSize + 1 };
+    const rows =
       q.status === null
-        ? await c.query(LIST_TASKS, values)
+        ? await LIST_TASKS.run(c, p)
         : q.status === "failed"
-          ? await c.query(LIST_FAILED_TASKS, values)
-          : await c.query(LIST_TASKS_BY_STATUS, [...values, q.status]);
-    if (rows.length === 0) {
-      const { rows: found } = await c.query(JOB_EXISTS, [q.jobId]);
-      if (!found[0].found) throw new NotFoundError("job", q.jobId);
-    }
+          ? await LIST_FAILED_TASKS.run(c, p)
+          : await LIST_TASKS_BY_STATUS.run(c, { ...p, status: q.status });
+    if (rows.length === 0 && !(await JOB_EXISTS.one(c, { jobId: q.jobId })).found) throw new NotFoundError("job", q.jobId);
     const page = rows.slice(0, q.pageSize).map(toTask);
     return {
       tasks: await withAttempts(c, q.jobId, page),
@@ -87,7 +99,7 @@ export async function getTask(ctx: StoreContext, taskId: string, opts: CallOptio
 /** Tasks of one job with their attempts, from one read of the job's events. */
 async function withAttempts(c: pg.PoolClient, jobId: string, tasks: Task[]): Promise<TaskDetail[]> {
   if (tasks.length === 0) return [];
-  const { rows } = await c.query(TASK_ATTEMPT_EVENTS, [jobId, tasks.map((t) => t.id)]);
+  const rows = await TASK_ATTEMPT_EVENTS.run(c, { jobId, taskIds: tasks.map((t) => t.id) });
   const byTask = new Map<string, JobEvent[]>();
   for (const r of rows) {
     const e = toJobEvent(r);
@@ -99,7 +111,7 @@ async function withAttempts(c: pg.PoolClient, jobId: string, tasks: Task[]): Pro
 }
 
 export async function loadTask(c: pg.PoolClient, taskId: string): Promise<Task> {
-  const { rows } = await c.query(SELECT_TASK, [taskId]);
-  if (rows.length === 0) throw new NotFoundError("task", taskId);
-  return toTask(rows[0]);
+  const row = await SELECT_TASK.maybe(c, { taskId });
+  if (!row) throw new NotFoundError("task", taskId);
+  return toTask(row);
 }

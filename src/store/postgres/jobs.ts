@@ -9,6 +9,7 @@ import type {
   Job,
   JobFailure,
   JobStatusResult,
+  JsonObject,
   ListCompletedResultsInput,
   ListCompletedResultsResult,
   ListJobsInput,
@@ -22,36 +23,70 @@ import { LIMITS, requireUuid, validateCancel, validateRetryJob } from "../../que
 import { NOTIFY_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { inTransaction, withClient } from "./db.js";
-import { toJob } from "./rows.js";
+import { defineQuery } from "./query.js";
+import { toJob, type JobRow, type TaskRow } from "./rows.js";
 import { JOB_LOCK } from "./settle.js";
 import { emptyCounts } from "./task-stats.js";
 
-export const SELECT_JOB = `SELECT *, run_at > now() AS run_at_ahead FROM jobs WHERE id = $1`;
+type JobId = { jobId: string };
+const jobIdValue = (p: JobId) => [p.jobId];
 
-export const COUNT_JOB_TASKS = `SELECT status, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY status`;
+export const SELECT_JOB = defineQuery<JobId, JobRow>(null, `SELECT *, run_at > now() AS run_at_ahead FROM jobs WHERE id = $1`, jobIdValue);
+
+export const COUNT_JOB_TASKS = defineQuery<JobId, { status: keyof TaskCounts; n: number }>(
+  null,
+  `SELECT status, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY status`,
+  jobIdValue,
+);
+
+/** A completed task's result: a completed task always has one (only CompleteTask completes a task). */
+interface CompletedResultRow {
+  chunk_index: number;
+  id: string;
+  result_uri: string;
+  result_sha256: string;
+  metrics: JsonObject | null;
+  completed_at: Date;
+}
 
 // Keyset pagination on (job_id, chunk_index): the unique index returns each page in chunk order.
-export const LIST_COMPLETED_RESULTS = `
+export const LIST_COMPLETED_RESULTS = defineQuery<{ jobId: string; afterChunk: number; limit: number }, CompletedResultRow>(
+  null,
+  `
 SELECT chunk_index, id, result_uri, result_sha256, metrics, completed_at
 FROM tasks
 WHERE job_id = $1 AND chunk_index > $2 AND status = 'completed'
 ORDER BY chunk_index
-LIMIT $3`;
+LIMIT $3`,
+  (p) => [p.jobId, p.afterChunk, p.limit],
+);
 
-export const JOB_EXISTS = `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1) AS found`;
+export const JOB_EXISTS = defineQuery<JobId, { found: boolean }>(
+  null,
+  `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1) AS found`,
+  jobIdValue,
+);
 
 // Cancel: tasks first, then the job, the same lock order as the claim (tasks, then job), so a
 // cancel racing a claim cannot deadlock; the job's final event is then the transaction's last. A
 // leased task keeps its lease (owner, attempt, lease_expires_at): its result is still accepted
 // until the lease would have expired (late-result.ts).
-export const CANCEL_JOB_TASKS = `
+export const CANCEL_JOB_TASKS = defineQuery<JobId>(
+  null,
+  `
 UPDATE tasks SET status = 'cancelled', completed_at = now(), version = version + 1
-WHERE job_id = $1 AND status IN ('pending', 'leased')`;
+WHERE job_id = $1 AND status IN ('pending', 'leased')`,
+  jobIdValue,
+);
 
-export const CANCEL_JOB = `
+export const CANCEL_JOB = defineQuery<{ jobId: string; reason: string | null }, JobRow>(
+  null,
+  `
 UPDATE jobs SET status = 'cancelled', cancel_reason = $2, completed_at = now(), updated_at = now()
 WHERE id = $1 AND status IN ('pending', 'running')
-RETURNING *`;
+RETURNING *`,
+  (p) => [p.jobId, p.reason],
+);
 
 /*
  * RetryJob: a failed or cancelled job's failed and cancelled tasks go back to pending with a fresh
@@ -62,7 +97,9 @@ RETURNING *`;
  * is pending again, or running when some of its tasks have run. Claimable work wakes long polls.
  * $1 job id, $2 fresh attempts (null: the workload's max_attempts), $3 attempt cap.
  */
-export const RETRY_JOB = `
+export const RETRY_JOB = defineQuery<{ jobId: string; maxAttempts: number | null; attemptCap: number }, JobRow & { retried_tasks: number }>(
+  null,
+  `
 WITH retried AS (
   UPDATE tasks t
   SET status = 'pending',
@@ -83,7 +120,9 @@ WITH retried AS (
 ), woken AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM retried GROUP BY workload
 )
-SELECT job.*, (SELECT count(*) FROM retried)::int AS retried_tasks, (SELECT count(*) FROM woken) AS notified FROM job`;
+SELECT job.*, (SELECT count(*) FROM retried)::int AS retried_tasks, (SELECT count(*) FROM woken) AS notified FROM job`,
+  (p) => [p.jobId, p.maxAttempts, p.attemptCap],
+);
 
 /*
  * ListJobs, newest first, keyset-paginated on (created_at, id): one variant per index
@@ -98,30 +137,62 @@ FROM jobs
 WHERE ${statusFilter} (created_at, id) < ($1::timestamptz, $2::uuid) AND ($4::text = '' OR workload = $4)
 ORDER BY created_at DESC, id DESC
 LIMIT $3`;
-export const LIST_JOBS = jobsPage("");
-export const LIST_JOBS_BY_STATUS = jobsPage("status = $5::job_status AND");
+interface JobsPage {
+  afterCreatedAt: string;
+  afterId: string;
+  limit: number;
+  /** '' for any */
+  workload: string;
+}
+type JobsPageRow = JobRow & { created_at_cursor: string };
+const jobsPageValues = (p: JobsPage) => [p.afterCreatedAt, p.afterId, p.limit, p.workload];
+export const LIST_JOBS = defineQuery<JobsPage, JobsPageRow>(null, jobsPage(""), jobsPageValues);
+export const LIST_JOBS_BY_STATUS = defineQuery<JobsPage & { status: string }, JobsPageRow>(
+  null,
+  jobsPage("status = $5::job_status AND"),
+  (p) => [...jobsPageValues(p), p.status],
+);
 // A scheduled job is stored as pending with its run_at ahead (the delayed_finalizer migration):
 // the filters for either tell them apart by run_at, through jobs_status_created_idx all the same.
-export const LIST_JOBS_SCHEDULED = jobsPage("status = 'pending' AND run_at > now() AND");
-export const LIST_JOBS_PENDING = jobsPage("status = 'pending' AND (run_at IS NULL OR run_at <= now()) AND");
+export const LIST_JOBS_SCHEDULED = defineQuery<JobsPage, JobsPageRow>(
+  null,
+  jobsPage("status = 'pending' AND run_at > now() AND"),
+  jobsPageValues,
+);
+export const LIST_JOBS_PENDING = defineQuery<JobsPage, JobsPageRow>(
+  null,
+  jobsPage("status = 'pending' AND (run_at IS NULL OR run_at <= now()) AND"),
+  jobsPageValues,
+);
 // A schedule's jobs through jobs_schedule_created_idx; $5 the schedule, $6 the status filter as
 // ListJobs names it (null: any), scheduled and pending told apart by run_at as above.
-export const LIST_JOBS_BY_SCHEDULE = jobsPage(`schedule_name = $5 AND ($6::text IS NULL OR CASE $6::text
+export const LIST_JOBS_BY_SCHEDULE = defineQuery<JobsPage & { schedule: string; status: string | null }, JobsPageRow>(
+  null,
+  jobsPage(`schedule_name = $5 AND ($6::text IS NULL OR CASE $6::text
     WHEN 'scheduled' THEN status = 'pending' AND run_at > now()
     WHEN 'pending' THEN status = 'pending' AND (run_at IS NULL OR run_at <= now())
-    ELSE status::text = $6::text END) AND`);
+    ELSE status::text = $6::text END) AND`),
+  (p) => [...jobsPageValues(p), p.schedule, p.status],
+);
 
 /*
  * The task that failed a failed job: its failed task (the first to fail, should two have failed in
  * concurrent transactions), through tasks_job_failed_idx. lease_owner is kept when a task fails,
  * so it names the worker of the last attempt.
  */
-export const JOB_FAILURE = `
+export const JOB_FAILURE = defineQuery<
+  JobId,
+  Pick<TaskRow, "id" | "chunk_index" | "error_code" | "error_message" | "attempt" | "lease_owner" | "completed_at">
+>(
+  null,
+  `
 SELECT id, chunk_index, error_code, error_message, attempt, lease_owner, completed_at
 FROM tasks
 WHERE job_id = $1 AND status = 'failed'
 ORDER BY completed_at, chunk_index
-LIMIT 1`;
+LIMIT 1`,
+  jobIdValue,
+);
 
 export async function getJobStatus(ctx: StoreContext, jobId: string, opts: CallOptions): Promise<JobStatusResult> {
   const id = requireUuid("job_id", jobId);
@@ -129,13 +200,13 @@ export async function getJobStatus(ctx: StoreContext, jobId: string, opts: CallO
 }
 
 export async function readJobStatus(c: pg.PoolClient, id: string): Promise<JobStatusResult> {
-  const { rows } = await c.query(SELECT_JOB, [id]);
-  if (rows.length === 0) throw new NotFoundError("job", id);
-  const { rows: counts } = await c.query(COUNT_JOB_TASKS, [id]);
+  const row = await SELECT_JOB.maybe(c, { jobId: id });
+  if (!row) throw new NotFoundError("job", id);
+  const counts = await COUNT_JOB_TASKS.run(c, { jobId: id });
   const taskCounts = emptyCounts();
-  for (const r of counts) taskCounts[r.status as keyof TaskCounts] = r.n as number;
-  const totalTasks = counts.reduce((n, r) => n + (r.n as number), 0);
-  const job = toJob(rows[0]);
+  for (const r of counts) taskCounts[r.status] = r.n;
+  const totalTasks = counts.reduce((n, r) => n + r.n, 0);
+  const job = toJob(row);
   const failure = job.status === "failed" ? await readJobFailure(c, id) : null;
   return { job, taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks, failure };
 }
@@ -148,11 +219,8 @@ export async function listCompletedResults(
   const q = validateListResults(input);
   return withClient(ctx.pool, opts.signal, async (c) => {
     // One row past the page tells whether another page exists.
-    const { rows } = await c.query(LIST_COMPLETED_RESULTS, [q.jobId, q.afterChunk, q.pageSize + 1]);
-    if (rows.length === 0) {
-      const { rows: found } = await c.query(JOB_EXISTS, [q.jobId]);
-      if (!found[0].found) throw new NotFoundError("job", q.jobId);
-    }
+    const rows = await LIST_COMPLETED_RESULTS.run(c, { jobId: q.jobId, afterChunk: q.afterChunk, limit: q.pageSize + 1 });
+    if (rows.length === 0 && !(await JOB_EXISTS.one(c, { jobId: q.jobId })).found) throw new NotFoundError("job", q.jobId);
     const page = rows.slice(0, q.pageSize);
     return {
       results: page.map((r) => ({
@@ -172,17 +240,16 @@ export async function cancelJob(ctx: StoreContext, input: CancelJobInput, opts: 
   const cancel = validateCancel(input);
   return inTransaction(ctx.pool, opts.signal, async (c) => {
     // One at a time with the job's settles (settle.ts): both cancel its unfinished tasks.
-    await c.query({ name: "leasehold_job_lock", text: JOB_LOCK, values: [cancel.jobId] });
-    const { rows: existing } = await c.query(SELECT_JOB, [cancel.jobId]);
-    if (existing.length === 0) throw new NotFoundError("job", cancel.jobId);
+    await JOB_LOCK.run(c, { jobId: cancel.jobId });
+    const existing = await SELECT_JOB.maybe(c, { jobId: cancel.jobId });
+    if (!existing) throw new NotFoundError("job", cancel.jobId);
     // A finished job stays as it is: cancelling it again (or after it ended) is a no-op.
-    if (!["pending", "running"].includes(existing[0].status)) return toJob(existing[0]);
-    await c.query(CANCEL_JOB_TASKS, [cancel.jobId]);
-    const { rows } = await c.query(CANCEL_JOB, [cancel.jobId, cancel.reason]);
-    if (rows.length === 1) return toJob(rows[0]);
+    if (existing.status !== "pending" && existing.status !== "running") return toJob(existing);
+    await CANCEL_JOB_TASKS.run(c, { jobId: cancel.jobId });
+    const cancelled = await CANCEL_JOB.maybe(c, { jobId: cancel.jobId, reason: cancel.reason });
+    if (cancelled) return toJob(cancelled);
     // It finished between our read and our update; report what it is now.
-    const { rows: now } = await c.query(SELECT_JOB, [cancel.jobId]);
-    return toJob(now[0]);
+    return toJob(await SELECT_JOB.one(c, { jobId: cancel.jobId }));
   });
 }
 
@@ -190,12 +257,12 @@ export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: Ca
   const r = validateRetryJob(input);
   return inTransaction(ctx.pool, opts.signal, async (c) => {
     // One at a time with the job's settles and cancels (settle.ts).
-    await c.query({ name: "leasehold_job_lock", text: JOB_LOCK, values: [r.jobId] });
-    const { rows } = await c.query(RETRY_JOB, [r.jobId, r.maxAttempts, LIMITS.attempt.max]);
-    if (rows.length === 1) return { job: toJob(rows[0]), retriedTasks: rows[0].retried_tasks as number };
-    const { rows: jobs } = await c.query(SELECT_JOB, [r.jobId]);
-    if (jobs.length === 0) throw new NotFoundError("job", r.jobId);
-    const status = jobs[0].status as string;
+    await JOB_LOCK.run(c, { jobId: r.jobId });
+    const retried = await RETRY_JOB.maybe(c, { jobId: r.jobId, maxAttempts: r.maxAttempts, attemptCap: LIMITS.attempt.max });
+    if (retried) return { job: toJob(retried), retriedTasks: retried.retried_tasks };
+    const job = await SELECT_JOB.maybe(c, { jobId: r.jobId });
+    if (!job) throw new NotFoundError("job", r.jobId);
+    const status = job.status;
     if (status === "completed") {
       throw new FailedPreconditionError(
         `job ${r.jobId} is completed with no failed task: only a failed or cancelled job, or a completed one with failed tasks, can be retried`,
@@ -213,42 +280,41 @@ export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: Ca
 export async function listJobs(ctx: StoreContext, input: ListJobsInput, opts: CallOptions): Promise<ListJobsResult> {
   const q = validateListJobs(input);
   // One row past the page tells whether another page exists.
-  const values: unknown[] = [
-    q.after?.createdAt ?? "infinity",
-    q.after?.id ?? "ffffffff-ffff-ffff-ffff-ffffffffffff",
-    q.pageSize + 1,
-    q.workload ?? "",
-  ];
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) =>
+  const p: JobsPage = {
+    afterCreatedAt: q.after?.createdAt ?? "infinity",
+    afterId: q.after?.id ?? "ffffffff-ffff-ffff-ffff-ffffffffffff",
+    limit: q.pageSize + 1,
+    workload: q.workload ?? "",
+  };
+  const rows = await withClient(ctx.pool, opts.signal, (c) =>
     q.scheduleName
-      ? c.query(LIST_JOBS_BY_SCHEDULE, [...values, q.scheduleName, q.status])
+      ? LIST_JOBS_BY_SCHEDULE.run(c, { ...p, schedule: q.scheduleName, status: q.status })
       : q.status === "scheduled"
-        ? c.query(LIST_JOBS_SCHEDULED, values)
+        ? LIST_JOBS_SCHEDULED.run(c, p)
         : q.status === "pending"
-          ? c.query(LIST_JOBS_PENDING, values)
+          ? LIST_JOBS_PENDING.run(c, p)
           : q.status
-            ? c.query(LIST_JOBS_BY_STATUS, [...values, q.status])
-            : c.query(LIST_JOBS, values),
+            ? LIST_JOBS_BY_STATUS.run(c, { ...p, status: q.status })
+            : LIST_JOBS.run(c, p),
   );
   const page = rows.slice(0, q.pageSize);
   const last = page[page.length - 1];
   return {
     jobs: page.map(toJob),
-    nextPageToken: rows.length > q.pageSize ? encodeJobsPageToken(last.created_at_cursor as string, last.id as string) : "",
+    nextPageToken: rows.length > q.pageSize ? encodeJobsPageToken(last.created_at_cursor, last.id) : "",
   };
 }
 
 async function readJobFailure(c: pg.PoolClient, jobId: string): Promise<JobFailure | null> {
-  const { rows } = await c.query(JOB_FAILURE, [jobId]);
-  const r = rows[0];
+  const r = await JOB_FAILURE.maybe(c, { jobId });
   if (!r) return null;
   return {
-    taskId: r.id as string,
-    chunkIndex: r.chunk_index as number,
-    errorCode: (r.error_code as string | null) ?? null,
-    errorMessage: (r.error_message as string | null) ?? null,
-    attempt: r.attempt as number,
-    workerId: (r.lease_owner as string | null) ?? null,
-    failedAt: (r.completed_at as Date | null) ?? null,
+    taskId: r.id,
+    chunkIndex: r.chunk_index,
+    errorCode: r.error_code ?? null,
+    errorMessage: r.error_message ?? null,
+    attempt: r.attempt,
+    workerId: r.lease_owner ?? null,
+    failedAt: r.completed_at ?? null,
   };
 }

@@ -11,6 +11,8 @@ import type { ExpireLeasesResult } from "../../queue/types.js";
 import { countBy } from "./arrays.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import { inTransaction, withClient } from "./db.js";
+import { defineQuery, type NoParams } from "./query.js";
+import type { TaskRow } from "./rows.js";
 import { settleJobs, UNSETTLED_JOBS, UNSETTLED_JOBS_DUE } from "./settle.js";
 
 export interface LeaseReaperConfig {
@@ -29,17 +31,22 @@ export const LEASE_REAPER_DEFAULTS = { batchSize: 1000 } as const;
  * predicates of those statements, through the same indexes; the work itself still runs with
  * SKIP LOCKED, so a probe that is stale by the time the work runs costs nothing but that statement.
  */
-export const REAPER_DUE = `
+export const REAPER_DUE = defineQuery<NoParams, { leases: boolean; stalled_jobs: boolean }>(
+  "leasehold_reaper_due",
+  `
 SELECT
   EXISTS (SELECT 1 FROM tasks WHERE status = 'leased' AND lease_expires_at <= now()) AS leases,
-  ${UNSETTLED_JOBS_DUE} AS stalled_jobs`;
+  ${UNSETTLED_JOBS_DUE} AS stalled_jobs`,
+);
 
 /*
  * The reaper, first half: expired leases back to pending while attempts remain, else failed with
  * lease_expired. SKIP LOCKED lets every coordinator run it at once without waiting on or
  * double-counting each other; the batch bound keeps each transaction short.
  */
-export const EXPIRE_LEASES = `
+export const EXPIRE_LEASES = defineQuery<{ batch: number }, Pick<TaskRow, "id" | "job_id" | "workload" | "status">>(
+  null,
+  `
 WITH expired AS (
   SELECT id FROM tasks
   WHERE status = 'leased' AND lease_expires_at <= now()
@@ -56,12 +63,18 @@ SET status = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' E
     error_message = 'the lease expired before the worker reported a result',
     version = t.version + 1
 WHERE t.id = ANY (ARRAY(SELECT id FROM expired))
-RETURNING t.id, t.job_id, t.workload, t.status`;
+RETURNING t.id, t.job_id, t.workload, t.status`,
+  (p) => [p.batch],
+);
 
 /** Unsettled jobs settled per reaper pass (the safety net; normally there are none). */
 const UNSETTLED_BATCH = 100;
 
-export const NOTIFY_WORKLOADS = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':' || n) FROM unnest($1::text[], $2::int[]) AS x(w, n)`;
+export const NOTIFY_WORKLOADS = defineQuery<{ workloads: string[]; counts: number[] }>(
+  null,
+  `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':' || n) FROM unnest($1::text[], $2::int[]) AS x(w, n)`,
+  (p) => [p.workloads, p.counts],
+);
 
 export class LeaseReaper {
   private readonly batchSize: number;
@@ -78,26 +91,26 @@ export class LeaseReaper {
   /** One pass: every expired lease (in batches), then the stalled jobs. */
   async runOnce(signal: AbortSignal | undefined): Promise<ExpireLeasesResult> {
     const total: ExpireLeasesResult = { requeued: 0, failed: 0 };
-    const due = (await withClient(this.pool, signal, (c) => c.query({ name: "leasehold_reaper_due", text: REAPER_DUE }))).rows[0];
+    const due = await withClient(this.pool, signal, (c) => REAPER_DUE.one(c));
     while (due.leases) {
       const batch = await inTransaction(this.pool, signal, async (c) => {
-        const { rows } = await c.query(EXPIRE_LEASES, [this.batchSize]);
-        const requeued = countBy(rows.filter((r) => r.status === "pending").map((r) => r.workload as string));
-        if (requeued.size > 0) await c.query(NOTIFY_WORKLOADS, [[...requeued.keys()], [...requeued.values()]]);
+        const rows = await EXPIRE_LEASES.run(c, { batch: this.batchSize });
+        const requeued = countBy(rows.filter((r) => r.status === "pending").map((r) => r.workload));
+        if (requeued.size > 0) await NOTIFY_WORKLOADS.run(c, { workloads: [...requeued.keys()], counts: [...requeued.values()] });
         return rows;
       });
       for (const r of batch) total[r.status === "pending" ? "requeued" : "failed"]++;
       // Jobs that lost a task for good, settled once the loss has committed (settle.ts says why).
-      const failedJobs = batch.filter((r) => r.status === "failed").map((r) => r.job_id as string);
+      const failedJobs = batch.filter((r) => r.status === "failed").map((r) => r.job_id);
       if (failedJobs.length > 0) await withClient(this.pool, signal, (c) => settleJobs(c, failedJobs));
       if (batch.length < this.batchSize) break;
     }
     if (due.stalled_jobs) {
       await withClient(this.pool, signal, async (c) => {
-        const { rows } = await c.query(UNSETTLED_JOBS, [UNSETTLED_BATCH]);
+        const rows = await UNSETTLED_JOBS.run(c, { limit: UNSETTLED_BATCH });
         await settleJobs(
           c,
-          rows.map((r) => r.id as string),
+          rows.map((r) => r.id),
         );
       });
     }

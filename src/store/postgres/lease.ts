@@ -11,7 +11,8 @@ import { withClient } from "./db.js";
 import { liveLease } from "./fragments.js";
 import { loadTask } from "./inspection.js";
 import { settleJob } from "./settle.js";
-import { toTask } from "./rows.js";
+import { defineQuery } from "./query.js";
+import { toTask, type TaskRow } from "./rows.js";
 import { freedSlots } from "./flow-control.js";
 
 export const RENEW_LEASE = `
@@ -73,15 +74,55 @@ WITH cur AS (
 )
 SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur`;
 
+/** The fence every write names: the task, the worker that holds it, and the attempt it holds. */
+interface LeaseParams {
+  taskId: string;
+  workerId: string;
+  attempt: number;
+  leaseSeconds: number | null;
+}
+const renewLeaseQuery = defineQuery<LeaseParams, TaskRow>("leasehold_renew_lease", RENEW_LEASE, (p) => [
+  p.taskId,
+  p.workerId,
+  p.attempt,
+  p.leaseSeconds,
+]);
+const reportProgressQuery = defineQuery<
+  LeaseParams & { progress: number; message: string | null; partialResultUri: string | null },
+  TaskRow
+>("leasehold_report_progress", REPORT_PROGRESS, (p) => [
+  p.taskId,
+  p.workerId,
+  p.attempt,
+  p.leaseSeconds,
+  p.progress,
+  p.message,
+  p.partialResultUri,
+]);
+const failTaskQuery = defineQuery<
+  Omit<LeaseParams, "leaseSeconds"> & {
+    errorCode: string;
+    retryable: boolean;
+    errorMessage: string | null;
+    retryAfterSeconds: number | null;
+  },
+  TaskRow
+>("leasehold_fail_task", FAIL_TASK, (p) => [
+  p.taskId,
+  p.workerId,
+  p.attempt,
+  p.errorCode,
+  p.retryable,
+  p.errorMessage,
+  p.retryAfterSeconds,
+]);
+
 export async function renewLease(ctx: StoreContext, input: RenewLeaseInput, opts: CallOptions): Promise<Task> {
   const renew = validateRenew(input);
+  if (ctx.coalescer) return ctx.coalescer.renew(renew, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
-    const { rows } = await c.query({
-      name: "leasehold_renew_lease",
-      text: RENEW_LEASE,
-      values: [renew.taskId, renew.workerId, renew.attempt, renew.leaseSeconds ?? null],
-    });
-    if (rows.length === 1) return toTask(rows[0]);
+    const row = await renewLeaseQuery.maybe(c, { ...renew, leaseSeconds: renew.leaseSeconds ?? null });
+    if (row) return toTask(row);
     throw leaseConflict(await loadTask(c, renew.taskId), renew);
   });
 }
@@ -89,31 +130,29 @@ export async function renewLease(ctx: StoreContext, input: RenewLeaseInput, opts
 export async function reportProgress(ctx: StoreContext, input: ReportProgressInput, opts: CallOptions): Promise<Task> {
   const p = validateReportProgress(input);
   return withClient(ctx.pool, opts.signal, async (c) => {
-    const { rows } = await c.query({
-      name: "leasehold_report_progress",
-      text: REPORT_PROGRESS,
-      values: [p.taskId, p.workerId, p.attempt, p.leaseSeconds ?? null, p.progress, p.message ?? null, p.partialResultUri ?? null],
+    const row = await reportProgressQuery.maybe(c, {
+      ...p,
+      leaseSeconds: p.leaseSeconds ?? null,
+      message: p.message ?? null,
+      partialResultUri: p.partialResultUri ?? null,
     });
-    if (rows.length === 1) return toTask(rows[0]);
+    if (row) return toTask(row);
     throw leaseConflict(await loadTask(c, p.taskId), p);
   });
 }
 
 export async function failTask(ctx: StoreContext, input: FailTaskInput, opts: CallOptions): Promise<Task> {
   const f = validateFail(input);
+  if (ctx.coalescer) return ctx.coalescer.fail(f, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
-    const { rows } = await c.query({
-      name: "leasehold_fail_task",
-      text: FAIL_TASK,
-      values: [f.taskId, f.workerId, f.attempt, f.errorCode, f.retryable, f.errorMessage, f.retryAfterSeconds ?? null],
-    });
-    if (rows.length === 1) {
-      ctx.options.observer?.taskFailed(rows[0].status === "pending");
-      freedSlots(ctx, [rows[0].workload as string]);
-      if (rows[0].status !== "failed") return toTask(rows[0]);
+    const row = await failTaskQuery.maybe(c, { ...f, retryAfterSeconds: f.retryAfterSeconds ?? null });
+    if (row) {
+      ctx.options.observer?.taskFailed(row.status === "pending");
+      freedSlots(ctx, [row.workload]);
+      if (row.status !== "failed") return toTask(row);
       // Failed for good (committed): the job's failure policy decides what becomes of it.
-      await settleJob(c, rows[0].job_id as string);
-      return toTask(rows[0]);
+      await settleJob(c, row.job_id);
+      return toTask(row);
     }
     throw leaseConflict(await loadTask(c, f.taskId), f);
   });

@@ -6,6 +6,7 @@ import type pg from "pg";
 import type { MaintenanceResult } from "../../queue/types.js";
 import { withClient } from "./db.js";
 import { PendingExpiry, type PendingExpiryConfig } from "./pending-expiry.js";
+import { defineQuery } from "./query.js";
 import { Retention, type RetentionConfig } from "./retention.js";
 
 export interface StoreMaintenanceConfig {
@@ -37,6 +38,12 @@ SELECT
     WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1::int)
   )) AS retention`;
 
+const maintenanceDue = defineQuery<{ days: number | null }, { pending: boolean; watchers: boolean; retention: boolean }>(
+  "leasehold_maintenance_due",
+  MAINTENANCE_DUE,
+  (p) => [p.days],
+);
+
 export class StoreMaintenance {
   private readonly pendingExpiry: PendingExpiry;
   private readonly retention: Retention;
@@ -52,11 +59,7 @@ export class StoreMaintenance {
   async runOnce(signal: AbortSignal | undefined): Promise<MaintenanceResult> {
     const result: MaintenanceResult = { expiredPending: 0, deletedJobs: 0 };
     const days = this.retention.days;
-    const due = (
-      await withClient(this.pool, signal, (c) =>
-        c.query({ name: "leasehold_maintenance_due", text: MAINTENANCE_DUE, values: [days ?? null] }),
-      )
-    ).rows[0];
+    const due = await withClient(this.pool, signal, (c) => maintenanceDue.one(c, { days: days ?? null }));
     if (due.pending) result.expiredPending = await this.pendingExpiry.runOnce(signal);
     if (due.watchers) await withClient(this.pool, signal, (c) => c.query(DELETE_EXPIRED_JOB_WATCHERS));
     if (days !== undefined && due.retention) result.deletedJobs = await this.retention.runOnce(signal);

@@ -4,7 +4,8 @@
 
 import type pg from "pg";
 import { inTransaction, withClient } from "./db.js";
-import { FINISH_JOBS_IF_DONE, settleJobs } from "./settle.js";
+import { defineQuery } from "./query.js";
+import { FINISH_JOBS, settleJobs } from "./settle.js";
 
 export interface PendingExpiryConfig {
   /** Expired pending tasks failed per transaction; the pass repeats while batches come back full. */
@@ -23,7 +24,9 @@ export const PENDING_EXPIRY_DEFAULTS = { batchSize: 1000 } as const;
  * migrations/1764490000000_lean_hot_path.sql). No order needed: the caller repeats while batches
  * come back full. $1 batch.
  */
-export const EXPIRE_PENDING = `
+export const EXPIRE_PENDING = defineQuery<{ batch: number }, { id: string; job_id: string }>(
+  null,
+  `
 WITH stale AS (
   SELECT c.id
   FROM workloads w
@@ -42,7 +45,9 @@ SET status = 'failed', completed_at = now(), error_code = 'expired',
     error_message = 'no worker claimed the task within its workload''s max_pending_seconds',
     version = t.version + 1
 WHERE t.id = ANY (ARRAY(SELECT id FROM stale))
-RETURNING t.id, t.job_id`;
+RETURNING t.id, t.job_id`,
+  (p) => [p.batch],
+);
 
 export class PendingExpiry {
   private readonly batchSize: number;
@@ -61,11 +66,11 @@ export class PendingExpiry {
     let total = 0;
     for (;;) {
       const jobs = await inTransaction(this.pool, signal, async (c) => {
-        const { rows } = await c.query(EXPIRE_PENDING, [this.batchSize]);
-        const jobs = [...new Set(rows.map((r) => r.job_id as string))];
+        const rows = await EXPIRE_PENDING.run(c, { batch: this.batchSize });
+        const jobs = [...new Set(rows.map((r) => r.job_id))];
         // A job whose tasks have all ended now ends with them, in this transaction: a job that was
         // never claimed is not running, so the reaper's safety net would not find it.
-        if (jobs.length > 0) await c.query(FINISH_JOBS_IF_DONE, [jobs]);
+        if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
         return { ids: jobs, expired: rows.length };
       });
       // The rest of the failure policy (a fail_fast job past its threshold), after the commit.

@@ -3,14 +3,25 @@
 import type pg from "pg";
 import { openClient } from "./db.js";
 import { pendingMigrations } from "./migrate.js";
+import { defineQuery, type NoParams } from "./query.js";
+
+const DATABASE_EXISTS = defineQuery<{ database: string }, { exists: 1 }>(
+  null,
+  "SELECT 1 AS exists FROM pg_database WHERE datname = $1",
+  (p) => [p.database],
+);
+
+const READ_ONLY = defineQuery<NoParams, { recovery: boolean; read_only: string }>(
+  null,
+  "SELECT pg_is_in_recovery() AS recovery, current_setting('transaction_read_only') AS read_only",
+);
 
 /** Creates `database` on the cluster behind adminUrl unless it exists. Returns true if created. */
 export async function ensureDatabase(adminUrl: string, database: string): Promise<boolean> {
   if (!/^[a-z_][a-z0-9_]*$/.test(database)) throw new Error(`unsafe database name ${JSON.stringify(database)}`);
   const client = await openClient({ connectionString: adminUrl });
   try {
-    const { rowCount } = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [database]);
-    if (rowCount) return false;
+    if (await DATABASE_EXISTS.maybe(client, { database })) return false;
     await client.query(`CREATE DATABASE ${database}`);
     return true;
   } finally {
@@ -30,11 +41,9 @@ export interface Readiness {
  * server's that the pooler reaches now.
  */
 export async function readOnlyReason(pool: pg.Pool): Promise<string | undefined> {
-  const { rows } = await pool.query<{ recovery: boolean; read_only: string }>(
-    "SELECT pg_is_in_recovery() AS recovery, current_setting('transaction_read_only') AS read_only",
-  );
-  if (rows[0].recovery) return "the database is a read-only standby (pg_is_in_recovery() is true): point DATABASE_URL at the primary";
-  if (rows[0].read_only === "on") {
+  const row = await READ_ONLY.one(pool);
+  if (row.recovery) return "the database is a read-only standby (pg_is_in_recovery() is true): point DATABASE_URL at the primary";
+  if (row.read_only === "on") {
     return "the database's sessions are read-only (default_transaction_read_only is on): point DATABASE_URL at a writable primary";
   }
   return undefined;

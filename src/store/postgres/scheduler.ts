@@ -13,6 +13,7 @@ import type { QueueObserver } from "../../queue/service.js";
 import type { StoreContext } from "./context.js";
 import { createJobInTransaction } from "./create-job.js";
 import { inTransaction, withClient } from "./db.js";
+import { defineQuery, type NoParams } from "./query.js";
 import type { ScheduleRow } from "./schedules.js";
 
 export interface SchedulerConfig {
@@ -36,45 +37,81 @@ export const SCHEDULER_DEFAULTS = { graceMs: 1000, maxPerPass: 100 } as const;
  * smallest next_fire_at of an unpaused schedule through schedules_due_idx, so a pass on an idle
  * database costs this one read, whatever the number of schedules.
  */
-export const NEXT_SCHEDULE_DUE = `
-SELECT extract(epoch FROM (SELECT min(next_fire_at) FROM schedules WHERE NOT paused AND next_fire_at IS NOT NULL) - clock_timestamp()) * 1000 AS ms`;
+export const NEXT_SCHEDULE_DUE = defineQuery<NoParams, { ms: string | null }>(
+  "leasehold_next_schedule_due",
+  `
+SELECT extract(epoch FROM (SELECT min(next_fire_at) FROM schedules WHERE NOT paused AND next_fire_at IS NOT NULL) - clock_timestamp()) * 1000 AS ms`,
+);
 
 /*
  * One due schedule, held until the transaction ends; SKIP LOCKED passes over one another
  * coordinator is firing. Through schedules_due_idx: the cost is the due rows', not the table's.
  */
-export const TAKE_DUE_SCHEDULE = `
+export const TAKE_DUE_SCHEDULE = defineQuery<NoParams, ScheduleRow & { db_now: Date; next_fire_at: Date }>(
+  "leasehold_take_due_schedule",
+  `
 SELECT *, now() AS db_now FROM schedules
 WHERE NOT paused AND next_fire_at IS NOT NULL AND next_fire_at <= now()
 ORDER BY next_fire_at
 LIMIT 1
-FOR UPDATE SKIP LOCKED`;
+FOR UPDATE SKIP LOCKED`,
+);
 
 /** Whether the job of the previous tick is final (a job deleted by retention is). */
-export const PREVIOUS_JOB_FINAL = `SELECT coalesce((SELECT status IN ('completed', 'failed', 'cancelled') FROM jobs WHERE id = $1), true) AS final`;
+export const PREVIOUS_JOB_FINAL = defineQuery<{ jobId: string }, { final: boolean }>(
+  null,
+  `SELECT coalesce((SELECT status IN ('completed', 'failed', 'cancelled') FROM jobs WHERE id = $1), true) AS final`,
+  (p) => [p.jobId],
+);
+
+interface Tick {
+  schedule: string;
+  fireAt: Date;
+}
 
 /*
  * The tick's unique key. A conflict means the tick was handled already: it never happens while
  * next_fire_at moves on in the same transaction, and if it did, the tick would still create no
  * second job. $1 schedule, $2 tick, $3 outcome, $4 detail.
  */
-export const INSERT_TICK = `
+export const INSERT_TICK = defineQuery<Tick & { outcome: "fired" | "skipped" | "failed"; detail: string | null }, { inserted: number }>(
+  null,
+  `
 INSERT INTO schedule_ticks (schedule_name, fire_at, outcome, detail) VALUES ($1, $2, $3, $4)
 ON CONFLICT (schedule_name, fire_at) DO NOTHING
-RETURNING 1`;
+RETURNING 1 AS inserted`,
+  (p) => [p.schedule, p.fireAt, p.outcome, p.detail],
+);
 
 // The job created for a tick names its schedule and tick, and the tick its job. $1 schedule, $2 tick, $3 job id.
-export const LINK_TICK_JOB = `
+export const LINK_TICK_JOB = defineQuery<Tick & { jobId: string }>(
+  null,
+  `
 WITH job AS (UPDATE jobs SET schedule_name = $1, schedule_fire_at = $2 WHERE id = $3)
-UPDATE schedule_ticks SET job_id = $3 WHERE schedule_name = $1 AND fire_at = $2`;
+UPDATE schedule_ticks SET job_id = $3 WHERE schedule_name = $1 AND fire_at = $2`,
+  (p) => [p.schedule, p.fireAt, p.jobId],
+);
 
 // $1 schedule, $2 next_fire_at (null: no later tick), $3 last tick that created a job, $4 its job (null: unchanged).
-export const ADVANCE_SCHEDULE = `
+export const ADVANCE_SCHEDULE = defineQuery<{
+  schedule: string;
+  nextFireAt: Date | null;
+  lastFireAt: Date | null;
+  lastJobId: string | null;
+}>(
+  null,
+  `
 UPDATE schedules SET next_fire_at = $2, last_fire_at = coalesce($3, last_fire_at), last_job_id = coalesce($4, last_job_id)
-WHERE name = $1`;
+WHERE name = $1`,
+  (p) => [p.schedule, p.nextFireAt, p.lastFireAt, p.lastJobId],
+);
 
 // Ticks a day older than the one handled: long past any tick a pass could handle again.
-export const PRUNE_TICKS = `DELETE FROM schedule_ticks WHERE schedule_name = $1 AND fire_at < $2::timestamptz - interval '1 day'`;
+export const PRUNE_TICKS = defineQuery<Tick>(
+  null,
+  `DELETE FROM schedule_ticks WHERE schedule_name = $1 AND fire_at < $2::timestamptz - interval '1 day'`,
+  (p) => [p.schedule, p.fireAt],
+);
 
 /** What one schedule's transaction did (counted once it has committed). */
 interface ScheduleOutcome {
@@ -126,22 +163,20 @@ export class Scheduler {
   }
 
   private async nextDue(signal: AbortSignal | undefined): Promise<number | null> {
-    const { rows } = await withClient(this.ctx.pool, signal, (c) =>
-      c.query({ name: "leasehold_next_schedule_due", text: NEXT_SCHEDULE_DUE }),
-    );
-    return rows[0].ms === null ? null : Number(rows[0].ms);
+    // numeric: pg hands it over as text.
+    const { ms } = await withClient(this.ctx.pool, signal, (c) => NEXT_SCHEDULE_DUE.one(c));
+    return ms === null ? null : Number(ms);
   }
 
   /** Fires the ticks of one due schedule; null when none was due (or every due one is held). */
   private async fireOne(c: pg.PoolClient): Promise<ScheduleOutcome | null> {
-    const { rows } = await c.query({ name: "leasehold_take_due_schedule", text: TAKE_DUE_SCHEDULE });
-    if (rows.length === 0) return null;
-    const s = rows[0] as ScheduleRow & { db_now: Date };
+    const s = await TAKE_DUE_SCHEDULE.maybe(c);
+    if (!s) return null;
     const done: ScheduleOutcome = { schedule: s.name, fired: 0, overlap: 0, catchUp: 0, failures: [] };
     const plan = planTicks(
       new CronSchedule(s.cron, s.timezone),
       { catchUp: s.catch_up, maxCatchUp: s.max_catch_up },
-      s.next_fire_at!,
+      s.next_fire_at,
       s.db_now,
       this.graceMs,
     );
@@ -151,7 +186,7 @@ export class Scheduler {
     let previousFinal: boolean | undefined;
     for (const tick of plan.fire) {
       if (s.overlap === "skip") {
-        previousFinal ??= s.last_job_id === null || ((await c.query(PREVIOUS_JOB_FINAL, [s.last_job_id])).rows[0].final as boolean);
+        previousFinal ??= s.last_job_id === null || (await PREVIOUS_JOB_FINAL.one(c, { jobId: s.last_job_id })).final;
         if (!previousFinal) {
           if (await this.recordTick(c, s.name, tick, "skipped", "the previous tick's job is not final (overlap: skip)")) done.overlap++;
           continue;
@@ -164,8 +199,8 @@ export class Scheduler {
         previousFinal = false; // the job just created is not final
       }
     }
-    await c.query(ADVANCE_SCHEDULE, [s.name, plan.next, lastFireAt, lastJobId]);
-    if (plan.fire.length > 0) await c.query(PRUNE_TICKS, [s.name, plan.fire[plan.fire.length - 1]]);
+    await ADVANCE_SCHEDULE.run(c, { schedule: s.name, nextFireAt: plan.next, lastFireAt, lastJobId });
+    if (plan.fire.length > 0) await PRUNE_TICKS.run(c, { schedule: s.name, fireAt: plan.fire[plan.fire.length - 1] });
     return done;
   }
 
@@ -182,7 +217,7 @@ export class Scheduler {
         return null;
       }
       const created = await createJobInTransaction(this.ctx, c, s.job);
-      await c.query(LINK_TICK_JOB, [s.name, tick, created.job.id]);
+      await LINK_TICK_JOB.run(c, { schedule: s.name, fireAt: tick, jobId: created.job.id });
       await c.query("RELEASE SAVEPOINT leasehold_tick");
       done.fired++;
       return created.job.id;
@@ -203,7 +238,7 @@ export class Scheduler {
     outcome: "fired" | "skipped" | "failed",
     detail: string | null,
   ): Promise<boolean> {
-    const { rows } = await c.query(INSERT_TICK, [name, tick, outcome, detail]);
+    const rows = await INSERT_TICK.run(c, { schedule: name, fireAt: tick, outcome, detail });
     return rows.length === 1;
   }
 }

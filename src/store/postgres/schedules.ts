@@ -16,9 +16,10 @@ import type { CallOptions, CreateJobInput } from "../../queue/types.js";
 import { violationsError } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
 import { inTransaction, withClient } from "./db.js";
+import { defineQuery, type NoParams } from "./query.js";
 import { SELECT_WORKLOAD_NAMES } from "./workloads.js";
 
-export const SELECT_DB_NOW = `SELECT now() AS now`;
+export const SELECT_DB_NOW = defineQuery<NoParams, { now: Date }>(null, `SELECT now() AS now`);
 
 /*
  * Create or replace. Paused is kept (it has operations of its own). A schedule whose cron and
@@ -27,7 +28,20 @@ export const SELECT_DB_NOW = `SELECT now() AS now`;
  * from its next tick after now ($8). xmax = 0: the row was inserted, not updated.
  * $1 name, $2 cron, $3 timezone, $4 job (jsonb), $5 overlap, $6 catch_up, $7 max_catch_up, $8 next_fire_at.
  */
-export const UPSERT_SCHEDULE = `
+interface UpsertSchedule {
+  name: string;
+  cron: string;
+  timezone: string;
+  /** the job template, as jsonb text */
+  job: string;
+  overlap: Schedule["overlap"];
+  catchUp: Schedule["catchUp"];
+  maxCatchUp: number;
+  nextFireAt: Date | null;
+}
+export const UPSERT_SCHEDULE = defineQuery<UpsertSchedule, ScheduleRow & { created: boolean }>(
+  null,
+  `
 INSERT INTO schedules AS s (name, cron, timezone, job, overlap, catch_up, max_catch_up, next_fire_at)
 VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
 ON CONFLICT (name) DO UPDATE
@@ -40,18 +54,34 @@ ON CONFLICT (name) DO UPDATE
       next_fire_at = CASE WHEN s.cron = EXCLUDED.cron AND s.timezone = EXCLUDED.timezone AND s.next_fire_at IS NOT NULL
                        THEN s.next_fire_at ELSE EXCLUDED.next_fire_at END,
       updated_at = now()
-RETURNING s.*, (s.xmax = 0) AS created`;
+RETURNING s.*, (s.xmax = 0) AS created`,
+  (p) => [p.name, p.cron, p.timezone, p.job, p.overlap, p.catchUp, p.maxCatchUp, p.nextFireAt],
+);
 
-export const SELECT_SCHEDULE = `SELECT * FROM schedules WHERE name = $1`;
-export const SELECT_SCHEDULE_FOR_UPDATE = `SELECT *, now() AS db_now FROM schedules WHERE name = $1 FOR UPDATE`;
-export const SELECT_ALL_SCHEDULES = `SELECT * FROM schedules ORDER BY name`;
-export const DELETE_SCHEDULE = `DELETE FROM schedules WHERE name = $1 RETURNING *`;
+type ByName = { name: string };
+const nameValue = (p: ByName) => [p.name];
+export const SELECT_SCHEDULE = defineQuery<ByName, ScheduleRow>(null, `SELECT * FROM schedules WHERE name = $1`, nameValue);
+export const SELECT_SCHEDULE_FOR_UPDATE = defineQuery<ByName, ScheduleRow & { db_now: Date }>(
+  null,
+  `SELECT *, now() AS db_now FROM schedules WHERE name = $1 FOR UPDATE`,
+  nameValue,
+);
+export const SELECT_ALL_SCHEDULES = defineQuery<NoParams, ScheduleRow>(null, `SELECT * FROM schedules ORDER BY name`);
+export const DELETE_SCHEDULE = defineQuery<ByName, ScheduleRow>(null, `DELETE FROM schedules WHERE name = $1 RETURNING *`, nameValue);
 // Pausing a paused schedule changes nothing (not even updated_at).
-export const PAUSE_SCHEDULE = `
+export const PAUSE_SCHEDULE = defineQuery<ByName, ScheduleRow>(
+  null,
+  `
 UPDATE schedules SET paused = true, updated_at = CASE WHEN paused THEN updated_at ELSE now() END
-WHERE name = $1 RETURNING *`;
+WHERE name = $1 RETURNING *`,
+  nameValue,
+);
 // Resumed from its next tick after now ($2): the ticks of the pause are not caught up.
-export const RESUME_SCHEDULE = `UPDATE schedules SET paused = false, next_fire_at = $2, updated_at = now() WHERE name = $1 RETURNING *`;
+export const RESUME_SCHEDULE = defineQuery<{ name: string; nextFireAt: Date | null }, ScheduleRow>(
+  null,
+  `UPDATE schedules SET paused = false, next_fire_at = $2, updated_at = now() WHERE name = $1 RETURNING *`,
+  (p) => [p.name, p.nextFireAt],
+);
 
 export interface ScheduleRow {
   name: string;
@@ -96,19 +126,19 @@ export async function putSchedule(ctx: StoreContext, input: PutScheduleInput, op
   const s = validatePutSchedule(input, ctx.options.maxTasksPerJob);
   return withClient(ctx.pool, opts.signal, async (c) => {
     await checkTemplateWorkloads(ctx, c, s.normalizedJob, Boolean(s.job.tasks?.length));
-    const now = (await c.query(SELECT_DB_NOW)).rows[0].now as Date;
+    const { now } = await SELECT_DB_NOW.one(c);
     const next = new CronSchedule(s.cron, s.timezone).next(now);
-    const { rows } = await c.query(UPSERT_SCHEDULE, [
-      s.name,
-      s.cron,
-      s.timezone,
-      JSON.stringify(s.job),
-      s.overlap,
-      s.catchUp,
-      s.maxCatchUp,
-      next,
-    ]);
-    return { schedule: toSchedule(rows[0]), created: rows[0].created as boolean };
+    const row = await UPSERT_SCHEDULE.one(c, {
+      name: s.name,
+      cron: s.cron,
+      timezone: s.timezone,
+      job: JSON.stringify(s.job),
+      overlap: s.overlap,
+      catchUp: s.catchUp,
+      maxCatchUp: s.maxCatchUp,
+      nextFireAt: next,
+    });
+    return { schedule: toSchedule(row), created: row.created };
   });
 }
 
@@ -129,7 +159,7 @@ async function checkTemplateWorkloads(
   const violations: FieldViolation[] = [];
   let known: string[] | undefined;
   const unknown = async (name: string, field: string) => {
-    known ??= (await c.query(SELECT_WORKLOAD_NAMES)).rows.map((r) => r.name as string);
+    known ??= (await SELECT_WORKLOAD_NAMES.run(c)).map((r) => r.name);
     const listed = known.length === 0 ? "no workload is registered" : `registered workloads: ${known.slice(0, 50).join(", ")}`;
     violations.push({ field, description: `workload ${JSON.stringify(name)} is not registered (${listed})` });
   };
@@ -153,40 +183,38 @@ async function checkTemplateWorkloads(
 
 export async function getSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
   const n = requireScheduleName("name", name);
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(SELECT_SCHEDULE, [n]));
-  if (rows.length === 0) throw new NotFoundError("schedule", n, "name");
-  return toSchedule(rows[0]);
+  const row = await withClient(ctx.pool, opts.signal, (c) => SELECT_SCHEDULE.maybe(c, { name: n }));
+  if (!row) throw new NotFoundError("schedule", n, "name");
+  return toSchedule(row);
 }
 
 export async function listSchedules(ctx: StoreContext, opts: CallOptions): Promise<Schedule[]> {
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(SELECT_ALL_SCHEDULES));
+  const rows = await withClient(ctx.pool, opts.signal, (c) => SELECT_ALL_SCHEDULES.run(c));
   return rows.map(toSchedule);
 }
 
 export async function deleteSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
   const n = requireScheduleName("name", name);
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(DELETE_SCHEDULE, [n]));
-  if (rows.length === 0) throw new NotFoundError("schedule", n, "name");
-  return toSchedule(rows[0]);
+  const row = await withClient(ctx.pool, opts.signal, (c) => DELETE_SCHEDULE.maybe(c, { name: n }));
+  if (!row) throw new NotFoundError("schedule", n, "name");
+  return toSchedule(row);
 }
 
 export async function pauseSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
   const n = requireScheduleName("name", name);
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(PAUSE_SCHEDULE, [n]));
-  if (rows.length === 0) throw new NotFoundError("schedule", n, "name");
-  return toSchedule(rows[0]);
+  const row = await withClient(ctx.pool, opts.signal, (c) => PAUSE_SCHEDULE.maybe(c, { name: n }));
+  if (!row) throw new NotFoundError("schedule", n, "name");
+  return toSchedule(row);
 }
 
 export async function resumeSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
   const n = requireScheduleName("name", name);
   return inTransaction(ctx.pool, opts.signal, async (c) => {
-    const { rows } = await c.query(SELECT_SCHEDULE_FOR_UPDATE, [n]);
-    if (rows.length === 0) throw new NotFoundError("schedule", n, "name");
-    const row = rows[0];
+    const row = await SELECT_SCHEDULE_FOR_UPDATE.maybe(c, { name: n });
+    if (!row) throw new NotFoundError("schedule", n, "name");
     // Resuming a running schedule changes nothing.
     if (!row.paused) return toSchedule(row);
-    const next = new CronSchedule(row.cron, row.timezone).next(row.db_now as Date);
-    const { rows: resumed } = await c.query(RESUME_SCHEDULE, [n, next]);
-    return toSchedule(resumed[0]);
+    const next = new CronSchedule(row.cron, row.timezone).next(row.db_now);
+    return toSchedule(await RESUME_SCHEDULE.one(c, { name: n, nextFireAt: next }));
   });
 }

@@ -11,6 +11,8 @@
 // a job gets exactly one final status (and one final job_status event).
 
 import type pg from "pg";
+import type { Job } from "../../queue/types.js";
+import { defineQuery } from "./query.js";
 
 /**
  * Job `j` has failed tasks past what it tolerates: its (max_failed_tasks + 1)th failed task exists.
@@ -29,7 +31,11 @@ export const finalStatus = (j: string) => `(CASE WHEN ${pastThreshold(j)} THEN '
  * of one of those tasks into a deadlock. An advisory lock of the transaction (released at commit),
  * keyed by the job id's hash in Leasehold's own class (a collision only serializes two jobs).
  */
-export const JOB_LOCK = `SELECT pg_advisory_xact_lock(${0x4c48}, hashtext($1::text))`;
+export const JOB_LOCK = defineQuery<{ jobId: string }>(
+  "leasehold_job_lock",
+  `SELECT pg_advisory_xact_lock(${0x4c48}, hashtext($1::text))`,
+  (p) => [p.jobId],
+);
 
 /*
  * A fail_fast job past its threshold: its pending and leased tasks are cancelled, before the job
@@ -37,27 +43,35 @@ export const JOB_LOCK = `SELECT pg_advisory_xact_lock(${0x4c48}, hashtext($1::te
  * its lease_expires_at (and owner and attempt): its result is still accepted until then
  * (late-result.ts). $1 job id.
  */
-export const CANCEL_PAST_THRESHOLD = `
+export const CANCEL_PAST_THRESHOLD = defineQuery<{ jobId: string }>(
+  "leasehold_cancel_past_threshold",
+  `
 UPDATE tasks t SET status = 'cancelled', completed_at = now(), version = t.version + 1
 WHERE t.job_id = $1 AND t.status IN ('pending', 'leased')
   AND EXISTS (
     SELECT 1 FROM jobs j
     WHERE j.id = $1 AND j.status IN ('pending', 'running') AND j.failure_policy = 'fail_fast' AND ${pastThreshold("j")}
-  )`;
+  )`,
+  (p) => [p.jobId],
+);
 
 /*
  * The job's final status, when it has one: failed when a fail_fast job is past its threshold (its
  * unfinished tasks were just cancelled), else, when no task is pending or leased, failed past the
  * threshold and completed within it. A job that is neither stays as it is. $1 job id.
  */
-export const SETTLE_JOB = `
+export const SETTLE_JOB = defineQuery<{ jobId: string }, { id: string; status: Job["status"] }>(
+  "leasehold_settle_job",
+  `
 UPDATE jobs j
 SET status = CASE WHEN ${pastThreshold("j")} THEN 'failed' ELSE 'completed' END::job_status,
     completed_at = now(), updated_at = now()
 WHERE j.id = $1 AND j.status IN ('pending', 'running')
   AND ((j.failure_policy = 'fail_fast' AND ${pastThreshold("j")})
        OR NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased')))
-RETURNING j.id, j.status`;
+RETURNING j.id, j.status`,
+  (p) => [p.jobId],
+);
 
 /**
  * Runs in its own statement after completions commit (and in pending expiry's transaction), so its
@@ -68,6 +82,7 @@ export const FINISH_JOBS_IF_DONE = `
 UPDATE jobs j SET status = ${finalStatus("j")}, completed_at = now(), updated_at = now()
 WHERE j.id = ANY($1::uuid[]) AND j.status IN ('pending', 'running')
   AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
+export const FINISH_JOBS = defineQuery<{ jobIds: string[] }>("leasehold_finish_jobs", FINISH_JOBS_IF_DONE, (p) => [p.jobIds]);
 
 /*
  * The reaper's safety net for a coordinator that died between a failure's or a completion's commit
@@ -78,21 +93,25 @@ const unsettled = `j.status = 'running'
     AND (NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))
          OR (j.failure_policy = 'fail_fast' AND ${pastThreshold("j")}))`;
 export const UNSETTLED_JOBS_DUE = `EXISTS (SELECT 1 FROM jobs j WHERE ${unsettled})`;
-export const UNSETTLED_JOBS = `SELECT j.id FROM jobs j WHERE ${unsettled} LIMIT $1`;
+export const UNSETTLED_JOBS = defineQuery<{ limit: number }, { id: string }>(
+  null,
+  `SELECT j.id FROM jobs j WHERE ${unsettled} LIMIT $1`,
+  (p) => [p.limit],
+);
 
 /**
  * Settles one job in a transaction of its own on `c` (see the top of this file); returns the
  * job's status when this settle ended it. `c` must not be in a transaction.
  */
-export async function settleJob(c: pg.PoolClient, jobId: string): Promise<string | undefined> {
+export async function settleJob(c: pg.PoolClient, jobId: string): Promise<Job["status"] | undefined> {
   await c.query("BEGIN");
   try {
-    await c.query({ name: "leasehold_job_lock", text: JOB_LOCK, values: [jobId] });
+    await JOB_LOCK.run(c, { jobId });
     // New statements, new snapshots: these see every settle and failure committed before the lock.
-    await c.query({ name: "leasehold_cancel_past_threshold", text: CANCEL_PAST_THRESHOLD, values: [jobId] });
-    const { rows } = await c.query({ name: "leasehold_settle_job", text: SETTLE_JOB, values: [jobId] });
+    await CANCEL_PAST_THRESHOLD.run(c, { jobId });
+    const settled = await SETTLE_JOB.maybe(c, { jobId });
     await c.query("COMMIT");
-    return rows[0]?.status as string | undefined;
+    return settled?.status;
   } catch (err) {
     await c.query("ROLLBACK").catch(() => {});
     throw err;

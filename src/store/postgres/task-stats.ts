@@ -3,28 +3,42 @@
 import { TASK_STATUSES, type CallOptions, type TaskCounts, type WorkloadTaskStats } from "../../queue/types.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
+import { defineQuery, type NoParams } from "./query.js";
+
+interface StatsRow {
+  workload: string;
+  status: keyof TaskCounts;
+  n: number;
+  oldest_pending_seconds: number;
+}
 
 // Metrics: unfinished tasks by workload and status, read through a partial index that holds
 // exactly them (tasks_job_unfinished_idx), and the oldest claimable one per workload.
-export const UNFINISHED_TASK_STATS = `
+export const UNFINISHED_TASK_STATS = defineQuery<NoParams, StatsRow>(
+  null,
+  `
 SELECT workload, status::text AS status, count(*)::int AS n,
   coalesce(extract(epoch FROM now() - min(run_after) FILTER (WHERE status = 'pending' AND run_after <= now())), 0)::float8 AS oldest_pending_seconds
 FROM tasks
 WHERE status IN ('pending', 'leased')
-GROUP BY workload, status`;
+GROUP BY workload, status`,
+);
 
 // Metrics, rarely: every task by workload and status, a full scan (run with seqscan allowed).
-export const ALL_TASK_STATS = `SELECT workload, status::text AS status, count(*)::int AS n, 0::float8 AS oldest_pending_seconds FROM tasks GROUP BY workload, status`;
+export const ALL_TASK_STATS = defineQuery<NoParams, StatsRow>(
+  null,
+  `SELECT workload, status::text AS status, count(*)::int AS n, 0::float8 AS oldest_pending_seconds FROM tasks GROUP BY workload, status`,
+);
 
 export async function taskStats(ctx: StoreContext, scope: "unfinished" | "all", opts: CallOptions): Promise<WorkloadTaskStats[]> {
   const rows = await withClient(ctx.pool, opts.signal, async (c) => {
-    const unfinished = (await c.query(UNFINISHED_TASK_STATS)).rows;
+    const unfinished = await UNFINISHED_TASK_STATS.run(c);
     if (scope === "unfinished") return unfinished;
     // The pool turns sequential scans off for the hot path; a count of everything wants one.
     await c.query("BEGIN");
     try {
       await c.query("SET LOCAL enable_seqscan = on");
-      const all = (await c.query(ALL_TASK_STATS)).rows;
+      const all = await ALL_TASK_STATS.run(c);
       await c.query("COMMIT");
       // Counts from the full scan; the oldest-pending ages from the unfinished query.
       return [...all, ...unfinished.map((r) => ({ ...r, n: 0 }))];
@@ -35,11 +49,10 @@ export async function taskStats(ctx: StoreContext, scope: "unfinished" | "all", 
   });
   const byWorkload = new Map<string, WorkloadTaskStats>();
   for (const r of rows) {
-    const name = r.workload as string;
-    let stats = byWorkload.get(name);
-    if (!stats) byWorkload.set(name, (stats = { workload: name, counts: emptyCounts(), oldestPendingSeconds: 0 }));
-    stats.counts[r.status as keyof TaskCounts] += r.n as number;
-    stats.oldestPendingSeconds = Math.max(stats.oldestPendingSeconds, r.oldest_pending_seconds as number);
+    let stats = byWorkload.get(r.workload);
+    if (!stats) byWorkload.set(r.workload, (stats = { workload: r.workload, counts: emptyCounts(), oldestPendingSeconds: 0 }));
+    stats.counts[r.status] += r.n;
+    stats.oldestPendingSeconds = Math.max(stats.oldestPendingSeconds, r.oldest_pending_seconds);
   }
   return [...byWorkload.values()].sort((a, b) => a.workload.localeCompare(b.workload));
 }

@@ -19,7 +19,7 @@ export function uuidv7s(n: number): string[] {
     text[at] = HEX_DIGITS[byte >> 4];
     text[at + 1] = HEX_DIGITS[byte & 15];
   };
-  const out: string[] = new Array(n);
+  const out = new Array<string>(n);
   for (let i = 0; i < n; i++) {
     const o = 36 * i;
     head.copy(text, o);

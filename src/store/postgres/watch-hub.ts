@@ -5,9 +5,14 @@
 
 import type pg from "pg";
 import { withClient } from "./db.js";
+import { defineQuery } from "./query.js";
 
 // Every stream of a coordinator at once (WatchHub), so open streams cost one statement per refresh, not one each.
-export const REFRESH_JOB_WATCHERS = `UPDATE job_watchers SET expires_at = now() + make_interval(secs => $2) WHERE id = ANY($1::uuid[])`;
+export const REFRESH_JOB_WATCHERS = defineQuery<{ watcherIds: string[]; ttlSeconds: number }>(
+  null,
+  `UPDATE job_watchers SET expires_at = now() + make_interval(secs => $2) WHERE id = ANY($1::uuid[])`,
+  (p) => [p.watcherIds, p.ttlSeconds],
+);
 
 /*
  * The floor under lost notifications for all of a coordinator's watch streams in one statement:
@@ -18,13 +23,17 @@ export const REFRESH_JOB_WATCHERS = `UPDATE job_watchers SET expires_at = now() 
  * all, the reaper's two probes included; with a poll per stream, 300 streams had made 328/s (plus one
  * watcher refresh per stream every 20 s, now REFRESH_JOB_WATCHERS once for all).
  */
-export const WATCHED_JOBS_WITH_EVENTS = `
+export const WATCHED_JOBS_WITH_EVENTS = defineQuery<{ jobIds: string[]; snapshots: string[] }, { i: number }>(
+  "leasehold_watched_jobs_with_events",
+  `
 SELECT w.i::int AS i
 FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS w(job_id, since, i)
 WHERE EXISTS (
   SELECT 1 FROM task_events e
   WHERE e.job_id = w.job_id AND e.xid >= pg_snapshot_xmin(w.since::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, w.since::pg_snapshot)
-)`;
+)`,
+  (p) => [p.jobIds, p.snapshots],
+);
 
 export interface WatchedStream {
   jobId: string;
@@ -92,16 +101,15 @@ export class WatchHub {
       const signal = AbortSignal.timeout(this.options.readTimeoutMs);
       await withClient(this.pool, signal, async (c) => {
         if (Date.now() - this.refreshedAt > (this.options.watcherTtlSeconds * 1000) / 3) {
-          await c.query(REFRESH_JOB_WATCHERS, [streams.map((s) => s.watcherId), this.options.watcherTtlSeconds]);
+          await REFRESH_JOB_WATCHERS.run(c, { watcherIds: streams.map((s) => s.watcherId), ttlSeconds: this.options.watcherTtlSeconds });
           this.refreshedAt = Date.now();
         }
-        const { rows } = await c.query({
-          name: "leasehold_watched_jobs_with_events",
-          text: WATCHED_JOBS_WITH_EVENTS,
-          values: [streams.map((s) => s.jobId), streams.map((s) => s.since)],
+        const rows = await WATCHED_JOBS_WITH_EVENTS.run(c, {
+          jobIds: streams.map((s) => s.jobId),
+          snapshots: streams.map((s) => s.since),
         });
         this.checkCount++;
-        for (const r of rows) streams[(r.i as number) - 1]?.wake();
+        for (const r of rows) streams[r.i - 1]?.wake();
       });
     } catch {
       // Each stream reads for itself: a database that is down ends the streams with its error,

@@ -8,6 +8,7 @@ import { requireUuid } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
 import { inTransaction, withClient } from "./db.js";
 import { readJobStatus } from "./jobs.js";
+import { defineQuery, type NoParams } from "./query.js";
 import { toJobEvent, type JobEventRow } from "./rows.js";
 import type { WatchHub } from "./watch-hub.js";
 
@@ -18,10 +19,14 @@ export const WATCHER_TTL_SECONDS = 60;
 export const WATCH_READ_TIMEOUT_MS = 10_000;
 
 // WatchJob registers its stream so the task_events trigger notifies for the job (see migration).
-export const INSERT_JOB_WATCHER = `INSERT INTO job_watchers (job_id, expires_at) VALUES ($1, now() + make_interval(secs => $2)) RETURNING id`;
-export const DELETE_JOB_WATCHER = `DELETE FROM job_watchers WHERE id = $1`;
+export const INSERT_JOB_WATCHER = defineQuery<{ jobId: string; ttlSeconds: number }, { id: string }>(
+  null,
+  `INSERT INTO job_watchers (job_id, expires_at) VALUES ($1, now() + make_interval(secs => $2)) RETURNING id`,
+  (p) => [p.jobId, p.ttlSeconds],
+);
+export const DELETE_JOB_WATCHER = defineQuery<{ watcherId: string }>(null, `DELETE FROM job_watchers WHERE id = $1`, (p) => [p.watcherId]);
 
-export const CURRENT_SNAPSHOT = `SELECT pg_current_snapshot()::text AS snapshot`;
+export const CURRENT_SNAPSHOT = defineQuery<NoParams, { snapshot: string }>(null, `SELECT pg_current_snapshot()::text AS snapshot`);
 
 /*
  * The job's events committed since snapshot $2 and not before: visible now but not in $2. Every
@@ -29,12 +34,16 @@ export const CURRENT_SNAPSHOT = `SELECT pg_current_snapshot()::text AS snapshot`
  * which bounds the index range. Returns the statement's own snapshot for the next call, and the
  * events as one json array so there is always exactly one row.
  */
-export const JOB_EVENTS_SINCE = `
+export const JOB_EVENTS_SINCE = defineQuery<{ jobId: string; since: string }, { snapshot: string; events: JobEventRow[] }>(
+  null,
+  `
 SELECT pg_current_snapshot()::text AS snapshot,
   coalesce((
     SELECT json_agg(e ORDER BY e.id) FROM task_events e
     WHERE e.job_id = $1 AND e.xid >= pg_snapshot_xmin($2::pg_snapshot) AND NOT pg_visible_in_snapshot(e.xid, $2::pg_snapshot)
-  ), '[]'::json) AS events`;
+  ), '[]'::json) AS events`,
+  (p) => [p.jobId, p.since],
+);
 
 /*
  * A resumed WatchJob stream: the job's events written after the last one the client saw, read in
@@ -43,7 +52,11 @@ SELECT pg_current_snapshot()::text AS snapshot,
  * has a lower id, so resuming right between the two would skip it; the window is one commit race
  * wide and only matters to a client that disconnected inside it. $1 job id, $2 after event id.
  */
-export const JOB_EVENTS_AFTER = `SELECT * FROM task_events WHERE job_id = $1 AND id > $2::bigint ORDER BY id`;
+export const JOB_EVENTS_AFTER = defineQuery<{ jobId: string; afterEventId: string }, JobEventRow>(
+  null,
+  `SELECT * FROM task_events WHERE job_id = $1 AND id > $2::bigint ORDER BY id`,
+  (p) => [p.jobId, p.afterEventId],
+);
 
 /*
  * The stream registers itself (so the events trigger NOTIFYs for the job) before it reads the
@@ -75,13 +88,13 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
   let watcherId: string | undefined;
   let leaveHub: (() => void) | undefined;
   try {
-    watcherId = (await read((c) => c.query(INSERT_JOB_WATCHER, [id, WATCHER_TTL_SECONDS]))).rows[0].id as string;
+    watcherId = (await read((c) => INSERT_JOB_WATCHER.one(c, { jobId: id, ttlSeconds: WATCHER_TTL_SECONDS }))).id;
     const { status, snapshot, missed } = await read(async (c) => {
       const status = await readJobStatus(c, id);
-      const { rows } = await c.query(CURRENT_SNAPSHOT);
+      const { snapshot } = await CURRENT_SNAPSHOT.one(c);
       // A resumed stream: what was written after the client's last event, up to this snapshot.
-      const missed = after === undefined ? [] : ((await c.query(JOB_EVENTS_AFTER, [id, after])).rows as JobEventRow[]);
-      return { status, snapshot: rows[0].snapshot as string, missed };
+      const missed = after === undefined ? [] : await JOB_EVENTS_AFTER.run(c, { jobId: id, afterEventId: after });
+      return { status, snapshot, missed };
     }, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     if (after === undefined) yield { snapshot: status };
     if (yield* untilFinal(missed)) return;
@@ -97,16 +110,18 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
         if (signal.reason instanceof QueueError) throw signal.reason;
         return;
       }
-      const { rows } = await read((c) => c.query(JOB_EVENTS_SINCE, [id, stream.since]));
-      stream.since = rows[0].snapshot as string;
-      if (yield* untilFinal(rows[0].events as JobEventRow[])) return;
+      const { snapshot, events } = await read((c) => JOB_EVENTS_SINCE.one(c, { jobId: id, since: stream.since }));
+      stream.since = snapshot;
+      if (yield* untilFinal(events)) return;
     }
   } finally {
     leaveHub?.();
     unsubscribe?.();
     if (watcherId) {
       const done = watcherId;
-      await withClient(ctx.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => c.query(DELETE_JOB_WATCHER, [done])).catch(() => {});
+      await withClient(ctx.pool, AbortSignal.timeout(WATCH_READ_TIMEOUT_MS), (c) => DELETE_JOB_WATCHER.run(c, { watcherId: done })).catch(
+        () => {},
+      );
     }
   }
 }

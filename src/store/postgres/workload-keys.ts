@@ -7,6 +7,7 @@ import type { CallOptions, ListWorkloadKeysInput, ListWorkloadKeysResult } from 
 import { requireWorkloadName } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
+import { defineQuery } from "./query.js";
 
 /*
  * Every key with a pending task or a live lease, and every key with its own cap (a FULL JOIN
@@ -16,7 +17,13 @@ import { withClient } from "./db.js";
  * no row at all (NOT_FOUND), and one without keys a single row with a null key; `total` (a
  * window over the rows before LIMIT) tells whether the list was cut.
  */
-export const LIST_WORKLOAD_KEYS = `
+export const LIST_WORKLOAD_KEYS = defineQuery<
+  { workload: string; limit: number },
+  /** key null: the workload's one row when it has no key */
+  { key: string | null; pending: number; leased: number; max_leased: number; own_limit: boolean; total: number }
+>(
+  "leasehold_list_workload_keys",
+  `
 WITH counts AS (
   SELECT t.concurrency_key AS key,
     count(*) FILTER (WHERE t.status = 'pending')::int AS pending,
@@ -36,7 +43,9 @@ FROM workloads w
 LEFT JOIN keys k ON true
 WHERE w.name = $1
 ORDER BY k.leased DESC NULLS LAST, k.pending DESC, k.key
-LIMIT $2`;
+LIMIT $2`,
+  (p) => [p.workload, p.limit],
+);
 
 export async function listWorkloadKeys(
   ctx: StoreContext,
@@ -44,18 +53,10 @@ export async function listWorkloadKeys(
   opts: CallOptions,
 ): Promise<ListWorkloadKeysResult> {
   const { name, limit } = validateListWorkloadKeys(input, requireWorkloadName);
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) =>
-    c.query({ name: "leasehold_list_workload_keys", text: LIST_WORKLOAD_KEYS, values: [name, limit] }),
-  );
+  const rows = await withClient(ctx.pool, opts.signal, (c) => LIST_WORKLOAD_KEYS.run(c, { workload: name, limit }));
   if (rows.length === 0) throw new NotFoundError("workload", name, "name");
-  const keys = rows
-    .filter((r) => r.key !== null)
-    .map((r) => ({
-      key: r.key as string,
-      pending: r.pending as number,
-      leased: r.leased as number,
-      maxLeased: r.max_leased as number,
-      ownLimit: r.own_limit as boolean,
-    }));
-  return { keys, truncated: ((rows[0].total as number) ?? 0) > keys.length };
+  const keys = rows.flatMap((r) =>
+    r.key === null ? [] : [{ key: r.key, pending: r.pending, leased: r.leased, maxLeased: r.max_leased, ownLimit: r.own_limit }],
+  );
+  return { keys, truncated: (rows[0].total ?? 0) > keys.length };
 }

@@ -7,14 +7,32 @@ import type { CallOptions, PutWorkloadInput, Workload } from "../../queue/types.
 import { validatePutWorkload } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
-import { toWorkload } from "./rows.js";
+import { defineQuery, type NoParams } from "./query.js";
+import { toWorkload, type WorkloadRow } from "./rows.js";
 
-export const SELECT_ALL_WORKLOADS = `SELECT * FROM workloads ORDER BY name`;
-export const SELECT_WORKLOAD_NAMES = `SELECT name FROM workloads ORDER BY name`;
+export const SELECT_ALL_WORKLOADS = defineQuery<NoParams, WorkloadRow>(null, `SELECT * FROM workloads ORDER BY name`);
+export const SELECT_WORKLOAD_NAMES = defineQuery<NoParams, { name: string }>(null, `SELECT name FROM workloads ORDER BY name`);
+
+interface UpsertWorkload {
+  name: string;
+  maxAttempts: number;
+  leaseSeconds: number;
+  /** jsonb text, null for none */
+  parametersSchema: string | null;
+  maxPendingSeconds: number | null;
+  failurePolicy: Workload["failurePolicy"];
+  maxFailedTasks: number;
+  maxLeased: number | null;
+  maxLeasedPerKey: number | null;
+  maxLeasesPerSecond: number | null;
+  leasesBurst: number | null;
+}
 
 // $8..$11 flow control: max_leased, max_leased_per_key, max_leases_per_second, leases_burst (null: none).
 // Paused, keyed and has_key_limits are kept: they have operations of their own.
-export const UPSERT_WORKLOAD = `
+export const UPSERT_WORKLOAD = defineQuery<UpsertWorkload, WorkloadRow & { flow: boolean }>(
+  null,
+  `
 INSERT INTO workloads (name, max_attempts, lease_seconds, parameters_schema, max_pending_seconds, failure_policy, max_failed_tasks,
   max_leased, max_leased_per_key, max_leases_per_second, leases_burst)
 VALUES ($1, $2, $3, $4::jsonb, $5, $6::failure_policy, $7, $8, $9, $10, $11)
@@ -30,13 +48,33 @@ ON CONFLICT (name) DO UPDATE
       max_leases_per_second = EXCLUDED.max_leases_per_second,
       leases_burst = EXCLUDED.leases_burst,
       updated_at = now()
-RETURNING *`;
+RETURNING *`,
+  (p) => [
+    p.name,
+    p.maxAttempts,
+    p.leaseSeconds,
+    p.parametersSchema,
+    p.maxPendingSeconds,
+    p.failurePolicy,
+    p.maxFailedTasks,
+    p.maxLeased,
+    p.maxLeasedPerKey,
+    p.maxLeasesPerSecond,
+    p.leasesBurst,
+  ],
+);
 
 // With xmin, which changes whenever the row is written: CreateJob's cached copy of a workload is
 // current exactly when its xmin still matches (CREATE_JOB checks that in the inserting statement).
-export const SELECT_WORKLOADS_WITH_XMIN = `SELECT *, xmin::text AS row_xmin FROM workloads WHERE name = ANY($1::text[])`;
+const WITH_XMIN = `SELECT *, xmin::text AS row_xmin FROM workloads WHERE name = ANY($1::text[])`;
+type WorkloadWithXmin = WorkloadRow & { row_xmin: string };
+export const SELECT_WORKLOADS_WITH_XMIN = defineQuery<{ names: string[] }, WorkloadWithXmin>(null, WITH_XMIN, (p) => [p.names]);
 // The same, holding them unchanged until the transaction ends (PutWorkload waits).
-export const SELECT_WORKLOADS_WITH_XMIN_FOR_SHARE = `${SELECT_WORKLOADS_WITH_XMIN} ORDER BY name FOR SHARE`;
+export const SELECT_WORKLOADS_WITH_XMIN_FOR_SHARE = defineQuery<{ names: string[] }, WorkloadWithXmin>(
+  null,
+  `${WITH_XMIN} ORDER BY name FOR SHARE`,
+  (p) => [p.names],
+);
 
 /** A workload as CreateJob last read it; keyed: its jobs get fair ranks (flow-control.md). */
 export interface CachedWorkload {
@@ -59,10 +97,9 @@ export class WorkloadCache {
 
   /** Reads these workloads into the cache (and drops the ones that do not exist). */
   async load(c: pg.PoolClient, names: string[], forShare: boolean): Promise<void> {
-    const { rows } = await c.query(forShare ? SELECT_WORKLOADS_WITH_XMIN_FOR_SHARE : SELECT_WORKLOADS_WITH_XMIN, [names]);
+    const rows = await (forShare ? SELECT_WORKLOADS_WITH_XMIN_FOR_SHARE : SELECT_WORKLOADS_WITH_XMIN).run(c, { names });
     for (const n of names) this.byName.delete(n);
-    for (const r of rows)
-      this.byName.set(r.name as string, { workload: toWorkload(r), xmin: r.row_xmin as string, keyed: r.keyed as boolean });
+    for (const r of rows) this.byName.set(r.name, { workload: toWorkload(r), xmin: r.row_xmin, keyed: r.keyed });
   }
 
   /**
@@ -83,38 +120,38 @@ export class WorkloadCache {
 
 /** The error of an unknown workload, naming the registered ones (a misspelt name is then plain to see). */
 export async function unknownWorkload(c: pg.PoolClient, name: string, field: string): Promise<NotFoundError> {
-  const { rows } = await c.query(SELECT_WORKLOAD_NAMES);
+  const rows = await SELECT_WORKLOAD_NAMES.run(c);
   return new NotFoundError(
     "workload",
     name,
     field,
-    rows.map((r) => r.name as string),
+    rows.map((r) => r.name),
   );
 }
 
 export async function putWorkload(ctx: StoreContext, input: PutWorkloadInput, opts: CallOptions): Promise<Workload> {
   const w = validatePutWorkload(input, { maxAttempts: ctx.options.defaultMaxAttempts, leaseSeconds: ctx.options.defaultLeaseSeconds });
   if (w.parametersSchema) ctx.schemas.check(w.parametersSchema);
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) =>
-    c.query(UPSERT_WORKLOAD, [
-      w.name,
-      w.maxAttempts,
-      w.leaseSeconds,
-      w.parametersSchema === null ? null : JSON.stringify(w.parametersSchema),
-      w.maxPendingSeconds,
-      w.failurePolicy,
-      w.maxFailedTasks,
-      w.flow.maxLeased,
-      w.flow.maxLeasedPerKey,
-      w.flow.maxLeasesPerSecond,
-      w.flow.leasesBurst,
-    ]),
+  const row = await withClient(ctx.pool, opts.signal, (c) =>
+    UPSERT_WORKLOAD.one(c, {
+      name: w.name,
+      maxAttempts: w.maxAttempts,
+      leaseSeconds: w.leaseSeconds,
+      parametersSchema: w.parametersSchema === null ? null : JSON.stringify(w.parametersSchema),
+      maxPendingSeconds: w.maxPendingSeconds,
+      failurePolicy: w.failurePolicy,
+      maxFailedTasks: w.maxFailedTasks,
+      maxLeased: w.flow.maxLeased,
+      maxLeasedPerKey: w.flow.maxLeasedPerKey,
+      maxLeasesPerSecond: w.flow.maxLeasesPerSecond,
+      leasesBurst: w.flow.leasesBurst,
+    }),
   );
-  ctx.flow.workloads.mark(w.name, rows[0].flow as boolean);
-  return toWorkload(rows[0]);
+  ctx.flow.workloads.mark(w.name, row.flow);
+  return toWorkload(row);
 }
 
 export async function listWorkloads(ctx: StoreContext, opts: CallOptions): Promise<Workload[]> {
-  const { rows } = await withClient(ctx.pool, opts.signal, (c) => c.query(SELECT_ALL_WORKLOADS));
+  const rows = await withClient(ctx.pool, opts.signal, (c) => SELECT_ALL_WORKLOADS.run(c));
   return rows.map(toWorkload);
 }

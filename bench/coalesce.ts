@@ -1,0 +1,165 @@
+// npm run bench:coalesce: coalescing on against off, in the same run on the same database.
+// Two coordinator processes (COALESCE=true and COALESCE=false, PG_POOL_MAX 8 each, as bench:peers
+// runs one) take turns: each round measures both, in alternating order, on the same kinds of load:
+//   - single-task workers chained through claim_next (one call per task, REST), the Python
+//     Worker's default and what bench:peers compares with graphile-worker;
+//   - single-task workers with two calls per task (claim, then report);
+//   - workers claiming 10 and reporting with CompleteTasks (batched; coalescing must not cost them).
+// Reports tasks/s, CPU per task of the coordinator and of PostgreSQL's backends, the median over
+// the rounds, and the mean batch size per kind from the coalescing coordinator's metrics. Not a test.
+//
+//   --runs N (3)   --seconds S (5)   --workers W (16)
+//   --linger US    adds a third coordinator, coalescing with COALESCE_LINGER_US=US
+
+import { createHash } from "node:crypto";
+import { performance } from "node:perf_hooks";
+import { cpuNow, cpuPer, type CpuPerItem } from "./cpu.js";
+import { fmt, restClient, startCoordinator, startDatabase, type Coordinator } from "./harness.js";
+import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
+
+const arg = (name: string, fallback: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(process.argv[i + 1]) : fallback;
+};
+const RUNS = arg("runs", 3);
+const SECONDS = arg("seconds", 5);
+const WORKERS = arg("workers", 16);
+const LINGER_US = arg("linger", 0);
+const SHA = createHash("sha256").update("coalesce").digest("hex");
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+type Rest = ReturnType<typeof restClient>;
+type RestTask = { id: string; attempt: number; chunk_index: number };
+interface Shape {
+  name: string;
+  maxTasks: number;
+  chained: boolean;
+}
+const SHAPES: Shape[] = [
+  { name: "single-task, claim_next (one call per task)", maxTasks: 1, chained: true },
+  { name: "single-task, claim then report (two calls)", maxTasks: 1, chained: false },
+  { name: "claim 10 + CompleteTasks with claim_next", maxTasks: 10, chained: true },
+];
+
+/** WORKERS REST workers on one workload for SECONDS after a 1 s warm-up: tasks/s and CPU per task. */
+async function measure(rest: Rest, coordinator: Coordinator, workload: string, shape: Shape) {
+  let done = 0;
+  let running = true;
+  const loops = Array.from({ length: WORKERS }, async (_, id) => {
+    const worker_id = `co-${id}`;
+    const claim_next = shape.chained ? { workloads: [workload], max_tasks: shape.maxTasks } : undefined;
+    let got: RestTask[] = [];
+    while (running) {
+      if (got.length === 0) {
+        const claim = await rest("POST", "/tasks/claim", { worker_id, workloads: [workload], max_tasks: shape.maxTasks });
+        if (claim.status !== 200) throw new Error(`claim answered ${claim.status}: the backlog ran out`);
+        got = (claim.json as { tasks: RestTask[] }).tasks;
+      }
+      const results = got.map((t) => ({
+        task_id: t.id,
+        worker_id,
+        attempt: t.attempt,
+        result_uri: `s3://o/${t.chunk_index}`,
+        result_sha256: SHA,
+      }));
+      const r =
+        got.length === 1
+          ? await rest("POST", `/tasks/${got[0].id}/result`, { ...results[0], task_id: undefined, claim_next })
+          : await rest("POST", "/tasks/results", { results, claim_next });
+      if (r.status !== 200) throw new Error(`result answered ${r.status}`);
+      done += got.length;
+      got = shape.chained ? (r.json as { next_tasks: RestTask[] }).next_tasks : [];
+    }
+  });
+  await sleep(1000);
+  const c0 = done;
+  const cpu0 = cpuNow(coordinator);
+  const t0 = performance.now();
+  await sleep(SECONDS * 1000);
+  const n = done - c0;
+  const cpu = cpuPer(cpu0, cpuNow(coordinator), Math.max(1, n));
+  const rate = n / ((performance.now() - t0) / 1000);
+  running = false;
+  await Promise.all(loops);
+  return { rate, cpu };
+}
+
+/** Mean calls per coalesced statement, by kind, from the coordinator's /metrics. */
+async function batchSizes(url: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const sums: Record<string, number> = {};
+  const counts: Record<string, number> = {};
+  for (const m of text.matchAll(/^leasehold_coalesced_batch_size_(sum|count)\{kind="([a-z_]+)"\} ([0-9.e+]+)$/gm)) {
+    (m[1] === "sum" ? sums : counts)[m[2]] = Number(m[3]);
+  }
+  return Object.fromEntries(Object.keys(counts).map((k) => [k, sums[k] / counts[k]]));
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function main() {
+  const db = await startDatabase();
+  const on = await startCoordinator(db.url, { COALESCE: "true", PG_POOL_MAX: "8" });
+  const off = await startCoordinator(db.url, { COALESCE: "false", PG_POOL_MAX: "8" });
+  const pool = createPool({ connectionString: db.url, max: 2, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
+  const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000, coalescing: false });
+  const arms = [
+    { name: "on", c: on, rest: restClient(on.url) },
+    { name: "off", c: off, rest: restClient(off.url) },
+  ];
+  if (LINGER_US > 0) {
+    const lingering = await startCoordinator(db.url, { COALESCE: "true", COALESCE_LINGER_US: String(LINGER_US), PG_POOL_MAX: "8" });
+    arms.push({ name: `on, linger ${LINGER_US} us`, c: lingering, rest: restClient(lingering.url) });
+  }
+  const results = new Map<string, { rate: number[]; cpu: CpuPerItem[] }>();
+  try {
+    let w = 0;
+    for (let round = 0; round < RUNS; round++) {
+      for (const shape of SHAPES) {
+        const order = round % 2 === 0 ? arms : [...arms].reverse();
+        for (const arm of order) {
+          const workload = `co_${++w}`;
+          await store.putWorkload({ name: workload, leaseSeconds: 300, maxAttempts: 3 });
+          const backlog = Math.ceil((SECONDS + 2) * (shape.maxTasks > 1 ? 8000 : 3000));
+          for (let made = 0; made < backlog; made += 10_000) {
+            const n = Math.min(10_000, backlog - made);
+            await store.createJob({
+              workload,
+              tasks: Array.from({ length: n }, (_, i) => ({ chunkIndex: i, inputUri: `s3://in/${i}`, inputSha256: SHA })),
+            });
+          }
+          const m = await measure(arm.rest, arm.c, workload, shape);
+          const key = `${shape.name} | ${arm.name}`;
+          const r = results.get(key) ?? { rate: [], cpu: [] };
+          r.rate.push(m.rate);
+          r.cpu.push(m.cpu);
+          results.set(key, r);
+          console.error(`[round ${round + 1}] ${key}: ${fmt(m.rate)} tasks/s`);
+        }
+      }
+    }
+    console.log(`\ncoalescing on vs off, ${WORKERS} REST workers, ${RUNS} rounds of ${SECONDS} s, medians (CPU ms per task)`);
+    console.log("| load | coalescing | tasks/s | on/off | coordinator | PostgreSQL |");
+    console.log("|---|---|---|---|---|---|");
+    for (const shape of SHAPES) {
+      const off = results.get(`${shape.name} | off`)!;
+      for (const arm of arms.map((a) => a.name)) {
+        const r = results.get(`${shape.name} | ${arm}`)!;
+        const ratio = arm === "off" ? "" : `${(median(r.rate) / median(off.rate)).toFixed(2)}×`;
+        console.log(
+          `| ${shape.name} | ${arm} | ${fmt(median(r.rate))} | ${ratio} | ${median(r.cpu.map((c) => c.coordinator)).toFixed(3)} | ${median(r.cpu.map((c) => c.postgres)).toFixed(3)} |`,
+        );
+      }
+    }
+    console.log("\nmean calls per coalesced statement (whole run):", JSON.stringify(await batchSizes(on.url)));
+  } finally {
+    for (const arm of arms) await arm.c.stop();
+    await pool.end();
+    await db.stop();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

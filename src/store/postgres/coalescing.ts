@@ -1,0 +1,322 @@
+// Coalescing: the single-task calls of many workers that arrive together go to PostgreSQL as one
+// statement per kind (group commit, group-commit.ts). Most of a single task's database cost is per
+// statement (plan start-up, tuple descriptors, index descents, the commit), not per row, so a busy
+// coordinator pays it once for a batch; an idle one runs each call at once, as before.
+//
+// Kinds: claims (ClaimTasks), results with claim_next, results, lease renewals and failures. A
+// claim batch shares its workloads, labels and lease length (the key of its lane); the result kinds
+// mix every worker. Each item keeps its own outcome exactly as its one-caller statement gives it:
+// the fences are per item, a refused item is explained alone, and a batch never fails because one
+// item is stale. Claims of flow-controlled workloads never coalesce (their cap, rate and fair share
+// are kept by leasehold_flow_claim, one claimer at a time); claim.ts sends them the direct way.
+
+import type pg from "pg";
+import { leaseConflict } from "../../queue/fencing.js";
+import type { CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
+import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js";
+import { claimed, claimWith } from "./claim.js";
+import {
+  COALESCED_CLAIM,
+  COALESCED_COMPLETE_AND_CLAIM,
+  COALESCED_FAIL,
+  COALESCED_RENEW,
+  GIVE_BACK,
+  type CoalescedClaimRow,
+} from "./coalesced-statements.js";
+import { completeBatchWith, refusedOrLate, resultRecord } from "./complete.js";
+import type { StoreContext } from "./context.js";
+import { toQueueError, withClient } from "./db.js";
+import { freedSlots } from "./flow-control.js";
+import { GroupCommit, type GroupCommitOptions, type Outcome } from "./group-commit.js";
+import { loadTask } from "./inspection.js";
+import { toTask, type TaskRow } from "./rows.js";
+import { FINISH_JOBS, settleJob } from "./settle.js";
+
+export type CoalescingOptions = GroupCommitOptions;
+
+export const DEFAULT_COALESCING: CoalescingOptions = { maxBatch: 64, lingerUs: 0 };
+
+/** The kinds of coalesced statements, as the batch-size metric names them. */
+export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "renew" | "fail";
+
+interface ClaimItem {
+  claim: NormalizedClaim;
+}
+interface ResultClaimItem {
+  done: CompleteTaskInput;
+  claim: NormalizedClaim;
+}
+
+export class Coalescer {
+  private readonly claims: GroupCommit<ClaimItem, Task[]>;
+  private readonly resultClaims: GroupCommit<ResultClaimItem, CompletedAndClaimed>;
+  private readonly results: GroupCommit<CompleteTaskInput, Task>;
+  private readonly renewals: GroupCommit<RenewLeaseInput, Task>;
+  private readonly failures: GroupCommit<NormalizedFail, Task>;
+
+  constructor(
+    private readonly ctx: StoreContext,
+    options: CoalescingOptions,
+  ) {
+    const batched = (kind: CoalescedKind) => (size: number) => ctx.options.observer?.statementBatched?.(kind, size);
+    this.claims = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runClaims(items, signal),
+        abandon: (item, tasks) => this.giveBack(tasks),
+        batched: batched("claim"),
+      },
+      options,
+    );
+    this.resultClaims = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runResultClaims(items, signal),
+        conflict: (a, b) => a.done.taskId === b.done.taskId,
+        // The result has committed (a retry is answered as a replay); the tasks it claimed go back.
+        abandon: (item, value) => this.giveBack(value.next),
+        batched: batched("complete_and_claim"),
+      },
+      options,
+    );
+    this.results = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runResults(items, signal),
+        conflict: (a, b) => a.taskId === b.taskId,
+        batched: batched("complete"),
+      },
+      options,
+    );
+    this.renewals = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runRenewals(items, signal),
+        conflict: (a, b) => a.taskId === b.taskId,
+        batched: batched("renew"),
+      },
+      options,
+    );
+    this.failures = new GroupCommit(
+      {
+        run: (_key, items, signal) => this.runFailures(items, signal),
+        conflict: (a, b) => a.taskId === b.taskId,
+        batched: batched("fail"),
+      },
+      options,
+    );
+  }
+
+  claim(claim: NormalizedClaim, signal?: AbortSignal): Promise<Task[]> {
+    return this.claims.submit(claimKey(claim), { claim }, signal);
+  }
+
+  completeAndClaim(done: CompleteTaskInput, claim: NormalizedClaim, signal?: AbortSignal): Promise<CompletedAndClaimed> {
+    return this.resultClaims.submit(claimKey(claim), { done, claim }, signal);
+  }
+
+  complete(done: CompleteTaskInput, signal?: AbortSignal): Promise<Task> {
+    return this.results.submit("", done, signal);
+  }
+
+  renew(renew: RenewLeaseInput, signal?: AbortSignal): Promise<Task> {
+    return this.renewals.submit("", renew, signal);
+  }
+
+  fail(f: NormalizedFail, signal?: AbortSignal): Promise<Task> {
+    return this.failures.submit("", f, signal);
+  }
+
+  private runClaims(items: ClaimItem[], signal: AbortSignal): Promise<Outcome<Task[]>[]> {
+    const ctx = this.ctx;
+    const first = items[0].claim;
+    const owners: string[] = [];
+    const callers: number[] = [];
+    items.forEach(({ claim }, i) => {
+      for (let k = 0; k < claim.maxTasks; k++) {
+        owners.push(claim.workerId);
+        callers.push(i);
+      }
+    });
+    return withClient(ctx.pool, signal, async (c) => {
+      const rows = await COALESCED_CLAIM.run(c, { ...shape(first), owners, callers });
+      await ctx.flow.sightings.seen(c, first.workloads, first.labels);
+      const per = byCaller(
+        items.length,
+        rows.filter((r): r is CoalescedClaimRow & { flow_workloads: string[] | null } => r.id !== null),
+      );
+      // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
+      if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
+      const answers = per.map((r) => claimed(ctx, r));
+      await this.claimFlowAlone(c, rows[0]?.flow_workloads, items, answers);
+      return answers.map((value) => ({ value }));
+    });
+  }
+
+  private runResultClaims(items: ResultClaimItem[], signal: AbortSignal): Promise<Outcome<CompletedAndClaimed>[]> {
+    const ctx = this.ctx;
+    const first = items[0].claim;
+    const payload = JSON.stringify(
+      items.map(({ done, claim }, i) => ({ ...resultRecord(done), caller: i, claim_worker: claim.workerId, claim_n: claim.maxTasks })),
+    );
+    return withClient(ctx.pool, signal, async (c) => {
+      await ctx.workloads.require(c, first.workloads, "claim_next.workloads");
+      const rows = await COALESCED_COMPLETE_AND_CLAIM.run(c, {
+        ...shape(first),
+        items: payload,
+        taskIds: items.map((it) => it.done.taskId),
+      });
+      const doneRows = rows.filter((r) => r.part === 0);
+      const claimedRows = rows.filter((r) => r.part === 1);
+      await this.finishCompleted(c, doneRows, claimedRows);
+      const accepted = new Map(doneRows.map((r) => [r.id, r]));
+      const per = byCaller(items.length, claimedRows);
+      const next = per.map((r) => claimed(ctx, r));
+      const acceptedItems = items.map((it) => (accepted.has(it.done.taskId) ? it : undefined));
+      await this.claimFlowAlone(c, doneRows[0]?.flow_workloads, acceptedItems, next);
+      const outcomes: Outcome<CompletedAndClaimed>[] = [];
+      for (const [i, { done, claim }] of items.entries()) {
+        const row = accepted.get(done.taskId);
+        if (row) {
+          outcomes.push({ value: { task: toTask(row), next: next[i] } });
+          continue;
+        }
+        // Refused, replayed or late, as the one-caller path explains it; a replay claims on its own.
+        outcomes.push(
+          await settled(async () => {
+            const task = await refusedOrLate(ctx, c, done);
+            return { task, next: await claimWith(ctx, c, claim, "claim_next.workloads") };
+          }),
+        );
+      }
+      return outcomes;
+    });
+  }
+
+  /**
+   * The statement found flow-controlled workloads among those requested, which this coordinator
+   * took for plain ones (its view of them is refreshed every few seconds): it learns them now, and
+   * each caller still short of what it asked for claims the rest one by one, under the caps.
+   */
+  private async claimFlowAlone(
+    c: pg.PoolClient,
+    flow: string[] | null | undefined,
+    items: ({ claim: NormalizedClaim } | undefined)[],
+    answers: Task[][],
+  ): Promise<void> {
+    if (!flow || flow.length === 0) return;
+    for (const name of flow) this.ctx.flow.workloads.mark(name, true);
+    for (const [i, item] of items.entries()) {
+      const want = item ? item.claim.maxTasks - answers[i].length : 0;
+      if (want > 0) answers[i].push(...(await claimWith(this.ctx, c, { ...item!.claim, maxTasks: want }, "workloads")));
+    }
+  }
+
+  /** Metrics, freed slots, and the jobs the completions may have finished (not those a claim just gave work). */
+  private async finishCompleted(c: pg.PoolClient, doneRows: TaskRow[], claimedRows: TaskRow[]): Promise<void> {
+    if (doneRows.length === 0) return;
+    this.ctx.options.observer?.tasksCompleted(doneRows.length);
+    freedSlots(
+      this.ctx,
+      doneRows.map((r) => r.workload),
+    );
+    const busy = new Set(claimedRows.map((r) => r.job_id));
+    const jobs = [...new Set(doneRows.map((r) => r.job_id))].filter((j) => !busy.has(j));
+    if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
+  }
+
+  private runResults(items: CompleteTaskInput[], signal: AbortSignal): Promise<Outcome<Task>[]> {
+    return withClient(this.ctx.pool, signal, async (c) => {
+      const outcomes = await completeBatchWith(this.ctx, c, items);
+      return outcomes.map((o): Outcome<Task> => (o.task ? { value: o.task } : { error: o.error }));
+    });
+  }
+
+  private runRenewals(items: RenewLeaseInput[], signal: AbortSignal): Promise<Outcome<Task>[]> {
+    const payload = JSON.stringify(
+      items.map((r) => ({ task_id: r.taskId, worker_id: r.workerId, attempt: r.attempt, lease_seconds: r.leaseSeconds ?? null })),
+    );
+    return withClient(this.ctx.pool, signal, async (c) => {
+      const rows = await COALESCED_RENEW.run(c, { items: payload, taskIds: items.map((r) => r.taskId) });
+      const renewed = new Map(rows.map((r) => [r.id, r]));
+      const outcomes: Outcome<Task>[] = [];
+      for (const r of items) {
+        const row = renewed.get(r.taskId);
+        outcomes.push(row ? { value: toTask(row) } : await refused(c, r));
+      }
+      return outcomes;
+    });
+  }
+
+  private runFailures(items: NormalizedFail[], signal: AbortSignal): Promise<Outcome<Task>[]> {
+    const ctx = this.ctx;
+    const payload = JSON.stringify(
+      items.map((f) => ({
+        task_id: f.taskId,
+        worker_id: f.workerId,
+        attempt: f.attempt,
+        error_code: f.errorCode,
+        retryable: f.retryable,
+        error_message: f.errorMessage,
+        retry_after_seconds: f.retryAfterSeconds ?? null,
+      })),
+    );
+    return withClient(ctx.pool, signal, async (c) => {
+      const rows = await COALESCED_FAIL.run(c, { items: payload, taskIds: items.map((f) => f.taskId) });
+      for (const row of rows) ctx.options.observer?.taskFailed(row.status === "pending");
+      freedSlots(
+        ctx,
+        rows.map((r) => r.workload),
+      );
+      // Failed for good (committed): each job's failure policy decides what becomes of it.
+      for (const jobId of [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id))].sort()) {
+        await settleJob(c, jobId);
+      }
+      const failed = new Map(rows.map((r) => [r.id, r]));
+      const outcomes: Outcome<Task>[] = [];
+      for (const f of items) {
+        const row = failed.get(f.taskId);
+        outcomes.push(row ? { value: toTask(row) } : await refused(c, f));
+      }
+      return outcomes;
+    });
+  }
+
+  /** Tasks leased for a caller that is no longer waiting: back to pending, attempt unspent. */
+  private giveBack(tasks: Task[]): void {
+    if (tasks.length === 0) return;
+    const payload = JSON.stringify(tasks.map((t) => ({ task_id: t.id, worker_id: t.leaseOwner, attempt: t.attempt })));
+    // Best effort: a task not given back is reclaimed when its lease expires.
+    GIVE_BACK.run(this.ctx.pool, { items: payload, taskIds: tasks.map((t) => t.id) }).catch(() => {});
+  }
+}
+
+/** A claim's lane key as the statements take it. */
+function shape(claim: NormalizedClaim) {
+  return { workloads: claim.workloads, leaseSeconds: claim.leaseSeconds ?? null, labels: claim.labels };
+}
+
+/** Claims share a statement when they ask for the same workloads with the same labels and lease length. */
+function claimKey(claim: NormalizedClaim): string {
+  return `${claim.workloads.join("\u0000")}\u0001${claim.labels}\u0001${claim.leaseSeconds ?? ""}`;
+}
+
+/** The claimed rows of each caller, in claim order. */
+function byCaller<R extends { caller: number; rn: string }>(count: number, rows: R[]): R[][] {
+  const per: R[][] = Array.from({ length: count }, () => []);
+  for (const r of [...rows].sort((a, b) => Number(a.rn) - Number(b.rn))) per[r.caller].push(r);
+  return per;
+}
+
+/** Why a renewal or failure was refused, from the task as it is. */
+async function refused(c: pg.PoolClient, ref: RenewLeaseInput | NormalizedFail): Promise<Outcome<Task>> {
+  try {
+    return { error: leaseConflict(await loadTask(c, ref.taskId), ref) };
+  } catch (err) {
+    return { error: toQueueError(err) };
+  }
+}
+
+async function settled<T>(fn: () => Promise<T>): Promise<Outcome<T>> {
+  try {
+    return { value: await fn() };
+  } catch (err) {
+    return { error: toQueueError(err) };
+  }
+}

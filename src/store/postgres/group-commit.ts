@@ -1,0 +1,175 @@
+// Group commit for single-item calls: the calls of one kind that arrive while a statement of that
+// kind is in flight wait in a lane, and when it returns they all go in the next statement. An idle
+// lane runs a call at once (no timer), so a lone worker pays nothing; a busy one gets batches as
+// large as its arrival rate makes them. This file knows nothing of SQL: `run` does the statement.
+
+import { DeadlineExceededError } from "../../queue/errors.js";
+
+/** One item's outcome in a batch: its own answer, or its own error (a batch never fails for one item). */
+export type Outcome<O> = { value: O } | { error: unknown };
+
+export interface GroupCommitOptions {
+  /** At most this many items in one statement; the rest wait for the next. */
+  maxBatch: number;
+  /**
+   * How long an idle lane waits for company before it runs, in microseconds (0: not at all, the
+   * default). The wait yields to I/O between checks, so calls that arrive meanwhile join.
+   */
+  lingerUs: number;
+}
+
+export interface GroupCommitHooks<I, O> {
+  /**
+   * Runs one batch: one outcome per item, in order. A rejection fails every item of the batch.
+   * `signal` aborts once every caller in the batch has stopped waiting (their deadlines passed).
+   */
+  run(key: string, items: I[], signal: AbortSignal): Promise<Outcome<O>[]>;
+  /** Items that must not share a statement (the same task twice): the later one waits for the next. */
+  conflict?(a: I, b: I): boolean;
+  /** The value of an item whose caller's deadline passed while its statement ran (claims give their tasks back). */
+  abandon?(item: I, value: O): void;
+  /** Told of each batch's size (metrics). */
+  batched?(size: number): void;
+}
+
+interface Entry<I, O> {
+  item: I;
+  signal: AbortSignal | undefined;
+  resolve(value: O): void;
+  reject(err: unknown): void;
+  onAbort?: () => void;
+  /** Answered DEADLINE_EXCEEDED while its statement ran: its outcome, when it comes, is abandoned. */
+  gone?: boolean;
+}
+
+interface Lane<I, O> {
+  waiting: Entry<I, O>[];
+  busy: boolean;
+}
+
+export class GroupCommit<I, O> {
+  private readonly lanes = new Map<string, Lane<I, O>>();
+
+  constructor(
+    private readonly hooks: GroupCommitHooks<I, O>,
+    private readonly options: GroupCommitOptions,
+  ) {}
+
+  /**
+   * The item's outcome once its batch has run. Items of one key share statements; a caller whose
+   * deadline passes while its item still waits is answered DEADLINE_EXCEEDED and its item never runs.
+   */
+  submit(key: string, item: I, signal?: AbortSignal): Promise<O> {
+    if (signal?.aborted) return Promise.reject(waitedTooLong());
+    let lane = this.lanes.get(key);
+    if (!lane) {
+      lane = { waiting: [], busy: false };
+      this.lanes.set(key, lane);
+    }
+    const l = lane;
+    return new Promise<O>((resolve, reject) => {
+      const entry: Entry<I, O> = { item, signal, resolve, reject };
+      if (signal) {
+        entry.onAbort = () => {
+          const i = l.waiting.indexOf(entry);
+          if (i < 0) return; // already in a statement: settled when it returns
+          l.waiting.splice(i, 1);
+          reject(waitedTooLong());
+        };
+        signal.addEventListener("abort", entry.onAbort, { once: true });
+      }
+      l.waiting.push(entry);
+      if (!l.busy) this.start(key, l);
+    });
+  }
+
+  private start(key: string, lane: Lane<I, O>): void {
+    lane.busy = true;
+    if (this.options.lingerUs <= 0) {
+      void this.flush(key, lane);
+      return;
+    }
+    const until = process.hrtime.bigint() + BigInt(Math.round(this.options.lingerUs * 1000));
+    const check = () => {
+      if (lane.waiting.length < this.options.maxBatch && process.hrtime.bigint() < until) setImmediate(check);
+      else void this.flush(key, lane);
+    };
+    setImmediate(check);
+  }
+
+  private async flush(key: string, lane: Lane<I, O>): Promise<void> {
+    const batch = this.take(lane);
+    if (batch.length === 0) {
+      lane.busy = false;
+      if (lane.waiting.length === 0) this.lanes.delete(key);
+      return;
+    }
+    // A caller whose deadline passes while the statement runs is answered at once, as a direct
+    // call's cancelled statement would be; when no caller is left, the statement is cancelled.
+    const stop = new AbortController();
+    let waiting = batch.length;
+    const leave = (e: Entry<I, O>) => () => {
+      e.gone = true;
+      e.reject(waitedTooLong());
+      if (--waiting === 0) stop.abort();
+    };
+    const leaves = batch.map((e) => {
+      if (e.onAbort) e.signal?.removeEventListener("abort", e.onAbort);
+      const onLeave = leave(e);
+      e.signal?.addEventListener("abort", onLeave, { once: true });
+      return onLeave;
+    });
+    this.hooks.batched?.(batch.length);
+    try {
+      const outcomes = await this.hooks.run(
+        key,
+        batch.map((e) => e.item),
+        stop.signal,
+      );
+      batch.forEach((e, i) => this.settle(e, outcomes[i]));
+    } catch (err) {
+      for (const e of batch) if (!e.gone) e.reject(err);
+    } finally {
+      batch.forEach((e, i) => e.signal?.removeEventListener("abort", leaves[i]));
+    }
+    if (lane.waiting.length > 0) void this.flush(key, lane);
+    else {
+      lane.busy = false;
+      this.lanes.delete(key);
+    }
+  }
+
+  /** Up to maxBatch waiting entries in arrival order, passing over any that conflict with one taken. */
+  private take(lane: Lane<I, O>): Entry<I, O>[] {
+    const taken: Entry<I, O>[] = [];
+    const left: Entry<I, O>[] = [];
+    const conflict = this.hooks.conflict;
+    for (const e of lane.waiting) {
+      if (taken.length < this.options.maxBatch && !(conflict && taken.some((t) => conflict(t.item, e.item)))) taken.push(e);
+      else left.push(e);
+    }
+    lane.waiting = left;
+    return taken;
+  }
+
+  private settle(e: Entry<I, O>, outcome: Outcome<O> | undefined): void {
+    if (outcome === undefined) {
+      e.reject(new Error("group commit: the batch answered fewer outcomes than items"));
+      return;
+    }
+    if ("error" in outcome) {
+      e.reject(outcome.error);
+      return;
+    }
+    if (e.gone) {
+      // The caller was answered DEADLINE_EXCEEDED: what it was given goes back.
+      this.hooks.abandon?.(e.item, outcome.value);
+      return;
+    }
+    e.resolve(outcome.value);
+  }
+}
+
+function waitedTooLong(): DeadlineExceededError {
+  return new DeadlineExceededError("the request's deadline passed while it waited for its statement");
+}

@@ -1,0 +1,63 @@
+-- CLAIM_TASK, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+WITH requested AS (
+  SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY ($1::text[])
+), expired AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND true
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
+    ORDER BY lease_expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+  ) c
+), fresh AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND true
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
+    ORDER BY priority DESC, fair_rank, created_at, chunk_index
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+  ) c
+), picked AS (
+  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
+  LIMIT $2
+), plain_claimed AS (
+  UPDATE tasks t
+  SET status = 'leased',
+      attempt = t.attempt + 1,
+      lease_owner = $3,
+      lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      started_at = coalesce(t.started_at, now()),
+      version = t.version + 1,
+      event_flip = NOT t.event_flip
+  WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+  RETURNING t.*
+), flow_claimed AS (
+  SELECT f.task, f.fresh
+  FROM leasehold_flow_claim(
+    ARRAY(SELECT name FROM requested WHERE flow), $2::int - (SELECT count(*)::int FROM plain_claimed), $3::text,
+    $4::int, $5::jsonb) f
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND true
+), claimed AS (
+  SELECT * FROM plain_claimed UNION ALL SELECT (task).* FROM flow_claimed
+), running AS (
+  UPDATE jobs SET status = 'running', updated_at = now()
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
+), events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed
+),
+watched AS (
+  SELECT pg_notify('leasehold_events', r.job_id::text) FROM claimed r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
+SELECT claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+FROM claimed

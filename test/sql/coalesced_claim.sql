@@ -1,0 +1,59 @@
+-- COALESCED_CLAIM, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+WITH requested AS (
+  SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY ($1::text[])
+), expired AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND true
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
+    ORDER BY lease_expires_at
+    LIMIT cardinality($2::text[])
+    FOR UPDATE SKIP LOCKED
+  ) c
+), fresh AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND true
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
+    ORDER BY priority DESC, fair_rank, created_at, chunk_index
+    LIMIT cardinality($2::text[])
+    FOR UPDATE SKIP LOCKED
+  ) c
+), picked AS (
+  SELECT id, row_number() OVER (ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index) AS rn
+  FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY rn
+  LIMIT cardinality($2::text[])
+), plain_claimed AS (
+  UPDATE tasks t
+  SET status = 'leased',
+      attempt = t.attempt + 1,
+      lease_owner = ($2::text[])[p.rn],
+      lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      started_at = coalesce(t.started_at, now()),
+      version = t.version + 1,
+      event_flip = NOT t.event_flip
+  FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id
+  RETURNING t.*, p.rn
+), flow_claimed AS (SELECT NULL::tasks AS task, false AS fresh WHERE false), claimed AS (
+  SELECT * FROM plain_claimed
+), running AS (
+  UPDATE jobs SET status = 'running', updated_at = now()
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
+), events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed
+),
+watched AS (
+  SELECT pg_notify('leasehold_events', r.job_id::text) FROM claimed r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
+SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+  f.flow_workloads
+FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f LEFT JOIN claimed ON true

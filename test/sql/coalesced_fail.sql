@@ -1,0 +1,22 @@
+-- COALESCED_FAIL, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+WITH cur AS (
+  UPDATE tasks t
+  SET status = CASE WHEN b.retryable AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
+      run_after = CASE WHEN b.retryable AND t.attempt < t.max_attempts
+        THEN now() + make_interval(secs => coalesce(b.retry_after_seconds, least(300, power(2, t.attempt)) * (0.75 + random() * 0.5)))
+        ELSE t.run_after END,
+      completed_at = CASE WHEN b.retryable AND t.attempt < t.max_attempts THEN NULL ELSE now() END,
+      lease_expires_at = NULL,
+      error_code = b.error_code,
+      error_message = b.error_message,
+      version = t.version + 1
+  FROM jsonb_to_recordset($1::jsonb)
+    AS b(task_id uuid, worker_id text, attempt int, error_code text, retryable boolean, error_message text, retry_after_seconds float8)
+  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+    AND t.lease_expires_at > now()
+  RETURNING t.*
+), woken AS (
+  -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
+  SELECT pg_notify('leasehold_tasks', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
+)
+SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur

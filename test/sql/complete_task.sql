@@ -1,0 +1,26 @@
+-- COMPLETE_TASK, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+WITH done AS (
+  UPDATE tasks
+  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
+      completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
+  WHERE tasks.id = $1 AND tasks.status::text = 'leased' AND tasks.lease_owner = $2 AND tasks.attempt = $3 AND tasks.lease_expires_at > now()
+  RETURNING *
+), finished AS (
+  UPDATE jobs j SET status = (CASE WHEN EXISTS (SELECT 1 FROM tasks f WHERE f.job_id = j.id AND f.status = 'failed' OFFSET j.max_failed_tasks) THEN 'failed' ELSE 'completed' END)::job_status, completed_at = now(), updated_at = now()
+  WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
+    AND NOT EXISTS (
+      SELECT 1 FROM tasks o
+      WHERE o.job_id = (SELECT job_id FROM done) AND o.status IN ('pending', 'leased') AND o.id <> $1
+    )
+  RETURNING j.id
+), events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM done
+), watched AS (
+  SELECT pg_notify('leasehold_events', r.job_id::text) FROM done r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
+SELECT done.*, NOT EXISTS (SELECT 1 FROM finished)
+    AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job, (SELECT count(*) FROM watched) AS notified
+FROM done

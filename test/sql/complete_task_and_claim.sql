@@ -1,0 +1,84 @@
+-- COMPLETE_TASK_AND_CLAIM, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+WITH done AS (
+  UPDATE tasks
+  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
+      completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
+  WHERE tasks.id = $1 AND tasks.status::text = 'leased' AND tasks.lease_owner = $2 AND tasks.attempt = $3 AND tasks.lease_expires_at > now()
+  RETURNING *
+), finished AS (
+  UPDATE jobs j SET status = (CASE WHEN EXISTS (SELECT 1 FROM tasks f WHERE f.job_id = j.id AND f.status = 'failed' OFFSET j.max_failed_tasks) THEN 'failed' ELSE 'completed' END)::job_status, completed_at = now(), updated_at = now()
+  WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
+    AND NOT EXISTS (
+      SELECT 1 FROM tasks o
+      WHERE o.job_id = (SELECT job_id FROM done) AND o.status IN ('pending', 'leased') AND o.id <> $1
+    )
+  RETURNING j.id
+), requested AS (
+  SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY ($7::text[])
+), expired AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND EXISTS (SELECT 1 FROM done)
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $11::jsonb)
+    ORDER BY lease_expires_at
+    LIMIT $8
+    FOR UPDATE SKIP LOCKED
+  ) c
+), fresh AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND EXISTS (SELECT 1 FROM done)
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $11::jsonb)
+    ORDER BY priority DESC, fair_rank, created_at, chunk_index
+    LIMIT $8
+    FOR UPDATE SKIP LOCKED
+  ) c
+), picked AS (
+  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
+  LIMIT $8
+), plain_claimed AS (
+  UPDATE tasks t
+  SET status = 'leased',
+      attempt = t.attempt + 1,
+      lease_owner = $9,
+      lease_expires_at = now() + make_interval(secs => coalesce($10::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      started_at = coalesce(t.started_at, now()),
+      version = t.version + 1,
+      event_flip = NOT t.event_flip
+  WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+  RETURNING t.*
+), flow_claimed AS (
+  SELECT f.task, f.fresh
+  FROM leasehold_flow_claim(
+    ARRAY(SELECT name FROM requested WHERE flow), $8::int - (SELECT count(*)::int FROM plain_claimed), $9::text,
+    $10::int, $11::jsonb) f
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND EXISTS (SELECT 1 FROM done)
+), claimed AS (
+  SELECT * FROM plain_claimed UNION ALL SELECT (task).* FROM flow_claimed
+), running AS (
+  UPDATE jobs SET status = 'running', updated_at = now()
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
+),
+events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM done
+  UNION ALL
+  SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed
+),
+watched AS (
+  SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
+SELECT 0 AS part, done.*, NOT EXISTS (SELECT 1 FROM finished)
+    AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+FROM done
+UNION ALL
+(SELECT 1, claimed.*, false, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0 FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index)

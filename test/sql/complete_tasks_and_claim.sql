@@ -1,0 +1,75 @@
+-- COMPLETE_TASKS_AND_CLAIM, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+WITH done AS (
+  UPDATE tasks t
+  SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
+      completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
+  FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
+  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+    AND t.lease_expires_at > now()
+  RETURNING t.*
+), requested AS (
+  SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY ($3::text[])
+), expired AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND true
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $7::jsonb)
+    ORDER BY lease_expires_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+  ) c
+), fresh AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND true
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $7::jsonb)
+    ORDER BY priority DESC, fair_rank, created_at, chunk_index
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+  ) c
+), picked AS (
+  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
+  LIMIT $4
+), plain_claimed AS (
+  UPDATE tasks t
+  SET status = 'leased',
+      attempt = t.attempt + 1,
+      lease_owner = $5,
+      lease_expires_at = now() + make_interval(secs => coalesce($6::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      started_at = coalesce(t.started_at, now()),
+      version = t.version + 1,
+      event_flip = NOT t.event_flip
+  WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+  RETURNING t.*
+), flow_claimed AS (
+  SELECT f.task, f.fresh
+  FROM leasehold_flow_claim(
+    ARRAY(SELECT name FROM requested WHERE flow), $4::int - (SELECT count(*)::int FROM plain_claimed), $5::text,
+    $6::int, $7::jsonb) f
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND true
+), claimed AS (
+  SELECT * FROM plain_claimed UNION ALL SELECT (task).* FROM flow_claimed
+), running AS (
+  UPDATE jobs SET status = 'running', updated_at = now()
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
+),
+events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM done
+  UNION ALL
+  SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+  FROM claimed
+),
+watched AS (
+  SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+)
+SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified FROM done
+UNION ALL
+(SELECT 1, claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0 FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index)

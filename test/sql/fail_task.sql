@@ -1,0 +1,19 @@
+-- FAIL_TASK, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+WITH cur AS (
+  UPDATE tasks t
+  SET status = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
+      run_after = CASE WHEN $5::boolean AND t.attempt < t.max_attempts
+        THEN now() + make_interval(secs => coalesce($7::float8, least(300, power(2, t.attempt)) * (0.75 + random() * 0.5)))
+        ELSE t.run_after END,
+      completed_at = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN NULL ELSE now() END,
+      lease_expires_at = NULL,
+      error_code = $4,
+      error_message = $6,
+      version = t.version + 1
+  WHERE t.id = $1 AND t.status::text = 'leased' AND t.lease_owner = $2 AND t.attempt = $3 AND t.lease_expires_at > now()
+  RETURNING t.*
+), woken AS (
+  -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
+  SELECT pg_notify('leasehold_tasks', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
+)
+SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur
