@@ -305,7 +305,7 @@ function printThroughput(rounds: Round1[], baseline: Baseline | undefined, conte
   const ids = [...(baseline ? ["baseline"] : []), "a", "b", "c", "d"];
   const labels: Record<string, string> = Object.fromEntries(VARIANTS.map((v) => [v.id, v.label]));
   if (baseline)
-    labels.baseline = `before flow control (${baseline.sha.startsWith(baseline.ref) ? baseline.ref : `${baseline.ref}, ${baseline.sha.slice(0, 7)}`}), no caps`;
+    labels.baseline = `the baseline commit (${baseline.sha.startsWith(baseline.ref) ? baseline.ref : `${baseline.ref}, ${baseline.sha.slice(0, 7)}`}), no caps`;
   const json: Record<string, unknown> = {};
   console.log(`\n### Flow control: claim → complete throughput\n`);
   console.log(`REST, chained result reports (claim_next), ${SECONDS} s windows after 1 s of warm-up; ${context}.`);
@@ -342,13 +342,13 @@ function printThroughput(rounds: Round1[], baseline: Baseline | undefined, conte
     json[id] = j;
   }
   if (baseline) {
-    // The issue's first bar: an uncapped workload keeps the claim cost it had before flow control.
+    // An uncapped workload keeps the claim cost it had at the baseline commit (before flow control, or before a change to it).
     const perRound = BATCHES.map((b) => rounds.map((r) => r[b].a.rate / r[b].baseline.rate));
     json.a_vs_baseline = Object.fromEntries(
       BATCHES.map((b, i) => [`max_tasks_${b}`, { median: median(perRound[i]), per_round: perRound[i] }]),
     );
     console.log(
-      `\n(a) / before, same rounds: ${BATCHES.map((b, i) => `max_tasks ${b} **${fmt(median(perRound[i]), 2)}** (${perRound[i].map((x) => fmt(x, 2)).join(", ")})`).join("; ")}; the bar: ≥ 0.90.`,
+      `\n(a) / baseline, same rounds: ${BATCHES.map((b, i) => `max_tasks ${b} **${fmt(median(perRound[i]), 2)}** (${perRound[i].map((x) => fmt(x, 2)).join(", ")})`).join("; ")}; the bar: ≥ 0.90.`,
     );
   }
   const refused = ids.flatMap((id) => BATCHES.map((b) => rounds.reduce((n, r) => n + r[b][id].unavailable, 0))).reduce((a, b) => a + b, 0);

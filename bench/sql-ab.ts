@@ -8,6 +8,7 @@
 //                        git archive <ref> | tar -x -C /tmp/base && ln -s "$PWD/node_modules" /tmp/base/
 //   AB_MODES             comma list of single,batch,insert,one (default: all four), singlechain, batchchain (chained through claim_next), bare
 //   AB_PAIRS (3)         alternating pairs per mode   AB_SECONDS (4) length of a loop run
+//   AB_WORKLOAD          the workload's settings (JSON, PutWorkload's fields); AB_WORKLOAD_A: A's, when they differ
 //   AB_WORKERS (16)      connections of the loops   AB_WAL_STATS   also WAL bytes per task by kind (pg_walinspect)
 //   AB_ADMIN_SQL         SQL run once on the server first (databases ab_a, ab_b)
 //   AB_B                 another checkout for B (default: this one)   AB_SETUP_A, AB_SETUP_B  SQL run on that side's database after its migrations
@@ -28,6 +29,10 @@ const MODES = (process.env.AB_MODES ?? "single,batch,insert,one").split(",");
 const PAIRS = Number(process.env.AB_PAIRS ?? 3);
 const SECONDS = Number(process.env.AB_SECONDS ?? 4);
 const WORKERS = Number(process.env.AB_WORKERS ?? 16);
+// AB_WORKLOAD: the measured workload's settings as PutWorkload takes them (JSON), e.g. '{"maxLeased":1000}' for a cap never reached.
+const WORKLOAD = JSON.parse(process.env.AB_WORKLOAD ?? "{}") as Record<string, unknown>;
+// AB_WORKLOAD_A: A's settings instead (with AB_BASE=. : one checkout, two kinds of workload).
+const WORKLOAD_A = JSON.parse(process.env.AB_WORKLOAD_A ?? process.env.AB_WORKLOAD ?? "{}") as Record<string, unknown>;
 const SHA = createHash("sha256").update("ab").digest("hex");
 
 interface Side {
@@ -122,7 +127,7 @@ async function measure(side: Side, body: () => Promise<number>): Promise<Sample>
 let seq = 0;
 async function fill(side: Side, tasks: number): Promise<string> {
   const workload = `ab_${seq++}`;
-  await side.store.putWorkload({ name: workload, leaseSeconds: 300 });
+  await side.store.putWorkload({ name: workload, leaseSeconds: 300, ...(side.name === "A" ? WORKLOAD_A : WORKLOAD) });
   for (let done = 0; done < tasks; done += 10_000) {
     const n = Math.min(10_000, tasks - done);
     await side.store.createJob({
@@ -214,7 +219,7 @@ async function bare(side: Side): Promise<Sample> {
 
 async function insert(side: Side): Promise<Sample> {
   const workload = `ab_${seq++}`;
-  await side.store.putWorkload({ name: workload, leaseSeconds: 300 });
+  await side.store.putWorkload({ name: workload, leaseSeconds: 300, ...(side.name === "A" ? WORKLOAD_A : WORKLOAD) });
   const tasks = Array.from({ length: 10_000 }, (_, k) => ({ chunkIndex: k, inputUri: `s3://in/${k}`, inputSha256: SHA }));
   await side.store.createJob({ workload, tasks: tasks.slice(0, 10) }); // cache the workload, warm the plan
   await side.pool.query("CHECKPOINT");
@@ -226,7 +231,7 @@ async function insert(side: Side): Promise<Sample> {
 
 async function oneTaskJobs(side: Side): Promise<Sample> {
   const workload = `ab_${seq++}`;
-  await side.store.putWorkload({ name: workload, leaseSeconds: 300 });
+  await side.store.putWorkload({ name: workload, leaseSeconds: 300, ...(side.name === "A" ? WORKLOAD_A : WORKLOAD) });
   await side.store.createJob({ workload, tasks: [{ chunkIndex: 0, inputUri: "s3://in/0", inputSha256: SHA }] });
   await side.pool.query("CHECKPOINT");
   return measure(side, async () => {

@@ -51,3 +51,37 @@ it("an abort cancels the running statement on the server", async () => {
   expect(rows[0].n).toBe(0);
   expect((await pool.query("SELECT 3 AS n")).rows[0].n).toBe(3);
 });
+
+it("a call PostgreSQL aborts as a deadlock answers UNAVAILABLE (retry), not an internal error, and its connection stays usable", async () => {
+  const two = createPool({ connectionString: db.url, max: 2, statementTimeoutMs: 30_000, connectTimeoutMs: 1_000 });
+  try {
+    // Each side holds one advisory lock and waits for the other's: PostgreSQL aborts one of them
+    // after deadlock_timeout and the other goes on.
+    let firstHeld!: () => void;
+    let secondHeld!: () => void;
+    const held = [new Promise<void>((r) => (firstHeld = r)), new Promise<void>((r) => (secondHeld = r))];
+    const side = (mine: number, theirs: number, signalHeld: () => void, other: Promise<void>) =>
+      withClient(two, undefined, async (c) => {
+        await c.query("BEGIN");
+        try {
+          await c.query("SELECT pg_advisory_xact_lock(4242, $1)", [mine]);
+          signalHeld();
+          await other;
+          await c.query("SELECT pg_advisory_xact_lock(4242, $1)", [theirs]);
+          await c.query("COMMIT");
+          return "committed";
+        } catch (err) {
+          await c.query("ROLLBACK");
+          throw err;
+        }
+      });
+    const results = await Promise.allSettled([side(1, 2, firstHeld, held[1]), side(2, 1, secondHeld, held[0])]);
+    const rejected = results.filter((r) => r.status === "rejected");
+    expect(rejected).toHaveLength(1);
+    expect(rejected[0].reason).toBeInstanceOf(UnavailableError);
+    expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
+    expect((await two.query("SELECT 4 AS n")).rows[0].n).toBe(4);
+  } finally {
+    await two.end();
+  }
+});

@@ -51,9 +51,19 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: the event log in time partitions (the table as it was attached as the first one, a
-  // default partition, days ahead); down makes it one table again with every row and the same ids.
-  const eventPartitions = expectedMigrations().at(-1)!;
+  // The latest: the capped claim's gates; its down migration puts back the claim with one advisory lock per workload.
+  const claimSource = async () =>
+    (await client.query(`SELECT prosrc FROM pg_proc WHERE proname = 'leasehold_flow_claim'`)).rows.map((r) => r.prosrc as string);
+  const gates = expectedMigrations().at(-1)!;
+  expect(gates).toMatch(/flow_claim_shards$/);
+  expect(await claimSource()).toEqual([expect.stringContaining("pg_try_advisory_xact_lock(v_lock")]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([gates]);
+  expect(await claimSource()).toEqual([expect.stringContaining("pg_advisory_xact_lock(hashtextextended('leasehold.flow:'")]);
+
+  // The one before: the event log in time partitions (the table as it was attached as the first one,
+  // a default partition, days ahead); down makes it one table again with every row and the same ids.
+  const eventPartitions = expectedMigrations().at(-2)!;
   expect(eventPartitions).toMatch(/event_partitions$/);
   const eventLog = async () => {
     const { rows } = await client.query(
@@ -80,7 +90,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   const second = await insertEvent("now() - interval '30 days'");
   const third = await insertEvent("now() + interval '1 day'");
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([eventPartitions]);
+  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates]);
   expect(await eventLog()).toEqual({ relkind: "r", partitions: 0 });
   expect(await tables()).not.toContain("task_event_watermarks");
   expect(await events()).toEqual([
@@ -97,13 +107,14 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   expect(await insertEvent("now()")).toBeGreaterThan(fourth);
   await client.query(`DELETE FROM task_events WHERE job_id = $1`, [jobId]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([eventPartitions]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates]);
 
   // The one before: periodic schedules, their ticks, and the schedule a job was made by; down drops them.
-  const schedules = expectedMigrations().at(-2)!;
+  const schedules = expectedMigrations().at(-3)!;
   expect(schedules).toMatch(/schedules$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions]);
+  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions, gates]);
   expect(await tables()).not.toContain("schedules");
   const jobColumns = await client.query(
     `SELECT 1 FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'schedule_name'`,
@@ -118,20 +129,20 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     expect.stringMatching(/\(workload, priority DESC, fair_rank, created_at, chunk_index, run_after\) WHERE/),
   ]);
   // Then delayed jobs and finalizers; their down migration drops due_wakeups, the trigger and the columns.
-  const delayedFinalizer = expectedMigrations().at(-3)!;
+  const delayedFinalizer = expectedMigrations().at(-4)!;
   expect(delayedFinalizer).toMatch(/delayed_finalizer$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions]);
+  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions, gates]);
   expect(await tables()).not.toContain("due_wakeups");
   const { rows: finalizerColumns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'`);
   expect(finalizerColumns.map((r) => r.column_name)).not.toContain("parent_job_id");
 
-  const flowControl = expectedMigrations().at(-4)!;
+  const flowControl = expectedMigrations().at(-5)!;
   expect(flowControl).toMatch(/flow_control$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, eventPartitions]);
+  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, eventPartitions, gates]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
-  const older = expectedMigrations().slice(0, -4);
+  const older = expectedMigrations().slice(0, -5);
 
   // The one before: the failure policy's columns on workloads and jobs; its down migration drops them and their type.
   const policyColumns = async () =>
@@ -149,7 +160,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   const policy = older.at(-1)!;
   expect(policy).toMatch(/failure_policy$/);
-  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, eventPartitions]);
+  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, eventPartitions, gates]);
   expect(await policyColumns()).toEqual([]);
 
   // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
@@ -158,7 +169,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   const runAfter = older.at(-2)!;
   expect(runAfter).toMatch(/claim_index_run_after$/);
-  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, delayedFinalizer, schedules, eventPartitions]);
+  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, delayedFinalizer, schedules, eventPartitions, gates]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
   // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
@@ -171,7 +182,16 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   const plain = older.at(-3)!;
   expect(plain).toMatch(/plain_chunk_index$/);
-  expect(await pendingMigrations(client)).toEqual([plain, runAfter, policy, flowControl, delayedFinalizer, schedules, eventPartitions]);
+  expect(await pendingMigrations(client)).toEqual([
+    plain,
+    runAfter,
+    policy,
+    flowControl,
+    delayedFinalizer,
+    schedules,
+    eventPartitions,
+    gates,
+  ]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
   // The lean hot path: the claim and completions write their own events (the trigger
@@ -207,6 +227,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     delayedFinalizer,
     schedules,
     eventPartitions,
+    gates,
   ]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
@@ -230,6 +251,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     delayedFinalizer,
     schedules,
     eventPartitions,
+    gates,
   ]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
@@ -250,6 +272,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     delayedFinalizer,
     schedules,
     eventPartitions,
+    gates,
   ]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(

@@ -73,8 +73,12 @@ events AS (
 watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+), freed AS (
+  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  WHERE w.flow AND w.name IN (SELECT workload FROM done)
 )
-SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
+  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
   ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads
 FROM done
 UNION ALL

@@ -18,5 +18,8 @@ WITH cur AS (
 ), woken AS (
   -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
   SELECT pg_notify('leasehold_tasks', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
+), freed AS (
+  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  WHERE w.flow AND w.name IN (SELECT workload FROM cur)
 )
-SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur
+SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur

@@ -19,8 +19,11 @@ WITH done AS (
 ), watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM done r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+), freed AS (
+  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  WHERE w.flow AND w.name IN (SELECT workload FROM done)
 )
 SELECT done.*, NOT EXISTS (SELECT 1 FROM finished)
     AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job, (SELECT count(*) FROM watched) AS notified
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
 FROM done

@@ -75,10 +75,14 @@ events AS (
 watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+), freed AS (
+  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  WHERE w.flow AND w.name IN (SELECT workload FROM done)
 )
 SELECT 0 AS part, done.*, NOT EXISTS (SELECT 1 FROM finished)
     AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job, NULL::float8 AS pickup_seconds,
+  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
 FROM done
 UNION ALL
 (SELECT 1, claimed.*, false, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0 FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index)

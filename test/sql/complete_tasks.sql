@@ -13,5 +13,8 @@ WITH done AS (
 ), watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM done r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+), freed AS (
+  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  WHERE w.flow AND w.name IN (SELECT workload FROM done)
 )
-SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done
+SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified FROM done

@@ -69,7 +69,10 @@ events AS (
 watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+), freed AS (
+  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  WHERE w.flow AND w.name IN (SELECT workload FROM done)
 )
-SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified FROM done
+SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified FROM done
 UNION ALL
 (SELECT 1, claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0 FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index)

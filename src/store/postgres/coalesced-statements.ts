@@ -4,7 +4,7 @@
 
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
 import { claimCtes, claimedEventRows, pickupSeconds } from "./claim.js";
-import { completedEventRows, statusEvents, watchedJobs } from "./fragments.js";
+import { completedEventRows, freedSlotsNotify, statusEvents, watchedJobs } from "./fragments.js";
 import { defineQuery } from "./query.js";
 import type { TaskRow } from "./rows.js";
 
@@ -85,8 +85,9 @@ ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
-)
-SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+), ${freedSlotsNotify("done")}
+SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
+  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
   ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads
 FROM done
 UNION ALL
@@ -128,8 +129,8 @@ WITH cur AS (
 ), woken AS (
   -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
   SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
-)
-SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur`;
+), ${freedSlotsNotify("cur")}
+SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur`;
 
 /*
  * Tasks leased for a caller whose deadline passed while its coalesced claim ran: given back as if

@@ -26,7 +26,6 @@ import {
 import { completeBatchWith, refusedOrLate, resultRecord } from "./complete.js";
 import type { StoreContext } from "./context.js";
 import { toQueueError, withClient } from "./db.js";
-import { freedSlots } from "./flow-control.js";
 import { GroupCommit, type GroupCommitOptions, type Outcome } from "./group-commit.js";
 import { loadTask } from "./inspection.js";
 import { toTask, type TaskRow } from "./rows.js";
@@ -208,14 +207,10 @@ export class Coalescer {
     }
   }
 
-  /** Metrics, freed slots, and the jobs the completions may have finished (not those a claim just gave work). */
+  /** Metrics, and the jobs the completions may have finished (not those a claim just gave work). */
   private async finishCompleted(c: pg.PoolClient, doneRows: TaskRow[], claimedRows: TaskRow[]): Promise<void> {
     if (doneRows.length === 0) return;
     this.ctx.options.observer?.tasksCompleted(doneRows.length);
-    freedSlots(
-      this.ctx,
-      doneRows.map((r) => r.workload),
-    );
     const busy = new Set(claimedRows.map((r) => r.job_id));
     const jobs = [...new Set(doneRows.map((r) => r.job_id))].filter((j) => !busy.has(j));
     if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
@@ -260,10 +255,6 @@ export class Coalescer {
     return withClient(ctx.pool, signal, async (c) => {
       const rows = await COALESCED_FAIL.run(c, { items: payload, taskIds: items.map((f) => f.taskId) });
       for (const row of rows) ctx.options.observer?.taskFailed(row.status === "pending");
-      freedSlots(
-        ctx,
-        rows.map((r) => r.workload),
-      );
       // Failed for good (committed): each job's failure policy decides what becomes of it.
       for (const jobId of [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id))].sort()) {
         await settleJob(c, jobId);

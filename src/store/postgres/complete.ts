@@ -18,11 +18,10 @@ import type {
 } from "../../queue/types.js";
 import { validateBatch, validateClaimNext, validateComplete, type NormalizedClaim } from "../../queue/validation.js";
 import { CLAIM_ORDER, claimCtes, claimed, claimedEventRows, claimWith, pickupSeconds, type ClaimedRow } from "./claim.js";
-import { freedSlots } from "./flow-control.js";
 import { EVENTS_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
-import { completedEventRows, liveLease, statusEvents, watchedJobs } from "./fragments.js";
+import { completedEventRows, freedSlotsNotify, liveLease, statusEvents, watchedJobs } from "./fragments.js";
 import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
 import { defineQuery } from "./query.js";
@@ -57,8 +56,8 @@ const recheckJob = `NOT EXISTS (SELECT 1 FROM finished)
 
 // $1 task id, $2 worker id, $3 attempt, $4 result_uri, $5 result_sha256, $6 metrics.
 export const COMPLETE_TASK = `
-WITH ${completeOne}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}
-SELECT done.*, ${recheckJob} AS recheck_job, (SELECT count(*) FROM watched) AS notified
+WITH ${completeOne}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")}
+SELECT done.*, ${recheckJob} AS recheck_job, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
 FROM done`;
 
 /*
@@ -77,8 +76,9 @@ ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
-)
-SELECT 0 AS part, done.*, ${recheckJob} AS recheck_job, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+), ${freedSlotsNotify("done")}
+SELECT 0 AS part, done.*, ${recheckJob} AS recheck_job, NULL::float8 AS pickup_seconds,
+  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
 FROM done
 UNION ALL
 (SELECT 1, claimed.*, false, ${pickupSeconds}, 0 FROM claimed ${claimOrder})`;
@@ -112,8 +112,8 @@ const completeMany = `done AS (
  * Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
  */
 export const COMPLETE_TASKS = `
-WITH ${completeMany}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}
-SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`;
+WITH ${completeMany}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")}
+SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified FROM done`;
 
 /*
  * A batch's report with claim_next: COMPLETE_TASKS and CLAIM_TASKS in one statement. The claim
@@ -128,8 +128,8 @@ ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
-)
-SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) AS notified FROM done
+), ${freedSlotsNotify("done")}
+SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified FROM done
 UNION ALL
 (SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ${CLAIM_ORDER})`;
 
@@ -235,7 +235,6 @@ export async function refusedOrLate(ctx: StoreContext, c: pg.PoolClient, done: C
 /** A task the completion accepted; its job is re-checked after commit when the statement could not decide. */
 async function completed(ctx: StoreContext, c: pg.PoolClient, row: CompletedRow): Promise<Task> {
   ctx.options.observer?.tasksCompleted(1);
-  freedSlots(ctx, [row.workload]);
   if (row.recheck_job) await FINISH_JOBS.run(c, { jobIds: [row.job_id] });
   return toTask(row);
 }
@@ -290,10 +289,6 @@ async function batchOutcomes(
 ): Promise<CompleteOutcome[]> {
   const completed = new Map(rows.map((r) => [r.id, toTask(r)]));
   if (completed.size > 0) ctx.options.observer?.tasksCompleted(completed.size);
-  freedSlots(
-    ctx,
-    rows.map((r) => r.workload),
-  );
   const jobs = [...new Set(rows.map((r) => r.job_id))].filter((j) => !busy.has(j));
   if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
   const outcomes: CompleteOutcome[] = [];

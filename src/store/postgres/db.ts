@@ -131,6 +131,12 @@ export function toQueueError(err: unknown, signal?: AbortSignal): unknown {
   const code = (err as { code?: string })?.code ?? "";
   if (code === "57014") return new DeadlineExceededError("the database statement timed out", { cause: err });
   if (isConnectionFailure(err)) return new UnavailableError("the database is unavailable; retry later", { cause: err });
+  // A deadlock or serialization failure rolled the whole transaction back: nothing was written,
+  // and the same call sent again is expected to succeed. Neither is the client's mistake nor a
+  // fault of the server, so the caller is told to retry, as for a database that is away.
+  if (code === "40P01" || code === "40001") {
+    return new UnavailableError("the database aborted the call in a conflict with another; retry", { cause: err });
+  }
   // Data errors (class 22) and check violations are client values validation should have caught;
   // they are still the client's mistake, never a 5xx.
   if (code.startsWith("22") || code === "23514") {

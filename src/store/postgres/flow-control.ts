@@ -91,8 +91,6 @@ LEFT JOIN workload_key_limits o ON o.workload = t.workload AND o.key = t.concurr
 WHERE t.id = $1`;
 
 // Wakes the claims parked on workloads whose tasks stopped holding a slot (any coordinator).
-const NOTIFY_FREED = `SELECT pg_notify('${NOTIFY_CHANNEL}', w || ':1') FROM unnest($1::text[]) AS w`;
-
 const pauseWorkloadQuery = defineQuery<{ name: string }, WorkloadRow>(null, PAUSE_WORKLOAD, (p) => [p.name]);
 const resumeWorkloadQuery = defineQuery<{ name: string }, WorkloadRow>(null, RESUME_WORKLOAD, (p) => [p.name]);
 const putKeyLimitQuery = defineQuery<
@@ -123,8 +121,6 @@ interface WaitingFactsRow {
   labels_seen: boolean;
 }
 const waitingFacts = defineQuery<{ taskId: string }, WaitingFactsRow>(null, WAITING_FACTS, (p) => [p.taskId]);
-const notifyFreed = defineQuery<{ workloads: string[] }>(null, NOTIFY_FREED, (p) => [p.workloads]);
-
 export async function pauseWorkload(ctx: StoreContext, name: string, opts: CallOptions): Promise<Workload> {
   const n = requireWorkloadName("name", name);
   const row = await withClient(ctx.pool, opts.signal, (c) => pauseWorkloadQuery.maybe(c, { name: n }));
@@ -163,16 +159,6 @@ export async function explainRefusal(ctx: StoreContext, c: pg.PoolClient, worklo
     }
   }
   if (Number.isFinite(wait)) opts.claimRetryAfterMs = Math.max(1, wait);
-}
-
-/**
- * Tasks of these workloads stopped holding their slots (completed, failed): claims parked on the
- * flow-controlled ones among them are woken, on every coordinator. Uncapped workloads pay nothing.
- */
-export function freedSlots(ctx: StoreContext, workloads: readonly string[]): void {
-  const capped = [...new Set(workloads)].filter((w) => ctx.flow.workloads.any([w]));
-  if (capped.length === 0) return;
-  notifyFreed.run(ctx.pool, { workloads: capped }).catch(() => {});
 }
 
 /** What the store keeps for flow control. */

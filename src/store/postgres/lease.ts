@@ -8,12 +8,11 @@ import { validateFail, validateRenew, validateReportProgress } from "../../queue
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
-import { liveLease } from "./fragments.js";
+import { freedSlotsNotify, liveLease } from "./fragments.js";
 import { loadTask } from "./inspection.js";
 import { settleJob } from "./settle.js";
 import { defineQuery } from "./query.js";
 import { toTask, type TaskRow } from "./rows.js";
-import { freedSlots } from "./flow-control.js";
 
 export const RENEW_LEASE = `
 UPDATE tasks t
@@ -71,8 +70,8 @@ WITH cur AS (
 ), woken AS (
   -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
   SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
-)
-SELECT cur.*, (SELECT count(*) FROM woken) AS notified FROM cur`;
+), ${freedSlotsNotify("cur")}
+SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur`;
 
 /** The fence every write names: the task, the worker that holds it, and the attempt it holds. */
 interface LeaseParams {
@@ -148,7 +147,6 @@ export async function failTask(ctx: StoreContext, input: FailTaskInput, opts: Ca
     const row = await failTaskQuery.maybe(c, { ...f, retryAfterSeconds: f.retryAfterSeconds ?? null });
     if (row) {
       ctx.options.observer?.taskFailed(row.status === "pending");
-      freedSlots(ctx, [row.workload]);
       if (row.status !== "failed") return toTask(row);
       // Failed for good (committed): the job's failure policy decides what becomes of it.
       await settleJob(c, row.job_id);
