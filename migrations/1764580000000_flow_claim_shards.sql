@@ -15,10 +15,14 @@
  *   other claim of the workload is in flight, and leases at most cap - live, as before.
  * unit = least(100, smallest cap / (2 × GATES)), so the gated path holds while the live leases are
  * below about half the cap. The proof that no cap is passed, and the measurements:
- * src/store/postgres/flow-control.md ("Gates"). The function's signature is unchanged.
+ * src/store/postgres/flow-control.md ("Gates").
  */
-CREATE OR REPLACE FUNCTION leasehold_flow_claim(p_workloads text[], p_want integer, p_worker text, p_lease_seconds integer, p_labels jsonb)
-RETURNS TABLE (task tasks, fresh boolean) LANGUAGE plpgsql VOLATILE AS $$
+-- p_owners (when given): the worker of each slot, for a claim of several callers at once (coalesced
+-- claims): the n-th task this call leases goes to p_owners[n], and `slot` says which n it was.
+DROP FUNCTION leasehold_flow_claim(text[], integer, text, integer, jsonb);
+CREATE FUNCTION leasehold_flow_claim(p_workloads text[], p_want integer, p_worker text, p_lease_seconds integer, p_labels jsonb,
+  p_owners text[] DEFAULT NULL)
+RETURNS TABLE (task tasks, fresh boolean, slot integer) LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   c_gates CONSTANT integer := 8;
   w workloads;
@@ -38,6 +42,7 @@ DECLARE
   v_tokens double precision;
   v_taken integer;
   v_want integer := p_want;
+  v_offset integer;
 BEGIN
   FOREACH v_name IN ARRAY (SELECT array_agg(n ORDER BY n) FROM unnest(p_workloads) AS n) LOOP
     EXIT WHEN v_want <= 0;
@@ -147,6 +152,8 @@ BEGIN
       v_allowance := least(v_allowance, floor(v_tokens)::integer);
     END IF;
     CONTINUE WHEN v_allowance <= 0;
+    -- Slots before this workload's tasks: those the earlier workloads of this call took.
+    v_offset := p_want - v_want;
     IF NOT v_keyed THEN
       -- No per-key caps: the plain claim's two arms and nothing else (the keyed query below costs
       -- a count per key, a window and two sorts more per claim).
@@ -168,21 +175,22 @@ BEGIN
         LIMIT v_allowance
         FOR UPDATE SKIP LOCKED
       ), picked AS (
-        SELECT c.id, c.arm FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
+        SELECT c.id, c.arm, row_number() OVER (ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index)::integer AS rn
+        FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
         ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
         LIMIT v_allowance
       ), claimed AS (
         UPDATE tasks t
         SET status = 'leased',
             attempt = t.attempt + 1,
-            lease_owner = p_worker,
+            lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
             lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
             started_at = coalesce(t.started_at, now()),
             version = t.version + 1,
             event_flip = NOT t.event_flip
         FROM picked p
         WHERE t.id = p.id
-        RETURNING t, p.arm = 1
+        RETURNING t, p.arm = 1, v_offset + p.rn
       )
       SELECT * FROM claimed;
       GET DIAGNOSTICS v_taken = ROW_COUNT;
@@ -233,7 +241,8 @@ BEGIN
       SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index) AS nth
       FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
     ), picked AS (
-      SELECT r.id, r.arm FROM ranked r
+      SELECT r.id, r.arm, row_number() OVER (ORDER BY r.arm, r.priority DESC, r.fair_rank, r.created_at, r.chunk_index)::integer AS rn
+      FROM ranked r
       LEFT JOIN room ON room.key = r.concurrency_key
       LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = r.concurrency_key
       WHERE r.nth <= coalesce(room.left_, coalesce(o.max_leased, w.max_leased_per_key) - v_reserve, r.nth)
@@ -243,14 +252,14 @@ BEGIN
       UPDATE tasks t
       SET status = 'leased',
           attempt = t.attempt + 1,
-          lease_owner = p_worker,
+          lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
           lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
           started_at = coalesce(t.started_at, now()),
           version = t.version + 1,
           event_flip = NOT t.event_flip
       FROM picked p
       WHERE t.id = p.id
-      RETURNING t, p.arm = 1
+      RETURNING t, p.arm = 1, v_offset + p.rn
     )
     SELECT * FROM claimed;
     GET DIAGNOSTICS v_taken = ROW_COUNT;
@@ -264,7 +273,8 @@ END $$;
 -- Down Migration
 
 -- The claim as the flow_control migration made it: one advisory lock per workload for every capped claim.
-CREATE OR REPLACE FUNCTION leasehold_flow_claim(p_workloads text[], p_want integer, p_worker text, p_lease_seconds integer, p_labels jsonb)
+DROP FUNCTION leasehold_flow_claim(text[], integer, text, integer, jsonb, text[]);
+CREATE FUNCTION leasehold_flow_claim(p_workloads text[], p_want integer, p_worker text, p_lease_seconds integer, p_labels jsonb)
 RETURNS TABLE (task tasks, fresh boolean) LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   w workloads;

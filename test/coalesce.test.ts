@@ -183,6 +183,53 @@ describe("claims", () => {
     expect(rows.filter((r) => r.status === "pending").every((r) => r.attempt === 0)).toBe(true);
   });
 
+  it("claims of a capped workload coalesce too: one statement for the callers behind, the cap counted over all of them, each task to its caller", async () => {
+    const w = await workload();
+    await f.queue.putWorkload({ name: w, leaseSeconds: 30, maxAttempts: 3, maxLeased: 6 });
+    await enqueue(w, 20);
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const first = f.queue.claimTasks({ workerId: "k0", workloads: [w] });
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait on the lock");
+      const rest = Array.from({ length: 15 }, (_, i) =>
+        f.queue.claimTasks({ workerId: `k${i + 1}`, workloads: [w], maxTasks: 1 + (i % 2) }),
+      );
+      return { first, rest };
+    }).then(async ({ first, rest }) => [await first, ...(await Promise.all(rest))]);
+    expect(batches.filter((b) => b.kind === "claim").map((b) => b.size)).toEqual([1, 15]);
+    // k0 alone, then in arrival order k1 (1), k2 (2), k3 (1), k4 (asks 2, gets the last 1): 6 in all.
+    expect(answers.map((a) => a.length)).toEqual([1, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    const rows = new Map((await leaseRows(w)).map((r) => [r.id, r]));
+    answers.forEach((tasks, i) => {
+      for (const t of tasks) {
+        expect(rows.get(t.id)).toMatchObject({ status: "leased", lease_owner: `k${i}`, attempt: 1 });
+        expect(t.leaseOwner).toBe(`k${i}`);
+      }
+    });
+    expect([...rows.values()].filter((r) => r.status === "leased")).toHaveLength(6);
+  });
+
+  it("coalesced claims of a rate-limited workload lease no more than its tokens, and the callers left empty learn when the next is due", async () => {
+    const w = await workload();
+    await f.queue.putWorkload({ name: w, leaseSeconds: 30, maxAttempts: 3, maxLeasesPerSecond: 0.5, leasesBurst: 3 });
+    await enqueue(w, 20);
+    const opts = Array.from({ length: 8 }, () => ({}) as { claimRetryAfterMs?: number });
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const first = f.queue.claimTasks({ workerId: "q0", workloads: [w] }, opts[0]);
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait on the lock");
+      const rest = Array.from({ length: 7 }, (_, i) => f.queue.claimTasks({ workerId: `q${i + 1}`, workloads: [w] }, opts[i + 1]));
+      return { first, rest };
+    }).then(async ({ first, rest }) => [await first, ...(await Promise.all(rest))]);
+    expect(batches.filter((b) => b.kind === "claim").map((b) => b.size)).toEqual([1, 7]);
+    expect(answers.map((a) => a.length)).toEqual([1, 1, 1, 0, 0, 0, 0, 0]);
+    expect((await leaseRows(w)).filter((r) => r.status === "leased")).toHaveLength(3);
+    for (const [i, o] of opts.entries()) {
+      if (i < 3) expect(o.claimRetryAfterMs).toBeUndefined();
+      else expect(o.claimRetryAfterMs).toBeGreaterThan(0);
+    }
+  });
+
   it("a workload capped through another coordinator is claimed under its cap at once, before this one's view of caps is refreshed", async () => {
     const other = new PostgresQueue(f.newPool(), { ...TEST_STORE_OPTIONS, coalescing: { maxBatch: 64, lingerUs: 0 } });
     const w = await workload();
@@ -191,8 +238,8 @@ describe("claims", () => {
     await f.queue.putWorkload({ name: w, leaseSeconds: 30, maxAttempts: 3, maxLeased: 2 });
     await enqueue(w, 5);
     const got = await Promise.all([1, 2, 3].map((i) => other.claimTasks({ workerId: `v${i}`, workloads: [w], maxTasks: 2 })));
-    // The coalesced statement leaves flow-controlled workloads out; the callers claim them one by
-    // one under the cap, so the two slots are taken and no more.
+    // The coalesced statement claims flow-controlled workloads through leasehold_flow_claim, which
+    // reads the cap from the database, so the two slots are taken and no more.
     expect(got.flat()).toHaveLength(2);
     expect((await leaseRows(w)).filter((r) => r.status === "leased")).toHaveLength(2);
     other.stopTimers();

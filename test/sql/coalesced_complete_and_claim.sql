@@ -56,8 +56,14 @@ WITH input AS MATERIALIZED (
       event_flip = NOT t.event_flip
   FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id
   RETURNING t.*, p.rn
-), flow_claimed AS (SELECT NULL::tasks AS task, false AS fresh WHERE false), claimed AS (
-  SELECT * FROM plain_claimed
+), flow_claimed AS (
+  SELECT f.task, f.fresh, f.slot
+  FROM leasehold_flow_claim(
+    ARRAY(SELECT name FROM requested WHERE flow), (SELECT count(*) FROM slots)::int - (SELECT count(*)::int FROM plain_claimed), NULL::text,
+    $4::int, $5::jsonb, ((SELECT owners FROM slot_list))[(SELECT count(*)::int FROM plain_claimed) + 1:]) f
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND EXISTS (SELECT 1 FROM done)
+), claimed AS (
+  SELECT * FROM plain_claimed UNION ALL SELECT (task).*, (SELECT count(*) FROM plain_claimed) + slot FROM flow_claimed
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'

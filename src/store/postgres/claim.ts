@@ -23,12 +23,14 @@ export interface ClaimParams {
 
 /**
  * A claim for several callers at once (coalescing.ts): the statement leases up to `limit` tasks
- * and gives the rn-th of them, in claim order, to `owner(rn)`. Flow-controlled workloads are never
- * claimed this way (their claims go one by one through leasehold_flow_claim, which leases for one
- * worker): the flow arm is left out.
+ * and gives the rn-th of them to `owner(rn)`, where `owners` is the whole list (a text[]
+ * expression). The plain arms take slots 1..k in claim order; leasehold_flow_claim, called with
+ * the slots after k, gives its n-th task to the (k + n)-th slot and says which it was, so a
+ * flow-controlled workload's caps, rate and fair share are counted once for the whole batch.
  */
 export interface ClaimAssignment {
   owner(rn: string): string;
+  owners: string;
 }
 
 const plainPick = (limit: string) => `picked AS (
@@ -50,8 +52,14 @@ const flowClaim = (p: ClaimParams, gate: string) => `flow_claimed AS (
     ${p.leaseSeconds}::int, ${p.labels}::jsonb) f
   WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
 )`;
-// No flow arm: the same columns, no rows, and the function never called.
-const NO_FLOW_CLAIM = `flow_claimed AS (SELECT NULL::tasks AS task, false AS fresh WHERE false)`;
+// The flow arm of a claim for several callers: the slots the plain arms left, each with its owner.
+const assignedFlowClaim = (p: ClaimParams, gate: string, owners: string) => `flow_claimed AS (
+  SELECT f.task, f.fresh, f.slot
+  FROM leasehold_flow_claim(
+    ARRAY(SELECT name FROM requested WHERE flow), ${p.limit}::int - (SELECT count(*)::int FROM plain_claimed), NULL::text,
+    ${p.leaseSeconds}::int, ${p.labels}::jsonb, (${owners})[(SELECT count(*)::int FROM plain_claimed) + 1:]) f
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
+)`;
 
 /*
  * The claim: one statement, so there is no window between choosing and taking.
@@ -116,8 +124,8 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
       event_flip = NOT t.event_flip
   ${assign ? "FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id" : "WHERE t.id = ANY (ARRAY(SELECT id FROM picked))"}
   RETURNING t.*${assign ? ", p.rn" : ""}
-), ${assign ? NO_FLOW_CLAIM : flowClaim(p, gate)}, claimed AS (
-  SELECT * FROM plain_claimed${assign ? "" : " UNION ALL SELECT (task).* FROM flow_claimed"}
+), ${assign ? assignedFlowClaim(p, gate, assign.owners) : flowClaim(p, gate)}, claimed AS (
+  SELECT * FROM plain_claimed UNION ALL SELECT (task).*${assign ? ", (SELECT count(*) FROM plain_claimed) + slot" : ""} FROM flow_claimed
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
@@ -160,7 +168,7 @@ const claimTasksQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_cla
 
 export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts: CallOptions): Promise<Task[]> {
   const claim = validateClaim(input);
-  if (ctx.coalescer && !ctx.flow.workloads.any(claim.workloads)) return ctx.coalescer.claim(claim, opts.signal);
+  if (ctx.coalescer) return ctx.coalescer.claim(claim, opts);
   return withClient(ctx.pool, opts.signal, (c) => claimWith(ctx, c, claim, "workloads", opts));
 }
 

@@ -18,8 +18,8 @@ interface ClaimShape {
 /** A row a claim leased: which caller of the batch it is for, and its place in claim order. */
 export type CoalescedClaimRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null };
 /**
- * The requested workloads the database says are flow-controlled (the claim leaves them out): a
- * coordinator whose view of them was stale claims those through the one-caller path instead.
+ * The requested workloads the database says are flow-controlled: callers left empty there learn
+ * why (a cap, a rate limit's next token), and the coordinator's view of them is brought up to date.
  */
 type FlowWorkloads = { flow_workloads: string[] | null };
 /** Items as one jsonb recordset (JSON text) and their task ids, so rows are found through the primary key. */
@@ -40,6 +40,7 @@ interface Items {
 const COALESCED_CLAIM_TEXT = `
 WITH ${claimCtes({ workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5" }, "true", {
   owner: (rn) => `($2::text[])[${rn}]`,
+  owners: "$2::text[]",
 })}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
 SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
@@ -79,6 +80,7 @@ WITH input AS MATERIALIZED (
   "EXISTS (SELECT 1 FROM done)",
   {
     owner: (rn) => `((SELECT owners FROM slot_list))[${rn}]`,
+    owners: "(SELECT owners FROM slot_list)",
   },
 )},
 ${statusEvents(completedEventRows("done"), claimedEventRows)},

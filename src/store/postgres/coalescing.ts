@@ -7,12 +7,12 @@
 // claim batch shares its workloads, labels and lease length (the key of its lane); the result kinds
 // mix every worker. Each item keeps its own outcome exactly as its one-caller statement gives it:
 // the fences are per item, a refused item is explained alone, and a batch never fails because one
-// item is stale. Claims of flow-controlled workloads never coalesce (their cap, rate and fair share
-// are kept by leasehold_flow_claim, one claimer at a time); claim.ts sends them the direct way.
+// item is stale. Claims of flow-controlled workloads coalesce too: leasehold_flow_claim is called
+// once for the batch's slots, so a cap, rate or fair share is counted over all of its callers.
 
 import type pg from "pg";
 import { leaseConflict } from "../../queue/fencing.js";
-import type { CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
+import type { CallOptions, CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
 import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js";
 import { claimed, claimWith } from "./claim.js";
 import {
@@ -26,6 +26,7 @@ import {
 import { completeBatchWith, refusedOrLate, resultRecord } from "./complete.js";
 import type { StoreContext } from "./context.js";
 import { toQueueError, withClient } from "./db.js";
+import { explainRefusal } from "./flow-control.js";
 import { GroupCommit, type GroupCommitOptions, type Outcome } from "./group-commit.js";
 import { loadTask } from "./inspection.js";
 import { toTask, type TaskRow } from "./rows.js";
@@ -40,6 +41,8 @@ export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "renew
 
 interface ClaimItem {
   claim: NormalizedClaim;
+  /** The caller's options: an empty claim of a rate-limited workload says there when to try again. */
+  opts: CallOptions;
 }
 interface ResultClaimItem {
   done: CompleteTaskInput;
@@ -102,8 +105,8 @@ export class Coalescer {
     );
   }
 
-  claim(claim: NormalizedClaim, signal?: AbortSignal): Promise<Task[]> {
-    return this.claims.submit(claimKey(claim), { claim }, signal);
+  claim(claim: NormalizedClaim, opts: CallOptions): Promise<Task[]> {
+    return this.claims.submit(claimKey(claim), { claim, opts }, opts.signal);
   }
 
   completeAndClaim(done: CompleteTaskInput, claim: NormalizedClaim, signal?: AbortSignal): Promise<CompletedAndClaimed> {
@@ -143,7 +146,7 @@ export class Coalescer {
       // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
       if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
       const answers = per.map((r) => claimed(ctx, r));
-      await this.claimFlowAlone(c, rows[0]?.flow_workloads, items, answers);
+      await this.explainEmpty(c, rows[0]?.flow_workloads, items, answers);
       return answers.map((value) => ({ value }));
     });
   }
@@ -167,8 +170,7 @@ export class Coalescer {
       const accepted = new Map(doneRows.map((r) => [r.id, r]));
       const per = byCaller(items.length, claimedRows);
       const next = per.map((r) => claimed(ctx, r));
-      const acceptedItems = items.map((it) => (accepted.has(it.done.taskId) ? it : undefined));
-      await this.claimFlowAlone(c, doneRows[0]?.flow_workloads, acceptedItems, next);
+      for (const name of doneRows[0]?.flow_workloads ?? []) ctx.flow.workloads.mark(name, true);
       const outcomes: Outcome<CompletedAndClaimed>[] = [];
       for (const [i, { done, claim }] of items.entries()) {
         const row = accepted.get(done.taskId);
@@ -189,22 +191,19 @@ export class Coalescer {
   }
 
   /**
-   * The statement found flow-controlled workloads among those requested, which this coordinator
-   * took for plain ones (its view of them is refreshed every few seconds): it learns them now, and
-   * each caller still short of what it asked for claims the rest one by one, under the caps.
+   * Callers of a flow-controlled workload that got nothing learn why, as on the one-caller path:
+   * the refusal is counted once for the batch (cap, rate), and a rate limit's next token tells
+   * each empty caller's long poll when to try again. The coordinator's view of which workloads
+   * are flow-controlled is refreshed every few seconds; the statement's answer updates it now.
    */
-  private async claimFlowAlone(
-    c: pg.PoolClient,
-    flow: string[] | null | undefined,
-    items: ({ claim: NormalizedClaim } | undefined)[],
-    answers: Task[][],
-  ): Promise<void> {
+  private async explainEmpty(c: pg.PoolClient, flow: string[] | null | undefined, items: ClaimItem[], answers: Task[][]): Promise<void> {
     if (!flow || flow.length === 0) return;
     for (const name of flow) this.ctx.flow.workloads.mark(name, true);
-    for (const [i, item] of items.entries()) {
-      const want = item ? item.claim.maxTasks - answers[i].length : 0;
-      if (want > 0) answers[i].push(...(await claimWith(this.ctx, c, { ...item!.claim, maxTasks: want }, "workloads")));
-    }
+    const empty = items.filter((_, i) => answers[i].length === 0);
+    if (empty.length === 0) return;
+    const shared: CallOptions = {};
+    await explainRefusal(this.ctx, c, items[0].claim.workloads, shared);
+    for (const item of empty) item.opts.claimRetryAfterMs = shared.claimRetryAfterMs;
   }
 
   /** Metrics, and the jobs the completions may have finished (not those a claim just gave work). */

@@ -195,7 +195,7 @@ export async function completeTaskAndClaim(
 ): Promise<CompletedAndClaimed> {
   const done = validateComplete(input);
   const claim = validateClaimNext(next);
-  if (ctx.coalescer && !ctx.flow.workloads.any(claim.workloads)) return ctx.coalescer.completeAndClaim(done, claim, opts.signal);
+  if (ctx.coalescer) return ctx.coalescer.completeAndClaim(done, claim, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.require(c, claim.workloads, "claim_next.workloads");
     const query = claim.maxTasks === 1 ? completeTaskAndClaimOneQuery : completeTaskAndClaimQuery;
