@@ -202,7 +202,9 @@ export class Coalescer {
     const empty = items.filter((_, i) => answers[i].length === 0);
     if (empty.length === 0) return;
     const shared: CallOptions = {};
-    await explainRefusal(this.ctx, c, items[0].claim.workloads, shared);
+    // Only metrics and a hint ride on this read: were it to fail, the batch's leases (committed)
+    // must still reach their callers, who would otherwise wait for them to expire.
+    await explainRefusal(this.ctx, c, items[0].claim.workloads, shared).catch(() => {});
     for (const item of empty) item.opts.claimRetryAfterMs = shared.claimRetryAfterMs;
   }
 
