@@ -23,12 +23,13 @@ import {
   GIVE_BACK,
   type CoalescedClaimRow,
 } from "./coalesced-statements.js";
-import { completeBatchWith, refusedOrLate, resultRecord } from "./complete.js";
+import { completeBatchWith, refusedOrLate } from "./complete.js";
 import type { StoreContext } from "./context.js";
 import { toQueueError, withClient } from "./db.js";
 import { explainRefusal } from "./flow-control.js";
 import { GroupCommit, type GroupCommitOptions, type Outcome } from "./group-commit.js";
 import { loadTask } from "./inspection.js";
+import { resultRecord } from "./result-params.js";
 import { toTask, type TaskRow } from "./rows.js";
 import { FINISH_JOBS, settleJob } from "./settle.js";
 

@@ -25,6 +25,7 @@ import { completedEventRows, freedSlotsNotify, liveLease, statusEvents, watchedJ
 import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
 import { defineQuery } from "./query.js";
+import { resultParams, resultRecord, resultValues, type ResultParams } from "./result-params.js";
 import { FINISH_JOBS, finalStatus } from "./settle.js";
 import { toTask, type TaskRow } from "./rows.js";
 
@@ -133,15 +134,6 @@ SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM 
 UNION ALL
 (SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ${CLAIM_ORDER})`;
 
-/** A result: the fenced task, its manifest (metrics as jsonb text or null). */
-interface ResultParams {
-  taskId: string;
-  workerId: string;
-  attempt: number;
-  resultUri: string;
-  resultSha256: string;
-  metrics: string | null;
-}
 /** A batch of results as one jsonb recordset (JSON text) and their task ids. */
 interface BatchParams {
   results: string;
@@ -158,7 +150,6 @@ interface NextParams {
 type CompletedRow = TaskRow & { recheck_job: boolean };
 /** Rows of a statement that completes and claims: part 0 the completed task(s), part 1 the claimed. */
 type PartRow = ClaimedRow & { part: number; recheck_job: boolean };
-const resultValues = (p: ResultParams) => [p.taskId, p.workerId, p.attempt, p.resultUri, p.resultSha256, p.metrics];
 const nextValues = (p: NextParams) => [p.workloads, p.maxTasks, p.claimWorkerId, p.leaseSeconds, p.labels];
 const completeTaskQuery = defineQuery<ResultParams, CompletedRow>("leasehold_complete_task", COMPLETE_TASK, resultValues);
 const completeAndClaimValues = (p: ResultParams & NextParams) => [...resultValues(p), ...nextValues(p)];
@@ -308,18 +299,6 @@ async function batchOutcomes(
   return outcomes;
 }
 
-/** COMPLETE_TASK's parameters. */
-function resultParams(done: CompleteTaskInput): ResultParams {
-  return {
-    taskId: done.taskId,
-    workerId: done.workerId,
-    attempt: done.attempt,
-    resultUri: done.resultUri,
-    resultSha256: done.resultSha256,
-    metrics: done.metrics === undefined ? null : JSON.stringify(done.metrics),
-  };
-}
-
 /** claim_next's parameters (its worker may differ from the results'). */
 function nextParams(claim: NormalizedClaim): NextParams {
   return {
@@ -334,16 +313,4 @@ function nextParams(claim: NormalizedClaim): NextParams {
 /** COMPLETE_TASKS' parameters: the results as one jsonb recordset, and their ids. */
 function batchParams(batch: CompleteTaskInput[]): BatchParams {
   return { results: JSON.stringify(batch.map(resultRecord)), taskIds: batch.map((b) => b.taskId) };
-}
-
-/** One result as the batched statements' jsonb recordsets have it (here and the coalesced ones). */
-export function resultRecord(done: CompleteTaskInput) {
-  return {
-    task_id: done.taskId,
-    worker_id: done.workerId,
-    attempt: done.attempt,
-    result_uri: done.resultUri,
-    result_sha256: done.resultSha256,
-    metrics: done.metrics ?? null,
-  };
 }

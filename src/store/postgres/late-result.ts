@@ -14,6 +14,7 @@ import type pg from "pg";
 import type { CompleteTaskInput, Task } from "../../queue/types.js";
 import type { StoreContext } from "./context.js";
 import { defineQuery } from "./query.js";
+import { resultParams, resultValues, type ResultParams } from "./result-params.js";
 import { toTask, type TaskRow } from "./rows.js";
 
 /*
@@ -22,10 +23,7 @@ import { toTask, type TaskRow } from "./rows.js";
  * cancelled task of this worker and attempt. The tasks_status_events trigger writes its event
  * (cancelled -> completed). $1..$6 as COMPLETE_TASK.
  */
-export const COMPLETE_CANCELLED_TASK = defineQuery<
-  { taskId: string; workerId: string; attempt: number; resultUri: string; resultSha256: string; metrics: string | null },
-  TaskRow
->(
+export const COMPLETE_CANCELLED_TASK = defineQuery<ResultParams, TaskRow>(
   null,
   `
 UPDATE tasks
@@ -33,7 +31,7 @@ SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jso
     completed_at = now(), lease_expires_at = NULL, version = version + 1
 WHERE id = $1 AND status = 'cancelled' AND lease_owner = $2 AND attempt = $3 AND lease_expires_at > now()
 RETURNING *`,
-  (p) => [p.taskId, p.workerId, p.attempt, p.resultUri, p.resultSha256, p.metrics],
+  resultValues,
 );
 
 /** The task completed with this late result, or undefined when the result is not a late one (or came after the lease). */
@@ -45,14 +43,7 @@ export async function acceptLateResult(
 ): Promise<Task | undefined> {
   if (task.status !== "cancelled" || task.leaseExpiresAt === null || task.leaseOwner !== done.workerId || task.attempt !== done.attempt)
     return undefined;
-  const row = await COMPLETE_CANCELLED_TASK.maybe(c, {
-    taskId: done.taskId,
-    workerId: done.workerId,
-    attempt: done.attempt,
-    resultUri: done.resultUri,
-    resultSha256: done.resultSha256,
-    metrics: done.metrics === undefined ? null : JSON.stringify(done.metrics),
-  });
+  const row = await COMPLETE_CANCELLED_TASK.maybe(c, resultParams(done));
   if (!row) return undefined;
   ctx.options.observer?.tasksCompleted(1);
   return toTask(row);
