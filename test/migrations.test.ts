@@ -43,6 +43,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     "worker_sightings",
     "workload_key_limits",
     "workload_rate_buckets",
+    "workload_slot_waits",
     "workloads",
   ]);
   expect(await pendingMigrations(client)).toEqual([]);
@@ -51,19 +52,29 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: the capped claim's gates; its down migration puts back the claim with one advisory lock per workload.
+  // The latest: a cap far away costs no count before the gates, no per-key query and no wake per
+  // completion; its down migration puts back the gated claim and drops the record of short claims.
   const claimSource = async () =>
     (await client.query(`SELECT prosrc FROM pg_proc WHERE proname = 'leasehold_flow_claim'`)).rows.map((r) => r.prosrc as string);
-  const gates = expectedMigrations().at(-1)!;
+  const far = expectedMigrations().at(-1)!;
+  expect(far).toMatch(/flow_claim_far$/);
+  expect(await claimSource()).toEqual([expect.stringContaining("leasehold_slot_wanted(v_name)")]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([far]);
+  expect(await tables()).not.toContain("workload_slot_waits");
+  expect(await claimSource()).toEqual([expect.not.stringContaining("leasehold_slot_wanted")]);
+
+  // The one before: the capped claim's gates; its down migration puts back the claim with one advisory lock per workload.
+  const gates = expectedMigrations().at(-2)!;
   expect(gates).toMatch(/flow_claim_shards$/);
   expect(await claimSource()).toEqual([expect.stringContaining("pg_try_advisory_xact_lock(v_lock")]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([gates]);
+  expect(await pendingMigrations(client)).toEqual([gates, far]);
   expect(await claimSource()).toEqual([expect.stringContaining("pg_advisory_xact_lock(hashtextextended('leasehold.flow:'")]);
 
   // The one before: the event log in time partitions (the table as it was attached as the first one,
   // a default partition, days ahead); down makes it one table again with every row and the same ids.
-  const eventPartitions = expectedMigrations().at(-2)!;
+  const eventPartitions = expectedMigrations().at(-3)!;
   expect(eventPartitions).toMatch(/event_partitions$/);
   const eventLog = async () => {
     const { rows } = await client.query(
@@ -90,7 +101,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   const second = await insertEvent("now() - interval '30 days'");
   const third = await insertEvent("now() + interval '1 day'");
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates]);
+  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far]);
   expect(await eventLog()).toEqual({ relkind: "r", partitions: 0 });
   expect(await tables()).not.toContain("task_event_watermarks");
   expect(await events()).toEqual([
@@ -108,13 +119,14 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await client.query(`DELETE FROM task_events WHERE job_id = $1`, [jobId]);
   await migrate(db.url, "down");
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far]);
 
   // The one before: periodic schedules, their ticks, and the schedule a job was made by; down drops them.
-  const schedules = expectedMigrations().at(-3)!;
+  const schedules = expectedMigrations().at(-4)!;
   expect(schedules).toMatch(/schedules$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions, gates]);
+  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions, gates, far]);
   expect(await tables()).not.toContain("schedules");
   const jobColumns = await client.query(
     `SELECT 1 FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'schedule_name'`,
@@ -129,20 +141,20 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     expect.stringMatching(/\(workload, priority DESC, fair_rank, created_at, chunk_index, run_after\) WHERE/),
   ]);
   // Then delayed jobs and finalizers; their down migration drops due_wakeups, the trigger and the columns.
-  const delayedFinalizer = expectedMigrations().at(-4)!;
+  const delayedFinalizer = expectedMigrations().at(-5)!;
   expect(delayedFinalizer).toMatch(/delayed_finalizer$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions, gates]);
+  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions, gates, far]);
   expect(await tables()).not.toContain("due_wakeups");
   const { rows: finalizerColumns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'`);
   expect(finalizerColumns.map((r) => r.column_name)).not.toContain("parent_job_id");
 
-  const flowControl = expectedMigrations().at(-5)!;
+  const flowControl = expectedMigrations().at(-6)!;
   expect(flowControl).toMatch(/flow_control$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, eventPartitions, gates]);
+  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, eventPartitions, gates, far]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
-  const older = expectedMigrations().slice(0, -5);
+  const older = expectedMigrations().slice(0, -6);
 
   // The one before: the failure policy's columns on workloads and jobs; its down migration drops them and their type.
   const policyColumns = async () =>
@@ -160,7 +172,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   const policy = older.at(-1)!;
   expect(policy).toMatch(/failure_policy$/);
-  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, eventPartitions, gates]);
+  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, eventPartitions, gates, far]);
   expect(await policyColumns()).toEqual([]);
 
   // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
@@ -169,7 +181,16 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   const runAfter = older.at(-2)!;
   expect(runAfter).toMatch(/claim_index_run_after$/);
-  expect(await pendingMigrations(client)).toEqual([runAfter, policy, flowControl, delayedFinalizer, schedules, eventPartitions, gates]);
+  expect(await pendingMigrations(client)).toEqual([
+    runAfter,
+    policy,
+    flowControl,
+    delayedFinalizer,
+    schedules,
+    eventPartitions,
+    gates,
+    far,
+  ]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
   // The one before: a job's chunks are found through a plain index (CreateJob keeps them unique);
@@ -191,6 +212,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     schedules,
     eventPartitions,
     gates,
+    far,
   ]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
@@ -228,6 +250,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     schedules,
     eventPartitions,
     gates,
+    far,
   ]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
@@ -252,6 +275,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     schedules,
     eventPartitions,
     gates,
+    far,
   ]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
@@ -273,6 +297,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     schedules,
     eventPartitions,
     gates,
+    far,
   ]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(

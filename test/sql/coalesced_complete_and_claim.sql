@@ -82,6 +82,7 @@ watched AS (
 ), freed AS (
   SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
+    AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )
 SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
   (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,

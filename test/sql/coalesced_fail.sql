@@ -21,5 +21,6 @@ WITH cur AS (
 ), freed AS (
   SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM cur)
+    AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )
 SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur

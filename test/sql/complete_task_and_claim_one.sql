@@ -78,6 +78,7 @@ watched AS (
 ), freed AS (
   SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
+    AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )
 SELECT 0 AS part, done.*, NOT EXISTS (SELECT 1 FROM finished)
     AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
