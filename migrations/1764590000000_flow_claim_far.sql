@@ -58,6 +58,7 @@ DECLARE
   v_tokens double precision;
   v_taken integer;
   v_want integer := p_want;
+  v_short text[] := '{}';
   v_offset integer;
   v_key_room integer;
   v_far text;
@@ -124,7 +125,7 @@ BEGIN
       END LOOP;
       IF v_held = 0 THEN
         IF NOT v_may_wait THEN
-          PERFORM leasehold_slot_wanted(v_name);
+          v_short := v_short || v_name;
           CONTINUE;
         END IF;
         PERFORM pg_advisory_xact_lock(v_lock, v_first);
@@ -155,7 +156,7 @@ BEGIN
         v_held := v_held + 1;
       END LOOP;
       IF v_held < c_gates THEN
-        PERFORM leasehold_slot_wanted(v_name);
+        v_short := v_short || v_name;
         CONTINUE;
       END IF;
       v_reserve := 0;
@@ -202,7 +203,7 @@ BEGIN
         AND (v_key_room IS NULL OR v_key_room >= c_gates * v_unit) THEN extract(epoch FROM now())::text ELSE '' END, false);
     END IF;
     IF v_allowance <= 0 THEN
-      PERFORM leasehold_slot_wanted(v_name);
+      v_short := v_short || v_name;
       CONTINUE;
     END IF;
     -- Slots before this workload's tasks: those the earlier workloads of this call took.
@@ -248,7 +249,7 @@ BEGIN
       SELECT * FROM claimed;
       GET DIAGNOSTICS v_taken = ROW_COUNT;
       IF v_taken < v_want THEN
-        PERFORM leasehold_slot_wanted(v_name);
+        v_short := v_short || v_name;
       END IF;
       v_want := v_want - v_taken;
       IF w.max_leases_per_second IS NOT NULL AND v_taken > 0 THEN
@@ -320,13 +321,22 @@ BEGIN
     SELECT * FROM claimed;
     GET DIAGNOSTICS v_taken = ROW_COUNT;
     IF v_taken < v_want THEN
-      PERFORM leasehold_slot_wanted(v_name);
+      v_short := v_short || v_name;
     END IF;
     v_want := v_want - v_taken;
     IF w.max_leases_per_second IS NOT NULL AND v_taken > 0 THEN
       UPDATE workload_rate_buckets b SET tokens = b.tokens - v_taken WHERE b.workload = v_name;
     END IF;
   END LOOP;
+  -- A caller that got nothing may park until a slot frees: record it for the workloads that went
+  -- short (the statements that free slots wake parked claims only then). One served in part does
+  -- not park, so a claim cut short by the gates alone, its callers served, records nothing.
+  IF cardinality(v_short) > 0 AND (
+    CASE WHEN p_owners IS NULL THEN v_want = p_want
+    ELSE EXISTS (SELECT 1 FROM unnest(p_owners[p_want - v_want + 1:]) o WHERE o <> ALL (coalesce(p_owners[:p_want - v_want], '{}')))
+    END) THEN
+    PERFORM leasehold_slot_wanted(n) FROM unnest(v_short) AS n;
+  END IF;
 END $$;
 
 

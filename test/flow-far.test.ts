@@ -3,6 +3,7 @@
 // the way the claim statement calls it, on one session and on several.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
+import type { Task } from "../src/queue/types.js";
 import { NOTIFY_CHANNEL } from "../src/store/postgres/channels.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 
@@ -99,7 +100,7 @@ it("per-key caps far away lease in fair-share order; a key near its cap is still
   }
 });
 
-it("completions of a capped workload wake parked claims only after a claim of it went short", async () => {
+it("completions of a capped workload wake parked claims only after a claim of it left a caller with nothing", async () => {
   const w = await workload({ maxLeased: 1000 }, 3);
   const listen = await session();
   const wakes: string[] = [];
@@ -117,7 +118,7 @@ it("completions of a capped workload wake parked claims only after a claim of it
     expect(wakes).toContain(mark);
     return wakes.filter((p) => p === `${w}:1`).length;
   };
-  const complete = (t: { id: string; leaseOwner?: string; attempt: number }) =>
+  const complete = (t: Task) =>
     f.queue.completeTask({ taskId: t.id, workerId: t.leaseOwner!, attempt: t.attempt, resultUri: "s3://o", resultSha256: sha("o") });
   try {
     // Served in full, far from the cap: its completion frees a slot nobody waits for, and sends nothing.
@@ -125,15 +126,20 @@ it("completions of a capped workload wake parked claims only after a claim of it
     await complete(one);
     expect(await settled()).toBe(0);
     expect(await f.count("tasks", `workload = '${w}' AND status = 'completed'`)).toBe(1);
-    // A claim of 10 finds 2: it went short, and its caller may be parked; from then on a completion wakes.
+    // A claim of 10 finds 2: short, but its caller got tasks and does not park: still nothing.
     const two = await f.queue.claimTasks({ workerId: "b", workloads: [w], maxTasks: 10 });
     expect(two).toHaveLength(2);
+    await complete(two[0]);
+    expect(await settled()).toBe(0);
+    expect(await f.count("workload_slot_waits" as "tasks", `workload = '${w}'`)).toBe(0);
+    // A claim that gets nothing may be parked: it is recorded, and from then on a freed slot wakes.
+    expect(await f.queue.claimTasks({ workerId: "c", workloads: [w] })).toEqual([]);
     const { rows } = await f.pool.query(
       `SELECT wanted_at > now() - interval '1 minute' AS recent FROM workload_slot_waits WHERE workload = $1`,
       [w],
     );
     expect(rows).toEqual([{ recent: true }]);
-    await complete(two[0]);
+    await complete(two[1]);
     expect(await settled()).toBe(1);
   } finally {
     await listen.end();

@@ -58,7 +58,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     (await client.query(`SELECT prosrc FROM pg_proc WHERE proname = 'leasehold_flow_claim'`)).rows.map((r) => r.prosrc as string);
   const far = expectedMigrations().at(-1)!;
   expect(far).toMatch(/flow_claim_far$/);
-  expect(await claimSource()).toEqual([expect.stringContaining("leasehold_slot_wanted(v_name)")]);
+  expect(await claimSource()).toEqual([expect.stringContaining("PERFORM leasehold_slot_wanted(n)")]);
   await migrate(db.url, "down");
   expect(await pendingMigrations(client)).toEqual([far]);
   expect(await tables()).not.toContain("workload_slot_waits");
