@@ -13,21 +13,21 @@
  *   locked for an allowance): when every key has room for the whole allowance beyond the reserve,
  *   no key can reach its cap in this claim, and the plain query leases the same tasks.
  * - A NOTIFY from every completion of the workload's tasks (its commit takes the cluster-wide
- *   notify lock). Only a claim that could not be served may be parked waiting for a slot, so such
- *   a claim records it (workload_slot_waits, at most one write a second per workload), and the
- *   completions notify for a minute after (a parked long poll waits at most 30 s before it claims
- *   again, and each refused claim renews the record).
+ *   notify lock). Only a caller that got nothing parks waiting for a slot, so a claim that left
+ *   one with nothing records it (workload_slot_waits, at most one write a second per workload),
+ *   and the completions notify for a minute after (a parked long poll claims again within 30 s,
+ *   and each such claim renews the record).
  */
 
--- When a claim of the workload last went short (fewer tasks than it asked for): the completions
--- wake parked claims only while this is recent (fragments.ts, freedSlotsNotify).
+-- When a claim of the workload last left a caller with nothing: the completions wake parked
+-- claims only while this is recent (fragments.ts, freedSlotsNotify).
 CREATE TABLE workload_slot_waits (
   workload text PRIMARY KEY,
   wanted_at timestamptz NOT NULL
 );
 
--- Records that a claim of the workload went short. Read first, so that claims going short
--- together write (and lock the row) once a second, not each.
+-- Records that a claim of the workload left a caller with nothing. Read first, so that claims
+-- doing so together write (and lock the row) once a second, not each.
 CREATE FUNCTION leasehold_slot_wanted(p_workload text) RETURNS void LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = p_workload AND s.wanted_at > now() - interval '1 second') THEN

@@ -23,9 +23,9 @@ import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
  * and a commit flush: ~400 µs of the backend a task (one connection, claim → report chained). A
  * workload without flow control sends nothing; every statement pays a scan of the few rows of
  * `workloads`. Like `watched`, `freed` runs only when the statement reads it (in `notified`).
- * Only a claim that went short can be parked waiting for a slot, and such a claim records it
- * (workload_slot_waits): the wake is sent for a minute after (a parked claim claims again within
- * 30 s and renews it). A cap the load never reaches sends none: the commit of a NOTIFY takes a
+ * Only a caller that got nothing parks waiting for a slot, and a claim that left one so records
+ * it (workload_slot_waits): the wake is sent for a minute after (a parked claim claims again
+ * within 30 s and renews it). A cap the load never reaches sends none: the commit of a NOTIFY takes a
  * cluster-wide lock, and bench:flow's batched claims of a far cap ran at 0.79 of uncapped with it
  * on every completion, 0.95 without (flow-control.md, "A cap far away").
  */
