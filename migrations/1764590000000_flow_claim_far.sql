@@ -64,6 +64,8 @@ DECLARE
   v_short text[] := '{}';
   v_offset integer;
   v_key_room integer;
+  v_key_cap integer;
+  v_all integer;
   v_far text;
 BEGIN
   FOREACH v_name IN ARRAY (SELECT array_agg(n ORDER BY n) FROM unnest(p_workloads) AS n) LOOP
@@ -183,16 +185,31 @@ BEGIN
       v_allowance := least(v_allowance, floor(v_tokens)::integer);
     END IF;
     IF v_keyed AND coalesce(v_unit, 0) >= 1 THEN
-      -- The least room of any key: of a key with live leases, its cap less them; of any other, its
-      -- cap (the smallest override, or the default).
-      SELECT least(
-        (SELECT min(coalesce(o.max_leased, w.max_leased_per_key) - k.n) FROM (
-          SELECT l.concurrency_key AS key, count(*)::integer AS n FROM tasks l
-          WHERE l.status = 'leased' AND l.workload = v_name AND l.lease_expires_at > now()
-          GROUP BY l.concurrency_key) k
-         LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key),
-        (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name),
-        w.max_leased_per_key) INTO v_key_room;
+      -- No key holds more than all the workload's live leases, and none has a cap below the
+      -- smallest: while that cap less them is at least GATES × unit, it is the least room of any
+      -- key, found by a plain count (the workload cap's, or one that stops past that point).
+      v_key_cap := least(w.max_leased_per_key,
+        CASE WHEN w.has_key_limits THEN (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name) END);
+      v_all := v_live;
+      IF v_all IS NULL THEN
+        SELECT count(*) INTO v_all FROM (
+          SELECT 1 FROM tasks t WHERE t.status = 'leased' AND t.workload = v_name AND t.lease_expires_at > now()
+          LIMIT v_key_cap - c_gates * v_unit + 1) l;
+      END IF;
+      IF v_all <= v_key_cap - c_gates * v_unit THEN
+        v_key_room := v_key_cap - v_all;
+      ELSE
+        -- Else the least room of any key by its count: of a key with live leases, its cap less
+        -- them; of any other, its cap (the smallest override, or the default).
+        SELECT least(
+          (SELECT min(coalesce(o.max_leased, w.max_leased_per_key) - k.n) FROM (
+            SELECT l.concurrency_key AS key, count(*)::integer AS n FROM tasks l
+            WHERE l.status = 'leased' AND l.workload = v_name AND l.lease_expires_at > now()
+            GROUP BY l.concurrency_key) k
+           LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key),
+          (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name),
+          w.max_leased_per_key) INTO v_key_room;
+      END IF;
       -- Every key has room for the whole allowance beyond the reserve: no key can reach its cap in
       -- this claim, so the per-key query would lease what the plain one does (below).
       IF v_key_room - v_reserve >= v_allowance THEN
