@@ -6,10 +6,10 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import pg from "pg";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { createTestDatabase, type TestDatabase } from "./support/db.js";
-import { freePort } from "./support/global-setup.js";
+import type { TestDatabase } from "./support/db.js";
 import { call, closeAgent } from "./support/http.js";
-import { killAll, spawnCoordinator } from "./support/process.js";
+import { killAll } from "./support/process.js";
+import { raceRig } from "./support/flow-race.js";
 
 const SHA = createHash("sha256").update("flow-caps").digest("hex");
 const dbs: TestDatabase[] = [];
@@ -22,30 +22,7 @@ afterAll(async () => {
   await Promise.all(dbs.map((d) => d.drop()));
 });
 
-async function setup(): Promise<{ db: TestDatabase; bases: string[]; sampler: pg.Client }> {
-  const db = await createTestDatabase();
-  dbs.push(db);
-  const bases = await Promise.all(
-    Array.from({ length: 3 }, async () => {
-      const port = await freePort();
-      const proc = spawnCoordinator({
-        DATABASE_URL: db.url,
-        PORT: String(port),
-        // A loaded machine (two cores shared by many processes): no 503 for want of a connection.
-        PG_POOL_MAX: "16",
-        PG_CONNECT_TIMEOUT_MS: "20000",
-        PG_STATEMENT_TIMEOUT_MS: "20000",
-        REAPER_INTERVAL_MS: "200",
-        POLL_INTERVAL_MS: "200",
-      });
-      return proc.listening(120_000);
-    }),
-  );
-  const sampler = new pg.Client({ connectionString: db.url });
-  sampler.on("error", () => {});
-  await sampler.connect();
-  return { db, bases, sampler };
-}
+const setup = () => raceRig(dbs, { REAPER_INTERVAL_MS: "200" });
 
 function tasks(n: number, from = 0) {
   return Array.from({ length: n }, (_, i) => ({ chunk_index: from + i, input_uri: `s3://caps/${from + i}`, input_sha256: SHA }));

@@ -7,10 +7,10 @@
 import { createHash } from "node:crypto";
 import pg from "pg";
 import { afterAll, afterEach, expect, it } from "vitest";
-import { createTestDatabase, type TestDatabase } from "./support/db.js";
-import { freePort } from "./support/global-setup.js";
+import type { TestDatabase } from "./support/db.js";
 import { call, closeAgent } from "./support/http.js";
-import { killAll, spawnCoordinator } from "./support/process.js";
+import { killAll } from "./support/process.js";
+import { raceRig } from "./support/flow-race.js";
 
 const SHA = createHash("sha256").update("flow-gates").digest("hex");
 const WORKLOAD = "gated";
@@ -80,25 +80,7 @@ function sample(c: pg.Client): { stop(): Promise<Seen> } {
 }
 
 it("48 claimers on three coordinators: gated claims run side by side while the caps are far, no cap is passed, and kept leases fill the caps exactly", async () => {
-  const db = await createTestDatabase();
-  dbs.push(db);
-  const bases = await Promise.all(
-    Array.from({ length: 3 }, async () => {
-      const port = await freePort();
-      const proc = spawnCoordinator({
-        DATABASE_URL: db.url,
-        PORT: String(port),
-        PG_POOL_MAX: "16",
-        PG_CONNECT_TIMEOUT_MS: "20000",
-        PG_STATEMENT_TIMEOUT_MS: "20000",
-        POLL_INTERVAL_MS: "200",
-      });
-      return proc.listening(120_000);
-    }),
-  );
-  const sampler = new pg.Client({ connectionString: db.url });
-  sampler.on("error", () => {});
-  await sampler.connect();
+  const { bases, sampler } = await raceRig(dbs);
   try {
     expect(
       (await call(bases[0], "PUT", `/workloads/${WORKLOAD}`, { max_leased: CAP, max_leased_per_key: KEY_CAP, lease_seconds: 600 })).status,
