@@ -52,29 +52,39 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: a cap far away costs no count before the gates, no per-key query and no wake per
-  // completion; its down migration puts back the gated claim and drops the record of short claims.
+  // The latest: the claim's counts of live leases read the workload's own index (their expiry test
+  // is one no index answers); its down migration puts back the tests an index of every workload's
+  // leases could answer.
   const claimSource = async () =>
     (await client.query(`SELECT prosrc FROM pg_proc WHERE proname = 'leasehold_flow_claim'`)).rows.map((r) => r.prosrc as string);
-  const far = expectedMigrations().at(-1)!;
+  const counts = expectedMigrations().at(-1)!;
+  expect(counts).toMatch(/flow_claim_counts$/);
+  expect(await claimSource()).toEqual([expect.stringContaining("AND (t.lease_expires_at > now()) IS TRUE")]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([counts]);
+  expect(await claimSource()).toEqual([expect.not.stringContaining("IS TRUE")]);
+
+  // The one before: a cap far away costs no count before the gates, no per-key query and no wake per
+  // completion; its down migration puts back the gated claim and drops the record of short claims.
+  const far = expectedMigrations().at(-2)!;
   expect(far).toMatch(/flow_claim_far$/);
   expect(await claimSource()).toEqual([expect.stringContaining("PERFORM leasehold_slot_wanted(n)")]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([far]);
+  expect(await pendingMigrations(client)).toEqual([far, counts]);
   expect(await tables()).not.toContain("workload_slot_waits");
   expect(await claimSource()).toEqual([expect.not.stringContaining("leasehold_slot_wanted")]);
 
   // The one before: the capped claim's gates; its down migration puts back the claim with one advisory lock per workload.
-  const gates = expectedMigrations().at(-2)!;
+  const gates = expectedMigrations().at(-3)!;
   expect(gates).toMatch(/flow_claim_shards$/);
   expect(await claimSource()).toEqual([expect.stringContaining("pg_try_advisory_xact_lock(v_lock")]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([gates, far]);
+  expect(await pendingMigrations(client)).toEqual([gates, far, counts]);
   expect(await claimSource()).toEqual([expect.stringContaining("pg_advisory_xact_lock(hashtextextended('leasehold.flow:'")]);
 
   // The one before: the event log in time partitions (the table as it was attached as the first one,
   // a default partition, days ahead); down makes it one table again with every row and the same ids.
-  const eventPartitions = expectedMigrations().at(-3)!;
+  const eventPartitions = expectedMigrations().at(-4)!;
   expect(eventPartitions).toMatch(/event_partitions$/);
   const eventLog = async () => {
     const { rows } = await client.query(
@@ -101,7 +111,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   const second = await insertEvent("now() - interval '30 days'");
   const third = await insertEvent("now() + interval '1 day'");
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far]);
+  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far, counts]);
   expect(await eventLog()).toEqual({ relkind: "r", partitions: 0 });
   expect(await tables()).not.toContain("task_event_watermarks");
   expect(await events()).toEqual([
@@ -120,13 +130,14 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   await migrate(db.url, "down");
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far, counts]);
 
   // The one before: periodic schedules, their ticks, and the schedule a job was made by; down drops them.
-  const schedules = expectedMigrations().at(-4)!;
+  const schedules = expectedMigrations().at(-5)!;
   expect(schedules).toMatch(/schedules$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions, gates, far]);
+  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions, gates, far, counts]);
   expect(await tables()).not.toContain("schedules");
   const jobColumns = await client.query(
     `SELECT 1 FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'schedule_name'`,
@@ -141,20 +152,20 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     expect.stringMatching(/\(workload, priority DESC, fair_rank, created_at, chunk_index, run_after\) WHERE/),
   ]);
   // Then delayed jobs and finalizers; their down migration drops due_wakeups, the trigger and the columns.
-  const delayedFinalizer = expectedMigrations().at(-5)!;
+  const delayedFinalizer = expectedMigrations().at(-6)!;
   expect(delayedFinalizer).toMatch(/delayed_finalizer$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions, gates, far]);
+  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions, gates, far, counts]);
   expect(await tables()).not.toContain("due_wakeups");
   const { rows: finalizerColumns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'`);
   expect(finalizerColumns.map((r) => r.column_name)).not.toContain("parent_job_id");
 
-  const flowControl = expectedMigrations().at(-6)!;
+  const flowControl = expectedMigrations().at(-7)!;
   expect(flowControl).toMatch(/flow_control$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, eventPartitions, gates, far]);
+  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, eventPartitions, gates, far, counts]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
-  const older = expectedMigrations().slice(0, -6);
+  const older = expectedMigrations().slice(0, -7);
 
   // The one before: the failure policy's columns on workloads and jobs; its down migration drops them and their type.
   const policyColumns = async () =>
@@ -172,7 +183,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   const policy = older.at(-1)!;
   expect(policy).toMatch(/failure_policy$/);
-  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, eventPartitions, gates, far]);
+  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, eventPartitions, gates, far, counts]);
   expect(await policyColumns()).toEqual([]);
 
   // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
@@ -190,6 +201,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     eventPartitions,
     gates,
     far,
+    counts,
   ]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
@@ -213,6 +225,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     eventPartitions,
     gates,
     far,
+    counts,
   ]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
@@ -251,6 +264,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     eventPartitions,
     gates,
     far,
+    counts,
   ]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
@@ -276,6 +290,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     eventPartitions,
     gates,
     far,
+    counts,
   ]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
@@ -298,6 +313,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     eventPartitions,
     gates,
     far,
+    counts,
   ]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(
