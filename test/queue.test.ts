@@ -758,6 +758,37 @@ describe("batch completion", () => {
     }
   });
 
+  it("a batch over several jobs finishes the one it leaves with nothing pending or leased, and only that one", async () => {
+    const w = await workload();
+    // Created one after another, so claims take x's tasks, then y's, z's and v's.
+    const { job: x } = await q.createJob({ workload: w, tasks: specs(3) });
+    const { job: y } = await q.createJob({ workload: w, tasks: specs(2) });
+    const { job: z } = await q.createJob({ workload: w, tasks: specs(2) });
+    const { job: v } = await q.createJob({ workload: w, tasks: specs(2) });
+    const xs = await q.claimTasks({ workerId: "w", workloads: [w], maxTasks: 2 });
+    const rest = await q.claimTasks({ workerId: "w", workloads: [w], maxTasks: 6 });
+    expect(rest.map((t) => t.jobId)).toEqual([x.id, y.id, y.id, z.id, z.id, v.id]);
+    const report = (t: { id: string; chunkIndex: number }) => ({
+      taskId: t.id,
+      workerId: "w",
+      attempt: 1,
+      resultUri: "s3://o",
+      resultSha256: sha(t.chunkIndex),
+    });
+    const statuses = async () => Promise.all([x, y, z, v].map(async (j) => (await jobRow(j.id)).status));
+    // Left: x and z a leased task each, v a pending one; y nothing.
+    const outcomes = await q.completeTasks([...xs, rest[1], rest[2], rest[3], rest[5]].map(report));
+    expect(outcomes.map((o) => o.task?.status)).toEqual(Array(6).fill("completed"));
+    expect(await statuses()).toEqual(["running", "completed", "running", "running"]);
+    await q.completeTasks([report(rest[0]), report(rest[4])]);
+    expect(await statuses()).toEqual(["completed", "completed", "completed", "running"]);
+    // v's last task, claimed and reported in a batch: its completion finds nothing pending.
+    const last = await q.claimTasks({ workerId: "w", workloads: [w], maxTasks: 2 });
+    expect(last.map((t) => t.jobId)).toEqual([v.id]);
+    await q.completeTasks(last.map(report));
+    expect(await statuses()).toEqual(["completed", "completed", "completed", "completed"]);
+  });
+
   it("a batch whose claim_next takes the job's last pending tasks leaves the job running until they complete", async () => {
     const w = await workload();
     const { job } = await q.createJob({ workload: w, tasks: specs(4) });

@@ -83,10 +83,13 @@ watched AS (
   SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
+), maybe_done AS (
+  SELECT d.job_id FROM (SELECT DISTINCT r.job_id FROM done r WHERE r.job_id NOT IN (SELECT b.job_id FROM claimed b)) d
+  WHERE NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = d.job_id AND o.status = 'pending')
 )
 SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
   (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
-  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads
+  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job
 FROM done
 UNION ALL
-SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, NULL FROM claimed
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, NULL, false FROM claimed

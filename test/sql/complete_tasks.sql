@@ -17,5 +17,9 @@ WITH done AS (
   SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
+),
+maybe_done AS (
+  SELECT d.job_id FROM (SELECT DISTINCT r.job_id FROM done r) d
+  WHERE NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = d.job_id AND o.status = 'pending')
 )
-SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified FROM done
+SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified, done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job FROM done

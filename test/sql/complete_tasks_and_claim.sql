@@ -73,7 +73,12 @@ watched AS (
   SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
+), maybe_done AS (
+  SELECT d.job_id FROM (SELECT DISTINCT r.job_id FROM done r WHERE r.job_id NOT IN (SELECT b.job_id FROM claimed b)) d
+  WHERE NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = d.job_id AND o.status = 'pending')
 )
-SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified FROM done
+SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
+  done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job
+FROM done
 UNION ALL
-(SELECT 1, claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0 FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index)
+(SELECT 1, claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, false FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index)

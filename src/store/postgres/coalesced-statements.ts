@@ -4,7 +4,7 @@
 
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
 import { claimCtes, claimedEventRows, pickupSeconds } from "./claim.js";
-import { completedEventRows, freedSlotsNotify, statusEvents, watchedJobs } from "./fragments.js";
+import { completedEventRows, freedSlotsNotify, mayBeDone, mayBeDoneJobs, statusEvents, watchedJobs } from "./fragments.js";
 import { defineQuery } from "./query.js";
 import type { TaskRow } from "./rows.js";
 
@@ -53,7 +53,8 @@ FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f L
  * an accepted result's caller claims, with as many slots as its claim_next asked for, as
  * COMPLETE_TASK_AND_CLAIM gates its claim on its result. A batch never holds one task twice
  * (the group commit keeps the later one for the next statement), so a task id names its caller.
- * Rows: part 0 the completed tasks, part 1 the claimed ones with their caller and rn (claim order).
+ * Rows: part 0 the completed tasks (with recheck_job, the jobs the claim took nothing of), part 1
+ * the claimed ones with their caller and rn (claim order).
  * $1 results (jsonb recordset with the caller's index and claim_n), $2 their task ids,
  * $3 workloads, $4 lease seconds, $5 labels.
  */
@@ -87,13 +88,13 @@ ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
-), ${freedSlotsNotify("done")}
+), ${freedSlotsNotify("done")}, ${mayBeDoneJobs("done", "claimed")}
 SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
   (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
-  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads
+  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, ${mayBeDone("done")} AS recheck_job
 FROM done
 UNION ALL
-SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0, NULL FROM claimed`;
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0, NULL, false FROM claimed`;
 
 /*
  * Lease renewals of several workers: RENEW_LEASE per item. $1 items (jsonb recordset), $2 their task ids.
@@ -154,11 +155,16 @@ export const COALESCED_CLAIM = defineQuery<
   ClaimShape & { owners: string[]; callers: number[] },
   (CoalescedClaimRow | { [K in keyof CoalescedClaimRow]: null }) & FlowWorkloads
 >("leasehold_coalesced_claim", COALESCED_CLAIM_TEXT, (p) => [p.workloads, p.owners, p.callers, p.leaseSeconds, p.labels]);
-export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<ClaimShape & Items, CoalescedClaimRow & { part: number } & FlowWorkloads>(
-  "leasehold_coalesced_complete_and_claim",
-  COALESCED_COMPLETE_AND_CLAIM_TEXT,
-  (p) => [p.items, p.taskIds, p.workloads, p.leaseSeconds, p.labels],
-);
+export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<
+  ClaimShape & Items,
+  CoalescedClaimRow & { part: number; recheck_job: boolean } & FlowWorkloads
+>("leasehold_coalesced_complete_and_claim", COALESCED_COMPLETE_AND_CLAIM_TEXT, (p) => [
+  p.items,
+  p.taskIds,
+  p.workloads,
+  p.leaseSeconds,
+  p.labels,
+]);
 export const COALESCED_RENEW = defineQuery<Items, TaskRow>("leasehold_coalesced_renew", COALESCED_RENEW_TEXT, (p) => [p.items, p.taskIds]);
 export const COALESCED_FAIL = defineQuery<Items, TaskRow>("leasehold_coalesced_fail", COALESCED_FAIL_TEXT, (p) => [p.items, p.taskIds]);
 // Rare (a caller gone mid-statement): sent unnamed, no plan kept on every connection for it.

@@ -167,7 +167,7 @@ export class Coalescer {
       });
       const doneRows = rows.filter((r) => r.part === 0);
       const claimedRows = rows.filter((r) => r.part === 1);
-      await this.finishCompleted(c, doneRows, claimedRows);
+      await this.finishCompleted(c, doneRows);
       const accepted = new Map(doneRows.map((r) => [r.id, r]));
       const per = byCaller(items.length, claimedRows);
       const next = per.map((r) => claimed(ctx, r));
@@ -209,12 +209,11 @@ export class Coalescer {
     for (const item of empty) item.opts.claimRetryAfterMs = shared.claimRetryAfterMs;
   }
 
-  /** Metrics, and the jobs the completions may have finished (not those a claim just gave work). */
-  private async finishCompleted(c: pg.PoolClient, doneRows: TaskRow[], claimedRows: TaskRow[]): Promise<void> {
+  /** Metrics, and the jobs the completions may have finished (recheck_job: not those a claim just gave work, nor any with pending tasks). */
+  private async finishCompleted(c: pg.PoolClient, doneRows: Array<TaskRow & { recheck_job: boolean }>): Promise<void> {
     if (doneRows.length === 0) return;
     this.ctx.options.observer?.tasksCompleted(doneRows.length);
-    const busy = new Set(claimedRows.map((r) => r.job_id));
-    const jobs = [...new Set(doneRows.map((r) => r.job_id))].filter((j) => !busy.has(j));
+    const jobs = [...new Set(doneRows.filter((r) => r.recheck_job).map((r) => r.job_id))];
     if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
   }
 

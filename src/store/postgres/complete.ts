@@ -21,7 +21,7 @@ import { CLAIM_ORDER, claimCtes, claimed, claimedEventRows, claimWith, pickupSec
 import { EVENTS_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
-import { completedEventRows, freedSlotsNotify, liveLease, statusEvents, watchedJobs } from "./fragments.js";
+import { completedEventRows, freedSlotsNotify, liveLease, mayBeDone, mayBeDoneJobs, statusEvents, watchedJobs } from "./fragments.js";
 import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
 import { defineQuery } from "./query.js";
@@ -110,17 +110,20 @@ const completeMany = `done AS (
  * whole lease index (every live lease and every lease completed within a lease length) and
  * hash-joined it with the recordset. Measured (bench:sql-ab, 4 pairs, backend CPU per task):
  * chained batches of ten 184 -> 150 us, claim then CompleteTasks 208 -> 158 us.
- * Jobs are finished by FINISH_JOBS_IF_DONE after this commits.
+ * Jobs that may be done (recheck_job: no pending task left) are finished by FINISH_JOBS_IF_DONE
+ * after this commits.
  */
 export const COMPLETE_TASKS = `
-WITH ${completeMany}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")}
-SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified FROM done`;
+WITH ${completeMany}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")},
+${mayBeDoneJobs("done")}
+SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified, ${mayBeDone("done")} AS recheck_job FROM done`;
 
 /*
  * A batch's report with claim_next: COMPLETE_TASKS and CLAIM_TASKS in one statement. The claim
  * runs whatever each result's outcome; as in COMPLETE_TASK_AND_CLAIM the updates never meet one
  * row (a completion needs a live lease, which neither arm takes). Rows: part 0 the completed
- * tasks, part 1 the claimed ones in claim order.
+ * tasks (with recheck_job, the jobs the claim took nothing of), part 1 the claimed ones in claim
+ * order.
  * $1, $2 as COMPLETE_TASKS; $3 workloads, $4 limit, $5 worker id, $6 lease seconds, $7 labels, as CLAIM_TASKS.
  */
 export const COMPLETE_TASKS_AND_CLAIM = `
@@ -129,10 +132,12 @@ ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
-), ${freedSlotsNotify("done")}
-SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified FROM done
+), ${freedSlotsNotify("done")}, ${mayBeDoneJobs("done", "claimed")}
+SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
+  ${mayBeDone("done")} AS recheck_job
+FROM done
 UNION ALL
-(SELECT 1, claimed.*, ${pickupSeconds}, 0 FROM claimed ${CLAIM_ORDER})`;
+(SELECT 1, claimed.*, ${pickupSeconds}, 0, false FROM claimed ${CLAIM_ORDER})`;
 
 /** A batch of results as one jsonb recordset (JSON text) and their task ids. */
 interface BatchParams {
@@ -163,7 +168,10 @@ const completeTaskAndClaimOneQuery = defineQuery<ResultParams & NextParams, Part
   COMPLETE_TASK_AND_CLAIM_ONE,
   completeAndClaimValues,
 );
-const completeTasksQuery = defineQuery<BatchParams, TaskRow>("leasehold_complete_tasks", COMPLETE_TASKS, (p) => [p.results, p.taskIds]);
+const completeTasksQuery = defineQuery<BatchParams, CompletedRow>("leasehold_complete_tasks", COMPLETE_TASKS, (p) => [
+  p.results,
+  p.taskIds,
+]);
 const completeTasksAndClaimQuery = defineQuery<BatchParams & NextParams, PartRow>(
   "leasehold_complete_tasks_and_claim",
   COMPLETE_TASKS_AND_CLAIM,
@@ -246,19 +254,22 @@ export async function completeTasksAndClaim(
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.require(c, claim.workloads, "claim_next.workloads");
     const rows = await completeTasksAndClaimQuery.run(c, { ...batchParams(batch), ...nextParams(claim) });
-    const claimedRows = rows.filter((r) => r.part === 1);
     // A job one of whose tasks this statement claimed has unfinished work (that task), so it
-    // cannot be done; its last completion will check. A worker chained through one large job
-    // thus never pays for FINISH_JOBS_IF_DONE.
-    const busy = new Set(claimedRows.map((r) => r.job_id));
+    // cannot be done and is not rechecked (mayBeDoneJobs); its last completion will check. A
+    // worker chained through one large job thus never pays for FINISH_JOBS_IF_DONE.
     const outcomes = await batchOutcomes(
       ctx,
       c,
       batch,
       rows.filter((r) => r.part === 0),
-      busy,
     );
-    return { outcomes, next: claimed(ctx, claimedRows) };
+    return {
+      outcomes,
+      next: claimed(
+        ctx,
+        rows.filter((r) => r.part === 1),
+      ),
+    };
   });
 }
 
@@ -269,18 +280,18 @@ export async function completeBatchWith(ctx: StoreContext, c: pg.PoolClient, bat
 
 /**
  * Each result's outcome, from the rows the completion accepted; the others are replays or
- * refusals. The completed tasks' jobs are finished if done, except those known to be busy.
+ * refusals. The jobs the statement saw with no pending task left (recheck_job) are finished if
+ * done, now that it has committed.
  */
 async function batchOutcomes(
   ctx: StoreContext,
   c: pg.PoolClient,
   batch: CompleteTaskInput[],
-  rows: TaskRow[],
-  busy: ReadonlySet<string> = new Set(),
+  rows: CompletedRow[],
 ): Promise<CompleteOutcome[]> {
   const completed = new Map(rows.map((r) => [r.id, toTask(r)]));
   if (completed.size > 0) ctx.options.observer?.tasksCompleted(completed.size);
-  const jobs = [...new Set(rows.map((r) => r.job_id))].filter((j) => !busy.has(j));
+  const jobs = [...new Set(rows.filter((r) => r.recheck_job).map((r) => r.job_id))];
   if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
   const outcomes: CompleteOutcome[] = [];
   for (const b of batch) {
