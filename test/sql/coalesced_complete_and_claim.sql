@@ -85,7 +85,8 @@ watched AS (
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 ), maybe_done AS (
   SELECT d.job_id FROM (SELECT DISTINCT r.job_id FROM done r WHERE r.job_id NOT IN (SELECT b.job_id FROM claimed b)) d
-  WHERE NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = d.job_id AND o.status = 'pending')
+  WHERE (SELECT o.status FROM tasks o WHERE o.job_id = d.job_id AND o.status IN ('pending', 'leased') ORDER BY o.status LIMIT 1)
+    IS DISTINCT FROM 'pending'
 )
 SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
   (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,

@@ -20,6 +20,7 @@ WITH done AS (
 ),
 maybe_done AS (
   SELECT d.job_id FROM (SELECT DISTINCT r.job_id FROM done r) d
-  WHERE NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = d.job_id AND o.status = 'pending')
+  WHERE (SELECT o.status FROM tasks o WHERE o.job_id = d.job_id AND o.status IN ('pending', 'leased') ORDER BY o.status LIMIT 1)
+    IS DISTINCT FROM 'pending'
 )
 SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified, done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job FROM done
