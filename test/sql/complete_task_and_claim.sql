@@ -81,7 +81,8 @@ watched AS (
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )
 SELECT 0 AS part, done.*, NOT EXISTS (SELECT 1 FROM finished)
-    AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
+    AND (SELECT o.status FROM tasks o WHERE o.job_id = done.job_id AND o.status IN ('pending', 'leased') ORDER BY o.status LIMIT 1)
+    IS DISTINCT FROM 'pending'
     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job, NULL::float8 AS pickup_seconds,
   (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
 FROM done

@@ -21,7 +21,16 @@ import { CLAIM_ORDER, claimCtes, claimed, claimedEventRows, claimWith, pickupSec
 import { EVENTS_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
-import { completedEventRows, freedSlotsNotify, liveLease, mayBeDone, mayBeDoneJobs, statusEvents, watchedJobs } from "./fragments.js";
+import {
+  completedEventRows,
+  freedSlotsNotify,
+  liveLease,
+  mayBeDone,
+  mayBeDoneJobs,
+  nothingPending,
+  statusEvents,
+  watchedJobs,
+} from "./fragments.js";
 import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
 import { defineQuery } from "./query.js";
@@ -52,7 +61,7 @@ const completeOne = `done AS (
   RETURNING j.id
 )`;
 const recheckJob = `NOT EXISTS (SELECT 1 FROM finished)
-    AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = done.job_id AND o.status = 'pending')
+    AND ${nothingPending("done.job_id")}
     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running')`;
 
 // $1 task id, $2 worker id, $3 attempt, $4 result_uri, $5 result_sha256, $6 metrics.

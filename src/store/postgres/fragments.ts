@@ -75,7 +75,8 @@ export const liveLease = (t: string) =>
  * completed before this statement commits is the narrow case left over, as for COMPLETE_TASK:
  * that completion's own check finds this statement's tasks still leased, and the job is settled
  * by the lease reaper's pass over stalled jobs (every REAPER_INTERVAL_MS) instead.
- * Why the probe reads the job's first unfinished status rather than asking for a pending task:
+ * Why the probe (nothingPending, below; COMPLETE_TASK's recheck_job uses it too) reads the job's
+ * first unfinished status rather than asking for a pending task:
  * `status = 'pending'` also matches tasks_claim_pending_idx (every workload's pending tasks), and a
  * generic plan made while the table's statistics were empty walked it filtering on job_id, every
  * report; as a NOT EXISTS it became an anti-join over it, which bench:flow's 100-key workload paid
@@ -84,8 +85,11 @@ export const liveLease = (t: string) =>
  */
 export const mayBeDoneJobs = (rows: string, busy?: string) => `maybe_done AS (
   SELECT d.job_id FROM (SELECT DISTINCT r.job_id FROM ${rows} r${busy ? ` WHERE r.job_id NOT IN (SELECT b.job_id FROM ${busy} b)` : ""}) d
-  WHERE (SELECT o.status FROM tasks o WHERE o.job_id = d.job_id AND o.status IN ('pending', 'leased') ORDER BY o.status LIMIT 1)
-    IS DISTINCT FROM 'pending'
+  WHERE ${nothingPending("d.job_id")}
 )`;
+/** Job `job` (an expression) has no pending task, read as the probe above says. */
+export const nothingPending = (job: string) =>
+  `(SELECT o.status FROM tasks o WHERE o.job_id = ${job} AND o.status IN ('pending', 'leased') ORDER BY o.status LIMIT 1)
+    IS DISTINCT FROM 'pending'`;
 /** Per completed row (`done`): whether its job is among `maybe_done`. */
 export const mayBeDone = (done: string) => `${done}.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done))`;
