@@ -1,13 +1,13 @@
-// The README's table of who may call what, generated from ACCESS (src/api/auth.ts), the table the
-// coordinator enforces, so the two cannot drift: `npm run docs:roles` rewrites the README between
-// its roles markers, and test/readme-roles.test.ts fails while they differ.
+// The table of who may call what in docs/authentication.md, generated from ACCESS (src/api/auth.ts),
+// the table the coordinator enforces, so the two cannot drift: `npm run docs:roles` rewrites the
+// page between its roles markers, and test/readme-roles.test.ts fails while they differ.
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { ACCESS, type MethodName } from "../src/api/auth.js";
 
-export const README = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "README.md");
+export const ROLES_PAGE = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "docs", "authentication.md");
 const BEGIN = "<!-- roles:begin (generated from ACCESS in src/api/auth.ts by npm run docs:roles) -->";
 const END = "<!-- roles:end -->";
 
@@ -38,17 +38,19 @@ export function rolesTable(): string {
   return ["| Role | May call |", "|---|---|", ...rows.map(([role, calls]) => `| ${role} | ${calls} |`)].join("\n");
 }
 
-/** The README with its roles section regenerated. */
-export function withRolesTable(readme: string): string {
-  const start = readme.indexOf(BEGIN);
-  const end = readme.indexOf(END);
-  if (start < 0 || end < start) throw new Error(`README.md has no "${BEGIN}" … "${END}" section`);
-  return `${readme.slice(0, start)}${BEGIN}\n${rolesTable()}\n${readme.slice(end)}`;
+/** The page with its roles section regenerated. */
+export function withRolesTable(page: string): string {
+  const start = page.indexOf(BEGIN);
+  const end = page.indexOf(END);
+  if (start < 0 || end < start) throw new Error(`docs/authentication.md has no "${BEGIN}" … "${END}" section`);
+  return `${page.slice(0, start)}${BEGIN}\n${rolesTable()}\n${page.slice(end)}`;
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const before = readFileSync(README, "utf8");
+  const before = readFileSync(ROLES_PAGE, "utf8");
   const after = withRolesTable(before);
-  if (after !== before) writeFileSync(README, after);
-  process.stdout.write(after === before ? "README.md roles table already current\n" : "README.md roles table updated\n");
+  if (after !== before) writeFileSync(ROLES_PAGE, after);
+  process.stdout.write(
+    after === before ? "docs/authentication.md roles table already current\n" : "docs/authentication.md roles table updated\n",
+  );
 }

@@ -1,13 +1,13 @@
-// The README's roles table is the one ACCESS (src/api/auth.ts) generates: a changed rule without
-// `npm run docs:roles` fails here.
+// The roles table of docs/authentication.md is the one ACCESS (src/api/auth.ts) generates: a changed
+// rule without `npm run docs:roles` fails here.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { README, rolesTable, withRolesTable } from "../scripts/roles-table.js";
+import { ROLES_PAGE, rolesTable, withRolesTable } from "../scripts/roles-table.js";
 
-describe("README roles table", () => {
+describe("the roles table of docs/authentication.md", () => {
   it("matches ACCESS (npm run docs:roles regenerates it)", () => {
-    const readme = readFileSync(README, "utf8");
-    expect(withRolesTable(readme)).toBe(readme);
+    const page = readFileSync(ROLES_PAGE, "utf8");
+    expect(withRolesTable(page)).toBe(page);
   });
 
   it("lists every submitter RPC, ReportProgress among the worker's, and admin's own calls", () => {

@@ -32,10 +32,10 @@ function production(env: Record<string, string> = {}) {
 }
 
 describe("configuration", () => {
-  it("the README table lists every variable with its default", () => {
-    const readme = readFileSync(path.join(ROOT, "README.md"), "utf8");
+  it("docs/configuration.md's table lists every variable with its default", () => {
+    const page = readFileSync(path.join(ROOT, "docs", "configuration.md"), "utf8");
     for (const [name, fallback] of CONFIG_VARIABLES) {
-      const row = readme.split("\n").find((l) => l.startsWith(`| \`${name}\` |`));
+      const row = page.split("\n").find((l) => l.startsWith(`| \`${name}\` |`));
       expect(row, name).toBeDefined();
       expect(row, name).toContain(fallback);
     }
