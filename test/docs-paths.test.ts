@@ -1,6 +1,7 @@
-// The README and docs/*.md name files, link pages and anchors, and quote the versions of a few
-// packages; this keeps every one of them true, so a renamed file or a moved section fails here
-// with a list of what is missing. No database: it reads the tree.
+// The READMEs (the project's, the Python package's and its examples') and docs/*.md name files,
+// link pages and anchors, and quote the versions of a few packages; this keeps every one of them
+// true, so a renamed file or a moved section fails here with a list of what is missing. No
+// database: it reads the tree.
 //
 // What counts as a reference:
 // - a markdown link or image to a local target: the file (or directory) must exist, relative to
@@ -24,6 +25,8 @@ import { describe, expect, it } from "vitest";
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const PAGES = [
   "README.md",
+  "clients/python/README.md",
+  "examples/python/README.md",
   ...readdirSync(path.join(ROOT, "docs"))
     .filter((f) => f.endsWith(".md"))
     .sort()
