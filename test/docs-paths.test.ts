@@ -12,7 +12,8 @@
 // - inline code that is a file name alone (`store.ts`, `package.json`): some file in the
 //   repository must have that name;
 // - a dependency of package.json followed by a version (`vite` 8.3.0): the version must be the
-//   one package-lock.json installs.
+//   one package-lock.json installs;
+// - `npm run NAME`: package.json must have the script.
 // Paths that .gitignore covers (built or local state, such as `dist/ui` or
 // `deploy/ha/.state.json`) and tokens with placeholders (`<name>`, `{id}`, `$VAR`, `…`) are not
 // checked. docs/performance-log.md is history: its code names files as they were then, so only
@@ -227,6 +228,18 @@ function wrongVersions(file: string, versions: Map<string, string>): string[] {
   return problems;
 }
 
+/** `npm run NAME` where package.json has no such script. */
+function unknownScripts(file: string): string[] {
+  if (HISTORY.has(file)) return [];
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> };
+  const p = page(file);
+  const problems: string[] = [];
+  for (const { n, text } of [...p.prose, ...p.fenced])
+    for (const m of text.matchAll(/npm run (?:-[a-z-]+ )*([\w:.-]+)/g))
+      if (!(m[1] in pkg.scripts)) problems.push(`${file}:${n}: \`npm run ${m[1]}\`, but package.json has no script "${m[1]}"`);
+  return problems;
+}
+
 describe("docs name what is in the repository", () => {
   it("reads the README and every page under docs/", () => {
     expect(PAGES).toContain("README.md");
@@ -248,6 +261,10 @@ describe("docs name what is in the repository", () => {
 
   it.each(PAGES)("every repository path and local link in %s exists", (file) => {
     expect(missingPaths(file), `missing in ${file} (rename the reference, or restore the file)`).toEqual([]);
+  });
+
+  it.each(PAGES)("every npm script named in %s exists", (file) => {
+    expect(unknownScripts(file)).toEqual([]);
   });
 
   it.each(PAGES)("every dependency version quoted in %s is the lockfile's", (file) => {
