@@ -13,7 +13,9 @@
 //   repository must have that name;
 // - a dependency of package.json followed by a version (`vite` 8.3.0): the version must be the
 //   one package-lock.json installs;
-// - `npm run NAME`: package.json must have the script.
+// - `npm run NAME`: package.json must have the script;
+// - docs/configuration.md's table: one row per variable of CONFIG_VARIABLES, with its default, and
+//   no row for a variable the coordinator does not read.
 // Paths that .gitignore covers (built or local state, such as `dist/ui` or
 // `deploy/ha/.state.json`) and tokens with placeholders (`<name>`, `{id}`, `$VAR`, `…`) are not
 // checked. docs/performance-log.md is history: its code names files as they were then, so only
@@ -22,6 +24,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { CONFIG_VARIABLES } from "../src/config/index.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const PAGES = [
@@ -269,5 +272,26 @@ describe("docs name what is in the repository", () => {
 
   it.each(PAGES)("every dependency version quoted in %s is the lockfile's", (file) => {
     expect(wrongVersions(file, lockedVersions())).toEqual([]);
+  });
+});
+
+describe("docs/configuration.md", () => {
+  const rows = readFileSync(path.join(ROOT, "docs", "configuration.md"), "utf8")
+    .split("\n")
+    .map((l) => /^\| `([A-Z][A-Z0-9_]*)` \|([^|]*)\|/.exec(l))
+    .filter((m) => m !== null)
+    .map((m) => ({ name: m[1], fallback: m[2].trim() }));
+
+  it("lists every variable the coordinator reads, with its default", () => {
+    for (const [name, fallback] of CONFIG_VARIABLES) {
+      const row = rows.find((r) => r.name === name);
+      expect(row, `no row for ${name}`).toBeDefined();
+      expect(row?.fallback, name).toContain(fallback);
+    }
+  });
+
+  it("lists no variable the coordinator does not read", () => {
+    const known = new Set<string>(CONFIG_VARIABLES.map(([name]) => name));
+    expect(rows.map((r) => r.name).filter((name) => !known.has(name))).toEqual([]);
   });
 });

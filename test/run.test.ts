@@ -2,14 +2,13 @@
 // against an unmigrated database, health endpoints, graceful shutdown under
 // load, coalesced signals, the migrate CLI, and embedded mode reusing its data.
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEmptyDatabase, createTestDatabase, type TestDatabase } from "./support/db.js";
 import { freePort } from "./support/global-setup.js";
-import { CONFIG_VARIABLES } from "../src/config/index.js";
-import { exitWithin, killAll, ROOT, spawnCoordinator, spawnMigrate } from "./support/process.js";
+import { exitWithin, killAll, spawnCoordinator, spawnMigrate } from "./support/process.js";
 
 const SHUTDOWN_TIMEOUT_MS = 5000;
 const SHA = "a".repeat(64);
@@ -32,15 +31,6 @@ function production(env: Record<string, string> = {}) {
 }
 
 describe("configuration", () => {
-  it("docs/configuration.md's table lists every variable with its default", () => {
-    const page = readFileSync(path.join(ROOT, "docs", "configuration.md"), "utf8");
-    for (const [name, fallback] of CONFIG_VARIABLES) {
-      const row = page.split("\n").find((l) => l.startsWith(`| \`${name}\` |`));
-      expect(row, name).toBeDefined();
-      expect(row, name).toContain(fallback);
-    }
-  });
-
   it("a bad value exits 2 with one stderr line naming the variable", async () => {
     const p = spawnCoordinator({ PORT: "eighty" });
     const exit = await exitWithin(p, 20_000);
