@@ -155,22 +155,25 @@ async function createDatabase(adminUrl: string, name: string): Promise<string> {
 // ---------- the long transactions ----------
 
 /**
- * Holds REPEATABLE READ snapshots in `url` by PATTERN until stopped. A snapshot is taken by the
- * transaction's first statement, so each one runs a statement and then waits.
+ * Holds REPEATABLE READ snapshots in `url` by PATTERN until stopped (after the dead versions are
+ * counted). A snapshot is taken by the transaction's first statement, so each one runs a
+ * statement and then waits.
  */
-function holdHorizon(url: string, endsAt: number): { stop(): Promise<void> } {
+function holdHorizon(url: string): { stop(): Promise<void> } {
   let running = true;
   const holders: Promise<void>[] = [];
   const hold = async (name: string, startDelayMs: number, txMs: number) => {
-    await sleep(startDelayMs);
+    const startAt = performance.now() + startDelayMs;
+    while (running && performance.now() < startAt) await sleep(Math.min(200, startAt - performance.now()));
+    if (!running) return;
     const c = new pg.Client({ connectionString: url, application_name: name });
     c.on("error", () => {});
     await c.connect();
     try {
-      while (running && performance.now() < endsAt) {
+      while (running) {
         await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
         await c.query("SELECT count(*) FROM pg_class");
-        const until = Math.min(endsAt, performance.now() + txMs);
+        const until = performance.now() + txMs;
         while (running && performance.now() < until) await sleep(Math.min(200, until - performance.now()));
         await c.query("COMMIT");
       }
@@ -178,8 +181,7 @@ function holdHorizon(url: string, endsAt: number): { stop(): Promise<void> } {
       await c.end();
     }
   };
-  const start = performance.now();
-  if (PATTERN === "held") holders.push(hold("bench-horizon-report", 0, endsAt - start));
+  if (PATTERN === "held") holders.push(hold("bench-horizon-report", 0, Infinity));
   if (PATTERN === "planetscale")
     for (let i = 0; i < 3; i++) holders.push(hold(`bench-horizon-analytics-${i}`, i * PS_STAGGER_S * 1000, PS_TX_S * 1000));
   return {
@@ -396,7 +398,7 @@ async function runSystem(name: string, server: Server, peers: Peers): Promise<Re
     const startedAt = performance.now();
     const endsAt = startedAt + DURATION_S * 1000;
     const rec = new Recorder(startedAt);
-    const horizon = holdHorizon(url, endsAt);
+    const horizon = holdHorizon(url);
     let running = true;
     const stopWorkers = await system.startWorkers(rec, () => running);
     const windows = (async () => {
@@ -412,12 +414,13 @@ async function runSystem(name: string, server: Server, peers: Peers): Promise<Re
     await produceLoop(endsAt, () => system.produce(rec));
     await windows;
     if (rec.windows.length === 0) rec.closeWindow();
-    await horizon.stop();
     running = false;
     await Promise.race([stopWorkers(), sleep(STOP_GRACE_MS)]);
-    // The statistics collector reports within a second or so (PostgreSQL 15: at most every 1 s).
+    // Counted while the horizon is still held: the statistics reach the view within a second or so
+    // (PostgreSQL 15: at most every 1 s per backend).
     await sleep(1500);
     const dead = await system.deadTuples();
+    await horizon.stop();
     return { system: name, windows: rec.windows, produced: rec.produced, dead };
   } finally {
     await system.close().catch((err) => console.error(`[${name}] close:`, err));
