@@ -1,5 +1,5 @@
 // npm run bench:peers: Leasehold next to the Postgres queues a user would pick instead
-// (graphile-worker and pg-boss, pinned devDependencies), on the same PostgreSQL server, at the
+// (graphile-worker and pg-boss, pinned in bench/peers/, installed there on first use), on the same PostgreSQL server, at the
 // same concurrency, in the same run. Prints each measure with the peer's figure and the ratio,
 // and the medians over --runs N (default 3). Not a test.
 //
@@ -14,26 +14,27 @@
 // How each side runs (say so wherever a number is quoted):
 // - Leasehold: a real coordinator process (`src/main.ts`, PG_POOL_MAX 8, LOG_LEVEL warn) driven
 //   over REST/HTTP1.1 by a lean node:http keep-alive generator in this process, as `npm run bench`.
-// - graphile-worker 0.17.3 (0.18 needs Node 22), in this process: `run()` with concurrency 16,
+// - graphile-worker 0.18 (bench/peers/package.json), in this process: `run()` with concurrency 16,
 //   its defaults otherwise (LISTEN/NOTIFY, prepared statements, pool of concurrency + 2);
 //   `makeWorkerUtils().addJobs` / `addJob` for enqueueing.
-// - pg-boss 10.4.2 (11 and 12 need Node 22), in this process: 16 loops of `fetch(batchSize 16)`
-//   then `complete(ids)` over a queue kept ~1,000–2,000 deep (see the batched measure), which is what its `work()` does minus the poll-interval sleep after each
-//   batch (10.x sleeps up to pollingIntervalSeconds even after a full batch; 12.x added a burst mode
-//   that refetches at once, and this loop is its equivalent); `insert()` for enqueueing.
+// - pg-boss 12 (bench/peers/package.json), in this process: 16 loops of `fetch(batchSize 16)`
+//   then `complete(ids)` over a queue kept ~1,000–2,000 deep (see the batched measure), which is
+//   what its `work()` does with `burstWhenBatchFull` (refetch at once after a full batch), minus
+//   the handler plumbing; `insert()` for enqueueing.
+// Both peers ask for Node 22 in `engines` and run on Node 20 here; bench/peers/load.ts says why they
+// live in a folder of their own.
 // CPU per task of each process (coordinator, PostgreSQL backends, this process) is reported from
 // /proc for the arithmetic behind the ratios.
 
 import { createHash } from "node:crypto";
 import os from "node:os";
 import { performance } from "node:perf_hooks";
-import { Logger, makeWorkerUtils, run as runGraphile, type WorkerUtils } from "graphile-worker";
 import pg from "pg";
-import PgBoss from "pg-boss";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { cpuNow, cpuPer } from "./cpu.js";
 import { fmt, grpcClient, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.js";
+import { loadPeers, type Boss, type GraphileWorkerUtils, type Peers } from "./peers/load.js";
 
 const argRuns = process.argv.indexOf("--runs");
 const RUNS = Number(argRuns >= 0 ? process.argv[argRuns + 1] : (process.env.PEERS_RUNS ?? 3));
@@ -47,7 +48,7 @@ const PICKUP_SAMPLES = 40;
 type Rest = ReturnType<typeof restClient>;
 type Grpc = ReturnType<typeof grpcClient>;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const quietLogger = new Logger(() => () => {});
+let peers: Peers;
 
 // ---------- measurement ----------
 
@@ -236,12 +237,12 @@ async function enqueueRate(fn: () => Promise<unknown>, n: number): Promise<numbe
 // ---------- peers ----------
 
 async function graphileWorkerRun(url: string, schema: string, onJob: () => void) {
-  return runGraphile({
+  return peers.graphile.run({
     connectionString: url,
     schema,
     concurrency: WORKERS,
     noHandleSignals: true,
-    logger: quietLogger,
+    logger: peers.graphile.quietLogger,
     taskList: {
       peers: async () => {
         onJob();
@@ -250,17 +251,20 @@ async function graphileWorkerRun(url: string, schema: string, onJob: () => void)
   });
 }
 
-async function graphileFill(utils: WorkerUtils, count: number) {
+async function graphileFill(utils: GraphileWorkerUtils, count: number) {
   for (let done = 0; done < count; done += 10_000) {
     const n = Math.min(10_000, count - done);
     await utils.addJobs(Array.from({ length: n }, (_, i) => ({ identifier: "peers", payload: { i: done + i } })));
   }
 }
 
-async function bossFill(boss: PgBoss, queue: string, count: number) {
+async function bossFill(boss: Boss, queue: string, count: number) {
   for (let done = 0; done < count; done += 10_000) {
     const n = Math.min(10_000, count - done);
-    await boss.insert(Array.from({ length: n }, (_, i) => ({ name: queue, data: { i: done + i } })));
+    await boss.insert(
+      queue,
+      Array.from({ length: n }, (_, i) => ({ data: { i: done + i } })),
+    );
   }
 }
 
@@ -285,9 +289,15 @@ async function round(
 
   // graphile-worker: a fresh schema per round, so every round starts from an empty table.
   const gwSchema = `graphile_worker_${n}`;
-  const utils = await makeWorkerUtils({ connectionString: ctx.gwUrl, schema: gwSchema, logger: quietLogger });
+  const utils = await peers.graphile.makeWorkerUtils({ connectionString: ctx.gwUrl, schema: gwSchema, logger: peers.graphile.quietLogger });
   await utils.migrate();
-  const boss = new PgBoss({ connectionString: ctx.bossUrl, schema: `pgboss_${n}`, max: WORKERS, supervise: false, schedule: false });
+  const boss = peers.pgBoss.create({
+    connectionString: ctx.bossUrl,
+    schema: `pgboss_${n}`,
+    max: WORKERS,
+    supervise: false,
+    schedule: false,
+  });
   boss.on("error", (err) => console.error("pg-boss:", err));
   await boss.start();
   const bossQueue = `peers_${n}`;
@@ -309,7 +319,16 @@ async function round(
       gEnq.push(
         await enqueueRate(() => utils.addJobs(Array.from({ length: 10_000 }, (_, j) => ({ identifier: "enq", payload: { j } }))), 10_000),
       );
-      bEnq.push(await enqueueRate(() => boss.insert(Array.from({ length: 10_000 }, (_, j) => ({ name: bossQueue, data: { j } }))), 10_000));
+      bEnq.push(
+        await enqueueRate(
+          () =>
+            boss.insert(
+              bossQueue,
+              Array.from({ length: 10_000 }, (_, j) => ({ data: { j } })),
+            ),
+          10_000,
+        ),
+      );
     }
     rows["enqueue 10,000 tasks (one job) vs addJobs"] = {
       leasehold: med(lEnq),
@@ -416,7 +435,7 @@ async function round(
     await fillLeasehold(store, `batch_${n}`, Math.max(40_000, Math.ceil(SECONDS + 2) * 8000));
     const batch = leaseholdClaimComplete(rest, `batch_${n}`, 10);
     const lBatch = await window(batch.start, batch.count, coordinator);
-    // pg-boss 10's fetch orders by (priority, created_on, id), which its partial index job_i5
+    // pg-boss's fetch (as measured on 10.x) orders by (priority, created_on, id), which its partial index job_i5
     // (name, start_after) does not hold, so every fetch sorts the whole backlog: with 40,000 jobs
     // waiting it measured ~250 jobs/s. Its best case is a shallow queue, so a feeder keeps
     // ~1,000–2,000 jobs waiting (the feeder's inserts are inside the measured window).
@@ -509,12 +528,12 @@ async function round(
     }
     const gPick: number[] = [];
     let onPicked: (() => void) | undefined;
-    const pickRunner = await runGraphile({
+    const pickRunner = await peers.graphile.run({
       connectionString: ctx.gwUrl,
       schema: gwSchema,
       concurrency: WORKERS,
       noHandleSignals: true,
-      logger: quietLogger,
+      logger: peers.graphile.quietLogger,
       taskList: { pickup: async () => onPicked?.() },
     });
     try {
@@ -533,7 +552,7 @@ async function round(
     log(`pickup p50: leasehold ${fmt(pickup.leasehold.p50, 2)} ms, graphile ${fmt(pickup.peer.p50, 2)} ms`);
     return { rows, cpu, pickup };
   } finally {
-    await boss.stop({ graceful: false, wait: true }).catch(() => {});
+    await boss.stop({ graceful: false }).catch(() => {});
     await utils.release();
   }
 }
@@ -556,8 +575,9 @@ function med(xs: number[]): number {
 
 async function main() {
   const started = performance.now();
+  peers = await loadPeers();
   console.error(
-    `leasehold bench:peers: ${RUNS} round(s), ${WORKERS} workers, ${SECONDS}s windows, ${os.cpus().length} cores, node ${process.version}`,
+    `leasehold bench:peers: ${RUNS} round(s), ${WORKERS} workers, ${SECONDS}s windows, ${os.cpus().length} cores, node ${process.version}, graphile-worker ${peers.graphile.version}, pg-boss ${peers.pgBoss.version}`,
   );
   const db = await startDatabase();
   // The peers get databases of their own on the same server.

@@ -13,11 +13,13 @@ import { createApiServer, type ApiServer } from "./api/server.js";
 import { ConfigError, loadConfig, type Config } from "./config/index.js";
 import { createLogger } from "./logger.js";
 import { LongPollingQueue } from "./queue/long-poll.js";
+import { HorizonWatch } from "./queue/horizon-watch.js";
 import { Maintainer } from "./queue/maintenance.js";
 import { SchedulerLoop } from "./queue/scheduler.js";
 import type { QueueService } from "./queue/service.js";
 import { onShutdownSignal } from "./signals.js";
 import { EmbeddedStartError, startEmbeddedMode, type EmbeddedMode } from "./store/postgres/embedded-mode.js";
+import { horizonSource } from "./store/postgres/horizon.js";
 import { pendingMigrations } from "./store/postgres/migrate.js";
 import { checkReadiness, readOnlyReason, type Readiness } from "./store/postgres/readiness.js";
 import { TaskListener } from "./store/postgres/listener.js";
@@ -60,6 +62,7 @@ class Coordinator {
   private pool?: pg.Pool;
   private listener?: TaskListener;
   private maintainer?: Maintainer;
+  private horizon?: HorizonWatch;
   private server?: ApiServer;
   private tracing?: Tracing;
   private startup?: Promise<void>;
@@ -149,6 +152,9 @@ class Coordinator {
     const scheduler = new SchedulerLoop(store, logger);
     scheduler.start();
     this.shutdownHooks.push({ name: "scheduler", run: () => scheduler.stop() });
+    const horizon = (this.horizon = new HorizonWatch(horizonSource(pool), logger, metrics, { warnAfterMs: config.horizonWarnAfterMs }));
+    horizon.start();
+    this.shutdownHooks.push({ name: "horizon watch", run: () => horizon.stop() });
     this.server = createApiServer({
       // With tracing, a span per queue call of the API (the maintenance passes stay unspanned).
       queue: this.tracing ? traceQueue(queue) : queue,
@@ -207,7 +213,10 @@ class Coordinator {
   private async readiness(): Promise<Readiness> {
     if (this.stopRequested) return { ready: false, detail: "shutting down" };
     if (!this.pool) return { ready: false, detail: "starting" };
-    return checkReadiness(this.pool, READINESS_TIMEOUT_MS);
+    const readiness = await checkReadiness(this.pool, READINESS_TIMEOUT_MS);
+    // Still ready (every coordinator sees the same database), but /readyz names the holder.
+    const note = readiness.ready ? this.horizon?.note() : undefined;
+    return note ? { ...readiness, detail: note } : readiness;
   }
 
   private async doStop(): Promise<void> {

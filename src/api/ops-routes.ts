@@ -43,7 +43,11 @@ export function createOpsRoutes(opts: OpsRoutesOptions): OpsRoutes {
         opts.logger.warn({ err, request_id: info.requestId }, "readiness check failed");
         r = { ready: false, detail: "readiness check failed" };
       }
-      writeJson(res, r.ready ? 200 : 503, r.ready ? { status: "ready" } : { status: "not_ready", detail: r.detail ?? "" });
+      // A ready answer may carry a note too (the MVCC horizon held back): still 200.
+      const body = r.ready
+        ? { status: "ready", ...(r.detail ? { detail: r.detail } : {}) }
+        : { status: "not_ready", detail: r.detail ?? "" };
+      writeJson(res, r.ready ? 200 : 503, body);
       return true;
     }
     if (pathname === "/metrics" && opts.metrics) {

@@ -56,6 +56,8 @@ export interface Config {
   directUnary: boolean;
   /** COALESCE, COALESCE_MAX_BATCH, COALESCE_LINGER_US: coalescing's batch size and linger; false: off. */
   coalescing: { maxBatch: number; lingerUs: number } | false;
+  /** HORIZON_WARN_AFTER_MS: how long the MVCC horizon may be held back before the warning and the /readyz note. */
+  horizonWarnAfterMs: number;
 }
 
 export const ROLES = ["submitter", "worker", "admin"] as const;
@@ -148,6 +150,11 @@ export const CONFIG_VARIABLES = [
   ],
   ["COALESCE_MAX_BATCH", "64", "most calls in one coalesced statement"],
   ["COALESCE_LINGER_US", "0", "microseconds an idle coalescing lane waits for company before its statement runs (0: none)"],
+  [
+    "HORIZON_WARN_AFTER_MS",
+    "300000",
+    "how long a transaction may hold the database's MVCC horizon back (VACUUM cannot remove dead rows meanwhile) before a warning names its session and `/readyz` notes it (see docs/long-transactions.md)",
+  ],
 ] as const;
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
@@ -363,5 +370,6 @@ export function loadConfig(env: Env = process.env): Config {
     otelExporterOtlpEndpoint: httpUrl(env, "OTEL_EXPORTER_OTLP_ENDPOINT"),
     directUnary: directUnaryFromEnv(env),
     coalescing: coalescingFromEnv(env),
+    horizonWarnAfterMs: int(env, "HORIZON_WARN_AFTER_MS", 300_000, 100, 86_400_000),
   };
 }

@@ -10,10 +10,13 @@
 //     workload: leasehold_tasks{status="leased"}): task counts come from
 //     queue.taskStats(), cached (unfinished ~5 s, all 60 s: that one is a full
 //     scan), so a scrape never costs more than those queries; a failing query
-//     keeps the last values and logs a warning, it never fails the scrape.
+//     keeps the last values and logs a warning, it never fails the scrape;
+//   - the MVCC horizon and the hot tables' dead row versions, set by the horizon watch
+//     (src/queue/horizon-watch.ts) at each of its samples, never queried at scrape time.
 
 import type { Logger } from "pino";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { HorizonReport, HorizonSink } from "../queue/horizon-watch.js";
 import type { QueueObserver, TaskStatsSource } from "../queue/service.js";
 import type { TaskStatus, WorkloadTaskStats } from "../queue/types.js";
 
@@ -87,7 +90,7 @@ class StatsCache {
   }
 }
 
-export class Metrics implements ApiMetrics {
+export class Metrics implements ApiMetrics, HorizonSink {
   readonly registry = new Registry();
   /** Pass as StoreOptions.observer: the store reports claims, completions, failures and expired leases. */
   readonly observer: QueueObserver;
@@ -95,6 +98,12 @@ export class Metrics implements ApiMetrics {
   /** Read at scrape time; see attach(). */
   private readonly sources: { stats?: TaskStatsSource; pool?: PoolCounts };
   private readonly rpcDuration: Histogram<"method" | "code">;
+  private readonly horizon: {
+    age: Gauge;
+    xidAge: Gauge;
+    holder: Gauge<"kind" | "pid" | "application_name" | "state">;
+    deadTuples: Gauge<"table">;
+  };
 
   constructor(opts: MetricsOptions) {
     const { registry } = this;
@@ -156,6 +165,33 @@ export class Metrics implements ApiMetrics {
       buckets: RPC_DURATION_BUCKETS,
       registers: [registry],
     });
+
+    // One series at most for the holder (reset at every sample), and a fixed list of tables: the
+    // labels stay bounded however many sessions come and go.
+    this.horizon = {
+      age: new Gauge({
+        name: "leasehold_mvcc_horizon_held_seconds",
+        help: "How long the oldest snapshot or transaction id on the database has held VACUUM's horizon back (0: nothing does). See docs/long-transactions.md.",
+        registers: [registry],
+      }),
+      xidAge: new Gauge({
+        name: "leasehold_mvcc_horizon_xid_age",
+        help: "Transactions begun since the oldest snapshot or transaction id that holds the horizon back (age(xmin)).",
+        registers: [registry],
+      }),
+      holder: new Gauge({
+        name: "leasehold_mvcc_horizon_holder_seconds",
+        help: 'The holding behind leasehold_mvcc_horizon_held_seconds, by kind ("session", "replication_slot", "prepared_transaction"), pid, application_name (a slot\'s name, a prepared transaction\'s gid) and state; one series at most.',
+        labelNames: ["kind", "pid", "application_name", "state"] as const,
+        registers: [registry],
+      }),
+      deadTuples: new Gauge({
+        name: "leasehold_table_dead_tuples",
+        help: "Dead row versions in the queue's hot tables (pg_stat_user_tables.n_dead_tup), as of the horizon watch's last sample.",
+        labelNames: ["table"] as const,
+        registers: [registry],
+      }),
+    };
 
     // The store calls these inside its own code paths: they must never throw.
     this.observer = {
@@ -248,6 +284,18 @@ export class Metrics implements ApiMetrics {
   attach(sources: { stats?: TaskStatsSource; pool?: PoolCounts }): void {
     if (sources.stats) this.sources.stats = sources.stats;
     if (sources.pool) this.sources.pool = sources.pool;
+  }
+
+  /** The horizon watch's sink: called at every sample. */
+  horizonSampled(report: HorizonReport): void {
+    const { age, xidAge, holder, deadTuples } = this.horizon;
+    age.set(report.heldSeconds);
+    xidAge.set(report.holder?.xidAge ?? 0);
+    holder.reset();
+    const h = report.holder;
+    if (h)
+      holder.set({ kind: h.kind, pid: h.pid === null ? "" : String(h.pid), application_name: h.name, state: h.state }, report.heldSeconds);
+    for (const t of report.tables) deadTuples.set({ table: t.table }, t.dead);
   }
 
   get contentType(): string {
