@@ -2,7 +2,7 @@
 // last two chunks complete at once on two coordinators), run after a failed or cancelled job only
 // with run_on_failure, linked both ways, and able to read the parent's whole ordered manifest.
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { ValidationError } from "../src/queue/errors.js";
+import { NotFoundError, ValidationError } from "../src/queue/errors.js";
 import type { CreateJobInput } from "../src/queue/types.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
@@ -161,8 +161,11 @@ it("the finalizer reads the full ordered manifest of a 10,000-task job with List
 
 it("refuses a finalizer naming an unknown workload (or none), naming the field, and writes nothing", async () => {
   const before = await f.count("jobs");
+  // A workload nobody registered is NOT_FOUND, as an unknown job workload is; a malformed one is a bad field.
+  const unknown = await f.queue.createJob(job(1, { workload: "nope" })).catch((e: unknown) => e);
+  expect(unknown).toBeInstanceOf(NotFoundError);
+  expect((unknown as NotFoundError).field).toBe("finalizer.workload");
   const cases: [CreateJobInput["finalizer"], string][] = [
-    [{ workload: "nope" }, "finalizer.workload"],
     [{ workload: "" }, "finalizer.workload"],
     [{ workload: STITCH, parameters: [] as unknown as Record<string, never> }, "finalizer.parameters"],
   ];
