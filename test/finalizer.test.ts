@@ -71,6 +71,20 @@ it("a completed job enqueues one finalizer job naming it, linked both ways", asy
   expect(task.parameters).toEqual({ out: "s3://manifest", parent_job_id: parent.id, parent_status: "completed" });
 });
 
+it("a finalizer job and its task get time-ordered ids (UUID version 7), after its parent's, as every other id", async () => {
+  const { job: parent, tasks } = await f.queue.createJob(job(2, { workload: STITCH }));
+  await completeAll(parent.id);
+  const [fin] = await finalizersOf(parent.id);
+  const { rows } = await f.pool.query(`SELECT id::text FROM tasks WHERE job_id = $1`, [fin.id]);
+  const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+  for (const id of [parent.id, ...tasks.map((t) => t.id), fin.id, rows[0].id as string]) expect(id).toMatch(V7);
+  // The first 48 bits are milliseconds: the finalizer's ids sort after its parent's and its tasks'.
+  const ms = (id: string) => parseInt(id.replace(/-/g, "").slice(0, 12), 16);
+  expect(ms(fin.id)).toBeGreaterThanOrEqual(ms(tasks[1].id));
+  expect(ms(rows[0].id as string)).toBeGreaterThanOrEqual(ms(fin.id));
+  expect(Math.abs(ms(fin.id) - Date.now())).toBeLessThan(60_000);
+});
+
 it("exactly one finalizer job when the last two chunks complete at the same instant on two coordinators (20 rounds)", async () => {
   for (let round = 0; round < 20; round++) {
     const { job: parent } = await f.queue.createJob(job(2, { workload: STITCH }));
