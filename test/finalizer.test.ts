@@ -76,6 +76,10 @@ it("a finalizer job and its task get time-ordered ids (UUID version 7), after it
   await completeAll(parent.id);
   const [fin] = await finalizersOf(parent.id);
   const { rows } = await f.pool.query(`SELECT id::text FROM tasks WHERE job_id = $1`, [fin.id]);
+  // Taken, so the later tests' claims of the stitch workload find only their own finalizers.
+  const [claimed] = await f.queue.claimTasks({ workerId: "s", workloads: [STITCH] });
+  expect(claimed.id).toBe(rows[0].id);
+  await f.queue.completeTask({ taskId: claimed.id, workerId: "s", attempt: claimed.attempt, resultUri: "s3://m", resultSha256: sha("m") });
   const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
   for (const id of [parent.id, ...tasks.map((t) => t.id), fin.id, rows[0].id as string]) expect(id).toMatch(V7);
   // The first 48 bits are milliseconds: the finalizer's ids sort after its parent's and its tasks'.
