@@ -11,6 +11,7 @@ const API_SUITES = [
   "test/bad-input.test.ts",
   "test/claim-next.test.ts",
   "test/create-job-rest.test.ts",
+  "test/workload-not-found.test.ts",
   "test/delayed-finalizer-api.test.ts",
   "test/inspect.test.ts",
   "test/metrics.test.ts",

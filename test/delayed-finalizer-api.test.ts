@@ -99,7 +99,6 @@ describe("REST", () => {
         "tasks[0].run_at",
       ],
       [{ ...job, run_at: "tomorrow" }, "run_at"],
-      [{ ...job, finalizer: { workload: "dfa_nope" } }, "finalizer.workload"],
       [{ ...job, finalizer: { parameters: {} } }, "finalizer.workload"],
     ];
     for (const [body, field] of bad) {
@@ -109,6 +108,10 @@ describe("REST", () => {
       expect(a.headers.get("x-request-id")).toBeTruthy();
       expect(a.body.error.violations.map((v: { field: string }) => v.field)).toEqual([field]);
     }
+    // A finalizer naming a workload nobody registered is 404, as an unknown job workload is.
+    const unknown = await rest("POST", "/jobs", { ...job, finalizer: { workload: "dfa_nope" } });
+    expect(unknown.status, unknown.text).toBe(404);
+    expect(unknown.body.error).toMatchObject({ code: "not_found", reason: "WORKLOAD_NOT_FOUND" });
     expect(await written()).toEqual(before);
   });
 });
@@ -146,16 +149,17 @@ describe.each(transports)("%s", (_label, transport) => {
         client.createJob({ workload: W, tasks: [{ chunkIndex: 0, inputUri: "s3://h", inputSha256: sha("h"), runAt: far }] }),
         "tasks[0].run_at",
       ],
-      [
-        client.createJob({ workload: W, inputUri: "s3://h", inputSha256: sha("h"), finalizer: { workload: "dfa_nope" } }),
-        "finalizer.workload",
-      ],
     ];
     for (const [call, field] of bad) {
       const err = await rpcError(call);
       expect(err.code).toBe(Code.InvalidArgument);
       expect(err.findDetails(BadRequestSchema)[0]?.fieldViolations.map((v) => v.field)).toEqual([field]);
     }
+    const unknown = await rpcError(
+      client.createJob({ workload: W, inputUri: "s3://h", inputSha256: sha("h"), finalizer: { workload: "dfa_nope" } }),
+    );
+    expect(unknown.code).toBe(Code.NotFound);
+    expect(unknown.rawMessage).toContain("finalizer.workload");
     expect(await written()).toEqual(before);
   });
 });

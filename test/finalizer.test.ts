@@ -2,7 +2,7 @@
 // last two chunks complete at once on two coordinators), run after a failed or cancelled job only
 // with run_on_failure, linked both ways, and able to read the parent's whole ordered manifest.
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { ValidationError } from "../src/queue/errors.js";
+import { NotFoundError, ValidationError } from "../src/queue/errors.js";
 import type { CreateJobInput } from "../src/queue/types.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
@@ -69,6 +69,24 @@ it("a completed job enqueues one finalizer job naming it, linked both ways", asy
   const [task] = await f.queue.claimTasks({ workerId: "s", workloads: [STITCH] });
   expect(task.jobId).toBe(fins[0].id);
   expect(task.parameters).toEqual({ out: "s3://manifest", parent_job_id: parent.id, parent_status: "completed" });
+});
+
+it("a finalizer job and its task get time-ordered ids (UUID version 7), after its parent's, as every other id", async () => {
+  const { job: parent, tasks } = await f.queue.createJob(job(2, { workload: STITCH }));
+  await completeAll(parent.id);
+  const [fin] = await finalizersOf(parent.id);
+  const { rows } = await f.pool.query(`SELECT id::text FROM tasks WHERE job_id = $1`, [fin.id]);
+  // Taken, so the later tests' claims of the stitch workload find only their own finalizers.
+  const [claimed] = await f.queue.claimTasks({ workerId: "s", workloads: [STITCH] });
+  expect(claimed.id).toBe(rows[0].id);
+  await f.queue.completeTask({ taskId: claimed.id, workerId: "s", attempt: claimed.attempt, resultUri: "s3://m", resultSha256: sha("m") });
+  const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+  for (const id of [parent.id, ...tasks.map((t) => t.id), fin.id, rows[0].id as string]) expect(id).toMatch(V7);
+  // The first 48 bits are milliseconds: the finalizer's ids sort after its parent's and its tasks'.
+  const ms = (id: string) => parseInt(id.replace(/-/g, "").slice(0, 12), 16);
+  expect(ms(fin.id)).toBeGreaterThanOrEqual(ms(tasks[1].id));
+  expect(ms(rows[0].id as string)).toBeGreaterThanOrEqual(ms(fin.id));
+  expect(Math.abs(ms(fin.id) - Date.now())).toBeLessThan(60_000);
 });
 
 it("exactly one finalizer job when the last two chunks complete at the same instant on two coordinators (20 rounds)", async () => {
@@ -161,8 +179,11 @@ it("the finalizer reads the full ordered manifest of a 10,000-task job with List
 
 it("refuses a finalizer naming an unknown workload (or none), naming the field, and writes nothing", async () => {
   const before = await f.count("jobs");
+  // A workload nobody registered is NOT_FOUND, as an unknown job workload is; a malformed one is a bad field.
+  const unknown = await f.queue.createJob(job(1, { workload: "nope" })).catch((e: unknown) => e);
+  expect(unknown).toBeInstanceOf(NotFoundError);
+  expect((unknown as NotFoundError).field).toBe("finalizer.workload");
   const cases: [CreateJobInput["finalizer"], string][] = [
-    [{ workload: "nope" }, "finalizer.workload"],
     [{ workload: "" }, "finalizer.workload"],
     [{ workload: STITCH, parameters: [] as unknown as Record<string, never> }, "finalizer.parameters"],
   ];

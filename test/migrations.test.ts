@@ -52,39 +52,53 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     expect.arrayContaining(["tasks_claim_pending_idx", "tasks_lease_expiry_idx", "tasks_job_unfinished_idx", "tasks_job_chunk_idx"]),
   );
 
-  // The latest: the claim's counts of live leases read the workload's own index (their expiry test
+  // The latest: a finalizer job and its task get time-ordered ids (UUID version 7) like every
+  // other job; its down migration puts back the random (version 4) ones.
+  const finalizerIds = expectedMigrations().at(-1)!;
+  expect(finalizerIds).toMatch(/finalizer_uuidv7$/);
+  const finalizerSource = async () =>
+    (await client.query(`SELECT prosrc FROM pg_proc WHERE proname = 'leasehold_enqueue_finalizer'`)).rows.map((r) => r.prosrc as string);
+  const v7 = (await client.query(`SELECT leasehold_uuidv7()::text AS id`)).rows[0].id as string;
+  expect(v7).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  expect(await finalizerSource()).toEqual([expect.stringContaining("fin_id uuid := leasehold_uuidv7()")]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([finalizerIds]);
+  expect(await finalizerSource()).toEqual([expect.stringContaining("fin_id uuid := gen_random_uuid()")]);
+  expect((await client.query(`SELECT 1 FROM pg_proc WHERE proname = 'leasehold_uuidv7'`)).rows).toEqual([]);
+
+  // The one before: the claim's counts of live leases read the workload's own index (their expiry test
   // is one no index answers); its down migration puts back the tests an index of every workload's
   // leases could answer.
   const claimSource = async () =>
     (await client.query(`SELECT prosrc FROM pg_proc WHERE proname = 'leasehold_flow_claim'`)).rows.map((r) => r.prosrc as string);
-  const counts = expectedMigrations().at(-1)!;
+  const counts = expectedMigrations().at(-2)!;
   expect(counts).toMatch(/flow_claim_counts$/);
   expect(await claimSource()).toEqual([expect.stringContaining("AND (t.lease_expires_at > now()) IS TRUE")]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([counts]);
+  expect(await pendingMigrations(client)).toEqual([counts, finalizerIds]);
   expect(await claimSource()).toEqual([expect.not.stringContaining("IS TRUE")]);
 
   // The one before: a cap far away costs no count before the gates, no per-key query and no wake per
   // completion; its down migration puts back the gated claim and drops the record of short claims.
-  const far = expectedMigrations().at(-2)!;
+  const far = expectedMigrations().at(-3)!;
   expect(far).toMatch(/flow_claim_far$/);
   expect(await claimSource()).toEqual([expect.stringContaining("PERFORM leasehold_slot_wanted(n)")]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([far, counts]);
+  expect(await pendingMigrations(client)).toEqual([far, counts, finalizerIds]);
   expect(await tables()).not.toContain("workload_slot_waits");
   expect(await claimSource()).toEqual([expect.not.stringContaining("leasehold_slot_wanted")]);
 
   // The one before: the capped claim's gates; its down migration puts back the claim with one advisory lock per workload.
-  const gates = expectedMigrations().at(-3)!;
+  const gates = expectedMigrations().at(-4)!;
   expect(gates).toMatch(/flow_claim_shards$/);
   expect(await claimSource()).toEqual([expect.stringContaining("pg_try_advisory_xact_lock(v_lock")]);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([gates, far, counts]);
+  expect(await pendingMigrations(client)).toEqual([gates, far, counts, finalizerIds]);
   expect(await claimSource()).toEqual([expect.stringContaining("pg_advisory_xact_lock(hashtextextended('leasehold.flow:'")]);
 
   // The one before: the event log in time partitions (the table as it was attached as the first one,
   // a default partition, days ahead); down makes it one table again with every row and the same ids.
-  const eventPartitions = expectedMigrations().at(-4)!;
+  const eventPartitions = expectedMigrations().at(-5)!;
   expect(eventPartitions).toMatch(/event_partitions$/);
   const eventLog = async () => {
     const { rows } = await client.query(
@@ -111,7 +125,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   const second = await insertEvent("now() - interval '30 days'");
   const third = await insertEvent("now() + interval '1 day'");
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far, counts]);
+  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far, counts, finalizerIds]);
   expect(await eventLog()).toEqual({ relkind: "r", partitions: 0 });
   expect(await tables()).not.toContain("task_event_watermarks");
   expect(await events()).toEqual([
@@ -131,13 +145,14 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   await migrate(db.url, "down");
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far, counts]);
+  await migrate(db.url, "down");
+  expect(await pendingMigrations(client)).toEqual([eventPartitions, gates, far, counts, finalizerIds]);
 
   // The one before: periodic schedules, their ticks, and the schedule a job was made by; down drops them.
-  const schedules = expectedMigrations().at(-5)!;
+  const schedules = expectedMigrations().at(-6)!;
   expect(schedules).toMatch(/schedules$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions, gates, far, counts]);
+  expect(await pendingMigrations(client)).toEqual([schedules, eventPartitions, gates, far, counts, finalizerIds]);
   expect(await tables()).not.toContain("schedules");
   const jobColumns = await client.query(
     `SELECT 1 FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'schedule_name'`,
@@ -152,20 +167,29 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     expect.stringMatching(/\(workload, priority DESC, fair_rank, created_at, chunk_index, run_after\) WHERE/),
   ]);
   // Then delayed jobs and finalizers; their down migration drops due_wakeups, the trigger and the columns.
-  const delayedFinalizer = expectedMigrations().at(-6)!;
+  const delayedFinalizer = expectedMigrations().at(-7)!;
   expect(delayedFinalizer).toMatch(/delayed_finalizer$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions, gates, far, counts]);
+  expect(await pendingMigrations(client)).toEqual([delayedFinalizer, schedules, eventPartitions, gates, far, counts, finalizerIds]);
   expect(await tables()).not.toContain("due_wakeups");
   const { rows: finalizerColumns } = await client.query(`SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'`);
   expect(finalizerColumns.map((r) => r.column_name)).not.toContain("parent_job_id");
 
-  const flowControl = expectedMigrations().at(-7)!;
+  const flowControl = expectedMigrations().at(-8)!;
   expect(flowControl).toMatch(/flow_control$/);
   await migrate(db.url, "down");
-  expect(await pendingMigrations(client)).toEqual([flowControl, delayedFinalizer, schedules, eventPartitions, gates, far, counts]);
+  expect(await pendingMigrations(client)).toEqual([
+    flowControl,
+    delayedFinalizer,
+    schedules,
+    eventPartitions,
+    gates,
+    far,
+    counts,
+    finalizerIds,
+  ]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
-  const older = expectedMigrations().slice(0, -7);
+  const older = expectedMigrations().slice(0, -8);
 
   // The one before: the failure policy's columns on workloads and jobs; its down migration drops them and their type.
   const policyColumns = async () =>
@@ -183,7 +207,17 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
   await migrate(db.url, "down");
   const policy = older.at(-1)!;
   expect(policy).toMatch(/failure_policy$/);
-  expect(await pendingMigrations(client)).toEqual([policy, flowControl, delayedFinalizer, schedules, eventPartitions, gates, far, counts]);
+  expect(await pendingMigrations(client)).toEqual([
+    policy,
+    flowControl,
+    delayedFinalizer,
+    schedules,
+    eventPartitions,
+    gates,
+    far,
+    counts,
+    finalizerIds,
+  ]);
   expect(await policyColumns()).toEqual([]);
 
   // The one before: the claim index ends with run_after, so a task in retry backoff is passed over in
@@ -202,6 +236,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     gates,
     far,
     counts,
+    finalizerIds,
   ]);
   expect(await claimIndex()).toEqual([expect.stringMatching(/\(workload, priority DESC, created_at, chunk_index\) WHERE/)]);
 
@@ -226,6 +261,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     gates,
     far,
     counts,
+    finalizerIds,
   ]);
   expect(await chunkKey()).toEqual(["tasks_job_chunk_key"]);
 
@@ -265,6 +301,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     gates,
     far,
     counts,
+    finalizerIds,
   ]);
 
   // The storage settings of the hot tables are set, and the migration before takes them back.
@@ -291,6 +328,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     gates,
     far,
     counts,
+    finalizerIds,
   ]);
   expect(await reloptions()).toEqual([
     ["jobs", null],
@@ -314,6 +352,7 @@ it("migrates an empty database up to the latest, down by one to eight, and up ag
     gates,
     far,
     counts,
+    finalizerIds,
   ]);
   expect(await tables()).toEqual(["job_watchers", "jobs", "pgmigrations", "task_events", "tasks", "workloads"]);
   const { rows: columns } = await client.query(

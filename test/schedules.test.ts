@@ -185,10 +185,28 @@ const badPuts: { name: string; rest: Record<string, unknown>; rpc: Record<string
     field: "job.input_sha256",
   },
   {
-    name: "a template of an unknown workload",
-    rest: { cron: "0 3 * * *", job: { ...TEMPLATE, workload: "nosuch" } },
-    rpc: { cron: "0 3 * * *", job: { workload: "nosuch", inputUri: "s3://x", inputSha256: sha("x") } },
-    field: "job.workload",
+    name: "a template with a run_at (a repeating template has no one due time)",
+    rest: { cron: "0 3 * * *", job: { ...TEMPLATE, run_at: "2030-01-01T00:00:00Z" } },
+    rpc: {
+      cron: "0 3 * * *",
+      job: { workload: W, inputUri: "s3://x", inputSha256: sha("x"), runAt: { seconds: 1_893_456_000n, nanos: 0 } },
+    },
+    field: "job.run_at",
+  },
+  {
+    name: "a template with a task's run_at",
+    rest: {
+      cron: "0 3 * * *",
+      job: { workload: W, tasks: [{ chunk_index: 0, input_uri: "s3://x", input_sha256: sha("x"), run_at: "2030-01-01T00:00:00Z" }] },
+    },
+    rpc: {
+      cron: "0 3 * * *",
+      job: {
+        workload: W,
+        tasks: [{ chunkIndex: 0, inputUri: "s3://x", inputSha256: sha("x"), runAt: { seconds: 1_893_456_000n, nanos: 0 } }],
+      },
+    },
+    field: "job.tasks[0].run_at",
   },
   {
     name: "a template whose parameters break the workload's schema",

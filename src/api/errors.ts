@@ -3,9 +3,11 @@
 // comes from connect-es's own Code → status table, so REST and the Connect
 // protocol always agree. Anything unexpected is INTERNAL with a generic
 // message: database text and stacks stay in the server log. Errors carry the
-// standard rich details: google.rpc.RequestInfo (the request id) always, and
-// google.rpc.BadRequest (every field violation) for invalid input; REST bodies
-// carry the same violations as a list.
+// standard rich details: google.rpc.RequestInfo (the request id) always,
+// google.rpc.BadRequest (every field violation) for invalid input, and
+// google.rpc.ErrorInfo (reason WORKLOAD_NOT_FOUND) for a workload nobody
+// registered, wherever the request named it; REST bodies carry the same
+// violations as a list, and the reason.
 
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
@@ -41,12 +43,25 @@ export interface MappedError {
   internal: boolean;
   /** Invalid input: every broken rule, by field (google.rpc.BadRequest). */
   violations?: readonly FieldViolation[];
-  /** An unknown workload: the name asked for and the registered ones (google.rpc.ErrorInfo). */
-  unknownWorkload?: { workload: string; known: readonly string[] };
+  /** An unknown workload: the name asked for, the field that named it, and (when looked up) the registered ones (google.rpc.ErrorInfo). */
+  unknownWorkload?: UnknownWorkload;
 }
 
 /** google.rpc.ErrorInfo of an unknown workload: reason and domain, as the proto documents them. */
 export const WORKLOAD_NOT_FOUND = { reason: "WORKLOAD_NOT_FOUND", domain: "leasehold" } as const;
+
+export interface UnknownWorkload {
+  workload: string;
+  field: string;
+  known?: readonly string[];
+}
+
+/** The ErrorInfo metadata of an unknown workload: workload, field, and known_workloads (comma-separated) when looked up. */
+export function unknownWorkloadMetadata(u: UnknownWorkload): Record<string, string> {
+  const metadata: Record<string, string> = { workload: u.workload, field: u.field };
+  if (u.known) metadata.known_workloads = u.known.join(",");
+  return metadata;
+}
 
 /** Transport-level failures raised by the REST layer (bad JSON, unknown route…). */
 export class HttpError extends Error {
@@ -86,7 +101,11 @@ export function mapError(err: unknown): MappedError {
     if (code === undefined) return mapped(Code.Internal, INTERNAL_MESSAGE, true);
     const m = mapped(code, err.message);
     if (err instanceof ValidationError) m.violations = err.violations;
-    if (err instanceof NotFoundError && err.entity === "workload" && err.known) m.unknownWorkload = { workload: err.id, known: err.known };
+    // Every unknown workload, whichever field named it (a job's, a task's, a finalizer's, a
+    // template's, a claim's): one reason, so a client tells it apart from an unknown job or task.
+    if (err instanceof NotFoundError && err.entity === "workload") {
+      m.unknownWorkload = { workload: err.id, field: err.field, ...(err.known ? { known: err.known } : {}) };
+    }
     return m;
   }
   if (err instanceof ConnectError) {
@@ -131,10 +150,7 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
   if (m.unknownWorkload) {
     details.push({
       desc: ErrorInfoSchema,
-      value: {
-        ...WORKLOAD_NOT_FOUND,
-        metadata: { workload: m.unknownWorkload.workload, known_workloads: m.unknownWorkload.known.join(",") },
-      },
+      value: { ...WORKLOAD_NOT_FOUND, metadata: unknownWorkloadMetadata(m.unknownWorkload) },
     });
   }
   details.push({ desc: RequestInfoSchema, value: { requestId } });
@@ -147,15 +163,20 @@ export interface RestErrorBody {
     message: string;
     request_id: string;
     violations?: { field: string; description: string }[];
+    /** google.rpc.ErrorInfo's reason, e.g. WORKLOAD_NOT_FOUND */
+    reason?: string;
     known_workloads?: string[];
   };
 }
 
-/** Body of a REST error answer; `violations` only for invalid input, `known_workloads` only for an unknown workload. */
+/** Body of a REST error answer; `violations` only for invalid input, `reason` and `known_workloads` only for an unknown workload. */
 export function restErrorBody(m: MappedError, requestId: string): RestErrorBody {
   const body: RestErrorBody = { error: { code: m.codeName, message: m.message, request_id: requestId } };
   if (m.violations && m.violations.length > 0)
     body.error.violations = m.violations.map((v) => ({ field: v.field, description: v.description }));
-  if (m.unknownWorkload) body.error.known_workloads = [...m.unknownWorkload.known];
+  if (m.unknownWorkload) {
+    body.error.reason = WORKLOAD_NOT_FOUND.reason;
+    if (m.unknownWorkload.known) body.error.known_workloads = [...m.unknownWorkload.known];
+  }
   return body;
 }

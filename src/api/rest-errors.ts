@@ -7,9 +7,9 @@ import { fromBinary, fromJson, type DescEnum, type DescMessage, type JsonObject,
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { Code } from "@connectrpc/connect";
 import { codeFromString } from "@connectrpc/connect/protocol-connect";
-import { BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { BadRequestSchema, ErrorInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { ValidationError } from "../queue/errors.js";
-import { HttpError, recordFailure, type MappedError } from "./errors.js";
+import { HttpError, recordFailure, WORKLOAD_NOT_FOUND, type MappedError } from "./errors.js";
 import type { RequestInfo } from "./request-info.js";
 
 /** "must be one of pending, running, … (or JOB_STATUS_PENDING, …)" for an enum field, without the UNSPECIFIED zero. */
@@ -70,7 +70,8 @@ export interface ConnectErrorJson {
  * The REST form of a Connect error answer, recorded on the RequestInfo when no interceptor saw it
  * (the router refused the request JSON before the call). A request JSON the message type refuses
  * is named by field, as protobuf-es does not for message fields; the field violations of a
- * google.rpc.BadRequest detail become the REST body's `violations`.
+ * google.rpc.BadRequest detail become the REST body's `violations`, and an unknown workload's
+ * google.rpc.ErrorInfo its `reason` and `known_workloads`, as the direct path writes them.
  */
 export function connectFailure(error: ConnectErrorJson | undefined, schema: DescMessage, json: JsonObject, info: RequestInfo): MappedError {
   const codeName = error?.code ?? "unknown";
@@ -87,6 +88,15 @@ export function connectFailure(error: ConnectErrorJson | undefined, schema: Desc
   if (badRequest?.value !== undefined) {
     const violations = fromBinary(BadRequestSchema, base64Decode(badRequest.value)).fieldViolations;
     return { ...m, violations: violations.map((v) => ({ field: v.field, description: v.description })) };
+  }
+  const errorInfo = error?.details?.find((d) => d.type === ErrorInfoSchema.typeName);
+  if (errorInfo?.value !== undefined) {
+    const { reason, metadata } = fromBinary(ErrorInfoSchema, base64Decode(errorInfo.value));
+    if (reason === WORKLOAD_NOT_FOUND.reason) {
+      const known = metadata.known_workloads;
+      const listed = known === undefined ? {} : { known: known === "" ? [] : known.split(",") };
+      return { ...m, unknownWorkload: { workload: metadata.workload ?? "", field: metadata.field ?? "", ...listed } };
+    }
   }
   return m;
 }

@@ -7,6 +7,7 @@ import {
   CatchUpPolicy,
   CreateJobRequestSchema,
   FailurePolicy,
+  FinalizerSchema,
   OverlapPolicy,
   ScheduleSchema,
   TaskSpecSchema,
@@ -69,6 +70,14 @@ export function jobTemplateMessage(j: CreateJobInput): CreateJobRequest {
     maxFailedTasks: j.maxFailedTasks,
     concurrencyKey: j.concurrencyKey ?? "",
     requiredLabels: j.requiredLabels ?? {},
+    // run_at is refused in a template (schedules.ts): there is none to give back.
+    finalizer: j.finalizer
+      ? create(FinalizerSchema, {
+          workload: j.finalizer.workload,
+          parameters: j.finalizer.parameters,
+          runOnFailure: j.finalizer.runOnFailure,
+        })
+      : undefined,
   });
 }
 

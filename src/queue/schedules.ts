@@ -188,14 +188,29 @@ function integerWithin(field: string, v: unknown, min: number, max: number): num
   return v;
 }
 
-/** CreateJob's checks on the template, each violation named under `job.`; a template may not carry an idempotency key. */
+/**
+ * CreateJob's checks on the template, each violation named under `job.`, and the fields a
+ * repeating template cannot mean: an idempotency key (every tick creates a job of its own; the
+ * schedule and tick are its key) and a run_at, the job's or a task's (an absolute time would be
+ * in the past from the second tick on; a tick's time is its cron expression's).
+ */
 function templateRules(job: CreateJobInput, maxTasksPerJob: number): NormalizedCreateJob {
+  const refused: FieldViolation[] = [];
   if (job.idempotencyKey) {
-    throw new ValidationError(
-      "job.idempotency_key",
-      "must be empty: every tick creates a job of its own (the schedule and tick are its key)",
-    );
+    refused.push({
+      field: "job.idempotency_key",
+      description: "must be empty: every tick creates a job of its own (the schedule and tick are its key)",
+    });
   }
+  if (job.runAt !== undefined && job.runAt !== null) refused.push({ field: "job.run_at", description: RUN_AT_REFUSED });
+  if (Array.isArray(job.tasks)) {
+    job.tasks.forEach((t, i) => {
+      if (t !== null && typeof t === "object" && t.runAt !== undefined && t.runAt !== null) {
+        refused.push({ field: `job.tasks[${i}].run_at`, description: RUN_AT_REFUSED });
+      }
+    });
+  }
+  if (refused.length > 0) throw violationsError(refused);
   try {
     return validateCreateJob(job, maxTasksPerJob);
   } catch (err) {
@@ -204,7 +219,15 @@ function templateRules(job: CreateJobInput, maxTasksPerJob: number): NormalizedC
   }
 }
 
-/** The template as a plain object of CreateJobInput's fields (what is stored and fired), whatever object the transport made. */
+const RUN_AT_REFUSED =
+  "must be empty in a schedule's template: a tick's job is due at the tick (for a later time, move the cron expression)";
+
+/**
+ * The template as a plain object of CreateJobInput's fields (what is stored and fired), whatever
+ * object the transport made. Every field is kept as given, so templateRules sees each one and
+ * either it reaches every tick's job or PutSchedule refuses it: none is accepted and dropped
+ * (test/schedules-template.test.ts walks CreateJobRequest's fields to hold that).
+ */
 function jobTemplate(v: unknown): CreateJobInput {
   if (v === undefined || v === null) throw new ValidationError("job", "is required");
   if (typeof v !== "object" || Array.isArray(v)) throw new ValidationError("job", "must be an object");
@@ -216,27 +239,41 @@ function jobTemplate(v: unknown): CreateJobInput {
     "parameters",
     "priority",
     "maxAttempts",
+    "idempotencyKey",
     "traceparent",
     "failurePolicy",
     "maxFailedTasks",
     "concurrencyKey",
+    "runAt",
   ] as const;
-  for (const k of keys) if (j[k] !== undefined && j[k] !== null && j[k] !== "") (out as unknown as Record<string, unknown>)[k] = j[k];
-  if (j.idempotencyKey) out.idempotencyKey = j.idempotencyKey;
+  for (const k of keys) if (present(j[k])) (out as unknown as Record<string, unknown>)[k] = j[k];
   if (j.requiredLabels && Object.keys(j.requiredLabels).length > 0) out.requiredLabels = { ...j.requiredLabels };
+  if (j.finalizer !== undefined && j.finalizer !== null) {
+    const f = j.finalizer;
+    // A finalizer that is not an object is passed on as it is, for validation to refuse.
+    out.finalizer =
+      typeof f === "object" && !Array.isArray(f)
+        ? { workload: f.workload, parameters: f.parameters ?? {}, runOnFailure: f.runOnFailure === true }
+        : f;
+  }
   if (Array.isArray(j.tasks) && j.tasks.length > 0) {
     out.tasks = j.tasks.map((t: TaskSpec) => {
       if (t === null || typeof t !== "object") return t;
       const spec: TaskSpec = { chunkIndex: t.chunkIndex, inputUri: t.inputUri, inputSha256: t.inputSha256 };
-      if (t.parameters !== undefined && t.parameters !== null) spec.parameters = t.parameters;
+      if (present(t.parameters)) spec.parameters = t.parameters;
       if (t.workload) spec.workload = t.workload;
       if (t.requiredLabels && Object.keys(t.requiredLabels).length > 0) spec.requiredLabels = { ...t.requiredLabels };
+      if (present(t.runAt)) spec.runAt = t.runAt;
       return spec;
     });
   } else if (j.tasks !== undefined && j.tasks !== null && !Array.isArray(j.tasks)) {
     out.tasks = j.tasks;
   }
   return out;
+}
+
+function present(v: unknown): boolean {
+  return v !== undefined && v !== null && v !== "";
 }
 
 /** Missed ticks counted (for the skipped metric) at most: croner takes ~0.3 ms a tick on a busy machine. */

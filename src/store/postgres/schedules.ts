@@ -1,8 +1,7 @@
 // Periodic schedules as their owners see them: PutSchedule, GetSchedule, ListSchedules,
 // DeleteSchedule, PauseSchedule and ResumeSchedule. The ticks themselves are scheduler.ts's.
 
-import type pg from "pg";
-import { NotFoundError, ValidationError, type FieldViolation } from "../../queue/errors.js";
+import { NotFoundError } from "../../queue/errors.js";
 import {
   CronSchedule,
   NEXT_FIRE_TIMES,
@@ -13,11 +12,10 @@ import {
   type Schedule,
 } from "../../queue/schedules.js";
 import type { CallOptions, CreateJobInput } from "../../queue/types.js";
-import { violationsError } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
+import { checkWorkloads, prepareJob } from "./create-job-core.js";
 import { inTransaction, withClient } from "./db.js";
 import { defineQuery, type NoParams } from "./query.js";
-import { SELECT_WORKLOAD_NAMES } from "./workloads.js";
 
 export const SELECT_DB_NOW = defineQuery<NoParams, { now: Date }>(null, `SELECT now() AS now`);
 
@@ -124,8 +122,13 @@ export function toSchedule(r: ScheduleRow): Schedule {
 
 export async function putSchedule(ctx: StoreContext, input: PutScheduleInput, opts: CallOptions): Promise<PutScheduleResult> {
   const s = validatePutSchedule(input, ctx.options.maxTasksPerJob);
+  // The template through CreateJob's own core (create-job-core.ts): what a tick's job will be
+  // checked against is checked now, each field named under "job.", and an unknown workload
+  // (the job's, a task's, the finalizer's) is NOT_FOUND as it is from CreateJob.
+  const template = prepareJob(ctx, s.job, s.normalizedJob);
   return withClient(ctx.pool, opts.signal, async (c) => {
-    await checkTemplateWorkloads(ctx, c, s.normalizedJob, Boolean(s.job.tasks?.length));
+    await ctx.workloads.load(c, template.names, false);
+    await checkWorkloads(ctx, c, template, "job.");
     const { now } = await SELECT_DB_NOW.one(c);
     const next = new CronSchedule(s.cron, s.timezone).next(now);
     const row = await UPSERT_SCHEDULE.one(c, {
@@ -140,45 +143,6 @@ export async function putSchedule(ctx: StoreContext, input: PutScheduleInput, op
     });
     return { schedule: toSchedule(row), created: row.created };
   });
-}
-
-/**
- * What CreateJob would check against the database, checked at PutSchedule, not at the first tick:
- * every workload the template names is registered, and its parameters pass their schemas. A
- * failure is the request's (INVALID_ARGUMENT naming the template's field), not a missing resource.
- */
-async function checkTemplateWorkloads(
-  ctx: StoreContext,
-  c: pg.PoolClient,
-  job: ReturnType<typeof validatePutSchedule>["normalizedJob"],
-  /** the template lists its tasks (a schema failure is then named by the task) */
-  listed: boolean,
-): Promise<void> {
-  const names = [...new Set([job.workload, ...job.tasks.map((t) => t.workload)])];
-  await ctx.workloads.load(c, names, false);
-  const violations: FieldViolation[] = [];
-  let known: string[] | undefined;
-  const unknown = async (name: string, field: string) => {
-    known ??= (await SELECT_WORKLOAD_NAMES.run(c)).map((r) => r.name);
-    const listed = known.length === 0 ? "no workload is registered" : `registered workloads: ${known.slice(0, 50).join(", ")}`;
-    violations.push({ field, description: `workload ${JSON.stringify(name)} is not registered (${listed})` });
-  };
-  if (!ctx.workloads.has(job.workload)) await unknown(job.workload, "job.workload");
-  for (let i = 0; i < job.tasks.length && violations.length < 20; i++) {
-    const t = job.tasks[i];
-    const w = ctx.workloads.get(t.workload)?.workload;
-    if (!w) {
-      if (t.workload !== job.workload) await unknown(t.workload, `job.tasks[${i}].workload`);
-      continue;
-    }
-    try {
-      ctx.schemas.validate(w, t.parameters, listed ? `job.tasks[${i}].parameters` : "job.parameters");
-    } catch (err) {
-      if (!(err instanceof ValidationError)) throw err;
-      violations.push(...err.violations);
-    }
-  }
-  if (violations.length > 0) throw violationsError(violations);
 }
 
 export async function getSchedule(ctx: StoreContext, name: string, opts: CallOptions): Promise<Schedule> {
