@@ -1,4 +1,4 @@
-// npm run migrate -- up [N] | down [N] | create NAME
+// npm run migrate -- up [N] | down [N] | status | create NAME
 //
 // The only way migrations reach a DATABASE_URL database: the coordinator never
 // migrates in production mode (it refuses to start while any are pending).
@@ -6,9 +6,9 @@ import path from "node:path";
 import { Migration } from "node-pg-migrate";
 import { ConfigError, loadConfig } from "./config/index.js";
 import { openClient } from "./store/postgres/db.js";
-import { migrate, MIGRATIONS_DIR, pendingMigrations } from "./store/postgres/migrate.js";
+import { migrate, migrationStatus, MIGRATIONS_DIR, pendingMigrations } from "./store/postgres/migrate.js";
 
-const USAGE = "usage: npm run migrate -- up [N] | down [N] | create NAME";
+const USAGE = "usage: npm run migrate -- up [N] | down [N] | status | create NAME";
 
 function fail(message: string, code: number): never {
   process.stderr.write(`migrate: ${message}\n`);
@@ -45,6 +45,18 @@ async function main(argv: string[]): Promise<void> {
       try {
         const pending = await pendingMigrations(client);
         process.stdout.write(pending.length === 0 ? "schema is current\n" : `${pending.length} migration(s) pending\n`);
+      } finally {
+        await client.end();
+      }
+      return;
+    }
+    case "status": {
+      // One line per migration (applied, with when; pending) and per function file (current;
+      // pending: `up` would apply it). Reads only.
+      if (arg !== undefined) fail(USAGE, 2);
+      const client = await openClient({ connectionString: databaseUrl() });
+      try {
+        for (const line of await migrationStatus(client)) process.stdout.write(`${line}\n`);
       } finally {
         await client.end();
       }
