@@ -99,3 +99,31 @@ it("migrate status prints one line per applied and pending migration and per fun
     ...shipped.functions.map((f) => `current  functions/${f.name}.sql`),
   ]);
 }, 60_000);
+
+it("the older tree runs on a database a newer release migrated, and rolls it back with the newer files (--dir)", async () => {
+  const newer = await createEmptyDatabase();
+  dropLater.push(newer);
+  const newerDir = path.join(tree, "migrations");
+  const extra = readShippedSchema(newerDir).migrations.at(-1)!;
+  expect(readShippedSchema().migrations).not.toContain(extra);
+  await migrate(newer.url, "up", undefined, () => {}, newerDir);
+
+  // The older tree's `up` finds nothing to do and its status marks what it has no file for.
+  const up = spawnMigrate(["up"], { DATABASE_URL: newer.url });
+  expect((await exitWithin(up, 30_000)).code, up.stderr()).toBe(0);
+  expect(up.stdout()).toMatch(/schema is current/);
+  const before = spawnMigrate(["status"], { DATABASE_URL: newer.url });
+  expect((await exitWithin(before, 30_000)).code, before.stderr()).toBe(0);
+  expect(before.stdout()).toMatch(new RegExp(`^applied  ${extra}  \\S+  \\(no file in this tree\\)$`, "m"));
+
+  // Without the newer files the down cannot run; with them (--dir) it does.
+  const blind = spawnMigrate(["down"], { DATABASE_URL: newer.url });
+  expect((await exitWithin(blind, 30_000)).code).not.toBe(0);
+  expect(blind.stderr()).toMatch(/have been deleted/);
+  const down = spawnMigrate(["down", "--dir", newerDir], { DATABASE_URL: newer.url });
+  expect((await exitWithin(down, 30_000)).code, down.stderr()).toBe(0);
+  const after = spawnMigrate(["status"], { DATABASE_URL: newer.url });
+  expect((await exitWithin(after, 30_000)).code, after.stderr()).toBe(0);
+  expect(after.stdout()).not.toContain(extra);
+  expect(after.stdout()).not.toMatch(/^pending/m);
+}, 90_000);
