@@ -2,7 +2,7 @@
 // database on first start, and the /readyz probe.
 import type pg from "pg";
 import { openClient } from "./db.js";
-import { pendingMigrations } from "./migrate.js";
+import { pendingMigrations, readShippedSchema, type ShippedSchema } from "./migrate.js";
 import { defineQuery, type NoParams } from "./query.js";
 
 const DATABASE_EXISTS = defineQuery<{ database: string }, { exists: 1 }>(
@@ -50,10 +50,19 @@ export async function readOnlyReason(pool: pg.Pool): Promise<string | undefined>
 }
 
 /**
- * Ready when the database answers within timeoutMs, accepts writes, and every migration the
- * code expects has been applied.
+ * The migrations and function files this process's code shipped with, read once when the process
+ * loads this module (at start). Not read again per request: an in-place upgrade copies the next
+ * release's files into the tree before the coordinators restart, and those files are the next
+ * code's needs, not this one's (re-reading took every live coordinator out of the balancer).
  */
-export async function checkReadiness(pool: pg.Pool, timeoutMs: number): Promise<Readiness> {
+const shippedAtStart: ShippedSchema = readShippedSchema();
+
+/**
+ * Ready when the database answers within timeoutMs, accepts writes, and has every migration and
+ * function text the running code shipped with (newer ones, from a release migrated in a rolling
+ * upgrade, do not count against it).
+ */
+export async function checkReadiness(pool: pg.Pool, timeoutMs: number, shipped: ShippedSchema = shippedAtStart): Promise<Readiness> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<Readiness>((resolve) => {
     timer = setTimeout(() => resolve({ ready: false, detail: `database did not answer within ${timeoutMs} ms` }), timeoutMs);
@@ -62,7 +71,7 @@ export async function checkReadiness(pool: pg.Pool, timeoutMs: number): Promise<
     try {
       const readOnly = await readOnlyReason(pool);
       if (readOnly) return { ready: false, detail: readOnly };
-      const pending = await pendingMigrations(pool);
+      const pending = await pendingMigrations(pool, shipped);
       if (pending.length > 0) {
         return { ready: false, detail: `${pending.length} migration(s) pending (first: ${pending[0]})` };
       }
