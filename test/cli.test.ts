@@ -304,7 +304,9 @@ describe("error column and usage text (unit)", () => {
       expect(USAGE).toContain(`  ${cmd.name}`);
       for (const o of cmd.options) expect(USAGE).toContain(`--${o.name}`);
     }
-    expect(USAGE).toMatch(/^usage: leasehold \[--url URL\] \[--token T\] \[--json\] \[--timeout-ms N\] COMMAND …\n/);
+    expect(USAGE).toMatch(
+      /^usage: leasehold \[--url URL\] \[--token T\] \[--token-file FILE\] \[--ca-file FILE\] \[--json\] \[--timeout-ms N\] COMMAND …\n/,
+    );
     expect(USAGE).toContain("exit codes:");
   });
 });
@@ -534,7 +536,7 @@ describe("leasehold CLI against a live coordinator", () => {
     expect(none.stdout).toBe("no jobs\n");
   });
 
-  it("bad usage exits 2 with the usage text; an unknown job exits 1 with not_found and the request id", async () => {
+  it("bad usage exits 2 with the usage of what was asked; an unknown job exits 1 with not_found and the request id", async () => {
     const usage = [
       ["job", "get"],
       ["job", "frobnicate", "x"],
@@ -547,7 +549,9 @@ describe("leasehold CLI against a live coordinator", () => {
       expect(r.code, usage[i].join(" ")).toBe(2);
       expect(r.stdout).toBe("");
       expect(r.stderr).toMatch(/^leasehold: .+\nusage: leasehold /);
-      expect(r.stderr).toContain("exit codes:");
+      // The command's (or for an unknown one, its group's) usage, not the whole text.
+      expect(r.stderr).toContain(`  ${usage[i][0]} `);
+      expect(r.stderr).not.toContain("exit codes:");
     });
 
     const [unknown, missingFile, down] = await Promise.all([

@@ -58,7 +58,7 @@ function spawnNode(script: string, args: string[], env: Record<string, string>):
     listening(timeoutMs = 30_000) {
       return new Promise<string>((resolve, reject) => {
         const check = () => {
-          const m = /leasehold listening on (http:\/\/\S+)/.exec(err);
+          const m = /leasehold listening on (https?:\/\/\S+)/.exec(err);
           if (m) {
             cleanup();
             resolve(m[1]);
