@@ -63,7 +63,8 @@ beforeAll(async () => {
   });
   server = createApiServer({
     queue,
-    logger: pino({ level: "info" }, sink),
+    // debug: the workers' successful calls are logged at that level (request-log.ts).
+    logger: pino({ level: "debug" }, sink),
     maxBodyBytes: MAX_BODY_BYTES,
     requestTimeoutMs: 5000,
     readiness: async () => (ready ? { ready: true } : { ready: false, detail: "database unreachable (test)" }),
@@ -681,7 +682,14 @@ describe("request ids, health and logs", () => {
     await new Promise((r) => setTimeout(r, 50));
     const claimLines = logLines.filter((l) => l.request_id === "log-claim-1");
     expect(claimLines).toHaveLength(1);
-    expect(claimLines[0]).toMatchObject({ operation: "ClaimTasks", worker_id: "log-worker", status: 200, code: "ok", protocol: "rest" });
+    expect(claimLines[0]).toMatchObject({
+      level: 20,
+      operation: "ClaimTasks",
+      worker_id: "log-worker",
+      status: 200,
+      code: "ok",
+      protocol: "rest",
+    });
     const hbLines = logLines.filter((l) => l.request_id === "log-hb-1");
     expect(hbLines).toHaveLength(1);
     expect(hbLines[0]).toMatchObject({
