@@ -1,10 +1,10 @@
 // A setup file of every test project: the suite fails when pg warns that a client was handed a
 // query while another was still queued on it. pg 9 turns that into an error, so a caller that
 // pipelines on one client (the coordinator's code or a test's) must be fixed, not heard and
-// forgotten. Node emits each deprecation once per process, with the caller's stack.
+// forgotten. Node emits each deprecation once per process, with the caller's stack. Coordinators
+// spawned by a test are checked by killAll (process.ts), which reads their stderr.
 import { afterAll } from "vitest";
-
-const PG_QUEUED_QUERY = "Calling client.query() when the client is already executing a query";
+import { PG_QUEUED_QUERY } from "./process.js";
 
 const heard: string[] = [];
 
