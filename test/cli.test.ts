@@ -495,9 +495,10 @@ describe("leasehold CLI against a live coordinator", () => {
 
   it("jobs list --status failed contains a failed job; job retry makes its tasks pending again", async () => {
     const [failed, completed] = await Promise.all([failedJob("cli_retry"), completedJob("cli_retry_done", 1)]);
-    const [failedList, human, notRetryable] = await Promise.all([
+    const [failedList, human, done, notRetryable] = await Promise.all([
       cliJson<{ jobs: JsonJob[] }>(["jobs", "list", "--status", "failed"]),
       cli(["jobs", "list", "--status", "failed", "--workload", "cli_retry"]),
+      cli(["jobs", "list", "--workload", "cli_retry_done"]),
       // A job that is not failed or cancelled cannot be retried.
       cli(["job", "retry", completed]),
     ]);
@@ -505,8 +506,16 @@ describe("leasehold CLI against a live coordinator", () => {
     expect(failedList.jobs.every((j) => j.status === "JOB_STATUS_FAILED")).toBe(true);
     expect(human.code, human.stderr).toBe(0);
     const lines = human.stdout.trimEnd().split("\n");
-    expect(lines[0]).toMatch(/^ID +STATUS +WORKLOAD +PRIORITY +CREATED$/);
-    expect(lines.slice(1).map((l) => l.split(/ +/).slice(0, 3))).toEqual([[failed, "failed", "cli_retry"]]);
+    expect(lines[0]).toMatch(/^ID +STATUS +PROGRESS +WORKLOAD +PRIORITY +CREATED$/);
+    expect(lines.slice(1).map((l) => l.split(/ +/).slice(0, 4))).toEqual([[failed, "failed", "0%", "cli_retry"]]);
+    // The progress column is GetJob's: all of a completed job's one task.
+    expect(
+      done.stdout
+        .trimEnd()
+        .split("\n")
+        .slice(1)
+        .map((l) => l.split(/ +/).slice(0, 4)),
+    ).toEqual([[completed, "completed", "100%", "cli_retry_done"]]);
     expect(notRetryable.code).toBe(1);
     expect(notRetryable.stderr).toMatch(/^leasehold: failed_precondition: /);
 
