@@ -679,7 +679,8 @@ describe("request ids, health and logs", () => {
     const task = claim.body.tasks[0];
     const hb = await rest("POST", `/tasks/${task.id}/heartbeat`, { worker_id: "log-worker", attempt: 1 }, { "x-request-id": "log-hb-1" });
     expect(hb.status).toBe(200);
-    await new Promise((r) => setTimeout(r, 50));
+    // Each line is written when its response closes: wait for the last one, not for a fixed time.
+    for (let i = 0; i < 500 && !logLines.some((l) => l.request_id === "log-hb-1"); i++) await new Promise((r) => setTimeout(r, 10));
     const claimLines = logLines.filter((l) => l.request_id === "log-claim-1");
     expect(claimLines).toHaveLength(1);
     expect(claimLines[0]).toMatchObject({
