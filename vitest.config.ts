@@ -43,6 +43,8 @@ const COALESCE_SUITES = [
 export default defineConfig({
   test: {
     globalSetup: ["test/support/global-setup.ts"],
+    // Fails a test file whose process heard pg warn of a query queued behind another on one client.
+    setupFiles: ["test/support/pg-warnings.ts"],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     // Test files spawn real coordinators and Postgres work; two cores cannot run many at once.

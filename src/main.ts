@@ -162,6 +162,7 @@ class Coordinator {
       logger,
       maxBodyBytes: config.maxBodyBytes,
       requestTimeoutMs: config.requestTimeoutMs,
+      logSlowMs: config.logSlowMs,
       readiness: () => this.readiness(),
       auth: config.authTokens.length > 0 ? new Authenticator(config.authTokens) : undefined,
       tls: config.tls,

@@ -63,7 +63,8 @@ beforeAll(async () => {
   });
   server = createApiServer({
     queue,
-    logger: pino({ level: "info" }, sink),
+    // debug: the workers' successful calls are logged at that level (request-log.ts).
+    logger: pino({ level: "debug" }, sink),
     maxBodyBytes: MAX_BODY_BYTES,
     requestTimeoutMs: 5000,
     readiness: async () => (ready ? { ready: true } : { ready: false, detail: "database unreachable (test)" }),
@@ -678,10 +679,18 @@ describe("request ids, health and logs", () => {
     const task = claim.body.tasks[0];
     const hb = await rest("POST", `/tasks/${task.id}/heartbeat`, { worker_id: "log-worker", attempt: 1 }, { "x-request-id": "log-hb-1" });
     expect(hb.status).toBe(200);
-    await new Promise((r) => setTimeout(r, 50));
+    // Each line is written when its response closes: wait for the last one, not for a fixed time.
+    for (let i = 0; i < 500 && !logLines.some((l) => l.request_id === "log-hb-1"); i++) await new Promise((r) => setTimeout(r, 10));
     const claimLines = logLines.filter((l) => l.request_id === "log-claim-1");
     expect(claimLines).toHaveLength(1);
-    expect(claimLines[0]).toMatchObject({ operation: "ClaimTasks", worker_id: "log-worker", status: 200, code: "ok", protocol: "rest" });
+    expect(claimLines[0]).toMatchObject({
+      level: 20,
+      operation: "ClaimTasks",
+      worker_id: "log-worker",
+      status: 200,
+      code: "ok",
+      protocol: "rest",
+    });
     const hbLines = logLines.filter((l) => l.request_id === "log-hb-1");
     expect(hbLines).toHaveLength(1);
     expect(hbLines[0]).toMatchObject({

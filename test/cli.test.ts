@@ -304,7 +304,9 @@ describe("error column and usage text (unit)", () => {
       expect(USAGE).toContain(`  ${cmd.name}`);
       for (const o of cmd.options) expect(USAGE).toContain(`--${o.name}`);
     }
-    expect(USAGE).toMatch(/^usage: leasehold \[--url URL\] \[--token T\] \[--json\] \[--timeout-ms N\] COMMAND …\n/);
+    expect(USAGE).toMatch(
+      /^usage: leasehold \[--url URL\] \[--token T\] \[--token-file FILE\] \[--ca-file FILE\] \[--json\] \[--timeout-ms N\] COMMAND …\n/,
+    );
     expect(USAGE).toContain("exit codes:");
   });
 });
@@ -493,9 +495,10 @@ describe("leasehold CLI against a live coordinator", () => {
 
   it("jobs list --status failed contains a failed job; job retry makes its tasks pending again", async () => {
     const [failed, completed] = await Promise.all([failedJob("cli_retry"), completedJob("cli_retry_done", 1)]);
-    const [failedList, human, notRetryable] = await Promise.all([
+    const [failedList, human, done, notRetryable] = await Promise.all([
       cliJson<{ jobs: JsonJob[] }>(["jobs", "list", "--status", "failed"]),
       cli(["jobs", "list", "--status", "failed", "--workload", "cli_retry"]),
+      cli(["jobs", "list", "--workload", "cli_retry_done"]),
       // A job that is not failed or cancelled cannot be retried.
       cli(["job", "retry", completed]),
     ]);
@@ -503,8 +506,16 @@ describe("leasehold CLI against a live coordinator", () => {
     expect(failedList.jobs.every((j) => j.status === "JOB_STATUS_FAILED")).toBe(true);
     expect(human.code, human.stderr).toBe(0);
     const lines = human.stdout.trimEnd().split("\n");
-    expect(lines[0]).toMatch(/^ID +STATUS +WORKLOAD +PRIORITY +CREATED$/);
-    expect(lines.slice(1).map((l) => l.split(/ +/).slice(0, 3))).toEqual([[failed, "failed", "cli_retry"]]);
+    expect(lines[0]).toMatch(/^ID +STATUS +PROGRESS +WORKLOAD +PRIORITY +CREATED$/);
+    expect(lines.slice(1).map((l) => l.split(/ +/).slice(0, 4))).toEqual([[failed, "failed", "0%", "cli_retry"]]);
+    // The progress column is GetJob's: all of a completed job's one task.
+    expect(
+      done.stdout
+        .trimEnd()
+        .split("\n")
+        .slice(1)
+        .map((l) => l.split(/ +/).slice(0, 4)),
+    ).toEqual([[completed, "completed", "100%", "cli_retry_done"]]);
     expect(notRetryable.code).toBe(1);
     expect(notRetryable.stderr).toMatch(/^leasehold: failed_precondition: /);
 
@@ -534,7 +545,7 @@ describe("leasehold CLI against a live coordinator", () => {
     expect(none.stdout).toBe("no jobs\n");
   });
 
-  it("bad usage exits 2 with the usage text; an unknown job exits 1 with not_found and the request id", async () => {
+  it("bad usage exits 2 with the usage of what was asked; an unknown job exits 1 with not_found and the request id", async () => {
     const usage = [
       ["job", "get"],
       ["job", "frobnicate", "x"],
@@ -547,7 +558,9 @@ describe("leasehold CLI against a live coordinator", () => {
       expect(r.code, usage[i].join(" ")).toBe(2);
       expect(r.stdout).toBe("");
       expect(r.stderr).toMatch(/^leasehold: .+\nusage: leasehold /);
-      expect(r.stderr).toContain("exit codes:");
+      // The command's (or for an unknown one, its group's) usage, not the whole text.
+      expect(r.stderr).toContain(`  ${usage[i][0]} `);
+      expect(r.stderr).not.toContain("exit codes:");
     });
 
     const [unknown, missingFile, down] = await Promise.all([

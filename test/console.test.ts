@@ -434,6 +434,9 @@ describe("console as admin", () => {
       WAIT,
       jobId,
     );
+    // The progress column: GetJob's completed / total, filled in after the list (its one task pending).
+    await page.waitForFunction((id) => document.querySelector(`#jobs td[data-progress="${id}"]`)?.textContent === "0%", WAIT, jobId);
+    expect(await page.$$eval("#jobs thead th", (ths) => ths.map((th) => th.textContent))).toContain("Progress");
     // Keyboard: the filter form is reachable and submits with Enter.
     await page.select("#f-status", "completed");
     await page.$eval("#f-q", (e) => ((e as unknown as El).value = ""));

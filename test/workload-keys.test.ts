@@ -109,3 +109,37 @@ describe("ListWorkloadKeys", () => {
     expect((await rpcError(client.listWorkloadKeys({ name: W, limit: -1 }))).code).toBe(Code.InvalidArgument);
   });
 });
+
+describe("PutKeyLimit with clear", () => {
+  it("removes a key's own cap: the key is back under the workload's max_leased_per_key, and its claims see it", async () => {
+    const w = "clearable";
+    await queue.putWorkload({ name: w, maxLeasedPerKey: 1 });
+    const own = await restCall(base, "PUT", `/workloads/${w}/keys/vip`, { max_leased: 3 });
+    expect(own.status, own.text).toBe(200);
+    await job(w, 4, "vip");
+    expect(await queue.claimTasks({ workerId: "c1", workloads: [w], maxTasks: 4 })).toHaveLength(3);
+
+    const cleared = await restCall(base, "PUT", `/workloads/${w}/keys/vip`, { clear: true });
+    expect(cleared.status, cleared.text).toBe(200);
+    expect(cleared.body).toEqual({ name: w, key: "vip", max_leased: 0 });
+    expect((await pool.query("SELECT count(*)::int AS n FROM workload_key_limits WHERE workload = $1", [w])).rows).toEqual([{ n: 0 }]);
+    const keys = await client.listWorkloadKeys({ name: w });
+    expect(keys.keys.map((k) => [k.key, k.leased, k.maxLeased, k.ownLimit])).toEqual([["vip", 3, 1, false]]);
+    // Three leased against the workload's cap of 1 per key: the fourth waits.
+    expect(await queue.claimTasks({ workerId: "c2", workloads: [w], maxTasks: 4 })).toHaveLength(0);
+
+    // Clearing a key without a cap of its own is not an error; over Connect too.
+    expect(await client.putKeyLimit({ name: w, key: "vip", clear: true })).toMatchObject({ name: w, key: "vip", maxLeased: 0 });
+  });
+
+  it("refuses clear with a max_leased, and answers not_found for an unknown workload, writing nothing", async () => {
+    await queue.putWorkload({ name: "clear_bad" });
+    await queue.putKeyLimit({ name: "clear_bad", key: "k", maxLeased: 2 });
+    const both = await restCall(base, "PUT", "/workloads/clear_bad/keys/k", { clear: true, max_leased: 4 });
+    expect(both.status, both.text).toBe(400);
+    expect(both.text).toContain("max_leased");
+    expect((await rpcError(client.putKeyLimit({ name: "no_such", key: "k", clear: true }))).code).toBe(Code.NotFound);
+    const { rows } = await pool.query("SELECT key, max_leased FROM workload_key_limits WHERE workload = 'clear_bad'");
+    expect(rows).toEqual([{ key: "k", max_leased: 2 }]);
+  });
+});

@@ -29,7 +29,7 @@ export const WAITING_REASON: Record<DomainWaitingReason, WaitingReason> = {
 };
 
 export function putKeyLimitInput(r: PutKeyLimitRequest): PutKeyLimitInput {
-  return { name: r.name, key: r.key, maxLeased: r.maxLeased };
+  return { name: r.name, key: r.key, maxLeased: r.maxLeased, clear: r.clear };
 }
 
 export function putKeyLimitResponse(k: KeyLimit): PutKeyLimitResponse {

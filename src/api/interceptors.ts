@@ -64,6 +64,13 @@ function stringField(message: object, field: string): string | undefined {
   return typeof value === "string" && value !== "" ? value : undefined;
 }
 
+/** How long a request asked to wait for work: a claim's wait_seconds, or its claim_next's. */
+function waitSecondsOf(message: object): number {
+  const m = message as { waitSeconds?: unknown; claimNext?: { waitSeconds?: unknown } };
+  const wait = typeof m.waitSeconds === "number" ? m.waitSeconds : m.claimNext?.waitSeconds;
+  return typeof wait === "number" && Number.isFinite(wait) ? wait : 0;
+}
+
 /** The RequestInfo fields a request and its answer name: operation, task, job and worker. */
 export const requestFacts: Interceptor = (next) => async (request) => {
   const info = requestInfoOf(request.contextValues, request.header);
@@ -80,6 +87,8 @@ export const requestFacts: Interceptor = (next) => async (request) => {
     let one: string | undefined = workers[0];
     for (const w of workers) if (w !== one) one = undefined;
     if (one !== undefined) info.workerId = one || info.workerId;
+    const waitSeconds = waitSecondsOf(message);
+    if (waitSeconds > 0) info.waitMs = waitSeconds * 1000;
   }
   const res = await next(req);
   if (!res.stream && !info.jobId) {

@@ -13,6 +13,8 @@ export interface RequestInfo {
   taskId?: string;
   jobId?: string;
   workerId?: string;
+  /** A long poll's wait_seconds (a claim's, or a result's claim_next), in ms: not slowness. */
+  waitMs?: number;
   /** Role of the caller's bearer token (unset when the API is open or the token was refused). */
   role?: string;
   /** Connect code name of the outcome ("ok", "aborted", …) when the handler ran. */

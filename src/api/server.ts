@@ -49,6 +49,8 @@ export interface ApiServerOptions {
    * coordinator's config reads it (true unless set to false).
    */
   directUnary?: boolean;
+  /** LOG_SLOW_MS: a call at least this long is logged at info even when it is a hot one (request-log.ts). */
+  logSlowMs?: number;
 }
 
 export type ApiServer = HttpListener;
@@ -119,7 +121,7 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     infos.set(req, info);
     res.setHeader(REQUEST_ID_HEADER, info.requestId);
     const rawUrl = req.url ?? "/";
-    logWhenClosed(logger, req, res, info, rawUrl.split("?")[0]);
+    logWhenClosed(logger, req, res, info, rawUrl.split("?")[0], opts.logSlowMs);
 
     try {
       let url: URL | PlainUrl;

@@ -42,7 +42,17 @@ export const DEFAULT_URL = "http://127.0.0.1:8080";
 /** Options accepted anywhere on the line, by every command. */
 export const GLOBAL_OPTIONS: OptionSpec[] = [
   { name: "url", value: "URL", help: `coordinator address (default ${DEFAULT_URL})` },
-  { name: "token", value: "T", help: 'bearer token sent as "Authorization: Bearer T"' },
+  {
+    name: "token",
+    value: "T",
+    help: 'bearer token sent as "Authorization: Bearer T" (seen by ps and\nshell history: prefer --token-file or LEASEHOLD_TOKEN)',
+  },
+  { name: "token-file", value: "FILE", help: "read the bearer token from FILE (its first line)" },
+  {
+    name: "ca-file",
+    value: "FILE",
+    help: "also trust the PEM certificate(s) in FILE for an https:// --url\n(a self-signed coordinator); default LEASEHOLD_CA_FILE",
+  },
   {
     name: "json",
     help: 'machine output: one JSON document per command with the proto\nfield names (job watch: one JSON line per stream message);\ntoken new: {"token": …, "config_line": …}',

@@ -1,8 +1,12 @@
 // The `leasehold` command line: the commands of commands/*.ts as one commander program, the global
 // options anywhere on the line, and main(), which turns every outcome into an exit code. Every
 // command except `token new` talks to a running coordinator through the generated Connect client
-// (Connect protocol over HTTP/1.1). The CLI reads no environment variables: the coordinator's
-// address and token come from --url and --token.
+// (Connect protocol over HTTP/1.1). The coordinator's address comes from --url; the token from
+// --token, --token-file or LEASEHOLD_TOKEN, a CA to trust from --ca-file or LEASEHOLD_CA_FILE (the
+// variables read by src/config, like every other, and handed to main()).
+import { readFileSync } from "node:fs";
+import { rootCertificates } from "node:tls";
+import { X509Certificate } from "node:crypto";
 import { ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Command as Program, CommanderError } from "commander";
@@ -14,8 +18,9 @@ import { jobCommands } from "./commands/job.js";
 import { scheduleCommands } from "./commands/schedule.js";
 import { tokenCommands } from "./commands/token.js";
 import { workloadCommands } from "./commands/workload.js";
-import { CliError, describeConnectError, UsageError } from "./errors.js";
-import { usage } from "./usage.js";
+import type { CliEnvironment } from "../config/index.js";
+import { CliError, describeConnectError, describeTlsFailure, UsageError } from "./errors.js";
+import { commandUsage, usage } from "./usage.js";
 
 /** Every command, in the order the usage text lists them. */
 export const COMMANDS: readonly CommandSpec[] = [
@@ -32,11 +37,47 @@ export const USAGE = usage(COMMANDS);
 interface GlobalOptions {
   url?: string;
   token?: string;
+  tokenFile?: string;
+  caFile?: string;
   json?: boolean;
   timeoutMs?: string;
 }
 
-function transportFor(url: string, token: string | undefined) {
+/** A file named by an option or a variable, read whole; a failure names both. */
+function readNamedFile(source: string, file: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (err) {
+    throw new CliError(`${source}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
+}
+
+/** --token, else --token-file's first line, else LEASEHOLD_TOKEN; undefined: no token at all. */
+function tokenOf(globals: GlobalOptions, env: CliEnvironment): string | undefined {
+  if (globals.token !== undefined && globals.tokenFile !== undefined) throw new UsageError("--token and --token-file: give one of them");
+  if (globals.token !== undefined) return globals.token;
+  if (globals.tokenFile !== undefined) {
+    const token = readNamedFile("--token-file", globals.tokenFile).split(/\r?\n/)[0].trim();
+    if (token === "") throw new CliError(`--token-file: ${globals.tokenFile} has no token on its first line`);
+    return token;
+  }
+  return env.token;
+}
+
+/** The PEM text of --ca-file (else LEASEHOLD_CA_FILE), checked to hold a certificate. */
+function caOf(globals: GlobalOptions, env: CliEnvironment): string | undefined {
+  const [source, file] = globals.caFile !== undefined ? ["--ca-file", globals.caFile] : ["LEASEHOLD_CA_FILE", env.caFile];
+  if (file === undefined) return undefined;
+  const pem = readNamedFile(source, file);
+  try {
+    new X509Certificate(pem);
+  } catch {
+    throw new CliError(`${source}: ${file} is not a PEM certificate`);
+  }
+  return pem;
+}
+
+function transportFor(url: string, token: string | undefined, ca: string | undefined) {
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -51,7 +92,9 @@ function transportFor(url: string, token: string | undefined) {
       return next(req);
     });
   }
-  return createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors });
+  // The system's CAs stay trusted: --ca-file adds one, so a public certificate keeps working.
+  const nodeOptions = ca === undefined ? undefined : { ca: [...rootCertificates, ca] };
+  return createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors, nodeOptions });
 }
 
 async function runCommand(
@@ -59,6 +102,7 @@ async function runCommand(
   positionals: string[],
   parsed: Record<string, unknown>,
   globals: GlobalOptions,
+  env: CliEnvironment,
 ): Promise<number> {
   if (positionals.some((p) => p === "")) throw new UsageError(`${cmd.name}: empty ${cmd.positionals.join(" ")}`);
   const timeoutMs = intOption("timeout-ms", globals.timeoutMs, 1);
@@ -67,7 +111,7 @@ async function runCommand(
   let client: Client<typeof QueueService> | undefined;
   const inv: Invocation = {
     get client() {
-      return (client ??= createClient(QueueService, transportFor(globals.url ?? DEFAULT_URL, globals.token)));
+      return (client ??= createClient(QueueService, transportFor(globals.url ?? DEFAULT_URL, tokenOf(globals, env), caOf(globals, env))));
     },
     callOptions: timeoutMs === undefined ? {} : { timeoutMs },
     json: globals.json === true,
@@ -82,7 +126,7 @@ async function runCommand(
  * subcommand per entry of COMMANDS ("job get" is `job` → `get`). Every command's action stores its
  * exit code in `result`; help is the one USAGE text.
  */
-function buildProgram(result: { code: number }): Program {
+function buildProgram(result: { code: number }, env: CliEnvironment): Program {
   const configure = (p: Program) =>
     p
       .exitOverride()
@@ -105,13 +149,36 @@ function buildProgram(result: { code: number }): Program {
     sub.action(async (...args: unknown[]) => {
       const command = args[args.length - 1] as Program;
       const positionals = args.slice(0, cmd.positionals.length) as string[];
-      result.code = await runCommand(cmd, positionals, command.opts(), command.optsWithGlobals<GlobalOptions>());
+      result.code = await runCommand(cmd, positionals, command.opts(), command.optsWithGlobals<GlobalOptions>(), env);
     });
   }
   return program;
 }
 
-export async function main(argv: string[]): Promise<number> {
+/** The global options that take a value, so their value is not read as a command word. */
+const VALUE_OPTIONS = new Set(GLOBAL_OPTIONS.filter((o) => o.value).map((o) => `--${o.name}`));
+
+/**
+ * The usage of what the line asks for: its command's ("jobs list --status done"), its group's
+ * commands ("job frobnicate"), or all of them when not even the group is known.
+ */
+export function usageFor(argv: string[]): string {
+  const words: string[] = [];
+  for (let i = 0; i < argv.length && words.length < 2; i++) {
+    if (argv[i].startsWith("-")) {
+      if (VALUE_OPTIONS.has(argv[i])) i++;
+      continue;
+    }
+    words.push(argv[i]);
+  }
+  const command = COMMANDS.find((c) => c.name === words.join(" "));
+  if (command) return commandUsage([command]);
+  const group = COMMANDS.filter((c) => c.name.split(" ")[0] === words[0]);
+  return group.length > 0 ? commandUsage(group) : USAGE;
+}
+
+/** Runs one command line; `env` is what src/config read of the CLI's variables. */
+export async function main(argv: string[], env: CliEnvironment = {}): Promise<number> {
   if (argv.length === 0) {
     process.stdout.write(USAGE);
     return 2;
@@ -122,22 +189,22 @@ export async function main(argv: string[]): Promise<number> {
   }
   const result = { code: 0 };
   try {
-    await buildProgram(result).parseAsync(argv, { from: "user" });
+    await buildProgram(result, env).parseAsync(argv, { from: "user" });
     return result.code;
   } catch (err) {
     if (err instanceof ConnectError) {
-      process.stderr.write(`leasehold: ${describeConnectError(err)}\n`);
+      process.stderr.write(`leasehold: ${describeTlsFailure(err) ?? describeConnectError(err)}\n`);
       return 1;
     }
     if (err instanceof CommanderError) {
       if (err.code === "commander.helpDisplayed" || err.code === "commander.version") return 0;
       // "job" alone (a group without its command) asks commander for help: that is bad usage too.
       const message = err.code === "commander.help" ? "missing command" : err.message.replace(/^error: /, "");
-      process.stderr.write(`leasehold: ${message}\n${USAGE}`);
+      process.stderr.write(`leasehold: ${message}\n${usageFor(argv)}`);
       return 2;
     }
     if (err instanceof UsageError) {
-      process.stderr.write(`leasehold: ${err.message}\n${USAGE}`);
+      process.stderr.write(`leasehold: ${err.message}\n${usageFor(argv)}`);
       return 2;
     }
     if (err instanceof CliError) {

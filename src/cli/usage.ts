@@ -48,3 +48,20 @@ export function usage(commands: readonly CommandSpec[]): string {
     "",
   ].join("\n");
 }
+
+/**
+ * What a bad option value or a missing argument prints after its one-line message: the synopsis
+ * of the commands meant (one, or a group's when only the group is known) and their options'
+ * help, not the whole usage text.
+ */
+export function commandUsage(commands: readonly CommandSpec[]): string {
+  const global = GLOBAL_OPTIONS.map(optionWord).join(" ");
+  const explained = commands.flatMap((c) => c.options).filter((o) => o.help);
+  return [
+    `usage: leasehold ${global} COMMAND …`,
+    ...commands.flatMap(commandLines),
+    ...explained.flatMap(optionLines),
+    "(leasehold help: every command and option)",
+    "",
+  ].join("\n");
+}

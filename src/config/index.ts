@@ -38,6 +38,8 @@ export interface Config {
   maxBodyBytes: number;
   shutdownTimeoutMs: number;
   logLevel: LogLevel;
+  /** LOG_SLOW_MS: a request at least this long (beyond a long poll's wait) is logged at info. */
+  logSlowMs: number;
   /** Embedded mode only: where the cluster lives and which port it listens on. */
   embeddedDataDir: string;
   embeddedPort: number;
@@ -122,7 +124,12 @@ export const CONFIG_VARIABLES = [
   ],
   ["MAX_BODY_BYTES", "8388608", "largest request body"],
   ["SHUTDOWN_TIMEOUT_MS", "10000", "how long in-flight requests may run after SIGTERM"],
-  ["LOG_LEVEL", "info", "pino level: fatal, error, warn, info, debug, trace, silent"],
+  [
+    "LOG_LEVEL",
+    "info",
+    "pino level: fatal, error, warn, info, debug, trace, silent; the request log writes the workers' successful claims, heartbeats, results and progress at debug, client errors and slow calls at info, server failures at warn or error",
+  ],
+  ["LOG_SLOW_MS", "500", "a request that takes at least this long (beyond a long poll's wait) is logged at info as a slow request"],
   ["EMBEDDED_PG_DIR", ".data/pg", "embedded mode: data directory"],
   ["EMBEDDED_PG_PORT", "54329", "embedded mode: port of the embedded PostgreSQL"],
   [
@@ -324,6 +331,28 @@ export function isLoopback(host: string): boolean {
   return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
 
+/**
+ * The `leasehold` CLI's variables: read here like the coordinator's (this module is the only
+ * reader of process.env), apart from CONFIG_VARIABLES because the coordinator ignores them.
+ */
+export const CLI_VARIABLES = [
+  ["LEASEHOLD_TOKEN", "(unset: no token)", "bearer token of the CLI when neither --token nor --token-file is given"],
+  ["LEASEHOLD_CA_FILE", "(unset: the system's CAs)", "PEM certificate(s) the CLI trusts besides the system's, when --ca-file is not given"],
+] as const;
+
+export interface CliEnvironment {
+  token?: string;
+  caFile?: string;
+}
+
+/** LEASEHOLD_TOKEN and LEASEHOLD_CA_FILE; an empty value counts as unset. */
+export function cliEnvironment(env: Env = process.env): CliEnvironment {
+  return {
+    ...(env.LEASEHOLD_TOKEN ? { token: env.LEASEHOLD_TOKEN } : {}),
+    ...(env.LEASEHOLD_CA_FILE ? { caFile: env.LEASEHOLD_CA_FILE } : {}),
+  };
+}
+
 const LOG_LEVELS: readonly LogLevel[] = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
 
 export function loadConfig(env: Env = process.env): Config {
@@ -362,6 +391,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxBodyBytes: int(env, "MAX_BODY_BYTES", 8 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
     shutdownTimeoutMs: int(env, "SHUTDOWN_TIMEOUT_MS", 10_000, 0, 600_000),
     logLevel,
+    logSlowMs: int(env, "LOG_SLOW_MS", 500, 1, 3_600_000),
     embeddedDataDir: env.EMBEDDED_PG_DIR || ".data/pg",
     embeddedPort: int(env, "EMBEDDED_PG_PORT", 54329, 1, 65535),
     authTokens: tokens,

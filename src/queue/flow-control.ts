@@ -110,6 +110,10 @@ export function validatePutKeyLimit(input: PutKeyLimitInput, requireName: (field
   const name = requireName("name", input.name);
   const key = validateConcurrencyKey("key", input.key);
   if (key === "") fail("key", "is required");
+  if (input.clear === true) {
+    if (input.maxLeased) fail("max_leased", "must be 0 (unset) with clear: a clear removes the key's own cap");
+    return { name, key, maxLeased: 0, clear: true };
+  }
   if (input.maxLeased === undefined || input.maxLeased === null || input.maxLeased === 0)
     fail("max_leased", `is required (at least ${FLOW_LIMITS.cap.min})`);
   const maxLeased = optionalCap("max_leased", input.maxLeased)!;

@@ -288,12 +288,16 @@ export interface PutWorkloadInput {
 export interface PutKeyLimitInput {
   name: string;
   key: string;
+  /** 0 with clear. */
   maxLeased: number;
+  /** Remove the key's own cap: it falls back to the workload's maxLeasedPerKey. */
+  clear?: boolean;
 }
 
 export interface KeyLimit {
   name: string;
   key: string;
+  /** The key's own cap; 0 once cleared. */
   maxLeased: number;
 }
 

@@ -37,7 +37,8 @@ function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {
 
 function spawnNode(script: string, args: string[], env: Record<string, string>): Spawned {
   const started = Date.now();
-  const child = spawn(process.execPath, ["--import", "tsx", script, ...args], {
+  // --trace-deprecation: a pg warning names its caller (killAll fails the file on it).
+  const child = spawn(process.execPath, ["--trace-deprecation", "--import", "tsx", script, ...args], {
     cwd: ROOT,
     env: childEnv(env),
     stdio: ["ignore", "pipe", "pipe"],
@@ -58,7 +59,7 @@ function spawnNode(script: string, args: string[], env: Record<string, string>):
     listening(timeoutMs = 30_000) {
       return new Promise<string>((resolve, reject) => {
         const check = () => {
-          const m = /leasehold listening on (http:\/\/\S+)/.exec(err);
+          const m = /leasehold listening on (https?:\/\/\S+)/.exec(err);
           if (m) {
             cleanup();
             resolve(m[1]);
@@ -86,6 +87,7 @@ function spawnNode(script: string, args: string[], env: Record<string, string>):
     },
   };
   live.add(spawned);
+  spawnedEver.push(spawned);
   void exited.then(() => live.delete(spawned));
   return spawned;
 }
@@ -111,7 +113,16 @@ export async function exitWithin(p: Spawned, timeoutMs: number): Promise<Exit> {
   }
 }
 
-/** SIGTERM everything still running (so embedded Postgres is stopped), SIGKILL what ignores it. */
+/** pg's warning of a query queued behind another on one client (an error from pg 9 on). */
+export const PG_QUEUED_QUERY = "Calling client.query() when the client is already executing a query";
+
+/** Every process spawned here, to look for PG_QUEUED_QUERY in its stderr at killAll. */
+const spawnedEver: Spawned[] = [];
+
+/**
+ * SIGTERM everything still running (so embedded Postgres is stopped), SIGKILL what ignores it.
+ * Then fails when a coordinator spawned since the last call wrote pg's queued-query warning.
+ */
 export async function killAll(graceMs = 15_000): Promise<void> {
   const all = [...live];
   for (const p of all) p.signal("SIGTERM");
@@ -125,4 +136,10 @@ export async function killAll(graceMs = 15_000): Promise<void> {
       }
     }),
   );
+  const warned = spawnedEver.splice(0).filter((p) => p.stderr().includes(PG_QUEUED_QUERY));
+  if (warned.length > 0) {
+    const stderr = warned[0].stderr();
+    const at = stderr.indexOf(PG_QUEUED_QUERY);
+    throw new Error(`a coordinator warned: ${stderr.slice(Math.max(0, at - 40), at + 1500)}`);
+  }
 }

