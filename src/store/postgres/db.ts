@@ -40,6 +40,18 @@ export class UnnamedStatementClient extends pg.Client {
   }
 }
 
+/**
+ * The settings of every pooled session (startup options; a deployment behind a pooler that drops
+ * them sets them for the role instead, as deploy/ha does).
+ * Every statement of the store is meant to be index-driven:
+ * - plan_cache_mode: the hot statements are prepared (named) and their plans do not depend on
+ *   the parameters; re-planning the claim's CTEs on every call cost more than running them.
+ * - enable_seqscan=off: "does this job have unfinished tasks" is an EXISTS, and with most of
+ *   the table pending the planner bets on a sequential scan finding a match at once; at the
+ *   end of a job there is none and that scan reads the whole table. Indexes cover every query.
+ */
+export const SESSION_SETTINGS: Readonly<Record<string, string>> = { plan_cache_mode: "force_generic_plan", enable_seqscan: "off" };
+
 export function createPool(opts: PoolOptions): pg.Pool {
   const pool = new pg.Pool({
     connectionString: opts.connectionString,
@@ -56,13 +68,9 @@ export function createPool(opts: PoolOptions): pg.Pool {
     ...(opts.preparedStatements === false ? { Client: UnnamedStatementClient as unknown as new () => pg.ClientBase } : {}),
     application_name: opts.applicationName ?? "leasehold",
     types: pgTypes,
-    // Every statement of the store is meant to be index-driven:
-    // - plan_cache_mode: the hot statements are prepared (named) and their plans do not depend on
-    //   the parameters; re-planning the claim's CTEs on every call cost more than running them.
-    // - enable_seqscan=off: "does this job have unfinished tasks" is an EXISTS, and with most of
-    //   the table pending the planner bets on a sequential scan finding a match at once; at the
-    //   end of a job there is none and that scan reads the whole table. Indexes cover every query.
-    options: "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off",
+    options: Object.entries(SESSION_SETTINGS)
+      .map(([name, value]) => `-c ${name}=${value}`)
+      .join(" "),
   });
   // An idle client whose server went away (restart, failover) emits here; without a listener
   // the process would crash. The pool drops that client and the next checkout connects anew.
