@@ -20,4 +20,5 @@ export const PG_MATRIX_FILES = [
   "test/inspect.test.ts",
   "test/schedules.test.ts",
   "test/idle-cost.test.ts",
+  "test/job-probe-plans.test.ts",
 ];
