@@ -893,10 +893,20 @@ describe("plans", () => {
   it("attempts are read through the job's events index", async () => {
     const { rows } = await pool.query("SELECT job_id, id FROM tasks WHERE workload = 'insp_plans' ORDER BY chunk_index LIMIT 1");
     const p = await plan(TASK_ATTEMPT_EVENTS, [rows[0].job_id, [rows[0].id]]);
-    // The log is in time partitions: each one's scan goes through its own (job_id, xid) index.
-    const scans = p.split("\n").filter((l) => / on task_events/.test(l));
-    expect(scans.length).toBeGreaterThan(0);
-    for (const l of scans) expect(l).toMatch(/Index Scan using \S*job_(id_)?xid_idx on task_events/);
-    expect(p).not.toMatch(/Seq Scan on task_events/);
+    // The log is in time partitions, each read through its own (job_id, xid) index. The
+    // coordinator's sessions leave sequential scans on, so a partition of a few pages (one created
+    // ahead, the test's own few events) may be read whole, which costs what an index descent does.
+    const nodes = p.split(/\n(?=\s*->)/).filter((n) => / on task_events/.test(n.split("\n")[0]));
+    expect(nodes.length).toBeGreaterThan(0);
+    const { rows: sizes } = await pool.query<{ name: string; pages: number }>(
+      `SELECT c.relname AS name, (pg_relation_size(c.oid) / current_setting('block_size')::int)::int AS pages
+       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'task_events'::regclass`,
+    );
+    const pages = new Map(sizes.map((r) => [r.name, r.pages]));
+    for (const n of nodes) {
+      const relation = / on (\S+)/.exec(n)![1];
+      if (/Seq Scan/.test(n)) expect(pages.get(relation), n).toBeLessThanOrEqual(8);
+      else expect(n).toMatch(/Index Scan using \S*job_(id_)?xid_idx on task_events/);
+    }
   });
 });

@@ -21,6 +21,9 @@ export interface Layout {
   passwords: { superuser: string; replication: string; app: string };
 }
 
+/** How many ports from basePort up a rig may use (the offsets below stay under it). */
+export const RIG_PORT_SPAN = 40;
+
 /** Every port is basePort plus a fixed offset, so one number says where a rig lives. */
 export function layout(basePort: number, runDir: string, members: number, coordinators: number, passwords: Layout["passwords"]): Layout {
   return {
@@ -40,6 +43,19 @@ export function layout(basePort: number, runDir: string, members: number, coordi
     coordinatorPorts: Array.from({ length: coordinators }, (_, i) => basePort + 30 + i),
     passwords,
   };
+}
+
+/** Every port the rig listens on. */
+export function rigPorts(l: Layout): number[] {
+  return [
+    l.etcdPort,
+    l.etcdPeerPort,
+    l.haproxyPort,
+    l.statsPort,
+    l.pgbouncerPort,
+    ...l.members.flatMap((m) => [m.pgPort, m.restPort]),
+    ...l.coordinatorPorts,
+  ];
 }
 
 function render(template: string, values: Record<string, string | number>): string {

@@ -7,11 +7,10 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chownSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import net from "node:net";
 import path from "node:path";
 import pg from "pg";
 import { projectRoot } from "../../src/project-root.js";
-import { migrate } from "../../src/store/postgres/migrate.js";
+import { openClient } from "../../src/store/postgres/db.js";
 import {
   APP_ROLE,
   DATABASE,
@@ -23,12 +22,18 @@ import {
   postgresUrl,
   type Layout,
 } from "./config.js";
+import { chooseBasePort } from "./ports.js";
+import { setUpAppDatabase, stableLeader, type LeaderObservation } from "./setup.js";
 
 const ROOT = projectRoot(import.meta.url);
 
 export interface RigOptions {
-  basePort: number;
-  runDir: string;
+  /** The operator's base port: used as it is, or refused (in use, or inside the ephemeral range). */
+  basePort?: number;
+  /** Tried first when no basePort is given; when busy, the next free block below the ephemeral range. */
+  preferredBasePort: number;
+  /** The run directory (data and logs) of a rig on the chosen base port. */
+  runDir: (basePort: number) => string;
   /** Where the state is written after each step (and read by `down`). */
   stateFile: string;
   members?: number;
@@ -104,7 +109,7 @@ export async function until<T>(what: string, timeoutMs: number, probe: () => Pro
   }
 }
 
-async function getJson(url: string, timeoutMs = 1000): Promise<{ status: number; body: unknown }> {
+async function getJson(url: string, timeoutMs = 3000): Promise<{ status: number; body: unknown }> {
   const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
   const text = await res.text();
   let body: unknown = text;
@@ -167,11 +172,36 @@ function emptyState(l: Layout): RigState {
   };
 }
 
+/**
+ * Whether a leader leads through HAProxy with a synchronous standby streaming: Patroni's view
+ * (one leader, one sync standby, every member running) and the server's own (HAProxy reaches the
+ * leader's port, out of recovery, with a `sync` walsender streaming). Undefined when not.
+ */
+async function observeLeader(state: RigState): Promise<LeaderObservation | undefined> {
+  const members = await clusterHealthy(state);
+  const leader = members?.find((m) => m.role === "leader");
+  const member = state.members.find((m) => m.name === leader?.name);
+  if (!leader || !member) return undefined;
+  const c = await openClient({ connectionString: state.superuserUrl, connectionTimeoutMillis: 5000 });
+  try {
+    const { rows } = await c.query<{ recovery: boolean; port: number; sync: number }>(
+      `SELECT pg_is_in_recovery() AS recovery, inet_server_port() AS port,
+              (SELECT count(*)::int FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming') AS sync`,
+    );
+    const r = rows[0];
+    if (r.recovery || r.port !== member.pgPort || r.sync < 1) return undefined;
+  } finally {
+    await c.end().catch(() => {});
+  }
+  return { leader: leader.name, timeline: leader.timeline ?? 0 };
+}
+
 /** Starts the whole rig; on any failure stops what it started and rethrows. */
 export async function up(opts: RigOptions): Promise<RigState> {
   const log = opts.log ?? (() => {});
   const secret = () => randomBytes(12).toString("hex");
-  const l = layout(opts.basePort, opts.runDir, opts.members ?? 3, opts.coordinators ?? 3, {
+  const basePort = await chooseBasePort({ explicit: opts.basePort, preferred: opts.preferredBasePort });
+  const l = layout(basePort, opts.runDir(basePort), opts.members ?? 3, opts.coordinators ?? 3, {
     superuser: secret(),
     replication: secret(),
     app: secret(),
@@ -181,7 +211,6 @@ export async function up(opts: RigOptions): Promise<RigState> {
     if (leftovers(l.runDir).length > 0) throw new Error(`a rig is running in ${l.runDir}: npm run ha:down first`);
     rmSync(l.runDir, { recursive: true, force: true });
   }
-  await requireFreePorts(l);
   mkdirSync(l.runDir, { recursive: true, mode: 0o755 });
   const ids = postgresIds();
   // PostgreSQL refuses a data directory others can read; Patroni creates it under runDir.
@@ -222,7 +251,7 @@ async function startDatabase(l: Layout, state: RigState, save: () => void, log: 
   ]);
   state.etcd.pid = etcd.pid;
   save();
-  await until("etcd /health", 20_000, async () => ((await getJson(`${state.etcd.url}/health`)).status === 200 ? true : undefined));
+  await until("etcd /health", 60_000, async () => ((await getJson(`${state.etcd.url}/health`)).status === 200 ? true : undefined));
 
   for (const [i, m] of l.members.entries()) {
     mkdirSync(m.socketDir, { recursive: true, mode: 0o700 });
@@ -233,7 +262,7 @@ async function startDatabase(l: Layout, state: RigState, save: () => void, log: 
     log(`patroni ${m.name}: PostgreSQL on 127.0.0.1:${m.pgPort}, REST ${state.members[i].restUrl}`);
     // The first member bootstraps alone, so it is the leader; the others clone from it.
     if (i === 0) {
-      await until(`${m.name} to lead`, 60_000, async () =>
+      await until(`${m.name} to lead`, 180_000, async () =>
         (await getJson(`${state.members[0].restUrl}/primary`)).status === 200 ? true : undefined,
       );
     }
@@ -244,31 +273,21 @@ async function startDatabase(l: Layout, state: RigState, save: () => void, log: 
   save();
   log(`haproxy: write port ${l.haproxyPort} (stats ${state.haproxy.statsUrl})`);
 
-  // The application role and database, through HAProxy as the superuser. PgBouncer 1.18 drops the
-  // coordinator's statement_timeout and options startup parameters (pgbouncer.ini.in), so the role
-  // carries them.
-  await until("the leader through HAProxy", 30_000, async () => {
-    const c = new pg.Client({ connectionString: state.superuserUrl, connectionTimeoutMillis: 2000 });
-    c.on("error", () => {});
-    try {
-      await c.connect();
-      const { rows } = await c.query("SELECT pg_is_in_recovery() AS r");
-      if (rows[0].r) return undefined;
-      await c.query(`CREATE ROLE ${APP_ROLE} LOGIN PASSWORD '${l.passwords.app}'`).catch((e: { code?: string }) => {
-        if (e.code !== "42710") throw e; // exists already
-      });
-      await c.query(`ALTER ROLE ${APP_ROLE} SET plan_cache_mode = force_generic_plan`);
-      await c.query(`ALTER ROLE ${APP_ROLE} SET enable_seqscan = off`);
-      await c.query(`ALTER ROLE ${APP_ROLE} SET statement_timeout = 5000`);
-      const exists = await c.query("SELECT 1 FROM pg_database WHERE datname = $1", [DATABASE]);
-      if (!exists.rowCount) await c.query(`CREATE DATABASE ${DATABASE} OWNER ${APP_ROLE}`);
-      return true;
-    } finally {
-      await c.end().catch(() => {});
-    }
-  });
-  log("migrating");
-  await migrate(state.haproxy.url, "up");
+  // The setup statements wait for the whole cluster: a leader that stays, reached through HAProxy,
+  // with its synchronous standby streaming. Started earlier, while the replicas clone from the
+  // leader, they ran exactly when the machine was busiest, and a slow health answer or a lost
+  // leader lock then cut their session.
+  const stable = () =>
+    stableLeader(() => observeLeader(state), { times: 4, everyMs: 1000, timeoutMs: 240_000 }).then((o) => {
+      log(`leader ${o.leader} (timeline ${o.timeline}) with a streaming synchronous standby`);
+      return o;
+    });
+  await setUpAppDatabase(
+    state.superuserUrl,
+    state.haproxy.url,
+    { role: APP_ROLE, password: l.passwords.app, database: DATABASE, statementTimeoutMs: 5000 },
+    { attempts: 5, before: stable, log },
+  );
 
   file("userlist.txt", pgbouncerUsers(l));
   const bouncerIni = file("pgbouncer.ini", pgbouncerConfig(l));
@@ -276,9 +295,9 @@ async function startDatabase(l: Layout, state: RigState, save: () => void, log: 
   save();
   log(`pgbouncer: port ${l.pgbouncerPort}`);
 
-  await until("every member running, with a synchronous standby", 120_000, () => clusterHealthy(state), 500);
-  await until("a query through PgBouncer", 20_000, async () => {
-    const c = new pg.Client({ connectionString: state.pgbouncer.url, connectionTimeoutMillis: 2000 });
+  await until("every member running, with a synchronous standby", 180_000, () => clusterHealthy(state), 500);
+  await until("a query through PgBouncer", 60_000, async () => {
+    const c = new pg.Client({ connectionString: state.pgbouncer.url, connectionTimeoutMillis: 5000 });
     c.on("error", () => {});
     try {
       await c.connect();
@@ -310,7 +329,7 @@ async function startCoordinators(l: Layout, state: RigState, save: () => void, l
     save();
   }
   for (const c of state.coordinators) {
-    await until(`${c.url}/readyz`, 60_000, async () => {
+    await until(`${c.url}/readyz`, 120_000, async () => {
       if (!alive(c.pid)) throw new Error(`coordinator ${c.url} exited; see ${c.log}`);
       return (await getJson(`${c.url}/readyz`)).status === 200 ? true : undefined;
     }).catch((err: Error) => {
@@ -332,27 +351,6 @@ export function alive(pid: number | undefined): boolean {
     return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
   } catch {
     return false;
-  }
-}
-
-/** Refuses to start on a port something else listens on, naming it (HA_BASE_PORT moves the rig). */
-async function requireFreePorts(l: Layout): Promise<void> {
-  const ports = [
-    l.etcdPort,
-    l.etcdPeerPort,
-    l.haproxyPort,
-    l.statsPort,
-    l.pgbouncerPort,
-    ...l.members.flatMap((m) => [m.pgPort, m.restPort]),
-    ...l.coordinatorPorts,
-  ];
-  for (const port of ports) {
-    const free = await new Promise<boolean>((resolve) => {
-      const srv = net.createServer();
-      srv.once("error", () => resolve(false));
-      srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
-    });
-    if (!free) throw new Error(`port ${port} is in use; set HA_BASE_PORT to move the rig's ports (base + 0..${ports.length})`);
   }
 }
 

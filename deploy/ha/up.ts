@@ -1,10 +1,14 @@
 // npm run ha:up: installs what is missing, starts the rig, prints its URLs and writes them to
-// deploy/ha/.state.json. HA_BASE_PORT (default 47400) and HA_RUN_DIR move it.
+// deploy/ha/.state.json. Its ports are 27400 and up (below the kernel's ephemeral port range),
+// or the next free block below that range when one of them is taken; HA_BASE_PORT fixes the base
+// (refused when in use or inside the range) and HA_RUN_DIR the run directory.
+import { existsSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensurePackages } from "./packages.js";
-import { up, type RigState } from "./rig.js";
+import { DEFAULT_BASE_PORT } from "./ports.js";
+import { leftovers, readState, teardown, up, type RigState } from "./rig.js";
 
 export const STATE_FILE = path.join(path.dirname(fileURLToPath(import.meta.url)), ".state.json");
 
@@ -25,10 +29,22 @@ export function describe(state: RigState): string {
 async function main(): Promise<void> {
   const log = (m: string) => process.stderr.write(`ha: ${m}\n`);
   ensurePackages(log);
-  const basePort = Number(process.env.HA_BASE_PORT ?? 47400);
-  const runDir = path.resolve(process.env.HA_RUN_DIR ?? path.join(os.tmpdir(), `leasehold-ha-${basePort}`));
+  if (existsSync(STATE_FILE)) {
+    const running = leftovers(readState(STATE_FILE).runDir);
+    if (running.length > 0) throw new Error(`a rig is running (${STATE_FILE}): npm run ha:down first`);
+    // What an interrupted start left: its run directory and state file.
+    await teardown(STATE_FILE, log);
+  }
+  const explicit = process.env.HA_BASE_PORT;
+  const runDir = (basePort: number) => path.resolve(process.env.HA_RUN_DIR ?? path.join(os.tmpdir(), `leasehold-ha-${basePort}`));
   const started = Date.now();
-  const state = await up({ basePort, runDir, stateFile: STATE_FILE, log });
+  const state = await up({
+    basePort: explicit === undefined ? undefined : Number(explicit),
+    preferredBasePort: DEFAULT_BASE_PORT,
+    runDir,
+    stateFile: STATE_FILE,
+    log,
+  });
   log(`up in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   process.stdout.write(describe(state) + "\n");
 }

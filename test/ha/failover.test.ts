@@ -10,6 +10,7 @@ import path from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensurePackages } from "../../deploy/ha/packages.js";
+import { TEST_BASE_PORT } from "../../deploy/ha/ports.js";
 import { alive, clusterHealthy, clusterView, postmasterPid, teardown, until, up, type RigState } from "../../deploy/ha/rig.js";
 import { ROOT } from "../support/process.js";
 import {
@@ -28,8 +29,9 @@ import {
   WORKLOAD,
 } from "./load.js";
 
-const BASE_PORT = Number(process.env.HA_TEST_BASE_PORT ?? 47600);
-const RUN_DIR = path.join(os.tmpdir(), `leasehold-ha-test-${BASE_PORT}`);
+// Below the kernel's ephemeral port range (deploy/ha/ports.ts); when one of its ports is taken the
+// rig moves to the next free block. HA_TEST_BASE_PORT fixes it.
+const RUN_DIR = path.join(os.tmpdir(), "leasehold-ha-test");
 const STATE_FILE = `${RUN_DIR}.json`;
 const log = (m: string) => process.stderr.write(`[ha] ${m}\n`);
 
@@ -44,8 +46,9 @@ beforeAll(async () => {
   if (await teardown(STATE_FILE, log)) log(`stopped the rig a previous run left in ${RUN_DIR}`);
   const started = Date.now();
   rig = await up({
-    basePort: BASE_PORT,
-    runDir: RUN_DIR,
+    basePort: process.env.HA_TEST_BASE_PORT === undefined ? undefined : Number(process.env.HA_TEST_BASE_PORT),
+    preferredBasePort: TEST_BASE_PORT,
+    runDir: () => RUN_DIR,
     stateFile: STATE_FILE,
     log,
     coordinatorEnv: { LOG_LEVEL: "warn", REAPER_INTERVAL_MS: "500" },

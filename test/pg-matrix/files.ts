@@ -19,4 +19,6 @@ export const PG_MATRIX_FILES = [
   "test/api.test.ts",
   "test/inspect.test.ts",
   "test/schedules.test.ts",
+  "test/idle-cost.test.ts",
+  "test/job-probe-plans.test.ts",
 ];

@@ -8,10 +8,8 @@ WITH done AS (
 ), finished AS (
   UPDATE jobs j SET status = (CASE WHEN EXISTS (SELECT 1 FROM tasks f WHERE f.job_id = j.id AND f.status = 'failed' OFFSET j.max_failed_tasks) THEN 'failed' ELSE 'completed' END)::job_status, completed_at = now(), updated_at = now()
   WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
-    AND NOT EXISTS (
-      SELECT 1 FROM tasks o
-      WHERE o.job_id = (SELECT job_id FROM done) AND o.status IN ('pending', 'leased') AND o.id <> $1
-    )
+    AND (SELECT o.status FROM tasks o WHERE o.job_id = (SELECT job_id FROM done) AND o.status IN ('pending', 'leased') AND o.id <> $1
+    ORDER BY o.status LIMIT 1) IS NULL
   RETURNING j.id
 ), events AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)

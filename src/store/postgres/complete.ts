@@ -35,7 +35,7 @@ import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
 import { defineQuery } from "./query.js";
 import { resultParams, resultRecord, resultValues, type ResultParams } from "./result-params.js";
-import { FINISH_JOBS, finalStatus } from "./settle.js";
+import { FINISH_JOBS, finalStatus, nothingUnfinished } from "./settle.js";
 import { toTask, type TaskRow } from "./rows.js";
 
 /*
@@ -54,10 +54,7 @@ const completeOne = `done AS (
 ), finished AS (
   UPDATE jobs j SET status = ${finalStatus("j")}, completed_at = now(), updated_at = now()
   WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
-    AND NOT EXISTS (
-      SELECT 1 FROM tasks o
-      WHERE o.job_id = (SELECT job_id FROM done) AND o.status IN ('pending', 'leased') AND o.id <> $1
-    )
+    AND ${nothingUnfinished("(SELECT job_id FROM done)", "$1")}
   RETURNING j.id
 )`;
 const recheckJob = `NOT EXISTS (SELECT 1 FROM finished)

@@ -40,6 +40,26 @@ export class UnnamedStatementClient extends pg.Client {
   }
 }
 
+/**
+ * The settings of every pooled session (startup options; a deployment behind a pooler that drops
+ * them sets them for the role instead, as deploy/ha does).
+ * - plan_cache_mode: the hot statements are prepared (named) and their plans do not depend on
+ *   the parameters; re-planning the claim's CTEs on every call cost more than running them.
+ * - jit=off: the coordinator's statements are short index probes and single-row writes, and JIT
+ *   compiles a plan again at every execution. When a plan's estimated cost crosses jit_above_cost
+ *   (a generic plan's guess, a disabled node's penalty on PostgreSQL 15 and 17) the statement pays
+ *   for compiling on each call: the idle maintenance probe took 66-79 ms (JIT inlining 40 ms,
+ *   optimization 35 ms, emission 26 ms) against 0.09 ms without it on PostgreSQL 15, once a second
+ *   per coordinator. Nothing the coordinator runs scans enough rows for compiled expressions to
+ *   win that back.
+ * Sequential scans are not turned off for the session: on PostgreSQL 15 and 17 that adds 1e10 to
+ * the cost of every plan with one, on tables that have no better path (workloads, job_watchers).
+ * A statement whose plan must not be a sequential scan gets its shape from its own text (an
+ * ORDER BY ... LIMIT 1 on the index's order) and a plan test (test/idle-cost.test.ts and the
+ * EXPLAIN tests of the store's suites).
+ */
+export const SESSION_SETTINGS: Readonly<Record<string, string>> = { plan_cache_mode: "force_generic_plan", jit: "off" };
+
 export function createPool(opts: PoolOptions): pg.Pool {
   const pool = new pg.Pool({
     connectionString: opts.connectionString,
@@ -56,13 +76,9 @@ export function createPool(opts: PoolOptions): pg.Pool {
     ...(opts.preparedStatements === false ? { Client: UnnamedStatementClient as unknown as new () => pg.ClientBase } : {}),
     application_name: opts.applicationName ?? "leasehold",
     types: pgTypes,
-    // Every statement of the store is meant to be index-driven:
-    // - plan_cache_mode: the hot statements are prepared (named) and their plans do not depend on
-    //   the parameters; re-planning the claim's CTEs on every call cost more than running them.
-    // - enable_seqscan=off: "does this job have unfinished tasks" is an EXISTS, and with most of
-    //   the table pending the planner bets on a sequential scan finding a match at once; at the
-    //   end of a job there is none and that scan reads the whole table. Indexes cover every query.
-    options: "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off",
+    options: Object.entries(SESSION_SETTINGS)
+      .map(([name, value]) => `-c ${name}=${value}`)
+      .join(" "),
   });
   // An idle client whose server went away (restart, failover) emits here; without a listener
   // the process would crash. The pool drops that client and the next checkout connects anew.

@@ -21,6 +21,17 @@ import { defineQuery } from "./query.js";
 export const pastThreshold = (j: string) =>
   `EXISTS (SELECT 1 FROM tasks f WHERE f.job_id = ${j}.id AND f.status = 'failed' OFFSET ${j}.max_failed_tasks)`;
 
+/**
+ * Job `job` (an expression) has no pending or leased task (`exceptTask`: not counting that one).
+ * Asked as the job's first unfinished status, not as a NOT EXISTS: statistics that see most of the
+ * table as one job's pending tasks make a sequential scan look like it finds a match at once, and
+ * for a job with nothing left it reads the whole table. Ordered by status, only
+ * tasks_job_unfinished_idx answers it without a sort: one descent per job, whatever the statistics.
+ */
+export const nothingUnfinished = (job: string, exceptTask?: string) =>
+  `(SELECT o.status FROM tasks o WHERE o.job_id = ${job} AND o.status IN ('pending', 'leased')${exceptTask ? ` AND o.id <> ${exceptTask}` : ""}
+    ORDER BY o.status LIMIT 1) IS NULL`;
+
 /** The final status of job `j` once all its tasks are final. */
 export const finalStatus = (j: string) => `(CASE WHEN ${pastThreshold(j)} THEN 'failed' ELSE 'completed' END)::job_status`;
 
@@ -68,7 +79,7 @@ SET status = CASE WHEN ${pastThreshold("j")} THEN 'failed' ELSE 'completed' END:
     completed_at = now(), updated_at = now()
 WHERE j.id = $1 AND j.status IN ('pending', 'running')
   AND ((j.failure_policy = 'fail_fast' AND ${pastThreshold("j")})
-       OR NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased')))
+       OR ${nothingUnfinished("j.id")})
 RETURNING j.id, j.status`,
   (p) => [p.jobId],
 );
@@ -81,7 +92,7 @@ RETURNING j.id, j.status`,
 export const FINISH_JOBS_IF_DONE = `
 UPDATE jobs j SET status = ${finalStatus("j")}, completed_at = now(), updated_at = now()
 WHERE j.id = ANY($1::uuid[]) AND j.status IN ('pending', 'running')
-  AND NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))`;
+  AND ${nothingUnfinished("j.id")}`;
 export const FINISH_JOBS = defineQuery<{ jobIds: string[] }>("leasehold_finish_jobs", FINISH_JOBS_IF_DONE, (p) => [p.jobIds]);
 
 /*
@@ -90,7 +101,7 @@ export const FINISH_JOBS = defineQuery<{ jobIds: string[] }>("leasehold_finish_j
  * One partial-index probe per running job (two for a fail_fast one). $1 limit.
  */
 const unsettled = `j.status = 'running'
-    AND (NOT EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = j.id AND o.status IN ('pending', 'leased'))
+    AND (${nothingUnfinished("j.id")}
          OR (j.failure_policy = 'fail_fast' AND ${pastThreshold("j")}))`;
 export const UNSETTLED_JOBS_DUE = `EXISTS (SELECT 1 FROM jobs j WHERE ${unsettled})`;
 export const UNSETTLED_JOBS = defineQuery<{ limit: number }, { id: string }>(

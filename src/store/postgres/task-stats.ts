@@ -34,7 +34,8 @@ export async function taskStats(ctx: StoreContext, scope: "unfinished" | "all", 
   const rows = await withClient(ctx.pool, opts.signal, async (c) => {
     const unfinished = await UNFINISHED_TASK_STATS.run(c);
     if (scope === "unfinished") return unfinished;
-    // The pool turns sequential scans off for the hot path; a count of everything wants one.
+    // A count of everything wants a sequential scan, also where the role still turns them off
+    // (an older deployment behind a pooler set enable_seqscan=off for it).
     await c.query("BEGIN");
     try {
       await c.query("SET LOCAL enable_seqscan = on");
