@@ -1,0 +1,97 @@
+// The TypeScript client as a user gets it: `npm pack` of clients/typescript installed into an
+// empty project with `npm install <tarball>`, its example worker and submitter
+// (clients/typescript/examples, as they stand) type-checked under `strict`, built and run against
+// a live coordinator over Connect and gRPC; the worker drains on SIGTERM and exits 0.
+import { spawn } from "node:child_process";
+import { copyFileSync, mkdirSync, mkdtempSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import type pg from "pg";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
+import { createApiServer, type ApiServer } from "../src/api/server.js";
+import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
+import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { CLIENT_DIR, consumerProject, packClient, runCommand, tsc } from "./support/ts-consumer.js";
+
+let db: TestDatabase;
+let pool: pg.Pool;
+let server: ApiServer;
+let url: string;
+let consumer: string;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
+  const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 30, defaultMaxAttempts: 3, maxTasksPerJob: 100 });
+  server = createApiServer({
+    queue,
+    logger: pino({ level: "silent" }),
+    maxBodyBytes: 1024 * 1024,
+    requestTimeoutMs: 10_000,
+    readiness: async () => ({ ready: true }),
+  });
+  url = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  const admin = createClient(QueueService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
+  await admin.putWorkload({ name: "thumbs", maxAttempts: 3, leaseSeconds: 30 });
+
+  const tarball = await packClient(mkdtempSync(path.join(os.tmpdir(), "leasehold-pack-")));
+  consumer = await consumerProject(tarball);
+  mkdirSync(path.join(consumer, "src"));
+  for (const f of ["submit.ts", "worker.ts"]) copyFileSync(path.join(CLIENT_DIR, "examples", f), path.join(consumer, "src", f));
+}, 600_000);
+
+afterAll(async () => {
+  await server?.close(2000);
+  await pool?.end();
+  await db?.drop();
+});
+
+/** Runs the built worker in the background; resolves its exit code and output once it ends. */
+function startWorker(transport: string) {
+  const child = spawn(process.execPath, ["dist/worker.js"], {
+    cwd: consumer,
+    env: { ...process.env, LEASEHOLD_URL: url, LEASEHOLD_TRANSPORT: transport },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (output += d));
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (output += d));
+  const exited = new Promise<number | null>((resolve) => child.once("close", resolve));
+  return { child, exited, output: () => output };
+}
+
+describe("@leasehold/client from its tarball", () => {
+  it("type-checks the examples under strict and builds them", async () => {
+    const r = await tsc(consumer);
+    expect(r.output).toBe("");
+    expect(r.code).toBe(0);
+  });
+
+  for (const transport of ["connect", "grpc"]) {
+    it(`runs the example worker and submitter over ${transport}`, async () => {
+      const worker = startWorker(transport);
+      try {
+        const r = await runCommand(process.execPath, ["dist/submit.js"], {
+          cwd: consumer,
+          env: { LEASEHOLD_URL: url, LEASEHOLD_TRANSPORT: transport },
+          timeoutMs: 120_000,
+        });
+        expect(r.code, r.output + worker.output()).toBe(0);
+        expect(r.output).toMatch(/^status: FAILED$/m);
+        expect(r.output).toMatch(/^failure: chunk 2 bad_input: chunk 2: input is corrupt \(attempt 1, worker \S+\)$/m);
+        expect(r.output).toMatch(/^ {2}attempt 1 of chunk 2: bad_input chunk 2: input is corrupt$/m);
+        const results = [...r.output.matchAll(/^result: chunk (\d+) mem:\/\/out\/\S+\/(\d+)$/gm)].map((m) => Number(m[1]));
+        expect(results).toEqual([0, 1, 3]);
+        expect(r.output).toMatch(/^refused: tasks\[0\]\.input_uri: /m);
+      } finally {
+        worker.child.kill("SIGTERM");
+      }
+      expect(await worker.exited, worker.output()).toBe(0);
+      expect(worker.output()).toMatch(/worker stopped: \{"claimed":5,"completed":3,"failed":2,"dropped":0,"released":0\}/);
+    });
+  }
+});
