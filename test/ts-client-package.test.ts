@@ -1,9 +1,12 @@
 // The TypeScript client as a user gets it: `npm pack` of clients/typescript installed into an
 // empty project with `npm install <tarball>`, its example worker and submitter
 // (clients/typescript/examples, as they stand) type-checked under `strict`, built and run against
-// a live coordinator over Connect and gRPC; the worker drains on SIGTERM and exits 0.
+// a live coordinator over Connect and gRPC; the worker drains on SIGTERM and exits 0. And the
+// contract the package ships, used offline as docs/typescript.md says: stubs generated with buf and
+// protoc-gen-es from its self-contained proto module, and `buf breaking` of a newer release against
+// the image (leasehold.binpb) built against, which must fail (exit 100) on a breaking change.
 import { spawn } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync } from "node:fs";
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createClient } from "@connectrpc/connect";
@@ -39,7 +42,7 @@ beforeAll(async () => {
   await admin.putWorkload({ name: "thumbs", maxAttempts: 3, leaseSeconds: 30 });
 
   const tarball = await packClient(mkdtempSync(path.join(os.tmpdir(), "leasehold-pack-")));
-  consumer = await consumerProject(tarball);
+  consumer = await consumerProject(tarball, ["@bufbuild/buf@1.75.0", "@bufbuild/protoc-gen-es@2.13.0", "@bufbuild/protobuf@2.13.0"]);
   mkdirSync(path.join(consumer, "src"));
   for (const f of ["submit.ts", "worker.ts"]) copyFileSync(path.join(CLIENT_DIR, "examples", f), path.join(consumer, "src", f));
 }, 600_000);
@@ -94,4 +97,70 @@ describe("@leasehold/client from its tarball", () => {
       expect(worker.output()).toMatch(/worker stopped: \{"claimed":5,"completed":3,"failed":2,"dropped":0,"released":0\}/);
     });
   }
+});
+
+/** npx-free: the consumer's own buf binary, with a cache of its own and no network to the BSR needed. */
+function buf(args: string[]) {
+  return runCommand(path.join(consumer, "node_modules", ".bin", "buf"), args, {
+    cwd: consumer,
+    env: { BUF_CACHE_DIR: path.join(consumer, ".buf-cache") },
+  });
+}
+
+describe("the contract in the package, offline", () => {
+  const shipped = () => path.join(consumer, "node_modules", "@leasehold", "client");
+
+  it("generates stubs in the consumer's project with buf and protoc-gen-es, and they type-check", async () => {
+    writeFileSync(
+      path.join(consumer, "buf.gen.yaml"),
+      [
+        "version: v2",
+        "inputs:",
+        "  - directory: node_modules/@leasehold/client/proto",
+        "plugins:",
+        "  - local: node_modules/.bin/protoc-gen-es",
+        "    out: stubs/gen",
+        "    include_imports: true",
+        "    opt: [target=ts, import_extension=js]",
+        "",
+      ].join("\n"),
+    );
+    const gen = await buf(["generate"]);
+    expect(gen.code, gen.output).toBe(0);
+    const stub = readFileSync(path.join(consumer, "stubs", "gen", "leasehold", "queue", "v1", "queue_pb.ts"), "utf8");
+    expect(stub).toMatch(/export const QueueService: GenService</);
+    writeFileSync(
+      path.join(consumer, "stubs", "use.ts"),
+      'import { create } from "@bufbuild/protobuf";\nimport { CreateJobRequestSchema } from "./gen/leasehold/queue/v1/queue_pb.js";\n' +
+        'export const req = create(CreateJobRequestSchema, { workload: "thumbs" });\n',
+    );
+    writeFileSync(
+      path.join(consumer, "stubs", "tsconfig.json"),
+      JSON.stringify({
+        compilerOptions: { module: "NodeNext", moduleResolution: "NodeNext", strict: true, noEmit: true, target: "ES2022" },
+      }),
+    );
+    const r = await tsc(path.join(consumer, "stubs"));
+    expect(r.output).toBe("");
+    expect(r.code).toBe(0);
+  });
+
+  it("buf breaking: the same release passes, a newer one with a renamed field fails with exit 100", async () => {
+    // What the consumer built against, kept in their repository.
+    mkdirSync(path.join(consumer, "contract"), { recursive: true });
+    copyFileSync(path.join(shipped(), "leasehold.binpb"), path.join(consumer, "contract", "leasehold.binpb"));
+    const same = await buf(["breaking", "node_modules/@leasehold/client/proto", "--against", "contract/leasehold.binpb"]);
+    expect(same.code, same.output).toBe(0);
+
+    // A newer release's proto module with a field renamed.
+    const newer = path.join(consumer, "newer-proto");
+    cpSync(path.join(shipped(), "proto"), newer, { recursive: true });
+    const file = path.join(newer, "leasehold", "queue", "v1", "queue.proto");
+    const text = readFileSync(file, "utf8");
+    expect(text).toMatch(/string input_sha256 = 3;/);
+    writeFileSync(file, text.replace("string input_sha256 = 3;", "string input_digest = 3;"));
+    const broken = await buf(["breaking", "newer-proto", "--against", "contract/leasehold.binpb"]);
+    expect(broken.code, broken.output).toBe(100);
+    expect(broken.output).toMatch(/input_sha256/);
+  });
 });
