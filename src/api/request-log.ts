@@ -31,6 +31,7 @@ export function logWhenClosed(logger: Logger, req: NodeRequest, res: NodeRespons
       code,
       duration_ms: Math.round((performance.now() - start) * 1000) / 1000,
       aborted: res.writableFinished ? undefined : true,
+      refusal: info.refusal,
     };
     if (info.error !== undefined) logger.error({ ...line, err: info.error }, "request failed");
     else logger.info(line, "request");
