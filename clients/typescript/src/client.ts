@@ -88,7 +88,7 @@ export class Client {
     try {
       return await fn(this.rpc, { timeoutMs: this.timeoutMs, ...opts });
     } catch (e) {
-      throw toLeaseholdError(methodName(method), e);
+      throw toLeaseholdError(methodName(method), e, opts.signal?.aborted ?? false);
     }
   }
 
@@ -165,7 +165,7 @@ export class Client {
         }
         // The coordinator ends a stream when it shuts down (or the job turned final between frames).
       } catch (e) {
-        const err = toLeaseholdError("WatchJob", e);
+        const err = toLeaseholdError("WatchJob", e, options.signal?.aborted ?? false);
         if (!(err instanceof UnavailableError) || options.signal?.aborted) throw err;
       }
       await sleep(delayMs * (0.5 + Math.random() / 2), options.signal);

@@ -141,10 +141,18 @@ export function errorFor(code: ErrorCode, message: string, init: Omit<LeaseholdE
   return new cls(message, { ...init, code });
 }
 
-/** Any error thrown by a call of `method` as a LeaseholdError, its rich details read. */
-export function toLeaseholdError(method: string, err: unknown): LeaseholdError {
+/**
+ * Any error thrown by a call of `method` as a LeaseholdError, its rich details read. A call the
+ * caller did not abort that ends "cancelled" lost its connection (an HTTP/2 stream or session
+ * reset by the network or a proxy): that is `unavailable`, as a refused connection is, on every
+ * transport alike.
+ */
+export function toLeaseholdError(method: string, err: unknown, callerAborted = false): LeaseholdError {
   if (err instanceof LeaseholdError) return err;
   const ce = ConnectError.from(err);
+  if (ce.code === Code.Canceled && !callerAborted) {
+    return errorFor("unavailable", `${method}: connection lost: ${ce.rawMessage}`, { cause: err });
+  }
   const violations: FieldViolation[] = [];
   for (const br of ce.findDetails(BadRequestSchema)) {
     for (const v of br.fieldViolations) violations.push({ field: v.field, description: v.description });

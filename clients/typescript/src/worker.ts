@@ -160,7 +160,7 @@ export class Worker implements WorkerContext {
     try {
       return await fn();
     } catch (e) {
-      throw toLeaseholdError(method, e);
+      throw toLeaseholdError(method, e, this.poll.signal.aborted);
     }
   }
 
