@@ -152,24 +152,40 @@ export class Client {
   async *watch(jobId: string, options: WaitOptions = {}): AsyncGenerator<WatchJobResponse> {
     let afterEventId = 0n;
     let delayMs = 100;
-    const deadline = options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs;
-    for (;;) {
-      const left = deadline === undefined ? undefined : deadline - Date.now();
-      if (left !== undefined && left <= 0) throw new DeadlineExceededError(`WatchJob: not final within ${options.timeoutMs} ms`);
-      try {
-        for await (const update of this.rpc.watchJob({ jobId, afterEventId }, { signal: options.signal, timeoutMs: left })) {
-          delayMs = 100;
-          if (update.update.case === "event") afterEventId = update.update.value.id;
-          yield update;
-          if (isFinalUpdate(update)) return;
+    // One signal for the caller's abort and the bound, cleared on the way out: connect-es' own
+    // timeoutMs leaves its timer running when a stream is left early, holding a Node program open.
+    const stop = new AbortController();
+    const onAbort = () => stop.abort(options.signal?.reason);
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    if (options.signal?.aborted) onAbort();
+    const timer =
+      options.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => stop.abort(new DeadlineExceededError(`WatchJob: not final within ${options.timeoutMs} ms`)), options.timeoutMs);
+    try {
+      for (;;) {
+        try {
+          for await (const update of this.rpc.watchJob({ jobId, afterEventId }, { signal: stop.signal })) {
+            delayMs = 100;
+            if (update.update.case === "event") afterEventId = update.update.value.id;
+            yield update;
+            if (isFinalUpdate(update)) return;
+          }
+          // The coordinator ends a stream when it shuts down: open it again.
+        } catch (e) {
+          if (stop.signal.reason instanceof DeadlineExceededError) throw stop.signal.reason;
+          const err = toLeaseholdError("WatchJob", e, stop.signal.aborted);
+          if (!(err instanceof UnavailableError)) throw err;
         }
-        // The coordinator ends a stream when it shuts down (or the job turned final between frames).
-      } catch (e) {
-        const err = toLeaseholdError("WatchJob", e, options.signal?.aborted ?? false);
-        if (!(err instanceof UnavailableError) || options.signal?.aborted) throw err;
+        await sleep(delayMs * (0.5 + Math.random() / 2), stop.signal).catch((reason: unknown) => {
+          throw reason instanceof DeadlineExceededError ? reason : toLeaseholdError("WatchJob", reason, true);
+        });
+        delayMs = Math.min(delayMs * 2, 5000);
       }
-      await sleep(delayMs * (0.5 + Math.random() / 2), options.signal);
-      delayMs = Math.min(delayMs * 2, 5000);
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener("abort", onAbort);
+      stop.abort();
     }
   }
 
