@@ -3,6 +3,7 @@
 // connections, a table of bad inputs): the same statuses, failure explanation, result order and
 // error codes. Each client runs its own Worker, in its own process, through a TCP proxy the
 // scenario asks to cut every connection (POST to RESET_URL).
+import { cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
 import http from "node:http";
 import path from "node:path";
@@ -23,8 +24,10 @@ let resetUrl: string;
 const sockets = new Set<net.Socket>();
 let proxy: net.Server;
 let control: http.Server;
+let tsPackage: string | undefined;
 
 beforeAll(async () => {
+  mkdirSync(path.join(ROOT, "test-artifacts"), { recursive: true });
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 30, defaultMaxAttempts: 3, maxTasksPerJob: 100 });
@@ -54,12 +57,21 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => control.listen(0, "127.0.0.1", r));
   resetUrl = `http://127.0.0.1:${(control.address() as net.AddressInfo).port}/reset`;
-  // The TypeScript scenario imports the client's built dist/.
-  const build = await runCommand(process.execPath, ["scripts/build.mjs"], { cwd: CLIENT_DIR, timeoutMs: 300_000 });
+  // The TypeScript scenario imports the client's built dist/, from a copy of the package of its own
+  // (in the git-ignored test-artifacts/, so its imports resolve in the root node_modules): another test file packing the
+  // package at the same time rebuilds clients/typescript/dist.
+  tsPackage = mkdtempSync(path.join(ROOT, "test-artifacts", "leasehold-parity-"));
+  for (const f of ["package.json", "tsconfig.json", "src", "test"])
+    cpSync(path.join(CLIENT_DIR, f), path.join(tsPackage, f), { recursive: true });
+  const build = await runCommand(process.execPath, [path.join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json"], {
+    cwd: tsPackage,
+    timeoutMs: 300_000,
+  });
   if (build.code !== 0) throw new Error(`building the TypeScript client failed:\n${build.output}`);
 }, 600_000);
 
 afterAll(async () => {
+  if (tsPackage) rmSync(tsPackage, { recursive: true, force: true });
   for (const s of sockets) s.destroy();
   await new Promise((r) => proxy?.close(r));
   await new Promise((r) => control?.close(r));
@@ -77,7 +89,7 @@ async function scenario(client: "ts" | "py", transport: string): Promise<unknown
   };
   const r =
     client === "ts"
-      ? await runCommand(process.execPath, ["--import", "tsx", "test/parity-scenario.ts"], { cwd: CLIENT_DIR, env, timeoutMs: 240_000 })
+      ? await runCommand(process.execPath, ["--import", "tsx", "test/parity-scenario.ts"], { cwd: tsPackage!, env, timeoutMs: 240_000 })
       : await runCommand(inject("python"), [path.join(ROOT, "test", "support", "parity_scenario.py")], {
           cwd: ROOT,
           env: { ...env, PYTHONPATH: path.join(ROOT, "clients", "python"), PYTHONDONTWRITEBYTECODE: "1" },
