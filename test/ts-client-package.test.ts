@@ -6,7 +6,7 @@
 // protoc-gen-es from its self-contained proto module, and `buf breaking` of a newer release against
 // the image (leasehold.binpb) built against, which must fail (exit 100) on a breaking change.
 import { spawn } from "node:child_process";
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createClient } from "@connectrpc/connect";
@@ -25,6 +25,7 @@ let pool: pg.Pool;
 let server: ApiServer;
 let url: string;
 let consumer: string;
+let packDir: string | undefined;
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -41,13 +42,15 @@ beforeAll(async () => {
   const admin = createClient(QueueService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
   await admin.putWorkload({ name: "thumbs", maxAttempts: 3, leaseSeconds: 30 });
 
-  const tarball = await packClient(mkdtempSync(path.join(os.tmpdir(), "leasehold-pack-")));
+  packDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-pack-"));
+  const tarball = await packClient(packDir);
   consumer = await consumerProject(tarball, ["@bufbuild/buf@1.75.0", "@bufbuild/protoc-gen-es@2.13.0", "@bufbuild/protobuf@2.13.0"]);
   mkdirSync(path.join(consumer, "src"));
   for (const f of ["submit.ts", "worker.ts"]) copyFileSync(path.join(CLIENT_DIR, "examples", f), path.join(consumer, "src", f));
 }, 600_000);
 
 afterAll(async () => {
+  for (const dir of [packDir, consumer]) if (dir) rmSync(dir, { recursive: true, force: true });
   await server?.close(2000);
   await pool?.end();
   await db?.drop();
