@@ -13,7 +13,17 @@ import tseslint from "typescript-eslint";
 const TYPED_SQL = ["src/store/postgres/*.ts"];
 
 export default tseslint.config(
-  { ignores: ["gen/**", "node_modules/**", ".data/**", "examples/**", "dist/**"] },
+  {
+    ignores: [
+      "gen/**",
+      "node_modules/**",
+      ".data/**",
+      "examples/**",
+      "dist/**",
+      "clients/typescript/src/gen/**",
+      "clients/typescript/dist/**",
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

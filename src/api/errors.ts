@@ -157,6 +157,21 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
   return new ConnectError(m.message, m.code, { [REQUEST_ID_HEADER]: requestId }, details, err);
 }
 
+/**
+ * A request message that cannot be decoded (a wrong wire type or a truncated field in binary, a
+ * value of the wrong type in JSON): a client mistake, so INVALID_ARGUMENT with a BadRequest
+ * naming the field where the decoder names one (else the message) and what failed, the same on
+ * gRPC, Connect binary and Connect JSON. The decoder's error stays as the cause, for the log.
+ */
+export function undecodable(typeName: string, format: "binary" | "JSON", err: unknown): ValidationError {
+  const text = err instanceof Error ? err.message : String(err);
+  const field = /cannot decode field [\w.]+\.(\w+) from/.exec(text)?.[1] ?? typeName;
+  const detail = text.startsWith("cannot decode") ? text : `cannot decode ${typeName} from ${format}: ${text}`;
+  const v = new ValidationError(field, detail);
+  v.cause = err;
+  return v;
+}
+
 export interface RestErrorBody {
   error: {
     code: string;

@@ -21,6 +21,8 @@ export interface RequestInfo {
   code?: string;
   /** CreateJob: false for an idempotent replay (REST answers 200 instead of 201). */
   created?: boolean;
+  /** Why the request was refused before its handler ran (a message that cannot be decoded): logged. */
+  refusal?: string;
   /** An unexpected error (mapped to INTERNAL): logged server side, never sent. */
   error?: unknown;
 }

@@ -85,6 +85,7 @@ export function logWhenClosed(
       duration_ms: durationMs,
       slow: isSlow(info, durationMs, slowMs) ? true : undefined,
       aborted: res.writableFinished ? undefined : true,
+      refusal: info.refusal,
     };
     if (level === "error") logger.error({ ...line, err: info.error }, "request failed");
     else logger[level](line, line.slow ? "slow request" : "request");

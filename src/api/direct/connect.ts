@@ -8,14 +8,13 @@
 // HTTP status of its code, error metadata as headers.
 
 import { fromBinary, fromJsonString, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString, errorToJsonBytes, parseTimeout } from "@connectrpc/connect/protocol-connect";
 import { readBody } from "../body.js";
 import type { RequestInfo } from "../request-info.js";
 import type { JsonOptions, NodeRequest, NodeResponse } from "../rest.js";
 import { writeBinary } from "./binary-writer.js";
 import type { UnaryPath } from "./index.js";
-import { asConnectError, webHeaders, type UnaryInvoker } from "./invoke.js";
+import { asConnectError, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
 import { readJson } from "./json-reader.js";
 import { writeJson } from "./json-writer.js";
 
@@ -56,7 +55,7 @@ export function createConnectUnary(opts: {
         try {
           input = fromBinary(method.input, bytes);
         } catch (err) {
-          throw new ConnectError(`parse binary: ${(err as Error).message}`, Code.Internal);
+          throw refuseUndecodable(info, method, "binary", err);
         }
       } else {
         try {
@@ -65,7 +64,7 @@ export function createConnectUnary(opts: {
             plainJson(text, (json) => readJson(method.input, json, opts.jsonOptions)) ??
             fromJsonString(method.input, text, opts.jsonOptions);
         } catch (err) {
-          throw ConnectError.from(err, Code.InvalidArgument);
+          throw refuseUndecodable(info, method, "JSON", err);
         }
       }
       const answer = await opts.invoke(res, method, input, {

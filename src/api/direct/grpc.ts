@@ -21,7 +21,7 @@ import type { RequestInfo } from "../request-info.js";
 import type { NodeRequest, NodeResponse } from "../rest.js";
 import { writeBinary } from "./binary-writer.js";
 import type { UnaryPath } from "./index.js";
-import { asConnectError, webHeaders, type UnaryInvoker } from "./invoke.js";
+import { asConnectError, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
 
 export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvoker; maxBodyBytes: number }): UnaryPath {
   const methods = new Map<string, DescMethod>();
@@ -45,7 +45,13 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
   async function serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void> {
     info.protocol = "grpc";
     try {
-      const input = fromBinary(method.input, unaryMessage(await readGrpcBody(req, opts.maxBodyBytes)));
+      const bytes = unaryMessage(await readGrpcBody(req, opts.maxBodyBytes));
+      let input;
+      try {
+        input = fromBinary(method.input, bytes);
+      } catch (err) {
+        throw refuseUndecodable(info, method, "binary", err);
+      }
       const answer = await opts.invoke(res, method, input, {
         header: webHeaders(req),
         info,

@@ -25,7 +25,7 @@ import {
 } from "@connectrpc/connect";
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { type EarlyAnswer, earlyAnswerKey } from "../early-answer.js";
-import { HttpError, INTERNAL_MESSAGE } from "../errors.js";
+import { HttpError, INTERNAL_MESSAGE, toConnectError, undecodable } from "../errors.js";
 import { callControllerKey } from "../interceptors.js";
 import { requestInfoKey, type RequestInfo } from "../request-info.js";
 import type { NodeRequest, NodeResponse } from "../rest.js";
@@ -119,6 +119,18 @@ export async function withCallSignal<T>(
     res.removeListener("close", onClose);
     if (reusable) giveBackController(controller);
   }
+}
+
+/**
+ * The answer to a request message that cannot be decoded (see undecodable): INVALID_ARGUMENT
+ * with its BadRequest and request id, recorded for the request's log line with the decoder's error.
+ */
+export function refuseUndecodable(info: RequestInfo, method: DescMethod, format: "binary" | "JSON", err: unknown): ConnectError {
+  const refused = undecodable(method.input.typeName, format, err);
+  info.operation ??= method.name;
+  info.code ??= "invalid_argument";
+  info.refusal ??= refused.message;
+  return toConnectError(refused, info.requestId);
 }
 
 /** A failure as connect-es reports it: the chain's own are ConnectErrors already; one before the chain (body, framing, decoding) becomes one. */

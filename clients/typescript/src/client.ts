@@ -1,0 +1,308 @@
+// The submitter's and operator's client: every call of the QueueService they make, typed with the
+// generated messages, with pages read through and a watch that survives reconnects.
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { createClient, type Client as RpcClient, type CallOptions } from "@connectrpc/connect";
+import { openTransport, type OpenTransport } from "#transport";
+import { DeadlineExceededError, toLeaseholdError, UnavailableError } from "./errors.js";
+import type { ConnectionOptions } from "./options.js";
+import {
+  JobEventKind,
+  JobStatus,
+  QueueService,
+  type CreateJobRequestSchema,
+  type CreateJobResponse,
+  type GetJobResponse,
+  type GetTaskResponse,
+  type Job,
+  type PutKeyLimitResponse,
+  type PutScheduleRequestSchema,
+  type PutScheduleResponse,
+  type PutWorkloadRequestSchema,
+  type ResultManifest,
+  type RetryJobResponse,
+  type Schedule,
+  type TaskDetail,
+  type TaskSpecSchema,
+  type TaskStatus,
+  type WatchJobResponse,
+  type Workload,
+  type ListWorkloadKeysResponse,
+} from "./gen/leasehold/queue/v1/queue_pb.js";
+
+/** A chunk of a job as submitted (`{ chunkIndex, inputUri, inputSha256, parameters? }`). */
+export type TaskSpecInit = MessageInitShape<typeof TaskSpecSchema>;
+/** Everything of a CreateJob request besides its workload and tasks. */
+export type CreateJobOptions = Omit<MessageInitShape<typeof CreateJobRequestSchema>, "workload" | "tasks" | "$typeName">;
+/** A workload's settings (PutWorkload) besides its name. */
+export type WorkloadOptions = Omit<MessageInitShape<typeof PutWorkloadRequestSchema>, "name" | "$typeName">;
+/** A schedule's settings (PutSchedule) besides its name, cron and job. */
+export type ScheduleOptions = Omit<MessageInitShape<typeof PutScheduleRequestSchema>, "name" | "cron" | "job" | "$typeName">;
+
+/** The job states that do not change any more. */
+export const FINAL_JOB_STATUSES: readonly JobStatus[] = [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED];
+
+/** Options of one call that waits: an AbortSignal, and a bound in milliseconds. */
+export interface WaitOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+/**
+ * A client for submitters and operators.
+ *
+ * @example
+ * const client = new Client("http://127.0.0.1:8080", { token, transport: "grpc" });
+ * const { job } = await client.createJob("render", [{ chunkIndex: 0, inputUri: "s3://in/0", inputSha256: sha }]);
+ * for await (const update of client.watch(job!.id)) console.log(update.update.case);
+ * for await (const m of client.results(job!.id)) console.log(m.chunkIndex, m.resultUri);
+ * client.close();
+ */
+export class Client {
+  readonly url: string;
+  private readonly open: OpenTransport;
+  private readonly rpc: RpcClient<typeof QueueService>;
+  private readonly timeoutMs: number;
+
+  constructor(url: string, options: ConnectionOptions = {}) {
+    this.url = url.replace(/\/+$/, "");
+    this.open = openTransport(this.url, options);
+    this.rpc = createClient(QueueService, this.open.transport);
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+  }
+
+  /** Closes the client's connections (a Node program then exits once it is done). */
+  close(): void {
+    this.open.close();
+  }
+
+  /** `client.close()` for `using client = new Client(...)`. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  private async call<K extends keyof RpcClient<typeof QueueService>, R>(
+    method: K,
+    fn: (rpc: RpcClient<typeof QueueService>, opts: CallOptions) => Promise<R>,
+    opts: CallOptions = {},
+  ): Promise<R> {
+    try {
+      return await fn(this.rpc, { timeoutMs: this.timeoutMs, ...opts });
+    } catch (e) {
+      throw toLeaseholdError(methodName(method), e, opts.signal?.aborted ?? false);
+    }
+  }
+
+  /**
+   * Creates a job of `tasks` (or of one task from `options.inputUri`); with an `idempotencyKey`, the
+   * same request again returns the first job.
+   */
+  createJob(workload: string, tasks: TaskSpecInit[], options: CreateJobOptions = {}): Promise<CreateJobResponse> {
+    return this.call("createJob", (r, o) => r.createJob({ ...options, workload, tasks }, o));
+  }
+
+  /** The job with its task counts, progress and, while it is failed, the failure that failed it. */
+  getJob(jobId: string): Promise<GetJobResponse> {
+    return this.call("getJob", (r, o) => r.getJob({ jobId }, o));
+  }
+
+  /** One task with its attempts (oldest first) and, while pending, why it waits. */
+  getTask(taskId: string): Promise<GetTaskResponse> {
+    return this.call("getTask", (r, o) => r.getTask({ taskId }, o));
+  }
+
+  /** The job's tasks with their attempts, in chunk order, every page; `status` filters. */
+  async *listTasks(jobId: string, options: { status?: TaskStatus; pageSize?: number } = {}): AsyncGenerator<TaskDetail> {
+    let pageToken = "";
+    do {
+      const page = await this.call("listTasks", (r, o) =>
+        r.listTasks({ jobId, status: options.status, pageSize: options.pageSize ?? 0, pageToken }, o),
+      );
+      yield* page.tasks;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  }
+
+  /** Jobs, newest first, every page; filtered by `status`, `workload`, `scheduleName`. */
+  async *listJobs(options: { status?: JobStatus; workload?: string; scheduleName?: string; pageSize?: number } = {}): AsyncGenerator<Job> {
+    let pageToken = "";
+    do {
+      const page = await this.call("listJobs", (r, o) => r.listJobs({ ...options, pageSize: options.pageSize ?? 0, pageToken }, o));
+      yield* page.jobs;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  }
+
+  /** The result manifests of the job's completed tasks, in chunk order, every page. */
+  async *results(jobId: string, options: { pageSize?: number } = {}): AsyncGenerator<ResultManifest> {
+    let pageToken = "";
+    do {
+      const page = await this.call("listCompletedResults", (r, o) =>
+        r.listCompletedResults({ jobId, pageSize: options.pageSize ?? 0, pageToken }, o),
+      );
+      yield* page.results;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  }
+
+  /**
+   * A snapshot of the job, then every event until the job is final. A stream the network or the
+   * coordinator breaks is opened again from the last event seen (`after_event_id`), with backoff,
+   * so no event is lost or repeated (the resumed stream sends no second snapshot).
+   */
+  async *watch(jobId: string, options: WaitOptions = {}): AsyncGenerator<WatchJobResponse> {
+    let afterEventId = 0n;
+    let delayMs = 100;
+    // One signal for the caller's abort and the bound, cleared on the way out: connect-es' own
+    // timeoutMs leaves its timer running when a stream is left early, holding a Node program open.
+    const stop = new AbortController();
+    const onAbort = () => stop.abort(options.signal?.reason);
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    if (options.signal?.aborted) onAbort();
+    const timer =
+      options.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => stop.abort(new DeadlineExceededError(`WatchJob: not final within ${options.timeoutMs} ms`)), options.timeoutMs);
+    try {
+      for (;;) {
+        try {
+          for await (const update of this.rpc.watchJob({ jobId, afterEventId }, { signal: stop.signal })) {
+            delayMs = 100;
+            if (update.update.case === "event") afterEventId = update.update.value.id;
+            yield update;
+            if (isFinalUpdate(update)) return;
+          }
+          // The coordinator ends a stream when it shuts down: open it again.
+        } catch (e) {
+          if (stop.signal.reason instanceof DeadlineExceededError) throw stop.signal.reason;
+          const err = toLeaseholdError("WatchJob", e, stop.signal.aborted);
+          if (!(err instanceof UnavailableError)) throw err;
+        }
+        await sleep(delayMs * (0.5 + Math.random() / 2), stop.signal).catch((reason: unknown) => {
+          throw reason instanceof DeadlineExceededError ? reason : toLeaseholdError("WatchJob", reason, true);
+        });
+        delayMs = Math.min(delayMs * 2, 5000);
+      }
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener("abort", onAbort);
+      stop.abort();
+    }
+  }
+
+  /** Waits until the job is final and returns it (following its watch). */
+  async wait(jobId: string, options: WaitOptions = {}): Promise<Job> {
+    let job: Job | undefined;
+    for await (const u of this.watch(jobId, options)) {
+      if (u.update.case === "snapshot" && u.update.value.job) job = u.update.value.job;
+    }
+    const snap = await this.getJob(jobId);
+    return snap.job ?? job!;
+  }
+
+  /** Cancels the job (its unfinished tasks with it); cancelling a final job changes nothing. */
+  async cancel(jobId: string, reason = ""): Promise<Job> {
+    return (await this.call("cancelJob", (r, o) => r.cancelJob({ jobId, reason }, o))).job!;
+  }
+
+  /** Runs a failed or cancelled job's unfinished tasks again; `maxAttempts` raises their budget. */
+  retry(jobId: string, options: { maxAttempts?: number } = {}): Promise<RetryJobResponse> {
+    return this.call("retryJob", (r, o) => r.retryJob({ jobId, maxAttempts: options.maxAttempts }, o));
+  }
+
+  /** Creates or updates a workload (admin). */
+  async putWorkload(name: string, options: WorkloadOptions = {}): Promise<Workload> {
+    return (await this.call("putWorkload", (r, o) => r.putWorkload({ ...options, name }, o))).workload!;
+  }
+
+  /** Every workload the coordinator knows. */
+  async listWorkloads(): Promise<Workload[]> {
+    return (await this.call("listWorkloads", (r, o) => r.listWorkloads({}, o))).workloads;
+  }
+
+  /** One concurrency key's own cap of leased tasks in a workload (admin). */
+  putKeyLimit(workload: string, key: string, maxLeased: number): Promise<PutKeyLimitResponse> {
+    return this.call("putKeyLimit", (r, o) => r.putKeyLimit({ name: workload, key, maxLeased }, o));
+  }
+
+  /** The busiest concurrency keys of a workload, with their counts and caps. */
+  listWorkloadKeys(workload: string, limit = 0): Promise<ListWorkloadKeysResponse> {
+    return this.call("listWorkloadKeys", (r, o) => r.listWorkloadKeys({ name: workload, limit }, o));
+  }
+
+  /** Stops leasing the workload's tasks (held leases run on; jobs are still accepted). */
+  async pause(workload: string): Promise<Workload> {
+    return (await this.call("pauseWorkload", (r, o) => r.pauseWorkload({ name: workload }, o))).workload!;
+  }
+
+  /** Leases the workload's tasks again. */
+  async resume(workload: string): Promise<Workload> {
+    return (await this.call("resumeWorkload", (r, o) => r.resumeWorkload({ name: workload }, o))).workload!;
+  }
+
+  /** Creates or replaces a schedule that creates `job` at each time of `cron`. */
+  putSchedule(
+    name: string,
+    cron: string,
+    job: MessageInitShape<typeof CreateJobRequestSchema>,
+    options: ScheduleOptions = {},
+  ): Promise<PutScheduleResponse> {
+    return this.call("putSchedule", (r, o) => r.putSchedule({ ...options, name, cron, job }, o));
+  }
+
+  /** One schedule. */
+  async getSchedule(name: string): Promise<Schedule> {
+    return (await this.call("getSchedule", (r, o) => r.getSchedule({ name }, o))).schedule!;
+  }
+
+  /** Every schedule. */
+  async listSchedules(): Promise<Schedule[]> {
+    return (await this.call("listSchedules", (r, o) => r.listSchedules({}, o))).schedules;
+  }
+
+  /** Deletes a schedule (its jobs stay). */
+  async deleteSchedule(name: string): Promise<Schedule> {
+    return (await this.call("deleteSchedule", (r, o) => r.deleteSchedule({ name }, o))).schedule!;
+  }
+
+  /** Stops a schedule from firing. */
+  async pauseSchedule(name: string): Promise<Schedule> {
+    return (await this.call("pauseSchedule", (r, o) => r.pauseSchedule({ name }, o))).schedule!;
+  }
+
+  /** Lets a paused schedule fire again. */
+  async resumeSchedule(name: string): Promise<Schedule> {
+    return (await this.call("resumeSchedule", (r, o) => r.resumeSchedule({ name }, o))).schedule!;
+  }
+}
+
+/** Parameters of a job or task as a JSON object (what `google.protobuf.Struct` fields take). */
+export type Parameters = JsonObject;
+
+function isFinalUpdate(u: WatchJobResponse): boolean {
+  if (u.update.case === "snapshot") return !!u.update.value.job && FINAL_JOB_STATUSES.includes(u.update.value.job.status);
+  if (u.update.case === "event")
+    return FINAL_JOB_STATUSES.includes(u.update.value.jobStatus) && u.update.value.kind === JobEventKind.JOB_STATUS;
+  return false;
+}
+
+/** `createJob` → `CreateJob`, the method's name in the proto and in the coordinator's log. */
+export function methodName(key: string | number | symbol): string {
+  const s = String(key);
+  return s.charAt(0).toUpperCase() + s.slice(1);
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(done, ms);
+    function done() {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }
+    function onAbort() {
+      clearTimeout(t);
+      reject(signal!.reason);
+    }
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

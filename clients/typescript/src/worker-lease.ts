@@ -1,0 +1,309 @@
+// A worker's leases (heartbeats, progress, cancellation, giving a task back) and the reporter that
+// sends their outcomes: failures one by one, results in one CompleteTasks whose claim_next leases
+// the next tasks for the lanes the results free.
+import type { Client as RpcClient } from "@connectrpc/connect";
+import { LeaseholdError } from "./errors.js";
+import { sleep } from "./client.js";
+import type { QueueService, Task as TaskMessage, ClaimTasksRequest } from "./gen/leasehold/queue/v1/queue_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ClaimTasksRequestSchema } from "./gen/leasehold/queue/v1/queue_pb.js";
+import { errorCodeOf, errorMessageOf, Task, TaskCancelledError, TaskError, type Result } from "./task.js";
+
+/** Where a worker's log lines go (`console` fits). */
+export interface Logger {
+  debug(message: string): void;
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+/** What the leases and the reporter need of their worker. */
+export interface WorkerContext {
+  readonly workerId: string;
+  readonly rpc: RpcClient<typeof QueueService>;
+  readonly leases: Map<string, Lease>;
+  readonly stats: { completed: number; failed: number; dropped: number; released: number };
+  readonly log: Logger;
+  readonly options: { heartbeatIntervalMs?: number; leaseSeconds?: number; batchResults: boolean };
+  readonly stopping: boolean;
+  claimsRefused: boolean;
+  call<T>(method: string, fn: () => Promise<T>): Promise<T>;
+  start(message: TaskMessage): void;
+  changed(): void;
+  claimNext(lanes: number): MessageInitShape<typeof ClaimTasksRequestSchema> | undefined;
+}
+
+/** A handler's outcome waiting to be reported. */
+export interface Outcome {
+  lease: Lease;
+  result?: Result;
+  error?: unknown;
+}
+
+/** Whether a refusal says the task was cancelled (its result is still kept within the lease), not that the lease is gone. */
+function isCancellation(e: LeaseholdError): boolean {
+  return e.code === "aborted" && e.message.includes("was cancelled");
+}
+
+function transient(e: LeaseholdError): boolean {
+  return e.code === "unavailable" || e.code === "deadline_exceeded" || e.code === "internal" || e.code === "unknown";
+}
+
+/** One leased task: its heartbeats and its handler's cancellation. */
+export class Lease {
+  readonly key: string;
+  readonly task: Task;
+  finished = false;
+  /** The lease is no longer this worker's (expired, re-leased, given back): its result is dropped. */
+  lost = false;
+  private readonly abort = new AbortController();
+  private readonly intervalMs: number;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private beatFailing = false;
+
+  constructor(
+    private readonly w: WorkerContext,
+    message: TaskMessage,
+  ) {
+    this.key = `${message.id}:${message.attempt}`;
+    this.task = new Task(message, w.workerId, this.abort.signal, (task, f, m, u) => this.progress(f, m, u));
+    const leaseMs = this.task.leaseExpiresAt ? this.task.leaseExpiresAt.getTime() - Date.now() : 30_000;
+    this.intervalMs = w.options.heartbeatIntervalMs ?? Math.max(500, leaseMs / 3);
+  }
+
+  private request() {
+    return { taskId: this.task.id, workerId: this.w.workerId, attempt: this.task.attempt, leaseSeconds: this.w.options.leaseSeconds };
+  }
+
+  /** Schedules the next heartbeat. */
+  beat(delayMs = this.intervalMs): void {
+    this.stopBeats();
+    this.timer = setTimeout(() => void this.renew(), delayMs);
+  }
+
+  stopBeats(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private renewed(task: TaskMessage | undefined): void {
+    if (task?.leaseExpiresAt) this.task.leaseExpiresAt = new Date(Number(task.leaseExpiresAt.seconds) * 1000);
+  }
+
+  private async renew(): Promise<void> {
+    if (this.lost || !this.w.leases.has(this.key)) return;
+    try {
+      const res = await this.w.call("RenewLease", () => this.w.rpc.renewLease(this.request()));
+      this.beatFailing = false;
+      this.renewed(res.task);
+      this.beat();
+    } catch (e) {
+      const err = e as LeaseholdError;
+      if (err.code === "aborted" || err.code === "not_found") {
+        if (this.finished && !isCancellation(err)) this.lost = true;
+        else this.refused(err);
+        return;
+      }
+      if (!this.beatFailing) this.w.log.warn(`heartbeat of task ${this.task.id} failed (${String(err)}); retrying`);
+      this.beatFailing = true;
+      this.beat(Math.min(this.intervalMs, 1000) * (0.5 + Math.random() / 2));
+    }
+  }
+
+  private async progress(fraction: number, message: string, partialResultUri: string): Promise<void> {
+    this.task.throwIfCancelled();
+    try {
+      const res = await this.w.call("ReportProgress", () =>
+        this.w.rpc.reportProgress({
+          ...this.request(),
+          progress: Math.min(Math.max(fraction, 0), 1),
+          message: message.slice(0, 1000),
+          partialResultUri,
+        }),
+      );
+      this.renewed(res.task);
+      this.beat();
+    } catch (e) {
+      if (!(e instanceof LeaseholdError)) throw e;
+      if (e.code === "aborted" || e.code === "not_found") {
+        this.refused(e);
+        throw new TaskCancelledError(`${e.code}: ${e.message}`);
+      }
+      this.w.log.warn(`progress of task ${this.task.id} not reported (${String(e)})`);
+    }
+  }
+
+  /** A heartbeat or progress report refused: the task was cancelled (result still kept), or the lease lost. */
+  private refused(e: LeaseholdError): void {
+    if (!isCancellation(e)) this.lost = true;
+    this.stopBeats();
+    this.w.log.info(
+      `task ${this.task.id} (attempt ${this.task.attempt}): ${e.message}; its handler is told to stop (request id ${e.requestId})`,
+    );
+    this.abort.abort(new TaskCancelledError(`${e.code}: ${e.message}`));
+  }
+
+  /** Gives the task back as a retryable failure due at once, so another worker leases it now. */
+  giveBack(why: string): void {
+    this.lost = true;
+    this.stopBeats();
+    this.abort.abort(new TaskCancelledError(`worker draining: ${why}`));
+    void this.w
+      .call("FailTask", () =>
+        this.w.rpc.failTask({
+          ...this.request(),
+          errorCode: "worker_draining",
+          errorMessage: why,
+          retryable: true,
+          retryAfterSeconds: 0,
+        }),
+      )
+      .then(
+        () => this.w.stats.released++,
+        (e: unknown) => this.w.log.warn(`task ${this.task.id} not given back (${String(e)}); its lease will expire`),
+      )
+      .finally(() => this.forget());
+  }
+
+  /** The lease leaves the worker: its lane is free. */
+  forget(): void {
+    this.stopBeats();
+    if (this.w.leases.delete(this.key)) this.w.changed();
+  }
+}
+
+const MAX_BATCH = 100;
+
+/** Sends outcomes as they come, one report at a time; outcomes arriving meanwhile go in the next. */
+export class Reporter {
+  private readonly outbox: Outcome[] = [];
+  private running: Promise<void> | undefined;
+
+  constructor(private readonly w: WorkerContext) {}
+
+  add(outcome: Outcome): void {
+    this.outbox.push(outcome);
+    // setImmediate-like: outcomes settled in the same turn go out together.
+    this.running ??= sleep(0).then(() => this.flush());
+  }
+
+  /** Resolves once every outcome handed over is reported (or dropped). */
+  async idle(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
+  private async flush(): Promise<void> {
+    try {
+      while (this.outbox.length) {
+        const batch = this.outbox.splice(0, this.w.options.batchResults ? MAX_BATCH : 1);
+        await this.report(batch).catch((e: unknown) => this.w.log.error(`reporting results failed: ${String(e)}`));
+      }
+    } finally {
+      this.running = undefined;
+    }
+  }
+
+  private async report(batch: Outcome[]): Promise<void> {
+    const live = batch.filter((o) => {
+      if (!o.lease.lost) return true;
+      this.w.stats.dropped++;
+      this.w.log.warn(`task ${o.lease.task.id}: lease lost, its outcome is dropped`);
+      o.lease.forget();
+      return false;
+    });
+    const failures = live.filter((o) => o.result === undefined);
+    const results = live.filter((o) => o.result !== undefined);
+    await Promise.all(failures.map((o) => this.sendFailure(o)));
+    if (results.length) await this.sendResults(results);
+  }
+
+  private async retrying<T>(method: string, fn: () => Promise<T>): Promise<T> {
+    let delay = 100;
+    for (;;) {
+      try {
+        return await this.w.call(method, fn);
+      } catch (e) {
+        if (!(e instanceof LeaseholdError) || !transient(e)) throw e;
+        this.w.log.warn(`${method} failed (${String(e)}); sending again`);
+        await sleep(delay * (0.5 + Math.random() / 2));
+        delay = Math.min(delay * 2, 5000);
+      }
+    }
+  }
+
+  private async sendFailure(o: Outcome): Promise<void> {
+    const err = o.error;
+    const retryable = err instanceof TaskError && err.retryable;
+    const lease = o.lease;
+    try {
+      await this.retrying("FailTask", () =>
+        this.w.rpc.failTask({
+          taskId: lease.task.id,
+          workerId: this.w.workerId,
+          attempt: lease.task.attempt,
+          errorCode: errorCodeOf(err),
+          errorMessage: errorMessageOf(err),
+          retryable,
+          retryAfterSeconds: err instanceof TaskError && err.retryAfterSeconds !== undefined ? Math.ceil(err.retryAfterSeconds) : undefined,
+        }),
+      );
+      this.w.stats.failed++;
+    } catch (e) {
+      this.w.stats.dropped++;
+      this.w.log.warn(`failure of task ${lease.task.id} refused (${String(e)}); dropped`);
+    } finally {
+      lease.forget();
+    }
+  }
+
+  private async sendResults(batch: Outcome[]): Promise<void> {
+    const results = batch.map((o) => ({
+      taskId: o.lease.task.id,
+      workerId: this.w.workerId,
+      attempt: o.lease.task.attempt,
+      resultUri: o.result!.uri,
+      resultSha256: o.result!.sha256,
+      metrics: o.result!.metrics,
+    }));
+    let claimNext = this.w.claimNext(batch.length);
+    let next: TaskMessage[] = [];
+    try {
+      if (this.w.options.batchResults) {
+        const res = await this.retrying("CompleteTasks", () => this.w.rpc.completeTasks({ results, claimNext }));
+        res.outcomes.forEach((out, i) => this.settled(batch[i], out.error ? `${out.error.code}: ${out.error.message}` : undefined));
+        next = res.nextTasks;
+      } else {
+        for (const [i, r] of results.entries()) {
+          try {
+            const res = await this.retrying("CompleteTask", () => this.w.rpc.completeTask({ ...r, claimNext }));
+            next.push(...res.nextTasks);
+            this.settled(batch[i], undefined);
+          } catch (e) {
+            if (!(e instanceof LeaseholdError)) throw e;
+            this.settled(batch[i], `${e.code}: ${e.message}`);
+          }
+          claimNext = undefined;
+        }
+      }
+    } catch (e) {
+      // A coordinator older than claim_next refuses the field: send again without it, from now on.
+      if (claimNext && e instanceof LeaseholdError && e.code === "invalid_argument" && e.message.includes("claim_next")) {
+        this.w.claimsRefused = true;
+        return this.sendResults(batch);
+      }
+      for (const o of batch) this.settled(o, String(e));
+    }
+    for (const t of next) this.w.start(t);
+  }
+
+  private settled(o: Outcome, refusal: string | undefined): void {
+    if (refusal === undefined) this.w.stats.completed++;
+    else {
+      this.w.stats.dropped++;
+      this.w.log.warn(`result of task ${o.lease.task.id} refused (${refusal}); dropped`);
+    }
+    o.lease.forget();
+  }
+}
+
+export type { ClaimTasksRequest };
