@@ -4,7 +4,7 @@ import { performance } from "node:perf_hooks";
 import type { Code } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import type { Logger } from "pino";
-import type { NodeRequest, NodeResponse } from "./rest.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
 import type { RequestInfo } from "./request-info.js";
 
 /** Writes the request's line when its response closes (finished or aborted). */
