@@ -15,6 +15,7 @@ import type {
   BatchCompletedAndClaimed,
   CallOptions,
   CancelJobInput,
+  ClaimOutcome,
   ClaimTasksInput,
   CompletedAndClaimed,
   CompleteOutcome,
@@ -56,6 +57,11 @@ export interface LongPollOptions {
   deadlineMarginMs?: number;
 }
 
+/** The queue a long poll wraps: with a claim that says when a rate limit's next token is due. */
+export interface ClaimingQueue extends QueueService {
+  claim(input: ClaimTasksInput, opts?: CallOptions): Promise<ClaimOutcome>;
+}
+
 interface Waiter {
   workloads: string[];
   wake: () => void;
@@ -74,7 +80,7 @@ export class LongPollingQueue implements QueueService {
   private readonly unsubscribe: () => void;
 
   constructor(
-    private readonly queue: QueueService,
+    private readonly queue: ClaimingQueue,
     wakes: WakeSource,
     private readonly options: LongPollOptions,
   ) {
@@ -89,16 +95,16 @@ export class LongPollingQueue implements QueueService {
   }
 
   async claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
-    return this.claimOrWait(input, opts, await this.queue.claimTasks(input, opts));
+    return this.claimOrWait(input, opts, await this.queue.claim(input, opts));
   }
 
   /** `first` is what a claim just found; while it is nothing, park until a wake, and claim again. */
-  private async claimOrWait(input: ClaimTasksInput, opts: CallOptions, first: Task[]): Promise<Task[]> {
+  private async claimOrWait(input: ClaimTasksInput, opts: CallOptions, first: ClaimOutcome): Promise<Task[]> {
     const waitMs = Math.max(0, (input.waitSeconds ?? 0) * 1000);
     const margin = this.options.deadlineMarginMs ?? 100;
     let until = Date.now() + waitMs;
     if (opts.deadline !== undefined) until = Math.min(until, opts.deadline - margin);
-    let tasks = first;
+    let { tasks, retryAfterMs } = first;
     for (;;) {
       if (tasks.length > 0 || this.closed || opts.signal?.aborted) return tasks;
       const left = until - Date.now();
@@ -108,14 +114,13 @@ export class LongPollingQueue implements QueueService {
       // intervals as there are of them (other coordinators' claims want the same tokens), so one
       // token does not wake them all at once; the bucket keeps tokens no claim took, up to the
       // burst, so a late retry loses none while the claims outnumber the rate.
-      const due = opts.claimRetryAfterMs === undefined ? Infinity : opts.claimRetryAfterMs * (1 + Math.random() * 2 * this.waiters.size);
-      opts.claimRetryAfterMs = undefined;
+      const due = retryAfterMs === undefined ? Infinity : retryAfterMs * (1 + Math.random() * 2 * this.waiters.size);
       // A claim refused by the rate limit sleeps until its token is due: a wake (a completion, a new
       // job) brings no token, and claiming again on every wake is what made such claims spin. It
       // parks on no workload, so it takes no wake from another claim; shutdown still ends it.
       await this.park(Number.isFinite(due) ? [] : input.workloads, Math.min(left, this.jitteredPoll(), due), opts.signal);
       if (this.closed || opts.signal?.aborted || Date.now() >= until) return [];
-      tasks = await this.queue.claimTasks(input, opts);
+      ({ tasks, retryAfterMs } = await this.queue.claim(input, opts));
     }
   }
 
@@ -124,7 +129,7 @@ export class LongPollingQueue implements QueueService {
   // first try, and only when it found nothing does the report park.
   async completeTaskAndClaim(input: CompleteTaskInput, next: ClaimTasksInput, opts: CallOptions = {}): Promise<CompletedAndClaimed> {
     const r = await this.queue.completeTaskAndClaim(input, next, opts);
-    return { task: r.task, next: await this.claimOrWait(next, opts, r.next) };
+    return { task: r.task, next: await this.claimOrWait(next, opts, { tasks: r.next }) };
   }
 
   async completeTasksAndClaim(
@@ -133,7 +138,7 @@ export class LongPollingQueue implements QueueService {
     opts: CallOptions = {},
   ): Promise<BatchCompletedAndClaimed> {
     const r = await this.queue.completeTasksAndClaim(inputs, next, opts);
-    return { outcomes: r.outcomes, next: await this.claimOrWait(next, opts, r.next) };
+    return { outcomes: r.outcomes, next: await this.claimOrWait(next, opts, { tasks: r.next }) };
   }
 
   async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
