@@ -19,6 +19,8 @@ export interface RequestInfo {
   code?: string;
   /** CreateJob: false for an idempotent replay (REST answers 200 instead of 201). */
   created?: boolean;
+  /** A failure's error type (NotFoundError, ValidationError, …), for the RPC span. */
+  errorType?: string;
   /** An unexpected error (mapped to INTERNAL): logged server side, never sent. */
   error?: unknown;
 }

@@ -5,45 +5,17 @@
 // WatchJob streams end at shutdown too (UNAVAILABLE: the client watches again elsewhere).
 
 import { UnavailableError } from "./errors.js";
-import type { PutScheduleInput, PutScheduleResult, Schedule } from "./schedules.js";
-import type { QueueService } from "./service.js";
+import type { ApiQueue } from "./service.js";
 import type {
-  KeyLimit,
-  ListWorkloadKeysInput,
-  ListWorkloadKeysResult,
-  PutKeyLimitInput,
   BatchCompletedAndClaimed,
   CallOptions,
-  CancelJobInput,
   ClaimOutcome,
   ClaimTasksInput,
   CompletedAndClaimed,
-  CompleteOutcome,
   CompleteTaskInput,
-  CreateJobInput,
-  CreateJobResult,
-  ExpireLeasesResult,
-  FailTaskInput,
-  Job,
-  JobStatusResult,
   JobUpdate,
-  ListCompletedResultsInput,
-  ListCompletedResultsResult,
-  ListJobsInput,
-  ListJobsResult,
-  ListTasksInput,
-  ListTasksResult,
-  MaintenanceResult,
-  PutWorkloadInput,
-  RenewLeaseInput,
-  ReportProgressInput,
-  RetryJobInput,
-  RetryJobResult,
   Task,
-  TaskDetail,
   WatchOptions,
-  Workload,
-  WorkloadTaskStats,
 } from "./types.js";
 
 /** Where wake-ups come from: (workload, how many tasks became claimable). */
@@ -57,8 +29,11 @@ export interface LongPollOptions {
   deadlineMarginMs?: number;
 }
 
-/** The queue a long poll wraps: with a claim that says when a rate limit's next token is due. */
-export interface ClaimingQueue extends QueueService {
+/** The calls that may park: the API serves these through a LongPollingQueue, every other one from the store. */
+export type ParkingCalls = Pick<ApiQueue, "claimTasks" | "completeTaskAndClaim" | "completeTasksAndClaim" | "watchJob">;
+
+/** What a long poll asks of the queue under it: a claim that says when a rate limit's next token is due, and the calls it wraps. */
+export interface ClaimingQueue extends Pick<ApiQueue, "completeTaskAndClaim" | "completeTasksAndClaim" | "watchJob"> {
   claim(input: ClaimTasksInput, opts?: CallOptions): Promise<ClaimOutcome>;
 }
 
@@ -68,10 +43,10 @@ interface Waiter {
 }
 
 /**
- * The queue with long-poll claims (claimTasks, and the claim_next of result reports) and watches
- * that end at shutdown; every other call is passed to the wrapped queue as it is.
+ * Long-poll claims (claimTasks, and the claim_next of result reports) and watches that end at
+ * shutdown. Only the calls that park are here; the API calls the store for every other one.
  */
-export class LongPollingQueue implements QueueService {
+export class LongPollingQueue implements ParkingCalls {
   /** Parked claims in arrival order; a wake goes to the longest-waiting first. */
   private readonly waiters = new Set<Waiter>();
   /** Open WatchJob streams, ended by close(). */
@@ -150,121 +125,6 @@ export class LongPollingQueue implements QueueService {
     } finally {
       this.watches.delete(stop);
     }
-  }
-
-  // The calls a long poll does not change.
-
-  createJob(input: CreateJobInput, opts?: CallOptions): Promise<CreateJobResult> {
-    return this.queue.createJob(input, opts);
-  }
-
-  renewLease(input: RenewLeaseInput, opts?: CallOptions): Promise<Task> {
-    return this.queue.renewLease(input, opts);
-  }
-
-  completeTask(input: CompleteTaskInput, opts?: CallOptions): Promise<Task> {
-    return this.queue.completeTask(input, opts);
-  }
-
-  completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions): Promise<CompleteOutcome[]> {
-    return this.queue.completeTasks(inputs, opts);
-  }
-
-  failTask(input: FailTaskInput, opts?: CallOptions): Promise<Task> {
-    return this.queue.failTask(input, opts);
-  }
-
-  getJobStatus(jobId: string, opts?: CallOptions): Promise<JobStatusResult> {
-    return this.queue.getJobStatus(jobId, opts);
-  }
-
-  listCompletedResults(input: ListCompletedResultsInput, opts?: CallOptions): Promise<ListCompletedResultsResult> {
-    return this.queue.listCompletedResults(input, opts);
-  }
-
-  cancelJob(input: CancelJobInput, opts?: CallOptions): Promise<Job> {
-    return this.queue.cancelJob(input, opts);
-  }
-
-  putWorkload(input: PutWorkloadInput, opts?: CallOptions): Promise<Workload> {
-    return this.queue.putWorkload(input, opts);
-  }
-
-  listWorkloads(opts?: CallOptions): Promise<Workload[]> {
-    return this.queue.listWorkloads(opts);
-  }
-
-  putKeyLimit(input: PutKeyLimitInput, opts?: CallOptions): Promise<KeyLimit> {
-    return this.queue.putKeyLimit(input, opts);
-  }
-
-  pauseWorkload(name: string, opts?: CallOptions): Promise<Workload> {
-    return this.queue.pauseWorkload(name, opts);
-  }
-
-  // Resuming notifies the workload's channel: claims parked here are woken by that, on every coordinator.
-  resumeWorkload(name: string, opts?: CallOptions): Promise<Workload> {
-    return this.queue.resumeWorkload(name, opts);
-  }
-
-  listWorkloadKeys(input: ListWorkloadKeysInput, opts?: CallOptions): Promise<ListWorkloadKeysResult> {
-    return this.queue.listWorkloadKeys(input, opts);
-  }
-
-  putSchedule(input: PutScheduleInput, opts?: CallOptions): Promise<PutScheduleResult> {
-    return this.queue.putSchedule(input, opts);
-  }
-
-  getSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
-    return this.queue.getSchedule(name, opts);
-  }
-
-  listSchedules(opts?: CallOptions): Promise<Schedule[]> {
-    return this.queue.listSchedules(opts);
-  }
-
-  deleteSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
-    return this.queue.deleteSchedule(name, opts);
-  }
-
-  pauseSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
-    return this.queue.pauseSchedule(name, opts);
-  }
-
-  resumeSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
-    return this.queue.resumeSchedule(name, opts);
-  }
-
-  reportProgress(input: ReportProgressInput, opts?: CallOptions): Promise<Task> {
-    return this.queue.reportProgress(input, opts);
-  }
-
-  retryJob(input: RetryJobInput, opts?: CallOptions): Promise<RetryJobResult> {
-    return this.queue.retryJob(input, opts);
-  }
-
-  listJobs(input: ListJobsInput, opts?: CallOptions): Promise<ListJobsResult> {
-    return this.queue.listJobs(input, opts);
-  }
-
-  listTasks(input: ListTasksInput, opts?: CallOptions): Promise<ListTasksResult> {
-    return this.queue.listTasks(input, opts);
-  }
-
-  getTask(taskId: string, opts?: CallOptions): Promise<TaskDetail> {
-    return this.queue.getTask(taskId, opts);
-  }
-
-  expireLeases(opts?: CallOptions): Promise<ExpireLeasesResult> {
-    return this.queue.expireLeases(opts);
-  }
-
-  maintain(opts?: CallOptions): Promise<MaintenanceResult> {
-    return this.queue.maintain(opts);
-  }
-
-  taskStats(scope: "unfinished" | "all", opts?: CallOptions): Promise<WorkloadTaskStats[]> {
-    return this.queue.taskStats(scope, opts);
   }
 
   /** Answers every parked claim at once (with an empty result) and stops waking. */
