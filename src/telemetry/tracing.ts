@@ -130,8 +130,8 @@ export function endRpcSpan(
   if (outcome.jobId) attrs["leasehold.job_id"] = outcome.jobId;
   if (outcome.workerId) attrs["leasehold.worker_id"] = outcome.workerId;
   if (outcome.protocol) attrs["leasehold.protocol"] = outcome.protocol;
-  span.setAttributes(attrs);
   if (outcome.errorType) attrs["error.type"] = outcome.errorType;
+  span.setAttributes(attrs);
   if (outcome.error !== undefined) span.recordException(outcome.error instanceof Error ? outcome.error : String(outcome.error));
   if (outcome.code !== "ok") span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.code ?? "unknown" });
   span.end();
