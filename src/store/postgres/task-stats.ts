@@ -2,7 +2,7 @@
 
 import { TASK_STATUSES, type CallOptions, type TaskCounts, type WorkloadTaskStats } from "../../queue/types.js";
 import type { StoreContext } from "./context.js";
-import { withClient } from "./db.js";
+import { transaction, withClient } from "./db.js";
 import { defineQuery, type NoParams } from "./query.js";
 
 interface StatsRow {
@@ -35,17 +35,12 @@ export async function taskStats(ctx: StoreContext, scope: "unfinished" | "all", 
     const unfinished = await UNFINISHED_TASK_STATS.run(c);
     if (scope === "unfinished") return unfinished;
     // The pool turns sequential scans off for the hot path; a count of everything wants one.
-    await c.query("BEGIN");
-    try {
+    const all = await transaction(c, async () => {
       await c.query("SET LOCAL enable_seqscan = on");
-      const all = await ALL_TASK_STATS.run(c);
-      await c.query("COMMIT");
-      // Counts from the full scan; the oldest-pending ages from the unfinished query.
-      return [...all, ...unfinished.map((r) => ({ ...r, n: 0 }))];
-    } catch (err) {
-      await c.query("ROLLBACK").catch(() => {});
-      throw err;
-    }
+      return ALL_TASK_STATS.run(c);
+    });
+    // Counts from the full scan; the oldest-pending ages from the unfinished query.
+    return [...all, ...unfinished.map((r) => ({ ...r, n: 0 }))];
   });
   const byWorkload = new Map<string, WorkloadTaskStats>();
   for (const r of rows) {
