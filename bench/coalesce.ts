@@ -9,7 +9,6 @@
 // the rounds, and the mean batch size per kind from the coalescing coordinator's metrics. Not a test.
 //
 //   --runs N (3)   --seconds S (5)   --workers W (16)
-//   --linger US    adds a third coordinator, coalescing with COALESCE_LINGER_US=US
 
 import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
@@ -24,7 +23,6 @@ const arg = (name: string, fallback: number) => {
 const RUNS = arg("runs", 3);
 const SECONDS = arg("seconds", 5);
 const WORKERS = arg("workers", 16);
-const LINGER_US = arg("linger", 0);
 const SHA = createHash("sha256").update("coalesce").digest("hex");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -107,10 +105,6 @@ async function main() {
     { name: "on", c: on, rest: restClient(on.url) },
     { name: "off", c: off, rest: restClient(off.url) },
   ];
-  if (LINGER_US > 0) {
-    const lingering = await startCoordinator(db.url, { COALESCE: "true", COALESCE_LINGER_US: String(LINGER_US), PG_POOL_MAX: "8" });
-    arms.push({ name: `on, linger ${LINGER_US} us`, c: lingering, rest: restClient(lingering.url) });
-  }
   const results = new Map<string, { rate: number[]; cpu: CpuPerItem[] }>();
   try {
     let w = 0;

@@ -10,8 +10,7 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import pg from "pg";
-import { LongPollingQueue } from "../src/queue/long-poll.js";
-import type { QueueService } from "../src/queue/service.js";
+import { LongPollingQueue, type ParkingCalls } from "../src/queue/long-poll.js";
 import { TaskListener } from "../src/store/postgres/listener.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, startDatabase } from "./harness.js";
@@ -49,7 +48,7 @@ async function round(url: string, mode: "wake" | "poll", workload: string) {
   const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10 });
   const listener = new TaskListener(url);
   await listener.start();
-  const queue: QueueService = mode === "wake" ? new LongPollingQueue(store, listener, { pollIntervalMs: 1000 }) : store;
+  const queue: ParkingCalls = mode === "wake" ? new LongPollingQueue(store, listener, { pollIntervalMs: 1000 }) : store;
   const probe = new pg.Client({ connectionString: url });
   probe.on("error", () => {}); // a lost probe fails its next query, which ends the run
   await probe.connect();

@@ -25,7 +25,7 @@ import { checkReadiness, readOnlyReason, type Readiness } from "./store/postgres
 import { TaskListener } from "./store/postgres/listener.js";
 import { createPool, PostgresQueue } from "./store/postgres/store.js";
 import { Metrics } from "./telemetry/metrics.js";
-import { startTracing, traceQueue, type Tracing } from "./telemetry/tracing.js";
+import { startTracing, type Tracing } from "./telemetry/tracing.js";
 
 /** Database created on the embedded cluster. */
 const EMBEDDED_DATABASE = "leasehold";
@@ -141,12 +141,11 @@ class Coordinator {
     this.checkpoint();
 
     await this.listener.start();
-    const queue = new LongPollingQueue(store, this.listener, { pollIntervalMs: config.pollIntervalMs });
-    this.shutdownHooks.push({ name: "parked long polls", run: () => queue.close() });
+    const longPoll = new LongPollingQueue(store, this.listener, { pollIntervalMs: config.pollIntervalMs });
+    this.shutdownHooks.push({ name: "parked long polls", run: () => longPoll.close() });
     this.shutdownHooks.push({ name: "due-time timer", run: () => store.stopTimers() });
     this.checkpoint();
 
-    // The maintenance half of the store, not through the long-poll wrapper (it changes claims only).
     this.maintainer = new Maintainer(store, logger, { intervalMs: config.reaperIntervalMs });
     this.maintainer.start();
     const scheduler = new SchedulerLoop(store, logger);
@@ -156,8 +155,8 @@ class Coordinator {
     horizon.start();
     this.shutdownHooks.push({ name: "horizon watch", run: () => horizon.stop() });
     this.server = createApiServer({
-      // With tracing, a span per queue call of the API (the maintenance passes stay unspanned).
-      queue: this.tracing ? traceQueue(queue) : queue,
+      queue: store,
+      longPoll,
       metrics,
       logger,
       maxBodyBytes: config.maxBodyBytes,

@@ -34,10 +34,18 @@ beforeAll(async () => {
   listener = new TaskListener(f.db.url);
   await listener.start();
   queue = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
-  server = createApiServer({ queue, logger: pino({ level: "silent" }), maxBodyBytes: 64 * 1024, requestTimeoutMs: 10_000, readiness });
+  server = createApiServer({
+    queue: f.queue,
+    longPoll: queue,
+    logger: pino({ level: "silent" }),
+    maxBodyBytes: 64 * 1024,
+    requestTimeoutMs: 10_000,
+    readiness,
+  });
   base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
   authed = createApiServer({
-    queue,
+    queue: f.queue,
+    longPoll: queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,
     requestTimeoutMs: 10_000,

@@ -25,7 +25,7 @@ const observer: QueueObserver = {
 };
 
 beforeAll(async () => {
-  f = await queueFixture({ observer, coalescing: { maxBatch: 64, lingerUs: 0 } });
+  f = await queueFixture({ observer, coalescing: { maxBatch: 64 } });
 });
 afterAll(async () => {
   await f?.close();
@@ -213,25 +213,24 @@ describe("claims", () => {
     const w = await workload();
     await f.queue.putWorkload({ name: w, leaseSeconds: 30, maxAttempts: 3, maxLeasesPerSecond: 0.5, leasesBurst: 3 });
     await enqueue(w, 20);
-    const opts = Array.from({ length: 8 }, () => ({}) as { claimRetryAfterMs?: number });
     batches.length = 0;
     const answers = await holdTasks(async () => {
-      const first = f.queue.claimTasks({ workerId: "q0", workloads: [w] }, opts[0]);
+      const first = f.queue.claim({ workerId: "q0", workloads: [w] });
       await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait on the lock");
-      const rest = Array.from({ length: 7 }, (_, i) => f.queue.claimTasks({ workerId: `q${i + 1}`, workloads: [w] }, opts[i + 1]));
+      const rest = Array.from({ length: 7 }, (_, i) => f.queue.claim({ workerId: `q${i + 1}`, workloads: [w] }));
       return { first, rest };
     }).then(async ({ first, rest }) => [await first, ...(await Promise.all(rest))]);
     expect(batches.filter((b) => b.kind === "claim").map((b) => b.size)).toEqual([1, 7]);
-    expect(answers.map((a) => a.length)).toEqual([1, 1, 1, 0, 0, 0, 0, 0]);
+    expect(answers.map((a) => a.tasks.length)).toEqual([1, 1, 1, 0, 0, 0, 0, 0]);
     expect((await leaseRows(w)).filter((r) => r.status === "leased")).toHaveLength(3);
-    for (const [i, o] of opts.entries()) {
-      if (i < 3) expect(o.claimRetryAfterMs).toBeUndefined();
-      else expect(o.claimRetryAfterMs).toBeGreaterThan(0);
+    for (const [i, o] of answers.entries()) {
+      if (i < 3) expect(o.retryAfterMs).toBeUndefined();
+      else expect(o.retryAfterMs).toBeGreaterThan(0);
     }
   });
 
   it("a workload capped through another coordinator is claimed under its cap at once, before this one's view of caps is refreshed", async () => {
-    const other = new PostgresQueue(f.newPool(), { ...TEST_STORE_OPTIONS, coalescing: { maxBatch: 64, lingerUs: 0 } });
+    const other = new PostgresQueue(f.newPool(), { ...TEST_STORE_OPTIONS, coalescing: { maxBatch: 64 } });
     const w = await workload();
     // The other coordinator reads which workloads are flow-controlled now, while this one is not.
     expect(await other.claimTasks({ workerId: "v0", workloads: [w] })).toEqual([]);
@@ -387,7 +386,7 @@ describe("group commit", () => {
         },
         conflict: (a, b) => a % 100 === b % 100,
       },
-      { maxBatch: 3, lingerUs: 0 },
+      { maxBatch: 3 },
     );
     const all = [1, 2, 102, 3, 4, 5].map((i) => gc.submit("k", i));
     release();

@@ -12,7 +12,7 @@ import type { Browser, BrowserContext, Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobStatus, QueueService, TaskStatus } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { HttpError } from "../src/api/errors.js";
-import type { NodeRequest, NodeResponse } from "../src/api/rest.js";
+import type { NodeRequest, NodeResponse } from "../src/api/node-http.js";
 import { createUiRoutes } from "../src/api/ui-routes.js";
 import { ARTIFACTS, ensureUiBuilt, launchBrowser } from "./support/browser.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";

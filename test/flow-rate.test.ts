@@ -55,7 +55,13 @@ it("20 leases/s with a burst of 10, shared by 3 coordinators and 32 claimers: le
       while (Date.now() < stopAt) {
         for (const t of await q.claimTasks({ workerId: `r${w}`, workloads: ["rated"], maxTasks: 1 + (w % 4), waitSeconds: 1 })) {
           leased++;
-          await q.completeTask({ taskId: t.id, workerId: t.leaseOwner!, attempt: t.attempt, resultUri: "s3://o", resultSha256: sha("o") });
+          await stores[w % 3].completeTask({
+            taskId: t.id,
+            workerId: t.leaseOwner!,
+            attempt: t.attempt,
+            resultUri: "s3://o",
+            resultSha256: sha("o"),
+          });
         }
       }
     }),

@@ -31,7 +31,8 @@ beforeAll(async () => {
   queue = new PostgresQueue(fx.pool, { ...TEST_STORE_OPTIONS, jobWakes: listener, watchPollIntervalMs: 30_000 });
   await queue.putWorkload({ name: W, maxAttempts: 3, leaseSeconds: 60 });
   server = createApiServer({
-    queue: new LongPollingQueue(queue, listener, { pollIntervalMs: 1000 }),
+    queue,
+    longPoll: new LongPollingQueue(queue, listener, { pollIntervalMs: 1000 }),
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,
     requestTimeoutMs: 5000,

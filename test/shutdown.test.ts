@@ -27,7 +27,8 @@ it("answers a parked gRPC long poll with an empty result when the server shuts d
   await f.queue.putWorkload({ name: "drain" });
   const queue = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
   const server = createApiServer({
-    queue,
+    queue: f.queue,
+    longPoll: queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 1 << 20,
     requestTimeoutMs: 10_000,

@@ -2,7 +2,7 @@
 // without cutting the client off mid-upload.
 import { Code } from "@connectrpc/connect";
 import { HttpError } from "./errors.js";
-import type { NodeRequest, NodeResponse } from "./rest.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
 
 /**
  * How much of a refused body is still read (and discarded) after the answer, and for how long.

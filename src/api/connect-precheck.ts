@@ -4,7 +4,7 @@
 import { Code } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { bodyTooLarge, declaredLength, endResponse, lingerOnBody } from "./body.js";
-import type { NodeRequest, NodeResponse } from "./rest.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
 import type { RequestInfo } from "./request-info.js";
 
 /** Media types of the Connect protocol (unary and streaming), with or without parameters. */

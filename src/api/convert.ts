@@ -57,7 +57,6 @@ import {
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { mapError } from "./errors.js";
-import { WAITING_REASON } from "./flow-convert.js";
 import type {
   CancelJobInput,
   ClaimTasksInput,
@@ -91,6 +90,7 @@ import type {
   TaskSpec,
   TaskStatus as DomainTaskStatus,
   Workload,
+  WaitingReason as WaitingReasonName,
 } from "../queue/types.js";
 
 // ---- small helpers ----
@@ -481,6 +481,17 @@ export function taskAttemptMessage(a: TaskAttempt): PbTaskAttempt {
       : undefined,
   });
 }
+
+const WAITING_REASON: Record<WaitingReasonName, WaitingReason> = {
+  queued: WaitingReason.QUEUED,
+  retry_backoff: WaitingReason.RETRY_BACKOFF,
+  workload_paused: WaitingReason.WORKLOAD_PAUSED,
+  workload_cap: WaitingReason.WORKLOAD_CAP,
+  key_cap: WaitingReason.KEY_CAP,
+  rate_limited: WaitingReason.RATE_LIMITED,
+  labels_unmatched: WaitingReason.LABELS_UNMATCHED,
+  no_workers: WaitingReason.NO_WORKERS,
+};
 
 export function getTaskResponse(d: TaskDetail): GetTaskResponse {
   return create(GetTaskResponseSchema, {

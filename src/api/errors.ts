@@ -127,6 +127,7 @@ export function mapError(err: unknown): MappedError {
 export function recordFailure(info: RequestInfo, err: unknown): MappedError {
   const m = mapError(err);
   info.code ??= m.codeName;
+  info.errorType ??= err instanceof Error ? err.name : "Error";
   if (m.internal) info.error ??= err;
   return m;
 }

@@ -1,4 +1,4 @@
-// Flow control's messages ↔ the queue's types: waiting reasons, and the requests and answers of
+// Flow control's messages ↔ the queue's types: the requests and answers of
 // PutKeyLimit, PauseWorkload, ResumeWorkload and ListWorkloadKeys.
 
 import { create } from "@bufbuild/protobuf";
@@ -7,26 +7,14 @@ import {
   PauseWorkloadResponseSchema,
   PutKeyLimitResponseSchema,
   ResumeWorkloadResponseSchema,
-  WaitingReason,
   type ListWorkloadKeysResponse,
   type PauseWorkloadResponse,
   type PutKeyLimitRequest,
   type PutKeyLimitResponse,
   type ResumeWorkloadResponse,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import type { KeyLimit, ListWorkloadKeysResult, PutKeyLimitInput, WaitingReason as DomainWaitingReason, Workload } from "../queue/types.js";
+import type { KeyLimit, ListWorkloadKeysResult, PutKeyLimitInput, Workload } from "../queue/types.js";
 import { workloadMessage } from "./convert.js";
-
-export const WAITING_REASON: Record<DomainWaitingReason, WaitingReason> = {
-  queued: WaitingReason.QUEUED,
-  retry_backoff: WaitingReason.RETRY_BACKOFF,
-  workload_paused: WaitingReason.WORKLOAD_PAUSED,
-  workload_cap: WaitingReason.WORKLOAD_CAP,
-  key_cap: WaitingReason.KEY_CAP,
-  rate_limited: WaitingReason.RATE_LIMITED,
-  labels_unmatched: WaitingReason.LABELS_UNMATCHED,
-  no_workers: WaitingReason.NO_WORKERS,
-};
 
 export function putKeyLimitInput(r: PutKeyLimitRequest): PutKeyLimitInput {
   return { name: r.name, key: r.key, maxLeased: r.maxLeased, clear: r.clear };

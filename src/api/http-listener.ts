@@ -11,7 +11,7 @@ import http2 from "node:http2";
 import net from "node:net";
 import type tls from "node:tls";
 import { REQUEST_ID_HEADER } from "./errors.js";
-import type { NodeRequest, NodeResponse } from "./rest.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
 
 export interface HttpListener {
   /** Binds; resolves the bound port (useful with port 0). */

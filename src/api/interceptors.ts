@@ -112,11 +112,17 @@ export function rpcMetrics(metrics: Pick<ApiMetrics, "observeRpc">): Interceptor
   };
 }
 
-/** The RPC's SERVER span; the rest of the chain and the handler run in its context, so queue spans nest. */
+/**
+ * The RPC's one span, SERVER kind, with the workload its request names; the rest of the chain and
+ * the handler run in its context, so spans of libraries below (pg, if instrumented) nest.
+ */
 export const rpcTracing: Interceptor = (next) => async (req) => {
   if (req.stream || !tracingActive()) return next(req);
   const info = requestInfoOf(req.contextValues, req.header);
-  const rpc = startRpcSpan(req.service.typeName, req.method.name, req.header, { "leasehold.request_id": info.requestId });
+  const attributes: Record<string, string> = { "leasehold.request_id": info.requestId };
+  const workload = stringField(req.message, "workload");
+  if (workload) attributes["leasehold.workload"] = workload;
+  const rpc = startRpcSpan(req.service.typeName, req.method.name, req.header, attributes);
   try {
     return await context.with(rpc.context, () => next(req));
   } finally {

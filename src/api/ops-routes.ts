@@ -5,7 +5,8 @@ import type { Logger } from "pino";
 import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
 import { HttpError } from "./errors.js";
-import { writeJson, type NodeRequest, type NodeResponse } from "./rest.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
+import { writeJson } from "./respond.js";
 import type { RequestInfo } from "./request-info.js";
 
 export interface OpsRoutesOptions {

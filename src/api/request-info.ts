@@ -23,6 +23,8 @@ export interface RequestInfo {
   created?: boolean;
   /** Why the request was refused before its handler ran (a message that cannot be decoded): logged. */
   refusal?: string;
+  /** A failure's error type (NotFoundError, ValidationError, …), for the RPC span. */
+  errorType?: string;
   /** An unexpected error (mapped to INTERNAL): logged server side, never sent. */
   error?: unknown;
 }

@@ -7,7 +7,7 @@ import { performance } from "node:perf_hooks";
 import type { Code } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import type { Level, Logger } from "pino";
-import type { NodeRequest, NodeResponse } from "./rest.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
 import type { RequestInfo } from "./request-info.js";
 
 /** The calls a worker makes for every task: their successes are logged at debug. */

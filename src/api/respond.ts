@@ -5,7 +5,7 @@ import { Http2ServerResponse } from "node:http2";
 import { endResponse } from "./body.js";
 import { HttpError, recordFailure, restErrorBody } from "./errors.js";
 import type { RequestInfo } from "./request-info.js";
-import type { NodeResponse } from "./rest.js";
+import type { NodeResponse } from "./node-http.js";
 
 export function writeJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);

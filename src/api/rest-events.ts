@@ -10,7 +10,7 @@ import { HttpError, recordFailure, restErrorBody, type MappedError } from "./err
 import type { RequestInfo } from "./request-info.js";
 import { writeJson } from "./respond.js";
 import { connectFailure, type ConnectErrorJson } from "./rest-errors.js";
-import type { NodeResponse } from "./rest.js";
+import type { NodeResponse } from "./node-http.js";
 
 /** The router's own answer, read in process: bounded only as connect-es bounds what it writes. */
 const STREAM_FRAME_MAX_BYTES = 0xffffffff;

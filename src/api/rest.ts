@@ -3,15 +3,13 @@
 // path parameter, and the query or the body, are merged into the RPC's request JSON. A unary RPC
 // is then served through the unary seam (direct/index.ts): by default decoded and answered by the
 // direct path's compiled JSON codecs (direct/rest.ts), with DIRECT_UNARY=false sent to the
-// router's own handler as an in-process Connect JSON call (router-unary.ts); either way through
+// router's own handler as an in-process Connect JSON call (direct/router.ts); either way through
 // the same interceptors (auth, deadline, span, metrics, error mapping) as every other transport,
 // and answered in the one JSON shape of the contract (proto field names, defaults present). A
 // server stream goes to the router's handler and becomes Server-Sent Events (rest-events.ts).
 // Errors become the REST error body (respond.ts, rest-errors.ts).
 
 import {
-  type JsonReadOptions,
-  type JsonWriteOptions,
   getOption,
   hasOption,
   type DescMessage,
@@ -20,7 +18,6 @@ import {
   type JsonObject,
   type JsonValue,
 } from "@bufbuild/protobuf";
-import type { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Code, createContextValues } from "@connectrpc/connect";
 import { createAsyncIterable, encodeEnvelope, type UniversalHandler } from "@connectrpc/connect/protocol";
 import { http as httpRule } from "../../gen/google/api/annotations_pb.js";
@@ -28,23 +25,13 @@ import type { HttpRule } from "../../gen/google/api/http_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
 import { readBody } from "./body.js";
-import type { UnarySeam } from "./direct/index.js";
+import type { UnarySeam } from "./direct/seam.js";
 import { withCallSignal } from "./direct/invoke.js";
-import type { JsonWriteOptions as CompiledWriterOptions } from "./direct/json-writer.js";
 import { HttpError } from "./errors.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { requestInfoKey, type RequestInfo } from "./request-info.js";
 import { writeError } from "./respond.js";
 import { writeEventStream } from "./rest-events.js";
-
-export { writeError, writeJson } from "./respond.js";
-
-/** The server's JSON options: the contract's one JSON shape (proto field names, implicit fields always present). */
-export type JsonOptions = Partial<JsonReadOptions & JsonWriteOptions> & CompiledWriterOptions;
-
-type NodeHandlerFn = ReturnType<typeof connectNodeAdapter>;
-/** The request and response types connect-node serves (http or http2). */
-export type NodeRequest = Parameters<NodeHandlerFn>[0];
-export type NodeResponse = Parameters<NodeHandlerFn>[1];
 
 /** One REST route: an HTTP method and path pattern for one RPC. */
 export interface RestRoute {
@@ -82,16 +69,6 @@ function routesOfRule(rpc: DescMethod, rule: HttpRule): RestRoute[] {
 /** The REST routes a service declares with google.api.http options on its methods. */
 export function restRoutes(service: DescService): RestRoute[] {
   return service.methods.flatMap((rpc) => (hasOption(rpc, httpRule) ? routesOfRule(rpc, getOption(rpc, httpRule)) : []));
-}
-
-/**
- * The status of a REST call's success: a created job is 201 (an idempotent replay 200), an empty
- * claim 204 No Content, anything else 200. `emptyClaim` tells whether a ClaimTasks answer has no task.
- */
-export function successStatus(rpc: DescMethod, info: RequestInfo, emptyClaim: () => boolean): number {
-  if (rpc.name === "CreateJob") return info.created === false ? 200 : 201;
-  if (rpc.name === "ClaimTasks" && emptyClaim()) return 204;
-  return 200;
 }
 
 /** Path parameters that are ids: a malformed one is refused before any call. */

@@ -11,6 +11,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { Logger } from "pino";
 import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import type { ParkingCalls } from "../queue/long-poll.js";
 import type { ApiQueue } from "../queue/service.js";
 import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
@@ -21,8 +22,10 @@ import { createOpsRoutes } from "./ops-routes.js";
 import { rpcInterceptors } from "./interceptors.js";
 import { protocolOf, requestInfoKey, type RequestInfo } from "./request-info.js";
 import { logWhenClosed } from "./request-log.js";
-import { createRest, restRoutes, writeError, type NodeRequest, type NodeResponse } from "./rest.js";
-import { createRouterUnary } from "./router-unary.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
+import { writeError } from "./respond.js";
+import { createRest, restRoutes } from "./rest.js";
+import { createRouterUnary } from "./direct/router.js";
 import { createQueueServiceImpl } from "./service.js";
 import { createDirectUnary } from "./direct/index.js";
 import { serveUi } from "./ui-routes.js";
@@ -30,6 +33,8 @@ import { directUnaryFromEnv } from "../config/index.js";
 
 export interface ApiServerOptions {
   queue: ApiQueue;
+  /** Long polls (queue/long-poll.ts): claims and watches go through it; absent, they go to `queue` and never park. */
+  longPoll?: ParkingCalls;
   logger: Logger;
   maxBodyBytes: number;
   requestTimeoutMs: number;
@@ -73,7 +78,7 @@ type PlainUrl = Pick<URL, "pathname" | "searchParams">;
 
 export function createApiServer(opts: ApiServerOptions): ApiServer {
   const { logger } = opts;
-  const impl = createQueueServiceImpl(opts.queue);
+  const impl = createQueueServiceImpl(opts.queue, opts.longPoll);
   const infos = new WeakMap<object, RequestInfo>();
 
   // Same rules as REST: a field this server does not know is an error, not silently dropped, and

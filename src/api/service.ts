@@ -25,6 +25,7 @@ import {
   RenewLeaseResponseSchema,
   ReportProgressResponseSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import type { ParkingCalls } from "../queue/long-poll.js";
 import type { ApiQueue } from "../queue/service.js";
 import type { CallOptions, CreateJobResult } from "../queue/types.js";
 import { traceparentHeader } from "../telemetry/tracing.js";
@@ -46,7 +47,8 @@ function createJobResponse(r: CreateJobResult): CreateJobResponse {
   return create(CreateJobResponseSchema, { job: convert.jobMessage(r.job), tasks: r.tasks.map(convert.taskMessage) });
 }
 
-export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
+/** `parking`: where claims, claim_next reports and watches go (the long poll); the queue itself without one. */
+export function createQueueServiceImpl(queue: ApiQueue, parking: ParkingCalls = queue): QueueServiceImpl {
   return {
     async createJob(req, ctx) {
       const input = convert.createJobInput(req);
@@ -69,7 +71,7 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
     },
 
     async claimTasks(req, ctx) {
-      const tasks = await queue.claimTasks(convert.claimTasksInput(req), call(ctx));
+      const tasks = await parking.claimTasks(convert.claimTasksInput(req), call(ctx));
       return create(ClaimTasksResponseSchema, { tasks: tasks.map(convert.taskMessage) });
     },
 
@@ -81,7 +83,7 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
     async completeTask(req, ctx) {
       const input = convert.completeTaskInput(req);
       if (req.claimNext) {
-        const r = await queue.completeTaskAndClaim(input, convert.claimNextInput(req.claimNext, [input]), call(ctx));
+        const r = await parking.completeTaskAndClaim(input, convert.claimNextInput(req.claimNext, [input]), call(ctx));
         return create(CompleteTaskResponseSchema, { task: convert.taskMessage(r.task), nextTasks: r.next.map(convert.taskMessage) });
       }
       const task = await queue.completeTask(input, call(ctx));
@@ -91,7 +93,7 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
     async completeTasks(req, ctx) {
       const inputs = convert.completeTasksInput(req);
       if (req.claimNext) {
-        const r = await queue.completeTasksAndClaim(inputs, convert.claimNextInput(req.claimNext, inputs), call(ctx));
+        const r = await parking.completeTasksAndClaim(inputs, convert.claimNextInput(req.claimNext, inputs), call(ctx));
         return convert.completeTasksResponse(inputs, r.outcomes, r.next);
       }
       return convert.completeTasksResponse(inputs, await queue.completeTasks(inputs, call(ctx)));
@@ -192,7 +194,7 @@ export function createQueueServiceImpl(queue: ApiQueue): QueueServiceImpl {
     // A stream lives as long as the job runs (or the client stays), so the interceptors give it no
     // request deadline; each database read inside has its own.
     async *watchJob(req, ctx) {
-      for await (const update of queue.watchJob(req.jobId, { signal: ctx.signal, ...convert.watchOptions(req) }))
+      for await (const update of parking.watchJob(req.jobId, { signal: ctx.signal, ...convert.watchOptions(req) }))
         yield convert.watchJobResponse(update);
     },
   };

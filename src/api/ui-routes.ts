@@ -8,7 +8,7 @@ import { readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { Code } from "@connectrpc/connect";
 import { HttpError } from "./errors.js";
-import type { NodeRequest, NodeResponse } from "./rest.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { projectRoot } from "../project-root.js";
 import type { RequestInfo } from "./request-info.js";
 

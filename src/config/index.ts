@@ -56,8 +56,8 @@ export interface Config {
   otelExporterOtlpEndpoint?: string;
   /** DIRECT_UNARY: plain unary gRPC, Connect and REST calls on the direct paths (false: all through connect-es' router). */
   directUnary: boolean;
-  /** COALESCE, COALESCE_MAX_BATCH, COALESCE_LINGER_US: coalescing's batch size and linger; false: off. */
-  coalescing: { maxBatch: number; lingerUs: number } | false;
+  /** COALESCE, COALESCE_MAX_BATCH: coalescing's batch size; false: off. */
+  coalescing: { maxBatch: number } | false;
   /** HORIZON_WARN_AFTER_MS: how long the MVCC horizon may be held back before the warning and the /readyz note. */
   horizonWarnAfterMs: number;
 }
@@ -156,7 +156,6 @@ export const CONFIG_VARIABLES = [
     "single-task claims, results, renewals and failures that arrive together share one statement per kind; `false`: one statement per call",
   ],
   ["COALESCE_MAX_BATCH", "64", "most calls in one coalesced statement"],
-  ["COALESCE_LINGER_US", "0", "microseconds an idle coalescing lane waits for company before its statement runs (0: none)"],
   [
     "HORIZON_WARN_AFTER_MS",
     "300000",
@@ -223,16 +222,15 @@ export function directUnaryFromEnv(env: Env = process.env): boolean {
 }
 
 /**
- * COALESCE (true unless set to false), COALESCE_MAX_BATCH (calls per statement, default 64) and
- * COALESCE_LINGER_US (how long an idle lane waits for company, default 0: not at all). Read on its
- * own too, as the store's default, so a store made in process (tests, benchmarks) follows the
+ * COALESCE (true unless set to false) and COALESCE_MAX_BATCH (calls per statement, default 64).
+ * Read on its own too, as the store's default, so a store made in process (tests, benchmarks) follows the
  * switch as the coordinator does.
  */
-export function coalescingFromEnv(env: Env = process.env): { maxBatch: number; lingerUs: number } | false {
+export function coalescingFromEnv(env: Env = process.env): { maxBatch: number } | false {
   const raw = (env.COALESCE ?? "").trim().toLowerCase();
   if (raw === "false") return false;
   if (raw !== "" && raw !== "true") throw new ConfigError("COALESCE", `must be true or false, got ${JSON.stringify(env.COALESCE)}`);
-  return { maxBatch: int(env, "COALESCE_MAX_BATCH", 64, 1, 1000), lingerUs: int(env, "COALESCE_LINGER_US", 0, 0, 100_000) };
+  return { maxBatch: int(env, "COALESCE_MAX_BATCH", 64, 1, 1000) };
 }
 
 /** The same rule as a request's worker_id: printable ASCII, no spaces here (the line is space separated). */

@@ -3,7 +3,7 @@
 
 import { ValidationError } from "./errors.js";
 import type { FinalizerSpec } from "./types.js";
-import { requireJsonObject, requireWorkloadName } from "./validation.js";
+import { requireJsonObject, requireWorkloadName } from "./fields.js";
 
 /** How far ahead run_at may lie when the coordinator is not told (MAX_RUN_AT_AHEAD_DAYS). */
 export const DEFAULT_MAX_RUN_AT_AHEAD_DAYS = 365;

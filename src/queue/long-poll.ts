@@ -5,44 +5,17 @@
 // WatchJob streams end at shutdown too (UNAVAILABLE: the client watches again elsewhere).
 
 import { UnavailableError } from "./errors.js";
-import type { PutScheduleInput, PutScheduleResult, Schedule } from "./schedules.js";
-import type { QueueService } from "./service.js";
+import type { ApiQueue } from "./service.js";
 import type {
-  KeyLimit,
-  ListWorkloadKeysInput,
-  ListWorkloadKeysResult,
-  PutKeyLimitInput,
   BatchCompletedAndClaimed,
   CallOptions,
-  CancelJobInput,
+  ClaimOutcome,
   ClaimTasksInput,
   CompletedAndClaimed,
-  CompleteOutcome,
   CompleteTaskInput,
-  CreateJobInput,
-  CreateJobResult,
-  ExpireLeasesResult,
-  FailTaskInput,
-  Job,
-  JobStatusResult,
   JobUpdate,
-  ListCompletedResultsInput,
-  ListCompletedResultsResult,
-  ListJobsInput,
-  ListJobsResult,
-  ListTasksInput,
-  ListTasksResult,
-  MaintenanceResult,
-  PutWorkloadInput,
-  RenewLeaseInput,
-  ReportProgressInput,
-  RetryJobInput,
-  RetryJobResult,
   Task,
-  TaskDetail,
   WatchOptions,
-  Workload,
-  WorkloadTaskStats,
 } from "./types.js";
 
 /** Where wake-ups come from: (workload, how many tasks became claimable). */
@@ -56,16 +29,24 @@ export interface LongPollOptions {
   deadlineMarginMs?: number;
 }
 
+/** The calls that may park: the API serves these through a LongPollingQueue, every other one from the store. */
+export type ParkingCalls = Pick<ApiQueue, "claimTasks" | "completeTaskAndClaim" | "completeTasksAndClaim" | "watchJob">;
+
+/** What a long poll asks of the queue under it: a claim that says when a rate limit's next token is due, and the calls it wraps. */
+export interface ClaimingQueue extends Pick<ApiQueue, "completeTaskAndClaim" | "completeTasksAndClaim" | "watchJob"> {
+  claim(input: ClaimTasksInput, opts?: CallOptions): Promise<ClaimOutcome>;
+}
+
 interface Waiter {
   workloads: string[];
   wake: () => void;
 }
 
 /**
- * The queue with long-poll claims (claimTasks, and the claim_next of result reports) and watches
- * that end at shutdown; every other call is passed to the wrapped queue as it is.
+ * Long-poll claims (claimTasks, and the claim_next of result reports) and watches that end at
+ * shutdown. Only the calls that park are here; the API calls the store for every other one.
  */
-export class LongPollingQueue implements QueueService {
+export class LongPollingQueue implements ParkingCalls {
   /** Parked claims in arrival order; a wake goes to the longest-waiting first. */
   private readonly waiters = new Set<Waiter>();
   /** Open WatchJob streams, ended by close(). */
@@ -74,7 +55,7 @@ export class LongPollingQueue implements QueueService {
   private readonly unsubscribe: () => void;
 
   constructor(
-    private readonly queue: QueueService,
+    private readonly queue: ClaimingQueue,
     wakes: WakeSource,
     private readonly options: LongPollOptions,
   ) {
@@ -89,16 +70,16 @@ export class LongPollingQueue implements QueueService {
   }
 
   async claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
-    return this.claimOrWait(input, opts, await this.queue.claimTasks(input, opts));
+    return this.claimOrWait(input, opts, await this.queue.claim(input, opts));
   }
 
   /** `first` is what a claim just found; while it is nothing, park until a wake, and claim again. */
-  private async claimOrWait(input: ClaimTasksInput, opts: CallOptions, first: Task[]): Promise<Task[]> {
+  private async claimOrWait(input: ClaimTasksInput, opts: CallOptions, first: ClaimOutcome): Promise<Task[]> {
     const waitMs = Math.max(0, (input.waitSeconds ?? 0) * 1000);
     const margin = this.options.deadlineMarginMs ?? 100;
     let until = Date.now() + waitMs;
     if (opts.deadline !== undefined) until = Math.min(until, opts.deadline - margin);
-    let tasks = first;
+    let { tasks, retryAfterMs } = first;
     for (;;) {
       if (tasks.length > 0 || this.closed || opts.signal?.aborted) return tasks;
       const left = until - Date.now();
@@ -108,14 +89,13 @@ export class LongPollingQueue implements QueueService {
       // intervals as there are of them (other coordinators' claims want the same tokens), so one
       // token does not wake them all at once; the bucket keeps tokens no claim took, up to the
       // burst, so a late retry loses none while the claims outnumber the rate.
-      const due = opts.claimRetryAfterMs === undefined ? Infinity : opts.claimRetryAfterMs * (1 + Math.random() * 2 * this.waiters.size);
-      opts.claimRetryAfterMs = undefined;
+      const due = retryAfterMs === undefined ? Infinity : retryAfterMs * (1 + Math.random() * 2 * this.waiters.size);
       // A claim refused by the rate limit sleeps until its token is due: a wake (a completion, a new
       // job) brings no token, and claiming again on every wake is what made such claims spin. It
       // parks on no workload, so it takes no wake from another claim; shutdown still ends it.
       await this.park(Number.isFinite(due) ? [] : input.workloads, Math.min(left, this.jitteredPoll(), due), opts.signal);
       if (this.closed || opts.signal?.aborted || Date.now() >= until) return [];
-      tasks = await this.queue.claimTasks(input, opts);
+      ({ tasks, retryAfterMs } = await this.queue.claim(input, opts));
     }
   }
 
@@ -124,7 +104,7 @@ export class LongPollingQueue implements QueueService {
   // first try, and only when it found nothing does the report park.
   async completeTaskAndClaim(input: CompleteTaskInput, next: ClaimTasksInput, opts: CallOptions = {}): Promise<CompletedAndClaimed> {
     const r = await this.queue.completeTaskAndClaim(input, next, opts);
-    return { task: r.task, next: await this.claimOrWait(next, opts, r.next) };
+    return { task: r.task, next: await this.claimOrWait(next, opts, { tasks: r.next }) };
   }
 
   async completeTasksAndClaim(
@@ -133,7 +113,7 @@ export class LongPollingQueue implements QueueService {
     opts: CallOptions = {},
   ): Promise<BatchCompletedAndClaimed> {
     const r = await this.queue.completeTasksAndClaim(inputs, next, opts);
-    return { outcomes: r.outcomes, next: await this.claimOrWait(next, opts, r.next) };
+    return { outcomes: r.outcomes, next: await this.claimOrWait(next, opts, { tasks: r.next }) };
   }
 
   async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
@@ -145,121 +125,6 @@ export class LongPollingQueue implements QueueService {
     } finally {
       this.watches.delete(stop);
     }
-  }
-
-  // The calls a long poll does not change.
-
-  createJob(input: CreateJobInput, opts?: CallOptions): Promise<CreateJobResult> {
-    return this.queue.createJob(input, opts);
-  }
-
-  renewLease(input: RenewLeaseInput, opts?: CallOptions): Promise<Task> {
-    return this.queue.renewLease(input, opts);
-  }
-
-  completeTask(input: CompleteTaskInput, opts?: CallOptions): Promise<Task> {
-    return this.queue.completeTask(input, opts);
-  }
-
-  completeTasks(inputs: CompleteTaskInput[], opts?: CallOptions): Promise<CompleteOutcome[]> {
-    return this.queue.completeTasks(inputs, opts);
-  }
-
-  failTask(input: FailTaskInput, opts?: CallOptions): Promise<Task> {
-    return this.queue.failTask(input, opts);
-  }
-
-  getJobStatus(jobId: string, opts?: CallOptions): Promise<JobStatusResult> {
-    return this.queue.getJobStatus(jobId, opts);
-  }
-
-  listCompletedResults(input: ListCompletedResultsInput, opts?: CallOptions): Promise<ListCompletedResultsResult> {
-    return this.queue.listCompletedResults(input, opts);
-  }
-
-  cancelJob(input: CancelJobInput, opts?: CallOptions): Promise<Job> {
-    return this.queue.cancelJob(input, opts);
-  }
-
-  putWorkload(input: PutWorkloadInput, opts?: CallOptions): Promise<Workload> {
-    return this.queue.putWorkload(input, opts);
-  }
-
-  listWorkloads(opts?: CallOptions): Promise<Workload[]> {
-    return this.queue.listWorkloads(opts);
-  }
-
-  putKeyLimit(input: PutKeyLimitInput, opts?: CallOptions): Promise<KeyLimit> {
-    return this.queue.putKeyLimit(input, opts);
-  }
-
-  pauseWorkload(name: string, opts?: CallOptions): Promise<Workload> {
-    return this.queue.pauseWorkload(name, opts);
-  }
-
-  // Resuming notifies the workload's channel: claims parked here are woken by that, on every coordinator.
-  resumeWorkload(name: string, opts?: CallOptions): Promise<Workload> {
-    return this.queue.resumeWorkload(name, opts);
-  }
-
-  listWorkloadKeys(input: ListWorkloadKeysInput, opts?: CallOptions): Promise<ListWorkloadKeysResult> {
-    return this.queue.listWorkloadKeys(input, opts);
-  }
-
-  putSchedule(input: PutScheduleInput, opts?: CallOptions): Promise<PutScheduleResult> {
-    return this.queue.putSchedule(input, opts);
-  }
-
-  getSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
-    return this.queue.getSchedule(name, opts);
-  }
-
-  listSchedules(opts?: CallOptions): Promise<Schedule[]> {
-    return this.queue.listSchedules(opts);
-  }
-
-  deleteSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
-    return this.queue.deleteSchedule(name, opts);
-  }
-
-  pauseSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
-    return this.queue.pauseSchedule(name, opts);
-  }
-
-  resumeSchedule(name: string, opts?: CallOptions): Promise<Schedule> {
-    return this.queue.resumeSchedule(name, opts);
-  }
-
-  reportProgress(input: ReportProgressInput, opts?: CallOptions): Promise<Task> {
-    return this.queue.reportProgress(input, opts);
-  }
-
-  retryJob(input: RetryJobInput, opts?: CallOptions): Promise<RetryJobResult> {
-    return this.queue.retryJob(input, opts);
-  }
-
-  listJobs(input: ListJobsInput, opts?: CallOptions): Promise<ListJobsResult> {
-    return this.queue.listJobs(input, opts);
-  }
-
-  listTasks(input: ListTasksInput, opts?: CallOptions): Promise<ListTasksResult> {
-    return this.queue.listTasks(input, opts);
-  }
-
-  getTask(taskId: string, opts?: CallOptions): Promise<TaskDetail> {
-    return this.queue.getTask(taskId, opts);
-  }
-
-  expireLeases(opts?: CallOptions): Promise<ExpireLeasesResult> {
-    return this.queue.expireLeases(opts);
-  }
-
-  maintain(opts?: CallOptions): Promise<MaintenanceResult> {
-    return this.queue.maintain(opts);
-  }
-
-  taskStats(scope: "unfinished" | "all", opts?: CallOptions): Promise<WorkloadTaskStats[]> {
-    return this.queue.taskStats(scope, opts);
   }
 
   /** Answers every parked claim at once (with an empty result) and stops waking. */

@@ -193,6 +193,16 @@ export interface CompleteTaskInput extends LeaseRef {
 export type CompleteOutcome = { task: Task; error?: undefined } | { task?: undefined; error: QueueError };
 
 /** A result report that also claimed the worker's next tasks (`next`: empty when nothing was claimable). */
+/**
+ * A claim's answer as the store gives it: the tasks leased and, when it leased nothing because a
+ * rate limit had no token, how long until the next one is due (a long poll waits that long rather
+ * than the poll interval).
+ */
+export interface ClaimOutcome {
+  tasks: Task[];
+  retryAfterMs?: number;
+}
+
 export interface CompletedAndClaimed {
   task: Task;
   next: Task[];
@@ -365,11 +375,6 @@ export interface CallOptions {
    * returns this very object. A callback that throws fails the call, and nothing is written.
    */
   prepared?: (result: CreateJobResult) => void;
-  /**
-   * Set by a claim that leased nothing because a rate limit had no token: how long until the next
-   * one is due, so a long poll waits that long rather than the poll interval.
-   */
-  claimRetryAfterMs?: number;
 }
 
 export interface ReportProgressInput extends LeaseRef {

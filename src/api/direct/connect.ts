@@ -11,9 +11,9 @@ import { fromBinary, fromJsonString, type DescMethod, type DescService } from "@
 import { codeToHttpStatus, codeToString, errorToJsonBytes, parseTimeout } from "@connectrpc/connect/protocol-connect";
 import { readBody } from "../body.js";
 import type { RequestInfo } from "../request-info.js";
-import type { JsonOptions, NodeRequest, NodeResponse } from "../rest.js";
+import type { JsonOptions, NodeRequest, NodeResponse } from "../node-http.js";
 import { writeBinary } from "./binary-writer.js";
-import type { UnaryPath } from "./index.js";
+import type { UnaryPath } from "./seam.js";
 import { asConnectError, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
 import { readJson } from "./json-reader.js";
 import { writeJson } from "./json-writer.js";

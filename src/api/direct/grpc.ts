@@ -18,9 +18,9 @@ import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { readBody } from "../body.js";
 import type { RequestInfo } from "../request-info.js";
-import type { NodeRequest, NodeResponse } from "../rest.js";
+import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { writeBinary } from "./binary-writer.js";
-import type { UnaryPath } from "./index.js";
+import type { UnaryPath } from "./seam.js";
 import { asConnectError, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
 
 export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvoker; maxBodyBytes: number }): UnaryPath {

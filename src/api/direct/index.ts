@@ -9,43 +9,17 @@
 // compressed requests, Connect GET, the gRPC JSON codec. Both ways run the same interceptor chain
 // around the same service implementation (invoke.ts).
 //
-// DIRECT_UNARY=false (src/config) picks the router for everything (router-unary.ts), the library
+// DIRECT_UNARY=false (src/config) picks the router for everything (router.ts), the library
 // default to fall back to; the API test suites run both ways.
 
-import type { DescMethod, DescService, JsonObject } from "@bufbuild/protobuf";
+import type { DescService } from "@bufbuild/protobuf";
 import type { Interceptor, ServiceImpl } from "@connectrpc/connect";
-import type { RequestInfo } from "../request-info.js";
-import type { JsonOptions, NodeRequest, NodeResponse } from "../rest.js";
+import type { JsonOptions } from "../node-http.js";
 import { createConnectUnary } from "./connect.js";
 import { createGrpcUnary } from "./grpc.js";
 import { createUnaryInvoker } from "./invoke.js";
 import { createRestUnary } from "./rest.js";
-
-/** A REST call of a unary RPC: the request JSON assembled from the path, the query or the body. */
-export interface RestUnaryCall {
-  rpc: DescMethod;
-  json: JsonObject;
-  /** The REST request's headers as the in-process call sees them (rest.ts drops its own framing). */
-  header: Headers;
-  /** The URL the call names (HandlerContext.url). */
-  url: string;
-  info: RequestInfo;
-}
-
-/** How unary calls are served: by the direct paths, or all by connect-es' router. */
-export interface UnarySeam {
-  /** Serves a gRPC or Connect request when it is a plain unary call; undefined: the router's to serve. */
-  serveRpc(req: NodeRequest, res: NodeResponse, pathname: string, info: RequestInfo): Promise<void> | undefined;
-  /** Serves a REST call of a unary RPC, answering its REST status and body (or REST error). */
-  serveRest(res: NodeResponse, call: RestUnaryCall): Promise<void>;
-}
-
-/** One protocol's plain unary calls, served without the router. */
-export interface UnaryPath {
-  /** The unary RPC this request calls, when this path serves it as it is; undefined: leave it to the router. */
-  match(req: NodeRequest, pathname: string): DescMethod | undefined;
-  serve(req: NodeRequest, res: NodeResponse, method: DescMethod, info: RequestInfo): Promise<void>;
-}
+import type { UnarySeam } from "./seam.js";
 
 export interface DirectUnaryOptions<S extends DescService> {
   service: S;

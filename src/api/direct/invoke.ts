@@ -28,7 +28,7 @@ import { type EarlyAnswer, earlyAnswerKey } from "../early-answer.js";
 import { HttpError, INTERNAL_MESSAGE, toConnectError, undecodable } from "../errors.js";
 import { callControllerKey } from "../interceptors.js";
 import { requestInfoKey, type RequestInfo } from "../request-info.js";
-import type { NodeRequest, NodeResponse } from "../rest.js";
+import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { giveBackController, takeController } from "./call-controllers.js";
 
 export interface UnaryCall {

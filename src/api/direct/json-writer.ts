@@ -205,7 +205,10 @@ function compileMessage(schema: DescMessage, seen = new Set<DescMessage>()): Wri
   if (usesC || lines.some((l) => l.includes(' c = ",";'))) lines.splice(1, 0, 'let c = "";');
   lines.push('sink.add(s + "}");');
   seen.delete(schema);
-  return new Function("h", `return function write_${schema.name}(m, sink, lead) {\n${lines.join("\n")}\n};`)(helpers) as Writer;
+  const factory = new Function("h", `return function write_${schema.name}(m, sink, lead) {\n${lines.join("\n")}\n};`) as (
+    h: typeof helpers,
+  ) => Writer;
+  return factory(helpers);
 }
 
 /** The writer of a nested message of the contract (undefined: a well-known type, written as a value). */

@@ -2,7 +2,7 @@
 // half of a result report with claim_next (complete.ts).
 
 import type pg from "pg";
-import type { CallOptions, ClaimTasksInput, Task } from "../../queue/types.js";
+import type { CallOptions, ClaimOutcome, ClaimTasksInput, Task } from "../../queue/types.js";
 import { validateClaim, type NormalizedClaim } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
@@ -166,19 +166,13 @@ const claimValues = (p: ClaimQueryParams) => [p.workloads, p.maxTasks, p.workerI
 const claimTaskQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_task", CLAIM_TASK, claimValues);
 const claimTasksQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_tasks", CLAIM_TASKS, claimValues);
 
-export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts: CallOptions): Promise<Task[]> {
+export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts: CallOptions): Promise<ClaimOutcome> {
   const claim = validateClaim(input);
-  if (ctx.coalescer) return ctx.coalescer.claim(claim, opts);
-  return withClient(ctx.pool, opts.signal, (c) => claimWith(ctx, c, claim, "workloads", opts));
+  if (ctx.coalescer) return ctx.coalescer.claim(claim, opts.signal);
+  return withClient(ctx.pool, opts.signal, (c) => claimWith(ctx, c, claim, "workloads"));
 }
 
-export async function claimWith(
-  ctx: StoreContext,
-  c: pg.PoolClient,
-  claim: NormalizedClaim,
-  field: string,
-  opts: CallOptions = {},
-): Promise<Task[]> {
+export async function claimWith(ctx: StoreContext, c: pg.PoolClient, claim: NormalizedClaim, field: string): Promise<ClaimOutcome> {
   const rows = await (claim.maxTasks === 1 ? claimTaskQuery : claimTasksQuery).run(c, {
     ...claim,
     leaseSeconds: claim.leaseSeconds ?? null,
@@ -187,10 +181,10 @@ export async function claimWith(
   if (rows.length === 0) {
     // Only an empty answer pays for this check, so the hot path stays one statement.
     await ctx.workloads.require(c, claim.workloads, field);
-    if (ctx.flow.workloads.any(claim.workloads)) await explainRefusal(ctx, c, claim.workloads, opts);
-    return [];
+    const retryAfterMs = ctx.flow.workloads.any(claim.workloads) ? await explainRefusal(ctx, c, claim.workloads) : undefined;
+    return retryAfterMs === undefined ? { tasks: [] } : { tasks: [], retryAfterMs };
   }
-  return claimed(ctx, rows);
+  return { tasks: claimed(ctx, rows) };
 }
 
 export function claimed(ctx: StoreContext, rows: ClaimedRow[]): Task[] {

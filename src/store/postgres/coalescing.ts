@@ -12,7 +12,7 @@
 
 import type pg from "pg";
 import { leaseConflict } from "../../queue/fencing.js";
-import type { CallOptions, CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
+import type { ClaimOutcome, CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
 import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js";
 import { claimed, claimWith } from "./claim.js";
 import {
@@ -24,34 +24,28 @@ import {
   type CoalescedClaimRow,
 } from "./coalesced-statements.js";
 import { completeBatchWith, refusedOrLate } from "./complete.js";
-import type { StoreContext } from "./context.js";
+import type { CoalescedCalls, CoalescingOptions, StoreContext } from "./context.js";
 import { toQueueError, withClient } from "./db.js";
 import { explainRefusal } from "./flow-control.js";
-import { GroupCommit, type GroupCommitOptions, type Outcome } from "./group-commit.js";
+import { GroupCommit, type Outcome } from "./group-commit.js";
 import { loadTask } from "./inspection.js";
 import { resultRecord } from "./result-params.js";
 import { toTask, type TaskRow } from "./rows.js";
 import { FINISH_JOBS, settleJob } from "./settle.js";
-
-export type CoalescingOptions = GroupCommitOptions;
-
-export const DEFAULT_COALESCING: CoalescingOptions = { maxBatch: 64, lingerUs: 0 };
 
 /** The kinds of coalesced statements, as the batch-size metric names them. */
 export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "renew" | "fail";
 
 interface ClaimItem {
   claim: NormalizedClaim;
-  /** The caller's options: an empty claim of a rate-limited workload says there when to try again. */
-  opts: CallOptions;
 }
 interface ResultClaimItem {
   done: CompleteTaskInput;
   claim: NormalizedClaim;
 }
 
-export class Coalescer {
-  private readonly claims: GroupCommit<ClaimItem, Task[]>;
+export class Coalescer implements CoalescedCalls {
+  private readonly claims: GroupCommit<ClaimItem, ClaimOutcome>;
   private readonly resultClaims: GroupCommit<ResultClaimItem, CompletedAndClaimed>;
   private readonly results: GroupCommit<CompleteTaskInput, Task>;
   private readonly renewals: GroupCommit<RenewLeaseInput, Task>;
@@ -65,7 +59,7 @@ export class Coalescer {
     this.claims = new GroupCommit(
       {
         run: (_key, items, signal) => this.runClaims(items, signal),
-        abandon: (item, tasks) => this.giveBack(tasks),
+        abandon: (item, outcome) => this.giveBack(outcome.tasks),
         batched: batched("claim"),
       },
       options,
@@ -106,8 +100,8 @@ export class Coalescer {
     );
   }
 
-  claim(claim: NormalizedClaim, opts: CallOptions): Promise<Task[]> {
-    return this.claims.submit(claimKey(claim), { claim, opts }, opts.signal);
+  claim(claim: NormalizedClaim, signal?: AbortSignal): Promise<ClaimOutcome> {
+    return this.claims.submit(claimKey(claim), { claim }, signal);
   }
 
   completeAndClaim(done: CompleteTaskInput, claim: NormalizedClaim, signal?: AbortSignal): Promise<CompletedAndClaimed> {
@@ -126,7 +120,7 @@ export class Coalescer {
     return this.failures.submit("", f, signal);
   }
 
-  private runClaims(items: ClaimItem[], signal: AbortSignal): Promise<Outcome<Task[]>[]> {
+  private runClaims(items: ClaimItem[], signal: AbortSignal): Promise<Outcome<ClaimOutcome>[]> {
     const ctx = this.ctx;
     const first = items[0].claim;
     const owners: string[] = [];
@@ -147,8 +141,8 @@ export class Coalescer {
       // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
       if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
       const answers = per.map((r) => claimed(ctx, r));
-      await this.explainEmpty(c, rows[0]?.flow_workloads, items, answers);
-      return answers.map((value) => ({ value }));
+      const retryAfterMs = await this.explainEmpty(c, rows[0]?.flow_workloads, items, answers);
+      return answers.map((tasks) => ({ value: tasks.length === 0 && retryAfterMs !== undefined ? { tasks, retryAfterMs } : { tasks } }));
     });
   }
 
@@ -183,7 +177,7 @@ export class Coalescer {
         outcomes.push(
           await settled(async () => {
             const task = await refusedOrLate(ctx, c, done);
-            return { task, next: await claimWith(ctx, c, claim, "claim_next.workloads") };
+            return { task, next: (await claimWith(ctx, c, claim, "claim_next.workloads")).tasks };
           }),
         );
       }
@@ -194,19 +188,22 @@ export class Coalescer {
   /**
    * Callers of a flow-controlled workload that got nothing learn why, as on the one-caller path:
    * the refusal is counted once for the batch (cap, rate), and a rate limit's next token tells
-   * each empty caller's long poll when to try again. The coordinator's view of which workloads
-   * are flow-controlled is refreshed every few seconds; the statement's answer updates it now.
+   * each empty caller's long poll when to try again (the answer: how long until it is due). The
+   * coordinator's view of which workloads are flow-controlled is refreshed every few seconds; the
+   * statement's answer updates it now.
    */
-  private async explainEmpty(c: pg.PoolClient, flow: string[] | null | undefined, items: ClaimItem[], answers: Task[][]): Promise<void> {
-    if (!flow || flow.length === 0) return;
+  private async explainEmpty(
+    c: pg.PoolClient,
+    flow: string[] | null | undefined,
+    items: ClaimItem[],
+    answers: Task[][],
+  ): Promise<number | undefined> {
+    if (!flow || flow.length === 0) return undefined;
     for (const name of flow) this.ctx.flow.workloads.mark(name, true);
-    const empty = items.filter((_, i) => answers[i].length === 0);
-    if (empty.length === 0) return;
-    const shared: CallOptions = {};
+    if (answers.every((a) => a.length > 0)) return undefined;
     // Only metrics and a hint ride on this read: were it to fail, the batch's leases (committed)
     // must still reach their callers, who would otherwise wait for them to expire.
-    await explainRefusal(this.ctx, c, items[0].claim.workloads, shared).catch(() => {});
-    for (const item of empty) item.opts.claimRetryAfterMs = shared.claimRetryAfterMs;
+    return explainRefusal(this.ctx, c, items[0].claim.workloads).catch(() => undefined);
   }
 
   /** Metrics, and the jobs the completions may have finished (recheck_job: not those a claim just gave work, nor any with pending tasks). */

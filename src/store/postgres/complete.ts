@@ -208,7 +208,7 @@ export async function completeTaskAndClaim(
     const accepted = rows.find((r) => r.part === 0);
     if (!accepted) {
       const task = await refusedOrLate(ctx, c, done);
-      return { task, next: await claimWith(ctx, c, claim, "claim_next.workloads") };
+      return { task, next: (await claimWith(ctx, c, claim, "claim_next.workloads")).tasks };
     }
     const task = await completed(ctx, c, accepted);
     return {

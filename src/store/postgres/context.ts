@@ -4,10 +4,11 @@
 import type pg from "pg";
 import type { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueObserver } from "../../queue/service.js";
-import type { Coalescer, CoalescingOptions } from "./coalescing.js";
+import type { ClaimOutcome, CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
+import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js";
 import type { DueWakes } from "./due-wakes.js";
-import type { FlowState } from "./flow-control.js";
-import type { WorkloadCache } from "./workloads.js";
+import type { FlowState } from "./flow-state.js";
+import type { WorkloadCache } from "./workload-cache.js";
 
 export interface StoreOptions {
   defaultLeaseSeconds: number;
@@ -27,8 +28,8 @@ export interface StoreOptions {
   scheduler?: { graceMs?: number; maxPerPass?: number };
   /**
    * Single-task claims, results, renewals and failures that arrive together share one statement
-   * per kind (coalescing.ts); false: each call runs its own statement. Default: COALESCE from the
-   * environment (on unless COALESCE=false), with its batch size and linger.
+   * per kind (coalescing.ts); false or absent: each call runs its own statement. The coordinator
+   * passes the configuration's (COALESCE, COALESCE_MAX_BATCH).
    */
   coalescing?: CoalescingOptions | false;
   /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
@@ -39,6 +40,20 @@ export interface StoreOptions {
 export interface JobEventWakes {
   /** onWake: the job has new events; also called for every job after a reconnect (notifications may be lost). */
   subscribeJob(jobId: string, onWake: () => void): () => void;
+}
+
+/** Coalescing's setting: at most this many calls of one kind share a statement; the rest wait for the next. */
+export interface CoalescingOptions {
+  maxBatch: number;
+}
+
+/** The single-task calls that coalescing (coalescing.ts) runs together, as the operation files call them. */
+export interface CoalescedCalls {
+  claim(claim: NormalizedClaim, signal?: AbortSignal): Promise<ClaimOutcome>;
+  completeAndClaim(done: CompleteTaskInput, claim: NormalizedClaim, signal?: AbortSignal): Promise<CompletedAndClaimed>;
+  complete(done: CompleteTaskInput, signal?: AbortSignal): Promise<Task>;
+  renew(renew: RenewLeaseInput, signal?: AbortSignal): Promise<Task>;
+  fail(f: NormalizedFail, signal?: AbortSignal): Promise<Task>;
 }
 
 export interface StoreContext {
@@ -52,5 +67,5 @@ export interface StoreContext {
   /** The timer that wakes parked claimers when delayed tasks fall due (due-wakes.ts). */
   readonly dueWakes: DueWakes;
   /** Set when coalescing is on (store.ts makes it once the context exists). */
-  coalescer?: Coalescer;
+  coalescer?: CoalescedCalls;
 }

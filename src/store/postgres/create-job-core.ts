@@ -18,7 +18,8 @@ import { delayJob, isDelayed, needsDelayJob } from "./due-wakes.js";
 import { defineQuery } from "./query.js";
 import { toJob, type JobRow } from "./rows.js";
 import { uuidv7, uuidv7s } from "./uuidv7.js";
-import { unknownWorkload, type CachedWorkload } from "./workloads.js";
+import type { CachedWorkload } from "./workload-cache.js";
+import { unknownWorkload } from "./workloads.js";
 
 /*
  * CreateJob in one statement and one round trip (it took six: SELECT workloads, BEGIN, INSERT job,

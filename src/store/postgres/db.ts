@@ -294,15 +294,18 @@ export async function inTransaction<T>(
   fn: (client: pg.PoolClient) => Promise<T>,
   begin = "BEGIN",
 ): Promise<T> {
-  return withClient(pool, signal, async (client) => {
-    await client.query(begin);
-    try {
-      const result = await fn(client);
-      await client.query("COMMIT");
-      return result;
-    } catch (err) {
-      await client.query("ROLLBACK").catch(() => {});
-      throw err;
-    }
-  });
+  return withClient(pool, signal, (client) => transaction(client, fn, begin));
+}
+
+/** `fn` in one transaction on a client already taken (which must not be in one): COMMIT, or ROLLBACK and the error. */
+export async function transaction<T>(client: pg.PoolClient, fn: (client: pg.PoolClient) => Promise<T>, begin = "BEGIN"): Promise<T> {
+  await client.query(begin);
+  try {
+    const result = await fn(client);
+    await client.query("COMMIT");
+    return result;
+  } catch (err) {
+    await client.query("ROLLBACK").catch(() => {});
+    throw err;
+  }
 }

@@ -6,7 +6,7 @@
 // pass work at a time, and the others skip theirs.
 
 import type pg from "pg";
-import { withClient } from "./db.js";
+import { transaction, withClient } from "./db.js";
 import { defineQuery, type NoParams } from "./query.js";
 
 export interface EventPartitionsConfig {
@@ -243,8 +243,7 @@ export class EventPartitions {
   private async create(c: pg.PoolClient, lowerUs: bigint, upperUs: bigint, hasDefault: boolean): Promise<number> {
     const name = partitionName(lowerUs);
     const table = c.escapeIdentifier(name);
-    await c.query("BEGIN");
-    try {
+    return transaction(c, async () => {
       await c.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.floor(this.lockTimeoutMs))}`);
       await c.query(`CREATE TABLE ${table} (LIKE ${EVENTS_TABLE} INCLUDING DEFAULTS) WITH (${PARTITION_STORAGE})`);
       let moved = 0;
@@ -257,12 +256,8 @@ export class EventPartitions {
         moved = r.rowCount ?? 0;
       }
       await c.query(`ALTER TABLE ${EVENTS_TABLE} ATTACH PARTITION ${table} FOR VALUES FROM ${at(lowerUs)} TO ${at(upperUs)}`);
-      await c.query("COMMIT");
       return moved;
-    } catch (err) {
-      await c.query("ROLLBACK").catch(() => {});
-      throw err;
-    }
+    });
   }
 
   /*

@@ -63,9 +63,6 @@ WITH w AS (
 )
 SELECT w.name AS workload, $2::text AS key, 0 AS max_leased, (SELECT count(*) FROM woken) AS notified FROM w`;
 
-/** Flow-controlled workloads: the coordinator's view, refreshed every few seconds. */
-export const SELECT_FLOW_WORKLOADS = `SELECT name FROM workloads WHERE flow`;
-
 /*
  * Why an empty claim of these workloads leased nothing, per workload: paused, its cap full (live
  * leases), or its rate limit out of tokens (and in how many ms the next is due). Read only after a
@@ -80,11 +77,6 @@ SELECT w.name, w.paused,
      LATERAL (SELECT least(w.leases_burst, b.tokens + extract(epoch FROM now() - b.refreshed_at)::float8 * w.max_leases_per_second) AS tokens) x
    WHERE b.workload = w.name AND w.max_leases_per_second IS NOT NULL)::float8 AS rate_wait_ms
 FROM workloads w WHERE w.name = ANY ($1::text[]) AND w.flow`;
-
-// Which labels workers claim a workload with (worker_sightings), written at most every SIGHTING_MS per coordinator.
-export const RECORD_SIGHTINGS = `
-INSERT INTO worker_sightings (workload, labels, seen_at) SELECT w, $2::jsonb, now() FROM unnest($1::text[]) AS w
-ON CONFLICT (workload, labels) DO UPDATE SET seen_at = now()`;
 
 /** What GetTask tells a pending task's waiting reason from (queue/flow-control.ts, waitingReason). */
 export const WAITING_FACTS = `
@@ -118,15 +110,10 @@ const clearKeyLimitQuery = defineQuery<{ name: string; key: string }, { workload
   CLEAR_KEY_LIMIT,
   (p) => [p.name, p.key],
 );
-const selectFlowWorkloads = defineQuery<Record<never, never>, { name: string }>(null, SELECT_FLOW_WORKLOADS);
 const flowRefusals = defineQuery<
   { workloads: string[] },
   { name: string; paused: boolean; cap_full: boolean; rate_wait_ms: number | null }
 >("leasehold_flow_refusals", FLOW_REFUSALS, (p) => [p.workloads]);
-const recordSightings = defineQuery<{ workloads: string[]; labels: string }>("leasehold_record_sightings", RECORD_SIGHTINGS, (p) => [
-  p.workloads,
-  p.labels,
-]);
 interface WaitingFactsRow {
   now: Date;
   run_after: Date;
@@ -168,10 +155,10 @@ export async function putKeyLimit(ctx: StoreContext, input: PutKeyLimitInput, op
 }
 
 /**
- * An empty claim of a flow-controlled workload: counted by what refused it (metrics), and, when a
- * rate limit had no token, opts.claimRetryAfterMs says when the next is due (the long poll waits that long).
+ * An empty claim of a flow-controlled workload: counted by what refused it (metrics); answers, when
+ * a rate limit had no token, how long until the next is due (the long poll waits that long).
  */
-export async function explainRefusal(ctx: StoreContext, c: pg.PoolClient, workloads: string[], opts: CallOptions): Promise<void> {
+export async function explainRefusal(ctx: StoreContext, c: pg.PoolClient, workloads: string[]): Promise<number | undefined> {
   const rows = await flowRefusals.run(c, { workloads });
   let wait = Infinity;
   for (const r of rows) {
@@ -181,13 +168,7 @@ export async function explainRefusal(ctx: StoreContext, c: pg.PoolClient, worklo
       wait = Math.min(wait, r.rate_wait_ms);
     }
   }
-  if (Number.isFinite(wait)) opts.claimRetryAfterMs = Math.max(1, wait);
-}
-
-/** What the store keeps for flow control. */
-export interface FlowState {
-  readonly workloads: FlowWorkloads;
-  readonly sightings: WorkerSightings;
+  return Number.isFinite(wait) ? Math.max(1, wait) : undefined;
 }
 
 /** Why a pending task waits; undefined for a task that is not pending. */
@@ -210,60 +191,4 @@ export async function waitingOf(c: pg.PoolClient, task: Task): Promise<Waiting |
     labelsSeen: r.labels_seen,
   };
   return waitingReason(facts);
-}
-
-/** How often a coordinator records that workers claim a workload with some labels (per workload and labels). */
-const SIGHTING_MS = 10_000;
-/** How often the coordinator re-reads which workloads are flow-controlled. */
-const FLOW_REFRESH_MS = 2_000;
-
-/** Records, at most every SIGHTING_MS per (workloads, labels), that a worker claimed them with these labels. */
-export class WorkerSightings {
-  private readonly last = new Map<string, number>();
-
-  async seen(c: pg.PoolClient, workloads: string[], labels: string): Promise<void> {
-    const key = labels + "\u0000" + workloads.join(",");
-    const now = Date.now();
-    const at = this.last.get(key);
-    if (at !== undefined && now - at < SIGHTING_MS) return;
-    this.last.set(key, now);
-    if (this.last.size > 10_000) this.last.clear();
-    try {
-      await recordSightings.run(c, { workloads, labels });
-    } catch (err) {
-      // A lost sighting only makes a waiting reason less precise; the claim stands.
-      this.last.delete(key);
-      if ((err as { code?: string }).code === undefined) throw err;
-    }
-  }
-}
-
-/** Which workloads have caps, a rate limit or are paused, as of a read at most FLOW_REFRESH_MS old. */
-export class FlowWorkloads {
-  private names = new Set<string>();
-  private readAt = 0;
-  private reading: Promise<void> | undefined;
-
-  constructor(private readonly pool: pg.Pool) {}
-
-  /** Whether any of these is flow-controlled (refreshing the view in the background when it is old). */
-  any(workloads: readonly string[]): boolean {
-    if (Date.now() - this.readAt > FLOW_REFRESH_MS && !this.reading) {
-      this.reading = selectFlowWorkloads
-        .run(this.pool)
-        .then((rows) => {
-          this.names = new Set(rows.map((r) => r.name));
-          this.readAt = Date.now();
-        })
-        .catch(() => {})
-        .finally(() => (this.reading = undefined));
-    }
-    return workloads.some((w) => this.names.has(w));
-  }
-
-  /** Told by a statement that a workload's settings changed here, so this coordinator knows at once. */
-  mark(name: string, flow: boolean): void {
-    if (flow) this.names.add(name);
-    else this.names.delete(name);
-  }
 }

@@ -11,11 +11,6 @@ export type Outcome<O> = { value: O } | { error: unknown };
 export interface GroupCommitOptions {
   /** At most this many items in one statement; the rest wait for the next. */
   maxBatch: number;
-  /**
-   * How long an idle lane waits for company before it runs, in microseconds (0: not at all, the
-   * default). The wait yields to I/O between checks, so calls that arrive meanwhile join.
-   */
-  lingerUs: number;
 }
 
 export interface GroupCommitHooks<I, O> {
@@ -85,16 +80,7 @@ export class GroupCommit<I, O> {
 
   private start(key: string, lane: Lane<I, O>): void {
     lane.busy = true;
-    if (this.options.lingerUs <= 0) {
-      void this.flush(key, lane);
-      return;
-    }
-    const until = process.hrtime.bigint() + BigInt(Math.round(this.options.lingerUs * 1000));
-    const check = () => {
-      if (lane.waiting.length < this.options.maxBatch && process.hrtime.bigint() < until) setImmediate(check);
-      else void this.flush(key, lane);
-    };
-    setImmediate(check);
+    void this.flush(key, lane);
   }
 
   private async flush(key: string, lane: Lane<I, O>): Promise<void> {

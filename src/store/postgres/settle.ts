@@ -12,6 +12,7 @@
 
 import type pg from "pg";
 import type { Job } from "../../queue/types.js";
+import { transaction } from "./db.js";
 import { defineQuery } from "./query.js";
 
 /**
@@ -115,18 +116,12 @@ export const UNSETTLED_JOBS = defineQuery<{ limit: number }, { id: string }>(
  * job's status when this settle ended it. `c` must not be in a transaction.
  */
 export async function settleJob(c: pg.PoolClient, jobId: string): Promise<Job["status"] | undefined> {
-  await c.query("BEGIN");
-  try {
+  return transaction(c, async () => {
     await JOB_LOCK.run(c, { jobId });
     // New statements, new snapshots: these see every settle and failure committed before the lock.
     await CANCEL_PAST_THRESHOLD.run(c, { jobId });
-    const settled = await SETTLE_JOB.maybe(c, { jobId });
-    await c.query("COMMIT");
-    return settled?.status;
-  } catch (err) {
-    await c.query("ROLLBACK").catch(() => {});
-    throw err;
-  }
+    return (await SETTLE_JOB.maybe(c, { jobId }))?.status;
+  });
 }
 
 /** settleJob for several jobs, one transaction each, in a fixed order. */

@@ -26,6 +26,7 @@ import type {
   BatchCompletedAndClaimed,
   CallOptions,
   CancelJobInput,
+  ClaimOutcome,
   ClaimTasksInput,
   CompletedAndClaimed,
   CompleteOutcome,
@@ -65,7 +66,8 @@ import { coalescingFromEnv } from "../../config/index.js";
 import { completeTask, completeTaskAndClaim, completeTasks, completeTasksAndClaim } from "./complete.js";
 import type { StoreContext, StoreOptions } from "./context.js";
 import { createJob } from "./create-job.js";
-import { FlowWorkloads, pauseWorkload, putKeyLimit, resumeWorkload, WorkerSightings } from "./flow-control.js";
+import { pauseWorkload, putKeyLimit, resumeWorkload } from "./flow-control.js";
+import { FlowWorkloads, WorkerSightings } from "./flow-state.js";
 import { listWorkloadKeys } from "./workload-keys.js";
 import { getTask, listTasks } from "./inspection.js";
 import { cancelJob, getJobStatus, listCompletedResults, listJobs, retryJob } from "./jobs.js";
@@ -78,7 +80,8 @@ import { DueWakes } from "./due-wakes.js";
 import { taskStats } from "./task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./watch.js";
 import { WatchHub } from "./watch-hub.js";
-import { listWorkloads, putWorkload, WorkloadCache } from "./workloads.js";
+import { listWorkloads, putWorkload } from "./workloads.js";
+import { WorkloadCache } from "./workload-cache.js";
 
 export { createPool } from "./db.js";
 export type { JobEventWakes, StoreOptions } from "./context.js";
@@ -171,8 +174,13 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
     return createJob(this.ctx, input, opts);
   }
 
-  claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
+  /** A claim's tasks and, when a rate limit refused it, when to try again (what a long poll needs). */
+  claim(input: ClaimTasksInput, opts: CallOptions = {}): Promise<ClaimOutcome> {
     return claimTasks(this.ctx, input, opts);
+  }
+
+  async claimTasks(input: ClaimTasksInput, opts: CallOptions = {}): Promise<Task[]> {
+    return (await claimTasks(this.ctx, input, opts)).tasks;
   }
 
   renewLease(input: RenewLeaseInput, opts: CallOptions = {}): Promise<Task> {

@@ -2,7 +2,7 @@
 
 import { TASK_STATUSES, type CallOptions, type TaskCounts, type WorkloadTaskStats } from "../../queue/types.js";
 import type { StoreContext } from "./context.js";
-import { withClient } from "./db.js";
+import { transaction, withClient } from "./db.js";
 import { defineQuery, type NoParams } from "./query.js";
 
 interface StatsRow {
@@ -36,17 +36,12 @@ export async function taskStats(ctx: StoreContext, scope: "unfinished" | "all", 
     if (scope === "unfinished") return unfinished;
     // A count of everything wants a sequential scan, also where the role still turns them off
     // (an older deployment behind a pooler set enable_seqscan=off for it).
-    await c.query("BEGIN");
-    try {
+    const all = await transaction(c, async () => {
       await c.query("SET LOCAL enable_seqscan = on");
-      const all = await ALL_TASK_STATS.run(c);
-      await c.query("COMMIT");
-      // Counts from the full scan; the oldest-pending ages from the unfinished query.
-      return [...all, ...unfinished.map((r) => ({ ...r, n: 0 }))];
-    } catch (err) {
-      await c.query("ROLLBACK").catch(() => {});
-      throw err;
-    }
+      return ALL_TASK_STATS.run(c);
+    });
+    // Counts from the full scan; the oldest-pending ages from the unfinished query.
+    return [...all, ...unfinished.map((r) => ({ ...r, n: 0 }))];
   });
   const byWorkload = new Map<string, WorkloadTaskStats>();
   for (const r of rows) {

@@ -1,4 +1,4 @@
-// The unary seam (direct/index.ts) with everything served by connect-es' router: the library's
+// The unary seam (seam.ts) with everything served by connect-es' router: the library's
 // own way, chosen by DIRECT_UNARY=false. gRPC and Connect requests are all left to the router;
 // a REST call of a unary RPC goes to the router's handler for it, in process, as a Connect JSON
 // call whose body is the request JSON already parsed (no second JSON.parse); the Connect JSON
@@ -7,13 +7,14 @@
 
 import { Code, createContextValues } from "@connectrpc/connect";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
-import type { RestUnaryCall, UnarySeam } from "./direct/index.js";
-import { withCallSignal } from "./direct/invoke.js";
-import { HttpError, restErrorBody } from "./errors.js";
-import { requestInfoKey } from "./request-info.js";
-import { writeJson } from "./respond.js";
-import { connectFailure, type ConnectErrorJson } from "./rest-errors.js";
-import { successStatus, type NodeResponse } from "./rest.js";
+import { HttpError, restErrorBody } from "../errors.js";
+import type { NodeResponse } from "../node-http.js";
+import { requestInfoKey } from "../request-info.js";
+import { writeJson } from "../respond.js";
+import { connectFailure, type ConnectErrorJson } from "../rest-errors.js";
+import { successStatus } from "../rest-status.js";
+import { withCallSignal } from "./invoke.js";
+import type { RestUnaryCall, UnarySeam } from "./seam.js";
 
 /** An empty claim's answer is `{"tasks":[]}`; any task makes it far longer: only a short answer is parsed to tell. */
 const SHORT_ANSWER_BYTES = 64;
