@@ -855,7 +855,7 @@ describe("flow control from the CLI", () => {
     expect(zeroCap.code).toBe(2);
     expect(zeroCap.stderr).toMatch(/^leasehold: --max-leased must be an integer ≥ 1, not "0"/);
     expect(noCap.code).toBe(2);
-    expect(noCap.stderr).toMatch(/--max-leased N is required/);
+    expect(noCap.stderr).toMatch(/--max-leased N \(or --clear\) is required/);
     expect(badLabel.code).toBe(2);
     expect(badLabel.stderr).toMatch(/^leasehold: --required-label must be KEY=VALUE, not "gpu"/);
     expect(unknown.code).toBe(1);
