@@ -193,10 +193,13 @@ describe("every field of CreateJobRequest in a schedule's template is on the fir
 
 describe("over REST, as a user writes it", () => {
   it("PUT /schedules/s1 with a finalizer: every tick's job has it, and the finalizer runs when that job ends", async () => {
+    // A workload of its own: the claim below must take this tick's task, not one an earlier test left pending.
+    const own = "tpl_rest";
+    await f.queue.putWorkload({ name: own });
     const put = await restCall(base, "PUT", "/schedules/s1", {
       cron: "0 0 1 1 *",
       job: {
-        ...{ workload: W, input_uri: "s3://rest/in", input_sha256: sha("rest") },
+        ...{ workload: own, input_uri: "s3://rest/in", input_sha256: sha("rest") },
         finalizer: { workload: FIN, parameters: { k: "v" } },
       },
     });
@@ -204,7 +207,7 @@ describe("over REST, as a user writes it", () => {
     expect(put.body.schedule.job.finalizer).toEqual({ workload: FIN, parameters: { k: "v" }, run_on_failure: false });
     const { job } = await fireTick("s1");
     expect(job.finalizer).toEqual({ workload: FIN, parameters: { k: "v" }, runOnFailure: false });
-    const [task] = await f.queue.claimTasks({ workerId: "w", workloads: [W] });
+    const [task] = await f.queue.claimTasks({ workerId: "w", workloads: [own] });
     expect(task.jobId).toBe(job.id);
     await f.queue.completeTask({ taskId: task.id, workerId: "w", attempt: task.attempt, resultUri: "s3://out", resultSha256: sha("out") });
     const { rows } = await f.pool.query(`SELECT workload, parameters FROM jobs WHERE parent_job_id = $1`, [job.id]);

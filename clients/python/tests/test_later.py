@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from leasehold import Client, InvalidArgumentError, TaskSpec
+from leasehold import Client, InvalidArgumentError, NotFoundError, TaskSpec
 
 
 def sha(text: str) -> str:
@@ -47,13 +47,16 @@ def test_bad_run_at_and_finalizer_name_the_field(admin: Client, workload: Callab
     far = datetime.now(timezone.utc) + timedelta(days=400)
     cases: list[tuple[dict[str, object], str]] = [
         ({"run_at": far}, "run_at"),
-        ({"finalizer": {"workload": "no_such_workload"}}, "finalizer.workload"),
         ({"finalizer": {"workload": w, "on_failure": True}}, "finalizer.on_failure"),
     ]
     for extra, field in cases:
         with pytest.raises(InvalidArgumentError) as bad:
             admin.create_job(w, input_uri="s3://in/2", input_sha256=sha("2"), **extra)  # type: ignore[arg-type]
         assert [v.field for v in bad.value.violations] == [field]
+    # An unknown workload is NOT_FOUND wherever it is named, a finalizer's too, with one reason.
+    with pytest.raises(NotFoundError) as missing:
+        admin.create_job(w, input_uri="s3://in/2", input_sha256=sha("2"), finalizer={"workload": "no_such_workload"})
+    assert missing.value.reason == "WORKLOAD_NOT_FOUND"
 
 
 def test_a_task_sets_its_own_run_at(admin: Client, workload: Callable[..., str]) -> None:

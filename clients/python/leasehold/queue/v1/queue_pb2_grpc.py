@@ -386,10 +386,13 @@ class QueueServiceServicer:
         """Creates or replaces a periodic schedule: on every tick of its cron
         expression (in its IANA timezone) one job is created from its job
         template, exactly once across all coordinators. The template is checked
-        as CreateJob would check it (its workload must be registered) before
-        anything is written; an invalid cron expression, an unknown timezone or
-        a bad template is INVALID_ARGUMENT naming the field. Replacing a schedule
-        keeps whether it is paused and restarts its ticks from now.
+        as CreateJob would check it before anything is written: an unknown
+        workload (the job's, a task's, the finalizer's) is NOT_FOUND; an invalid
+        cron expression, an unknown timezone or a bad template is
+        INVALID_ARGUMENT naming the field. Every field of the template is on
+        every tick's job, but for idempotency_key and run_at (the job's or a
+        task's), which a template may not carry (INVALID_ARGUMENT). Replacing a
+        schedule keeps whether it is paused and restarts its ticks from now.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
