@@ -22,6 +22,7 @@ const API_SUITES = [
   "test/grpcio-load.test.ts",
   "test/fences.test.ts",
   "test/fences-race.test.ts",
+  "test/switches.test.ts",
 ];
 
 /**
@@ -38,6 +39,7 @@ const COALESCE_SUITES = [
   "test/grpcio-load.test.ts",
   "test/fences.test.ts",
   "test/fences-race.test.ts",
+  "test/switches.test.ts",
 ];
 
 export default defineConfig({

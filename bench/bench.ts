@@ -16,6 +16,7 @@ import { CLAIM_TASKS } from "../src/store/postgres/claim.js";
 import { COMPLETE_TASK, COMPLETE_TASKS } from "../src/store/postgres/complete.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, restClient, startCoordinator, startDatabase, summary } from "./harness.js";
+import { parseCoalescing } from "../src/config/index.js";
 
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 16);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -162,7 +163,12 @@ async function main() {
   const db = await startDatabase();
   const coordinator = await startCoordinator(db.url, { PG_POOL_MAX: String(POOL_MAX) });
   const storePool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
-  const store = new PostgresQueue(storePool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
+  const store = new PostgresQueue(storePool, {
+    coalescing: parseCoalescing(process.env),
+    defaultLeaseSeconds: 300,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 10_000,
+  });
   const rest = restClient(coordinator.url, WORKERS * 2);
   const rpc = createClient(QueueService, createConnectTransport({ baseUrl: coordinator.url, httpVersion: "2" }));
   // The same Connect protocol over HTTP/1.1: Node's http2 costs more CPU per call on both ends.

@@ -14,6 +14,7 @@ import { LongPollingQueue, type ParkingCalls } from "../src/queue/long-poll.js";
 import { TaskListener } from "../src/store/postgres/listener.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, startDatabase } from "./harness.js";
+import { parseCoalescing } from "../src/config/index.js";
 
 const JOBS = Number(process.env.DUE_JOBS ?? 10_000);
 const WORKERS = Number(process.env.DUE_WORKERS ?? 16);
@@ -45,7 +46,12 @@ async function xacts(probe: pg.Client): Promise<number> {
 
 async function round(url: string, mode: "wake" | "poll", workload: string) {
   const pool = createPool({ connectionString: url, max: WORKERS + 4, statementTimeoutMs: 30_000, connectTimeoutMs: 10_000 });
-  const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10 });
+  const store = new PostgresQueue(pool, {
+    coalescing: parseCoalescing(process.env),
+    defaultLeaseSeconds: 300,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 10,
+  });
   const listener = new TaskListener(url);
   await listener.start();
   const queue: ParkingCalls = mode === "wake" ? new LongPollingQueue(store, listener, { pollIntervalMs: 1000 }) : store;

@@ -33,6 +33,7 @@ import { cpuNow, cpuPer, type CpuPerItem } from "./cpu.js";
 import { baselineDatabase, dropDatabase, prepareBaseline, type Baseline } from "./flow-baseline.js";
 import { chainedWorkers, leaseSampler, median, SHA, sleep, timedClaims, topUp, walBytes, type Target } from "./flow-load.js";
 import { fmt, restClient, startCoordinator, startDatabase, summary } from "./harness.js";
+import { parseCoalescing } from "../src/config/index.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -275,7 +276,12 @@ async function main() {
       for (const t of both) await throughputWindow(t, WARM, 1);
     }
     if (PARTS.includes(2)) {
-      const store = new PostgresQueue(current.pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
+      const store = new PostgresQueue(current.pool, {
+        coalescing: parseCoalescing(process.env),
+        defaultLeaseSeconds: 300,
+        defaultMaxAttempts: 3,
+        maxTasksPerJob: 10_000,
+      });
       console.error(`filling ${fmt(TASKS)} pending tasks into each of two workloads…`);
       fill = await fillDeep(current, store);
       // Not measured: the first claims after a fresh fill set hint bits and pay first touches.

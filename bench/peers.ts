@@ -35,6 +35,7 @@ import { cpuNow, cpuPer } from "./cpu.js";
 import { fmt, grpcClient, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.js";
 import { loadPeers, type Boss, type GraphileWorkerUtils, type Peers } from "./peers/load.js";
+import { parseCoalescing } from "../src/config/index.js";
 
 const argRuns = process.argv.indexOf("--runs");
 const RUNS = Number(argRuns >= 0 ? process.argv[argRuns + 1] : (process.env.PEERS_RUNS ?? 3));
@@ -585,7 +586,12 @@ async function main() {
   const bossUrl = await createDatabase(db.url, `peers_pgboss_${process.pid}`);
   const coordinator = await startCoordinator(db.url, { PG_POOL_MAX: "8" });
   const storePool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
-  const store = new PostgresQueue(storePool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
+  const store = new PostgresQueue(storePool, {
+    coalescing: parseCoalescing(process.env),
+    defaultLeaseSeconds: 300,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 10_000,
+  });
   const rest = restClient(coordinator.url, WORKERS * 2);
   const rpc = grpcClient(coordinator.url);
   // --pgbouncer: the same coordinator build, its pool (PG_POOL_MAX 8) through PgBouncer with 8 server

@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
+import { parseCoalescing } from "../src/config/index.js";
 
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 16);
 const SECONDS = Number(process.env.SCALE_SECONDS ?? 5);
@@ -16,7 +17,12 @@ const SHA = createHash("sha256").update("scale").digest("hex");
 async function main() {
   const db = await startDatabase();
   const pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
-  const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
+  const store = new PostgresQueue(pool, {
+    coalescing: parseCoalescing(process.env),
+    defaultLeaseSeconds: 300,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 10_000,
+  });
   const coordinators: Coordinator[] = [];
   const lines: string[] = [];
   try {

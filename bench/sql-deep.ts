@@ -10,6 +10,7 @@ import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, startDatabase, summary } from "./harness.js";
+import { parseCoalescing } from "../src/config/index.js";
 
 const ROWS = Number(process.env.DEEP_ROWS ?? 1_000_000);
 const PAIRS = Number(process.env.DEEP_PAIRS ?? 3);
@@ -20,7 +21,12 @@ const SHA = createHash("sha256").update("deep").digest("hex");
 async function main() {
   const db = await startDatabase();
   const pool = createPool({ connectionString: db.url, max: WORKERS + 2, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
-  const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
+  const store = new PostgresQueue(pool, {
+    coalescing: parseCoalescing(process.env),
+    defaultLeaseSeconds: 300,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 10_000,
+  });
   try {
     await store.putWorkload({ name: "deep", leaseSeconds: 300 });
     const { rows } = await pool.query(`INSERT INTO jobs (workload, status) VALUES ('deep', 'running') RETURNING id`);

@@ -17,6 +17,7 @@ import { CLAIM_TASKS } from "../src/store/postgres/claim.js";
 import { COMPLETE_TASK, COMPLETE_TASK_AND_CLAIM, COMPLETE_TASKS, COMPLETE_TASKS_AND_CLAIM } from "../src/store/postgres/complete.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, startDatabase } from "./harness.js";
+import { parseCoalescing } from "../src/config/index.js";
 
 const argRuns = process.argv.indexOf("--runs");
 const RUNS = Number(argRuns >= 0 ? process.argv[argRuns + 1] : (process.env.SQL_RUNS ?? 3));
@@ -108,7 +109,12 @@ async function main() {
     connectTimeoutMs: 10_000,
     applicationName: "leasehold-bench-sql",
   });
-  const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
+  const store = new PostgresQueue(pool, {
+    coalescing: parseCoalescing(process.env),
+    defaultLeaseSeconds: 300,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 10_000,
+  });
   const perRun = Math.ceil(SECONDS * 6000);
   type Measured = Awaited<ReturnType<typeof run>>;
   const results: Array<{ bare: Measured; leasehold: Measured; chained: Measured }> = [];

@@ -19,6 +19,7 @@ import type { LogLevel } from "../src/config/index.js";
 import { Metrics } from "../src/telemetry/metrics.js";
 import type { ApiQueue } from "../src/queue/service.js";
 import type { Task } from "../src/queue/types.js";
+import { parseDirectUnary } from "../src/config/index.js";
 
 const now = new Date();
 let seq = 0;
@@ -149,6 +150,7 @@ async function startStub() {
   const logLevel = process.env.STUB_LOG_LEVEL;
   const logger = logLevel ? createLogger(logLevel as LogLevel) : pino({ level: "warn" });
   const server = createApiServer({
+    directUnary: parseDirectUnary(process.env),
     queue,
     logger,
     metrics: process.env.STUB_METRICS === "1" ? new Metrics({ logger }) : undefined,

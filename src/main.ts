@@ -162,6 +162,7 @@ class Coordinator {
       maxBodyBytes: config.maxBodyBytes,
       requestTimeoutMs: config.requestTimeoutMs,
       logSlowMs: config.logSlowMs,
+      directUnary: config.directUnary,
       readiness: () => this.readiness(),
       auth: config.authTokens.length > 0 ? new Authenticator(config.authTokens) : undefined,
       tls: config.tls,

@@ -16,6 +16,7 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
+import { SWITCHES } from "./support/switches.js";
 
 const MAX_BODY_BYTES = 64 * 1024;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -54,7 +55,12 @@ function expectRestError(a: RestAnswer, status: number, code: string, mentions?:
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
+  const queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 60,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 50,
+  });
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
       for (const line of chunk.toString().split("\n")) if (line) logLines.push(JSON.parse(line));
@@ -62,6 +68,7 @@ beforeAll(async () => {
     },
   });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     // debug: the workers' successful calls are logged at that level (request-log.ts).
     logger: pino({ level: "debug" }, sink),
@@ -706,8 +713,14 @@ describe("request ids, health and logs", () => {
 
 describe("close()", () => {
   it("does not wait for idle keep-alive or HTTP/2 connections", async () => {
-    const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
+    const queue = new PostgresQueue(pool, {
+      coalescing: SWITCHES.coalescing,
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 50,
+    });
     const other = createApiServer({
+      directUnary: SWITCHES.directUnary,
       queue,
       logger: pino({ level: "silent" }),
       maxBodyBytes: 1024,
@@ -736,7 +749,12 @@ describe("deadlines and unexpected errors", () => {
   const aborts: { op: string; afterMs: number }[] = [];
 
   beforeAll(async () => {
-    const real = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
+    const real = new PostgresQueue(pool, {
+      coalescing: SWITCHES.coalescing,
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 50,
+    });
     const waitForAbort = (op: string, signal: AbortSignal | undefined) =>
       new Promise<never>((_, reject) => {
         const started = Date.now();
@@ -788,6 +806,7 @@ describe("deadlines and unexpected errors", () => {
       },
     });
     slow = createApiServer({
+      directUnary: SWITCHES.directUnary,
       queue,
       logger: pino({ level: "info" }, sink),
       maxBodyBytes: 4096,

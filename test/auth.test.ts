@@ -23,6 +23,7 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { ROOT } from "./support/process.js";
 import { rpcError } from "./support/rpc.js";
+import { SWITCHES } from "./support/switches.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 
@@ -52,7 +53,7 @@ beforeAll(async () => {
   tmp = mkdtempSync(path.join(os.tmpdir(), "leasehold-auth-"));
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
+  queue = new PostgresQueue(pool, { coalescing: SWITCHES.coalescing, defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
       logText += chunk.toString();
@@ -60,6 +61,7 @@ beforeAll(async () => {
     },
   });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     logger: createLogger("info", sink),
     maxBodyBytes: 64 * 1024,
@@ -762,6 +764,7 @@ describe("TLS", () => {
     expect(config.tls).toBeDefined();
     cert = readFileSync(certFile);
     tlsServer = createApiServer({
+      directUnary: SWITCHES.directUnary,
       queue,
       logger: createLogger("silent"),
       maxBodyBytes: 64 * 1024,

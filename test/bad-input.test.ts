@@ -22,6 +22,7 @@ import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { LIMITS } from "../src/queue/validation.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { SWITCHES } from "./support/switches.js";
 
 const MAX_BODY_BYTES = 96 * 1024; // above LIMITS.jsonBytes, so the parameters limit is reachable under the body limit
 const MAX_TASKS_PER_JOB = 50;
@@ -1026,8 +1027,14 @@ function lazy<T>(v: Lazy<T>): T {
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 10_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 3600, defaultMaxAttempts: 3, maxTasksPerJob: MAX_TASKS_PER_JOB });
+  const queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 3600,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: MAX_TASKS_PER_JOB,
+  });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: MAX_BODY_BYTES,

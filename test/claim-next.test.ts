@@ -15,6 +15,7 @@ import { EVENTS_CHANNEL } from "../src/store/postgres/channels.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
+import { SWITCHES } from "./support/switches.js";
 
 let f: QueueFixture;
 let listener: TaskListener;
@@ -35,6 +36,7 @@ beforeAll(async () => {
   await listener.start();
   queue = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: f.queue,
     longPoll: queue,
     logger: pino({ level: "silent" }),
@@ -44,6 +46,7 @@ beforeAll(async () => {
   });
   base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
   authed = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: f.queue,
     longPoll: queue,
     logger: pino({ level: "silent" }),

@@ -119,6 +119,19 @@ describe("CreateJob", () => {
     expect(await f.count("tasks", `job_id = '${ok.job.id}'`)).toBe(1);
   });
 
+  it("retries a delayed job whose cached workload went stale, and writes it once", async () => {
+    await a.putWorkload({ name: "cj_stale_delayed", maxAttempts: 2 });
+    await a.createJob({ workload: "cj_stale_delayed", tasks: [spec(0)] });
+    await b.putWorkload({ name: "cj_stale_delayed", maxAttempts: 5 });
+    const runAt = new Date(Date.now() + 3_600_000);
+    const r = await a.createJob({ workload: "cj_stale_delayed", runAt, tasks: [spec(0), spec(1)] });
+    expect(r.tasks.map((t) => t.maxAttempts)).toEqual([5, 5]);
+    const { rows } = await f.pool.query(`SELECT run_at FROM jobs WHERE id = $1`, [r.job.id]);
+    expect(rows.map((row) => (row.run_at as Date).getTime())).toEqual([runAt.getTime()]);
+    expect(await f.count("tasks", `job_id = '${r.job.id}'`)).toBe(2);
+    expect(await f.count("jobs", `workload = 'cj_stale_delayed'`)).toBe(2);
+  });
+
   it("succeeds while another coordinator rewrites the workload without pause", async () => {
     await a.putWorkload({ name: "cj_churn", maxAttempts: 3 });
     await a.createJob({ workload: "cj_churn", tasks: [spec(0)] }); // cached from here on

@@ -15,6 +15,7 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
+import { SWITCHES } from "./support/switches.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const W = "fpa_render";
@@ -37,8 +38,14 @@ async function rows(): Promise<{ jobs: number; workloads: string }> {
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
+  const queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 60,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 50,
+  });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,

@@ -11,6 +11,7 @@ import { TaskListener } from "../src/store/postgres/listener.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
+import { SWITCHES } from "./support/switches.js";
 
 let f: QueueFixture;
 let other: PostgresQueue;
@@ -177,6 +178,7 @@ describe("why is it waiting", () => {
   let base: string;
   beforeAll(async () => {
     server = createApiServer({
+      directUnary: SWITCHES.directUnary,
       queue: f.queue,
       logger: pino({ level: "silent" }),
       maxBodyBytes: 1 << 20,

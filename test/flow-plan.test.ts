@@ -7,6 +7,7 @@ import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { SWITCHES } from "./support/switches.js";
 
 const SHA = createHash("sha256").update("flow-plan").digest("hex");
 let db: TestDatabase;
@@ -16,7 +17,12 @@ let queue: PostgresQueue;
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 2, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000 });
-  queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 20_000 });
+  queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 60,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 20_000,
+  });
 });
 
 afterAll(async () => {

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { ROOT } from "./support/process.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
+import { SWITCHES } from "./support/switches.js";
 
 const PYTHON = inject("python");
 const TASKS = 3000;
@@ -25,6 +26,7 @@ let target: string;
 beforeAll(async () => {
   fx = await queueFixture();
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: fx.queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 1024 * 1024,

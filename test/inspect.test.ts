@@ -20,6 +20,7 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
+import { SWITCHES } from "./support/switches.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const SCHEMA_WORKLOAD = "insp_schema";
@@ -39,8 +40,15 @@ let base: string;
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50, watchPollIntervalMs: 100 });
+  queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 60,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 50,
+    watchPollIntervalMs: 100,
+  });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,

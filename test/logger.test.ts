@@ -8,6 +8,7 @@ import { loadConfig } from "../src/config/index.js";
 import { createLogger, isoTime } from "../src/logger.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
+import { SWITCHES } from "./support/switches.js";
 
 describe("the logger's timestamp", () => {
   afterEach(() => vi.restoreAllMocks());
@@ -54,6 +55,7 @@ describe("the request log's levels", () => {
         },
       });
       const server = createApiServer({
+        directUnary: SWITCHES.directUnary,
         queue: fx.queue,
         logger: createLogger(level, sink),
         maxBodyBytes: 64 * 1024,

@@ -18,6 +18,7 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { Metrics } from "../src/telemetry/metrics.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
+import { SWITCHES } from "./support/switches.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const TOKENS = { worker: `lh_worker_${randomUUID()}`, submitter: `lh_sub_${randomUUID()}` };
@@ -50,9 +51,22 @@ beforeAll(async () => {
   const log = logger();
   // No caching here, so every scrape sees the latest counts (caching is tested below on its own).
   metrics = new Metrics({ logger: log, pool, unfinishedTtlMs: 0, allTtlMs: 0 });
-  store = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50, observer: metrics.observer });
+  store = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 60,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 50,
+    observer: metrics.observer,
+  });
   metrics.attach({ stats: store });
-  const common = { queue: store, logger: log, maxBodyBytes: 64 * 1024, requestTimeoutMs: 5000, readiness: async () => ({ ready: true }) };
+  const common = {
+    queue: store,
+    directUnary: SWITCHES.directUnary,
+    logger: log,
+    maxBodyBytes: 64 * 1024,
+    requestTimeoutMs: 5000,
+    readiness: async () => ({ ready: true }),
+  };
   server = createApiServer({ ...common, metrics });
   base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
   authServer = createApiServer({

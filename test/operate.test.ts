@@ -13,6 +13,7 @@ import { TaskListener } from "../src/store/postgres/listener.js";
 import { JOB_EVENTS_SINCE, LIST_JOBS, LIST_JOBS_BY_STATUS } from "./support/statements.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
+import { SWITCHES } from "./support/switches.js";
 
 const W = "render";
 const WORKER = "worker-1";
@@ -31,6 +32,7 @@ beforeAll(async () => {
   queue = new PostgresQueue(fx.pool, { ...TEST_STORE_OPTIONS, jobWakes: listener, watchPollIntervalMs: 30_000 });
   await queue.putWorkload({ name: W, maxAttempts: 3, leaseSeconds: 60 });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     longPoll: new LongPollingQueue(queue, listener, { pollIntervalMs: 1000 }),
     logger: pino({ level: "silent" }),

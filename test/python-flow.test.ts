@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { ROOT } from "./support/process.js";
 import { queueFixture, type QueueFixture } from "./support/queue.js";
+import { SWITCHES } from "./support/switches.js";
 
 /** The test venv's python (made by the global setup from requirements-dev.txt). */
 const PYTHON = inject("python");
@@ -61,6 +62,7 @@ function runFlow(transport: string, prefix: string): Promise<FlowRun> {
 beforeAll(async () => {
   fx = await queueFixture();
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: fx.queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,

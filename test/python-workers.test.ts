@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { ROOT } from "./support/process.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
+import { SWITCHES } from "./support/switches.js";
 
 /** The test venv's python (made by the global setup from requirements-dev.txt), or PYTHON when set. */
 const PYTHON = inject("python");
@@ -121,6 +122,7 @@ function describeRun(r: PyRun): string {
 beforeAll(async () => {
   fx = await queueFixture();
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: fx.queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,

@@ -22,6 +22,7 @@ import type { Job } from "../src/queue/types.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
+import { SWITCHES } from "./support/switches.js";
 
 let f: QueueFixture;
 let server: ApiServer;
@@ -107,6 +108,7 @@ const TASK_FIELDS: Record<string, Case<TaskInit>> = {
 beforeAll(async () => {
   f = await queueFixture();
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: f.queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 1 << 20,

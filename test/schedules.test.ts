@@ -19,6 +19,7 @@ import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { sha } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
+import { SWITCHES } from "./support/switches.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
@@ -54,6 +55,7 @@ beforeAll(async () => {
   };
   // No grace: a tick found due after its time is missed, so each catch-up case is exact.
   queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
     defaultLeaseSeconds: 60,
     defaultMaxAttempts: 3,
     maxTasksPerJob: 1000,
@@ -61,6 +63,7 @@ beforeAll(async () => {
     scheduler: { graceMs: 0 },
   });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 1 << 20,

@@ -9,6 +9,7 @@ import { createApiServer } from "../src/api/server.js";
 import { LongPollingQueue } from "../src/queue/long-poll.js";
 import { TaskListener } from "../src/store/postgres/listener.js";
 import { queueFixture, type QueueFixture } from "./support/queue.js";
+import { SWITCHES } from "./support/switches.js";
 
 let f: QueueFixture;
 let listener: TaskListener;
@@ -27,6 +28,7 @@ it("answers a parked gRPC long poll with an empty result when the server shuts d
   await f.queue.putWorkload({ name: "drain" });
   const queue = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
   const server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: f.queue,
     longPoll: queue,
     logger: pino({ level: "silent" }),

@@ -19,6 +19,7 @@ import { ConfigError, loadConfig } from "../src/config/index.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
+import { SWITCHES } from "./support/switches.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const WORKLOAD = "traced";
@@ -42,9 +43,15 @@ beforeAll(async () => {
   provider.register({ propagator: new W3CTraceContextPropagator() });
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const store = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
+  const store = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 60,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 50,
+  });
   await store.putWorkload({ name: WORKLOAD });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: store,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,

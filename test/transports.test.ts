@@ -19,10 +19,11 @@ import {
   QueueService,
   TaskStatus,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { directUnaryFromEnv, ConfigError } from "../src/config/index.js";
+import { parseDirectUnary, ConfigError } from "../src/config/index.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { SWITCHES } from "./support/switches.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 
@@ -34,7 +35,12 @@ const bases = new Map<boolean, string>();
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
+  const queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 60,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 50,
+  });
   for (const directUnary of [true, false]) {
     const server = createApiServer({
       queue,
@@ -209,11 +215,11 @@ describe.each([
 
 describe("DIRECT_UNARY", () => {
   it("is true unless set to false, and a config error otherwise", () => {
-    expect(directUnaryFromEnv({})).toBe(true);
-    expect(directUnaryFromEnv({ DIRECT_UNARY: "" })).toBe(true);
-    expect(directUnaryFromEnv({ DIRECT_UNARY: "true" })).toBe(true);
-    expect(directUnaryFromEnv({ DIRECT_UNARY: "FALSE" })).toBe(false);
-    expect(() => directUnaryFromEnv({ DIRECT_UNARY: "no" })).toThrow(ConfigError);
-    expect(() => directUnaryFromEnv({ DIRECT_UNARY: "no" })).toThrow(/^DIRECT_UNARY: /);
+    expect(parseDirectUnary({})).toBe(true);
+    expect(parseDirectUnary({ DIRECT_UNARY: "" })).toBe(true);
+    expect(parseDirectUnary({ DIRECT_UNARY: "true" })).toBe(true);
+    expect(parseDirectUnary({ DIRECT_UNARY: "FALSE" })).toBe(false);
+    expect(() => parseDirectUnary({ DIRECT_UNARY: "no" })).toThrow(ConfigError);
+    expect(() => parseDirectUnary({ DIRECT_UNARY: "no" })).toThrow(/^DIRECT_UNARY: /);
   });
 });

@@ -19,6 +19,7 @@ import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { CLIENT_DIR, consumerProject, packClient, runCommand, tsc } from "./support/ts-consumer.js";
+import { SWITCHES } from "./support/switches.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
@@ -30,8 +31,14 @@ let packDir: string | undefined;
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 30, defaultMaxAttempts: 3, maxTasksPerJob: 100 });
+  const queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 30,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 100,
+  });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 1024 * 1024,

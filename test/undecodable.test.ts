@@ -13,6 +13,7 @@ import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { SWITCHES } from "./support/switches.js";
 
 const PATH = "/leasehold.queue.v1.QueueService/ClaimTasks";
 // worker_id (field 1, length-delimited) announcing 5 bytes where 1 follows: the decoder runs out.
@@ -26,8 +27,14 @@ let port: number;
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 30, defaultMaxAttempts: 3, maxTasksPerJob: 10 });
+  const queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 30,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 10,
+  });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,

@@ -15,6 +15,7 @@ import { JobEventKind, JobStatus, QueueService, TaskStatus, type WatchJobRespons
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { SWITCHES } from "./support/switches.js";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 type Counts = Record<"pending" | "leased" | "completed" | "failed" | "cancelled", number>;
@@ -28,8 +29,15 @@ let client: Client<typeof QueueService>;
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 1, maxTasksPerJob: 50, watchPollIntervalMs: 200 });
+  const queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 60,
+    defaultMaxAttempts: 1,
+    maxTasksPerJob: 50,
+    watchPollIntervalMs: 200,
+  });
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 64 * 1024,

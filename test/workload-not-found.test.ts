@@ -14,6 +14,7 @@ import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
+import { SWITCHES } from "./support/switches.js";
 
 const W = "wnf_known";
 const NOPE = "wnf_nope";
@@ -108,6 +109,7 @@ async function written(): Promise<unknown> {
 beforeAll(async () => {
   f = await queueFixture();
   server = createApiServer({
+    directUnary: SWITCHES.directUnary,
     queue: f.queue,
     logger: pino({ level: "silent" }),
     maxBodyBytes: 1 << 20,

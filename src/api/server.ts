@@ -29,7 +29,6 @@ import { createRouterUnary } from "./direct/router.js";
 import { createQueueServiceImpl } from "./service.js";
 import { createDirectUnary } from "./direct/index.js";
 import { serveUi } from "./ui-routes.js";
-import { directUnaryFromEnv } from "../config/index.js";
 
 export interface ApiServerOptions {
   queue: ApiQueue;
@@ -50,10 +49,10 @@ export interface ApiServerOptions {
   metrics?: ApiMetrics;
   /**
    * true: plain unary gRPC, Connect and REST calls are served by the direct paths (direct/);
-   * false: everything by connect-es' router. Default: DIRECT_UNARY of the environment, as the
-   * coordinator's config reads it (true unless set to false).
+   * false: everything by connect-es' router. Required, so every server says which it runs: the
+   * coordinator passes its config's DIRECT_UNARY, tests theirs (test/support/switches.ts).
    */
-  directUnary?: boolean;
+  directUnary: boolean;
   /** LOG_SLOW_MS: a call at least this long is logged at info even when it is a hot one (request-log.ts). */
   logSlowMs?: number;
 }
@@ -114,10 +113,9 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
     },
   });
 
-  const unary =
-    (opts.directUnary ?? directUnaryFromEnv())
-      ? createDirectUnary({ service: QueueServiceDesc, impl, interceptors, maxBodyBytes: opts.maxBodyBytes, jsonOptions })
-      : createRouterUnary(handlers);
+  const unary = opts.directUnary
+    ? createDirectUnary({ service: QueueServiceDesc, impl, interceptors, maxBodyBytes: opts.maxBodyBytes, jsonOptions })
+    : createRouterUnary(handlers);
   const rest = createRest({ handlers, unary, routes: restRoutes(QueueServiceDesc), maxBodyBytes: opts.maxBodyBytes });
   const opsRoutes = createOpsRoutes({ logger, readiness: opts.readiness, auth: opts.auth, metrics: opts.metrics });
 

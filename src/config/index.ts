@@ -211,10 +211,10 @@ function bool(env: Env, name: string): boolean {
 }
 
 /**
- * DIRECT_UNARY: true unless set to false. Read on its own too, as the API server's default, so a
- * server made in process (tests, benchmarks) follows the switch as the coordinator does.
+ * DIRECT_UNARY: true unless set to false. Exported for the test support, which builds servers in
+ * process and reads the same switch with the same rule (test/support/switches.ts).
  */
-export function directUnaryFromEnv(env: Env = process.env): boolean {
+export function parseDirectUnary(env: Env): boolean {
   const raw = (env.DIRECT_UNARY ?? "").trim().toLowerCase();
   if (raw === "" || raw === "true") return true;
   if (raw === "false") return false;
@@ -223,10 +223,10 @@ export function directUnaryFromEnv(env: Env = process.env): boolean {
 
 /**
  * COALESCE (true unless set to false) and COALESCE_MAX_BATCH (calls per statement, default 64).
- * Read on its own too, as the store's default, so a store made in process (tests, benchmarks) follows the
- * switch as the coordinator does.
+ * Exported for the test support, which builds stores in process and reads the same switch with the
+ * same rule (test/support/switches.ts).
  */
-export function coalescingFromEnv(env: Env = process.env): { maxBatch: number } | false {
+export function parseCoalescing(env: Env): { maxBatch: number } | false {
   const raw = (env.COALESCE ?? "").trim().toLowerCase();
   if (raw === "false") return false;
   if (raw !== "" && raw !== "true") throw new ConfigError("COALESCE", `must be true or false, got ${JSON.stringify(env.COALESCE)}`);
@@ -396,8 +396,8 @@ export function loadConfig(env: Env = process.env): Config {
     allowUnauthenticated,
     tls: tls(env),
     otelExporterOtlpEndpoint: httpUrl(env, "OTEL_EXPORTER_OTLP_ENDPOINT"),
-    directUnary: directUnaryFromEnv(env),
-    coalescing: coalescingFromEnv(env),
+    directUnary: parseDirectUnary(env),
+    coalescing: parseCoalescing(env),
     horizonWarnAfterMs: int(env, "HORIZON_WARN_AFTER_MS", 300_000, 100, 86_400_000),
   };
 }

@@ -3,6 +3,7 @@ import { createHash } from "node:crypto";
 import type pg from "pg";
 import { createPool, PostgresQueue, type StoreOptions } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./db.js";
+import { SWITCHES } from "./switches.js";
 
 export function sha(seed: string | number): string {
   return createHash("sha256").update(String(seed)).digest("hex");
@@ -18,7 +19,13 @@ export interface QueueFixture {
   close(): Promise<void>;
 }
 
-export const TEST_STORE_OPTIONS: StoreOptions = { defaultLeaseSeconds: 30, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 };
+/** A test store's options; coalescing follows the project's COALESCE switch (switches.ts). */
+export const TEST_STORE_OPTIONS: StoreOptions = {
+  defaultLeaseSeconds: 30,
+  defaultMaxAttempts: 3,
+  maxTasksPerJob: 10_000,
+  coalescing: SWITCHES.coalescing,
+};
 
 export async function queueFixture(options: Partial<StoreOptions> = {}): Promise<QueueFixture> {
   const db = await createTestDatabase();

@@ -28,10 +28,11 @@ export interface StoreOptions {
   scheduler?: { graceMs?: number; maxPerPass?: number };
   /**
    * Single-task claims, results, renewals and failures that arrive together share one statement
-   * per kind (coalescing.ts); false or absent: each call runs its own statement. The coordinator
-   * passes the configuration's (COALESCE, COALESCE_MAX_BATCH).
+   * per kind (coalescing.ts); false: each call runs its own statement. Required, so every store says
+   * which it runs: the coordinator passes the configuration's (COALESCE, COALESCE_MAX_BATCH), tests
+   * theirs (test/support/switches.ts).
    */
-  coalescing?: CoalescingOptions | false;
+  coalescing: CoalescingOptions | false;
   /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
   jobWakes?: JobEventWakes;
 }

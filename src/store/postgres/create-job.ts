@@ -7,8 +7,8 @@ import type pg from "pg";
 import { IdempotencyConflictError } from "../../queue/errors.js";
 import type { CallOptions, CreateJobInput, CreateJobResult } from "../../queue/types.js";
 import type { StoreContext } from "./context.js";
-import { MARK_KEYED, prepareJob, writeJobs, type PreparedJob } from "./create-job-core.js";
-import { withClient } from "./db.js";
+import { MARK_KEYED, prepareJob, writeJobs, type PreparedJob, type WriteOutcome } from "./create-job-core.js";
+import { transaction, withClient } from "./db.js";
 import { isDelayed } from "./due-wakes.js";
 import { defineQuery } from "./query.js";
 import { toJob, toTask, type JobRow, type TaskRow } from "./rows.js";
@@ -40,37 +40,38 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
       await MARK_KEYED.run(c, { workload: job.workload });
       refresh = true;
     }
-    let locked = false;
-    let open = false;
-    try {
-      for (;;) {
-        // A run_at or a finalizer is written by DELAY_JOB after the insert, in its transaction.
-        if (locked || p.needsDelay) {
-          await c.query("BEGIN");
-          open = true;
-        }
-        if (locked) await ctx.workloads.load(c, names, true);
-        else if (refresh) await ctx.workloads.load(c, names, false);
-        const [result] = await writeJobs(ctx, c, [p], open);
-        if (result === "stale") {
-          if (locked) throw new Error("workloads changed while locked");
-          if (open) await c.query("ROLLBACK");
-          open = false;
-          locked = true;
-          continue;
-        }
-        if (open) {
-          open = false;
-          await c.query("COMMIT");
-        }
-        if (result !== "taken" && isDelayed(job)) ctx.dueWakes.refreshSoon();
-        return result === "taken" ? await replayJob(c, job.idempotencyKey!, p.fingerprint) : result;
-      }
-    } catch (err) {
-      if (open) await c.query("ROLLBACK").catch(() => {});
-      throw err;
+    const write = async (locked: boolean, inTransaction: boolean): Promise<WriteOutcome> => {
+      if (locked) await ctx.workloads.load(c, names, true);
+      else if (refresh) await ctx.workloads.load(c, names, false);
+      const [result] = await writeJobs(ctx, c, [p], inTransaction);
+      return result;
+    };
+    // A run_at or a finalizer is written by DELAY_JOB after the insert, in its transaction; a
+    // stale first try in it rolls back (StaleWorkloads) before the locked one.
+    let result = p.needsDelay
+      ? await transaction(c, async () => unlessStale(await write(false, true))).catch((err: unknown) => {
+          if (err instanceof StaleWorkloads) return "stale" as const;
+          throw err;
+        })
+      : await write(false, false);
+    if (result === "stale") {
+      result = await transaction(c, async () => {
+        const locked = await write(true, true);
+        if (locked === "stale") throw new Error("workloads changed while locked");
+        return locked;
+      });
     }
+    if (result !== "taken" && isDelayed(job)) ctx.dueWakes.refreshSoon();
+    return result === "taken" ? await replayJob(c, job.idempotencyKey!, p.fingerprint) : result;
   });
+}
+
+/** Thrown inside a transaction to roll it back when the first try found the cached workloads stale. */
+class StaleWorkloads extends Error {}
+
+function unlessStale(result: WriteOutcome): Exclude<WriteOutcome, "stale"> {
+  if (result === "stale") throw new StaleWorkloads("stale");
+  return result;
 }
 
 /**

@@ -62,7 +62,6 @@ import type {
 } from "../../queue/types.js";
 import { claimTasks } from "./claim.js";
 import { Coalescer } from "./coalescing.js";
-import { coalescingFromEnv } from "../../config/index.js";
 import { completeTask, completeTaskAndClaim, completeTasks, completeTasksAndClaim } from "./complete.js";
 import type { StoreContext, StoreOptions } from "./context.js";
 import { createJob } from "./create-job.js";
@@ -103,8 +102,7 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
       flow: { workloads: new FlowWorkloads(pool), sightings: new WorkerSightings() },
       dueWakes: new DueWakes(pool),
     };
-    const coalescing = options.coalescing ?? coalescingFromEnv();
-    if (coalescing) this.ctx.coalescer = new Coalescer(this.ctx, coalescing);
+    if (options.coalescing) this.ctx.coalescer = new Coalescer(this.ctx, options.coalescing);
     this.watchHub = new WatchHub(pool, {
       pollIntervalMs: options.watchPollIntervalMs ?? 1000,
       watcherTtlSeconds: WATCHER_TTL_SECONDS,
