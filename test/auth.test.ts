@@ -3,7 +3,7 @@
 // and HTTP/2 on one port, with a self-signed certificate made here by openssl).
 // A real server (createApiServer on port 0) over a real, migrated PostgreSQL.
 import { execFileSync, spawn } from "node:child_process";
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import https from "node:https";
 import os from "node:os";
@@ -23,8 +23,7 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { ROOT } from "./support/process.js";
 import { rpcError } from "./support/rpc.js";
-
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+import { sha } from "./support/queue.js";
 
 const TOKENS = {
   admin: `lh_admin_${randomUUID()}`,

@@ -1,7 +1,6 @@
 // A big CreateJob over REST, end to end: its answer (written as Buffers by the JSON writer, from
 // rows the store does not read back, while PostgreSQL copies the tasks) must be, byte for byte, the
 // JSON of the rows as the database holds them, as a replay reading them back would answer.
-import { createHash } from "node:crypto";
 import { create, toJsonString } from "@bufbuild/protobuf";
 import type pg from "pg";
 import { pino } from "pino";
@@ -12,8 +11,7 @@ import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { toJob, toTask } from "../src/store/postgres/rows.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
-
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+import { sha } from "./support/queue.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;

@@ -1,7 +1,6 @@
 // run_at and the finalizer through the transports: REST JSON (run_at as an RFC 3339 string,
 // JOB_STATUS_SCHEDULED, finalizer_job_id / parent_job_id), gRPC and Connect (Timestamp messages),
 // and bad values refused with a 400 / INVALID_ARGUMENT naming the field, with nothing written.
-import { createHash } from "node:crypto";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
@@ -15,8 +14,8 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
+import { sha } from "./support/queue.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const W = "dfa_chunks";
 const STITCH = "dfa_stitch";
 const YEAR_AND_A_DAY_MS = 366 * 86_400_000;

@@ -2,7 +2,6 @@
 // names (and REST's short enum names) and over gRPC and Connect, bad values refused naming the
 // field with nothing written, an unknown workload naming the registered ones (message, REST
 // known_workloads, gRPC google.rpc.ErrorInfo), and an unknown body key as a REST violation.
-import { createHash } from "node:crypto";
 import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
@@ -15,8 +14,8 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
+import { sha } from "./support/queue.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const W = "fpa_render";
 
 let db: TestDatabase;

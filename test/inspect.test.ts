@@ -3,7 +3,7 @@
 // details, every schema violation, accepted enum values, "is required"), end to end: a real
 // server (createApiServer on port 0) over a real, migrated PostgreSQL, every RPC over the four
 // transports and REST, each answer checked against the rows behind it.
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import http from "node:http";
 import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
@@ -20,8 +20,8 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
+import { sha } from "./support/queue.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const SCHEMA_WORKLOAD = "insp_schema";
 const PARAMETERS_SCHEMA = {
   type: "object",

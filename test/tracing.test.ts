@@ -4,7 +4,7 @@
 // `traceparent`, names the workload and, on failure, the error type; CreateJob
 // stores the header's traceparent when the request has none, which ClaimTasks
 // hands to workers.
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { context, propagation, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
@@ -19,8 +19,8 @@ import { ConfigError, loadConfig } from "../src/config/index.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
+import { sha } from "./support/queue.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const WORKLOAD = "traced";
 
 const exporter = new InMemorySpanExporter();

@@ -4,7 +4,6 @@
 // The transactions that end a job write other events with its final one: a fail_fast failure
 // cancels the job's unfinished tasks, and a transaction may write them after the job's event (the
 // raw transaction below does so on purpose), which a stream that closed on the job's event lost.
-import { createHash } from "node:crypto";
 import http from "node:http";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
@@ -15,8 +14,8 @@ import { JobEventKind, JobStatus, QueueService, TaskStatus, type WatchJobRespons
 import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { sha } from "./support/queue.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 type Counts = Record<"pending" | "leased" | "completed" | "failed" | "cancelled", number>;
 
 let db: TestDatabase;
