@@ -3,37 +3,30 @@
 // JSON of the rows as the database holds them, as a replay reading them back would answer.
 import { create, toJsonString } from "@bufbuild/protobuf";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateJobResponseSchema } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../src/api/convert.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { toJob, toTask } from "../src/store/postgres/rows.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 10_000, connectTimeoutMs: 2000 });
   const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 10_000 });
-  server = createApiServer({
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 8 * 1024 * 1024,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue, maxBodyBytes: 8 * 1024 * 1024, requestTimeoutMs: 10_000 });
+  base = api.base;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

@@ -5,16 +5,15 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema } from "../gen/google/rpc/error_details_pb.js";
 import { JobStatus, QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
 import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 const W = "dfa_chunks";
 const STITCH = "dfa_stitch";
@@ -23,7 +22,7 @@ const YEAR_AND_A_DAY_MS = 366 * 86_400_000;
 let db: TestDatabase;
 let pool: pg.Pool;
 let queue: PostgresQueue;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 
 const rest = (method: string, path: string, body?: unknown): Promise<RestAnswer> => restCall(base, method, path, body);
@@ -39,21 +38,15 @@ beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
   queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
-  server = createApiServer({
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue });
+  base = api.base;
   await queue.putWorkload({ name: W });
   await queue.putWorkload({ name: STITCH });
 });
 
 afterAll(async () => {
   queue?.stopTimers();
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

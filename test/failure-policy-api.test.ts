@@ -5,22 +5,21 @@
 import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema, ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { FailurePolicy, JobStatus, QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
 import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 const W = "fpa_render";
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 
 const rest = (method: string, path: string, body?: unknown): Promise<RestAnswer> => restCall(base, method, path, body);
@@ -37,18 +36,12 @@ beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   const queue = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
-  server = createApiServer({
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue });
+  base = api.base;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });
