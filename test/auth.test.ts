@@ -24,6 +24,7 @@ import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { ROOT } from "./support/process.js";
 import { rpcError } from "./support/rpc.js";
 import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 const TOKENS = {
   admin: `lh_admin_${randomUUID()}`,
@@ -42,7 +43,7 @@ const ENTRIES: AuthTokenEntry[] = [
 let db: TestDatabase;
 let pool: pg.Pool;
 let queue: PostgresQueue;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let logText = "";
 let tmp: string;
@@ -58,19 +59,12 @@ beforeAll(async () => {
       cb();
     },
   });
-  server = createApiServer({
-    queue,
-    logger: createLogger("info", sink),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-    auth: new Authenticator(ENTRIES),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue, logger: createLogger("info", sink), auth: new Authenticator(ENTRIES) });
+  base = api.base;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });

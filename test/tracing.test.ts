@@ -11,15 +11,14 @@ import { context, propagation, SpanKind, SpanStatusCode, trace } from "@opentele
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { ConfigError, loadConfig } from "../src/config/index.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
 import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 const WORKLOAD = "traced";
 
@@ -27,7 +26,7 @@ const exporter = new InMemorySpanExporter();
 let provider: NodeTracerProvider;
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let client: Client<typeof QueueService>;
 
@@ -44,19 +43,13 @@ beforeAll(async () => {
   pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
   const store = new PostgresQueue(pool, { defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
   await store.putWorkload({ name: WORKLOAD });
-  server = createApiServer({
-    queue: store,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue: store });
+  base = api.base;
   client = createClient(QueueService, createGrpcTransport({ baseUrl: base }));
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
   await provider?.shutdown();
