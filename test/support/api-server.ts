@@ -6,6 +6,7 @@ import { createApiServer, type ApiServer, type ApiServerOptions } from "../../sr
 
 export interface ApiServerFixture {
   server: ApiServer;
+  port: number;
   /** http://127.0.0.1:<port>, for every transport and REST */
   base: string;
   /** stops the server, dropping connections still open after timeoutMs (default 2 s) */
@@ -23,6 +24,6 @@ export async function apiServerFixture(options: ApiServerFixtureOptions): Promis
     readiness: async () => ({ ready: true }),
     ...options,
   });
-  const base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
-  return { server, base, close: (timeoutMs = 2000) => server.close(timeoutMs) };
+  const port = await server.listen(0, "127.0.0.1");
+  return { server, port, base: `http://127.0.0.1:${port}`, close: (timeoutMs = 2000) => server.close(timeoutMs) };
 }
