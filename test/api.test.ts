@@ -2,7 +2,7 @@
 // a real, freshly migrated PostgreSQL database. Every RPC goes through the
 // generated client over gRPC (HTTP/2), gRPC-Web and Connect (HTTP/1.1 and
 // HTTP/2) on one port, and the REST routes through fetch.
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { Writable } from "node:stream";
 import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
@@ -17,11 +17,10 @@ import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { SWITCHES } from "./support/switches.js";
+import { sha } from "./support/queue.js";
 
 const MAX_BODY_BYTES = 64 * 1024;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 
 let db: TestDatabase;
 let pool: pg.Pool;

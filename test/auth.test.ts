@@ -3,7 +3,7 @@
 // and HTTP/2 on one port, with a self-signed certificate made here by openssl).
 // A real server (createApiServer on port 0) over a real, migrated PostgreSQL.
 import { execFileSync, spawn } from "node:child_process";
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import https from "node:https";
 import os from "node:os";
@@ -21,11 +21,11 @@ import { ConfigError, loadConfig, parseAuthTokens, type AuthTokenEntry } from ".
 import { createLogger } from "../src/logger.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
+import { SWITCHES } from "./support/switches.js";
 import { ROOT } from "./support/process.js";
 import { rpcError } from "./support/rpc.js";
-import { SWITCHES } from "./support/switches.js";
-
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 const TOKENS = {
   admin: `lh_admin_${randomUUID()}`,
@@ -44,7 +44,7 @@ const ENTRIES: AuthTokenEntry[] = [
 let db: TestDatabase;
 let pool: pg.Pool;
 let queue: PostgresQueue;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let logText = "";
 let tmp: string;
@@ -60,20 +60,12 @@ beforeAll(async () => {
       cb();
     },
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: createLogger("info", sink),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-    auth: new Authenticator(ENTRIES),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue, logger: createLogger("info", sink), auth: new Authenticator(ENTRIES) });
+  base = api.base;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });

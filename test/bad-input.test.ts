@@ -11,7 +11,6 @@
 // report that wrongly passed would change it) and a job that was never claimed
 // (so a retry that wrongly passed would change it).
 import { execFile } from "node:child_process";
-import { createHash } from "node:crypto";
 import http from "node:http";
 import net from "node:net";
 import { promisify } from "node:util";
@@ -23,6 +22,7 @@ import { LIMITS } from "../src/queue/validation.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { SWITCHES } from "./support/switches.js";
+import { sha } from "./support/queue.js";
 
 const MAX_BODY_BYTES = 96 * 1024; // above LIMITS.jsonBytes, so the parameters limit is reachable under the body limit
 const MAX_TASKS_PER_JOB = 50;
@@ -35,7 +35,6 @@ const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const UNKNOWN_ID = "3f1e2d4c-5b6a-4978-8a9b-0c1d2e3f4a5b";
 const SQL = "'; DROP TABLE tasks; --";
 
-const sha = (s: string | number) => createHash("sha256").update(String(s)).digest("hex");
 const b64url = (s: string) => Buffer.from(s).toString("base64url");
 
 interface Fixture {

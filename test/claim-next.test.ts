@@ -16,11 +16,12 @@ import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
 import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let f: QueueFixture;
 let listener: TaskListener;
 let queue: LongPollingQueue;
-let server: ApiServer;
+let api: ApiServerFixture;
 let authed: ApiServer;
 let base: string;
 let authedBase: string;
@@ -35,16 +36,8 @@ beforeAll(async () => {
   listener = new TaskListener(f.db.url);
   await listener.start();
   queue = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue: f.queue,
-    longPoll: queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 10_000,
-    readiness,
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue: f.queue, longPoll: queue, requestTimeoutMs: 10_000, readiness });
+  base = api.base;
   authed = createApiServer({
     directUnary: SWITCHES.directUnary,
     queue: f.queue,
@@ -61,7 +54,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   queue?.close();
-  await server?.close(2000);
+  await api?.close();
   await authed?.close(2000);
   await listener?.stop();
   await f?.close();

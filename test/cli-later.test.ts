@@ -2,14 +2,12 @@
 // real coordinator: the job is scheduled with its finalizer, `job get` says so, `jobs list
 // --status scheduled` finds it, and a bad --run-at is a usage error (exit 2) that sends nothing.
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { parseRunAt } from "../src/cli/commands/job.js";
 import { UsageError } from "../src/cli/errors.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, ROOT, spawnCoordinator } from "./support/process.js";
-
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+import { sha } from "./support/queue.js";
 
 let db: TestDatabase;
 let base: string;

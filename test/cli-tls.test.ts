@@ -3,7 +3,6 @@
 // command line), the certificate trusted with --ca-file or LEASEHOLD_CA_FILE, a certificate it
 // does not trust named as a TLS problem, and a bad option answered with that command's usage only.
 import { execFileSync, spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -11,9 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_VARIABLES } from "../src/config/index.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, ROOT, spawnCoordinator } from "./support/process.js";
+import { sha } from "./support/queue.js";
 
 const TOKEN = "cli-tls-admin-token";
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 
 let db: TestDatabase;
 let tmp: string;

@@ -1,7 +1,7 @@
 // The console's schedules page in a real browser (headless Chromium from @sparticuz/chromium)
 // against a real coordinator process: the schedule's row with its next fire times, pause and
 // resume after a confirmation, as an admin; a submitter is told it needs an admin token.
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -13,6 +13,7 @@ import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { ensureUiBuilt, launchBrowser } from "./support/browser.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, spawnCoordinator } from "./support/process.js";
+import { sha } from "./support/queue.js";
 
 interface El {
   textContent: string | null;
@@ -25,7 +26,6 @@ declare const document: {
   body: { dataset: Record<string, string | undefined> };
 };
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const TOKENS = { admin: `lh_admin_${randomUUID()}`, submitter: `lh_submitter_${randomUUID()}` };
 const WAIT = { timeout: 60_000 };
 

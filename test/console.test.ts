@@ -1,7 +1,7 @@
 // The web console (/ui/) in a real browser: headless Chromium (from the @sparticuz/chromium npm
 // package) driven by puppeteer-core, against a real coordinator process on a real PostgreSQL with
 // tokens configured. Every wait is on a condition in the page, never a fixed sleep.
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import os from "node:os";
@@ -17,6 +17,7 @@ import { createUiRoutes } from "../src/api/ui-routes.js";
 import { ARTIFACTS, ensureUiBuilt, launchBrowser } from "./support/browser.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { killAll, spawnCoordinator, type Spawned } from "./support/process.js";
+import { sha } from "./support/queue.js";
 
 // The page functions below run in the browser. The few DOM names they use are declared for this
 // file alone: DOM types in the whole program would hide browser-only calls in the Node code.
@@ -37,7 +38,6 @@ declare const document: {
 declare const window: unknown;
 declare const location: { hash: string };
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const TOKENS = { admin: `lh_admin_${randomUUID()}`, submitter: `lh_submitter_${randomUUID()}` };
 const WAIT = { timeout: 60_000 };
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");

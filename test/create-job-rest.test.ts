@@ -1,24 +1,21 @@
 // A big CreateJob over REST, end to end: its answer (written as Buffers by the JSON writer, from
 // rows the store does not read back, while PostgreSQL copies the tasks) must be, byte for byte, the
 // JSON of the rows as the database holds them, as a replay reading them back would answer.
-import { createHash } from "node:crypto";
 import { create, toJsonString } from "@bufbuild/protobuf";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateJobResponseSchema } from "../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../src/api/convert.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { toJob, toTask } from "../src/store/postgres/rows.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { SWITCHES } from "./support/switches.js";
-
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 
 beforeAll(async () => {
@@ -30,19 +27,12 @@ beforeAll(async () => {
     defaultMaxAttempts: 3,
     maxTasksPerJob: 10_000,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 8 * 1024 * 1024,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue, maxBodyBytes: 8 * 1024 * 1024, requestTimeoutMs: 10_000 });
+  base = api.base;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

@@ -1,23 +1,21 @@
 // run_at and the finalizer through the transports: REST JSON (run_at as an RFC 3339 string,
 // JOB_STATUS_SCHEDULED, finalizer_job_id / parent_job_id), gRPC and Connect (Timestamp messages),
 // and bad values refused with a 400 / INVALID_ARGUMENT naming the field, with nothing written.
-import { createHash } from "node:crypto";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema } from "../gen/google/rpc/error_details_pb.js";
 import { JobStatus, QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
 import { SWITCHES } from "./support/switches.js";
+import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const W = "dfa_chunks";
 const STITCH = "dfa_stitch";
 const YEAR_AND_A_DAY_MS = 366 * 86_400_000;
@@ -25,7 +23,7 @@ const YEAR_AND_A_DAY_MS = 366 * 86_400_000;
 let db: TestDatabase;
 let pool: pg.Pool;
 let queue: PostgresQueue;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 
 const rest = (method: string, path: string, body?: unknown): Promise<RestAnswer> => restCall(base, method, path, body);
@@ -41,22 +39,15 @@ beforeAll(async () => {
   db = await createTestDatabase();
   pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
   queue = new PostgresQueue(pool, { coalescing: SWITCHES.coalescing, defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue });
+  base = api.base;
   await queue.putWorkload({ name: W });
   await queue.putWorkload({ name: STITCH });
 });
 
 afterAll(async () => {
   queue?.stopTimers();
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

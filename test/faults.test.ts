@@ -1,6 +1,5 @@
 // Nothing lost: real coordinator processes on one database, killed, starved and cut off from
 // PostgreSQL, with workers that die. Every test is bounded in time and kills what it started.
-import { createHash } from "node:crypto";
 import http from "node:http";
 import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -15,8 +14,9 @@ import { migrate } from "../src/store/postgres/migrate.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { freePort } from "./support/global-setup.js";
 import { killAll, spawnCoordinator, type Spawned } from "./support/process.js";
+import { sha } from "./support/queue.js";
 
-const SHA = createHash("sha256").update("fault").digest("hex");
+const SHA = sha("fault");
 const dbs: TestDatabase[] = [];
 
 afterEach(async () => {

@@ -2,16 +2,14 @@
 // coordinators: pause and resume (a parked long poll woken by the resume), a freed slot waking a
 // parked claim, worker labels, fair share between concurrency keys with its stated bound, and
 // every waiting reason GetTask gives, read back (REST included).
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { LongPollingQueue } from "../src/queue/long-poll.js";
 import type { Task } from "../src/queue/types.js";
 import { TaskListener } from "../src/store/postgres/listener.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
-import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let f: QueueFixture;
 let other: PostgresQueue;
@@ -174,21 +172,14 @@ describe("fair share", () => {
 });
 
 describe("why is it waiting", () => {
-  let server: ApiServer;
+  let api: ApiServerFixture;
   let base: string;
   beforeAll(async () => {
-    server = createApiServer({
-      directUnary: SWITCHES.directUnary,
-      queue: f.queue,
-      logger: pino({ level: "silent" }),
-      maxBodyBytes: 1 << 20,
-      requestTimeoutMs: 10_000,
-      readiness: async () => ({ ready: true }),
-    });
-    base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+    api = await apiServerFixture({ queue: f.queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
+    base = api.base;
   });
   afterAll(async () => {
-    await server?.close(2000);
+    await api?.close();
   });
 
   /** GetTask over REST: the reason (the enum's name) and its sentence. */

@@ -3,15 +3,15 @@
 // the leased count sampled continuously from PostgreSQL; a worker killed with SIGKILL while
 // holding slots gives them back when its leases expire, and not before.
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import pg from "pg";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import type { TestDatabase } from "./support/db.js";
 import { call, closeAgent } from "./support/http.js";
 import { killAll } from "./support/process.js";
 import { raceRig } from "./support/flow-race.js";
+import { sha } from "./support/queue.js";
 
-const SHA = createHash("sha256").update("flow-caps").digest("hex");
+const SHA = sha("flow-caps");
 const dbs: TestDatabase[] = [];
 
 afterEach(async () => {

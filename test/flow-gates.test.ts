@@ -4,15 +4,15 @@
 // per-key caps (one key lower, by PutKeyLimit), the live leases and the gates held sampled
 // continuously from PostgreSQL: no cap is ever passed, claims are seen holding different gates at
 // once, and claimers that keep what they claim fill the caps exactly (a reached cap is held at it).
-import { createHash } from "node:crypto";
 import pg from "pg";
 import { afterAll, afterEach, expect, it } from "vitest";
 import type { TestDatabase } from "./support/db.js";
 import { call, closeAgent } from "./support/http.js";
 import { killAll } from "./support/process.js";
 import { raceRig } from "./support/flow-race.js";
+import { sha } from "./support/queue.js";
 
-const SHA = createHash("sha256").update("flow-gates").digest("hex");
+const SHA = sha("flow-gates");
 const WORKLOAD = "gated";
 const CAP = 200;
 const KEY_CAP = 80;

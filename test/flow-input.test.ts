@@ -4,21 +4,20 @@
 // gRPC-Web and Connect, and an unknown workload is 404 / NOT_FOUND.
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import pino from "pino";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { sha } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
 import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let clients: Record<string, Client<typeof QueueService>>;
 
@@ -41,16 +40,8 @@ beforeAll(async () => {
     defaultMaxAttempts: 3,
     maxTasksPerJob: 1000,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 1 << 20,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  const port = await server.listen(0, "127.0.0.1");
-  base = `http://127.0.0.1:${port}`;
+  api = await apiServerFixture({ queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
+  base = api.base;
   clients = {
     grpc: createClient(QueueService, createGrpcTransport({ baseUrl: base })),
     "grpc-web": createClient(QueueService, createGrpcWebTransport({ baseUrl: base, httpVersion: "1.1" })),
@@ -60,7 +51,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

@@ -2,14 +2,14 @@
 // task. A workload whose tasks all share one concurrency key ('' when none is given) once made
 // the planner estimate one pending row and read and sort the whole backlog on every claim
 // (38 ms a claim at 30,000 pending); auto_explain shows each plan the claim function runs.
-import { createHash } from "node:crypto";
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { SWITCHES } from "./support/switches.js";
+import { sha } from "./support/queue.js";
 
-const SHA = createHash("sha256").update("flow-plan").digest("hex");
+const SHA = sha("flow-plan");
 let db: TestDatabase;
 let pool: pg.Pool;
 let queue: PostgresQueue;

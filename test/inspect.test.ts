@@ -3,26 +3,25 @@
 // details, every schema violation, accepted enum values, "is required"), end to end: a real
 // server (createApiServer on port 0) over a real, migrated PostgreSQL, every RPC over the four
 // transports and REST, each answer checked against the rows behind it.
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import http from "node:http";
 import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema, RequestInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { AttemptOutcome, JobStatus, QueueService, TaskStatus, type TaskAttempt } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { JOB_FAILURE, LIST_FAILED_TASKS, LIST_TASKS, TASK_ATTEMPT_EVENTS } from "./support/statements.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
 import { restCall, type RestAnswer } from "./support/rest.js";
 import { SWITCHES } from "./support/switches.js";
+import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const SCHEMA_WORKLOAD = "insp_schema";
 const PARAMETERS_SCHEMA = {
   type: "object",
@@ -34,7 +33,7 @@ const PARAMETERS_SCHEMA = {
 let db: TestDatabase;
 let pool: pg.Pool;
 let queue: PostgresQueue;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 
 beforeAll(async () => {
@@ -47,20 +46,13 @@ beforeAll(async () => {
     maxTasksPerJob: 50,
     watchPollIntervalMs: 100,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue });
+  base = api.base;
   await queue.putWorkload({ name: SCHEMA_WORKLOAD, parametersSchema: PARAMETERS_SCHEMA });
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

@@ -2,7 +2,7 @@
 // over a real, migrated PostgreSQL, after jobs are created, claimed, completed
 // and failed through the API. The counters come from the store's QueueObserver,
 // the task gauges from taskStats at scrape time, the RPC histogram from run().
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { Writable } from "node:stream";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -19,8 +19,8 @@ import { Metrics } from "../src/telemetry/metrics.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
 import { SWITCHES } from "./support/switches.js";
+import { sha } from "./support/queue.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const TOKENS = { worker: `lh_worker_${randomUUID()}`, submitter: `lh_sub_${randomUUID()}` };
 
 let db: TestDatabase;

@@ -2,10 +2,8 @@
 // Connect), RetryJob, ListJobs, pending-task expiry and retention, against a real PostgreSQL.
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobEventKind, JobStatus, QueueService, TaskStatus } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { FailedPreconditionError, LeaseConflictError, NotFoundError, UnavailableError, ValidationError } from "../src/queue/errors.js";
 import { LongPollingQueue } from "../src/queue/long-poll.js";
 import type { JobUpdate, Task } from "../src/queue/types.js";
@@ -13,7 +11,7 @@ import { TaskListener } from "../src/store/postgres/listener.js";
 import { JOB_EVENTS_SINCE, LIST_JOBS, LIST_JOBS_BY_STATUS } from "./support/statements.js";
 import { PostgresQueue } from "../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "./support/queue.js";
-import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 const W = "render";
 const WORKER = "worker-1";
@@ -22,7 +20,7 @@ let fx: QueueFixture;
 let listener: TaskListener;
 /** Store with NOTIFY wake-ups and a slow poll floor, so a prompt event proves the NOTIFY path. */
 let queue: PostgresQueue;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 
 beforeAll(async () => {
@@ -31,20 +29,12 @@ beforeAll(async () => {
   await listener.start();
   queue = new PostgresQueue(fx.pool, { ...TEST_STORE_OPTIONS, jobWakes: listener, watchPollIntervalMs: 30_000 });
   await queue.putWorkload({ name: W, maxAttempts: 3, leaseSeconds: 60 });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    longPoll: new LongPollingQueue(queue, listener, { pollIntervalMs: 1000 }),
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue, longPoll: new LongPollingQueue(queue, listener, { pollIntervalMs: 1000 }) });
+  base = api.base;
 });
 
 afterAll(async () => {
-  await server?.close(1000);
+  await api?.close(1000);
   await listener?.stop();
   await fx?.close();
 });

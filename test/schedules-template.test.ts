@@ -7,7 +7,6 @@ import { create, isFieldSet, toJson, type MessageInitShape } from "@bufbuild/pro
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema } from "../gen/google/rpc/error_details_pb.js";
 import {
@@ -17,15 +16,14 @@ import {
   QueueService,
   TaskSpecSchema,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import type { Job } from "../src/queue/types.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
-import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let f: QueueFixture;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let client: Client<typeof QueueService>;
 
@@ -107,15 +105,8 @@ const TASK_FIELDS: Record<string, Case<TaskInit>> = {
 
 beforeAll(async () => {
   f = await queueFixture();
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue: f.queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 1 << 20,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue: f.queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
+  base = api.base;
   client = createClient(QueueService, createGrpcTransport({ baseUrl: base }));
   await f.queue.putWorkload({ name: W, failurePolicy: "fail_fast", maxAttempts: 3 });
   await f.queue.putWorkload({ name: OTHER });
@@ -123,7 +114,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await f?.close();
 });
 

@@ -6,11 +6,9 @@
 // processes racing for the same ticks are schedules-race.test.ts.
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import pino from "pino";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { CronSchedule, planTicks } from "../src/queue/schedules.js";
 import type { QueueObserver } from "../src/queue/service.js";
 import { NEXT_SCHEDULE_DUE, TAKE_DUE_SCHEDULE } from "../src/store/postgres/scheduler.js";
@@ -20,10 +18,11 @@ import { sha } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
 import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let queue: PostgresQueue;
 let clients: Record<string, Client<typeof QueueService>>;
@@ -62,16 +61,8 @@ beforeAll(async () => {
     observer,
     scheduler: { graceMs: 0 },
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 1 << 20,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  const port = await server.listen(0, "127.0.0.1");
-  base = `http://127.0.0.1:${port}`;
+  api = await apiServerFixture({ queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
+  base = api.base;
   clients = {
     grpc: createClient(QueueService, createGrpcTransport({ baseUrl: base })),
     "grpc-web": createClient(QueueService, createGrpcWebTransport({ baseUrl: base, httpVersion: "1.1" })),
@@ -85,7 +76,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

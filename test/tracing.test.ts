@@ -4,31 +4,30 @@
 // `traceparent`, names the workload and, on failure, the error type; CreateJob
 // stores the header's traceparent when the request has none, which ClaimTasks
 // hands to workers.
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { context, propagation, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { ConfigError, loadConfig } from "../src/config/index.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { rpcError } from "./support/rpc.js";
 import { SWITCHES } from "./support/switches.js";
+import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const WORKLOAD = "traced";
 
 const exporter = new InMemorySpanExporter();
 let provider: NodeTracerProvider;
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let client: Client<typeof QueueService>;
 
@@ -50,20 +49,13 @@ beforeAll(async () => {
     maxTasksPerJob: 50,
   });
   await store.putWorkload({ name: WORKLOAD });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue: store,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue: store });
+  base = api.base;
   client = createClient(QueueService, createGrpcTransport({ baseUrl: base }));
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
   await provider?.shutdown();

@@ -3,7 +3,6 @@
 // from connect-es' clients and, where a raw request says more, by hand. Every case runs against a
 // server with the direct paths on and one with DIRECT_UNARY's switch off (everything through the
 // router), over a real PostgreSQL; the answers and the rows must be the same.
-import { createHash } from "node:crypto";
 import http2 from "node:http2";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { fromBinary, toBinary, create } from "@bufbuild/protobuf";
@@ -24,8 +23,7 @@ import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { SWITCHES } from "./support/switches.js";
-
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+import { sha } from "./support/queue.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;

@@ -12,18 +12,17 @@ import path from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { CLIENT_DIR, consumerProject, packClient, runCommand, tsc } from "./support/ts-consumer.js";
 import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let url: string;
 let consumer: string;
 let packDir: string | undefined;
@@ -37,15 +36,8 @@ beforeAll(async () => {
     defaultMaxAttempts: 3,
     maxTasksPerJob: 100,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 1024 * 1024,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  url = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue, maxBodyBytes: 1024 * 1024, requestTimeoutMs: 10_000 });
+  url = api.base;
   const admin = createClient(QueueService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
   await admin.putWorkload({ name: "thumbs", maxAttempts: 3, leaseSeconds: 30 });
 
@@ -58,7 +50,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const dir of [packDir, consumer]) if (dir) rmSync(dir, { recursive: true, force: true });
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

@@ -6,14 +6,13 @@ import http2 from "node:http2";
 import { fromBinary } from "@bufbuild/protobuf";
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema, RequestInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../gen/google/rpc/status_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 const PATH = "/leasehold.queue.v1.QueueService/ClaimTasks";
 // worker_id (field 1, length-delimited) announcing 5 bytes where 1 follows: the decoder runs out.
@@ -21,7 +20,7 @@ const TRUNCATED = Buffer.from([0x0a, 0x05, 0x61]);
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let port: number;
 
 beforeAll(async () => {
@@ -33,19 +32,12 @@ beforeAll(async () => {
     defaultMaxAttempts: 3,
     maxTasksPerJob: 10,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  port = await server.listen(0, "127.0.0.1");
+  api = await apiServerFixture({ queue });
+  port = api.port;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

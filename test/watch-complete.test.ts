@@ -4,25 +4,23 @@
 // The transactions that end a job write other events with its final one: a fail_fast failure
 // cancels the job's unfinished tasks, and a transaction may write them after the job's event (the
 // raw transaction below does so on purpose), which a stream that closed on the job's event lost.
-import { createHash } from "node:crypto";
 import http from "node:http";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobEventKind, JobStatus, QueueService, TaskStatus, type WatchJobResponse } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { SWITCHES } from "./support/switches.js";
+import { sha } from "./support/queue.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
-const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 type Counts = Record<"pending" | "leased" | "completed" | "failed" | "cancelled", number>;
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let client: Client<typeof QueueService>;
 
@@ -36,20 +34,13 @@ beforeAll(async () => {
     maxTasksPerJob: 50,
     watchPollIntervalMs: 200,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue });
+  base = api.base;
   client = createClient(QueueService, createConnectTransport({ baseUrl: base, httpVersion: "1.1" }));
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

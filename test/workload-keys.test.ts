@@ -4,22 +4,21 @@
 // a bad limit 400 naming it.
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import pino from "pino";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./support/db.js";
 import { sha } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
 import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
 let queue: PostgresQueue;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let client: Client<typeof QueueService>;
 
@@ -34,20 +33,13 @@ beforeAll(async () => {
     defaultMaxAttempts: 3,
     maxTasksPerJob: 1000,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 1 << 20,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
+  base = api.base;
   client = createClient(QueueService, createConnectTransport({ baseUrl: base, httpVersion: "1.1" }));
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

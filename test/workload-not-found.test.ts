@@ -6,21 +6,19 @@
 // the router's Connect answer.
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorInfoSchema, RequestInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../src/api/server.js";
 import { queueFixture, sha, type QueueFixture } from "./support/queue.js";
 import { restCall } from "./support/rest.js";
 import { rpcError } from "./support/rpc.js";
-import { SWITCHES } from "./support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "./support/api-server.js";
 
 const W = "wnf_known";
 const NOPE = "wnf_nope";
 
 let f: QueueFixture;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 
 type QueueClient = Client<typeof QueueService>;
@@ -108,20 +106,13 @@ async function written(): Promise<unknown> {
 
 beforeAll(async () => {
   f = await queueFixture();
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue: f.queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 1 << 20,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue: f.queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
+  base = api.base;
   await f.queue.putWorkload({ name: W });
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await f?.close();
 });
 

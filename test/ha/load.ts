@@ -1,10 +1,10 @@
 // The failover test's load: producers creating jobs (with idempotency keys), workers claiming,
 // reporting progress and results, and WatchJob streams (SSE) resumed with Last-Event-ID. Every
 // answer is recorded by phase, so the test can say what clients saw during a gap.
-import { createHash } from "node:crypto";
 import http from "node:http";
+import { sha } from "../support/queue.js";
 
-export const SHA = createHash("sha256").update("ha").digest("hex");
+export const SHA = sha("ha");
 export const WORKLOAD = "ha";
 
 export interface Answer {
