@@ -6,23 +6,23 @@ import { defineConfig } from "vitest/config";
  * src/api/direct/ switched off).
  */
 const API_SUITES = [
-  "test/api.test.ts",
-  "test/auth.test.ts",
-  "test/bad-input.test.ts",
-  "test/claim-next.test.ts",
-  "test/create-job-rest.test.ts",
-  "test/workload-not-found.test.ts",
-  "test/delayed-finalizer-api.test.ts",
-  "test/inspect.test.ts",
-  "test/metrics.test.ts",
-  "test/operate.test.ts",
-  "test/python-workers.test.ts",
-  "test/shutdown.test.ts",
-  "test/tracing.test.ts",
-  "test/grpcio-load.test.ts",
-  "test/fences.test.ts",
-  "test/fences-race.test.ts",
-  "test/switches.test.ts",
+  "test/api/api.test.ts",
+  "test/api/auth.test.ts",
+  "test/api/bad-input.test.ts",
+  "test/api/claim-next.test.ts",
+  "test/api/create-job-rest.test.ts",
+  "test/api/workload-not-found.test.ts",
+  "test/api/delayed-finalizer-api.test.ts",
+  "test/api/inspect.test.ts",
+  "test/api/metrics.test.ts",
+  "test/store/operate.test.ts",
+  "test/clients/python-workers.test.ts",
+  "test/process/shutdown.test.ts",
+  "test/api/tracing.test.ts",
+  "test/clients/grpcio-load.test.ts",
+  "test/store/fences.test.ts",
+  "test/store/fences-race.test.ts",
+  "test/store/switches.test.ts",
 ];
 
 /**
@@ -31,15 +31,15 @@ const API_SUITES = [
  * default) and when each call runs its own.
  */
 const COALESCE_SUITES = [
-  "test/queue.test.ts",
-  "test/api.test.ts",
-  "test/claim-next.test.ts",
-  "test/faults.test.ts",
-  "test/failure-policy.test.ts",
-  "test/grpcio-load.test.ts",
-  "test/fences.test.ts",
-  "test/fences-race.test.ts",
-  "test/switches.test.ts",
+  "test/store/queue.test.ts",
+  "test/api/api.test.ts",
+  "test/api/claim-next.test.ts",
+  "test/process/faults.test.ts",
+  "test/store/failure-policy.test.ts",
+  "test/clients/grpcio-load.test.ts",
+  "test/store/fences.test.ts",
+  "test/store/fences-race.test.ts",
+  "test/store/switches.test.ts",
 ];
 
 export default defineConfig({

@@ -1,6 +1,6 @@
 // The table of who may call what in docs/authentication.md, generated from ACCESS (src/api/auth.ts),
 // the table the coordinator enforces, so the two cannot drift: `npm run docs:roles` rewrites the
-// page between its roles markers, and test/readme-roles.test.ts fails while they differ.
+// page between its roles markers, and test/docs/readme-roles.test.ts fails while they differ.
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";

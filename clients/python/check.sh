@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python client's static checks, for CI (npm test runs the same through
-# test/python-client.test.ts, plus the pytest suite):
+# test/clients/python-client.test.ts, plus the pytest suite):
 #   generated modules fresh, mypy --strict, ruff, and a wheel that builds.
 # Uses the repository's .venv, creating it the way `npm test` does (pinned
 # requirements-dev.txt + this package, editable) when missing or stale.

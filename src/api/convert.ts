@@ -370,7 +370,7 @@ export function jobMessage(j: Job): PbJob {
 /**
  * A Task message as create(TaskSchema, {…}) makes it, built as a literal: create() walks the
  * descriptor per call (~5 µs a task), and a claim answers with tasks, a 10,000-task CreateJob
- * with 10,000 of them. test/json-writer.test.ts checks it against create().
+ * with 10,000 of them. test/api/json-writer.test.ts checks it against create().
  */
 export function taskMessage(t: Task): PbTask {
   const m: PbTask = {

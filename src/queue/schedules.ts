@@ -226,7 +226,7 @@ const RUN_AT_REFUSED =
  * The template as a plain object of CreateJobInput's fields (what is stored and fired), whatever
  * object the transport made. Every field is kept as given, so templateRules sees each one and
  * either it reaches every tick's job or PutSchedule refuses it: none is accepted and dropped
- * (test/schedules-template.test.ts walks CreateJobRequest's fields to hold that).
+ * (test/api/schedules-template.test.ts walks CreateJobRequest's fields to hold that).
  */
 function jobTemplate(v: unknown): CreateJobInput {
   if (v === undefined || v === null) throw new ValidationError("job", "is required");

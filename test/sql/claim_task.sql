@@ -1,4 +1,4 @@
--- CLAIM_TASK, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- CLAIM_TASK, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH requested AS (
   SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY ($1::text[])
 ), expired AS (

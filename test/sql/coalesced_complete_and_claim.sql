@@ -1,4 +1,4 @@
--- COALESCED_COMPLETE_AND_CLAIM, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- COALESCED_COMPLETE_AND_CLAIM, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH input AS MATERIALIZED (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, claim_worker text, claim_n int)

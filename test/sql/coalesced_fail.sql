@@ -1,4 +1,4 @@
--- COALESCED_FAIL, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- COALESCED_FAIL, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH cur AS (
   UPDATE tasks t
   SET status = CASE WHEN b.retryable AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,

@@ -1,4 +1,4 @@
--- COALESCED_RENEW, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- COALESCED_RENEW, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 UPDATE tasks t
 SET lease_expires_at = now() + make_interval(secs => coalesce(b.lease_seconds, wl.lease_seconds)),
     version = t.version + 1

@@ -1,4 +1,4 @@
--- COMPLETE_TASK, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- COMPLETE_TASK, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH done AS (
   UPDATE tasks
   SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,

@@ -1,4 +1,4 @@
--- COMPLETE_TASKS_AND_CLAIM, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- COMPLETE_TASKS_AND_CLAIM, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,

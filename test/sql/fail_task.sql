@@ -1,4 +1,4 @@
--- FAIL_TASK, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- FAIL_TASK, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH cur AS (
   UPDATE tasks t
   SET status = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,

@@ -1,4 +1,4 @@
--- GIVE_BACK, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- GIVE_BACK, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH back AS (
   UPDATE tasks t
   SET status = 'pending', attempt = t.attempt - 1, lease_owner = NULL, lease_expires_at = NULL, version = t.version + 1

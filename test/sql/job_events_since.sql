@@ -1,4 +1,4 @@
--- JOB_EVENTS_SINCE, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- JOB_EVENTS_SINCE, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 SELECT pg_current_snapshot()::text AS snapshot,
   coalesce((
     SELECT json_agg(e ORDER BY e.id) FROM task_events e

@@ -1,4 +1,4 @@
--- RENEW_LEASE, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- RENEW_LEASE, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 UPDATE tasks t
 SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
     version = t.version + 1

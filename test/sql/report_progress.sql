@@ -1,4 +1,4 @@
--- REPORT_PROGRESS, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- REPORT_PROGRESS, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH renewed AS (
   UPDATE tasks t
   SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),

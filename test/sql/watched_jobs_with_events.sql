@@ -1,4 +1,4 @@
--- WATCHED_JOBS_WITH_EVENTS, as the store sends it (written by test/sql-snapshots.test.ts: do not edit by hand).
+-- WATCHED_JOBS_WITH_EVENTS, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 SELECT w.i::int AS i
 FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS w(job_id, since, i)
 WHERE EXISTS (

@@ -1,5 +1,5 @@
 """The client-parity scenario through the Python client, printed as one JSON line that
-test/client-parity.test.ts compares with the TypeScript client's (clients/typescript/test/parity-scenario.ts).
+test/clients/client-parity.test.ts compares with the TypeScript client's (clients/typescript/test/parity-scenario.ts).
 Env: LEASEHOLD_URL, LEASEHOLD_TRANSPORT, PREFIX, RESET_URL."""
 
 import hashlib

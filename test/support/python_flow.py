@@ -3,7 +3,7 @@
 Usage: python_flow.py URL TRANSPORT PREFIX
   URL: the coordinator (http://host:port); TRANSPORT: json or grpc; PREFIX: this run's workload names start with it.
 
-Prints one JSON line per step ({"step": ..., ...facts}); test/python-flow.test.ts checks them against the
+Prints one JSON line per step ({"step": ..., ...facts}); test/clients/python-flow.test.ts checks them against the
 database. Waits are on conditions (polled every 20 ms), each bounded; a bound that passes fails the run.
 Workers run in threads of this process and are stopped (drained) before the next step.
 """

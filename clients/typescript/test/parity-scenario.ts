@@ -1,5 +1,5 @@
 // The client-parity scenario through the TypeScript client (its built dist/), printed as one JSON
-// line that test/client-parity.test.ts compares with the Python client's (test/support/parity_scenario.py):
+// line that test/clients/client-parity.test.ts compares with the Python client's (test/support/parity_scenario.py):
 // a job with a failing chunk under the continue policy, a retry, a cancel, a wait across a dropped
 // connection, and a table of bad inputs. Env: LEASEHOLD_URL, LEASEHOLD_TRANSPORT, PREFIX, RESET_URL.
 import { createHash } from "node:crypto";

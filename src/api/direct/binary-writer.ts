@@ -3,7 +3,7 @@
 // write function worked out once from the descriptor, writing straight into one Buffer (sizes
 // first, so every length prefix is known). The bytes are exactly toBinary's (fields in number
 // order, proto3 zero values left out, packed repeated scalars, strings as UTF-8 with lone
-// surrogates as U+FFFD); test/binary-writer.test.ts checks that for every message type of the
+// surrogates as U+FFFD); test/api/binary-writer.test.ts checks that for every message type of the
 // contract. A type with something this writer does not know (maps, oneofs, groups, 64-bit
 // integers outside Timestamp, bytes, floats, other well-known types) or a message carrying
 // unknown fields keeps toBinary.

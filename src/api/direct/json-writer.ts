@@ -3,7 +3,7 @@
 // toJsonString produces with the server's options (proto field names, implicit fields always
 // emitted): fields in field-number order, int32 as numbers, enums by name, Timestamps as RFC 3339,
 // Structs as their JSON. A type with something this writer does not know (maps, oneofs, 64-bit
-// integers, bytes, other well-known types) keeps toJsonString. test/json-writer.test.ts checks the
+// integers, bytes, other well-known types) keeps toJsonString. test/api/json-writer.test.ts checks the
 // output against toJsonString, byte for byte, for every message type of the contract.
 //
 // Why: REST answers are the coordinator's hottest JSON. toJsonString on a one-task claim answer

@@ -55,7 +55,7 @@ export class UnnamedStatementClient extends pg.Client {
  * Sequential scans are not turned off for the session: on PostgreSQL 15 and 17 that adds 1e10 to
  * the cost of every plan with one, on tables that have no better path (workloads, job_watchers).
  * A statement whose plan must not be a sequential scan gets its shape from its own text (an
- * ORDER BY ... LIMIT 1 on the index's order) and a plan test (test/idle-cost.test.ts and the
+ * ORDER BY ... LIMIT 1 on the index's order) and a plan test (test/store/idle-cost.test.ts and the
  * EXPLAIN tests of the store's suites).
  */
 export const SESSION_SETTINGS: Readonly<Record<string, string>> = { plan_cache_mode: "force_generic_plan", jit: "off" };

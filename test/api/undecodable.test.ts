@@ -1,0 +1,143 @@
+// A request message that cannot be decoded is a client mistake: INVALID_ARGUMENT naming what failed,
+// with a google.rpc.BadRequest detail and the request id, on gRPC, Connect binary and Connect JSON
+// alike (never INTERNAL), and nothing written. Raw requests, since no client sends such bytes.
+import http from "node:http";
+import http2 from "node:http2";
+import { fromBinary } from "@bufbuild/protobuf";
+import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import type pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BadRequestSchema, RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
+import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
+import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { SWITCHES } from "../support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
+
+const PATH = "/leasehold.queue.v1.QueueService/ClaimTasks";
+// worker_id (field 1, length-delimited) announcing 5 bytes where 1 follows: the decoder runs out.
+const TRUNCATED = Buffer.from([0x0a, 0x05, 0x61]);
+
+let db: TestDatabase;
+let pool: pg.Pool;
+let api: ApiServerFixture;
+let port: number;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
+  const queue = new PostgresQueue(pool, {
+    coalescing: SWITCHES.coalescing,
+    defaultLeaseSeconds: 30,
+    defaultMaxAttempts: 3,
+    maxTasksPerJob: 10,
+  });
+  api = await apiServerFixture({ queue });
+  port = api.port;
+});
+
+afterAll(async () => {
+  await api?.close();
+  await pool?.end();
+  await db?.drop();
+});
+
+function connectPost(
+  contentType: string,
+  body: Buffer,
+): Promise<{ status: number; json: { code: string; message: string; details?: { type: string; value: string }[] } }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: "127.0.0.1",
+        port,
+        method: "POST",
+        path: PATH,
+        agent: false,
+        headers: { "content-type": contentType, "content-length": body.length },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString("utf8")) }));
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+/** The Connect error body's details of `type`, decoded. */
+function connectDetail<T>(
+  details: { type: string; value: string }[] | undefined,
+  schema: typeof BadRequestSchema | typeof RequestInfoSchema,
+): T {
+  const d = details?.find((x) => x.type === schema.typeName);
+  expect(d, JSON.stringify(details)).toBeDefined();
+  return fromBinary(schema, Buffer.from(d!.value, "base64")) as T;
+}
+
+function grpcCall(message: Buffer): Promise<{ status: string; message: string; details: Buffer | undefined }> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    session.on("error", reject);
+    const stream = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
+    const frame = Buffer.alloc(5 + message.length);
+    frame.writeUInt32BE(message.length, 1);
+    message.copy(frame, 5);
+    let headers: http2.IncomingHttpHeaders = {};
+    stream.on("response", (h) => (headers = h));
+    stream.on("trailers", (t) => (headers = { ...headers, ...t }));
+    stream.on("data", () => {});
+    stream.on("end", () => {
+      session.close();
+      const bin = headers["grpc-status-details-bin"];
+      resolve({
+        status: String(headers["grpc-status"]),
+        message: decodeURIComponent(String(headers["grpc-message"] ?? "")),
+        details: typeof bin === "string" ? Buffer.from(bin, "base64") : undefined,
+      });
+    });
+    stream.end(frame);
+  });
+}
+
+describe("a request message that cannot be decoded", () => {
+  it("gRPC: INVALID_ARGUMENT (3) with a BadRequest and the request id, not INTERNAL", async () => {
+    const r = await grpcCall(TRUNCATED);
+    expect(r.status).toBe("3");
+    expect(r.message).toMatch(/cannot decode leasehold\.queue\.v1\.ClaimTasksRequest from binary: premature EOF/);
+    expect(r.details).toBeDefined();
+    const status = fromBinary(StatusSchema, r.details!);
+    const badRequest = status.details.map((a) => anyUnpack(a, BadRequestSchema)).find((x) => x !== undefined);
+    expect(badRequest?.fieldViolations.map((v) => v.field)).toEqual(["leasehold.queue.v1.ClaimTasksRequest"]);
+    const info = status.details.map((a) => anyUnpack(a, RequestInfoSchema)).find((x) => x !== undefined);
+    expect(info?.requestId).toMatch(/\S/);
+  });
+
+  it("Connect binary: 400 invalid_argument with a BadRequest, not 500 internal", async () => {
+    const r = await connectPost("application/proto", TRUNCATED);
+    expect(r.status).toBe(400);
+    expect(r.json.code).toBe("invalid_argument");
+    expect(r.json.message).toMatch(/cannot decode leasehold\.queue\.v1\.ClaimTasksRequest from binary/);
+    const br = connectDetail<{ fieldViolations: { field: string }[] }>(r.json.details, BadRequestSchema);
+    expect(br.fieldViolations.map((v) => v.field)).toEqual(["leasehold.queue.v1.ClaimTasksRequest"]);
+  });
+
+  it("Connect JSON: a type error is 400 invalid_argument with a BadRequest naming the field", async () => {
+    const r = await connectPost("application/json", Buffer.from(JSON.stringify({ worker_id: "w", workloads: ["x"], max_tasks: "many" })));
+    expect(r.status).toBe(400);
+    expect(r.json.code).toBe("invalid_argument");
+    expect(r.json.message).toMatch(/^max_tasks: cannot decode field leasehold\.queue\.v1\.ClaimTasksRequest\.max_tasks from JSON/);
+    const br = connectDetail<{ fieldViolations: { field: string; description: string }[] }>(r.json.details, BadRequestSchema);
+    expect(br.fieldViolations.map((v) => v.field)).toEqual(["max_tasks"]);
+    const info = connectDetail<{ requestId: string }>(r.json.details, RequestInfoSchema);
+    expect(info.requestId).toMatch(/\S/);
+  });
+
+  it("writes nothing", async () => {
+    const { rows } = await pool.query<{ n: string }>("SELECT count(*) AS n FROM tasks");
+    expect(Number(rows[0].n)).toBe(0);
+  });
+});

@@ -1,0 +1,159 @@
+// An unknown workload answers one way wherever a request names it (a job's, a task's, a
+// finalizer's, a schedule template's, a claim's, a workload operation's): NOT_FOUND (404) with one
+// google.rpc.ErrorInfo, reason WORKLOAD_NOT_FOUND in domain leasehold, naming the workload and
+// the field, over gRPC, gRPC-Web, Connect and REST (whose body carries the reason), with nothing
+// written. Run with DIRECT_UNARY both ways (the router project), so REST's reason also survives
+// the router's Connect answer.
+import { Code, createClient, type Client } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema, RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
+import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
+import { restCall } from "../support/rest.js";
+import { rpcError } from "../support/rpc.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
+
+const W = "wnf_known";
+const NOPE = "wnf_nope";
+
+let f: QueueFixture;
+let api: ApiServerFixture;
+let base: string;
+
+type QueueClient = Client<typeof QueueService>;
+
+interface Case {
+  name: string;
+  rpc: (c: QueueClient) => Promise<unknown>;
+  rest: [method: string, path: string, body: Record<string, unknown>];
+  field: string;
+  /** The answer lists the registered workloads (a workload operation's does not look them up). */
+  listsKnown: boolean;
+}
+
+const JOB = { workload: W, inputUri: "s3://in", inputSha256: sha("in") };
+const REST_JOB = { workload: W, input_uri: "s3://in", input_sha256: sha("in") };
+const TASK = { chunkIndex: 0, inputUri: "s3://in", inputSha256: sha("in"), workload: NOPE };
+const REST_TASK = { chunk_index: 0, input_uri: "s3://in", input_sha256: sha("in"), workload: NOPE };
+
+const CASES: Case[] = [
+  {
+    name: "CreateJob's workload",
+    rpc: (c) => c.createJob({ ...JOB, workload: NOPE }),
+    rest: ["POST", "/jobs", { ...REST_JOB, workload: NOPE }],
+    field: "workload",
+    listsKnown: true,
+  },
+  {
+    name: "a task's workload",
+    rpc: (c) => c.createJob({ workload: W, tasks: [TASK] }),
+    rest: ["POST", "/jobs", { workload: W, tasks: [REST_TASK] }],
+    field: "tasks[0].workload",
+    listsKnown: true,
+  },
+  {
+    name: "a finalizer's workload",
+    rpc: (c) => c.createJob({ ...JOB, finalizer: { workload: NOPE } }),
+    rest: ["POST", "/jobs", { ...REST_JOB, finalizer: { workload: NOPE } }],
+    field: "finalizer.workload",
+    listsKnown: true,
+  },
+  {
+    name: "a claim's workload",
+    rpc: (c) => c.claimTasks({ workerId: "w", workloads: [NOPE] }),
+    rest: ["POST", "/tasks/claim", { worker_id: "w", workloads: [NOPE] }],
+    field: "workloads[0]",
+    listsKnown: true,
+  },
+  {
+    name: "a schedule template's workload",
+    rpc: (c) => c.putSchedule({ name: "wnf", cron: "0 3 * * *", job: { ...JOB, workload: NOPE } }),
+    rest: ["PUT", "/schedules/wnf", { cron: "0 3 * * *", job: { ...REST_JOB, workload: NOPE } }],
+    field: "job.workload",
+    listsKnown: true,
+  },
+  {
+    name: "a schedule template's task's workload",
+    rpc: (c) => c.putSchedule({ name: "wnf", cron: "0 3 * * *", job: { workload: W, tasks: [TASK] } }),
+    rest: ["PUT", "/schedules/wnf", { cron: "0 3 * * *", job: { workload: W, tasks: [REST_TASK] } }],
+    field: "job.tasks[0].workload",
+    listsKnown: true,
+  },
+  {
+    name: "a schedule template's finalizer's workload",
+    rpc: (c) => c.putSchedule({ name: "wnf", cron: "0 3 * * *", job: { ...JOB, finalizer: { workload: NOPE } } }),
+    rest: ["PUT", "/schedules/wnf", { cron: "0 3 * * *", job: { ...REST_JOB, finalizer: { workload: NOPE } } }],
+    field: "job.finalizer.workload",
+    listsKnown: true,
+  },
+  {
+    name: "PauseWorkload's name",
+    rpc: (c) => c.pauseWorkload({ name: NOPE }),
+    rest: ["POST", `/workloads/${NOPE}/pause`, {}],
+    field: "name",
+    listsKnown: false,
+  },
+];
+
+async function written(): Promise<unknown> {
+  const { rows } = await f.pool.query(
+    `SELECT (SELECT count(*) FROM jobs) AS jobs, (SELECT count(*) FROM tasks) AS tasks,
+            (SELECT count(*) FROM schedules) AS schedules, (SELECT count(*) FROM workloads) AS workloads`,
+  );
+  return rows[0];
+}
+
+beforeAll(async () => {
+  f = await queueFixture();
+  api = await apiServerFixture({ queue: f.queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
+  base = api.base;
+  await f.queue.putWorkload({ name: W });
+});
+
+afterAll(async () => {
+  await api?.close();
+  await f?.close();
+});
+
+const transports: [string, () => QueueClient][] = [
+  ["gRPC", () => createClient(QueueService, createGrpcTransport({ baseUrl: base }))],
+  ["gRPC-Web", () => createClient(QueueService, createGrpcWebTransport({ baseUrl: base, httpVersion: "1.1" }))],
+  ["Connect", () => createClient(QueueService, createConnectTransport({ baseUrl: base, httpVersion: "1.1" }))],
+];
+
+describe.each(transports)("%s", (_label, client) => {
+  it.each(CASES)("$name: NOT_FOUND with ErrorInfo WORKLOAD_NOT_FOUND naming the workload and field", async (c) => {
+    const before = await written();
+    const err = await rpcError(c.rpc(client()));
+    expect(err.code, err.rawMessage).toBe(Code.NotFound);
+    expect(err.rawMessage).toContain(c.field);
+    const infos = err.findDetails(ErrorInfoSchema);
+    expect(infos).toHaveLength(1);
+    expect(infos[0]).toMatchObject({ reason: "WORKLOAD_NOT_FOUND", domain: "leasehold" });
+    expect(infos[0].metadata).toMatchObject({ workload: NOPE, field: c.field });
+    if (c.listsKnown) expect(infos[0].metadata.known_workloads.split(",")).toContain(W);
+    expect(err.findDetails(RequestInfoSchema)[0]?.requestId).toBeTruthy();
+    expect(await written()).toEqual(before);
+  });
+});
+
+describe("REST", () => {
+  it.each(CASES)("$name: 404 with reason WORKLOAD_NOT_FOUND in the body", async (c) => {
+    const before = await written();
+    const [method, path, body] = c.rest;
+    const r = await restCall(base, method, path, body);
+    expect(r.status, r.text).toBe(404);
+    expect(r.body.error).toMatchObject({ code: "not_found", reason: "WORKLOAD_NOT_FOUND" });
+    expect(r.body.error.message).toContain(c.field);
+    expect(r.body.error.request_id).toBeTruthy();
+    if (c.listsKnown) expect(r.body.error.known_workloads).toContain(W);
+    expect(await written()).toEqual(before);
+  });
+
+  it("an unknown job is 404 without the workload's reason", async () => {
+    const r = await restCall(base, "GET", "/jobs/3f1e2d4c-5b6a-4978-8a9b-0c1d2e3f4a5b");
+    expect(r.status, r.text).toBe(404);
+    expect(r.body.error.reason).toBeUndefined();
+  });
+});

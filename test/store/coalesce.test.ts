@@ -1,0 +1,396 @@
+// Coalescing: single-task calls that arrive together share one statement per kind, and each
+// caller still gets exactly its own answer. A real PostgresQueue over a real, migrated PostgreSQL;
+// the store's observer counts the calls each coalesced statement answered. A table lock held by
+// the test keeps a statement in flight, so the calls behind it queue up and go in one batch.
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DeadlineExceededError, LeaseConflictError, ResultConflictError } from "../../src/queue/errors.js";
+import type { QueueObserver } from "../../src/queue/service.js";
+import type { Task } from "../../src/queue/types.js";
+import { GroupCommit, type Outcome } from "../../src/store/postgres/group-commit.js";
+import { PostgresQueue } from "../../src/store/postgres/store.js";
+import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
+
+let f: QueueFixture;
+let seq = 0;
+const batches: Array<{ kind: string; size: number }> = [];
+const observer: QueueObserver = {
+  tasksClaimed() {},
+  tasksCompleted() {},
+  taskFailed() {},
+  leasesExpired() {},
+  statementBatched(kind, size) {
+    batches.push({ kind, size });
+  },
+};
+
+beforeAll(async () => {
+  f = await queueFixture({ observer, coalescing: { maxBatch: 64 } });
+});
+afterAll(async () => {
+  await f?.close();
+});
+
+async function workload(leaseSeconds = 30): Promise<string> {
+  const name = `co-${++seq}`;
+  await f.queue.putWorkload({ name, leaseSeconds, maxAttempts: 3 });
+  return name;
+}
+
+async function enqueue(w: string, n: number): Promise<void> {
+  await f.queue.createJob({
+    workload: w,
+    tasks: Array.from({ length: n }, (_, i) => ({ chunkIndex: i, inputUri: `s3://in/${i}`, inputSha256: sha(i) })),
+  });
+}
+
+/** Holds a lock every task statement waits on, so calls queue up behind the one in flight. */
+async function holdTasks<T>(fn: () => Promise<T>): Promise<T> {
+  const locker = new pg.Client({ connectionString: f.db.url });
+  locker.on("error", () => {});
+  await locker.connect();
+  await locker.query("BEGIN");
+  await locker.query("LOCK TABLE tasks IN EXCLUSIVE MODE");
+  try {
+    return await fn();
+  } finally {
+    await locker.query("ROLLBACK").catch(() => {});
+    await locker.end();
+  }
+}
+
+/** Resolves once n calls of this kind wait behind a statement in flight (or have been batched). */
+async function until(cond: () => boolean | Promise<boolean>, what: string): Promise<void> {
+  for (let i = 0; i < 400; i++) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+const waitingOnLock = async () => {
+  const { rows } = await f.pool.query(
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+  );
+  return rows[0].n as number;
+};
+
+async function leaseRows(w: string) {
+  const { rows } = await f.pool.query(
+    `SELECT id, status::text, lease_owner, attempt, result_uri FROM tasks WHERE workload = $1 ORDER BY chunk_index`,
+    [w],
+  );
+  return rows as Array<{ id: string; status: string; lease_owner: string | null; attempt: number; result_uri: string | null }>;
+}
+
+describe("claims", () => {
+  it("16 claims that arrive together take 16 different tasks, each leased to its own worker, in few statements", async () => {
+    const w = await workload();
+    await enqueue(w, 40);
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const first = f.queue.claimTasks({ workerId: "c0", workloads: [w] });
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait on the lock");
+      const rest = Array.from({ length: 15 }, (_, i) => f.queue.claimTasks({ workerId: `c${i + 1}`, workloads: [w] }));
+      return { first, rest };
+    }).then(async ({ first, rest }) => [await first, ...(await Promise.all(rest))]);
+    const ids = answers.flat().map((t) => t.id);
+    expect(ids).toHaveLength(16);
+    expect(new Set(ids).size).toBe(16);
+    const rows = new Map((await leaseRows(w)).map((r) => [r.id, r]));
+    answers.forEach((tasks, i) => {
+      expect(tasks).toHaveLength(1);
+      expect(rows.get(tasks[0].id)).toMatchObject({ status: "leased", lease_owner: `c${i}`, attempt: 1 });
+      expect(tasks[0].leaseOwner).toBe(`c${i}`);
+    });
+    // The first ran alone on an idle lane; the fifteen behind it went in one statement.
+    expect(batches.filter((b) => b.kind === "claim").map((b) => b.size)).toEqual([1, 15]);
+    // The earlier caller gets the earlier chunk, as it would have claimed first.
+    const chunks = answers.map((t) => t[0].chunkIndex);
+    expect(chunks.slice(1)).toEqual([...chunks.slice(1)].sort((a, b) => a - b));
+  });
+
+  it("claims asking for several tasks each get what they asked for, and callers past the work get none", async () => {
+    const w = await workload();
+    await enqueue(w, 7);
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const first = f.queue.claimTasks({ workerId: "m0", workloads: [w], maxTasks: 2 });
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait");
+      const rest = [3, 3, 2].map((n, i) => f.queue.claimTasks({ workerId: `m${i + 1}`, workloads: [w], maxTasks: n }));
+      return { first, rest };
+    }).then(async ({ first, rest }) => [await first, ...(await Promise.all(rest))]);
+    expect(answers.map((a) => a.length)).toEqual([2, 3, 2, 0]);
+    const rows = new Map((await leaseRows(w)).map((r) => [r.id, r]));
+    answers.forEach((tasks, i) => {
+      for (const t of tasks) expect(rows.get(t.id)?.lease_owner).toBe(`m${i}`);
+    });
+    expect([...rows.values()].filter((r) => r.status === "leased")).toHaveLength(7);
+  });
+
+  it("a claim whose deadline passes while it waits behind a statement is answered DEADLINE_EXCEEDED and takes no task", async () => {
+    const w = await workload();
+    await enqueue(w, 5);
+    const late = new AbortController();
+    const { first, second } = await holdTasks(async () => {
+      const first = f.queue.claimTasks({ workerId: "d0", workloads: [w] });
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait");
+      const second = f.queue.claimTasks({ workerId: "d1", workloads: [w] }, { signal: late.signal });
+      second.catch(() => {});
+      late.abort();
+      await expect(second).rejects.toBeInstanceOf(DeadlineExceededError);
+      return { first, second };
+    });
+    expect(await first).toHaveLength(1);
+    await expect(second).rejects.toBeInstanceOf(DeadlineExceededError);
+    const rows = await leaseRows(w);
+    expect(rows.filter((r) => r.lease_owner === "d1")).toEqual([]);
+    expect(rows.filter((r) => r.status === "leased")).toHaveLength(1);
+  });
+
+  it("a caller that leaves while its batch runs is answered at once, and the task leased for it goes back to pending", async () => {
+    const w = await workload();
+    await enqueue(w, 5);
+    const leaving = new AbortController();
+    const kept = await holdTasks(async () => {
+      const blocker = f.queue.claimTasks({ workerId: "g0", workloads: [w] });
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait");
+      const stays = f.queue.claimTasks({ workerId: "g1", workloads: [w] });
+      const leaves = f.queue.claimTasks({ workerId: "g2", workloads: [w] }, { signal: leaving.signal });
+      leaves.catch(() => {});
+      // Let the first statement end (its deadline-free caller stays), so the two behind it go in the next.
+      return { blocker, stays, leaves };
+    });
+    // The lock is gone: the blocker's statement and then the pair's statement run.
+    expect(await kept.blocker).toHaveLength(1);
+    leaving.abort();
+    const stays = await kept.stays;
+    const left = await kept.leaves.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(stays).toHaveLength(1);
+    if (left === undefined) return; // the pair's statement answered before the abort: nothing to give back
+    expect(left).toBeInstanceOf(DeadlineExceededError);
+    await until(async () => (await leaseRows(w)).every((r) => r.lease_owner !== "g2"), "g2's task to be given back");
+    const rows = await leaseRows(w);
+    expect(
+      rows
+        .filter((r) => r.status === "leased")
+        .map((r) => r.lease_owner)
+        .sort(),
+    ).toEqual(["g0", "g1"]);
+    expect(rows.filter((r) => r.status === "pending").every((r) => r.attempt === 0)).toBe(true);
+  });
+
+  it("claims of a capped workload coalesce too: one statement for the callers behind, the cap counted over all of them, each task to its caller", async () => {
+    const w = await workload();
+    await f.queue.putWorkload({ name: w, leaseSeconds: 30, maxAttempts: 3, maxLeased: 6 });
+    await enqueue(w, 20);
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const first = f.queue.claimTasks({ workerId: "k0", workloads: [w] });
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait on the lock");
+      const rest = Array.from({ length: 15 }, (_, i) =>
+        f.queue.claimTasks({ workerId: `k${i + 1}`, workloads: [w], maxTasks: 1 + (i % 2) }),
+      );
+      return { first, rest };
+    }).then(async ({ first, rest }) => [await first, ...(await Promise.all(rest))]);
+    expect(batches.filter((b) => b.kind === "claim").map((b) => b.size)).toEqual([1, 15]);
+    // k0 alone, then in arrival order k1 (1), k2 (2), k3 (1), k4 (asks 2, gets the last 1): 6 in all.
+    expect(answers.map((a) => a.length)).toEqual([1, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    const rows = new Map((await leaseRows(w)).map((r) => [r.id, r]));
+    answers.forEach((tasks, i) => {
+      for (const t of tasks) {
+        expect(rows.get(t.id)).toMatchObject({ status: "leased", lease_owner: `k${i}`, attempt: 1 });
+        expect(t.leaseOwner).toBe(`k${i}`);
+      }
+    });
+    expect([...rows.values()].filter((r) => r.status === "leased")).toHaveLength(6);
+  });
+
+  it("coalesced claims of a rate-limited workload lease no more than its tokens, and the callers left empty learn when the next is due", async () => {
+    const w = await workload();
+    await f.queue.putWorkload({ name: w, leaseSeconds: 30, maxAttempts: 3, maxLeasesPerSecond: 0.5, leasesBurst: 3 });
+    await enqueue(w, 20);
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const first = f.queue.claim({ workerId: "q0", workloads: [w] });
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait on the lock");
+      const rest = Array.from({ length: 7 }, (_, i) => f.queue.claim({ workerId: `q${i + 1}`, workloads: [w] }));
+      return { first, rest };
+    }).then(async ({ first, rest }) => [await first, ...(await Promise.all(rest))]);
+    expect(batches.filter((b) => b.kind === "claim").map((b) => b.size)).toEqual([1, 7]);
+    expect(answers.map((a) => a.tasks.length)).toEqual([1, 1, 1, 0, 0, 0, 0, 0]);
+    expect((await leaseRows(w)).filter((r) => r.status === "leased")).toHaveLength(3);
+    for (const [i, o] of answers.entries()) {
+      if (i < 3) expect(o.retryAfterMs).toBeUndefined();
+      else expect(o.retryAfterMs).toBeGreaterThan(0);
+    }
+  });
+
+  it("a workload capped through another coordinator is claimed under its cap at once, before this one's view of caps is refreshed", async () => {
+    const other = new PostgresQueue(f.newPool(), { ...TEST_STORE_OPTIONS, coalescing: { maxBatch: 64 } });
+    const w = await workload();
+    // The other coordinator reads which workloads are flow-controlled now, while this one is not.
+    expect(await other.claimTasks({ workerId: "v0", workloads: [w] })).toEqual([]);
+    await f.queue.putWorkload({ name: w, leaseSeconds: 30, maxAttempts: 3, maxLeased: 2 });
+    await enqueue(w, 5);
+    const got = await Promise.all([1, 2, 3].map((i) => other.claimTasks({ workerId: `v${i}`, workloads: [w], maxTasks: 2 })));
+    // The coalesced statement claims flow-controlled workloads through leasehold_flow_claim, which
+    // reads the cap from the database, so the two slots are taken and no more.
+    expect(got.flat()).toHaveLength(2);
+    expect((await leaseRows(w)).filter((r) => r.status === "leased")).toHaveLength(2);
+    other.stopTimers();
+  });
+});
+
+describe("results", () => {
+  async function leased(w: string, n: number): Promise<Task[]> {
+    await enqueue(w, n);
+    const out: Task[] = [];
+    for (let i = 0; i < n; i++) out.push(...(await f.queue.claimTasks({ workerId: `r${i}`, workloads: [w] })));
+    return out;
+  }
+  const result = (t: Task, over: Partial<{ workerId: string; attempt: number; resultUri: string }> = {}) => ({
+    taskId: t.id,
+    workerId: t.leaseOwner!,
+    attempt: t.attempt,
+    resultUri: `s3://out/${t.id}`,
+    resultSha256: sha(t.id),
+    ...over,
+  });
+
+  it("results with claim_next from 16 workers: each accepted, each worker's next task leased to that worker", async () => {
+    const w = await workload();
+    const tasks = await leased(w, 16);
+    await enqueue(w, 16);
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const calls = tasks.map((t) => f.queue.completeTaskAndClaim(result(t), { workerId: t.leaseOwner!, workloads: [w] }));
+      await until(async () => (await waitingOnLock()) >= 1, "a statement to wait");
+      return calls;
+    }).then((calls) => Promise.all(calls));
+    const rows = new Map((await leaseRows(w)).map((r) => [r.id, r]));
+    answers.forEach((a, i) => {
+      expect(a.task.status).toBe("completed");
+      expect(rows.get(a.task.id)?.result_uri).toBe(`s3://out/${tasks[i].id}`);
+      expect(a.next).toHaveLength(1);
+      expect(rows.get(a.next[0].id)).toMatchObject({ status: "leased", lease_owner: tasks[i].leaseOwner });
+    });
+    expect(new Set(answers.map((a) => a.next[0].id)).size).toBe(16);
+    expect(Math.max(...batches.filter((b) => b.kind === "complete_and_claim").map((b) => b.size))).toBeGreaterThan(1);
+  });
+
+  it("a stale attempt beside fresh results in one batch is refused alone; the same task twice never shares a statement", async () => {
+    const w = await workload();
+    const tasks = await leased(w, 4);
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const calls = [
+        f.queue.completeTask(result(tasks[0])),
+        f.queue.completeTask(result(tasks[1], { attempt: tasks[1].attempt + 1 })),
+        f.queue.completeTask(result(tasks[2])),
+        // the same task by another worker, and the same result twice (a replay)
+        f.queue.completeTask(result(tasks[2], { workerId: "intruder" })),
+        f.queue.completeTask(result(tasks[3])),
+        f.queue.completeTask(result(tasks[3])),
+      ].map((p) =>
+        p.then(
+          (t): Outcome<Task> => ({ value: t }),
+          (error: unknown): Outcome<Task> => ({ error }),
+        ),
+      );
+      await until(async () => (await waitingOnLock()) >= 1, "a statement to wait");
+      return calls;
+    }).then((calls) => Promise.all(calls));
+    expect("value" in answers[0] && answers[0].value.status).toBe("completed");
+    expect("error" in answers[1] && answers[1].error).toBeInstanceOf(LeaseConflictError);
+    expect("value" in answers[2] && answers[2].value.status).toBe("completed");
+    expect("error" in answers[3] && answers[3].error).toBeInstanceOf(LeaseConflictError);
+    expect("value" in answers[4] && answers[4].value.status).toBe("completed");
+    expect("value" in answers[5] && answers[5].value.status).toBe("completed");
+    const rows = new Map((await leaseRows(w)).map((r) => [r.id, r]));
+    expect(rows.get(tasks[1].id)).toMatchObject({ status: "leased", result_uri: null });
+    expect(rows.get(tasks[2].id)).toMatchObject({ status: "completed", lease_owner: tasks[2].leaseOwner });
+  });
+
+  it("a replay with another manifest in the same burst is a conflict, and the row keeps the first", async () => {
+    const w = await workload();
+    const [t] = await leased(w, 1);
+    const [a, b] = await Promise.all([
+      f.queue.completeTask(result(t)).then(
+        (v) => v,
+        (e: unknown) => e,
+      ),
+      f.queue.completeTask(result(t, { resultUri: "s3://other" })).then(
+        (v) => v,
+        (e: unknown) => e,
+      ),
+    ]);
+    expect((a as Task).status).toBe("completed");
+    expect(b).toBeInstanceOf(ResultConflictError);
+    expect((await leaseRows(w))[0].result_uri).toBe(`s3://out/${t.id}`);
+  });
+
+  it("renewals and failures of many workers in one batch: each fenced on its own", async () => {
+    const w = await workload();
+    const tasks = await leased(w, 6);
+    const [renewed, stale, failed, failedStale] = await holdTasks(async () => {
+      const calls = [
+        Promise.all(
+          tasks
+            .slice(0, 3)
+            .map((t) => f.queue.renewLease({ taskId: t.id, workerId: t.leaseOwner!, attempt: t.attempt, leaseSeconds: 120 })),
+        ),
+        f.queue.renewLease({ taskId: tasks[3].id, workerId: "nobody", attempt: tasks[3].attempt }).then(
+          () => undefined,
+          (e: unknown) => e,
+        ),
+        f.queue.failTask({
+          taskId: tasks[4].id,
+          workerId: tasks[4].leaseOwner!,
+          attempt: tasks[4].attempt,
+          errorCode: "e",
+          retryAfterSeconds: 60,
+        }),
+        f.queue.failTask({ taskId: tasks[5].id, workerId: tasks[5].leaseOwner!, attempt: 99, errorCode: "e" }).then(
+          () => undefined,
+          (e: unknown) => e,
+        ),
+      ] as const;
+      await until(async () => (await waitingOnLock()) >= 1, "a statement to wait");
+      return calls;
+    }).then((calls) => Promise.all(calls));
+    expect(renewed.map((t) => t.status)).toEqual(["leased", "leased", "leased"]);
+    for (const t of renewed) expect(t.leaseExpiresAt!.getTime() - Date.now()).toBeGreaterThan(60_000);
+    expect(stale).toBeInstanceOf(LeaseConflictError);
+    expect(failed.status).toBe("pending");
+    expect(failedStale).toBeInstanceOf(LeaseConflictError);
+    const rows = await leaseRows(w);
+    expect(rows.map((r) => r.status)).toEqual(["leased", "leased", "leased", "leased", "pending", "leased"]);
+  });
+});
+
+describe("group commit", () => {
+  it("keeps conflicting items and items past maxBatch for the next statement, in arrival order", async () => {
+    const seen: number[][] = [];
+    let release: () => void = () => {};
+    const gate = new Promise<void>((r) => (release = r));
+    const gc = new GroupCommit<number, number>(
+      {
+        async run(_key, items) {
+          seen.push(items);
+          if (seen.length === 1) await gate;
+          return items.map((i) => ({ value: i * 10 }));
+        },
+        conflict: (a, b) => a % 100 === b % 100,
+      },
+      { maxBatch: 3 },
+    );
+    const all = [1, 2, 102, 3, 4, 5].map((i) => gc.submit("k", i));
+    release();
+    expect(await Promise.all(all)).toEqual([10, 20, 1020, 30, 40, 50]);
+    expect(seen).toEqual([[1], [2, 3, 4], [102, 5]]);
+  });
+});

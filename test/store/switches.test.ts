@@ -1,0 +1,23 @@
+// The per-project switches of vitest.config.ts reach the stores and servers the tests build:
+// the store and the server read no environment, so a switch the test support dropped would
+// silently run the `router` and `one-statement-per-call` projects as `direct`.
+import { describe, expect, it } from "vitest";
+import { TEST_STORE_OPTIONS } from "../support/queue.js";
+import { SWITCHES, testSwitches } from "../support/switches.js";
+
+describe("test switches", () => {
+  it("follow the project this file runs in", ({ task }) => {
+    const project = task.file.projectName;
+    expect(["direct", "router", "one-statement-per-call"]).toContain(project);
+    expect(SWITCHES.directUnary).toBe(project !== "router");
+    expect(SWITCHES.coalescing).toEqual(project === "one-statement-per-call" ? false : { maxBatch: 64 });
+    expect(TEST_STORE_OPTIONS.coalescing).toEqual(SWITCHES.coalescing);
+  });
+
+  it("are read with the configuration's rule", () => {
+    expect(testSwitches({})).toEqual({ directUnary: true, coalescing: { maxBatch: 64 } });
+    expect(testSwitches({ DIRECT_UNARY: "false", COALESCE: "false" })).toEqual({ directUnary: false, coalescing: false });
+    expect(testSwitches({ COALESCE_MAX_BATCH: "8" }).coalescing).toEqual({ maxBatch: 8 });
+    expect(() => testSwitches({ DIRECT_UNARY: "off" })).toThrow(/^DIRECT_UNARY: /);
+  });
+});
