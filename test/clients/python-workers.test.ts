@@ -480,7 +480,7 @@ describe.each(["json", "grpc"])("submit.py explains a failed job (the leasehold 
     const failedRow = rows.find((r) => r.chunk_index === 2)!;
     expect([failedRow.status, failedRow.error_code, failedRow.error_message]).toEqual(["failed", "bad_chunk", "chunk 2 is corrupt"]);
 
-    // What the database holds, in this order: statuses, the failure, the failed chunk, the cancelled chunks
+    // What the database holds, in this order: statuses, the failure, the failed and cancelled chunks
     // (chunk order), then the completed chunks' results (chunk order). A chunk in flight when chunk 2 failed
     // was cancelled, and its result, arriving within its lease, is kept (cancelled -> completed); when that
     // came after submit.py read the tasks, it printed the chunk as cancelled.
@@ -495,6 +495,20 @@ describe.each(["json", "grpc"])("submit.py explains a failed job (the leasehold 
     const printedResults = rows
       .filter((r) => r.status === "completed" && !cancelled.includes(r.chunk_index))
       .map((r) => ({ chunk_index: r.chunk_index, uri: r.result_uri, sha256: r.result_sha256 }));
+    // submit.py lists the job's tasks in chunk order: a chunk cancelled while in flight may come
+    // before the failed chunk (chunk 0 or 1, still leased when chunk 2 failed).
+    const failedLine = {
+      failed_chunk: 2,
+      error_code: "bad_chunk",
+      error_message: "chunk 2 is corrupt",
+      attempts: [{ attempt: 1, worker_id: failedRow.lease_owner, outcome: "failed", error_code: "bad_chunk" }],
+    };
+    const unfinishedLines = [
+      { chunk: 2, line: failedLine as object },
+      ...cancelled.map((c) => ({ chunk: c, line: { cancelled_chunk: c } })),
+    ]
+      .sort((a, b) => a.chunk - b.chunk)
+      .map((u) => u.line);
     expect(submit.lines).toEqual([
       ...statuses,
       {
@@ -507,13 +521,7 @@ describe.each(["json", "grpc"])("submit.py explains a failed job (the leasehold 
           worker_id: failedRow.lease_owner,
         },
       },
-      {
-        failed_chunk: 2,
-        error_code: "bad_chunk",
-        error_message: "chunk 2 is corrupt",
-        attempts: [{ attempt: 1, worker_id: failedRow.lease_owner, outcome: "failed", error_code: "bad_chunk" }],
-      },
-      ...cancelled.map((c) => ({ cancelled_chunk: c })),
+      ...unfinishedLines,
       ...printedResults,
     ]);
     expect([2, ...cancelled, ...printedResults.map((r) => r.chunk_index)].sort()).toEqual([0, 1, 2, 3, 4, 5]);
