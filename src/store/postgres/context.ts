@@ -24,6 +24,8 @@ export interface StoreOptions {
   eventPartitions?: { intervalHours?: number; ahead?: number };
   /** How often the coordinator checks, in one statement for all its WatchJob streams, for events no notification announced (default 1000). */
   watchPollIntervalMs?: number;
+  /** A transaction in progress longer than this no longer holds a watch stream's events back (event-order.ts; default 1000). */
+  watchHoldMs?: number;
   /** The scheduler's settings (scheduler.ts); its observer is `observer`. */
   scheduler?: { graceMs?: number; maxPerPass?: number };
   /**

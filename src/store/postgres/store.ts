@@ -107,6 +107,7 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
       pollIntervalMs: options.watchPollIntervalMs ?? 1000,
       watcherTtlSeconds: WATCHER_TTL_SECONDS,
       readTimeoutMs: WATCH_READ_TIMEOUT_MS,
+      holdMs: options.watchHoldMs,
     });
     this.reaper = new LeaseReaper(pool, { observer: options.observer });
     this.maintenance = new StoreMaintenance(pool, {

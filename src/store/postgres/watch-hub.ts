@@ -6,6 +6,7 @@
 import type pg from "pg";
 import { withClient } from "./db.js";
 import { EVENTS_CEILING, EventFloors } from "./event-floors.js";
+import { InProgressAges } from "./event-order.js";
 import { defineQuery } from "./query.js";
 
 // Every stream of a coordinator at once (WatchHub), so open streams cost one statement per refresh, not one each.
@@ -54,7 +55,12 @@ export interface WatchHubOptions {
   watcherTtlSeconds: number;
   /** Each statement of the hub gets this long. */
   readTimeoutMs: number;
+  /** A transaction in progress longer than this holds no stream's events back (event-order.ts). */
+  holdMs?: number;
 }
+
+/** The default of WatchHubOptions.holdMs: well past a coordinator transaction, short for a watcher. */
+export const DEFAULT_HOLD_MS = 1000;
 
 export class WatchHub {
   private readonly streams = new Set<WatchedStream>();
@@ -64,11 +70,17 @@ export class WatchHub {
   private checkCount = 0;
   /** The log's watermarks as this coordinator last read them: the floors of its streams' reads. */
   readonly floors = new EventFloors();
+  /** Transactions in progress as the streams' reads saw them, shared so a long one is known once. */
+  readonly inProgress = new InProgressAges();
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly options: WatchHubOptions,
   ) {}
+
+  get holdMs(): number {
+    return this.options.holdMs ?? DEFAULT_HOLD_MS;
+  }
 
   /** Floor checks run so far (each one statement, whatever the number of streams). */
   get checks(): number {

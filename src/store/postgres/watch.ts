@@ -8,6 +8,7 @@ import { requireUuid } from "../../queue/validation.js";
 import type { StoreContext } from "./context.js";
 import { inTransaction, withClient } from "./db.js";
 import { EVENTS_CEILING } from "./event-floors.js";
+import { EventOrder } from "./event-order.js";
 import { readJobStatus } from "./jobs.js";
 import { defineQuery, type NoParams } from "./query.js";
 import { toJobEvent, type JobEventRow } from "./rows.js";
@@ -53,10 +54,9 @@ SELECT pg_current_snapshot()::text AS snapshot,
 
 /*
  * A resumed WatchJob stream: the job's events written after the last one the client saw, read in
- * the snapshot's transaction so the live part continues from exactly there. In id (write) order:
- * an event of a transaction that committed after a later-numbered one was streamed after it and
- * has a lower id, so resuming right between the two would skip it; the window is one commit race
- * wide and only matters to a client that disconnected inside it. $1 job id, $2 after event id.
+ * the snapshot's transaction so the live part continues from exactly there. A stream sends events
+ * in id order and only once no lower id can still commit (event-order.ts), so the client has every
+ * event up to its last id and none above it. $1 job id, $2 after event id.
  * No time bound (an id says nothing of the writing transaction's start), so it probes the index of
  * every partition; prepared, so that plan is made once per connection and not on every resume
  * (planning it over 15 partitions cost 2-3 times the read: bench:retention). The columns by name:
@@ -73,9 +73,11 @@ FROM task_events WHERE job_id = $1 AND id > $2::bigint ORDER BY id`,
 /*
  * The stream registers itself (so the events trigger NOTIFYs for the job) before it reads the
  * snapshot, and reads every later batch as "committed since the previous read's snapshot"
- * (JOB_EVENTS_SINCE): nothing is missed or repeated whatever order transactions commit in. A
- * NOTIFY only says when to read; the floor under lost notifications is the coordinator's
- * WatchHub, one statement per poll interval for all its streams.
+ * (JOB_EVENTS_SINCE): nothing is missed or repeated whatever order transactions commit in. It
+ * sends them in id order, holding an event back while a lower id may still commit
+ * (event-order.ts), and reads again soon while it holds any. A NOTIFY only says when to read; the
+ * floor under lost notifications is the coordinator's WatchHub, one statement per poll interval
+ * for all its streams.
  *
  * The stream ends after the last event of the transaction that made the job final, not at the
  * job's final event: that transaction may write other events after it (a statement's rows fire
@@ -109,14 +111,17 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
       return { status, snapshot, missed };
     }, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     if (after === undefined) yield { snapshot: status };
-    if (yield* untilFinal(missed)) return;
-    // Final already (for a resumed stream: the client saw the final event before it left).
-    if (FINAL_JOB_STATUSES.includes(status.job.status)) return;
+    const order = new EventOrder(BigInt(after ?? 0), hub.inProgress, hub.holdMs);
+    // Final already: the events the client lacks are all written (a resumed stream that saw the
+    // final event before it left gets those of the same transaction, if any), and then the end.
+    if (FINAL_JOB_STATUSES.includes(status.job.status) || missed.some(isFinal)) return void (yield* untilFinal(missed));
+    if (yield* untilFinal(order.add(snapshot, missed))) return;
     const stream = { jobId: id, since: snapshot, watcherId, wake: () => wakes.wake() };
     leaveHub = hub.add(stream);
+    let retryMs = HELD_RETRY_MS;
     for (;;) {
-      // No timeout of its own: the hub wakes the stream when its job has news.
-      await wakes.next(Infinity, signal);
+      // The hub wakes the stream when its job has news; held events need a read of their own.
+      await wakes.next(order.holding ? retryMs : Infinity, signal);
       if (signal?.aborted) {
         // Shutdown ends the stream with its reason (UNAVAILABLE: watch again); a client that left needs nothing.
         if (signal.reason instanceof QueueError) throw signal.reason;
@@ -127,7 +132,10 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
         return JOB_EVENTS_SINCE.one(c, { jobId: id, since: stream.since, floor: hub.floors.floor(stream.since) });
       });
       stream.since = snapshot;
-      if (yield* untilFinal(events)) return;
+      if (events.some(isFinal)) return void (yield* untilFinal([...order.flush(), ...events].sort(byId)));
+      const ready = order.add(snapshot, events);
+      retryMs = ready.length > 0 || events.length > 0 ? HELD_RETRY_MS : Math.min(retryMs * 2, HELD_RETRY_MAX_MS);
+      if (yield* untilFinal(ready)) return;
     }
   } finally {
     leaveHub?.();
@@ -140,6 +148,13 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
     }
   }
 }
+
+/** A stream holding events back reads again after this, doubling while nothing changes, up to the max. */
+const HELD_RETRY_MS = 10;
+const HELD_RETRY_MAX_MS = 250;
+
+const isFinal = (r: JobEventRow) => r.kind === "job_status" && FINAL_JOB_STATUSES.includes(r.status ?? "");
+const byId = (a: JobEventRow, b: JobEventRow) => (BigInt(a.id) < BigInt(b.id) ? -1 : BigInt(a.id) > BigInt(b.id) ? 1 : 0);
 
 /**
  * Yields a batch of events (in id order) up to and including the last one of the transaction that
