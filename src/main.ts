@@ -135,6 +135,8 @@ class Coordinator {
       coalescing: config.coalescing,
       watchPollIntervalMs: config.pollIntervalMs,
       jobWakes: this.listener,
+      taskWakes: this.listener,
+      claimHints: config.claimHints,
     });
     metrics.attach({ stats: store }); // task counts for /metrics, read from the store at scrape time
     if (embedded) await registerDemoWorkloads(store, logger);

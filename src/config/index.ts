@@ -56,6 +56,8 @@ export interface Config {
   otelExporterOtlpEndpoint?: string;
   /** DIRECT_UNARY: plain unary gRPC, Connect and REST calls on the direct paths (false: all through connect-es' router). */
   directUnary: boolean;
+  /** CLAIM_HINTS: claims start their scan at a hint (src/store/postgres/claim-hints.ts); false: from the front. */
+  claimHints: boolean;
   /** COALESCE, COALESCE_MAX_BATCH: coalescing's batch size; false: off. */
   coalescing: { maxBatch: number } | false;
   /** HORIZON_WARN_AFTER_MS: how long the MVCC horizon may be held back before the warning and the /readyz note. */
@@ -157,6 +159,11 @@ export const CONFIG_VARIABLES = [
   ],
   ["COALESCE_MAX_BATCH", "64", "most calls in one coalesced statement"],
   [
+    "CLAIM_HINTS",
+    "true",
+    "claims start their index scan past the pending tasks already claimed (so a long transaction elsewhere does not make each claim walk what VACUUM cannot remove yet); `false`: every claim scans from the front",
+  ],
+  [
     "HORIZON_WARN_AFTER_MS",
     "300000",
     "how long a transaction may hold the database's MVCC horizon back (VACUUM cannot remove dead rows meanwhile) before a warning names its session and `/readyz` notes it (see docs/long-transactions.md)",
@@ -219,6 +226,17 @@ export function parseDirectUnary(env: Env): boolean {
   if (raw === "" || raw === "true") return true;
   if (raw === "false") return false;
   throw new ConfigError("DIRECT_UNARY", `must be true or false, got ${JSON.stringify(env.DIRECT_UNARY)}`);
+}
+
+/**
+ * CLAIM_HINTS: true unless set to false. Exported for the test support, which builds stores in
+ * process and reads the same switch with the same rule (test/support/switches.ts).
+ */
+export function parseClaimHints(env: Env): boolean {
+  const raw = (env.CLAIM_HINTS ?? "").trim().toLowerCase();
+  if (raw === "" || raw === "true") return true;
+  if (raw === "false") return false;
+  throw new ConfigError("CLAIM_HINTS", `must be true or false, got ${JSON.stringify(env.CLAIM_HINTS)}`);
 }
 
 /**
@@ -398,6 +416,7 @@ export function loadConfig(env: Env = process.env): Config {
     otelExporterOtlpEndpoint: httpUrl(env, "OTEL_EXPORTER_OTLP_ENDPOINT"),
     directUnary: parseDirectUnary(env),
     coalescing: parseCoalescing(env),
+    claimHints: parseClaimHints(env),
     horizonWarnAfterMs: int(env, "HORIZON_WARN_AFTER_MS", 300_000, 100, 86_400_000),
   };
 }

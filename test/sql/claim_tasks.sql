@@ -1,6 +1,9 @@
 -- CLAIM_TASKS, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH requested AS (
-  SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY ($1::text[])
+  SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
+    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+  FROM workloads wl CROSS JOIN LATERAL (SELECT $6::jsonb -> wl.name AS k) h
+  WHERE wl.name = ANY ($1::text[])
 ), expired AS (
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
   FROM requested w
@@ -16,12 +19,30 @@ WITH requested AS (
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
   FROM requested w
   CROSS JOIN LATERAL (
-    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
-    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND true
-      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
-    ORDER BY priority DESC, fair_rank, created_at, chunk_index
+    SELECT * FROM (
+      SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+      WHERE status = 'pending' AND workload = w.name AND w.hint_p IS NULL AND run_after <= now() AND true
+        AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
+      ORDER BY priority DESC, fair_rank, created_at, chunk_index
+      LIMIT $2
+      FOR UPDATE SKIP LOCKED) front
+    UNION ALL
+    SELECT * FROM (
+      SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+      WHERE status = 'pending' AND workload = w.name AND priority = w.hint_p AND (fair_rank, created_at, chunk_index) >= (w.hint_r, w.hint_c, w.hint_i) AND run_after <= now() AND true
+        AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
+      ORDER BY fair_rank, created_at, chunk_index
+      LIMIT $2
+      FOR UPDATE SKIP LOCKED) from_hint
+    UNION ALL
+    SELECT * FROM (
+      SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+      WHERE status = 'pending' AND workload = w.name AND priority < w.hint_p AND run_after <= now() AND true
+        AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
+      ORDER BY priority DESC, fair_rank, created_at, chunk_index
+      LIMIT $2
+      FOR UPDATE SKIP LOCKED) below_hint
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
   ) c
 ), picked AS (
   SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates

@@ -12,7 +12,10 @@ WITH done AS (
     ORDER BY o.status LIMIT 1) IS NULL
   RETURNING j.id
 ), requested AS (
-  SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY ($7::text[])
+  SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
+    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+  FROM workloads wl CROSS JOIN LATERAL (SELECT $12::jsonb -> wl.name AS k) h
+  WHERE wl.name = ANY ($7::text[])
 ), expired AS (
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
   FROM requested w
@@ -28,12 +31,30 @@ WITH done AS (
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
   FROM requested w
   CROSS JOIN LATERAL (
-    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
-    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND EXISTS (SELECT 1 FROM done)
-      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $11::jsonb)
-    ORDER BY priority DESC, fair_rank, created_at, chunk_index
+    SELECT * FROM (
+      SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+      WHERE status = 'pending' AND workload = w.name AND w.hint_p IS NULL AND run_after <= now() AND EXISTS (SELECT 1 FROM done)
+        AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $11::jsonb)
+      ORDER BY priority DESC, fair_rank, created_at, chunk_index
+      LIMIT $8
+      FOR UPDATE SKIP LOCKED) front
+    UNION ALL
+    SELECT * FROM (
+      SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+      WHERE status = 'pending' AND workload = w.name AND priority = w.hint_p AND (fair_rank, created_at, chunk_index) >= (w.hint_r, w.hint_c, w.hint_i) AND run_after <= now() AND EXISTS (SELECT 1 FROM done)
+        AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $11::jsonb)
+      ORDER BY fair_rank, created_at, chunk_index
+      LIMIT $8
+      FOR UPDATE SKIP LOCKED) from_hint
+    UNION ALL
+    SELECT * FROM (
+      SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+      WHERE status = 'pending' AND workload = w.name AND priority < w.hint_p AND run_after <= now() AND EXISTS (SELECT 1 FROM done)
+        AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $11::jsonb)
+      ORDER BY priority DESC, fair_rank, created_at, chunk_index
+      LIMIT $8
+      FOR UPDATE SKIP LOCKED) below_hint
     LIMIT $8
-    FOR UPDATE SKIP LOCKED
   ) c
 ), picked AS (
   SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates

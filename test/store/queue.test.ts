@@ -243,6 +243,7 @@ describe("2. claim is one statement", () => {
         "explain",
         null,
         "{}",
+        "{}",
       ]);
       await client.query("ROLLBACK");
       const plan = rows.map((r) => r["QUERY PLAN"]).join("\n");
@@ -276,7 +277,7 @@ describe("2. claim is one statement", () => {
       await client.query(`PREPARE backoff_claim AS ${CLAIM_TASKS}`);
       await client.query("BEGIN");
       const { rows } = await client.query(
-        `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE backoff_claim(ARRAY[${client.escapeLiteral(w)}], 1, 'x', NULL, '{}')`,
+        `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE backoff_claim(ARRAY[${client.escapeLiteral(w)}], 1, 'x', NULL, '{}', '{}')`,
       );
       await client.query("ROLLBACK");
       const plan = rows.map((r) => r["QUERY PLAN"]).join("\n");

@@ -19,6 +19,8 @@ export interface ClaimParams {
   leaseSeconds: string;
   /** the worker's labels, jsonb ('{}' for none) */
   labels: string;
+  /** where each workload's scan of pending tasks starts (claim-hints.ts), jsonb ('{}': at the front) */
+  hints: string;
 }
 
 /**
@@ -62,6 +64,21 @@ const assignedFlowClaim = (p: ClaimParams, gate: string, owners: string) => `flo
 )`;
 
 /*
+ * One scan of a workload's pending tasks for the fresh arm, in claim order from where `from` says.
+ * Without a hint (claim-hints.ts) the claim runs the first of three: from the front. With one, the
+ * second reads the hint's priority from the hint on, and the third the lower priorities, only if
+ * the second left part of the limit (Append runs its arms in turn and LIMIT stops it). A higher
+ * priority has no arm: a hint never lies below a pending task (its announcement moved it back).
+ */
+const freshScan = (p: ClaimParams, gate: string, from: string, order: string) => `
+      SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+      WHERE status = 'pending' AND workload = w.name AND ${from} AND run_after <= now() AND ${gate}
+        AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ ${p.labels}::jsonb)
+      ORDER BY ${order}
+      LIMIT ${p.limit}
+      FOR UPDATE SKIP LOCKED`;
+
+/*
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
  *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
@@ -90,7 +107,10 @@ const assignedFlowClaim = (p: ClaimParams, gate: string, owners: string) => `flo
  * result report takes nothing unless the report's result was accepted.
  */
 export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignment) => `requested AS (
-  SELECT wl.name, wl.flow FROM workloads wl WHERE wl.name = ANY (${p.workloads}::text[])
+  SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
+    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+  FROM workloads wl CROSS JOIN LATERAL (SELECT ${p.hints}::jsonb -> wl.name AS k) h
+  WHERE wl.name = ANY (${p.workloads}::text[])
 ), expired AS (
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
   FROM requested w
@@ -106,12 +126,17 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
   FROM requested w
   CROSS JOIN LATERAL (
-    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
-    WHERE status = 'pending' AND workload = w.name AND run_after <= now() AND ${gate}
-      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ ${p.labels}::jsonb)
-    ORDER BY priority DESC, fair_rank, created_at, chunk_index
+    SELECT * FROM (${freshScan(p, gate, "w.hint_p IS NULL", "priority DESC, fair_rank, created_at, chunk_index")}) front
+    UNION ALL
+    SELECT * FROM (${freshScan(
+      p,
+      gate,
+      "priority = w.hint_p AND (fair_rank, created_at, chunk_index) >= (w.hint_r, w.hint_c, w.hint_i)",
+      "fair_rank, created_at, chunk_index",
+    )}) from_hint
+    UNION ALL
+    SELECT * FROM (${freshScan(p, gate, "priority < w.hint_p", "priority DESC, fair_rank, created_at, chunk_index")}) below_hint
     LIMIT ${p.limit}
-    FOR UPDATE SKIP LOCKED
   ) c
 ), ${assign ? assignedPick(p.limit) : plainPick(p.limit)}, plain_claimed AS (
   UPDATE tasks t
@@ -141,9 +166,9 @@ export const claimedEventRows = `SELECT job_id, id, chunk_index, 'task_status', 
 // pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
 export const pickupSeconds = `CASE WHEN ${wasFresh("claimed")} THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
 
-// $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's), $5 labels (jsonb).
+// $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's), $5 labels (jsonb), $6 hints (jsonb).
 const claimStatement = (claimOrder: string) => `
-WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4", labels: "$5" })}, ${statusEvents(claimedEventRows)},
+WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4", labels: "$5", hints: "$6" })}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
 SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
 FROM claimed ${claimOrder}`;
@@ -159,10 +184,12 @@ interface ClaimQueryParams {
   leaseSeconds: number | null;
   /** jsonb text */
   labels: string;
+  /** jsonb text (claim-hints.ts) */
+  hints: string;
 }
 /** A claimed row: the task, and how long it had been claimable (NULL for a reclaimed lease). */
 export type ClaimedRow = TaskRow & { pickup_seconds: number | null };
-const claimValues = (p: ClaimQueryParams) => [p.workloads, p.maxTasks, p.workerId, p.leaseSeconds, p.labels];
+const claimValues = (p: ClaimQueryParams) => [p.workloads, p.maxTasks, p.workerId, p.leaseSeconds, p.labels, p.hints];
 const claimTaskQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_task", CLAIM_TASK, claimValues);
 const claimTasksQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_tasks", CLAIM_TASKS, claimValues);
 
@@ -173,10 +200,13 @@ export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts
 }
 
 export async function claimWith(ctx: StoreContext, c: pg.PoolClient, claim: NormalizedClaim, field: string): Promise<ClaimOutcome> {
+  const hinted = ctx.claimHints.begin(claim.workloads, claim.labels);
   const rows = await (claim.maxTasks === 1 ? claimTaskQuery : claimTasksQuery).run(c, {
     ...claim,
     leaseSeconds: claim.leaseSeconds ?? null,
+    hints: hinted.json,
   });
+  hinted.learn(rows, rows.length < claim.maxTasks);
   await ctx.flow.sightings.seen(c, claim.workloads, claim.labels);
   if (rows.length === 0) {
     // Only an empty answer pays for this check, so the hot path stays one statement.

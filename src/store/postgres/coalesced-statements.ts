@@ -14,6 +14,8 @@ interface ClaimShape {
   leaseSeconds: number | null;
   /** jsonb text */
   labels: string;
+  /** jsonb text (claim-hints.ts) */
+  hints: string;
 }
 /** A row a claim leased: which caller of the batch it is for, and its place in claim order. */
 export type CoalescedClaimRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null };
@@ -34,11 +36,11 @@ interface Items {
  * rn-th slot's worker. Slots are laid out caller by caller in arrival order, so the first caller
  * gets the best tasks, as it would have claimed first. Every arm, lock and event is CLAIM_TASKS'.
  * $1 workloads, $2 slot owners (worker ids, text[]), $3 slot callers (the caller's index in the
- * batch, int[]), $4 lease seconds (null: the workload's), $5 labels (jsonb). Always one row at least
+ * batch, int[]), $4 lease seconds (null: the workload's), $5 labels (jsonb), $6 hints (jsonb). Always one row at least
  * (the claimed ones, or one of nulls), each with the requested workloads that are flow-controlled.
  */
 const COALESCED_CLAIM_TEXT = `
-WITH ${claimCtes({ workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5" }, "true", {
+WITH ${claimCtes({ workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5", hints: "$6" }, "true", {
   owner: (rn) => `($2::text[])[${rn}]`,
   owners: "$2::text[]",
 })}, ${statusEvents(claimedEventRows)},
@@ -56,7 +58,7 @@ FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f L
  * Rows: part 0 the completed tasks (with recheck_job, the jobs the claim took nothing of), part 1
  * the claimed ones with their caller and rn (claim order).
  * $1 results (jsonb recordset with the caller's index and claim_n), $2 their task ids,
- * $3 workloads, $4 lease seconds, $5 labels.
+ * $3 workloads, $4 lease seconds, $5 labels, $6 hints.
  */
 const COALESCED_COMPLETE_AND_CLAIM_TEXT = `
 WITH input AS MATERIALIZED (
@@ -77,7 +79,7 @@ WITH input AS MATERIALIZED (
 ), slot_list AS (
   SELECT array_agg(worker_id ORDER BY rn) AS owners, array_agg(caller ORDER BY rn) AS callers FROM slots
 ), ${claimCtes(
-  { workloads: "$3", limit: "(SELECT count(*) FROM slots)", worker: "NULL", leaseSeconds: "$4", labels: "$5" },
+  { workloads: "$3", limit: "(SELECT count(*) FROM slots)", worker: "NULL", leaseSeconds: "$4", labels: "$5", hints: "$6" },
   "EXISTS (SELECT 1 FROM done)",
   {
     owner: (rn) => `((SELECT owners FROM slot_list))[${rn}]`,
@@ -154,7 +156,7 @@ SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM back GRO
 export const COALESCED_CLAIM = defineQuery<
   ClaimShape & { owners: string[]; callers: number[] },
   (CoalescedClaimRow | { [K in keyof CoalescedClaimRow]: null }) & FlowWorkloads
->("leasehold_coalesced_claim", COALESCED_CLAIM_TEXT, (p) => [p.workloads, p.owners, p.callers, p.leaseSeconds, p.labels]);
+>("leasehold_coalesced_claim", COALESCED_CLAIM_TEXT, (p) => [p.workloads, p.owners, p.callers, p.leaseSeconds, p.labels, p.hints]);
 export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<
   ClaimShape & Items,
   CoalescedClaimRow & { part: number; recheck_job: boolean } & FlowWorkloads
@@ -164,6 +166,7 @@ export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<
   p.workloads,
   p.leaseSeconds,
   p.labels,
+  p.hints,
 ]);
 export const COALESCED_RENEW = defineQuery<Items, TaskRow>("leasehold_coalesced_renew", COALESCED_RENEW_TEXT, (p) => [p.items, p.taskIds]);
 export const COALESCED_FAIL = defineQuery<Items, TaskRow>("leasehold_coalesced_fail", COALESCED_FAIL_TEXT, (p) => [p.items, p.taskIds]);

@@ -132,12 +132,12 @@ export class Coalescer implements CoalescedCalls {
       }
     });
     return withClient(ctx.pool, signal, async (c) => {
-      const rows = await COALESCED_CLAIM.run(c, { ...shape(first), owners, callers });
+      const hinted = ctx.claimHints.begin(first.workloads, first.labels);
+      const rows = await COALESCED_CLAIM.run(c, { ...shape(first), hints: hinted.json, owners, callers });
+      const taken = rows.filter((r): r is CoalescedClaimRow & { flow_workloads: string[] | null } => r.id !== null);
+      hinted.learn(taken, taken.length < owners.length);
       await ctx.flow.sightings.seen(c, first.workloads, first.labels);
-      const per = byCaller(
-        items.length,
-        rows.filter((r): r is CoalescedClaimRow & { flow_workloads: string[] | null } => r.id !== null),
-      );
+      const per = byCaller(items.length, taken);
       // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
       if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
       const answers = per.map((r) => claimed(ctx, r));
@@ -154,13 +154,19 @@ export class Coalescer implements CoalescedCalls {
     );
     return withClient(ctx.pool, signal, async (c) => {
       await ctx.workloads.require(c, first.workloads, "claim_next.workloads");
+      const hinted = ctx.claimHints.begin(first.workloads, first.labels);
       const rows = await COALESCED_COMPLETE_AND_CLAIM.run(c, {
         ...shape(first),
+        hints: hinted.json,
         items: payload,
         taskIds: items.map((it) => it.done.taskId),
       });
       const doneRows = rows.filter((r) => r.part === 0);
       const claimedRows = rows.filter((r) => r.part === 1);
+      // The claim ran for the accepted results' slots (none accepted: it did not run).
+      const acceptedIds = new Set(doneRows.map((r) => r.id));
+      const slots = items.reduce((n, it) => n + (acceptedIds.has(it.done.taskId) ? it.claim.maxTasks : 0), 0);
+      hinted.learn(claimedRows, slots > 0 && claimedRows.length < slots);
       await this.finishCompleted(c, doneRows);
       const accepted = new Map(doneRows.map((r) => [r.id, r]));
       const per = byCaller(items.length, claimedRows);

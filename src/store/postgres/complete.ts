@@ -78,7 +78,7 @@ FROM done`;
  * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, $11 labels, as CLAIM_TASKS.
  */
 const completeAndClaimStatement = (claimOrder: string) => `
-WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10", labels: "$11" }, "EXISTS (SELECT 1 FROM done)")},
+WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10", labels: "$11", hints: "$12" }, "EXISTS (SELECT 1 FROM done)")},
 ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
@@ -133,7 +133,7 @@ SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS 
  * $1, $2 as COMPLETE_TASKS; $3 workloads, $4 limit, $5 worker id, $6 lease seconds, $7 labels, as CLAIM_TASKS.
  */
 export const COMPLETE_TASKS_AND_CLAIM = `
-WITH ${completeMany}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6", labels: "$7" })},
+WITH ${completeMany}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6", labels: "$7", hints: "$8" })},
 ${statusEvents(completedEventRows("done"), claimedEventRows)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
@@ -157,11 +157,13 @@ interface NextParams {
   claimWorkerId: string;
   leaseSeconds: number | null;
   labels: string;
+  /** jsonb text (claim-hints.ts) */
+  hints: string;
 }
 type CompletedRow = TaskRow & { recheck_job: boolean };
 /** Rows of a statement that completes and claims: part 0 the completed task(s), part 1 the claimed. */
 type PartRow = ClaimedRow & { part: number; recheck_job: boolean };
-const nextValues = (p: NextParams) => [p.workloads, p.maxTasks, p.claimWorkerId, p.leaseSeconds, p.labels];
+const nextValues = (p: NextParams) => [p.workloads, p.maxTasks, p.claimWorkerId, p.leaseSeconds, p.labels, p.hints];
 const completeTaskQuery = defineQuery<ResultParams, CompletedRow>("leasehold_complete_task", COMPLETE_TASK, resultValues);
 const completeAndClaimValues = (p: ResultParams & NextParams) => [...resultValues(p), ...nextValues(p)];
 const completeTaskAndClaimQuery = defineQuery<ResultParams & NextParams, PartRow>(
@@ -204,20 +206,18 @@ export async function completeTaskAndClaim(
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.require(c, claim.workloads, "claim_next.workloads");
     const query = claim.maxTasks === 1 ? completeTaskAndClaimOneQuery : completeTaskAndClaimQuery;
-    const rows = await query.run(c, { ...resultParams(done), ...nextParams(claim) });
+    const hinted = ctx.claimHints.begin(claim.workloads, claim.labels);
+    const rows = await query.run(c, { ...resultParams(done), ...nextParams(claim, hinted.json) });
     const accepted = rows.find((r) => r.part === 0);
     if (!accepted) {
       const task = await refusedOrLate(ctx, c, done);
       return { task, next: (await claimWith(ctx, c, claim, "claim_next.workloads")).tasks };
     }
+    const next = rows.filter((r) => r.part === 1);
+    // The claim ran (its gate is the accepted result).
+    hinted.learn(next, next.length < claim.maxTasks);
     const task = await completed(ctx, c, accepted);
-    return {
-      task,
-      next: claimed(
-        ctx,
-        rows.filter((r) => r.part === 1),
-      ),
-    };
+    return { task, next: claimed(ctx, next) };
   });
 }
 
@@ -259,7 +259,10 @@ export async function completeTasksAndClaim(
   const claim = validateClaimNext(next);
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.require(c, claim.workloads, "claim_next.workloads");
-    const rows = await completeTasksAndClaimQuery.run(c, { ...batchParams(batch), ...nextParams(claim) });
+    const hinted = ctx.claimHints.begin(claim.workloads, claim.labels);
+    const rows = await completeTasksAndClaimQuery.run(c, { ...batchParams(batch), ...nextParams(claim, hinted.json) });
+    const next = rows.filter((r) => r.part === 1);
+    hinted.learn(next, next.length < claim.maxTasks);
     // A job one of whose tasks this statement claimed has unfinished work (that task), so it
     // cannot be done and is not rechecked (mayBeDoneJobs); its last completion will check. A
     // worker chained through one large job thus never pays for FINISH_JOBS_IF_DONE.
@@ -317,13 +320,14 @@ async function batchOutcomes(
 }
 
 /** claim_next's parameters (its worker may differ from the results'). */
-function nextParams(claim: NormalizedClaim): NextParams {
+function nextParams(claim: NormalizedClaim, hints: string): NextParams {
   return {
     workloads: claim.workloads,
     maxTasks: claim.maxTasks,
     claimWorkerId: claim.workerId,
     leaseSeconds: claim.leaseSeconds ?? null,
     labels: claim.labels,
+    hints,
   };
 }
 

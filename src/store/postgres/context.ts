@@ -6,6 +6,7 @@ import type { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueObserver } from "../../queue/service.js";
 import type { ClaimOutcome, CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
 import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js";
+import type { ClaimHints } from "./claim-hints.js";
 import type { DueWakes } from "./due-wakes.js";
 import type { FlowState } from "./flow-state.js";
 import type { WorkloadCache } from "./workload-cache.js";
@@ -37,6 +38,20 @@ export interface StoreOptions {
   coalescing: CoalescingOptions | false;
   /** Wakes a WatchJob stream when its job has new events (the LISTEN connection); without it, streams poll. */
   jobWakes?: JobEventWakes;
+  /**
+   * Announcements of claimable tasks (the LISTEN connection). While they arrive, a claim starts its
+   * scan of pending tasks at a hint (claim-hints.ts); without them, from the front every time.
+   */
+  taskWakes?: TaskWakes;
+  /** Claim hints on (default) or off (CLAIM_HINTS=off: every claim scans from the front). */
+  claimHints?: boolean;
+}
+
+/** Where the store hears that tasks became claimable. */
+export interface TaskWakes {
+  /** head: the lowest claim-order key of the tasks announced, when the announcement names one. */
+  subscribe(onWake: (workload: string, count: number, head?: string) => void, onReconnect: () => void): () => void;
+  readonly listening: boolean;
 }
 
 /** Where WatchJob learns that a job has new events. */
@@ -69,6 +84,8 @@ export interface StoreContext {
   readonly flow: FlowState;
   /** The timer that wakes parked claimers when delayed tasks fall due (due-wakes.ts). */
   readonly dueWakes: DueWakes;
+  /** Where claims start their scans (claim-hints.ts). */
+  readonly claimHints: ClaimHints;
   /** Set when coalescing is on (store.ts makes it once the context exists). */
   coalescer?: CoalescedCalls;
 }

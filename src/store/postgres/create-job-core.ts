@@ -90,8 +90,16 @@ export const MARK_KEYED = defineQuery<{ workload: string }>(
   `UPDATE workloads SET keyed = true WHERE name = $1 AND NOT keyed`,
   (p) => [p.workload],
 );
+/*
+ * The wake-up names the new tasks' lowest claim-order key as its head (`priority;fair_rank;ms`:
+ * the job's priority, its first fair rank, the transaction's start in milliseconds rounded down,
+ * which is every task's created_at), so coordinators move their claim hints back only as far as
+ * these tasks need (claim-hints.ts).
+ */
 const wokenBy = (workloads: string, counts: string) => `woken AS (
-  SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n) FROM job, unnest(${workloads}::text[], ${counts}::int[]) AS x(w, n)
+  SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n || ':' || job.priority || ';' || coalesce((SELECT base FROM rank_base), 0)
+    || ';' || floor(extract(epoch FROM now()) * 1000)::bigint)
+  FROM job, unnest(${workloads}::text[], ${counts}::int[]) AS x(w, n)
 )`;
 
 /** The job row's values, $1..$11 of CREATE_JOB and CREATE_JOB_ALONE. */

@@ -32,7 +32,7 @@ export class TaskListener implements WakeSource, JobEventWakes {
   private pingTimer: NodeJS.Timeout | undefined;
   private readonly connectTimeoutMs: number;
   private readonly pingIntervalMs: number;
-  private readonly subscribers = new Set<{ onWake: (workload: string, count: number) => void; onReconnect: () => void }>();
+  private readonly subscribers = new Set<{ onWake: (workload: string, count: number, head?: string) => void; onReconnect: () => void }>();
   private connectedOnce = false;
   /** WatchJob streams by job id. */
   private readonly jobSubscribers = new Map<string, Set<() => void>>();
@@ -55,7 +55,7 @@ export class TaskListener implements WakeSource, JobEventWakes {
     return this.client !== undefined;
   }
 
-  subscribe(onWake: (workload: string, count: number) => void, onReconnect: () => void): () => void {
+  subscribe(onWake: (workload: string, count: number, head?: string) => void, onReconnect: () => void): () => void {
     const sub = { onWake, onReconnect };
     this.subscribers.add(sub);
     return () => this.subscribers.delete(sub);
@@ -108,10 +108,10 @@ export class TaskListener implements WakeSource, JobEventWakes {
         return;
       }
       if (msg.channel !== NOTIFY_CHANNEL || !msg.payload) return;
-      const sep = msg.payload.lastIndexOf(":");
-      const workload = sep < 0 ? msg.payload : msg.payload.slice(0, sep);
-      const count = sep < 0 ? 1 : Number(msg.payload.slice(sep + 1)) || 1;
-      for (const s of this.subscribers) s.onWake(workload, count);
+      // `workload:count`, or `workload:count:head` (the lowest claim-order key announced: claim-hints.ts).
+      const [workload, n, head] = msg.payload.split(":");
+      const count = Number(n) || 1;
+      for (const s of this.subscribers) s.onWake(workload, count, head);
     });
     try {
       await client.connect();

@@ -79,6 +79,8 @@ export interface TaskRow {
   traceparent: string | null;
   concurrency_key: string;
   required_labels: Labels | null;
+  /** bigint, as text; the claim's order after priority (flow-control.md, "Fair share") */
+  fair_rank?: string;
 }
 
 /** A task_events row as the watch and attempt reads select it (created_at as text, for its microseconds). */

@@ -75,6 +75,7 @@ import { LeaseReaper } from "./lease-reaper.js";
 import { StoreMaintenance } from "./maintenance.js";
 import { Scheduler } from "./scheduler.js";
 import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./schedules.js";
+import { ClaimHints } from "./claim-hints.js";
 import { DueWakes } from "./due-wakes.js";
 import { taskStats } from "./task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./watch.js";
@@ -83,6 +84,9 @@ import { listWorkloads, putWorkload } from "./workloads.js";
 import { WorkloadCache } from "./workload-cache.js";
 
 export { createPool } from "./db.js";
+
+/** A claim hint older than this is not used: the next claim scans from the front (claim-hints.ts). */
+const CLAIM_HINT_MAX_AGE_MS = 2000;
 export type { JobEventWakes, StoreOptions } from "./context.js";
 
 export class PostgresQueue implements QueueService, SchedulerQueue {
@@ -101,7 +105,13 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
       schemas: new ParameterSchemas(),
       flow: { workloads: new FlowWorkloads(pool), sightings: new WorkerSightings() },
       dueWakes: new DueWakes(pool),
+      claimHints: new ClaimHints(CLAIM_HINT_MAX_AGE_MS, () => options.claimHints !== false && options.taskWakes?.listening === true),
     };
+    // Every announcement of claimable tasks moves the hints back; a reconnect (some may be lost) drops them.
+    options.taskWakes?.subscribe(
+      (workload, _count, head) => this.ctx.claimHints.heard(workload, head),
+      () => this.ctx.claimHints.forget(),
+    );
     if (options.coalescing) this.ctx.coalescer = new Coalescer(this.ctx, options.coalescing);
     this.watchHub = new WatchHub(pool, {
       pollIntervalMs: options.watchPollIntervalMs ?? 1000,

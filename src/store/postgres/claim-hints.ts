@@ -1,0 +1,151 @@
+// Where a claim's index scan starts: past the pending tasks this coordinator has already seen
+// claimed, so that a long transaction elsewhere on the database does not make every claim walk
+// the dead row versions those claims left behind (docs/long-transactions.md).
+//
+// Why: a claimed task's pending version stays in tasks_claim_pending_idx until VACUUM removes
+// it, and VACUUM removes nothing newer than the oldest snapshot any session holds. A claim that
+// starts at the front of its workload's range checks each of those entries against the heap:
+// with one snapshot held for minutes that was tens of thousands per claim, and the queue fell
+// behind its arrivals (bench:horizon). Started at a hint it reads a few.
+//
+// A hint is a lower bound, in claim order (priority, then fair rank, creation time and chunk), of
+// the pending tasks a claim with these workload and labels may take. It holds because every way a
+// task becomes claimable announces it on the wake-up channel, and an announcement moves the hint
+// back: a new job's tasks with their lowest key (CreateJob), anything else (a requeue, a retry, a
+// due time, a task given back) by dropping the hint, so the next claim scans from the front. What
+// an announcement cannot cover (a task locked by a claim that then rolled back, a retry's backoff
+// running out, a notification lost with the LISTEN connection) is covered by age: a hint older
+// than maxAgeMs is not used, and the claim that scans from the front sets it again.
+// The hint only chooses where the scan starts; the claim statement still locks, skips and orders
+// as before, so the guarantees of one claim (nothing taken twice, priorities, caps) are its own.
+
+/** What a hint learns from a claimed row (claim.ts' ClaimedRow has these and more). */
+export interface HintRow {
+  workload: string;
+  priority: number;
+  fair_rank?: string | number;
+  created_at: Date;
+  chunk_index: number;
+  /** null for a reclaimed lease, which says nothing of the pending tasks */
+  pickup_seconds: number | null;
+}
+
+/** A position in claim order; c is created_at in epoch milliseconds, rounded down. */
+export interface HintKey {
+  p: number;
+  r: string;
+  c: number;
+  i: number;
+}
+
+/** After everything: a claim from here reads nothing (the workload had no claimable task). */
+const END: HintKey = { p: -2147483648, r: "9223372036854775807", c: Infinity, i: 2147483647 };
+
+/** Whether a comes before b in claim order (priority DESC, fair_rank, created_at, chunk_index). */
+export function before(a: HintKey, b: HintKey): boolean {
+  if (a.p !== b.p) return a.p > b.p;
+  const ar = BigInt(a.r);
+  const br = BigInt(b.r);
+  if (ar !== br) return ar < br;
+  if (a.c !== b.c) return a.c < b.c;
+  return a.i < b.i;
+}
+
+/** The key a wake-up names: `priority;fair_rank;epoch_ms` of the lowest task it announces. */
+export function parseHead(head: string | undefined): HintKey | undefined {
+  if (!head) return undefined;
+  const [p, r, c] = head.split(";");
+  if (!/^-?\d+$/.test(p ?? "") || !/^\d+$/.test(r ?? "") || !/^\d+$/.test(c ?? "")) return undefined;
+  return { p: Number(p), r, c: Number(c) - 1, i: 0 };
+}
+
+interface Hint {
+  key: HintKey;
+  /** when the claim that scanned from the front, and set this hint, began */
+  fullAt: number;
+}
+
+/** One claim's use of the hints: the parameter it sends, and what it learns once it has run. */
+export interface HintedClaim {
+  /** The statement's hints parameter: jsonb text, workload → key; a workload missing scans from the front. */
+  readonly json: string;
+  /**
+   * Takes the claimed rows. `took` says whether the claim took everything its scans found
+   * (fewer rows than its limit, and its claim was not gated on a result): then nothing claimable
+   * was left behind, and a workload with no row claimed is at its end.
+   */
+  learn(rows: readonly HintRow[], took: boolean): void;
+}
+
+const NO_HINTS: HintedClaim = { json: "{}", learn: () => {} };
+
+export class ClaimHints {
+  /** By workload and labels: the claims of other labels may pass over tasks these cannot take. */
+  private readonly hints = new Map<string, Hint>();
+  /** By workload: bumped by each announcement, so a claim in flight does not undo one. */
+  private readonly generations = new Map<string, number>();
+  /**
+   * @param maxAgeMs a hint set by a claim from the front this long ago is not used
+   * @param live whether announcements arrive now (the LISTEN connection is up, and hints are on)
+   */
+  constructor(
+    private readonly maxAgeMs: number,
+    private readonly live: () => boolean,
+  ) {}
+
+  /** A wake-up for `workload`: its tasks from `head` on (or, without one, anywhere) are claimable. */
+  heard(workload: string, head?: string): void {
+    this.generations.set(workload, (this.generations.get(workload) ?? 0) + 1);
+    const key = parseHead(head);
+    for (const [lane, hint] of this.hints) {
+      if (!lane.startsWith(workload + "\u0000")) continue;
+      if (key === undefined) this.hints.delete(lane);
+      else if (before(key, hint.key)) hint.key = key;
+    }
+  }
+
+  /** Announcements may have been lost: every claim scans from the front again. */
+  forget(): void {
+    this.hints.clear();
+    for (const w of this.generations.keys()) this.generations.set(w, (this.generations.get(w) ?? 0) + 1);
+  }
+
+  begin(workloads: readonly string[], labels: string, now = Date.now()): HintedClaim {
+    if (!this.live()) return NO_HINTS;
+    const used = new Map<string, { gen: number; hint?: Hint }>();
+    const send: Record<string, HintKey | { p: number; r: string; c: string; i: number }> = {};
+    for (const w of workloads) {
+      const hint = this.hints.get(lane(w, labels));
+      const fresh = hint && now - hint.fullAt < this.maxAgeMs ? hint : undefined;
+      used.set(w, { gen: this.generations.get(w) ?? 0, hint: fresh });
+      if (fresh) send[w] = { ...fresh.key, c: fresh.key.c === Infinity ? "Infinity" : String(fresh.key.c) };
+    }
+    return {
+      json: JSON.stringify(send),
+      learn: (rows, took) => {
+        for (const [w, u] of used) {
+          if ((this.generations.get(w) ?? 0) !== u.gen) continue; // announced meanwhile: keep what that set
+          let last: HintKey | undefined;
+          for (const r of rows) {
+            if (r.workload !== w || r.pickup_seconds === null) continue;
+            const k = rowKey(r);
+            if (last === undefined || before(last, k)) last = k;
+          }
+          const key = last ?? (took ? END : undefined);
+          if (key === undefined) continue;
+          this.hints.set(lane(w, labels), { key, fullAt: u.hint?.fullAt ?? now });
+        }
+      },
+    };
+  }
+}
+
+function lane(workload: string, labels: string): string {
+  return workload + "\u0000" + labels;
+}
+
+function rowKey(r: HintRow): HintKey {
+  const created = r.created_at.getTime();
+  // Milliseconds rounded down, less one: the bound stays at or below the row's microseconds.
+  return { p: r.priority, r: String(r.fair_rank ?? 0), c: created - 1, i: r.chunk_index };
+}
