@@ -26,9 +26,10 @@ const API_SUITES = [
 ];
 
 /**
- * The suites of claims, results, fencing and faults: run a second time with COALESCE=false, so
- * every outcome they check holds both when concurrent single-task calls share one statement (the
- * default) and when each call runs its own.
+ * The suites of claims, results, fencing and faults: run a second time with COALESCE=false and
+ * CLAIM_HINTS=false, so every outcome they check holds both when concurrent single-task calls
+ * share one statement (the default) and when each call runs its own, and both when claims start
+ * at a hint (the default) and when they scan from the front.
  */
 const COALESCE_SUITES = [
   "test/store/queue.test.ts",
@@ -40,6 +41,7 @@ const COALESCE_SUITES = [
   "test/store/fences.test.ts",
   "test/store/fences-race.test.ts",
   "test/store/switches.test.ts",
+  "test/store/claim-hints.test.ts",
 ];
 
 export default defineConfig({
@@ -58,7 +60,10 @@ export default defineConfig({
         test: { name: "direct", include: ["test/**/*.test.ts"], exclude: ["test/ha/**", "**/node_modules/**"] },
       },
       { extends: true, test: { name: "router", include: API_SUITES, env: { DIRECT_UNARY: "false" } } },
-      { extends: true, test: { name: "one-statement-per-call", include: COALESCE_SUITES, env: { COALESCE: "false" } } },
+      {
+        extends: true,
+        test: { name: "one-statement-per-call", include: COALESCE_SUITES, env: { COALESCE: "false", CLAIM_HINTS: "false" } },
+      },
     ],
   },
 });

@@ -1,7 +1,8 @@
 -- CLAIM_TASKS, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH requested AS (
   SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
-    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+    CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
+      ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT $6::jsonb -> wl.name AS k) h
   WHERE wl.name = ANY ($1::text[])
 ), expired AS (
@@ -80,5 +81,5 @@ watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM claimed r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 )
-SELECT claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+SELECT claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text AS created_us
 FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index

@@ -1,7 +1,8 @@
 -- COALESCED_CLAIM, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH requested AS (
   SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
-    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+    CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
+      ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT $6::jsonb -> wl.name AS k) h
   WHERE wl.name = ANY ($1::text[])
 ), expired AS (
@@ -82,5 +83,5 @@ watched AS (
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 )
 SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
-  f.flow_workloads
+  f.flow_workloads, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text AS created_us
 FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f LEFT JOIN claimed ON true

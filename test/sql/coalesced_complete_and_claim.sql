@@ -18,7 +18,8 @@ WITH input AS MATERIALIZED (
   SELECT array_agg(worker_id ORDER BY rn) AS owners, array_agg(caller ORDER BY rn) AS callers FROM slots
 ), requested AS (
   SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
-    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+    CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
+      ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT $6::jsonb -> wl.name AS k) h
   WHERE wl.name = ANY ($3::text[])
 ), expired AS (
@@ -111,7 +112,7 @@ watched AS (
 )
 SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
   (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
-  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job
+  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job, NULL AS created_us
 FROM done
 UNION ALL
-SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, NULL, false FROM claimed
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, NULL, false, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text FROM claimed

@@ -13,7 +13,8 @@ WITH done AS (
   RETURNING j.id
 ), requested AS (
   SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
-    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+    CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
+      ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT $12::jsonb -> wl.name AS k) h
   WHERE wl.name = ANY ($7::text[])
 ), expired AS (
@@ -103,7 +104,7 @@ SELECT 0 AS part, done.*, NOT EXISTS (SELECT 1 FROM finished)
     AND (SELECT o.status FROM tasks o WHERE o.job_id = done.job_id AND o.status IN ('pending', 'leased') ORDER BY o.status LIMIT 1)
     IS DISTINCT FROM 'pending'
     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running') AS recheck_job, NULL::float8 AS pickup_seconds,
-  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
+  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified, NULL AS created_us
 FROM done
 UNION ALL
-(SELECT 1, claimed.*, false, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0 FROM claimed )
+(SELECT 1, claimed.*, false, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text FROM claimed )

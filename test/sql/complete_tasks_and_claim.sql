@@ -9,7 +9,8 @@ WITH done AS (
   RETURNING t.*
 ), requested AS (
   SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
-    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+    CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
+      ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT $8::jsonb -> wl.name AS k) h
   WHERE wl.name = ANY ($3::text[])
 ), expired AS (
@@ -100,7 +101,7 @@ watched AS (
     IS DISTINCT FROM 'pending'
 )
 SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
-  done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job
+  done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job, NULL AS created_us
 FROM done
 UNION ALL
-(SELECT 1, claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, false FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index)
+(SELECT 1, claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, false, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index)

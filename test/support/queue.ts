@@ -25,6 +25,7 @@ export const TEST_STORE_OPTIONS: StoreOptions = {
   defaultMaxAttempts: 3,
   maxTasksPerJob: 10_000,
   coalescing: SWITCHES.coalescing,
+  claimHints: SWITCHES.claimHints,
 };
 
 export async function queueFixture(options: Partial<StoreOptions> = {}): Promise<QueueFixture> {

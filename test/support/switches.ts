@@ -1,18 +1,20 @@
-// The two switches vitest.config.ts sets per project (DIRECT_UNARY=false for `router`,
-// COALESCE=false for `one-statement-per-call`), read by the configuration's own parsers so a
+// The switches vitest.config.ts sets per project (DIRECT_UNARY=false for `router`,
+// COALESCE=false and CLAIM_HINTS=false for `one-statement-per-call`), read by the configuration's own parsers so a
 // test's store and server follow them with the coordinator's rule. The store and the server
 // read no environment themselves: every test passes these to them.
-import { parseCoalescing, parseDirectUnary } from "../../src/config/index.js";
+import { parseClaimHints, parseCoalescing, parseDirectUnary } from "../../src/config/index.js";
 
 export interface TestSwitches {
   /** pass as createApiServer's directUnary */
   directUnary: boolean;
   /** pass as PostgresQueue's coalescing */
   coalescing: { maxBatch: number } | false;
+  /** pass as PostgresQueue's claimHints */
+  claimHints: boolean;
 }
 
 export function testSwitches(env: NodeJS.ProcessEnv = process.env): TestSwitches {
-  return { directUnary: parseDirectUnary(env), coalescing: parseCoalescing(env) };
+  return { directUnary: parseDirectUnary(env), coalescing: parseCoalescing(env), claimHints: parseClaimHints(env) };
 }
 
 /** This process's switches, read once. */

@@ -25,12 +25,14 @@ export interface HintRow {
   priority: number;
   fair_rank?: string | number;
   created_at: Date;
+  /** created_at in microseconds since the epoch (text), as the claim statements return it */
+  created_us?: string | null;
   chunk_index: number;
   /** null for a reclaimed lease, which says nothing of the pending tasks */
   pickup_seconds: number | null;
 }
 
-/** A position in claim order; c is created_at in epoch milliseconds, rounded down. */
+/** A position in claim order; c is created_at in microseconds since the epoch. */
 export interface HintKey {
   p: number;
   r: string;
@@ -51,12 +53,12 @@ export function before(a: HintKey, b: HintKey): boolean {
   return a.i < b.i;
 }
 
-/** The key a wake-up names: `priority;fair_rank;epoch_ms` of the lowest task it announces. */
+/** The key a wake-up names: `priority;fair_rank;epoch_us` of the lowest task it announces. */
 export function parseHead(head: string | undefined): HintKey | undefined {
   if (!head) return undefined;
   const [p, r, c] = head.split(";");
   if (!/^-?\d+$/.test(p ?? "") || !/^\d+$/.test(r ?? "") || !/^\d+$/.test(c ?? "")) return undefined;
-  return { p: Number(p), r, c: Number(c) - 1, i: 0 };
+  return { p: Number(p), r, c: Number(c), i: 0 };
 }
 
 interface Hint {
@@ -145,7 +147,7 @@ function lane(workload: string, labels: string): string {
 }
 
 function rowKey(r: HintRow): HintKey {
-  const created = r.created_at.getTime();
-  // Milliseconds rounded down, less one: the bound stays at or below the row's microseconds.
-  return { p: r.priority, r: String(r.fair_rank ?? 0), c: created - 1, i: r.chunk_index };
+  // Without the microseconds, the millisecond rounded down less one: a bound still at or below the row.
+  const c = r.created_us ? Number(r.created_us) : (r.created_at.getTime() - 1) * 1000;
+  return { p: r.priority, r: String(r.fair_rank ?? 0), c, i: r.chunk_index };
 }

@@ -108,7 +108,8 @@ const freshScan = (p: ClaimParams, gate: string, from: string, order: string) =>
  */
 export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignment) => `requested AS (
   SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
-    to_timestamp((h.k ->> 'c')::float8 / 1000) AS hint_c, (h.k ->> 'i')::int AS hint_i
+    CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
+      ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT ${p.hints}::jsonb -> wl.name AS k) h
   WHERE wl.name = ANY (${p.workloads}::text[])
 ), expired AS (
@@ -163,6 +164,10 @@ export const claimedEventRows = `SELECT job_id, id, chunk_index, 'task_status', 
     CASE WHEN ${wasFresh("claimed")} THEN 'pending' ELSE 'leased' END, attempt, lease_owner
   FROM claimed`;
 
+// created_us: a claimed task's created_at in whole microseconds since the epoch, where claim hints
+// (claim-hints.ts) put the next scan's start; a Date would round it to the millisecond.
+export const createdUs = (t: string) => `(extract(epoch FROM ${t}.created_at) * 1000000)::bigint::text`;
+
 // pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
 export const pickupSeconds = `CASE WHEN ${wasFresh("claimed")} THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
 
@@ -170,7 +175,7 @@ export const pickupSeconds = `CASE WHEN ${wasFresh("claimed")} THEN extract(epoc
 const claimStatement = (claimOrder: string) => `
 WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4", labels: "$5", hints: "$6" })}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
-SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified
+SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified, ${createdUs("claimed")} AS created_us
 FROM claimed ${claimOrder}`;
 export const CLAIM_ORDER = "ORDER BY priority DESC, fair_rank, created_at, chunk_index";
 export const CLAIM_TASKS = claimStatement(CLAIM_ORDER);
@@ -188,7 +193,7 @@ interface ClaimQueryParams {
   hints: string;
 }
 /** A claimed row: the task, and how long it had been claimable (NULL for a reclaimed lease). */
-export type ClaimedRow = TaskRow & { pickup_seconds: number | null };
+export type ClaimedRow = TaskRow & { pickup_seconds: number | null; created_us?: string | null };
 const claimValues = (p: ClaimQueryParams) => [p.workloads, p.maxTasks, p.workerId, p.leaseSeconds, p.labels, p.hints];
 const claimTaskQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_task", CLAIM_TASK, claimValues);
 const claimTasksQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_tasks", CLAIM_TASKS, claimValues);

@@ -3,7 +3,7 @@
 // item keeps the fence of that statement: its own worker, attempt and live lease.
 
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
-import { claimCtes, claimedEventRows, pickupSeconds } from "./claim.js";
+import { claimCtes, claimedEventRows, createdUs, pickupSeconds } from "./claim.js";
 import { completedEventRows, freedSlotsNotify, mayBeDone, mayBeDoneJobs, statusEvents, watchedJobs } from "./fragments.js";
 import { defineQuery } from "./query.js";
 import type { TaskRow } from "./rows.js";
@@ -18,7 +18,7 @@ interface ClaimShape {
   hints: string;
 }
 /** A row a claim leased: which caller of the batch it is for, and its place in claim order. */
-export type CoalescedClaimRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null };
+export type CoalescedClaimRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null; created_us: string | null };
 /**
  * The requested workloads the database says are flow-controlled: callers left empty there learn
  * why (a cap, a rate limit's next token), and the coordinator's view of them is brought up to date.
@@ -40,13 +40,17 @@ interface Items {
  * (the claimed ones, or one of nulls), each with the requested workloads that are flow-controlled.
  */
 const COALESCED_CLAIM_TEXT = `
-WITH ${claimCtes({ workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5", hints: "$6" }, "true", {
-  owner: (rn) => `($2::text[])[${rn}]`,
-  owners: "$2::text[]",
-})}, ${statusEvents(claimedEventRows)},
+WITH ${claimCtes(
+  { workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5", hints: "$6" },
+  "true",
+  {
+    owner: (rn) => `($2::text[])[${rn}]`,
+    owners: "$2::text[]",
+  },
+)}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
 SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
-  f.flow_workloads
+  f.flow_workloads, ${createdUs("claimed")} AS created_us
 FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f LEFT JOIN claimed ON true`;
 
 /*
@@ -93,10 +97,10 @@ watched AS (
 ), ${freedSlotsNotify("done")}, ${mayBeDoneJobs("done", "claimed")}
 SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
   (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
-  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, ${mayBeDone("done")} AS recheck_job
+  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, ${mayBeDone("done")} AS recheck_job, NULL AS created_us
 FROM done
 UNION ALL
-SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0, NULL, false FROM claimed`;
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0, NULL, false, ${createdUs("claimed")} FROM claimed`;
 
 /*
  * Lease renewals of several workers: RENEW_LEASE per item. $1 items (jsonb recordset), $2 their task ids.

@@ -17,7 +17,7 @@ import type {
   Task,
 } from "../../queue/types.js";
 import { validateBatch, validateClaimNext, validateComplete, type NormalizedClaim } from "../../queue/validation.js";
-import { CLAIM_ORDER, claimCtes, claimed, claimedEventRows, claimWith, pickupSeconds, type ClaimedRow } from "./claim.js";
+import { CLAIM_ORDER, claimCtes, claimed, claimedEventRows, claimWith, createdUs, pickupSeconds, type ClaimedRow } from "./claim.js";
 import { EVENTS_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
@@ -85,10 +85,10 @@ watched AS (
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 ), ${freedSlotsNotify("done")}
 SELECT 0 AS part, done.*, ${recheckJob} AS recheck_job, NULL::float8 AS pickup_seconds,
-  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
+  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified, NULL AS created_us
 FROM done
 UNION ALL
-(SELECT 1, claimed.*, false, ${pickupSeconds}, 0 FROM claimed ${claimOrder})`;
+(SELECT 1, claimed.*, false, ${pickupSeconds}, 0, ${createdUs("claimed")} FROM claimed ${claimOrder})`;
 export const COMPLETE_TASK_AND_CLAIM = completeAndClaimStatement(CLAIM_ORDER);
 /**
  * COMPLETE_TASK_AND_CLAIM for a claim_next of one task ($8 = 1), the Python worker's default:
@@ -140,10 +140,10 @@ watched AS (
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 ), ${freedSlotsNotify("done")}, ${mayBeDoneJobs("done", "claimed")}
 SELECT 0 AS part, done.*, NULL::float8 AS pickup_seconds, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
-  ${mayBeDone("done")} AS recheck_job
+  ${mayBeDone("done")} AS recheck_job, NULL AS created_us
 FROM done
 UNION ALL
-(SELECT 1, claimed.*, ${pickupSeconds}, 0, false FROM claimed ${CLAIM_ORDER})`;
+(SELECT 1, claimed.*, ${pickupSeconds}, 0, false, ${createdUs("claimed")} FROM claimed ${CLAIM_ORDER})`;
 
 /** A batch of results as one jsonb recordset (JSON text) and their task ids. */
 interface BatchParams {

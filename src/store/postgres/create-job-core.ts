@@ -91,14 +91,14 @@ export const MARK_KEYED = defineQuery<{ workload: string }>(
   (p) => [p.workload],
 );
 /*
- * The wake-up names the new tasks' lowest claim-order key as its head (`priority;fair_rank;ms`:
- * the job's priority, its first fair rank, the transaction's start in milliseconds rounded down,
- * which is every task's created_at), so coordinators move their claim hints back only as far as
+ * The wake-up names the new tasks' lowest claim-order key as its head (`priority;fair_rank;us`:
+ * the job's priority, its first fair rank, and the transaction's start in microseconds since
+ * the epoch, which is every task's created_at), so coordinators move their claim hints back only as far as
  * these tasks need (claim-hints.ts).
  */
 const wokenBy = (workloads: string, counts: string) => `woken AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n || ':' || job.priority || ';' || coalesce((SELECT base FROM rank_base), 0)
-    || ';' || floor(extract(epoch FROM now()) * 1000)::bigint)
+    || ';' || (extract(epoch FROM now()) * 1000000)::bigint)
   FROM job, unnest(${workloads}::text[], ${counts}::int[]) AS x(w, n)
 )`;
 
