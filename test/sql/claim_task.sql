@@ -11,6 +11,7 @@ WITH requested AS (
   CROSS JOIN LATERAL (
     SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
     WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND true
+      AND coalesce(($6::jsonb ->> '~expired')::boolean, true)
       AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
     ORDER BY lease_expires_at
     LIMIT $2

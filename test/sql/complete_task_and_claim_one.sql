@@ -23,6 +23,7 @@ WITH done AS (
   CROSS JOIN LATERAL (
     SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
     WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND EXISTS (SELECT 1 FROM done)
+      AND coalesce(($12::jsonb ->> '~expired')::boolean, true)
       AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $11::jsonb)
     ORDER BY lease_expires_at
     LIMIT $8

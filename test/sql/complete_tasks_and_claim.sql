@@ -19,6 +19,7 @@ WITH done AS (
   CROSS JOIN LATERAL (
     SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
     WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND true
+      AND coalesce(($8::jsonb ->> '~expired')::boolean, true)
       AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $7::jsonb)
     ORDER BY lease_expires_at
     LIMIT $4

@@ -203,6 +203,52 @@ describe("claim hints", () => {
     }
   });
 
+  it("under a held snapshot the reaper's probe above its floor reads a few lease entries, from the bottom every dead one", async () => {
+    const w = "hints-leases";
+    await a.q.putWorkload({ name: w });
+    await a.q.createJob({ workload: w, tasks: specs(2000, "l") });
+    const holder = await a.pool.connect();
+    try {
+      await holder.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+      await holder.query("SELECT count(*) FROM jobs");
+      // 2,000 leases of 1 s, each finished at once: their leased versions stay, and expire.
+      for (let i = 0; i < 20; i++) {
+        const ts = await a.q.claimTasks({ workerId: "lw", workloads: [w], maxTasks: 100, leaseSeconds: 1 });
+        await a.q.completeTasks(
+          ts.map((t) => ({ taskId: t.id, workerId: "lw", attempt: t.attempt, resultUri: "s3://r", resultSha256: sha(t.id) })),
+        );
+      }
+      const floor = (await a.pool.query<{ f: string }>("SELECT (now() + interval '1 second')::text AS f")).rows[0].f;
+      await expect
+        .poll(async () => (await a.pool.query("SELECT now() > $1::timestamptz AS past", [floor])).rows[0].past, { timeout: 10_000 })
+        .toBe(true);
+      const { REAPER_DUE } = await import("../support/statements.js");
+      const readsOf = async (f: string | null) => {
+        const c = await a.pool.connect();
+        try {
+          const read = async () =>
+            Number(
+              (await c.query<{ n: string }>("SELECT pg_stat_get_xact_tuples_returned('tasks_lease_expiry_idx'::regclass)::text AS n"))
+                .rows[0].n,
+            );
+          await c.query("BEGIN");
+          const before = await read();
+          const due = await REAPER_DUE.one(c, { floor: f, marginSeconds: 60 });
+          expect(due.leases).toBe(false);
+          return (await read()) - before;
+        } finally {
+          await c.query("ROLLBACK");
+          c.release();
+        }
+      };
+      expect(await readsOf(null)).toBeGreaterThanOrEqual(2000);
+      expect(await readsOf(floor)).toBeLessThan(10);
+    } finally {
+      await holder.query("ROLLBACK");
+      holder.release();
+    }
+  });
+
   it("two coordinators with hints, a held snapshot and jobs of three priorities: every task leased once per attempt and completed", async () => {
     const b = await coordinator();
     const w = "hints-race";

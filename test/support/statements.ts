@@ -6,6 +6,7 @@ import * as watch from "../../src/store/postgres/watch.js";
 
 export { CLAIM_TASKS } from "../../src/store/postgres/claim.js";
 export { COMPLETE_TASKS } from "../../src/store/postgres/complete.js";
+export { REAPER_DUE } from "../../src/store/postgres/lease-reaper.js";
 export const LIST_FAILED_TASKS = inspection.LIST_FAILED_TASKS.text;
 export const LIST_TASKS = inspection.LIST_TASKS.text;
 export const TASK_ATTEMPT_EVENTS = inspection.TASK_ATTEMPT_EVENTS.text;

@@ -90,10 +90,23 @@ export class ClaimHints {
    * @param maxAgeMs a hint set by a claim from the front this long ago is not used
    * @param live whether announcements arrive now (the LISTEN connection is up, and hints are on)
    */
+  /** The lease reaper's last probe: when, and whether it found an expired lease. */
+  private leaseProbe: { at: number; expired: boolean } | undefined;
+
   constructor(
     private readonly maxAgeMs: number,
     private readonly live: () => boolean,
   ) {}
+
+  /**
+   * The lease reaper probed for expired leases. While its last probe is recent and found none, the
+   * claim leaves out its arm for expired leases (`"~expired": false`): that arm reads the lease index
+   * from the bottom, through every dead lease a held MVCC horizon keeps, and a lease that expires
+   * after the probe is requeued by the reaper's next pass, whose announcement wakes the claims.
+   */
+  leasesProbed(expired: boolean, now = Date.now()): void {
+    this.leaseProbe = { at: now, expired };
+  }
 
   /** A wake-up for `workload`: its tasks from `head` on (or, without one, anywhere) are claimable. */
   heard(workload: string, head?: string): void {
@@ -115,7 +128,8 @@ export class ClaimHints {
   begin(workloads: readonly string[], labels: string, now = Date.now()): HintedClaim {
     if (!this.live()) return NO_HINTS;
     const used = new Map<string, { gen: number; hint?: Hint }>();
-    const send: Record<string, HintKey | { p: number; r: string; c: string; i: number }> = {};
+    const send: Record<string, HintKey | { p: number; r: string; c: string; i: number } | boolean> = {};
+    if (this.leaseProbe && !this.leaseProbe.expired && now - this.leaseProbe.at < this.maxAgeMs) send["~expired"] = false;
     for (const w of workloads) {
       const hint = this.hints.get(lane(w, labels));
       const fresh = hint && now - hint.fullAt < this.maxAgeMs ? hint : undefined;

@@ -82,9 +82,11 @@ const freshScan = (p: ClaimParams, gate: string, from: string, order: string) =>
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
  *   because `workload = ANY(...)` cannot return one ordered index scan across several workloads):
- *     expired: leases whose holder went silent, with attempts left (tasks_lease_expiry_idx),
+ *     expired: leases whose holder went silent, with attempts left (tasks_lease_expiry_idx), left
+ *              out while the lease reaper's last probe found none (hints' "~expired", claim-hints.ts),
  *     fresh:   pending work whose backoff has passed (tasks_claim_pending_idx, whose last key column
- *              is run_after: a task in backoff is passed over inside the index, its row never read).
+ *              is run_after: a task in backoff is passed over inside the index, its row never read),
+ *              from where the workload's claim hint says (freshScan, above).
  * - FOR UPDATE SKIP LOCKED: concurrent claimers skip each other's candidates instead of queueing.
  * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
  * - The job moves to running in the same statement; `status = 'pending'` keeps that a no-op
@@ -118,6 +120,7 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
   CROSS JOIN LATERAL (
     SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
     WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND ${gate}
+      AND coalesce((${p.hints}::jsonb ->> '~expired')::boolean, true)
       AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ ${p.labels}::jsonb)
     ORDER BY lease_expires_at
     LIMIT ${p.limit}

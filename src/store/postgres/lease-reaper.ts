@@ -20,7 +20,22 @@ export interface LeaseReaperConfig {
   batchSize?: number;
   /** Told how many leases expired in each pass that found any (metrics). */
   observer?: QueueObserver;
+  /** Told after each pass's probe whether any lease had expired (claim-hints.ts gates the claim's zombie arm by it). */
+  onProbe?: (leasesExpired: boolean) => void;
 }
+
+/*
+ * The lease floor: a pass whose probe finds no expired lease lets the next passes look only at
+ * leases expiring after its time less FLOOR_MARGIN_MS. Why: under a held MVCC horizon every lease
+ * a finished task once had stays in tasks_lease_expiry_idx as a dead version whose expiry has
+ * passed, and a probe from the bottom of the index checked every one of them against the heap on
+ * every pass. The margin covers a lease written by a statement that started before the probe and
+ * committed after it (its expiry is its start plus the lease, at least 1 s): statements live
+ * under PG_STATEMENT_TIMEOUT_MS (5 s by default). Every FULL_SWEEP_MS a pass looks at every
+ * lease again, so a lease the margin missed waits that long at most.
+ */
+const FLOOR_MARGIN_MS = 60_000;
+const FULL_SWEEP_MS = 60_000;
 
 export const LEASE_REAPER_DEFAULTS = { batchSize: 1000 } as const;
 
@@ -31,12 +46,21 @@ export const LEASE_REAPER_DEFAULTS = { batchSize: 1000 } as const;
  * predicates of those statements, through the same indexes; the work itself still runs with
  * SKIP LOCKED, so a probe that is stale by the time the work runs costs nothing but that statement.
  */
-export const REAPER_DUE = defineQuery<NoParams, { leases: boolean; stalled_jobs: boolean }>(
+// $1 the lease floor (null: none), $2 the margin of the next floor in seconds.
+export const REAPER_DUE = defineQuery<
+  { floor: string | null; marginSeconds: number },
+  { leases: boolean; stalled_jobs: boolean; floor: string }
+>(
   "leasehold_reaper_due",
   `
 SELECT
-  EXISTS (SELECT 1 FROM tasks WHERE status = 'leased' AND lease_expires_at <= now()) AS leases,
-  ${UNSETTLED_JOBS_DUE} AS stalled_jobs`,
+  EXISTS (
+    SELECT 1 FROM tasks
+    WHERE status = 'leased' AND lease_expires_at > coalesce($1::timestamptz, '-infinity') AND lease_expires_at <= now()
+  ) AS leases,
+  ${UNSETTLED_JOBS_DUE} AS stalled_jobs,
+  (now() - make_interval(secs => $2::float8))::text AS floor`,
+  (p) => [p.floor, p.marginSeconds],
 );
 
 /*
@@ -44,12 +68,12 @@ SELECT
  * lease_expired. SKIP LOCKED lets every coordinator run it at once without waiting on or
  * double-counting each other; the batch bound keeps each transaction short.
  */
-export const EXPIRE_LEASES = defineQuery<{ batch: number }, Pick<TaskRow, "id" | "job_id" | "workload" | "status">>(
+export const EXPIRE_LEASES = defineQuery<{ batch: number; floor: string | null }, Pick<TaskRow, "id" | "job_id" | "workload" | "status">>(
   null,
   `
 WITH expired AS (
   SELECT id FROM tasks
-  WHERE status = 'leased' AND lease_expires_at <= now()
+  WHERE status = 'leased' AND lease_expires_at > coalesce($2::timestamptz, '-infinity') AND lease_expires_at <= now()
   ORDER BY lease_expires_at
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -64,7 +88,7 @@ SET status = CASE WHEN t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' E
     version = t.version + 1
 WHERE t.id = ANY (ARRAY(SELECT id FROM expired))
 RETURNING t.id, t.job_id, t.workload, t.status`,
-  (p) => [p.batch],
+  (p) => [p.batch, p.floor],
 );
 
 /** Unsettled jobs settled per reaper pass (the safety net; normally there are none). */
@@ -78,6 +102,9 @@ export const NOTIFY_WORKLOADS = defineQuery<{ workloads: string[]; counts: numbe
 
 export class LeaseReaper {
   private readonly batchSize: number;
+  /** No lease below this had expired unhandled at the last clean probe, less the margin (see FLOOR_MARGIN_MS). */
+  private floor: string | null = null;
+  private sweptAt = -Infinity;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -91,10 +118,17 @@ export class LeaseReaper {
   /** One pass: every expired lease (in batches), then the stalled jobs. */
   async runOnce(signal: AbortSignal | undefined): Promise<ExpireLeasesResult> {
     const total: ExpireLeasesResult = { requeued: 0, failed: 0 };
-    const due = await withClient(this.pool, signal, (c) => REAPER_DUE.one(c));
+    if (Date.now() - this.sweptAt >= FULL_SWEEP_MS) {
+      this.floor = null;
+      this.sweptAt = Date.now();
+    }
+    const floor = this.floor;
+    const due = await withClient(this.pool, signal, (c) => REAPER_DUE.one(c, { floor, marginSeconds: FLOOR_MARGIN_MS / 1000 }));
+    this.config.onProbe?.(due.leases);
+    if (!due.leases) this.floor = due.floor;
     while (due.leases) {
       const batch = await inTransaction(this.pool, signal, async (c) => {
-        const rows = await EXPIRE_LEASES.run(c, { batch: this.batchSize });
+        const rows = await EXPIRE_LEASES.run(c, { batch: this.batchSize, floor });
         const requeued = countBy(rows.filter((r) => r.status === "pending").map((r) => r.workload));
         if (requeued.size > 0) await NOTIFY_WORKLOADS.run(c, { workloads: [...requeued.keys()], counts: [...requeued.values()] });
         return rows;

@@ -119,7 +119,7 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
       readTimeoutMs: WATCH_READ_TIMEOUT_MS,
       holdMs: options.watchHoldMs,
     });
-    this.reaper = new LeaseReaper(pool, { observer: options.observer });
+    this.reaper = new LeaseReaper(pool, { observer: options.observer, onProbe: (expired) => this.ctx.claimHints.leasesProbed(expired) });
     this.maintenance = new StoreMaintenance(pool, {
       retention: { days: options.retentionDays },
       eventPartitions: options.eventPartitions,
