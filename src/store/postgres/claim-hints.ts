@@ -81,6 +81,13 @@ export interface HintedClaim {
 
 const NO_HINTS: HintedClaim = { json: "{}", learn: () => {} };
 
+/**
+ * A lease probe is recent this long: three passes of the reaper at its default interval
+ * (REAPER_INTERVAL_MS, 1 s). With a longer interval the probes are never recent, and every claim
+ * keeps its arm for expired leases.
+ */
+const LEASE_PROBE_FRESH_MS = 3000;
+
 export class ClaimHints {
   /** By workload and labels: the claims of other labels may pass over tasks these cannot take. */
   private readonly hints = new Map<string, Hint>();
@@ -129,7 +136,7 @@ export class ClaimHints {
     if (!this.live()) return NO_HINTS;
     const used = new Map<string, { gen: number; hint?: Hint }>();
     const send: Record<string, HintKey | { p: number; r: string; c: string; i: number } | boolean> = {};
-    if (this.leaseProbe && !this.leaseProbe.expired && now - this.leaseProbe.at < this.maxAgeMs) send["~expired"] = false;
+    if (this.leaseProbe && !this.leaseProbe.expired && now - this.leaseProbe.at < LEASE_PROBE_FRESH_MS) send["~expired"] = false;
     for (const w of workloads) {
       const hint = this.hints.get(lane(w, labels));
       const fresh = hint && now - hint.fullAt < this.maxAgeMs ? hint : undefined;
