@@ -93,6 +93,8 @@ export class ClaimHints {
   private readonly hints = new Map<string, Hint>();
   /** By workload: bumped by each announcement, so a claim in flight does not undo one. */
   private readonly generations = new Map<string, number>();
+  /** Bumped by forget(), so a claim in flight across a reconnect learns nothing. */
+  private epoch = 0;
   /**
    * @param maxAgeMs a hint set by a claim from the front this long ago is not used
    * @param live whether announcements arrive now (the LISTEN connection is up, and hints are on)
@@ -126,14 +128,15 @@ export class ClaimHints {
     }
   }
 
-  /** Announcements may have been lost: every claim scans from the front again. */
+  /** Announcements may have been lost: every claim scans from the front again, and none in flight sets a hint. */
   forget(): void {
     this.hints.clear();
-    for (const w of this.generations.keys()) this.generations.set(w, (this.generations.get(w) ?? 0) + 1);
+    this.epoch++;
   }
 
   begin(workloads: readonly string[], labels: string, now = Date.now()): HintedClaim {
     if (!this.live()) return NO_HINTS;
+    const epoch = this.epoch;
     const used = new Map<string, { gen: number; hint?: Hint }>();
     const send: Record<string, HintKey | { p: number; r: string; c: string; i: number } | boolean> = {};
     if (this.leaseProbe && !this.leaseProbe.expired && now - this.leaseProbe.at < LEASE_PROBE_FRESH_MS) send["~expired"] = false;
@@ -146,6 +149,7 @@ export class ClaimHints {
     return {
       json: JSON.stringify(send),
       learn: (rows, took) => {
+        if (this.epoch !== epoch) return;
         for (const [w, u] of used) {
           if ((this.generations.get(w) ?? 0) !== u.gen) continue; // announced meanwhile: keep what that set
           let last: HintKey | undefined;
