@@ -73,8 +73,8 @@ export interface HintedClaim {
   readonly json: string;
   /**
    * Takes the claimed rows. `took` says whether the claim took everything its scans found
-   * (fewer rows than its limit, and its claim was not gated on a result): then nothing claimable
-   * was left behind, and a workload with no row claimed is at its end.
+   * (fewer rows than its limit, and its claim ran): then nothing claimable was left, and every
+   * workload it asked for is at its end until an announcement moves it back.
    */
   learn(rows: readonly HintRow[], took: boolean): void;
 }
@@ -158,7 +158,8 @@ export class ClaimHints {
             const k = rowKey(r);
             if (last === undefined || before(last, k)) last = k;
           }
-          const key = last ?? (took ? END : undefined);
+          // Took less than its limit: nothing claimable was left past what it took.
+          const key = took ? END : last;
           if (key === undefined) continue;
           this.hints.set(lane(w, labels), { key, fullAt: u.hint?.fullAt ?? now });
         }

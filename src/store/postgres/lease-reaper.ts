@@ -11,7 +11,7 @@ import type { ExpireLeasesResult } from "../../queue/types.js";
 import { countBy } from "./arrays.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import { inTransaction, withClient } from "./db.js";
-import { defineQuery, type NoParams } from "./query.js";
+import { defineQuery } from "./query.js";
 import type { TaskRow } from "./rows.js";
 import { settleJobs, UNSETTLED_JOBS, UNSETTLED_JOBS_DUE } from "./settle.js";
 
