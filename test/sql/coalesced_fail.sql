@@ -16,8 +16,10 @@ WITH cur AS (
     AND t.lease_expires_at > now()
   RETURNING t.*
 ), woken AS (
-  -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
-  SELECT pg_notify('leasehold_tasks', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
+  SELECT pg_notify('leasehold_tasks', r.workload || ':' || CASE WHEN r.run_after <= now() THEN '1' ELSE '0' END || ':'
+    || r.priority || ';' || r.fair_rank || ';' || (extract(epoch FROM r.created_at) * 1000000)::bigint || ';' || r.chunk_index
+    || CASE WHEN r.run_after <= now() THEN '' ELSE ';' || ceil(extract(epoch FROM r.run_after - now()) * 1000)::bigint END)
+  FROM cur r WHERE r.status = 'pending'
 ), freed AS (
   SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM cur)

@@ -1,6 +1,6 @@
 // The rules of claim hints (src/store/postgres/claim-hints.ts) without a database: what a claim
 // sends, what it learns, and what an announcement, a reconnect or age does to it.
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { before, ClaimHints, parseHead, type HintRow } from "../../src/store/postgres/claim-hints.js";
 
 const row = (chunk: number, over: Partial<HintRow> = {}): HintRow => ({
@@ -21,7 +21,8 @@ describe("claim hint rules", () => {
     expect(before({ p: 0, r: "1", c: 0, i: 0 }, { p: 0, r: "2", c: 0, i: 0 })).toBe(true);
     expect(before({ p: 0, r: "0", c: 1, i: 9 }, { p: 0, r: "0", c: 2, i: 0 })).toBe(true);
     expect(before({ p: 0, r: "0", c: 1, i: 3 }, { p: 0, r: "0", c: 1, i: 3 })).toBe(false);
-    expect(parseHead("-3;7;1700000000000000")).toEqual({ p: -3, r: "7", c: 1700000000000000, i: 0 });
+    expect(parseHead("-3;7;1700000000000000")).toEqual({ key: { p: -3, r: "7", c: 1700000000000000, i: 0 }, inMs: 0 });
+    expect(parseHead("0;0;1700000000000000;12;1500")).toEqual({ key: { p: 0, r: "0", c: 1700000000000000, i: 12 }, inMs: 1500 });
     expect(parseHead("x;1;2")).toBeUndefined();
     expect(parseHead(undefined)).toBeUndefined();
   });
@@ -58,6 +59,20 @@ describe("claim hint rules", () => {
     h.begin(["w"], "{}", 5).learn([row(7)], false);
     h.heard("other");
     expect(sent(h.begin(["w"], "{}", 6).json)).toEqual({ w: { p: 0, r: "0", c: "1000000", i: 7 } });
+  });
+
+  it("a retry in backoff moves the hint back when it falls due, not before", () => {
+    vi.useFakeTimers();
+    try {
+      const h = new ClaimHints(60_000, () => true);
+      h.begin(["w"], "{}", 0).learn([row(9)], false);
+      h.heard("w", "0;0;1000000;2;1000");
+      expect(sent(h.begin(["w"], "{}", 1).json)).toEqual({ w: { p: 0, r: "0", c: "1000000", i: 9 } });
+      vi.advanceTimersByTime(1100);
+      expect(sent(h.begin(["w"], "{}", 2).json)).toEqual({ w: { p: 0, r: "0", c: "1000000", i: 2 } });
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("a hint older than its age is not sent; a reconnect drops every hint and what claims in flight would learn", () => {

@@ -131,7 +131,7 @@ describe("claim hints", () => {
     expect((await a.q.getJobStatus(job.id)).job.status).toBe("running");
   });
 
-  it("a retry whose backoff runs out without a wake-up is claimed once the hint has aged", async () => {
+  it("a retry in backoff is claimed when it falls due, ahead of the tasks after it", async () => {
     const w = "hints-backoff";
     await a.q.putWorkload({ name: w, maxAttempts: 5 });
     await a.q.createJob({ workload: w, tasks: specs(300, "b") });
@@ -147,8 +147,9 @@ describe("claim hints", () => {
       seen.push(t.chunkIndex);
       await new Promise((r) => setTimeout(r, 50));
     }
+    // Due after 1 s, at one claim every 50 ms or so: well before the hints' age would have found it.
     expect(seen.length).toBeGreaterThan(0);
-    expect(seen.length).toBeLessThan(200);
+    expect(seen.length).toBeLessThan(60);
   });
 
   it("under a held snapshot a hinted claim reads a few index entries, one from the front every dead one", async () => {

@@ -53,12 +53,16 @@ export function before(a: HintKey, b: HintKey): boolean {
   return a.i < b.i;
 }
 
-/** The key a wake-up names: `priority;fair_rank;epoch_us` of the lowest task it announces. */
-export function parseHead(head: string | undefined): HintKey | undefined {
+/**
+ * The head a wake-up names: `priority;fair_rank;epoch_us[;chunk[;ms]]`, the claim-order key of the
+ * lowest task it announces, and for a retry in backoff the milliseconds until it falls due.
+ */
+export function parseHead(head: string | undefined): { key: HintKey; inMs: number } | undefined {
   if (!head) return undefined;
-  const [p, r, c] = head.split(";");
-  if (!/^-?\d+$/.test(p ?? "") || !/^\d+$/.test(r ?? "") || !/^\d+$/.test(c ?? "")) return undefined;
-  return { p: Number(p), r, c: Number(c), i: 0 };
+  const [p, r, c, i, ms] = head.split(";");
+  const int = (s: string | undefined) => /^-?\d+$/.test(s ?? "");
+  if (!int(p) || !int(r) || !int(c) || (i !== undefined && !int(i)) || (ms !== undefined && !int(ms))) return undefined;
+  return { key: { p: Number(p), r, c: Number(c), i: i === undefined ? 0 : Number(i) }, inMs: ms === undefined ? 0 : Number(ms) };
 }
 
 interface Hint {
@@ -80,6 +84,9 @@ export interface HintedClaim {
 }
 
 const NO_HINTS: HintedClaim = { json: "{}", learn: () => {} };
+
+/** A retry's hint moves back this long after it falls due: the NOTIFY's own delivery, and a margin. */
+const DUE_SLACK_MS = 50;
 
 /**
  * A lease probe is recent this long: three passes of the reaper at its default interval
@@ -117,10 +124,22 @@ export class ClaimHints {
     this.leaseProbe = { at: now, expired };
   }
 
-  /** A wake-up for `workload`: its tasks from `head` on (or, without one, anywhere) are claimable. */
+  /**
+   * A wake-up for `workload`: its tasks from `head` on (or, without one, anywhere) are claimable,
+   * now or, for a retry in backoff, once it falls due (a timer moves the hint back then; the delay
+   * is the database's, so the two clocks need not agree).
+   */
   heard(workload: string, head?: string): void {
+    const parsed = parseHead(head);
+    if (parsed && parsed.inMs > 0) {
+      setTimeout(() => this.moveBack(workload, parsed.key), parsed.inMs + DUE_SLACK_MS).unref();
+      return;
+    }
+    this.moveBack(workload, parsed?.key);
+  }
+
+  private moveBack(workload: string, key: HintKey | undefined): void {
     this.generations.set(workload, (this.generations.get(workload) ?? 0) + 1);
-    const key = parseHead(head);
     for (const [lane, hint] of this.hints) {
       if (!lane.startsWith(workload + "\u0000")) continue;
       if (key === undefined) this.hints.delete(lane);

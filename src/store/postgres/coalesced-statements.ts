@@ -4,7 +4,7 @@
 
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
 import { claimCtes, claimedEventRows, createdUs, pickupSeconds } from "./claim.js";
-import { completedEventRows, freedSlotsNotify, mayBeDone, mayBeDoneJobs, statusEvents, watchedJobs } from "./fragments.js";
+import { completedEventRows, freedSlotsNotify, mayBeDone, mayBeDoneJobs, retriedNotify, statusEvents, watchedJobs } from "./fragments.js";
 import { defineQuery } from "./query.js";
 import type { TaskRow } from "./rows.js";
 
@@ -135,10 +135,7 @@ WITH cur AS (
   WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
     AND t.lease_expires_at > now()
   RETURNING t.*
-), woken AS (
-  -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
-  SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
-), ${freedSlotsNotify("cur")}
+), ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
 SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur`;
 
 /*

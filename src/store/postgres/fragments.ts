@@ -29,6 +29,18 @@ import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
  * cluster-wide lock, and bench:flow's batched claims of a far cap ran at 0.79 of uncapped with it
  * on every completion, 0.95 without (flow-control.md, "A cap far away").
  */
+/*
+ * The wake-ups of failures retried: one claimable now wakes a parked claim (count 1), one in
+ * backoff wakes nobody (count 0) but says in how many milliseconds it falls due. Both name the
+ * task's claim-order key as their head, so coordinators move their claim hints back to it, at once
+ * or when it falls due (claim-hints.ts): a retry is claimed in order without a scan from the front.
+ */
+export const retriedNotify = (rows: string) => `woken AS (
+  SELECT pg_notify('${NOTIFY_CHANNEL}', r.workload || ':' || CASE WHEN r.run_after <= now() THEN '1' ELSE '0' END || ':'
+    || r.priority || ';' || r.fair_rank || ';' || (extract(epoch FROM r.created_at) * 1000000)::bigint || ';' || r.chunk_index
+    || CASE WHEN r.run_after <= now() THEN '' ELSE ';' || ceil(extract(epoch FROM r.run_after - now()) * 1000)::bigint END)
+  FROM ${rows} r WHERE r.status = 'pending'
+)`;
 export const freedSlotsNotify = (rows: string) => `freed AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', w.name || ':1') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM ${rows})

@@ -35,7 +35,7 @@ export interface LeaseReaperConfig {
  * lease again, so a lease the margin missed waits that long at most.
  */
 const FLOOR_MARGIN_MS = 60_000;
-const FULL_SWEEP_MS = 60_000;
+const FULL_SWEEP_MS = 300_000;
 
 export const LEASE_REAPER_DEFAULTS = { batchSize: 1000 } as const;
 

@@ -5,10 +5,10 @@
 import { leaseConflict } from "../../queue/fencing.js";
 import type { CallOptions, FailTaskInput, RenewLeaseInput, ReportProgressInput, Task } from "../../queue/types.js";
 import { validateFail, validateRenew, validateReportProgress } from "../../queue/validation.js";
-import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
+import { EVENTS_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
-import { freedSlotsNotify, liveLease } from "./fragments.js";
+import { freedSlotsNotify, liveLease, retriedNotify } from "./fragments.js";
 import { loadTask } from "./inspection.js";
 import { settleJob } from "./settle.js";
 import { defineQuery } from "./query.js";
@@ -67,10 +67,7 @@ WITH cur AS (
       version = t.version + 1
   WHERE ${liveLease("t")}
   RETURNING t.*
-), woken AS (
-  -- Only a retry claimable now wakes anyone; one in backoff is found by polling later.
-  SELECT pg_notify('${NOTIFY_CHANNEL}', cur.workload || ':1') FROM cur WHERE cur.status = 'pending' AND cur.run_after <= now()
-), ${freedSlotsNotify("cur")}
+), ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
 SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur`;
 
 /** The fence every write names: the task, the worker that holds it, and the attempt it holds. */

@@ -109,8 +109,10 @@ export class TaskListener implements WakeSource, JobEventWakes {
       }
       if (msg.channel !== NOTIFY_CHANNEL || !msg.payload) return;
       // `workload:count`, or `workload:count:head` (the lowest claim-order key announced: claim-hints.ts).
+      // A count of 0 wakes no claim: it only moves claim hints (a retry in backoff).
       const [workload, n, head] = msg.payload.split(":");
-      const count = Number(n) || 1;
+      const parsed = Number(n);
+      const count = n === undefined || n === "" || !Number.isFinite(parsed) ? 1 : parsed;
       for (const s of this.subscribers) s.onWake(workload, count, head);
     });
     try {

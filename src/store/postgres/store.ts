@@ -86,7 +86,7 @@ import { WorkloadCache } from "./workload-cache.js";
 export { createPool } from "./db.js";
 
 /** A claim hint older than this is not used: the next claim scans from the front (claim-hints.ts). */
-const CLAIM_HINT_MAX_AGE_MS = 5000;
+const CLAIM_HINT_MAX_AGE_MS = 15_000;
 export type { JobEventWakes, StoreOptions } from "./context.js";
 
 export class PostgresQueue implements QueueService, SchedulerQueue {
