@@ -276,6 +276,8 @@ async function leaseholdSystem(url: string): Promise<System> {
         while (running()) {
           if (next.length === 0) {
             const r = await rest("POST", "/tasks/claim", { worker_id, workloads: ["horizon"], max_tasks: 1, wait_seconds: 1 });
+            // 204: the long poll ended with nothing to claim (the queue is empty, as at the end of the run).
+            if (r.status === 204) continue;
             if (r.status !== 200) throw new Error(`claim answered ${r.status}`);
             next = (r.json as { tasks: T[] }).tasks;
             if (next.length === 0) continue;
