@@ -102,13 +102,13 @@ export class ClaimHints {
   private readonly generations = new Map<string, number>();
   /** Bumped by forget(), so a claim in flight across a reconnect learns nothing. */
   private epoch = 0;
+  /** The lease reaper's last probe: when, and whether it found an expired lease. */
+  private leaseProbe: { at: number; expired: boolean } | undefined;
+
   /**
    * @param maxAgeMs a hint set by a claim from the front this long ago is not used
    * @param live whether announcements arrive now (the LISTEN connection is up, and hints are on)
    */
-  /** The lease reaper's last probe: when, and whether it found an expired lease. */
-  private leaseProbe: { at: number; expired: boolean } | undefined;
-
   constructor(
     private readonly maxAgeMs: number,
     private readonly live: () => boolean,
