@@ -118,9 +118,9 @@ export class EventOrder {
     return out;
   }
 
-  /** Everything held, in id order (the job is final: its stream sends what it has and ends). */
-  flush(): JobEventRow[] {
-    const out = this.held;
+  /** Everything held and `rows`, in id order (the job is final: its stream sends what it has and ends). */
+  flush(rows: readonly JobEventRow[]): JobEventRow[] {
+    const out = [...this.held, ...rows].sort((a, b) => compareIds(a.id, b.id));
     this.held = [];
     this.marks = [];
     return out;

@@ -132,7 +132,7 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
         return JOB_EVENTS_SINCE.one(c, { jobId: id, since: stream.since, floor: hub.floors.floor(stream.since) });
       });
       stream.since = snapshot;
-      if (events.some(isFinal)) return void (yield* untilFinal([...order.flush(), ...events].sort(byId)));
+      if (events.some(isFinal)) return void (yield* untilFinal(order.flush(events)));
       const ready = order.add(snapshot, events);
       retryMs = ready.length > 0 || events.length > 0 ? HELD_RETRY_MS : Math.min(retryMs * 2, HELD_RETRY_MAX_MS);
       if (yield* untilFinal(ready)) return;
@@ -154,7 +154,6 @@ const HELD_RETRY_MS = 10;
 const HELD_RETRY_MAX_MS = 250;
 
 const isFinal = (r: JobEventRow) => r.kind === "job_status" && FINAL_JOB_STATUSES.includes(r.status ?? "");
-const byId = (a: JobEventRow, b: JobEventRow) => (BigInt(a.id) < BigInt(b.id) ? -1 : BigInt(a.id) > BigInt(b.id) ? 1 : 0);
 
 /**
  * Yields a batch of events (in id order) up to and including the last one of the transaction that
