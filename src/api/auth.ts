@@ -55,6 +55,12 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   deleteSchedule: { roles: [] },
   pauseSchedule: { roles: [] },
   resumeSchedule: { roles: [] },
+  putAccount: { roles: [] },
+  getAccount: { roles: [] },
+  listAccounts: { roles: [] },
+  getAccountUsage: { roles: ["billing"] },
+  listSettlements: { roles: ["billing"] },
+  settleJob: { roles: ["billing"] },
 };
 
 /** Every worker_id a request acts as (empty for RPCs that are not a worker's). */

@@ -55,6 +55,7 @@ import {
   type Task as PbTask,
   type Workload as PbWorkload,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import type { Usage } from "../queue/accounts.js";
 import { ValidationError } from "../queue/errors.js";
 import { mapError } from "./errors.js";
 import type {
@@ -367,6 +368,13 @@ export function jobMessage(j: Job): PbJob {
   });
 }
 
+/** Usage counters as the message's map<string, int64>. */
+export function usageMessage(u: Usage | undefined): { [key: string]: bigint } {
+  const m: { [key: string]: bigint } = {};
+  if (u) for (const [k, v] of Object.entries(u)) m[k] = BigInt(v);
+  return m;
+}
+
 /**
  * A Task message as create(TaskSchema, {…}) makes it, built as a literal: create() walks the
  * descriptor per call (~5 µs a task), and a claim answers with tasks, a 10,000-task CreateJob
@@ -394,6 +402,7 @@ export function taskMessage(t: Task): PbTask {
     traceparent: t.traceparent ?? "",
     concurrencyKey: t.concurrencyKey ?? "",
     requiredLabels: t.requiredLabels ?? {},
+    usage: usageMessage(t.usage),
   };
   // Message fields are absent when unset, as create() leaves them.
   if (t.parameters) m.parameters = t.parameters as PbJsonObject;

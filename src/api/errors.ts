@@ -20,7 +20,9 @@ import {
   NotFoundError,
   PermissionDeniedError,
   QueueError,
+  QuotaExceededError,
   ResultConflictError,
+  SettlementConflictError,
   UnauthenticatedError,
   UnavailableError,
   ValidationError,
@@ -80,7 +82,9 @@ function codeOfQueueError(err: QueueError): Code | undefined {
   if (err instanceof ValidationError) return Code.InvalidArgument;
   if (err instanceof NotFoundError) return Code.NotFound;
   if (err instanceof LeaseConflictError) return Code.Aborted;
-  if (err instanceof ResultConflictError || err instanceof IdempotencyConflictError) return Code.AlreadyExists;
+  if (err instanceof ResultConflictError || err instanceof IdempotencyConflictError || err instanceof SettlementConflictError)
+    return Code.AlreadyExists;
+  if (err instanceof QuotaExceededError) return Code.ResourceExhausted;
   if (err instanceof UnavailableError) return Code.Unavailable;
   if (err instanceof DeadlineExceededError) return Code.DeadlineExceeded;
   if (err instanceof UnauthenticatedError) return Code.Unauthenticated;

@@ -29,6 +29,7 @@ import type { ParkingCalls } from "../queue/long-poll.js";
 import type { ApiQueue } from "../queue/service.js";
 import type { CallOptions, CreateJobResult } from "../queue/types.js";
 import { traceparentHeader } from "../telemetry/tracing.js";
+import { accountsServiceImpl } from "./accounts-service.js";
 import * as convert from "./convert.js";
 import * as flowConvert from "./flow-convert.js";
 import { putScheduleInput, scheduleMessage } from "./schedule-convert.js";
@@ -50,6 +51,7 @@ function createJobResponse(r: CreateJobResult): CreateJobResponse {
 /** `parking`: where claims, claim_next reports and watches go (the long poll); the queue itself without one. */
 export function createQueueServiceImpl(queue: ApiQueue, parking: ParkingCalls = queue): QueueServiceImpl {
   return {
+    ...accountsServiceImpl(queue, call),
     async createJob(req, ctx) {
       const input = convert.createJobInput(req);
       // Without a traceparent field, the caller's traceparent header (an idempotent replay ignores either).

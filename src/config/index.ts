@@ -64,7 +64,7 @@ export interface Config {
   horizonWarnAfterMs: number;
 }
 
-export const ROLES = ["submitter", "worker", "admin"] as const;
+export const ROLES = ["submitter", "worker", "billing", "admin"] as const;
 export type Role = (typeof ROLES)[number];
 
 /** One line of AUTH_TOKENS_FILE: `<sha256-hex> <role> [worker_id prefix, workers only]`. */

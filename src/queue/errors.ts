@@ -110,3 +110,13 @@ export class PermissionDeniedError extends QueueError {
 export class FailedPreconditionError extends QueueError {
   readonly kind = "failed_precondition";
 }
+
+/** A quota would be exceeded (an account's max_pending_tasks); nothing was written. */
+export class QuotaExceededError extends QueueError {
+  readonly kind = "quota_exceeded";
+}
+
+/** The job was already settled with another key or amount; the message names what was recorded. */
+export class SettlementConflictError extends QueueError {
+  readonly kind = "settlement_conflict";
+}

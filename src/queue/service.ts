@@ -1,3 +1,4 @@
+import type { AccountsApi } from "./accounts.js";
 import type { MaintenanceQueue } from "./maintenance.js";
 import type { PutScheduleInput, PutScheduleResult, Schedule } from "./schedules.js";
 import type {
@@ -41,7 +42,7 @@ import type {
  * reaches. Implementations validate their input (throwing ValidationError before touching the
  * database) and throw only the typed errors of ./errors.ts.
  */
-export interface ApiQueue {
+export interface ApiQueue extends AccountsApi {
   createJob(input: CreateJobInput, opts?: CallOptions): Promise<CreateJobResult>;
   /** Leases up to maxTasks tasks; an empty array when nothing is claimable. */
   claimTasks(input: ClaimTasksInput, opts?: CallOptions): Promise<Task[]>;

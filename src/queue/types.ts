@@ -1,6 +1,7 @@
 // Domain types shared by every transport and the store. Plain objects only:
 // no pg rows and no generated proto types cross this boundary.
 
+import type { Billing, Settlement, Usage } from "./accounts.js";
 import type { QueueError } from "./errors.js";
 
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
@@ -77,6 +78,14 @@ export interface Job {
   finalizerJobId: string | null;
   /** On a finalizer job: the job that enqueued it. */
   parentJobId: string | null;
+  /** The job's account; null when none. */
+  account?: string | null;
+  /** The caller's billing context; null when none. */
+  billing?: Billing | null;
+  /** Usage summed over every accepted report of its tasks' attempts. */
+  usage?: Usage;
+  /** Its settlement, once recorded; null until then. */
+  settlement?: Settlement | null;
 }
 
 /** A job to enqueue when another job's last task reaches a final state. */
@@ -116,6 +125,8 @@ export interface Task {
   concurrencyKey: string;
   /** the job's merged with the task's own; null when none */
   requiredLabels: Labels | null;
+  /** Usage summed over the task's accepted reports; undefined when none. */
+  usage?: Usage;
 }
 
 /** One chunk of a job as submitted; `workload` defaults to the job's. */
@@ -131,6 +142,9 @@ export interface TaskSpec {
 }
 
 export interface CreateJobInput {
+  /** A registered account; the bound token's when unset (CallOptions.account). */
+  account?: string;
+  billing?: { reservedUnits?: number; billingKey?: string };
   workload: string;
   inputUri?: string;
   inputSha256?: string;
@@ -187,6 +201,8 @@ export interface CompleteTaskInput extends LeaseRef {
   resultUri: string;
   resultSha256: string;
   metrics?: JsonObject;
+  /** What the attempt used; recorded once with the accepted result. */
+  usage?: Usage;
 }
 
 /** One result of a batch completion: the task, or why this one was refused (the rest still count). */
@@ -221,6 +237,8 @@ export interface FailTaskInput extends LeaseRef {
   retryable?: boolean;
   /** overrides the computed backoff when the task is retried */
   retryAfterSeconds?: number;
+  /** What the attempt used before it failed; recorded once with the accepted failure. */
+  usage?: Usage;
 }
 
 export type TaskCounts = Record<TaskStatus, number>;
@@ -375,6 +393,11 @@ export interface CallOptions {
    * returns this very object. A callback that throws fails the call, and nothing is written.
    */
   prepared?: (result: CreateJobResult) => void;
+  /**
+   * The account the caller's token is bound to: the call sees only that account's jobs (another's
+   * is not found) and creates under it. Unset: every job (single-tenant mode).
+   */
+  account?: string;
 }
 
 export interface ReportProgressInput extends LeaseRef {
@@ -404,6 +427,8 @@ export interface ListJobsInput {
   pageToken?: string;
   /** Only jobs created by this schedule. */
   scheduleName?: string;
+  /** Only this account's jobs. */
+  account?: string;
 }
 
 export interface ListJobsResult {
@@ -495,6 +520,8 @@ export interface TaskAttempt {
   /** failed / lease_expired: the task went back to pending for another attempt */
   retried: boolean;
   lastProgress: AttemptProgress | null;
+  /** What the attempt reported it used; undefined when nothing. */
+  usage?: Usage;
 }
 
 /** A task with the history of its attempts, oldest first. */

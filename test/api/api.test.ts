@@ -795,6 +795,12 @@ describe("deadlines and unexpected errors", () => {
       deleteSchedule: (i, o) => real.deleteSchedule(i, o),
       pauseSchedule: (i, o) => real.pauseSchedule(i, o),
       resumeSchedule: (i, o) => real.resumeSchedule(i, o),
+      putAccount: (i, o) => real.putAccount(i, o),
+      getAccount: (i, o) => real.getAccount(i, o),
+      listAccounts: (o) => real.listAccounts(o),
+      getAccountUsage: (i, o) => real.getAccountUsage(i, o),
+      listSettlements: (i, o) => real.listSettlements(i, o),
+      settleJob: (i, o) => real.settleJob(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

@@ -206,7 +206,7 @@ describe("configuration", () => {
     const pasted = "lh_this-is-a-token-not-a-hash";
     const cases: [string, RegExp][] = [
       [`# a\n${sha("a")} admin\n${pasted} admin\n`, /line 3: the first field must be the sha256/],
-      [`${sha("a")} root\n`, /line 1: the role must be one of submitter, worker, admin/],
+      [`${sha("a")} root\n`, /line 1: the role must be one of submitter, worker, billing, admin/],
       [`${sha("a")} worker\n`, /line 1: a worker token needs the worker_id prefix/],
       [`${sha("a")} admin gpu-\n`, /line 1: only worker tokens take a worker_id prefix/],
       [`${sha("a")} worker gpu- extra\n`, /line 1: too many fields/],

@@ -60,6 +60,16 @@ import type {
   ListWorkloadKeysResult,
   PutKeyLimitInput,
 } from "../../queue/types.js";
+import type {
+  Account,
+  AccountUsage,
+  AccountUsageInput,
+  ListSettlementsInput,
+  ListSettlementsResult,
+  PutAccountInput,
+  SettleJobInput,
+} from "../../queue/accounts.js";
+import { getAccount, getAccountUsage, listAccounts, putAccount } from "./accounts.js";
 import { claimTasks } from "./claim.js";
 import { Coalescer } from "./coalescing.js";
 import { completeTask, completeTaskAndClaim, completeTasks, completeTasksAndClaim } from "./complete.js";
@@ -77,6 +87,7 @@ import { Scheduler } from "./scheduler.js";
 import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./schedules.js";
 import { ClaimHints } from "./claim-hints.js";
 import { DueWakes } from "./due-wakes.js";
+import { listSettlements, settleJob } from "./settlements.js";
 import { taskStats } from "./task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./watch.js";
 import { WatchHub } from "./watch-hub.js";
@@ -177,6 +188,30 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
 
   listWorkloadKeys(input: ListWorkloadKeysInput, opts: CallOptions = {}): Promise<ListWorkloadKeysResult> {
     return listWorkloadKeys(this.ctx, input, opts);
+  }
+
+  putAccount(input: PutAccountInput, opts: CallOptions = {}): Promise<Account> {
+    return putAccount(this.ctx, input, opts);
+  }
+
+  getAccount(name: string, opts: CallOptions = {}): Promise<Account> {
+    return getAccount(this.ctx, name, opts);
+  }
+
+  listAccounts(opts: CallOptions = {}): Promise<Account[]> {
+    return listAccounts(this.ctx, opts);
+  }
+
+  getAccountUsage(input: AccountUsageInput, opts: CallOptions = {}): Promise<AccountUsage> {
+    return getAccountUsage(this.ctx, input, opts);
+  }
+
+  listSettlements(input: ListSettlementsInput, opts: CallOptions = {}): Promise<ListSettlementsResult> {
+    return listSettlements(this.ctx, input, opts);
+  }
+
+  settleJob(input: SettleJobInput, opts: CallOptions = {}): Promise<Job> {
+    return settleJob(this.ctx, input, opts);
   }
 
   createJob(input: CreateJobInput, opts: CallOptions = {}): Promise<CreateJobResult> {

@@ -42,6 +42,7 @@ class JobEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_EVENT_KIND_TASK_STATUS: _ClassVar[JobEventKind]
     JOB_EVENT_KIND_TASK_PROGRESS: _ClassVar[JobEventKind]
     JOB_EVENT_KIND_JOB_STATUS: _ClassVar[JobEventKind]
+    JOB_EVENT_KIND_SETTLED: _ClassVar[JobEventKind]
 
 class WaitingReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -96,6 +97,7 @@ JOB_EVENT_KIND_UNSPECIFIED: JobEventKind
 JOB_EVENT_KIND_TASK_STATUS: JobEventKind
 JOB_EVENT_KIND_TASK_PROGRESS: JobEventKind
 JOB_EVENT_KIND_JOB_STATUS: JobEventKind
+JOB_EVENT_KIND_SETTLED: JobEventKind
 WAITING_REASON_UNSPECIFIED: WaitingReason
 WAITING_REASON_QUEUED: WaitingReason
 WAITING_REASON_RETRY_BACKOFF: WaitingReason
@@ -155,7 +157,7 @@ class Finalizer(_message.Message):
     def __init__(self, workload: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_on_failure: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "schedule_name", "schedule_fire_time", "run_at", "finalizer", "finalizer_job_id", "parent_job_id")
+    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "schedule_name", "schedule_fire_time", "run_at", "finalizer", "finalizer_job_id", "parent_job_id", "account", "billing", "usage", "settlement")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +165,13 @@ class Job(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     INPUT_URI_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +195,10 @@ class Job(_message.Message):
     FINALIZER_FIELD_NUMBER: _ClassVar[int]
     FINALIZER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    BILLING_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
     id: str
     workload: str
     input_uri: str
@@ -209,10 +222,14 @@ class Job(_message.Message):
     finalizer: Finalizer
     finalizer_job_id: str
     parent_job_id: str
-    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., schedule_name: _Optional[str] = ..., schedule_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., finalizer_job_id: _Optional[str] = ..., parent_job_id: _Optional[str] = ...) -> None: ...
+    account: str
+    billing: Billing
+    usage: _containers.ScalarMap[str, int]
+    settlement: Settlement
+    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., schedule_name: _Optional[str] = ..., schedule_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., finalizer_job_id: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., account: _Optional[str] = ..., billing: _Optional[_Union[Billing, _Mapping]] = ..., usage: _Optional[_Mapping[str, int]] = ..., settlement: _Optional[_Union[Settlement, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent", "concurrency_key", "required_labels")
+    __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent", "concurrency_key", "required_labels", "usage")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +237,13 @@ class Task(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +269,7 @@ class Task(_message.Message):
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     chunk_index: int
@@ -270,7 +295,8 @@ class Task(_message.Message):
     traceparent: str
     concurrency_key: str
     required_labels: _containers.ScalarMap[str, str]
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., priority: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., traceparent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    usage: _containers.ScalarMap[str, int]
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., priority: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., traceparent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., usage: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class TaskCounts(_message.Message):
     __slots__ = ("pending", "leased", "completed", "failed", "cancelled")
@@ -335,7 +361,7 @@ class Workload(_message.Message):
     def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "run_at", "finalizer")
+    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "run_at", "finalizer", "account", "billing")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -358,6 +384,8 @@ class CreateJobRequest(_message.Message):
     REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     RUN_AT_FIELD_NUMBER: _ClassVar[int]
     FINALIZER_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    BILLING_FIELD_NUMBER: _ClassVar[int]
     workload: str
     input_uri: str
     input_sha256: str
@@ -373,7 +401,9 @@ class CreateJobRequest(_message.Message):
     required_labels: _containers.ScalarMap[str, str]
     run_at: _timestamp_pb2.Timestamp
     finalizer: Finalizer
-    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ...) -> None: ...
+    account: str
+    billing: Billing
+    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., account: _Optional[str] = ..., billing: _Optional[_Union[Billing, _Mapping]] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job", "tasks")
@@ -431,7 +461,14 @@ class RenewLeaseResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class CompleteTaskRequest(_message.Message):
-    __slots__ = ("task_id", "worker_id", "attempt", "result_uri", "result_sha256", "metrics", "claim_next")
+    __slots__ = ("task_id", "worker_id", "attempt", "result_uri", "result_sha256", "metrics", "claim_next", "usage")
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -439,6 +476,7 @@ class CompleteTaskRequest(_message.Message):
     RESULT_SHA256_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     CLAIM_NEXT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     worker_id: str
     attempt: int
@@ -446,7 +484,8 @@ class CompleteTaskRequest(_message.Message):
     result_sha256: str
     metrics: _struct_pb2.Struct
     claim_next: ClaimTasksRequest
-    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim_next: _Optional[_Union[ClaimTasksRequest, _Mapping]] = ...) -> None: ...
+    usage: _containers.ScalarMap[str, int]
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim_next: _Optional[_Union[ClaimTasksRequest, _Mapping]] = ..., usage: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class CompleteTaskResponse(_message.Message):
     __slots__ = ("task", "next_tasks")
@@ -491,7 +530,14 @@ class OutcomeError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class FailTaskRequest(_message.Message):
-    __slots__ = ("task_id", "worker_id", "attempt", "error_code", "error_message", "retryable", "retry_after_seconds")
+    __slots__ = ("task_id", "worker_id", "attempt", "error_code", "error_message", "retryable", "retry_after_seconds", "usage")
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -499,6 +545,7 @@ class FailTaskRequest(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     worker_id: str
     attempt: int
@@ -506,7 +553,8 @@ class FailTaskRequest(_message.Message):
     error_message: str
     retryable: bool
     retry_after_seconds: int
-    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after_seconds: _Optional[int] = ...) -> None: ...
+    usage: _containers.ScalarMap[str, int]
+    def __init__(self, task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after_seconds: _Optional[int] = ..., usage: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class FailTaskResponse(_message.Message):
     __slots__ = ("task",)
@@ -651,7 +699,7 @@ class ReportProgressResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("id", "job_id", "kind", "task_id", "chunk_index", "task_status", "previous_task_status", "job_status", "previous_job_status", "attempt", "worker_id", "progress", "message", "partial_result_uri", "error_code", "created_at", "error_message")
+    __slots__ = ("id", "job_id", "kind", "task_id", "chunk_index", "task_status", "previous_task_status", "job_status", "previous_job_status", "attempt", "worker_id", "progress", "message", "partial_result_uri", "error_code", "created_at", "error_message", "settlement_key", "settled_units")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -669,6 +717,8 @@ class JobEvent(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_KEY_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_UNITS_FIELD_NUMBER: _ClassVar[int]
     id: int
     job_id: str
     kind: JobEventKind
@@ -686,7 +736,9 @@ class JobEvent(_message.Message):
     error_code: str
     created_at: _timestamp_pb2.Timestamp
     error_message: str
-    def __init__(self, id: _Optional[int] = ..., job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEventKind, str]] = ..., task_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., task_status: _Optional[_Union[TaskStatus, str]] = ..., previous_task_status: _Optional[_Union[TaskStatus, str]] = ..., job_status: _Optional[_Union[JobStatus, str]] = ..., previous_job_status: _Optional[_Union[JobStatus, str]] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., progress: _Optional[float] = ..., message: _Optional[str] = ..., partial_result_uri: _Optional[str] = ..., error_code: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_message: _Optional[str] = ...) -> None: ...
+    settlement_key: str
+    settled_units: int
+    def __init__(self, id: _Optional[int] = ..., job_id: _Optional[str] = ..., kind: _Optional[_Union[JobEventKind, str]] = ..., task_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., task_status: _Optional[_Union[TaskStatus, str]] = ..., previous_task_status: _Optional[_Union[TaskStatus, str]] = ..., job_status: _Optional[_Union[JobStatus, str]] = ..., previous_job_status: _Optional[_Union[JobStatus, str]] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., progress: _Optional[float] = ..., message: _Optional[str] = ..., partial_result_uri: _Optional[str] = ..., error_code: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_message: _Optional[str] = ..., settlement_key: _Optional[str] = ..., settled_units: _Optional[int] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_id", "after_event_id")
@@ -721,18 +773,20 @@ class RetryJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., retried_tasks: _Optional[int] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("status", "workload", "page_size", "page_token", "schedule_name")
+    __slots__ = ("status", "workload", "page_size", "page_token", "schedule_name", "account")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     status: JobStatus
     workload: str
     page_size: int
     page_token: str
     schedule_name: str
-    def __init__(self, status: _Optional[_Union[JobStatus, str]] = ..., workload: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., schedule_name: _Optional[str] = ...) -> None: ...
+    account: str
+    def __init__(self, status: _Optional[_Union[JobStatus, str]] = ..., workload: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., schedule_name: _Optional[str] = ..., account: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
@@ -865,7 +919,14 @@ class TaskDetail(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ...) -> None: ...
 
 class TaskAttempt(_message.Message):
-    __slots__ = ("attempt", "worker_id", "leased_at", "ended_at", "outcome", "error_code", "error_message", "retried", "last_progress")
+    __slots__ = ("attempt", "worker_id", "leased_at", "ended_at", "outcome", "error_code", "error_message", "retried", "last_progress", "usage")
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -875,6 +936,7 @@ class TaskAttempt(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRIED_FIELD_NUMBER: _ClassVar[int]
     LAST_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     worker_id: str
     leased_at: _timestamp_pb2.Timestamp
@@ -884,7 +946,8 @@ class TaskAttempt(_message.Message):
     error_message: str
     retried: bool
     last_progress: AttemptProgress
-    def __init__(self, attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., leased_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., retried: _Optional[bool] = ..., last_progress: _Optional[_Union[AttemptProgress, _Mapping]] = ...) -> None: ...
+    usage: _containers.ScalarMap[str, int]
+    def __init__(self, attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., leased_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., retried: _Optional[bool] = ..., last_progress: _Optional[_Union[AttemptProgress, _Mapping]] = ..., usage: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class AttemptProgress(_message.Message):
     __slots__ = ("progress", "message", "partial_result_uri", "reported_at")
@@ -1011,3 +1074,149 @@ class ResumeScheduleResponse(_message.Message):
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     schedule: Schedule
     def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+
+class Billing(_message.Message):
+    __slots__ = ("reserved_units", "billing_key")
+    RESERVED_UNITS_FIELD_NUMBER: _ClassVar[int]
+    BILLING_KEY_FIELD_NUMBER: _ClassVar[int]
+    reserved_units: int
+    billing_key: str
+    def __init__(self, reserved_units: _Optional[int] = ..., billing_key: _Optional[str] = ...) -> None: ...
+
+class Settlement(_message.Message):
+    __slots__ = ("settlement_key", "settled_units", "settled_at")
+    SETTLEMENT_KEY_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_UNITS_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_AT_FIELD_NUMBER: _ClassVar[int]
+    settlement_key: str
+    settled_units: int
+    settled_at: _timestamp_pb2.Timestamp
+    def __init__(self, settlement_key: _Optional[str] = ..., settled_units: _Optional[int] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Account(_message.Message):
+    __slots__ = ("name", "max_pending_tasks", "priority", "pending_tasks", "created_at", "updated_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_PENDING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_pending_tasks: int
+    priority: int
+    pending_tasks: int
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., max_pending_tasks: _Optional[int] = ..., priority: _Optional[int] = ..., pending_tasks: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PutAccountRequest(_message.Message):
+    __slots__ = ("name", "max_pending_tasks", "priority")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_PENDING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_pending_tasks: int
+    priority: int
+    def __init__(self, name: _Optional[str] = ..., max_pending_tasks: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class PutAccountResponse(_message.Message):
+    __slots__ = ("account",)
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    account: Account
+    def __init__(self, account: _Optional[_Union[Account, _Mapping]] = ...) -> None: ...
+
+class GetAccountRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetAccountResponse(_message.Message):
+    __slots__ = ("account",)
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    account: Account
+    def __init__(self, account: _Optional[_Union[Account, _Mapping]] = ...) -> None: ...
+
+class ListAccountsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAccountsResponse(_message.Message):
+    __slots__ = ("accounts",)
+    ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    accounts: _containers.RepeatedCompositeFieldContainer[Account]
+    def __init__(self, accounts: _Optional[_Iterable[_Union[Account, _Mapping]]] = ...) -> None: ...
+
+class GetAccountUsageRequest(_message.Message):
+    __slots__ = ("account", "to")
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    FROM_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    to: _timestamp_pb2.Timestamp
+    def __init__(self, account: _Optional[str] = ..., to: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., **kwargs) -> None: ...
+
+class WorkloadUsage(_message.Message):
+    __slots__ = ("workload", "jobs", "tasks_completed", "tasks_failed", "lease_seconds", "usage")
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FAILED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    jobs: int
+    tasks_completed: int
+    tasks_failed: int
+    lease_seconds: float
+    usage: _containers.ScalarMap[str, int]
+    def __init__(self, workload: _Optional[str] = ..., jobs: _Optional[int] = ..., tasks_completed: _Optional[int] = ..., tasks_failed: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., usage: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class GetAccountUsageResponse(_message.Message):
+    __slots__ = ("account", "workloads")
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    workloads: _containers.RepeatedCompositeFieldContainer[WorkloadUsage]
+    def __init__(self, account: _Optional[str] = ..., workloads: _Optional[_Iterable[_Union[WorkloadUsage, _Mapping]]] = ...) -> None: ...
+
+class ListSettlementsRequest(_message.Message):
+    __slots__ = ("account", "page_size", "page_token")
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    page_size: int
+    page_token: str
+    def __init__(self, account: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSettlementsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SettleJobRequest(_message.Message):
+    __slots__ = ("job_id", "settlement_key", "settled_units")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_KEY_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_UNITS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    settlement_key: str
+    settled_units: int
+    def __init__(self, job_id: _Optional[str] = ..., settlement_key: _Optional[str] = ..., settled_units: _Optional[int] = ...) -> None: ...
+
+class SettleJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...

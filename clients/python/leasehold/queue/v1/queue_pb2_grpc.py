@@ -173,6 +173,36 @@ class QueueServiceStub:
                 request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleRequest.SerializeToString,
                 response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleResponse.FromString,
                 _registered_method=True)
+        self.PutAccount = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/PutAccount',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutAccountRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutAccountResponse.FromString,
+                _registered_method=True)
+        self.GetAccount = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/GetAccount',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountResponse.FromString,
+                _registered_method=True)
+        self.ListAccounts = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ListAccounts',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAccountsRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAccountsResponse.FromString,
+                _registered_method=True)
+        self.GetAccountUsage = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/GetAccountUsage',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountUsageRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountUsageResponse.FromString,
+                _registered_method=True)
+        self.ListSettlements = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ListSettlements',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSettlementsRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSettlementsResponse.FromString,
+                _registered_method=True)
+        self.SettleJob = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/SettleJob',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -438,6 +468,57 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutAccount(self, request, context):
+        """Registers an account or updates its settings (admin). A job may name a
+        registered account; a submitter token bound to an account creates its
+        jobs under it (see the README's "Accounts and the money path").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAccount(self, request, context):
+        """Returns an account with its pending tasks now. An unknown account is
+        NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAccounts(self, request, context):
+        """Lists the accounts, ordered by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAccountUsage(self, request, context):
+        """An account's use per workload over [from, to): its jobs that became
+        final in that interval, their tasks completed and failed, lease seconds
+        and usage counters. Read from a rollup kept per hour, not from the tasks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSettlements(self, request, context):
+        """Lists billable jobs (those with an account or a billing context) that are
+        final and not yet settled, oldest final first, one page at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleJob(self, request, context):
+        """Records a final billable job's settlement, once. The same settlement_key
+        and settled_units again answer the job as settled; a different key or
+        amount is ALREADY_EXISTS naming what was recorded; a job that is not
+        final is FAILED_PRECONDITION. The settlement is one of the job's events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -575,6 +656,36 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.ResumeSchedule,
                     request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleRequest.FromString,
                     response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleResponse.SerializeToString,
+            ),
+            'PutAccount': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutAccount,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutAccountRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.PutAccountResponse.SerializeToString,
+            ),
+            'GetAccount': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAccount,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountResponse.SerializeToString,
+            ),
+            'ListAccounts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAccounts,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAccountsRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAccountsResponse.SerializeToString,
+            ),
+            'GetAccountUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAccountUsage,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountUsageRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountUsageResponse.SerializeToString,
+            ),
+            'ListSettlements': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSettlements,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSettlementsRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSettlementsResponse.SerializeToString,
+            ),
+            'SettleJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleJob,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1310,6 +1421,168 @@ class QueueService:
             '/leasehold.queue.v1.QueueService/ResumeSchedule',
             leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleRequest.SerializeToString,
             leasehold_dot_queue_dot_v1_dot_queue__pb2.ResumeScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutAccount(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/PutAccount',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PutAccountRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.PutAccountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAccount(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/GetAccount',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAccounts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ListAccounts',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAccountsRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAccountsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAccountUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/GetAccountUsage',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountUsageRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetAccountUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSettlements(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ListSettlements',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSettlementsRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListSettlementsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/SettleJob',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
