@@ -10,6 +10,7 @@
 // for /readyz (readiness itself stays as it is: a pinned horizon is no reason to take a
 // coordinator out of the balancer; every coordinator sees the same database). It never ends,
 // cancels or throttles the session it names: the coordinator did not open it.
+import { PassLoop } from "./pass-loop.js";
 import type { CallOptions } from "./types.js";
 
 /** What holds the horizon back, as the database lists it. */
@@ -99,10 +100,7 @@ export function defaultHorizonIntervalMs(warnAfterMs: number): number {
 export class HorizonWatch {
   private readonly intervalMs: number;
   private readonly deadlineMs: number;
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopped = true;
-  private stopping = new AbortController();
+  private readonly loop: PassLoop;
   /** When the watch first saw each holding without a start time of its own (a slot's xmin), by key. */
   private readonly firstSeen = new Map<string, number>();
   /** The holding last warned about, until it lets go. */
@@ -119,21 +117,23 @@ export class HorizonWatch {
     this.intervalMs = config.intervalMs ?? defaultHorizonIntervalMs(config.warnAfterMs);
     if (!(this.intervalMs > 0)) throw new RangeError(`horizon intervalMs must be positive, not ${this.intervalMs}`);
     this.deadlineMs = config.sampleDeadlineMs ?? 5000;
+    const intervalMs = this.intervalMs;
+    this.loop = new PassLoop(
+      async () => {
+        await this.sample();
+        return intervalMs;
+      },
+      { firstDelayMs: 0, retryMs: intervalMs, unref: true },
+    );
   }
 
   start(): void {
-    if (!this.stopped) return;
-    this.stopped = false;
-    this.stopping = new AbortController();
-    this.schedule(0);
+    this.loop.start();
   }
 
   /** Stops sampling, cuts a sample in progress short and waits for it. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    this.stopping.abort();
-    await this.running;
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** The last sample's report, if any succeeded. */
@@ -148,24 +148,13 @@ export class HorizonWatch {
     return `MVCC horizon held back for ${Math.round(r.heldSeconds)} s by ${describe(r.holder)}: VACUUM cannot remove the queue's dead row versions while it lasts (see ${HORIZON_DOC})`;
   }
 
-  private schedule(delayMs: number): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.running = this.sample().finally(() => {
-        this.running = undefined;
-        this.schedule(this.intervalMs);
-      });
-    }, delayMs);
-    this.timer.unref();
-  }
-
   private async sample(): Promise<void> {
-    const signal = AbortSignal.any([this.stopping.signal, AbortSignal.timeout(this.deadlineMs)]);
+    const signal = this.loop.signal(this.deadlineMs);
     let sample: HorizonSample;
     try {
       sample = await this.source.sampleHorizon({ signal });
     } catch (err) {
-      if (!this.stopped) this.logger.warn({ err }, "horizon sample failed; retrying");
+      if (!this.loop.isStopped) this.logger.warn({ err }, "horizon sample failed; retrying");
       this.config.onSample?.({ error: err });
       return;
     }

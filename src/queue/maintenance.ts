@@ -1,6 +1,7 @@
 // The maintenance loop every coordinator runs: lease expiry (the reaper), then pending-task
 // expiry and retention. Each coordinator runs its own; the store's statements take their rows
 // with SKIP LOCKED, so several loops on one database share the work instead of repeating it.
+import { PassLoop } from "./pass-loop.js";
 import type { CallOptions, ExpireLeasesResult, MaintenanceResult } from "./types.js";
 
 /** What the loop calls: the maintenance half of the queue. */
@@ -38,10 +39,7 @@ const MIN_PASS_DEADLINE_MS = 5000;
 export class Maintainer {
   private readonly intervalMs: number;
   private readonly passDeadlineMs: number;
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopped = true;
-  private stopping = new AbortController();
+  private readonly loop: PassLoop;
 
   constructor(
     private readonly queue: MaintenanceQueue,
@@ -51,35 +49,27 @@ export class Maintainer {
     this.intervalMs = config.intervalMs ?? MAINTAINER_DEFAULTS.intervalMs;
     if (!(this.intervalMs > 0)) throw new RangeError(`maintenance intervalMs must be positive, not ${this.intervalMs}`);
     this.passDeadlineMs = config.passDeadlineMs ?? Math.max(this.intervalMs, MIN_PASS_DEADLINE_MS);
+    const intervalMs = this.intervalMs;
+    this.loop = new PassLoop(
+      async () => {
+        await this.pass();
+        return intervalMs;
+      },
+      { firstDelayMs: intervalMs, retryMs: intervalMs },
+    );
   }
 
   start(): void {
-    if (!this.stopped) return;
-    this.stopped = false;
-    this.stopping = new AbortController();
-    this.schedule();
+    this.loop.start();
   }
 
   /** Stops scheduling, cuts a pass in progress short and waits for it. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    this.stopping.abort();
-    await this.running;
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.running = this.pass().finally(() => {
-        this.running = undefined;
-        this.schedule();
-      });
-    }, this.intervalMs);
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   private signal(): AbortSignal {
-    return AbortSignal.any([this.stopping.signal, AbortSignal.timeout(this.passDeadlineMs)]);
+    return this.loop.signal(this.passDeadlineMs);
   }
 
   private async pass(): Promise<void> {

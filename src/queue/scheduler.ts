@@ -2,6 +2,7 @@
 // statements hold each schedule while they fire it, so several loops on one database share the
 // ticks and never repeat one), then the loop sleeps until the next tick is due, at most
 // maxIntervalMs, so a schedule put through another coordinator is seen within that.
+import { PassLoop } from "./pass-loop.js";
 import type { CallOptions } from "./types.js";
 import type { ScheduleTickResult } from "./schedules.js";
 
@@ -32,10 +33,7 @@ export const SCHEDULER_LOOP_DEFAULTS = { maxIntervalMs: 1000, heldBackoffMs: 50,
 
 export class SchedulerLoop {
   private readonly cfg: Required<Omit<SchedulerLoopConfig, "onPass">>;
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private stopped = true;
-  private stopping = new AbortController();
+  private readonly loop: PassLoop;
 
   constructor(
     private readonly queue: SchedulerQueue,
@@ -44,41 +42,21 @@ export class SchedulerLoop {
   ) {
     this.cfg = { ...SCHEDULER_LOOP_DEFAULTS, ...withoutUndefined(config) };
     if (!(this.cfg.maxIntervalMs > 0)) throw new RangeError(`scheduler maxIntervalMs must be positive, not ${this.cfg.maxIntervalMs}`);
+    this.loop = new PassLoop(() => this.pass(), { firstDelayMs: 0, retryMs: this.cfg.retryMs });
   }
 
   start(): void {
-    if (!this.stopped) return;
-    this.stopped = false;
-    this.stopping = new AbortController();
-    this.schedule(0);
+    this.loop.start();
   }
 
   /** Stops scheduling, cuts a pass in progress short and waits for it. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    this.stopping.abort();
-    await this.running;
-  }
-
-  private schedule(delayMs: number): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      let next = this.cfg.retryMs;
-      this.running = this.pass()
-        .then((ms) => {
-          next = ms;
-        })
-        .finally(() => {
-          this.running = undefined;
-          this.schedule(next);
-        });
-    }, delayMs);
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** One pass; the sleep before the next. */
   private async pass(): Promise<number> {
-    const signal = AbortSignal.any([this.stopping.signal, AbortSignal.timeout(this.cfg.passDeadlineMs)]);
+    const signal = this.loop.signal(this.cfg.passDeadlineMs);
     try {
       const result = await this.queue.fireSchedules({ signal });
       for (const f of result.failures)
@@ -97,7 +75,7 @@ export class SchedulerLoop {
       // A millisecond past the tick, so the pass finds it due by the database's clock.
       return Math.min(Math.ceil(due) + 1, this.cfg.maxIntervalMs);
     } catch (err) {
-      if (!this.stopped) this.logger.warn({ err }, "scheduler pass failed; retrying");
+      if (!this.loop.isStopped) this.logger.warn({ err }, "scheduler pass failed; retrying");
       this.config.onPass?.({ error: err });
       return this.cfg.retryMs;
     }
