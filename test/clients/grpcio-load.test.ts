@@ -6,12 +6,10 @@
 // eight sends gzip-compressed requests, which connect-es' router serves. Zero errors, and every
 // task completed exactly once.
 import { spawn } from "node:child_process";
-import { pino } from "pino";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import { ROOT } from "../support/process.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
-import { SWITCHES } from "../support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 const PYTHON = inject("python");
 const TASKS = 3000;
@@ -20,24 +18,17 @@ const GZIP_EVERY = 8;
 const RUN_TIMEOUT_MS = 600_000;
 
 let fx: QueueFixture;
-let server: ApiServer;
+let api: ApiServerFixture;
 let target: string;
 
 beforeAll(async () => {
   fx = await queueFixture();
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue: fx.queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 1024 * 1024,
-    requestTimeoutMs: 120_000,
-    readiness: async () => ({ ready: true }),
-  });
-  target = `127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
+  api = await apiServerFixture({ queue: fx.queue, maxBodyBytes: 1024 * 1024, requestTimeoutMs: 120_000 });
+  target = `127.0.0.1:${api.port}`;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await fx?.close();
 });
 

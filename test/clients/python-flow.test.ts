@@ -5,12 +5,10 @@
 // and get_task's waiting reasons, printing one JSON line per step; this file checks those lines
 // against what the database then holds.
 import { spawn } from "node:child_process";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import { ROOT } from "../support/process.js";
 import { queueFixture, type QueueFixture } from "../support/queue.js";
-import { SWITCHES } from "../support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 /** The test venv's python (made by the global setup from requirements-dev.txt). */
 const PYTHON = inject("python");
@@ -18,7 +16,7 @@ const PYTHON = inject("python");
 const CHILD_TIMEOUT_MS = 150_000;
 
 let fx: QueueFixture;
-let server: ApiServer;
+let api: ApiServerFixture;
 let url: string;
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -61,20 +59,12 @@ function runFlow(transport: string, prefix: string): Promise<FlowRun> {
 
 beforeAll(async () => {
   fx = await queueFixture();
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue: fx.queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  const port = await server.listen(0, "127.0.0.1");
-  url = `http://127.0.0.1:${port}`;
+  api = await apiServerFixture({ queue: fx.queue, requestTimeoutMs: 10_000 });
+  url = api.base;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await fx?.close();
 });
 

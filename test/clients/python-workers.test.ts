@@ -1,5 +1,5 @@
 // The Python examples (examples/python) against a live coordinator: a real
-// server (createApiServer on port 0) over a real, freshly migrated PostgreSQL
+// server (test/support/api-server.ts, port 0) over a real, freshly migrated PostgreSQL
 // database. Each runs as a child process (bounded in time, never left behind);
 // the tests check what they print against what the database then holds (tasks,
 // and the task_progress rows of task_events that ReportProgress writes).
@@ -12,12 +12,10 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import { ROOT } from "../support/process.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
-import { SWITCHES } from "../support/switches.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 /** The test venv's python (made by the global setup from requirements-dev.txt), or PYTHON when set. */
 const PYTHON = inject("python");
@@ -28,7 +26,7 @@ const HEX64_RE = /^[0-9a-f]{64}$/;
 const PROGRESS_STEPS = 4;
 
 let fx: QueueFixture;
-let server: ApiServer;
+let api: ApiServerFixture;
 let target: string;
 
 // ---------- child processes: bounded in time, none left behind ----------
@@ -121,21 +119,13 @@ function describeRun(r: PyRun): string {
 
 beforeAll(async () => {
   fx = await queueFixture();
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue: fx.queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  const port = await server.listen(0, "127.0.0.1");
-  target = `127.0.0.1:${port}`;
+  api = await apiServerFixture({ queue: fx.queue, requestTimeoutMs: 10_000 });
+  target = `127.0.0.1:${api.port}`;
 });
 
 afterAll(async () => {
   await killLeftovers();
-  await server?.close(2000);
+  await api?.close();
   await fx?.close();
 });
 
