@@ -37,9 +37,9 @@ export const client = createClient(
 );
 
 /** What the token may do; "open" is a coordinator without tokens, where everything is allowed. */
-export type Role = "admin" | "submitter" | "worker" | "open" | "signed-out";
+export type Role = "admin" | "billing" | "submitter" | "worker" | "open" | "signed-out";
 
-/** Finds the role by asking: an admin-only RPC, then a submitter one (both read-only and cheap). */
+/** Finds the role by asking: an admin-only RPC, then a submitter one, then a billing one (all read-only and cheap). */
 export async function probeRole(): Promise<Role> {
   try {
     await client.listWorkloads({});
@@ -51,12 +51,19 @@ export async function probeRole(): Promise<Role> {
   }
   try {
     await client.listJobs({ pageSize: 1 });
-    return "submitter";
   } catch (err) {
     const e = ConnectError.from(err);
     if (e.code === Code.Unauthenticated) return "signed-out";
     if (e.code === Code.PermissionDenied) return "worker";
     throw err;
+  }
+  try {
+    await client.listSettlements({ pageSize: 1 });
+    return "billing";
+  } catch (err) {
+    // Only a refusal says the token may not: any other failure came from past the access check.
+    const e = ConnectError.from(err);
+    return e.code === Code.PermissionDenied || e.code === Code.Unimplemented ? "submitter" : "billing";
   }
 }
 
