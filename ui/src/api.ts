@@ -49,21 +49,27 @@ export async function probeRole(): Promise<Role> {
     if (e.code === Code.Unauthenticated) return "signed-out";
     if (e.code !== Code.PermissionDenied) throw err;
   }
+  let readsJobs = true;
   try {
     await client.listJobs({ pageSize: 1 });
   } catch (err) {
     const e = ConnectError.from(err);
     if (e.code === Code.Unauthenticated) return "signed-out";
-    if (e.code === Code.PermissionDenied) return "worker";
-    throw err;
+    if (e.code !== Code.PermissionDenied) throw err;
+    readsJobs = false;
   }
+  if (await maySettle()) return "billing";
+  return readsJobs ? "submitter" : "worker";
+}
+
+/** Whether the token may list settlements: only a refusal says no, any other failure came from past the access check. */
+async function maySettle(): Promise<boolean> {
   try {
     await client.listSettlements({ pageSize: 1 });
-    return "billing";
+    return true;
   } catch (err) {
-    // Only a refusal says the token may not: any other failure came from past the access check.
     const e = ConnectError.from(err);
-    return e.code === Code.PermissionDenied || e.code === Code.Unimplemented ? "submitter" : "billing";
+    return ![Code.PermissionDenied, Code.Unauthenticated, Code.Unimplemented].includes(e.code);
   }
 }
 
