@@ -106,7 +106,7 @@ export function renderJobs(params: URLSearchParams): void {
           h(
             "tr",
             {},
-            ...["Job", "Workload", "Account", "Status", "Progress", "Priority", "Created", "Idempotency key"].map((t) =>
+            ...["Job", "Workload", "Status", "Account", "Progress", "Priority", "Created", "Idempotency key"].map((t) =>
               h("th", { scope: "col" }, t),
             ),
           ),
@@ -120,8 +120,8 @@ export function renderJobs(params: URLSearchParams): void {
               { "data-job": j.id },
               h("td", {}, h("a", { href: `#/jobs/${j.id}`, class: "mono" }, j.id)),
               h("td", {}, j.workload),
-              h("td", { "data-account": j.account }, j.account || "—"),
               h("td", {}, badge(jobStatusName(j.status))),
+              h("td", { "data-account": j.account }, j.account || "—"),
               h("td", { class: "num", "data-progress": j.id }, "…"),
               h("td", { class: "num" }, j.priority),
               h("td", {}, h("time", { datetime: ts(j.createdAt)?.toISOString(), title: when(ts(j.createdAt)) }, ago(ts(j.createdAt)))),
