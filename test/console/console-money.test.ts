@@ -3,7 +3,8 @@
 // submitter), the jobs list filtered by account, a job page with its account, billing context,
 // usage (in total and per attempt) and settlement, and the settlements view filtered by account.
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
@@ -23,6 +24,7 @@ interface El {
   closest(selector: string): El | null;
   querySelectorAll(selector: string): { length: number };
 }
+declare const window: unknown;
 declare const document: {
   getElementById(id: string): El | null;
   querySelector(selector: string): El | null;
@@ -32,6 +34,7 @@ declare const document: {
 
 const TOKENS = { admin: `lh_admin_${randomUUID()}`, submitter: `lh_submitter_${randomUUID()}`, billing: `lh_billing_${randomUUID()}` };
 const WAIT = { timeout: 60_000 };
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 let db: TestDatabase;
 let tmp: string;
@@ -69,12 +72,27 @@ async function signedIn(token: string, hash: string): Promise<Page> {
   contexts.push(context);
   const page = await context.newPage();
   page.setDefaultTimeout(60_000);
+  // axe-core is injected as an inline script, which the console's CSP (rightly) forbids.
+  await page.setBypassCSP(true);
   await page.goto(`${base}/ui/${hash}`, { waitUntil: "domcontentloaded" });
   await page.waitForSelector("#token", WAIT);
   await page.type("#token", token);
   await page.click("#sign-in button[type=submit]");
   await page.waitForFunction(() => document.body.dataset.role !== undefined && document.getElementById("token") === null, WAIT);
   return page;
+}
+
+/** The serious and critical accessibility violations axe-core finds on the page. */
+async function axeSerious(page: Page): Promise<string[]> {
+  await page.addScriptTag({ content: AXE_SOURCE });
+  const found = await page.evaluate(async () => {
+    const axe = (
+      window as { axe: { run(ctx: unknown, o: object): Promise<{ violations: { id: string; impact: string; help: string }[] }> } }
+    ).axe;
+    const r = await axe.run(document, { resultTypes: ["violations"] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
+  });
+  return found.filter((v) => v.impact === "serious" || v.impact === "critical").map((v) => `${v.id} (${v.impact}): ${v.help}`);
 }
 
 function settlementsNavShown(page: Page): Promise<boolean> {
@@ -120,6 +138,7 @@ describe("console: the money path", () => {
     expect(await settlementsNavShown(billing)).toBe(true);
     expect(await billing.evaluate(() => document.querySelector("[data-nav=workloads]")?.closest("li")?.hidden)).toBe(true);
     await billing.waitForSelector("#settlements-results", WAIT);
+    expect(await axeSerious(billing)).toEqual([]);
 
     const admin = await signedIn(TOKENS.admin, "#/");
     expect(await settlementsNavShown(admin)).toBe(true);
@@ -165,6 +184,7 @@ describe("console: the money path", () => {
     const page = await signedIn(TOKENS.billing, "#/settlements?account=initech");
     await page.waitForSelector(`#settlements tr[data-job="${second}"]`, WAIT);
     expect(await page.evaluate(() => document.querySelectorAll("#settlements tbody tr").length)).toBe(2);
+    expect(await axeSerious(page)).toEqual([]);
     expect(await page.evaluate((id) => document.querySelector(`td[data-usage="${id}"]`)?.textContent, first)).toBe(
       "gpu_ms 1,200 · tokens 5",
     );
