@@ -57,6 +57,7 @@ beforeAll(async () => {
   };
   api = createClient(QueueService, createConnectTransport({ baseUrl: base, httpVersion: "1.1", interceptors: [bearer] }));
   await api.putWorkload({ name: "render", maxAttempts: 2, leaseSeconds: 120 });
+  await api.putWorkload({ name: "idle", maxAttempts: 1, leaseSeconds: 120 });
 });
 
 afterAll(async () => {
@@ -109,7 +110,9 @@ async function billedJob(account: string, billingKey: string): Promise<string> {
     tasks: [{ chunkIndex: 0, inputUri: `s3://in/${input}`, inputSha256: sha(input) }],
   });
   const jobId = created.job!.id;
-  let t = (await api.claimTasks({ workerId: "worker-m", workloads: ["render"], maxTasks: 1 })).tasks[0];
+  // A long poll each: the retried attempt is due at once, yet a claim may arrive just before it is.
+  const claim = { workerId: "worker-m", workloads: ["render"], maxTasks: 1, waitSeconds: 10 };
+  let t = (await api.claimTasks(claim)).tasks[0];
   await api.failTask({
     taskId: t.id,
     workerId: "worker-m",
@@ -119,7 +122,7 @@ async function billedJob(account: string, billingKey: string): Promise<string> {
     retryAfterSeconds: 0,
     usage: { gpu_ms: 200n },
   });
-  t = (await api.claimTasks({ workerId: "worker-m", workloads: ["render"], maxTasks: 1 })).tasks[0];
+  t = (await api.claimTasks(claim)).tasks[0];
   await api.completeTask({
     taskId: t.id,
     workerId: "worker-m",
@@ -156,7 +159,7 @@ describe("console: the money path", () => {
     await api.putAccount({ name: "acme" });
     await api.putAccount({ name: "globex" });
     const acme = await billedJob("acme", `order-${randomUUID()}`);
-    const other = await api.createJob({ workload: "render", account: "globex", inputUri: "s3://in/g", inputSha256: sha("g") });
+    const other = await api.createJob({ workload: "idle", account: "globex", inputUri: "s3://in/g", inputSha256: sha("g") });
 
     const page = await signedIn(TOKENS.admin, "#/jobs?account=acme");
     await page.waitForSelector(`#jobs tr[data-job="${acme}"]`, WAIT);
