@@ -37,9 +37,9 @@ export const client = createClient(
 );
 
 /** What the token may do; "open" is a coordinator without tokens, where everything is allowed. */
-export type Role = "admin" | "submitter" | "worker" | "open" | "signed-out";
+export type Role = "admin" | "billing" | "submitter" | "worker" | "open" | "signed-out";
 
-/** Finds the role by asking: an admin-only RPC, then a submitter one (both read-only and cheap). */
+/** Finds the role by asking: an admin-only RPC, then a submitter one, then a billing one (all read-only and cheap). */
 export async function probeRole(): Promise<Role> {
   try {
     await client.listWorkloads({});
@@ -49,14 +49,27 @@ export async function probeRole(): Promise<Role> {
     if (e.code === Code.Unauthenticated) return "signed-out";
     if (e.code !== Code.PermissionDenied) throw err;
   }
+  let readsJobs = true;
   try {
     await client.listJobs({ pageSize: 1 });
-    return "submitter";
   } catch (err) {
     const e = ConnectError.from(err);
     if (e.code === Code.Unauthenticated) return "signed-out";
-    if (e.code === Code.PermissionDenied) return "worker";
-    throw err;
+    if (e.code !== Code.PermissionDenied) throw err;
+    readsJobs = false;
+  }
+  if (await maySettle()) return "billing";
+  return readsJobs ? "submitter" : "worker";
+}
+
+/** Whether the token may list settlements: only a refusal says no, any other failure came from past the access check. */
+async function maySettle(): Promise<boolean> {
+  try {
+    await client.listSettlements({ pageSize: 1 });
+    return true;
+  } catch (err) {
+    const e = ConnectError.from(err);
+    return ![Code.PermissionDenied, Code.Unauthenticated, Code.Unimplemented].includes(e.code);
   }
 }
 

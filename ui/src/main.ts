@@ -1,4 +1,4 @@
-// The Leasehold console: a hash-routed page (#/, #/jobs, #/jobs/<id>, #/workloads) over the
+// The Leasehold console: a hash-routed page (#/, #/jobs, #/jobs/<id>, #/workloads, #/settlements) over the
 // Connect API (api.ts). This file signs in and routes; each route is a page in pages/, built from
 // the parts in components/. The overview reads /metrics every few seconds (the counts there are
 // cached by the coordinator); a job page follows WatchJob and asks for anything else only when an
@@ -11,9 +11,10 @@ import { renderJob } from "./pages/job.js";
 import { renderJobs } from "./pages/jobs.js";
 import { renderOverview } from "./pages/overview.js";
 import { renderSchedules } from "./pages/schedules.js";
+import { renderSettlements } from "./pages/settlements.js";
 import { renderSignIn } from "./pages/sign-in.js";
 import { renderWorkloads } from "./pages/workloads.js";
-import { currentRole, isAdmin, setRole } from "./session.js";
+import { canSettle, currentRole, isAdmin, setRole } from "./session.js";
 
 /** Stops the current view's timers and streams when the route changes. */
 let cleanup: (() => void) | undefined;
@@ -44,6 +45,7 @@ function route(): void {
   else if (path === "/jobs") renderJobs(params);
   else if (path === "/workloads") renderWorkloads();
   else if (path === "/schedules") renderSchedules();
+  else if (path === "/settlements") renderSettlements(params);
   else cleanup = renderOverview();
 }
 
@@ -67,6 +69,7 @@ async function start(): Promise<void> {
   who.textContent = role === "open" ? "Open coordinator (no tokens)" : role === "signed-out" ? "" : `Signed in: ${role}`;
   (document.getElementById("sign-out") as HTMLButtonElement).hidden = !getToken();
   for (const el of document.querySelectorAll<HTMLElement>("[data-role=admin]")) el.hidden = !isAdmin();
+  for (const el of document.querySelectorAll<HTMLElement>("[data-role=billing]")) el.hidden = !canSettle();
   route();
 }
 

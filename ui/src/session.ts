@@ -11,6 +11,11 @@ export function setRole(r: Role): void {
   role = r;
 }
 
+/** A token that may list and settle billable jobs: billing or admin (or a coordinator without tokens). */
+export function canSettle(): boolean {
+  return role === "billing" || isAdmin();
+}
+
 /** An admin token, or a coordinator without tokens, where everything is allowed. */
 export function isAdmin(): boolean {
   return role === "admin" || role === "open";

@@ -7,6 +7,7 @@ both: the same typed answers (:mod:`leasehold.models`), the same numbers in ``pa
 (:mod:`leasehold.errors`).
 """
 
+from .accounts import Account, AccountUsage, Billing, Settlement, Usage, WorkloadUsage
 from .client import Client
 from .errors import (
     AbortedError,
@@ -19,6 +20,7 @@ from .errors import (
     LeaseholdError,
     NotFoundError,
     PermissionDeniedError,
+    ResourceExhaustedError,
     UnauthenticatedError,
     UnavailableError,
     WorkerConfigError,
@@ -55,9 +57,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AbortedError",
+    "Account",
+    "AccountUsage",
     "AlreadyExistsError",
     "AttemptOutcome",
     "AttemptProgress",
+    "Billing",
     "Client",
     "CreatedJob",
     "DeadlineExceededError",
@@ -76,11 +81,13 @@ __all__ = [
     "LeaseholdError",
     "NotFoundError",
     "PermissionDeniedError",
+    "ResourceExhaustedError",
     "Result",
     "ResultManifest",
     "RetriedJob",
-    "Schedule",
     "RetryableError",
+    "Schedule",
+    "Settlement",
     "Task",
     "TaskAttempt",
     "TaskCancelled",
@@ -92,11 +99,13 @@ __all__ = [
     "TaskStatus",
     "UnauthenticatedError",
     "UnavailableError",
+    "Usage",
     "WaitingReason",
     "WatchUpdate",
     "Worker",
     "WorkerConfigError",
     "Workload",
+    "WorkloadUsage",
     "error_code_of",
     "plain_json",
 ]

@@ -143,6 +143,8 @@ class Reporter:
                "result_uri": o.result.uri, "result_sha256": o.result.sha256}
         if o.result.metrics is not None:
             req["metrics"] = dict(o.result.metrics)
+        if o.result.usage:
+            req["usage"] = dict(o.result.usage)
         return req
 
     def _retrying(self, method: str, request: JsonObject) -> JsonObject:
@@ -236,6 +238,8 @@ class Reporter:
                            "retryable": retryable}
         if isinstance(e, TaskError) and e.retryable and e.retry_after is not None:
             req["retry_after_seconds"] = min(max(math.ceil(e.retry_after), 0), 86_400)
+        if isinstance(e, TaskError) and e.usage:
+            req["usage"] = dict(e.usage)
         if not retryable:
             log.warning("task %s (attempt %d) failed for good: %s", task.id, task.attempt, req["error_message"],
                         exc_info=e if not isinstance(e, TaskError) else None)

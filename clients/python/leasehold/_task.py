@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .accounts import Usage, check_usage
 from .models import TaskRecord
 
 __all__ = ["Handler", "Result", "RetryableError", "Task", "TaskCancelled", "TaskError", "error_code_of",
@@ -31,11 +32,23 @@ _ERROR_MESSAGE_MAX = 2000
 
 @dataclass(frozen=True)
 class Result:
-    """What a handler returns: where it wrote the result, the result's hex SHA-256, and optional metrics."""
+    """What a handler returns: where it wrote the result, the result's hex SHA-256, optional metrics and usage.
+
+    ``usage`` is what the attempt used, as named counters (``{"gpu_ms": 1200, "tokens": 5000}``: keys
+    ``^[a-z][a-z0-9_.]{0,62}$``, at most 32, ints from 0 to 2**53 - 1); it is recorded once with the accepted
+    result and summed into the job's usage. Unlike ``metrics`` it is part of the report's identity: a result
+    sent again must carry the same usage. A counter outside those rules raises :class:`ValueError` here, in
+    the handler, which fails the task with that message.
+    """
 
     uri: str
     sha256: str
     metrics: Mapping[str, Any] | None = None
+    usage: Mapping[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.usage is not None:
+            object.__setattr__(self, "usage", check_usage(self.usage, "Result.usage"))
 
 
 class TaskError(Exception):
@@ -43,33 +56,43 @@ class TaskError(Exception):
 
     Any other exception a handler raises is a permanent failure whose code is the exception's class name in
     snake case (``ValueError`` → ``value_error``).
+
+    ``usage`` is what the failed attempt used before it failed (as :attr:`Result.usage`): failed attempts
+    consume resources too, and it is summed into the job's usage like a result's.
+
+    Example::
+
+        raise TaskError("out of memory", code="oom", usage={"gpu_ms": 90_000})
     """
 
     def __init__(self, message: str = "", *, code: str | None = None, retryable: bool = False,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, usage: Mapping[str, int] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.retryable = retryable
         self.retry_after = retry_after
+        self.usage: Usage | None = check_usage(usage, "TaskError.usage") if usage is not None else None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only arguments: rebuild through a helper so the exception survives pickling (process lanes).
-        return (_rebuild_task_error, (type(self), self.message, self.code, self.retryable, self.retry_after))
+        return (_rebuild_task_error, (type(self), self.message, self.code, self.retryable, self.retry_after,
+                                      self.usage))
 
 
 def _rebuild_task_error(cls: type[TaskError], message: str, code: str | None, retryable: bool,
-                        retry_after: float | None) -> TaskError:
+                        retry_after: float | None, usage: Usage | None = None) -> TaskError:
     err = cls.__new__(cls)
-    TaskError.__init__(err, message, code=code, retryable=retryable, retry_after=retry_after)
+    TaskError.__init__(err, message, code=code, retryable=retryable, retry_after=retry_after, usage=usage)
     return err
 
 
 class RetryableError(TaskError):
     """A handler failure another attempt may fix; retried after ``retry_after`` seconds (else the server's backoff)."""
 
-    def __init__(self, message: str = "", *, retry_after: float | None = None, code: str | None = None) -> None:
-        super().__init__(message, code=code, retryable=True, retry_after=retry_after)
+    def __init__(self, message: str = "", *, retry_after: float | None = None, code: str | None = None,
+                 usage: Mapping[str, int] | None = None) -> None:
+        super().__init__(message, code=code, retryable=True, retry_after=retry_after, usage=usage)
 
 
 class TaskCancelled(Exception):  # noqa: N818  reads as what happened, like KeyboardInterrupt

@@ -11,6 +11,7 @@ from typing import Any
 from ._checks import json_violations, labels_json, task_json
 from ._otel import current_traceparent
 from ._transport import Transport, TransportName, make_transport
+from .accounts import Account, AccountUsage, Billing
 from .errors import FieldViolation, UnavailableError, invalid_request
 from .models import (
     CreatedJob,
@@ -105,6 +106,8 @@ class Client:
         required_labels: Mapping[str, str] | None = None,
         run_at: datetime | str | None = None,
         finalizer: Mapping[str, Any] | None = None,
+        account: str | None = None,
+        billing: Billing | Mapping[str, Any] | None = None,
     ) -> CreatedJob:
         """Creates a job of ``tasks`` (or one task from ``input_uri``/``input_sha256``).
 
@@ -133,6 +136,13 @@ class Client:
         that workload when this job ends; its task's parameters name the parent (``parent_job_id``,
         ``parent_status``), so its worker can read the ordered results with :meth:`results`. It runs
         after a failed or cancelled job only with ``run_on_failure``.
+
+        ``account`` names a registered account the job belongs to (a token bound to an account creates under
+        it; naming another raises :class:`~leasehold.errors.PermissionDeniedError`; an unknown one
+        :class:`~leasehold.errors.NotFoundError`; past the account's ``max_pending_tasks``
+        :class:`~leasehold.errors.ResourceExhaustedError`, and nothing is written). ``billing``
+        (:class:`~leasehold.accounts.Billing` or ``{"reserved_units": ..., "billing_key": ...}``) is stored with
+        the job; a second job with the same ``billing_key`` in the account answers the first one.
 
         An unknown key in a task mapping, a value of the wrong type, or a parameter that is not a JSON value
         raises :class:`~leasehold.errors.InvalidArgumentError` before anything is sent, with one
@@ -187,6 +197,10 @@ class Client:
             req["run_at"] = rfc3339(run_at)
         if finalizer is not None:
             req["finalizer"] = _finalizer_json(finalizer, bad)
+        if account:
+            req["account"] = account
+        if billing is not None:
+            req["billing"] = _billing_json(billing, bad)
         if bad:
             raise invalid_request("CreateJob", bad)
         return CreatedJob.from_json(self._call("CreateJob", req))
@@ -282,12 +296,15 @@ class Client:
         return RetriedJob(job=Job.from_json(field_of(res, "job") or {}), retried_tasks=int(field_of(res, "retried_tasks", 0)))
 
     def list_jobs(self, *, status: JobStatus | str | None = None, workload: str | None = None,
-                  page_size: int | None = None, schedule_name: str | None = None) -> Iterator[Job]:
+                  page_size: int | None = None, schedule_name: str | None = None,
+                  account: str | None = None) -> Iterator[Job]:
         """Iterates over jobs, newest first, across every page; ``status`` as ``"failed"`` or ``"JOB_STATUS_FAILED"``.
 
-        ``schedule_name``: only the jobs that schedule created.
+        ``schedule_name``: only the jobs that schedule created; ``account``: only that account's jobs.
         """
         req: JsonObject = {}
+        if account:
+            req["account"] = account
         if status:
             req["status"] = _enum_name("JOB_STATUS_", status)
         if workload:
@@ -451,6 +468,95 @@ class Client:
     def resume_schedule(self, name: str) -> Schedule:
         """Resumes a paused schedule from its next tick after now."""
         return Schedule.from_json(field_of(self._call("ResumeSchedule", {"name": name}), "schedule") or {})
+
+    # ---- accounts (admin token) and settlement (billing or admin token) ----
+
+    def put_account(self, name: str, *, max_pending_tasks: int = 0, priority: int = 0) -> Account:
+        """Registers an account or replaces its settings (admin token).
+
+        ``max_pending_tasks`` bounds the pending tasks over the account's jobs (``0``: no limit); ``priority``
+        is its jobs' priority when they set none (its tier). A bad name or a negative limit raises
+        :class:`~leasehold.errors.InvalidArgumentError` naming the field, and nothing is written.
+
+        Example::
+
+            client.put_account("acme", max_pending_tasks=10_000, priority=5)
+        """
+        req: JsonObject = {"name": name, "max_pending_tasks": max_pending_tasks, "priority": priority}
+        return Account.from_json(field_of(self._call("PutAccount", req), "account") or {})
+
+    def get_account(self, name: str) -> Account:
+        """An account with its pending tasks now; :class:`~leasehold.errors.NotFoundError` when unknown."""
+        return Account.from_json(field_of(self._call("GetAccount", {"name": name}), "account") or {})
+
+    def list_accounts(self) -> list[Account]:
+        """The accounts, ordered by name."""
+        return [Account.from_json(a) for a in field_of(self._call("ListAccounts", {}), "accounts") or []]
+
+    def get_account_usage(self, account: str, *, start: datetime | str | None = None,
+                          end: datetime | str | None = None) -> AccountUsage:
+        """An account's use per workload over [``start``, ``end``) (unset: from the beginning, until now).
+
+        Each :class:`~leasehold.accounts.WorkloadUsage` has the jobs that became final in the interval, their
+        tasks completed and failed, the seconds their attempts held leases, and their usage counters summed.
+
+        Example::
+
+            for w in client.get_account_usage("acme", start=datetime(2026, 12, 1, tzinfo=timezone.utc)).workloads:
+                print(w.workload, w.jobs, w.tasks_completed, w.usage.get("gpu_ms", 0))
+        """
+        req: JsonObject = {"account": account}
+        if start is not None:
+            req["from"] = rfc3339(start)
+        if end is not None:
+            req["to"] = rfc3339(end)
+        return AccountUsage.from_json(self._call("GetAccountUsage", req))
+
+    def list_settlements(self, *, account: str | None = None, page_size: int | None = None) -> Iterator[Job]:
+        """Iterates over final, unsettled billable jobs, oldest final first, across every page.
+
+        Each job carries its ``account``, ``billing``, ``usage`` totals, final ``status`` and ``completed_at``:
+        what a settler needs to charge or refund it with :meth:`settle_job`. ``account``: only its jobs.
+        """
+        req: JsonObject = {}
+        if account:
+            req["account"] = account
+        for j in self._pages("ListSettlements", req, "jobs", page_size):
+            yield Job.from_json(j)
+
+    def settle_job(self, job_id: str, settlement_key: str, settled_units: int) -> Job:
+        """Records a final job's settlement, once; returns the job with its ``settlement``.
+
+        The same key and units again answer the same job (a settler may retry freely); a different key or
+        amount raises :class:`~leasehold.errors.AlreadyExistsError` naming what was recorded; a job that is
+        not final :class:`~leasehold.errors.FailedPreconditionError`.
+
+        Example::
+
+            for job in client.list_settlements(account="acme"):
+                charged = min(job.usage.get("tokens", 0), job.billing.reserved_units if job.billing else 0)
+                client.settle_job(job.id, f"invoice-7:{job.id}", charged)
+        """
+        req: JsonObject = {"job_id": job_id, "settlement_key": settlement_key, "settled_units": str(settled_units)}
+        return Job.from_json(field_of(self._call("SettleJob", req), "job") or {})
+
+
+def _billing_json(billing: Billing | Mapping[str, Any], bad: list[FieldViolation]) -> JsonObject:
+    """A billing context in proto JSON, with a violation appended for each unknown key or wrong type."""
+    if isinstance(billing, Billing):
+        return billing.to_json()
+    out: JsonObject = {}
+    for key, value in billing.items():
+        if key == "reserved_units" and isinstance(value, int) and not isinstance(value, bool):
+            out[key] = str(value)
+        elif key == "billing_key" and isinstance(value, str):
+            out[key] = value
+        elif key in ("reserved_units", "billing_key"):
+            bad.append(FieldViolation(f"billing.{key}", "must be an int" if key == "reserved_units" else "must be a string"))
+        else:
+            bad.append(FieldViolation(f"billing.{key}", "unknown field (known: reserved_units, billing_key)"))
+    return out
+
 
 _FINALIZER_FIELDS = ("workload", "parameters", "run_on_failure")
 

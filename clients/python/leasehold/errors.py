@@ -26,6 +26,7 @@ __all__ = [
     "LeaseholdError",
     "NotFoundError",
     "PermissionDeniedError",
+    "ResourceExhaustedError",
     "UnauthenticatedError",
     "UnavailableError",
     "WorkerConfigError",
@@ -128,6 +129,15 @@ class UnavailableError(LeaseholdError):
     code = "unavailable"
 
 
+class ResourceExhaustedError(UnavailableError):
+    """A quota or limit is used up: an account's ``max_pending_tasks`` (the message names the numbers), HTTP 429.
+
+    A kind of :class:`UnavailableError`, as it was before it had a class of its own: waiting may help.
+    """
+
+    code = "resource_exhausted"
+
+
 class DeadlineExceededError(LeaseholdError):
     """The call's deadline passed (HTTP 504, or the client's own timeout)."""
 
@@ -148,7 +158,8 @@ _BY_CODE: dict[str, type[LeaseholdError]] = {
     cls.code: cls
     for cls in (
         InvalidArgumentError, FailedPreconditionError, UnauthenticatedError, PermissionDeniedError, NotFoundError,
-        AbortedError, AlreadyExistsError, UnavailableError, DeadlineExceededError, InternalError,
+        AbortedError, AlreadyExistsError, UnavailableError, ResourceExhaustedError, DeadlineExceededError,
+        InternalError,
     )
 }
 
@@ -156,7 +167,6 @@ _BY_CODE: dict[str, type[LeaseholdError]] = {
 _ALIASES: dict[str, type[LeaseholdError]] = {
     "canceled": UnavailableError,
     "cancelled": UnavailableError,
-    "resource_exhausted": UnavailableError,
     "out_of_range": InvalidArgumentError,
 }
 

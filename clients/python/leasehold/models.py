@@ -32,6 +32,7 @@ from ._read import (
 from ._read import field_of as field_of
 from ._read import parse_time as parse_time
 from ._read import plain_json as plain_json
+from .accounts import Billing, Settlement, Usage, usage_of
 
 __all__ = [
     "AttemptOutcome",
@@ -67,7 +68,7 @@ JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled"
 #: A task's status; ``""`` only for a field the coordinator left unset.
 TaskStatus = Literal["", "pending", "leased", "completed", "failed", "cancelled"]
 #: What a :class:`JobEvent` records.
-EventKind = Literal["", "task_status", "task_progress", "job_status"]
+EventKind = Literal["", "task_status", "task_progress", "job_status", "settled"]
 #: What a job does when its tasks fail for good: ``fail_fast`` (the first failure past ``max_failed_tasks``
 #: fails the job and cancels its unfinished tasks; the default) or ``continue`` (every other task still runs;
 #: the job ends once all are final: failed when more than ``max_failed_tasks`` failed, else completed).
@@ -83,12 +84,11 @@ WaitingReason = Literal["", "queued", "retry_backoff", "workload_paused", "workl
 
 _TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled")
 _JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled", "scheduled")
-_EVENT_KINDS = ("", "task_status", "task_progress", "job_status")
+_EVENT_KINDS = ("", "task_status", "task_progress", "job_status", "settled")
 _OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
 _POLICIES = ("", "fail_fast", "continue")
 _WAITING_REASONS = ("", "queued", "retry_backoff", "workload_paused", "workload_cap", "key_cap", "rate_limited",
                     "labels_unmatched", "no_workers")
-
 
 
 def _policy(d: Mapping[str, Any]) -> FailurePolicy:
@@ -110,8 +110,6 @@ def _job_status(d: Mapping[str, Any], name: str) -> JobStatus:
 
 def _task_status(d: Mapping[str, Any], name: str) -> TaskStatus:
     return cast(TaskStatus, _enum(d, name, "TASK_STATUS_", _TASK_STATUSES))
-
-
 
 
 @dataclass(frozen=True)
@@ -187,6 +185,14 @@ class Job:
     finalizer_job_id: str = ""
     #: On a finalizer job: the job whose end enqueued it.
     parent_job_id: str = ""
+    #: The account the job belongs to; ``""`` for none.
+    account: str = ""
+    #: The caller's billing context as given to ``create_job``; ``None`` when it gave none.
+    billing: Billing | None = None
+    #: Usage counters summed over every accepted report of every attempt of its tasks.
+    usage: Usage = field(default_factory=dict)
+    #: The settlement, once :meth:`leasehold.Client.settle_job` recorded it.
+    settlement: Settlement | None = None
 
     @property
     def finished(self) -> bool:
@@ -208,6 +214,8 @@ class Job:
             schedule_name=_str(d, "schedule_name"), schedule_fire_time=_time(d, "schedule_fire_time"),
             run_at=_time(d, "run_at"),
             finalizer_job_id=_str(d, "finalizer_job_id"), parent_job_id=_str(d, "parent_job_id"),
+            account=_str(d, "account"), billing=Billing.from_json(field_of(d, "billing")), usage=usage_of(d),
+            settlement=Settlement.from_json(field_of(d, "settlement")),
         )
 
 
@@ -246,6 +254,8 @@ class TaskRecord:
     completed_at: datetime | None = None
     concurrency_key: str = ""
     required_labels: dict[str, str] = field(default_factory=dict)
+    #: Usage counters summed over the task's attempts.
+    usage: Usage = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TaskRecord:
@@ -261,6 +271,7 @@ class TaskRecord:
             traceparent=_str(d, "traceparent"), version=_int(d, "version"), created_at=_time(d, "created_at"),
             started_at=_time(d, "started_at"), completed_at=_time(d, "completed_at"),
             concurrency_key=_str(d, "concurrency_key"), required_labels=_labels(d, "required_labels"),
+            usage=usage_of(d),
         )
 
 
@@ -298,6 +309,8 @@ class TaskAttempt:
     leased_at: datetime | None = None
     ended_at: datetime | None = None
     last_progress: AttemptProgress | None = None
+    #: What this attempt reported it used, with its result or its failure.
+    usage: Usage = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TaskAttempt:
@@ -309,6 +322,7 @@ class TaskAttempt:
             error_code=_str(d, "error_code"), error_message=_str(d, "error_message"), retried=_bool(d, "retried"),
             leased_at=_time(d, "leased_at"), ended_at=_time(d, "ended_at"),
             last_progress=AttemptProgress.from_json(progress) if isinstance(progress, Mapping) else None,
+            usage=usage_of(d),
         )
 
 
@@ -455,7 +469,8 @@ class JobEvent:
 
     ``kind`` is ``task_status`` (``task_status`` is the task's new status; a failure or retry carries
     ``error_code`` and ``error_message``), ``task_progress`` (``progress``, ``message``,
-    ``partial_result_uri``) or ``job_status`` (``job_status``).
+    ``partial_result_uri``), ``job_status`` (``job_status``) or ``settled`` (``settlement_key``,
+    ``settled_units``).
     """
 
     id: int
@@ -475,6 +490,9 @@ class JobEvent:
     error_code: str = ""
     created_at: datetime | None = None
     error_message: str = ""
+    #: ``settled``: the settlement recorded.
+    settlement_key: str = ""
+    settled_units: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> JobEvent:
@@ -489,6 +507,7 @@ class JobEvent:
             message=_str(d, "message"), partial_result_uri=_str(d, "partial_result_uri"),
             error_code=_str(d, "error_code"), created_at=_time(d, "created_at"),
             error_message=_str(d, "error_message"),
+            settlement_key=_str(d, "settlement_key"), settled_units=_int(d, "settled_units"),
         )
 
 
@@ -557,7 +576,6 @@ class KeyLimit:
     def from_json(cls, d: Mapping[str, Any]) -> KeyLimit:
         """From PutKeyLimitResponse JSON."""
         return cls(workload=_str(d, "name"), key=_str(d, "key"), max_leased=_int(d, "max_leased"))
-
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ Task parameters: ``{"action": ...}``:
   - ``wait_file``: waits until the file ``path`` exists (or the task is cancelled), then returns a result.
   - ``outlive``: waits until the job is failed (its lease expired, reaped), then returns a result.
   - ``raise``: raises ValueError; ``retryable``: raises RetryableError on attempt 1, then succeeds.
+  - ``usage``: returns a result with the usage ``usage`` (the parameter); with ``fail_usage``, attempt 1 first
+    raises RetryableError carrying ``fail_usage``, and with ``fail_for_good`` a TaskError carrying it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from leasehold import Client, Result, RetryableError, Task, Worker, WorkerConfigError
+from leasehold import Client, Result, RetryableError, Task, TaskError, Worker, WorkerConfigError
 
 _print_lock = threading.Lock()
 
@@ -88,6 +90,13 @@ def main() -> int:
             return result(task)
         if action == "raise":
             raise ValueError(f"chunk {task.chunk_index} is malformed")
+        if action == "usage":
+            if task.parameters.get("fail_for_good"):
+                raise TaskError("no luck", code="no_luck", usage=task.parameters["fail_usage"])
+            if task.parameters.get("fail_usage") and task.attempt == 1:
+                raise RetryableError("try again", retry_after=0, usage=task.parameters["fail_usage"])
+            r = result(task)
+            return Result(uri=r.uri, sha256=r.sha256, metrics=r.metrics, usage=task.parameters["usage"])
         if action == "retryable":
             if task.attempt == 1:
                 raise RetryableError("try again", retry_after=0)

@@ -1,6 +1,7 @@
 // The submitter's and operator's client: every call of the QueueService they make, typed with the
 // generated messages, with pages read through and a watch that survives reconnects.
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client as RpcClient, type CallOptions } from "@connectrpc/connect";
 import { openTransport, type OpenTransport } from "#transport";
 import { DeadlineExceededError, toLeaseholdError, UnavailableError } from "./errors.js";
@@ -27,6 +28,8 @@ import {
   type WatchJobResponse,
   type Workload,
   type ListWorkloadKeysResponse,
+  type Account,
+  type GetAccountUsageResponse,
 } from "./gen/leasehold/queue/v1/queue_pb.js";
 
 /** A chunk of a job as submitted (`{ chunkIndex, inputUri, inputSha256, parameters? }`). */
@@ -122,8 +125,10 @@ export class Client {
     } while (pageToken);
   }
 
-  /** Jobs, newest first, every page; filtered by `status`, `workload`, `scheduleName`. */
-  async *listJobs(options: { status?: JobStatus; workload?: string; scheduleName?: string; pageSize?: number } = {}): AsyncGenerator<Job> {
+  /** Jobs, newest first, every page; filtered by `status`, `workload`, `scheduleName`, `account`. */
+  async *listJobs(
+    options: { status?: JobStatus; workload?: string; scheduleName?: string; account?: string; pageSize?: number } = {},
+  ): AsyncGenerator<Job> {
     let pageToken = "";
     do {
       const page = await this.call("listJobs", (r, o) => r.listJobs({ ...options, pageSize: options.pageSize ?? 0, pageToken }, o));
@@ -272,6 +277,60 @@ export class Client {
   /** Lets a paused schedule fire again. */
   async resumeSchedule(name: string): Promise<Schedule> {
     return (await this.call("resumeSchedule", (r, o) => r.resumeSchedule({ name }, o))).schedule!;
+  }
+
+  /**
+   * Registers an account or replaces its settings (admin): `maxPendingTasks` bounds the pending
+   * tasks over its jobs (0: no limit; CreateJob past it is `resource_exhausted`), `priority` is its
+   * jobs' priority when they set none (its tier).
+   */
+  async putAccount(name: string, options: { maxPendingTasks?: number; priority?: number } = {}): Promise<Account> {
+    return (await this.call("putAccount", (r, o) => r.putAccount({ ...options, name }, o))).account!;
+  }
+
+  /** One account with its pending tasks now; `not_found` when unknown. */
+  async getAccount(name: string): Promise<Account> {
+    return (await this.call("getAccount", (r, o) => r.getAccount({ name }, o))).account!;
+  }
+
+  /** Every account, ordered by name. */
+  async listAccounts(): Promise<Account[]> {
+    return (await this.call("listAccounts", (r, o) => r.listAccounts({}, o))).accounts;
+  }
+
+  /** An account's use per workload over [`from`, `to`) (unset: from the beginning, until now). */
+  getAccountUsage(account: string, options: { from?: Date; to?: Date } = {}): Promise<GetAccountUsageResponse> {
+    return this.call("getAccountUsage", (r, o) =>
+      r.getAccountUsage(
+        { account, from: options.from && timestampFromDate(options.from), to: options.to && timestampFromDate(options.to) },
+        o,
+      ),
+    );
+  }
+
+  /**
+   * Final, unsettled billable jobs (with an account or a billing context), oldest final first, every
+   * page; each with its account, billing context, usage totals and final status. `account` filters.
+   */
+  async *listSettlements(options: { account?: string; pageSize?: number } = {}): AsyncGenerator<Job> {
+    let pageToken = "";
+    do {
+      const page = await this.call("listSettlements", (r, o) =>
+        r.listSettlements({ account: options.account ?? "", pageSize: options.pageSize ?? 0, pageToken }, o),
+      );
+      yield* page.jobs;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  }
+
+  /**
+   * Records a final job's settlement once and returns the job with it. The same key and units again
+   * answer the same (a settler may retry); another key or amount is `already_exists` naming what was
+   * recorded; a job not yet final is `failed_precondition`.
+   */
+  async settleJob(jobId: string, settlementKey: string, settledUnits: number | bigint): Promise<Job> {
+    const req = { jobId, settlementKey, settledUnits: BigInt(settledUnits) };
+    return (await this.call("settleJob", (r, o) => r.settleJob(req, o))).job!;
   }
 }
 

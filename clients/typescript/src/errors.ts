@@ -115,6 +115,8 @@ export class UnauthenticatedError extends LeaseholdError {}
 export class PermissionDeniedError extends LeaseholdError {}
 /** The coordinator (or its database) cannot be reached now; worth retrying. */
 export class UnavailableError extends LeaseholdError {}
+/** A quota is used up (an account's max_pending_tasks; the message names the numbers); an UnavailableError, as before it had its own class. */
+export class ResourceExhaustedError extends UnavailableError {}
 /** The call's deadline passed. */
 export class DeadlineExceededError extends LeaseholdError {}
 /** The coordinator failed; its log line carries the request id. */
@@ -130,7 +132,7 @@ const CLASSES: Partial<Record<ErrorCode, new (message: string, init: LeaseholdEr
   unauthenticated: UnauthenticatedError,
   permission_denied: PermissionDeniedError,
   unavailable: UnavailableError,
-  resource_exhausted: UnavailableError,
+  resource_exhausted: ResourceExhaustedError,
   deadline_exceeded: DeadlineExceededError,
   internal: InternalError,
 };

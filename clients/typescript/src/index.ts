@@ -5,6 +5,7 @@ export type { CreateJobOptions, ScheduleOptions, TaskSpecInit, WaitOptions, Work
 export { Worker, type Handler, type WorkerOptions, type WorkerStats } from "./worker.js";
 export type { Logger } from "./worker-lease.js";
 export { Task, TaskError, RetryableError, TaskCancelledError, type Result } from "./task.js";
+export { usageNumbers, type Usage } from "./usage.js";
 export type { ConnectionOptions, TransportName } from "./options.js";
 export {
   LeaseholdError,
@@ -18,6 +19,7 @@ export {
   UnavailableError,
   DeadlineExceededError,
   InternalError,
+  ResourceExhaustedError,
   WorkerConfigError,
   type ErrorCode,
   type FieldViolation,
@@ -34,7 +36,10 @@ export {
   WaitingReason,
 } from "./gen/leasehold/queue/v1/queue_pb.js";
 export type {
+  Account,
+  Billing,
   CreateJobResponse,
+  GetAccountUsageResponse,
   GetJobResponse,
   GetTaskResponse,
   Job,
@@ -43,10 +48,12 @@ export type {
   ResultManifest,
   RetryJobResponse,
   Schedule,
+  Settlement,
   Task as TaskMessage,
   TaskAttempt,
   TaskCounts,
   TaskDetail,
   WatchJobResponse,
   Workload,
+  WorkloadUsage,
 } from "./gen/leasehold/queue/v1/queue_pb.js";

@@ -2,12 +2,19 @@
 // coordinator should try the task again).
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Task as TaskMessage } from "./gen/leasehold/queue/v1/queue_pb.js";
+import type { Usage } from "./usage.js";
 
-/** A handler's result: where the output is and its hex SHA-256, plus optional metrics. */
+/**
+ * A handler's result: where the output is and its hex SHA-256, plus optional metrics and usage.
+ * `usage` (see {@link Usage}) is what the attempt used; unlike metrics it is part of the report, so a
+ * result sent again carries the same. A counter the coordinator would refuse fails the task (code
+ * `invalid_usage`) with a message naming it.
+ */
 export interface Result {
   uri: string;
   sha256: string;
   metrics?: JsonObject;
+  usage?: Usage;
 }
 
 /**
@@ -19,19 +26,22 @@ export class TaskError extends Error {
   readonly retryable: boolean;
   /** Seconds until the retry may run (retryable only); else the coordinator's backoff. */
   readonly retryAfterSeconds: number | undefined;
+  /** What the failed attempt used before it failed (failed attempts use resources too); summed into the job's. */
+  readonly usage: Usage | undefined;
 
-  constructor(message: string, options: { code?: string; retryable?: boolean; retryAfterSeconds?: number } = {}) {
+  constructor(message: string, options: { code?: string; retryable?: boolean; retryAfterSeconds?: number; usage?: Usage } = {}) {
     super(message);
     this.name = new.target.name;
     this.code = options.code;
     this.retryable = options.retryable ?? false;
     this.retryAfterSeconds = options.retryAfterSeconds;
+    this.usage = options.usage;
   }
 }
 
 /** A failure worth another attempt (a flaky dependency): `retryAfterSeconds` or the coordinator's backoff. */
 export class RetryableError extends TaskError {
-  constructor(message: string, options: { code?: string; retryAfterSeconds?: number } = {}) {
+  constructor(message: string, options: { code?: string; retryAfterSeconds?: number; usage?: Usage } = {}) {
     super(message, { ...options, retryable: true });
   }
 }

@@ -8,6 +8,7 @@ import type { QueueService, Task as TaskMessage, ClaimTasksRequest } from "./gen
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ClaimTasksRequestSchema } from "./gen/leasehold/queue/v1/queue_pb.js";
 import { errorCodeOf, errorMessageOf, Task, TaskCancelledError, TaskError, type Result } from "./task.js";
+import { usageMessage } from "./usage.js";
 
 /** Where a worker's log lines go (`console` fits). */
 export interface Logger {
@@ -245,6 +246,7 @@ export class Reporter {
           errorMessage: errorMessageOf(err),
           retryable,
           retryAfterSeconds: err instanceof TaskError && err.retryAfterSeconds !== undefined ? Math.ceil(err.retryAfterSeconds) : undefined,
+          usage: this.failureUsage(err, lease.task.id),
         }),
       );
       this.w.stats.failed++;
@@ -256,6 +258,17 @@ export class Reporter {
     }
   }
 
+  /** A failure's usage as the message's map; one the coordinator would refuse is logged and left out, so the failure still goes. */
+  private failureUsage(err: unknown, taskId: string): { [key: string]: bigint } {
+    if (!(err instanceof TaskError)) return {};
+    try {
+      return usageMessage(err.usage, "TaskError.usage");
+    } catch (e) {
+      this.w.log.warn(`task ${taskId}: failure reported without its usage: ${String(e)}`);
+      return {};
+    }
+  }
+
   private async sendResults(batch: Outcome[]): Promise<void> {
     const results = batch.map((o) => ({
       taskId: o.lease.task.id,
@@ -264,6 +277,7 @@ export class Reporter {
       resultUri: o.result!.uri,
       resultSha256: o.result!.sha256,
       metrics: o.result!.metrics,
+      usage: usageMessage(o.result!.usage, "result.usage"),
     }));
     let claimNext = this.w.claimNext(batch.length);
     let next: TaskMessage[] = [];

@@ -8,7 +8,8 @@ import { sleep } from "./client.js";
 import type { ConnectionOptions } from "./options.js";
 import { QueueService, type Task as TaskMessage } from "./gen/leasehold/queue/v1/queue_pb.js";
 import { Lease, Reporter, type Logger, type Outcome, type WorkerContext } from "./worker-lease.js";
-import { Task, type Result } from "./task.js";
+import { Task, TaskError, type Result } from "./task.js";
+import { usageMessage, type Usage } from "./usage.js";
 
 /** A handler of one workload's tasks: returns a Result, or throws (a RetryableError to be tried again). */
 export type Handler = (task: Task) => Promise<Result> | Result;
@@ -178,7 +179,9 @@ export class Worker implements WorkerContext {
     void (async (): Promise<Outcome> => {
       try {
         if (!handler) throw errorFor("not_found", `no handler for workload ${message.workload}`);
-        return { lease, result: await handler(lease.task) };
+        const result = await handler(lease.task);
+        checkUsage(result.usage, "result.usage");
+        return { lease, result };
       } catch (error) {
         return { lease, error };
       }
@@ -349,5 +352,14 @@ export class Backoff {
   }
   reset(): void {
     this.attempts = 0;
+  }
+}
+
+/** A handler's usage the coordinator would refuse fails its task here, with a message naming the counter. */
+function checkUsage(usage: Usage | undefined, where: string): void {
+  try {
+    usageMessage(usage, where);
+  } catch (e) {
+    throw new TaskError(e instanceof Error ? e.message : String(e), { code: "invalid_usage" });
   }
 }

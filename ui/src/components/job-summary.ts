@@ -3,6 +3,7 @@
 import { JobStatus, type GetJobResponse } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { clear, h, when } from "../dom.js";
 import { STATUS_COLORS } from "./chunk-grid.js";
+import { moneyFacts } from "./money.js";
 import { badge, jobStatusName, ts } from "./status.js";
 
 export function renderJobHeader(header: HTMLElement, snapshot: GetJobResponse, live: string): void {
@@ -45,6 +46,7 @@ export function renderJobHeader(header: HTMLElement, snapshot: GetJobResponse, l
               : `${job.finalizer.workload} (when this job ${job.finalizer.runOnFailure ? "ends" : "completes"})`,
           )
         : null,
+      ...moneyFacts(job),
       job.parentJobId ? h("dt", {}, "Parent job") : null,
       job.parentJobId ? h("dd", { id: "job-parent" }, h("a", { href: `#/jobs/${job.parentJobId}`, class: "mono" }, job.parentJobId)) : null,
       h("dt", {}, "Updates"),

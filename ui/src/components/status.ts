@@ -21,5 +21,9 @@ export function attemptText(a: TaskAttempt, taskStatus: TaskStatus = TaskStatus.
   const how = (AttemptOutcome[a.outcome] ?? "unknown").toLowerCase().replace("_", " ");
   const err = a.errorCode ? ` ${a.errorCode}${a.errorMessage ? `: ${a.errorMessage}` : ""}` : "";
   const earlier = a.errorCode && taskStatus !== TaskStatus.FAILED ? " (an earlier attempt's error)" : "";
-  return `#${a.attempt} ${a.workerId || "?"} ${how}${err}${a.retried ? " (retried)" : ""}${earlier}`;
+  const used = Object.entries(a.usage ?? {})
+    .sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0))
+    .map(([k, v]) => `${k} ${v}`)
+    .join(", ");
+  return `#${a.attempt} ${a.workerId || "?"} ${how}${err}${a.retried ? " (retried)" : ""}${earlier}${used ? ` [used ${used}]` : ""}`;
 }

@@ -1,5 +1,5 @@
-// The jobs list (#/jobs): filters by status, workload, age and id or idempotency key, newest
-// first, a page of 50 at a time.
+// The jobs list (#/jobs): filters by status, workload, account, age and id or idempotency key,
+// newest first, a page of 50 at a time.
 import { JobStatus, type Job } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { client } from "../api.js";
 import { loadError } from "../components/outcome.js";
@@ -14,10 +14,11 @@ const pageTokens = new Map<string, string[]>(); // filter → tokens of the page
 export function renderJobs(params: URLSearchParams): void {
   const status = params.get("status") ?? "";
   const workload = params.get("workload") ?? "";
+  const account = params.get("account") ?? "";
   const q = (params.get("q") ?? "").trim();
   const age = params.get("age") ?? "";
   const page = params.get("page") ?? "";
-  const filterKey = `${status}|${workload}|${age}`;
+  const filterKey = `${status}|${workload}|${account}|${age}`;
   const AGES: Record<string, [string, number]> = {
     "1h": ["last hour", 3600],
     "24h": ["last 24 hours", 86400],
@@ -40,6 +41,12 @@ export function renderJobs(params: URLSearchParams): void {
       h("label", { for: "f-workload" }, "Workload"),
       h("input", { id: "f-workload", name: "workload", value: workload, autocomplete: "off" }),
     ),
+    h(
+      "div",
+      {},
+      h("label", { for: "f-account" }, "Account"),
+      h("input", { id: "f-account", name: "account", value: account, autocomplete: "off" }),
+    ),
     h("div", {}, h("label", { for: "f-age" }, "Created"), ageSelect),
     h(
       "div",
@@ -53,7 +60,7 @@ export function renderJobs(params: URLSearchParams): void {
     ev.preventDefault();
     const fd = new FormData(form);
     const p = new URLSearchParams();
-    for (const k of ["status", "workload", "age", "q"]) {
+    for (const k of ["status", "workload", "account", "age", "q"]) {
       const v = String(fd.get(k) ?? "").trim();
       if (v) p.set(k, v);
     }
@@ -77,7 +84,7 @@ export function renderJobs(params: URLSearchParams): void {
         jobs = [(await client.getJob({ jobId: q })).job].filter((j): j is Job => j !== undefined);
       } else {
         const statusValue = status ? (JobStatus[status.toUpperCase() as keyof typeof JobStatus] as JobStatus) : JobStatus.UNSPECIFIED;
-        const r = await client.listJobs({ status: statusValue, workload, pageSize: 50, pageToken: page });
+        const r = await client.listJobs({ status: statusValue, workload, account, pageSize: 50, pageToken: page });
         jobs = q ? r.jobs.filter((j) => j.idempotencyKey.includes(q) || j.id.startsWith(q)) : r.jobs;
         next = r.nextPageToken;
         // Jobs come newest first, so the first one older than the cutoff ends the list.
@@ -99,7 +106,9 @@ export function renderJobs(params: URLSearchParams): void {
           h(
             "tr",
             {},
-            ...["Job", "Workload", "Status", "Progress", "Priority", "Created", "Idempotency key"].map((t) => h("th", { scope: "col" }, t)),
+            ...["Job", "Workload", "Status", "Account", "Progress", "Priority", "Created", "Idempotency key"].map((t) =>
+              h("th", { scope: "col" }, t),
+            ),
           ),
         ),
         h(
@@ -112,6 +121,7 @@ export function renderJobs(params: URLSearchParams): void {
               h("td", {}, h("a", { href: `#/jobs/${j.id}`, class: "mono" }, j.id)),
               h("td", {}, j.workload),
               h("td", {}, badge(jobStatusName(j.status))),
+              h("td", { "data-account": j.account }, j.account || "—"),
               h("td", { class: "num", "data-progress": j.id }, "…"),
               h("td", { class: "num" }, j.priority),
               h("td", {}, h("time", { datetime: ts(j.createdAt)?.toISOString(), title: when(ts(j.createdAt)) }, ago(ts(j.createdAt)))),

@@ -1,0 +1,200 @@
+// The console's money views in a real browser (headless Chromium from @sparticuz/chromium) against
+// a real coordinator process: who sees the settlements view (billing and admin tokens, not a
+// submitter), the jobs list filtered by account, a job page with its account, billing context,
+// usage (in total and per attempt) and settlement, and the settlements view filtered by account.
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import type { Browser, BrowserContext, Page } from "puppeteer-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
+import { ensureUiBuilt, launchBrowser } from "../support/browser.js";
+import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { killAll, spawnCoordinator } from "../support/process.js";
+import { sha } from "../support/queue.js";
+
+interface El {
+  textContent: string | null;
+  hidden: boolean;
+  dataset: Record<string, string | undefined>;
+  closest(selector: string): El | null;
+  querySelectorAll(selector: string): { length: number };
+}
+declare const window: unknown;
+declare const document: {
+  getElementById(id: string): El | null;
+  querySelector(selector: string): El | null;
+  querySelectorAll(selector: string): { length: number };
+  body: { dataset: Record<string, string | undefined> };
+};
+
+const TOKENS = { admin: `lh_admin_${randomUUID()}`, submitter: `lh_submitter_${randomUUID()}`, billing: `lh_billing_${randomUUID()}` };
+const WAIT = { timeout: 60_000 };
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+let db: TestDatabase;
+let tmp: string;
+let base: string;
+let browser: Browser;
+let api: Client<typeof QueueService>;
+const contexts: BrowserContext[] = [];
+
+beforeAll(async () => {
+  ensureUiBuilt();
+  tmp = mkdtempSync(path.join(os.tmpdir(), "leasehold-console-money-"));
+  const tokens = path.join(tmp, "tokens");
+  writeFileSync(tokens, `${sha(TOKENS.admin)} admin\n${sha(TOKENS.submitter)} submitter\n${sha(TOKENS.billing)} billing\n`);
+  db = await createTestDatabase();
+  const coordinator = spawnCoordinator({ DATABASE_URL: db.url, PORT: "0", AUTH_TOKENS_FILE: tokens });
+  [base, browser] = await Promise.all([coordinator.listening(60_000), launchBrowser()]);
+  const bearer: Interceptor = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${TOKENS.admin}`);
+    return next(req);
+  };
+  api = createClient(QueueService, createConnectTransport({ baseUrl: base, httpVersion: "1.1", interceptors: [bearer] }));
+  await api.putWorkload({ name: "render", maxAttempts: 2, leaseSeconds: 120 });
+  await api.putWorkload({ name: "idle", maxAttempts: 1, leaseSeconds: 120 });
+});
+
+afterAll(async () => {
+  for (const c of contexts) await c.close().catch(() => {});
+  await browser?.close();
+  await killAll();
+  await db?.drop();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+async function signedIn(token: string, hash: string): Promise<Page> {
+  const context = await browser.createBrowserContext();
+  contexts.push(context);
+  const page = await context.newPage();
+  page.setDefaultTimeout(60_000);
+  // axe-core is injected as an inline script, which the console's CSP (rightly) forbids.
+  await page.setBypassCSP(true);
+  await page.goto(`${base}/ui/${hash}`, { waitUntil: "domcontentloaded" });
+  await page.waitForSelector("#token", WAIT);
+  await page.type("#token", token);
+  await page.click("#sign-in button[type=submit]");
+  await page.waitForFunction(() => document.body.dataset.role !== undefined && document.getElementById("token") === null, WAIT);
+  return page;
+}
+
+/** The serious and critical accessibility violations axe-core finds on the page. */
+async function axeSerious(page: Page): Promise<string[]> {
+  await page.addScriptTag({ content: AXE_SOURCE });
+  const found = await page.evaluate(async () => {
+    const axe = (
+      window as { axe: { run(ctx: unknown, o: object): Promise<{ violations: { id: string; impact: string; help: string }[] }> } }
+    ).axe;
+    const r = await axe.run(document, { resultTypes: ["violations"] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
+  });
+  return found.filter((v) => v.impact === "serious" || v.impact === "critical").map((v) => `${v.id} (${v.impact}): ${v.help}`);
+}
+
+function settlementsNavShown(page: Page): Promise<boolean> {
+  return page.evaluate(() => document.querySelector("[data-nav=settlements]")?.closest("li")?.hidden === false);
+}
+
+/** A one-task job of `account` with a billing context; its task leased by worker-m, one attempt failed with usage, the next completed with usage. */
+async function billedJob(account: string, billingKey: string): Promise<string> {
+  const input = randomUUID();
+  const created = await api.createJob({
+    workload: "render",
+    account,
+    billing: { reservedUnits: 500n, billingKey },
+    tasks: [{ chunkIndex: 0, inputUri: `s3://in/${input}`, inputSha256: sha(input) }],
+  });
+  const jobId = created.job!.id;
+  // A long poll each: the retried attempt is due at once, yet a claim may arrive just before it is.
+  const claim = { workerId: "worker-m", workloads: ["render"], maxTasks: 1, waitSeconds: 10 };
+  let t = (await api.claimTasks(claim)).tasks[0];
+  await api.failTask({
+    taskId: t.id,
+    workerId: "worker-m",
+    attempt: t.attempt,
+    errorCode: "oom",
+    retryable: true,
+    retryAfterSeconds: 0,
+    usage: { gpu_ms: 200n },
+  });
+  t = (await api.claimTasks(claim)).tasks[0];
+  await api.completeTask({
+    taskId: t.id,
+    workerId: "worker-m",
+    attempt: t.attempt,
+    resultUri: "mem://0",
+    resultSha256: sha("0"),
+    usage: { gpu_ms: 1000n, tokens: 5n },
+  });
+  return jobId;
+}
+
+describe("console: the money path", () => {
+  it("shows the settlements view to billing and admin tokens, and tells a submitter it is theirs", async () => {
+    const billing = await signedIn(TOKENS.billing, "#/settlements");
+    expect(await billing.evaluate(() => document.body.dataset.role)).toBe("billing");
+    expect(await settlementsNavShown(billing)).toBe(true);
+    expect(await billing.evaluate(() => document.querySelector("[data-nav=workloads]")?.closest("li")?.hidden)).toBe(true);
+    await billing.waitForSelector("#settlements-results", WAIT);
+    expect(await axeSerious(billing)).toEqual([]);
+
+    const admin = await signedIn(TOKENS.admin, "#/");
+    expect(await settlementsNavShown(admin)).toBe(true);
+
+    const submitter = await signedIn(TOKENS.submitter, "#/settlements");
+    expect(await submitter.evaluate(() => document.body.dataset.role)).toBe("submitter");
+    expect(await settlementsNavShown(submitter)).toBe(false);
+    await submitter.waitForFunction(
+      () => document.getElementById("main")?.textContent?.includes("shown to billing and admin tokens") === true,
+      WAIT,
+    );
+  });
+
+  it("filters jobs by account; the job page shows account, billing, usage in total and per attempt, and the settlement", async () => {
+    await api.putAccount({ name: "acme" });
+    await api.putAccount({ name: "globex" });
+    const acme = await billedJob("acme", `order-${randomUUID()}`);
+    const other = await api.createJob({ workload: "idle", account: "globex", inputUri: "s3://in/g", inputSha256: sha("g") });
+
+    const page = await signedIn(TOKENS.admin, "#/jobs?account=acme");
+    await page.waitForSelector(`#jobs tr[data-job="${acme}"]`, WAIT);
+    expect(await page.evaluate((id) => document.querySelector(`#jobs tr[data-job="${id}"]`) === null, other.job!.id)).toBe(true);
+    expect(await page.evaluate(() => document.querySelectorAll('#jobs td[data-account="acme"]').length)).toBeGreaterThan(0);
+
+    await page.goto(`${base}/ui/#/jobs/${acme}`, { waitUntil: "domcontentloaded" });
+    await page.waitForFunction(() => document.getElementById("job-usage")?.textContent === "gpu_ms 1,200 · tokens 5", WAIT);
+    expect(await page.evaluate(() => document.getElementById("job-account")?.textContent)).toBe("acme");
+    expect(await page.evaluate(() => document.getElementById("job-billing")?.textContent)).toMatch(/^Reserved 500 units, key order-/);
+    expect(await page.evaluate(() => document.getElementById("job-settlement")?.dataset.settled)).toBe("no");
+    await page.waitForFunction(() => document.getElementById("tasks")?.textContent?.includes("[used gpu_ms 200]") === true, WAIT);
+    expect(await page.evaluate(() => document.getElementById("tasks")?.textContent)).toContain("[used gpu_ms 1000, tokens 5]");
+
+    await api.settleJob({ jobId: acme, settlementKey: "inv-1", settledUnits: 400n });
+    await page.reload({ waitUntil: "domcontentloaded" });
+    await page.waitForFunction(() => document.getElementById("job-settlement")?.dataset.settled === "yes", WAIT);
+    expect(await page.evaluate(() => document.getElementById("job-settlement")?.textContent)).toMatch(/^400 units settled as inv-1/);
+  });
+
+  it("lists unsettled final jobs for a billing token, filtered by account; a settled job leaves the list", async () => {
+    await api.putAccount({ name: "initech" });
+    const first = await billedJob("initech", `order-${randomUUID()}`);
+    const second = await billedJob("initech", `order-${randomUUID()}`);
+    const page = await signedIn(TOKENS.billing, "#/settlements?account=initech");
+    await page.waitForSelector(`#settlements tr[data-job="${second}"]`, WAIT);
+    expect(await page.evaluate(() => document.querySelectorAll("#settlements tbody tr").length)).toBe(2);
+    expect(await axeSerious(page)).toEqual([]);
+    expect(await page.evaluate((id) => document.querySelector(`td[data-usage="${id}"]`)?.textContent, first)).toBe(
+      "gpu_ms 1,200 · tokens 5",
+    );
+
+    await api.settleJob({ jobId: first, settlementKey: "inv-2", settledUnits: 500n });
+    await page.reload({ waitUntil: "domcontentloaded" });
+    await page.waitForSelector(`#settlements tr[data-job="${second}"]`, WAIT);
+    expect(await page.evaluate(() => document.querySelectorAll("#settlements tbody tr").length)).toBe(1);
+  });
+});
