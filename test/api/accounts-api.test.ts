@@ -157,6 +157,16 @@ describe("CreateJob with an account", () => {
     expect(await written()).toEqual(before);
   });
 
+  it("a schedule's template naming an unknown account is 404 naming job.account at PutSchedule, writing nothing", async () => {
+    const before = await written();
+    const r = await rest("PUT", "/schedules/acc-ghost", { cron: "0 0 1 1 *", job: oneTask("ghost") }, { "x-request-id": "acc-sched" });
+    expect(r.status, r.text).toBe(404);
+    expect(r.body.error).toMatchObject({ code: "not_found", request_id: "acc-sched" });
+    expect(r.body.error.message).toMatch(/^job\.account: account "ghost" not found/);
+    expect(await written()).toEqual(before);
+    expect((await pool.query(`SELECT count(*)::int AS n FROM schedules`)).rows[0].n).toBe(0);
+  });
+
   it("stores the billing context, answers a reused billing key with the first job, and GetJob and ListJobs show them", async () => {
     await rest("PUT", "/accounts/billed", {});
     const body = oneTask("billed", { billing: { reserved_units: "1200", billing_key: "order-7" } });

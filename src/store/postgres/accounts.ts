@@ -86,6 +86,17 @@ export const KEY_USED = defineQuery<{ idempotencyKey: string | null; account: st
   (p) => [p.idempotencyKey, p.account, p.billingKey],
 );
 
+export const ACCOUNT_EXISTS = defineQuery<{ name: string }, { found: boolean }>(
+  null,
+  `SELECT EXISTS (SELECT 1 FROM accounts WHERE name = $1) AS found`,
+  (p) => [p.name],
+);
+
+/** NOT_FOUND naming `field` unless the account is registered (a schedule's template, checked at PutSchedule as each tick will be). */
+export async function requireAccount(c: pg.PoolClient, name: string, field: string): Promise<void> {
+  if (!(await ACCOUNT_EXISTS.one(c, { name })).found) throw new NotFoundError("account", name, field);
+}
+
 function toAccount(r: AccountWithPending): Account {
   return {
     name: r.name,
