@@ -197,6 +197,23 @@ describe("max_pending_tasks", () => {
     expect((await q.getAccount("acc-quota")).pendingTasks).toBe(5);
   });
 
+  it("holds for a schedule's ticks: a tick past the quota is recorded failed with the numbers, and writes no job", async () => {
+    await q.putAccount({ name: "acc-tick", maxPendingTasks: 1, priority: 6 });
+    await q.putSchedule({ name: "acc-tick", cron: "0 0 1 1 *", job: job("acc-tick") });
+    const fire = async () => {
+      await f.pool.query(`UPDATE schedules SET next_fire_at = now() WHERE name = 'acc-tick'`);
+      return q.fireSchedules();
+    };
+    expect((await fire()).failures).toEqual([]);
+    const { rows } = await f.pool.query(`SELECT account, priority, concurrency_key FROM jobs WHERE schedule_name = 'acc-tick'`);
+    expect(rows).toEqual([{ account: "acc-tick", priority: 6, concurrency_key: "acc-tick" }]);
+    const second = await fire();
+    expect(second.failures.map((x) => x.message)).toEqual([
+      'account: account "acc-tick" has 1 pending tasks; 1 more would pass its max_pending_tasks of 1',
+    ]);
+    expect(await f.count("jobs", "schedule_name = 'acc-tick'")).toBe(1);
+  });
+
   it("holds across coordinators creating at once: the pending total never passes the limit", async () => {
     const limit = 12;
     await q.putAccount({ name: "acc-race", maxPendingTasks: limit });
