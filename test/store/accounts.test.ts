@@ -148,6 +148,19 @@ describe("CreateJob with an account", () => {
     expect((await q.createJob(job(undefined, 2, { billing: { billingKey: "k1" } }))).created).toBe(true);
   });
 
+  it("refuses an idempotency key another account used without naming that account's job", async () => {
+    await q.putAccount({ name: "acc-ik-a" });
+    await q.putAccount({ name: "acc-ik-b" });
+    const own = await q.createJob(job("acc-ik-a", 1, { idempotencyKey: "acc-ik" }));
+    const mine = await q.createJob(job("acc-ik-a", 2, { idempotencyKey: "acc-ik" })).catch((e: unknown) => e);
+    expect((mine as Error).message).toContain(own.job.id);
+    const before = await written();
+    const theirs = await q.createJob(job("acc-ik-b", 1, { idempotencyKey: "acc-ik" })).catch((e: unknown) => e);
+    expect(theirs).toBeInstanceOf(IdempotencyConflictError);
+    expect((theirs as Error).message).toBe("idempotency_key: was used for a different request");
+    expect(await written()).toEqual(before);
+  });
+
   it("refuses bad billing naming the field, writing nothing", async () => {
     await q.putAccount({ name: "acc-bad" });
     const before = await written();

@@ -112,7 +112,9 @@ async function replayJob(c: pg.PoolClient, p: PreparedJob): Promise<CreateJobRes
     field = "billing.billing_key";
   }
   if (!prior || prior.request_sha256 !== p.fingerprint) {
-    throw new IdempotencyConflictError(`${field}: was used for a different request (job ${prior?.id})`);
+    // Idempotency keys are global: another account's job is not named (its id would tell of it).
+    const named = prior !== undefined && (prior.account ?? undefined) === account;
+    throw new IdempotencyConflictError(`${field}: was used for a different request${named ? ` (job ${prior?.id})` : ""}`);
   }
   const taskRows = await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
   return { job: toJob(prior), tasks: taskRows.map(toTask), created: false };
