@@ -11,6 +11,7 @@ const API_SUITES = [
   "test/api/bad-input.test.ts",
   "test/api/claim-next.test.ts",
   "test/api/create-job-rest.test.ts",
+  "test/api/accounts-api.test.ts",
   "test/api/workload-not-found.test.ts",
   "test/api/delayed-finalizer-api.test.ts",
   "test/api/inspect.test.ts",

@@ -17,6 +17,7 @@ import {
   JobEventSchema,
   FinalizerSchema,
   JobSchema,
+  BillingSchema,
   JobStatus,
   ListJobsResponseSchema,
   RetryJobResponseSchema,
@@ -56,6 +57,7 @@ import {
   type Workload as PbWorkload,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import type { Usage } from "../queue/accounts.js";
+import { int64Number } from "./accounts-convert.js";
 import { ValidationError } from "../queue/errors.js";
 import { mapError } from "./errors.js";
 import type {
@@ -199,6 +201,10 @@ export function createJobInput(r: CreateJobRequest): CreateJobInput {
     finalizer: r.finalizer
       ? { workload: r.finalizer.workload, parameters: domainJson(r.finalizer.parameters), runOnFailure: r.finalizer.runOnFailure }
       : undefined,
+    account: opt(r.account),
+    billing: r.billing
+      ? { reservedUnits: int64Number("billing.reserved_units", r.billing.reservedUnits), billingKey: opt(r.billing.billingKey) }
+      : undefined,
   };
 }
 
@@ -311,6 +317,7 @@ export function listJobsInput(r: ListJobsRequest): ListJobsInput {
     pageSize: r.pageSize,
     pageToken: opt(r.pageToken),
     scheduleName: opt(r.scheduleName),
+    account: opt(r.account),
   };
 }
 
@@ -365,6 +372,10 @@ export function jobMessage(j: Job): PbJob {
       : undefined,
     finalizerJobId: j.finalizerJobId ?? "",
     parentJobId: j.parentJobId ?? "",
+    account: j.account ?? "",
+    billing: j.billing
+      ? create(BillingSchema, { reservedUnits: BigInt(j.billing.reservedUnits), billingKey: j.billing.billingKey ?? "" })
+      : undefined,
   });
 }
 

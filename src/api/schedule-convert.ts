@@ -4,6 +4,7 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
+  BillingSchema,
   CatchUpPolicy,
   CreateJobRequestSchema,
   FailurePolicy,
@@ -78,6 +79,9 @@ export function jobTemplateMessage(j: CreateJobInput): CreateJobRequest {
           runOnFailure: j.finalizer.runOnFailure,
         })
       : undefined,
+    account: j.account ?? "",
+    // A billing key is refused in a template (schedules.ts): only the reserved units come back.
+    billing: j.billing ? create(BillingSchema, { reservedUnits: BigInt(j.billing.reservedUnits ?? 0) }) : undefined,
   });
 }
 

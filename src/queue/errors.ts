@@ -37,14 +37,14 @@ export class ValidationError extends QueueError {
 const KNOWN_WORKLOADS_SHOWN = 50;
 
 /**
- * An unknown job, task or workload; `field` names the request field that referred to it. For a
+ * An unknown job, task, workload, schedule or account; `field` names the request field that referred to it. For a
  * workload, `known` (when given) lists the registered ones, so a misspelt name is told apart from a
  * workload nobody registered yet; transports send them as a detail too.
  */
 export class NotFoundError extends QueueError {
   readonly kind = "not_found";
   constructor(
-    readonly entity: "job" | "task" | "workload" | "schedule",
+    readonly entity: "job" | "task" | "workload" | "schedule" | "account",
     readonly id: string,
     readonly field: string = `${entity}_id`,
     readonly known?: readonly string[],

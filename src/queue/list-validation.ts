@@ -6,6 +6,7 @@ import { ValidationError } from "./errors.js";
 import type { JobStatus, ListCompletedResultsInput, ListJobsInput, ListTasksInput, TaskStatus } from "./types.js";
 import { JOB_STATUSES, TASK_STATUSES } from "./types.js";
 import { LIMITS, optionalInt, requireUuid, requireWorkloadName } from "./validation.js";
+import { requireAccountName } from "./account-validation.js";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -43,6 +44,7 @@ export function validateListJobs(input: ListJobsInput): {
   pageSize: number;
   after: { createdAt: string; id: string } | null;
   scheduleName: string | null;
+  account: string | null;
 } {
   let status: JobStatus | null = null;
   if (input.status !== undefined && input.status !== null) {
@@ -59,7 +61,8 @@ export function validateListJobs(input: ListJobsInput): {
   }
   // Schedule names follow the workload names' pattern.
   const scheduleName = input.scheduleName ? requireWorkloadName("schedule_name", input.scheduleName) : null;
-  return { status, workload, pageSize, after, scheduleName };
+  const account = input.account ? requireAccountName("account", input.account) : null;
+  return { status, workload, pageSize, after, scheduleName, account };
 }
 
 /**

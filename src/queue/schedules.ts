@@ -203,6 +203,12 @@ function templateRules(job: CreateJobInput, maxTasksPerJob: number): NormalizedC
     });
   }
   if (job.runAt !== undefined && job.runAt !== null) refused.push({ field: "job.run_at", description: RUN_AT_REFUSED });
+  if (job.billing !== null && typeof job.billing === "object" && job.billing.billingKey) {
+    refused.push({
+      field: "job.billing.billing_key",
+      description: "must be empty: a billing key is one job's, and every tick creates a job of its own",
+    });
+  }
   if (Array.isArray(job.tasks)) {
     job.tasks.forEach((t, i) => {
       if (t !== null && typeof t === "object" && t.runAt !== undefined && t.runAt !== null) {
@@ -245,9 +251,12 @@ function jobTemplate(v: unknown): CreateJobInput {
     "maxFailedTasks",
     "concurrencyKey",
     "runAt",
+    "account",
   ] as const;
   for (const k of keys) if (present(j[k])) (out as unknown as Record<string, unknown>)[k] = j[k];
   if (j.requiredLabels && Object.keys(j.requiredLabels).length > 0) out.requiredLabels = { ...j.requiredLabels };
+  // Passed on as given (validation refuses what is not a billing context), the key for templateRules to refuse.
+  if (j.billing !== undefined && j.billing !== null) out.billing = typeof j.billing === "object" ? { ...j.billing } : j.billing;
   if (j.finalizer !== undefined && j.finalizer !== null) {
     const f = j.finalizer;
     // A finalizer that is not an object is passed on as it is, for validation to refuse.

@@ -29,6 +29,8 @@ import {
   type FlowSettings,
 } from "./flow-control.js";
 import { DEFAULT_MAX_RUN_AT_AHEAD_DAYS, validateFinalizer, validateRunAt } from "./delay-validation.js";
+import type { Billing } from "./accounts.js";
+import { requireAccountName, validateBilling } from "./account-validation.js";
 
 import {
   LIMITS,
@@ -110,6 +112,10 @@ export interface NormalizedCreateJob {
   /** ISO, when given (absent, not null, so a request without it keeps its idempotency fingerprint) */
   runAt?: string;
   finalizer?: FinalizerSpec;
+  /** the job's account, when it has one (absent, not null, like runAt: the fingerprint of a job without one is unchanged) */
+  account?: string;
+  /** its billing context, when given */
+  billing?: Billing;
 }
 
 export function validateCreateJob(
@@ -138,9 +144,11 @@ export function validateCreateJob(
     () => validateConcurrencyKey("concurrency_key", input.concurrencyKey),
     () => validateLabels("required_labels", input.requiredLabels),
   );
-  const [runAt, finalizer] = all(
+  const [runAt, finalizer, account, billing] = all(
     () => validateRunAt("run_at", input.runAt, maxRunAtAheadDays),
     () => validateFinalizer("finalizer", input.finalizer),
+    () => (input.account ? requireAccountName("account", input.account) : undefined),
+    () => validateBilling("billing", input.billing),
   );
   const specs = input.tasks ?? [];
   if (!Array.isArray(specs)) fail("tasks", "must be a list");
@@ -213,10 +221,13 @@ export function validateCreateJob(
     tasks,
     failurePolicy,
     maxFailedTasks,
-    concurrencyKey,
+    // A job of an account shares its workload fairly with the account's other jobs unless it names a key.
+    concurrencyKey: concurrencyKey === "" && account !== undefined ? account : concurrencyKey,
     requiredLabels,
     ...(runAt === undefined ? {} : { runAt }),
     ...(finalizer === undefined ? {} : { finalizer }),
+    ...(account === undefined ? {} : { account }),
+    ...(billing === undefined ? {} : { billing }),
   };
 }
 

@@ -10,6 +10,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import {
+  BillingSchema,
   CreateJobRequestSchema,
   FailurePolicy,
   FinalizerSchema,
@@ -30,6 +31,7 @@ let client: Client<typeof QueueService>;
 const W = "tpl_main";
 const OTHER = "tpl_other";
 const FIN = "tpl_fin";
+const ACCOUNT = "tpl-account";
 const TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 const LATER = timestampFromDate(new Date(Date.now() + 3_600_000));
 
@@ -88,6 +90,10 @@ const JOB_FIELDS: Record<string, Case<Init>> = {
     value: create(FinalizerSchema, { workload: FIN, parameters: { out: "s3://manifest" }, runOnFailure: true }),
     check: (j) => expect(j.finalizer).toEqual({ workload: FIN, parameters: { out: "s3://manifest" }, runOnFailure: true }),
   },
+  // Every tick's job is the account's, with its priority and its name as the concurrency key.
+  account: { value: ACCOUNT, check: (j) => expect([j.account, j.priority, j.concurrencyKey]).toEqual([ACCOUNT, 9, ACCOUNT]) },
+  // A billing key is one job's; a template's reserved units alone reach each tick (the REST case below).
+  billing: { value: create(BillingSchema, { reservedUnits: 10n, billingKey: "once" }), refused: "job.billing.billing_key" },
 };
 
 /** Through the template's one listed task (tasks[0], chunk 0 unless the case says otherwise). */
@@ -111,6 +117,7 @@ beforeAll(async () => {
   await f.queue.putWorkload({ name: W, failurePolicy: "fail_fast", maxAttempts: 3 });
   await f.queue.putWorkload({ name: OTHER });
   await f.queue.putWorkload({ name: FIN });
+  await f.queue.putAccount({ name: ACCOUNT, priority: 9 });
 });
 
 afterAll(async () => {
@@ -205,6 +212,17 @@ describe("over REST, as a user writes it", () => {
     await f.queue.completeTask({ taskId: task.id, workerId: "w", attempt: task.attempt, resultUri: "s3://out", resultSha256: sha("out") });
     const { rows } = await f.pool.query(`SELECT workload, parameters FROM jobs WHERE parent_job_id = $1`, [job.id]);
     expect(rows).toEqual([{ workload: FIN, parameters: { k: "v", parent_job_id: job.id, parent_status: "completed" } }]);
+  });
+
+  it("PUT /schedules/s3 with billing's reserved units: every tick's job has them", async () => {
+    const put = await restCall(base, "PUT", "/schedules/s3", {
+      cron: "0 0 1 1 *",
+      job: { workload: W, input_uri: "s3://rest/in", input_sha256: sha("rest"), account: ACCOUNT, billing: { reserved_units: "25" } },
+    });
+    expect(put.status, put.text).toBe(200);
+    expect(put.body.schedule.job.billing).toEqual({ reserved_units: "25", billing_key: "" });
+    const { job } = await fireTick("s3");
+    expect([job.account, job.billing]).toEqual([ACCOUNT, { reservedUnits: 25, billingKey: null }]);
   });
 
   it("PUT /schedules/s2 with a run_at is 400 naming job.run_at, and writes nothing", async () => {

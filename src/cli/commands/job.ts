@@ -93,6 +93,7 @@ export const jobCommands: CommandSpec[] = [
       { name: "input-sha256", value: "HEX", required: true },
       { name: "parameters", value: "JSON" },
       { name: "priority", value: "N" },
+      { name: "account", value: "NAME" },
       ...LATER_OPTIONS,
       { name: "watch" },
     ],
@@ -107,6 +108,7 @@ export const jobCommands: CommandSpec[] = [
         inputSha256: stringOption(inv.opts["input-sha256"]) ?? "",
         parameters: jsonObjectOption("parameters", inv.opts.parameters),
         priority: intOption("priority", inv.opts.priority) ?? 0,
+        account: stringOption(inv.opts.account) ?? "",
       });
       applyLaterOptions(request, inv.opts);
       const res = await inv.client.createJob(request, inv.callOptions);

@@ -18,6 +18,8 @@ import { delayJob, isDelayed, needsDelayJob } from "./due-wakes.js";
 import { defineQuery } from "./query.js";
 import { toJob, type JobRow } from "./rows.js";
 import { uuidv7, uuidv7s } from "./uuidv7.js";
+import { accountGate } from "./accounts.js";
+import { jobAccount } from "../../queue/account-validation.js";
 import type { CachedWorkload } from "./workload-cache.js";
 import { unknownWorkload } from "./workloads.js";
 
@@ -27,9 +29,10 @@ import { unknownWorkload } from "./workloads.js";
  * abort all of it, and the NOTIFY still goes out only at commit, when the tasks are visible.
  * - fresh: the workloads the caller validated against (names $10, xmins $11) are unchanged; if
  *   not, nothing is inserted and the caller tries again with them locked.
- * - ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key safe: the loser
- *   gets no job row (after waiting for the winner's commit), so no tasks either, and reads the
- *   winner's job instead.
+ * - ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key (or one billing
+ *   key of an account, jobs_billing_key_idx) safe: the loser gets no job row (after waiting for
+ *   the winner's commit), so no tasks either, and reads the winner's job instead. No conflict
+ *   target, as either unique index may be the one hit (the id, a new UUIDv7, never is).
  * - The tasks travel as parallel arrays through unnest, not as one jsonb document through
  *   jsonb_to_recordset, and come back as nothing: ids are made by the caller (time-ordered,
  *   so consecutive inserts share index pages), created_at and run_after are the job's now().
@@ -53,21 +56,28 @@ interface FlowParams {
   /** the number of tasks */
   count: string;
 }
+/** The placeholders of the job's account and billing context (null for none). */
+interface AccountParams {
+  account: string;
+  reservedUnits: string;
+  billingKey: string;
+}
 /*
  * Fair ranks (flow-control.md, "Fair share"): a job of a keyed workload takes `count` ranks from
  * its key's next_rank, starting no earlier than the head of the queue at the job's priority (or,
  * with nothing pending, the furthest any key has got). One upsert per job; its row lock orders
  * two jobs of one key. Nothing happens for a workload that never saw a key (ranked false).
  */
-const createJobCtes = (policy: string, maxFailed: string, f: FlowParams) => `fresh AS (
+const createJobCtes = (policy: string, maxFailed: string, f: FlowParams, a: AccountParams) => `fresh AS (
   SELECT count(*) = cardinality($10::text[]) AS ok
   FROM workloads w JOIN unnest($10::text[], $11::text[]) AS v(name, x) ON w.name = v.name AND w.xmin::text = v.x
 ), job AS (
   INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent,
-    failure_policy, max_failed_tasks, concurrency_key, required_labels)
-  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, ${policy}::failure_policy, ${maxFailed}::int, ${f.key}, ${f.labels}::jsonb
+    failure_policy, max_failed_tasks, concurrency_key, required_labels, account, reserved_units, billing_key)
+  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, ${policy}::failure_policy, ${maxFailed}::int, ${f.key}, ${f.labels}::jsonb,
+    ${a.account}::text, ${a.reservedUnits}::bigint, ${a.billingKey}::text
   FROM fresh WHERE fresh.ok
-  ON CONFLICT (idempotency_key) DO NOTHING
+  ON CONFLICT DO NOTHING
   RETURNING *
 ), rank_base AS (
   INSERT INTO flow_keys AS k (workload, key, next_rank)
@@ -117,7 +127,12 @@ interface JobInsert {
   /** the workloads validated against, and the xmin of each as cached */
   workloadNames: string[];
   workloadXmins: string[];
+  /** the job's account and billing context; null for none */
+  account: string | null;
+  reservedUnits: number | null;
+  billingKey: string | null;
 }
+const accountValues = (p: JobInsert) => [p.account, p.reservedUnits, p.billingKey];
 const jobInsertValues = (p: JobInsert) => [
   p.jobId,
   p.workload,
@@ -159,11 +174,12 @@ interface TaskInsert {
   taskLabels: (string | null)[] | null;
 }
 
-// $23 concurrency key, $24 job labels, $25 ranked, $26 task count (FlowParams), $27 each task's labels (text[] of jsonb, or null).
+// $23 concurrency key, $24 job labels, $25 ranked, $26 task count (FlowParams), $27 each task's labels (text[] of jsonb, or null),
+// $28..$30 account, reserved units, billing key (AccountParams).
 export const CREATE_JOB = defineQuery<JobInsert & JobPolicy & TaskInsert, CreateJobAnswer>(
   "leasehold_create_job",
   `
-WITH ${createJobCtes("$21", "$22", { key: "$23", labels: "$24", ranked: "$25", count: "$26" })}, tasks_in AS (
+WITH ${createJobCtes("$21", "$22", { key: "$23", labels: "$24", ranked: "$25", count: "$26" }, { account: "$28", reservedUnits: "$29", billingKey: "$30" })}, tasks_in AS (
   INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
     concurrency_key, required_labels, fair_rank)
   SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent,
@@ -185,6 +201,7 @@ ${createJobAnswer}`,
     p.wakeCounts,
     ...jobPolicyValues(p),
     p.taskLabels,
+    ...accountValues(p),
   ],
 );
 
@@ -198,13 +215,14 @@ ${createJobAnswer}`,
  * to parse and unnest: for 10,000 tasks the backends' CPU fell by ~15% (scratch measurement,
  * 16 alternating runs each, 88 against 74 ms per job).
  */
-// $16 concurrency key, $17 job labels, $18 ranked, $19 task count (FlowParams); the answer's rank_base is the first task's fair rank.
+// $16 concurrency key, $17 job labels, $18 ranked, $19 task count (FlowParams), $20..$22 account, reserved units, billing key;
+// the answer's rank_base is the first task's fair rank.
 export const CREATE_JOB_ALONE = defineQuery<JobInsert & JobPolicy & Pick<TaskInsert, "wakeWorkloads" | "wakeCounts">, CreateJobAnswer>(
   "leasehold_create_job_alone",
   `
-WITH ${createJobCtes("$14", "$15", { key: "$16", labels: "$17", ranked: "$18", count: "$19" })}, ${wokenBy("$12", "$13")}
+WITH ${createJobCtes("$14", "$15", { key: "$16", labels: "$17", ranked: "$18", count: "$19" }, { account: "$20", reservedUnits: "$21", billingKey: "$22" })}, ${wokenBy("$12", "$13")}
 ${createJobAnswer}`,
-  (p) => [...jobInsertValues(p), p.wakeWorkloads, p.wakeCounts, ...jobPolicyValues(p)],
+  (p) => [...jobInsertValues(p), p.wakeWorkloads, p.wakeCounts, ...jobPolicyValues(p), ...accountValues(p)],
 );
 
 /** The tasks of a CREATE_JOB_ALONE, in COPY's text format (copy-text.ts), columns in this order; the rest are their defaults. */
@@ -228,6 +246,8 @@ export interface PreparedJob {
   perWorkload: Map<string, number>;
   /** DELAY_JOB runs after the insert (a run_at or a finalizer): the caller must hold a transaction */
   needsDelay: boolean;
+  /** the caller must hold a transaction: DELAY_JOB runs after the insert, or the job's account is locked before it (accountGate) */
+  needsTransaction: boolean;
   /** handed the result as soon as it is known, before a COPY ends (early-answer.ts); not for a delayed job */
   early?: CallOptions["prepared"];
 }
@@ -235,20 +255,26 @@ export interface PreparedJob {
 /**
  * CreateJob's validation (every rule that needs no database) and the ids: the same for the RPC
  * and a schedule's tick. `job` is passed when the caller validated already (PutSchedule).
+ * `boundAccount` is the caller's (CallOptions.account): the job's account when the request names
+ * none, and naming another is PERMISSION_DENIED.
  */
-export function prepareJob(ctx: StoreContext, input: CreateJobInput, job?: NormalizedCreateJob): PreparedJob {
+export function prepareJob(ctx: StoreContext, input: CreateJobInput, job?: NormalizedCreateJob, boundAccount?: string): PreparedJob {
+  if (boundAccount !== undefined) input = { ...input, account: jobAccount(input.account, boundAccount) };
   job ??= validateCreateJob(input, ctx.options.maxTasksPerJob, ctx.options.maxRunAtAheadDays);
   const finalizer = job.finalizer?.workload;
+  const needsDelay = needsDelayJob(job);
   return {
     input,
     job,
-    fingerprint: job.idempotencyKey ? requestFingerprint(job) : null,
+    // A billing key answers a second CreateJob as an idempotency key does, so it keeps the fingerprint too.
+    fingerprint: job.idempotencyKey || job.billing?.billingKey ? requestFingerprint(job) : null,
     names: [...new Set([job.workload, ...job.tasks.map((t) => t.workload), ...(finalizer ? [finalizer] : [])])],
     jobId: uuidv7(),
     taskIds: uuidv7s(job.tasks.length),
     // A delayed job's tasks are announced by DELAY_JOB (those due now) and at their due time (due-wakes.ts), not by the insert.
     perWorkload: isDelayed(job) ? new Map<string, number>() : countBy(job.tasks.map((t) => t.workload)),
-    needsDelay: needsDelayJob(job),
+    needsDelay,
+    needsTransaction: needsDelay || job.account !== undefined,
   };
 }
 
@@ -312,7 +338,15 @@ export async function writeJobs(
 ): Promise<WriteOutcome[]> {
   const out: WriteOutcome[] = [];
   for (const p of jobs) {
-    if (p.needsDelay && !inTransaction) throw new Error("a delayed job or one with a finalizer is written in a transaction");
+    if (p.needsTransaction && !inTransaction)
+      throw new Error("a delayed job, one with a finalizer or one of an account is written in a transaction");
+    const account = p.job.account;
+    if (account !== undefined) {
+      const billingKey = p.job.billing?.billingKey ?? null;
+      const { priority } = await accountGate(c, { account, tasks: p.job.tasks.length, idempotencyKey: p.job.idempotencyKey, billingKey });
+      // Priority 0 is the account's (its tier); the fingerprint was taken from the request as given.
+      if (p.job.priority === 0 && priority !== 0) p.job = { ...p.job, priority };
+    }
     const checked = await checkWorkloads(ctx, c, p);
     const result = await insertJob(c, p, checked, inTransaction);
     if (p.needsDelay && result !== "taken" && result !== "stale") delayed(result, await delayJob(c, p.jobId, p.job), p.job);
@@ -352,6 +386,9 @@ async function insertJob(
     traceparent: job.traceparent,
     workloadNames: names,
     workloadXmins: names.map((n) => workloads.get(n)!.xmin),
+    account: job.account ?? null,
+    reservedUnits: job.billing?.reservedUnits ?? null,
+    billingKey: job.billing?.billingKey ?? null,
     ...policy,
   };
   if (job.tasks.length >= COPY_MIN_TASKS) return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared);

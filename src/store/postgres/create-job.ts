@@ -19,6 +19,13 @@ export const SELECT_JOB_BY_IDEMPOTENCY_KEY = defineQuery<{ key: string }, JobRow
   (p) => [p.key],
 );
 
+// Through jobs_billing_key_idx: its expression, coalesce(account, ''), as the index has it.
+export const SELECT_JOB_BY_BILLING_KEY = defineQuery<{ account: string; key: string }, JobRow & { request_sha256: string | null }>(
+  null,
+  `SELECT * FROM jobs WHERE coalesce(account, '') = $1 AND billing_key = $2`,
+  (p) => [p.account, p.key],
+);
+
 export const SELECT_JOB_TASKS = defineQuery<{ jobId: string }, TaskRow>(
   null,
   `SELECT * FROM tasks WHERE job_id = $1 ORDER BY chunk_index`,
@@ -26,7 +33,7 @@ export const SELECT_JOB_TASKS = defineQuery<{ jobId: string }, TaskRow>(
 );
 
 export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: CallOptions): Promise<CreateJobResult> {
-  const p: PreparedJob = { ...prepareJob(ctx, input), early: opts.prepared };
+  const p: PreparedJob = { ...prepareJob(ctx, input, undefined, opts.account), early: opts.prepared };
   const { job, names } = p;
 
   return withClient(ctx.pool, opts.signal, async (c) => {
@@ -46,9 +53,10 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
       const [result] = await writeJobs(ctx, c, [p], inTransaction);
       return result;
     };
-    // A run_at or a finalizer is written by DELAY_JOB after the insert, in its transaction; a
-    // stale first try in it rolls back (StaleWorkloads) before the locked one.
-    let result = p.needsDelay
+    // A run_at or a finalizer is written by DELAY_JOB after the insert, in its transaction, and a
+    // job of an account holds the account's row (its quota) until its commit; a stale first try
+    // in it rolls back (StaleWorkloads) before the locked one.
+    let result = p.needsTransaction
       ? await transaction(c, async () => unlessStale(await write(false, true))).catch((err: unknown) => {
           if (err instanceof StaleWorkloads) return "stale" as const;
           throw err;
@@ -62,7 +70,7 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
       });
     }
     if (result !== "taken" && isDelayed(job)) ctx.dueWakes.refreshSoon();
-    return result === "taken" ? await replayJob(c, job.idempotencyKey!, p.fingerprint) : result;
+    return result === "taken" ? await replayJob(c, p) : result;
   });
 }
 
@@ -91,11 +99,22 @@ export async function createJobInTransaction(ctx: StoreContext, c: pg.PoolClient
   return result;
 }
 
-/** A CreateJob whose idempotency key was used before: the same request is a replay, anything else a conflict. */
-async function replayJob(c: pg.PoolClient, key: string, fingerprint: string | null): Promise<CreateJobResult> {
-  const prior = await SELECT_JOB_BY_IDEMPOTENCY_KEY.maybe(c, { key });
-  if (!prior || prior.request_sha256 !== fingerprint) {
-    throw new IdempotencyConflictError(`idempotency_key: was used for a different request (job ${prior?.id})`);
+/**
+ * A CreateJob whose idempotency key, or billing key in its account, was used before: the same
+ * request is a replay, anything else a conflict naming the key's field.
+ */
+async function replayJob(c: pg.PoolClient, p: PreparedJob): Promise<CreateJobResult> {
+  const { idempotencyKey, account, billing } = p.job;
+  let prior = idempotencyKey ? await SELECT_JOB_BY_IDEMPOTENCY_KEY.maybe(c, { key: idempotencyKey }) : undefined;
+  let field = "idempotency_key";
+  if (!prior && billing?.billingKey) {
+    prior = await SELECT_JOB_BY_BILLING_KEY.maybe(c, { account: account ?? "", key: billing.billingKey });
+    field = "billing.billing_key";
+  }
+  if (!prior || prior.request_sha256 !== p.fingerprint) {
+    // Idempotency keys are global: another account's job is not named (its id would tell of it).
+    const named = prior !== undefined && (prior.account ?? undefined) === account;
+    throw new IdempotencyConflictError(`${field}: was used for a different request${named ? ` (job ${prior?.id})` : ""}`);
   }
   const taskRows = await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
   return { job: toJob(prior), tasks: taskRows.map(toTask), created: false };

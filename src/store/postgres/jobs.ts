@@ -175,6 +175,17 @@ export const LIST_JOBS_BY_SCHEDULE = defineQuery<JobsPage & { schedule: string; 
   (p) => [...jobsPageValues(p), p.schedule, p.status],
 );
 
+// An account's jobs through jobs_account_idx; $5 the account, $6 the status filter as for a
+// schedule's, $7 a schedule ('' for any).
+export const LIST_JOBS_BY_ACCOUNT = defineQuery<JobsPage & { account: string; status: string | null; schedule: string }, JobsPageRow>(
+  null,
+  jobsPage(`account = $5 AND ($7::text = '' OR schedule_name = $7) AND ($6::text IS NULL OR CASE $6::text
+    WHEN 'scheduled' THEN status = 'pending' AND run_at > now()
+    WHEN 'pending' THEN status = 'pending' AND (run_at IS NULL OR run_at <= now())
+    ELSE status::text = $6::text END) AND`),
+  (p) => [...jobsPageValues(p), p.account, p.status, p.schedule],
+);
+
 /*
  * The task that failed a failed job: its failed task (the first to fail, should two have failed in
  * concurrent transactions), through tasks_job_failed_idx. lease_owner is kept when a task fails,
@@ -287,15 +298,17 @@ export async function listJobs(ctx: StoreContext, input: ListJobsInput, opts: Ca
     workload: q.workload ?? "",
   };
   const rows = await withClient(ctx.pool, opts.signal, (c) =>
-    q.scheduleName
-      ? LIST_JOBS_BY_SCHEDULE.run(c, { ...p, schedule: q.scheduleName, status: q.status })
-      : q.status === "scheduled"
-        ? LIST_JOBS_SCHEDULED.run(c, p)
-        : q.status === "pending"
-          ? LIST_JOBS_PENDING.run(c, p)
-          : q.status
-            ? LIST_JOBS_BY_STATUS.run(c, { ...p, status: q.status })
-            : LIST_JOBS.run(c, p),
+    q.account
+      ? LIST_JOBS_BY_ACCOUNT.run(c, { ...p, account: q.account, status: q.status, schedule: q.scheduleName ?? "" })
+      : q.scheduleName
+        ? LIST_JOBS_BY_SCHEDULE.run(c, { ...p, schedule: q.scheduleName, status: q.status })
+        : q.status === "scheduled"
+          ? LIST_JOBS_SCHEDULED.run(c, p)
+          : q.status === "pending"
+            ? LIST_JOBS_PENDING.run(c, p)
+            : q.status
+              ? LIST_JOBS_BY_STATUS.run(c, { ...p, status: q.status })
+              : LIST_JOBS.run(c, p),
   );
   const page = rows.slice(0, q.pageSize);
   const last = page[page.length - 1];

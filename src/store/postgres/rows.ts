@@ -50,6 +50,10 @@ export interface JobRow {
   parent_job_id?: string | null;
   /** run_at > now() by the database's clock, where the statement selects it (GetJob, ListJobs) */
   run_at_ahead?: boolean | null;
+  /** absent in a row read before the accounts migration (a rolling upgrade); reserved_units is a bigint, as text */
+  account?: string | null;
+  reserved_units?: string | number | null;
+  billing_key?: string | null;
 }
 
 export interface TaskRow {
@@ -161,7 +165,17 @@ export function toJob(r: JobRow): Job {
       : null,
     finalizerJobId: r.finalizer_job_id ?? null,
     parentJobId: r.parent_job_id ?? null,
+    account: r.account ?? null,
+    billing: jobBilling(r),
   };
+}
+
+/** A job's billing context: null when CreateJob gave none (neither reserved units nor a key stored). */
+function jobBilling(r: JobRow): Job["billing"] {
+  const reserved = r.reserved_units ?? null;
+  const key = r.billing_key ?? null;
+  if (reserved === null && key === null) return null;
+  return { reservedUnits: reserved === null ? 0 : Number(reserved), billingKey: key };
 }
 
 export function toTask(r: TaskRow): Task {

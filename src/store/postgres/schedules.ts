@@ -13,6 +13,7 @@ import {
 } from "../../queue/schedules.js";
 import type { CallOptions, CreateJobInput } from "../../queue/types.js";
 import type { StoreContext } from "./context.js";
+import { requireAccount } from "./accounts.js";
 import { checkWorkloads, prepareJob } from "./create-job-core.js";
 import { inTransaction, withClient } from "./db.js";
 import { defineQuery, type NoParams } from "./query.js";
@@ -129,6 +130,7 @@ export async function putSchedule(ctx: StoreContext, input: PutScheduleInput, op
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.load(c, template.names, false);
     await checkWorkloads(ctx, c, template, "job.");
+    if (template.job.account !== undefined) await requireAccount(c, template.job.account, "job.account");
     const { now } = await SELECT_DB_NOW.one(c);
     const next = new CronSchedule(s.cron, s.timezone).next(now);
     const row = await UPSERT_SCHEDULE.one(c, {
