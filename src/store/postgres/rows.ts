@@ -50,6 +50,10 @@ export interface JobRow {
   parent_job_id?: string | null;
   /** run_at > now() by the database's clock, where the statement selects it (GetJob, ListJobs) */
   run_at_ahead?: boolean | null;
+  /** The settlement, once recorded (settled_units: bigint, as text). */
+  settlement_key?: string | null;
+  settled_units?: string | number | null;
+  settled_at?: Date | null;
 }
 
 export interface TaskRow {
@@ -102,6 +106,9 @@ export interface JobEventRow {
   created_at: string;
   /** The writing transaction (xid8, as text or a number); WatchJob ends after the last event of the transaction that made the job final. */
   xid?: string | number;
+  /** job_settled: the settlement recorded (settled_units: bigint, as text or a number through json) */
+  settlement_key?: string | null;
+  settled_units?: string | number | null;
 }
 
 export function toWorkload(r: WorkloadRow): Workload {
@@ -161,6 +168,9 @@ export function toJob(r: JobRow): Job {
       : null,
     finalizerJobId: r.finalizer_job_id ?? null,
     parentJobId: r.parent_job_id ?? null,
+    settlement: r.settled_at
+      ? { settlementKey: r.settlement_key ?? "", settledUnits: Number(r.settled_units ?? 0), settledAt: r.settled_at }
+      : null,
   };
 }
 
@@ -212,5 +222,6 @@ export function toJobEvent(r: JobEventRow): JobEvent {
     errorCode: r.error_code ?? null,
     errorMessage: r.error_message ?? null,
     createdAt: new Date(r.created_at),
+    ...(r.kind === "job_settled" ? { settlementKey: r.settlement_key ?? "", settledUnits: Number(r.settled_units ?? 0) } : {}),
   };
 }
