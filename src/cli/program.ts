@@ -16,6 +16,7 @@ import { camelCase, DEFAULT_URL, GLOBAL_OPTIONS, type CommandSpec, type Invocati
 import { inspectCommands } from "./commands/inspect.js";
 import { jobCommands } from "./commands/job.js";
 import { scheduleCommands } from "./commands/schedule.js";
+import { settlementCommands } from "./commands/settlement.js";
 import { tokenCommands } from "./commands/token.js";
 import { workloadCommands } from "./commands/workload.js";
 import type { CliEnvironment } from "../config/index.js";
@@ -29,6 +30,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...jobCommands,
   ...inspectCommands,
   ...scheduleCommands,
+  ...settlementCommands,
 ];
 
 export const USAGE = usage(COMMANDS);
