@@ -160,3 +160,43 @@ describe("two settlers through three coordinators", () => {
     expect(a.answered + b.answered).toBe(all.length);
   }, 120_000);
 });
+
+describe("a settle racing a retry of the same job", () => {
+  it("one of them wins: settled and not retried, or retried and not settled", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      const r = await fx.queue.createJob({ workload: W, tasks: [{ chunkIndex: 0, inputUri: "s3://in/0", inputSha256: sha(i) }] });
+      await fx.pool.query(`UPDATE jobs SET account = 'globex' WHERE id = $1`, [r.job.id]);
+      ids.push(r.job.id);
+    }
+    for (;;) {
+      const tasks = await fx.queue.claimTasks({ workerId: "w", workloads: [W], maxTasks: 100 });
+      if (tasks.length === 0) break;
+      for (const t of tasks)
+        await fx.queue.failTask({ taskId: t.id, workerId: "w", attempt: t.attempt, errorCode: "boom", retryable: false });
+    }
+    const outcomes = await Promise.all(
+      ids.map(async (jobId, i) => {
+        const [settled, retried] = await Promise.allSettled([
+          coordinators[i % 3].settleJob({ jobId, settlementKey: `s-${jobId}`, settledUnits: 3 }),
+          coordinators[(i + 1) % 3].retryJob({ jobId, maxAttempts: 1 }),
+        ]);
+        return { jobId, settled: settled.status === "fulfilled", retried: retried.status === "fulfilled" };
+      }),
+    );
+    const { rows } = await fx.pool.query<{ id: string; status: string; settled: boolean; events: number; failed: number }>(
+      `SELECT j.id, j.status, j.settled_at IS NOT NULL AS settled,
+              (SELECT count(*)::int FROM task_events e WHERE e.job_id = j.id AND e.kind = 'job_settled') AS events,
+              (SELECT count(*)::int FROM tasks t WHERE t.job_id = j.id AND t.status = 'failed') AS failed
+       FROM jobs j WHERE j.id = ANY($1)`,
+      [ids],
+    );
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    for (const o of outcomes) {
+      const row = byId.get(o.jobId)!;
+      expect(o.settled !== o.retried, o.jobId).toBe(true);
+      if (o.settled) expect(row).toMatchObject({ status: "failed", settled: true, events: 1, failed: 1 });
+      else expect(row).toMatchObject({ status: "running", settled: false, events: 0, failed: 0 });
+    }
+  }, 60_000);
+});
