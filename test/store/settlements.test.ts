@@ -15,6 +15,8 @@ import {
   ValidationError,
 } from "../../src/queue/errors.js";
 import type { Job, JobUpdate } from "../../src/queue/types.js";
+import { MAINTENANCE_DUE } from "../../src/store/postgres/maintenance.js";
+import { DELETE_OLD_JOBS } from "../../src/store/postgres/retention.js";
 import { LIST_SETTLEMENTS } from "../../src/store/postgres/settlements.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
@@ -349,6 +351,14 @@ describe("ListSettlements at 100,000 unsettled jobs", () => {
       const plan = rows.map((r: { "QUERY PLAN": string }) => r["QUERY PLAN"]).join("\n");
       expect(plan).toContain("jobs_unsettled_idx");
       expect(plan).not.toMatch(/Seq Scan on jobs|Sort/);
+      // Retention's probe and batches skip the unsettled jobs through their own index, not a walk over them.
+      for (const [text, args] of [
+        [MAINTENANCE_DUE, [1]],
+        [DELETE_OLD_JOBS.text, [1, 20]],
+      ] as const) {
+        const { rows: r } = await c.query(`EXPLAIN (COSTS OFF) ${text}`, [...args]);
+        expect(r.map((x: { "QUERY PLAN": string }) => x["QUERY PLAN"]).join("\n")).toContain("jobs_retention_idx");
+      }
       // The statement's own time in PostgreSQL, apart from the transfer and the mapping of the rows.
       const server: number[] = [];
       for (let i = 0; i < 5; i++) {
