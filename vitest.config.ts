@@ -24,6 +24,7 @@ const API_SUITES = [
   "test/store/fences.test.ts",
   "test/store/fences-race.test.ts",
   "test/store/switches.test.ts",
+  "test/api/settlements-api.test.ts",
 ];
 
 /**
@@ -42,6 +43,7 @@ const COALESCE_SUITES = [
   "test/store/fences.test.ts",
   "test/store/fences-race.test.ts",
   "test/store/switches.test.ts",
+  "test/api/settlements-api.test.ts",
   "test/store/claim-hints.test.ts",
 ];
 

@@ -53,6 +53,7 @@ import {
   type RetryJobResponse,
   type WatchJobResponse,
   type ResultManifest as PbResultManifest,
+  SettlementSchema,
   type Task as PbTask,
   type Workload as PbWorkload,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
@@ -176,6 +177,7 @@ const JOB_EVENT_KIND = {
   task_status: JobEventKind.TASK_STATUS,
   task_progress: JobEventKind.TASK_PROGRESS,
   job_status: JobEventKind.JOB_STATUS,
+  job_settled: JobEventKind.SETTLED,
 } as const;
 
 // ---- requests → domain inputs ----
@@ -375,6 +377,14 @@ export function jobMessage(j: Job): PbJob {
     account: j.account ?? "",
     billing: j.billing
       ? create(BillingSchema, { reservedUnits: BigInt(j.billing.reservedUnits), billingKey: j.billing.billingKey ?? "" })
+      : undefined,
+    usage: usageMessage(j.usage),
+    settlement: j.settlement
+      ? create(SettlementSchema, {
+          settlementKey: j.settlement.settlementKey,
+          settledUnits: BigInt(j.settlement.settledUnits),
+          settledAt: ts(j.settlement.settledAt),
+        })
       : undefined,
   });
 }
@@ -578,6 +588,8 @@ export function watchJobResponse(u: JobUpdate): WatchJobResponse {
         errorCode: e.errorCode ?? "",
         errorMessage: e.errorMessage ?? "",
         createdAt: ts(e.createdAt),
+        settlementKey: e.settlementKey ?? "",
+        settledUnits: BigInt(e.settledUnits ?? 0),
       }),
     },
   });

@@ -17,6 +17,7 @@ import { accountCommands } from "./commands/account.js";
 import { inspectCommands } from "./commands/inspect.js";
 import { jobCommands } from "./commands/job.js";
 import { scheduleCommands } from "./commands/schedule.js";
+import { settlementCommands } from "./commands/settlement.js";
 import { tokenCommands } from "./commands/token.js";
 import { workloadCommands } from "./commands/workload.js";
 import type { CliEnvironment } from "../config/index.js";
@@ -31,6 +32,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...inspectCommands,
   ...scheduleCommands,
   ...accountCommands,
+  ...settlementCommands,
 ];
 
 export const USAGE = usage(COMMANDS);

@@ -436,7 +436,7 @@ export interface ListJobsResult {
   nextPageToken: string;
 }
 
-export type JobEventKind = "task_status" | "task_progress" | "job_status";
+export type JobEventKind = "task_status" | "task_progress" | "job_status" | "job_settled";
 
 /** One committed change of a job or of one of its tasks (the task_events table). */
 export interface JobEvent {
@@ -457,6 +457,9 @@ export interface JobEvent {
   /** null in events written before the log recorded it */
   errorMessage: string | null;
   createdAt: Date;
+  /** job_settled: the settlement's key and units */
+  settlementKey?: string;
+  settledUnits?: number;
 }
 
 /** WatchJob's options: a call's, plus where a resumed stream picks up. */

@@ -95,6 +95,8 @@ RETURNING *`,
  * the failed tasks of a completed job that tolerated them (max_failed_tasks). Completed tasks keep
  * their results. Tasks first, then the job, the lock order of the claim and of CancelJob. The job
  * is pending again, or running when some of its tasks have run. Claimable work wakes long polls.
+ * A settled job is never retried: its settlement answered for the work done, so more work is a new
+ * job (an unsettled one leaves ListSettlements until it is final again).
  * $1 job id, $2 fresh attempts (null: the workload's max_attempts), $3 attempt cap.
  */
 export const RETRY_JOB = defineQuery<{ jobId: string; maxAttempts: number | null; attemptCap: number }, JobRow & { retried_tasks: number }>(
@@ -108,14 +110,14 @@ WITH retried AS (
       error_code = NULL, error_message = NULL, version = t.version + 1
   FROM workloads wl
   WHERE t.job_id = $1 AND t.status IN ('failed', 'cancelled') AND wl.name = t.workload AND t.attempt < $3::int
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed'))
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed') AND j.settled_at IS NULL)
   RETURNING t.workload
 ), job AS (
   UPDATE jobs j
   SET status = CASE WHEN EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = $1 AND o.started_at IS NOT NULL)
                  THEN 'running' ELSE 'pending' END::job_status,
       completed_at = NULL, cancel_reason = NULL, updated_at = now()
-  WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed') AND EXISTS (SELECT 1 FROM retried)
+  WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed') AND j.settled_at IS NULL AND EXISTS (SELECT 1 FROM retried)
   RETURNING j.*
 ), woken AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM retried GROUP BY workload
@@ -273,6 +275,7 @@ export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: Ca
     if (retried) return { job: toJob(retried), retriedTasks: retried.retried_tasks };
     const job = await SELECT_JOB.maybe(c, { jobId: r.jobId });
     if (!job) throw new NotFoundError("job", r.jobId);
+    if (job.settled_at) throw new FailedPreconditionError(`job ${r.jobId} is settled: settled jobs are not retried; create a new job`);
     const status = job.status;
     if (status === "completed") {
       throw new FailedPreconditionError(

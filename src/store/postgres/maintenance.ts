@@ -9,7 +9,7 @@ import { withClient } from "./db.js";
 import { EventPartitions, type EventPartitionsConfig } from "./event-partitions.js";
 import { PendingExpiry, type PendingExpiryConfig } from "./pending-expiry.js";
 import { defineQuery } from "./query.js";
-import { Retention, type RetentionConfig } from "./retention.js";
+import { SETTLED_OR_UNBILLED, Retention, type RetentionConfig } from "./retention.js";
 
 export interface StoreMaintenanceConfig {
   pendingExpiry?: PendingExpiryConfig;
@@ -40,6 +40,7 @@ SELECT
   ($1::int IS NOT NULL AND EXISTS (
     SELECT 1 FROM jobs
     WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1::int)
+      AND ${SETTLED_OR_UNBILLED}
   )) AS retention`;
 
 const maintenanceDue = defineQuery<{ days: number | null }, { pending: boolean; watchers: boolean; retention: boolean }>(

@@ -17,6 +17,13 @@ export interface RetentionConfig {
 
 export const RETENTION_DEFAULTS = { batchJobs: 20, batchesPerPass: 50 } as const;
 
+/**
+ * A job retention may delete: settled, or not billable (no account, no billing context). An
+ * unsettled billable job is kept however old, with its tasks, until SettleJob records it: its
+ * usage and billing context are what the settlement reads (settlements.ts).
+ */
+export const SETTLED_OR_UNBILLED = `(settled_at IS NOT NULL OR (account IS NULL AND reserved_units IS NULL AND billing_key IS NULL))`;
+
 /*
  * Retention: a few old finished jobs per statement (each may hold thousands of tasks), with their
  * tasks (no foreign key cascades them: see migrations/1764490000000_lean_hot_path.sql;
@@ -34,6 +41,7 @@ export const DELETE_OLD_JOBS = defineQuery<{ days: number; batchJobs: number }, 
 WITH old AS (
   SELECT id FROM jobs
   WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1)
+    AND ${SETTLED_OR_UNBILLED}
   ORDER BY completed_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED

@@ -54,6 +54,10 @@ export interface JobRow {
   account?: string | null;
   reserved_units?: string | number | null;
   billing_key?: string | null;
+  /** The settlement, once recorded (settled_units: bigint, as text). */
+  settlement_key?: string | null;
+  settled_units?: string | number | null;
+  settled_at?: Date | null;
 }
 
 export interface TaskRow {
@@ -106,6 +110,9 @@ export interface JobEventRow {
   created_at: string;
   /** The writing transaction (xid8, as text or a number); WatchJob ends after the last event of the transaction that made the job final. */
   xid?: string | number;
+  /** job_settled: the settlement recorded (settled_units: bigint, as text or a number through json) */
+  settlement_key?: string | null;
+  settled_units?: string | number | null;
 }
 
 export function toWorkload(r: WorkloadRow): Workload {
@@ -167,6 +174,9 @@ export function toJob(r: JobRow): Job {
     parentJobId: r.parent_job_id ?? null,
     account: r.account ?? null,
     billing: jobBilling(r),
+    settlement: r.settled_at
+      ? { settlementKey: r.settlement_key ?? "", settledUnits: Number(r.settled_units ?? 0), settledAt: r.settled_at }
+      : null,
   };
 }
 
@@ -226,5 +236,6 @@ export function toJobEvent(r: JobEventRow): JobEvent {
     errorCode: r.error_code ?? null,
     errorMessage: r.error_message ?? null,
     createdAt: new Date(r.created_at),
+    ...(r.kind === "job_settled" ? { settlementKey: r.settlement_key ?? "", settledUnits: Number(r.settled_units ?? 0) } : {}),
   };
 }

@@ -65,7 +65,7 @@ SELECT pg_current_snapshot()::text AS snapshot,
 export const JOB_EVENTS_AFTER = defineQuery<{ jobId: string; afterEventId: string }, JobEventRow>(
   "leasehold_job_events_after",
   `SELECT id, job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, progress, message,
-  partial_result_uri, error_code, xid, created_at, error_message
+  partial_result_uri, error_code, xid, created_at, error_message, settlement_key, settled_units
 FROM task_events WHERE job_id = $1 AND id > $2::bigint ORDER BY id`,
   (p) => [p.jobId, p.afterEventId],
 );
@@ -83,7 +83,10 @@ FROM task_events WHERE job_id = $1 AND id > $2::bigint ORDER BY id`,
  * job's final event: that transaction may write other events after it (a statement's rows fire
  * their triggers in an order no caller controls), and a watcher must see every one, or its counts
  * would not be GetJob's. A transaction's events commit together, so they arrive in one batch;
- * the batch's events of later transactions (a late result of a cancelled task) are not sent.
+ * the batch's events of later transactions (a late result of a cancelled task) are not sent, but
+ * for the job's settlement (job_settled), which only ever follows the final status. A live stream
+ * ends before a later settlement; a resumed stream (after_event_id) of a final job gets it among
+ * the events it missed, and a new watch's snapshot carries it as Job.settlement.
  */
 export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string, opts: WatchOptions): AsyncGenerator<JobUpdate> {
   const id = requireUuid("job_id", jobId);
@@ -162,7 +165,9 @@ const isFinal = (r: JobEventRow) => r.kind === "job_status" && FINAL_JOB_STATUSE
 async function* untilFinal(rows: readonly JobEventRow[]): AsyncGenerator<JobUpdate, boolean> {
   let finalXid: string | undefined;
   for (const row of rows) {
-    if (finalXid !== undefined && String(row.xid) !== finalXid) continue;
+    // A settlement comes after the job is final, in a transaction of its own: a stream that
+    // reads it in the same batch, or a resumed one of a final job, sends it too.
+    if (finalXid !== undefined && String(row.xid) !== finalXid && row.kind !== "job_settled") continue;
     const event = toJobEvent(row);
     yield { event };
     if (finalXid === undefined && event.kind === "job_status" && FINAL_JOB_STATUSES.includes(event.status ?? "")) {

@@ -1,0 +1,99 @@
+// `leasehold settlements list` and `leasehold job settle` end to end: each command runs as a real
+// child process (node --import tsx src/cli/main.ts) against a real coordinator process over a
+// migrated database of its own. Jobs are made billable by SQL (an account, reserved_units), as
+// CreateJob's billing context is another part of the money path.
+import { spawn } from "node:child_process";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { killAll, ROOT, spawnCoordinator } from "../support/process.js";
+import { sha } from "../support/queue.js";
+import { restCall } from "../support/rest.js";
+
+let db: TestDatabase;
+let base: string;
+let sql: pg.Client;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  base = await spawnCoordinator({ DATABASE_URL: db.url, PORT: "0" }).listening();
+  sql = new pg.Client({ connectionString: db.url });
+  sql.on("error", () => {});
+  await sql.connect();
+  await sql.query(`INSERT INTO accounts (name) VALUES ('acme'), ('globex')`);
+  expect((await restCall(base, "PUT", "/workloads/billed", {})).status).toBe(200);
+});
+
+afterAll(async () => {
+  await sql?.end();
+  await killAll();
+  await db?.drop();
+});
+
+function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "--url", base, ...args], {
+    cwd: ROOT,
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+  child.stdin.end("");
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+async function finalJob(account: string): Promise<string> {
+  const created = await restCall(base, "POST", "/jobs", {
+    workload: "billed",
+    tasks: [{ chunk_index: 0, input_uri: "s3://in/0", input_sha256: sha(0) }],
+  });
+  const id = (created.body as { job: { id: string } }).job.id;
+  await sql.query(`UPDATE jobs SET account = $2, reserved_units = 50 WHERE id = $1`, [id, account]);
+  expect((await restCall(base, "POST", `/jobs/${id}/cancel`, {})).status).toBe(200);
+  return id;
+}
+
+describe("leasehold settlements and job settle", () => {
+  it("lists unsettled jobs (by account, as JSON), settles one once, and refuses another key and bad options", async () => {
+    const a = await finalJob("acme");
+    const g = await finalJob("globex");
+
+    const list = await cli(["settlements", "list"]);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toMatch(/^ID\s+STATUS\s+ACCOUNT\s+RESERVED\s+BILLING KEY\s+USAGE\s+FINAL/);
+    expect(list.stdout).toContain(a);
+    expect(list.stdout).toContain(g);
+
+    const acme = await cli(["settlements", "list", "--account", "acme", "--json"]);
+    expect(acme.code, acme.stderr).toBe(0);
+    expect((JSON.parse(acme.stdout) as { jobs: { id: string }[] }).jobs.map((j) => j.id)).toEqual([a]);
+
+    const settled = await cli(["job", "settle", a, "--key", "inv-1", "--units", "42"]);
+    expect(settled.code, settled.stderr).toBe(0);
+    expect(settled.stdout).toContain(`job ${a} settled: key inv-1, 42 units`);
+    const again = await cli(["job", "settle", a, "--key", "inv-1", "--units", "42", "--json"]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({ job: { id: a, settlement: { settlement_key: "inv-1", settled_units: "42" } } });
+
+    const conflict = await cli(["job", "settle", a, "--key", "inv-2", "--units", "42"]);
+    expect(conflict.code).toBe(1);
+    expect(conflict.stderr).toContain('settlement_key "inv-1"');
+    const { rows } = await sql.query(`SELECT count(*)::int AS n FROM task_events WHERE job_id = $1 AND kind = 'job_settled'`, [a]);
+    expect(rows[0].n).toBe(1);
+
+    const left = await cli(["settlements", "list"]);
+    expect(left.stdout).not.toContain(a);
+    expect(left.stdout).toContain(g);
+
+    for (const bad of [
+      ["job", "settle", g, "--units", "1"],
+      ["job", "settle", g, "--key", "k", "--units", "-1"],
+      ["job", "settle", g, "--key", "k"],
+    ]) {
+      const r = await cli(bad);
+      expect(r.code, bad.join(" ")).toBe(2);
+    }
+    expect((await cli(["settlements", "list", "--account", "acme"])).stdout).toBe("no unsettled jobs\n");
+  }, 60_000);
+});
