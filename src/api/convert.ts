@@ -311,6 +311,7 @@ export function listJobsInput(r: ListJobsRequest): ListJobsInput {
     pageSize: r.pageSize,
     pageToken: opt(r.pageToken),
     scheduleName: opt(r.scheduleName),
+    account: opt(r.account),
   };
 }
 
