@@ -20,6 +20,7 @@ import { apiServerFixture, type ApiServerFixture } from "../support/api-server.j
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { sha } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
+import { LIST_JOBS_BY_ACCOUNT, LIST_TASKS, SELECT_ACCOUNT_TASK } from "../support/statements.js";
 import { SWITCHES } from "../support/switches.js";
 import { CASES, IDLE_WORKLOAD, WORKER_PREFIX, WORKLOAD, type AccessCase, type Fixture } from "./tenancy-cases.js";
 
@@ -262,5 +263,40 @@ describe.each(TRANSPORTS)("%s: a bound token", (_transport, call) => {
     expect(refused.code).toBe("permission_denied");
     expect(refused.message).toMatch(/account/);
     expect(await count()).toBe(n);
+  });
+});
+
+describe("plans", () => {
+  async function plan(text: string, values: unknown[]): Promise<string> {
+    const { rows } = await pool.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ${text}`, values);
+    return rows.map((r: Record<string, string>) => r["QUERY PLAN"]).join("\n");
+  }
+
+  it("a bound token's ListJobs reads its page off the account's index, however many jobs other accounts hold", async () => {
+    await pool.query(
+      `INSERT INTO jobs (workload, status, account, created_at)
+       SELECT $1, 'completed', $2, now() - interval '1 day' - g * interval '1 second' FROM generate_series(1, 20000) g`,
+      [WORKLOAD, FOREIGN],
+    );
+    await pool.query("ANALYZE jobs");
+    const page = await plan(LIST_JOBS_BY_ACCOUNT, ["infinity", "ffffffff-ffff-ffff-ffff-ffffffffffff", 11, "", OWN, null]);
+    expect(page).toMatch(/Index Scan using jobs_account_idx on jobs/);
+    expect(page).not.toMatch(/Sort \(|Seq Scan|Rows Removed by Filter: \d{3,}/);
+  });
+
+  it("GetTask of another account's task reads the task by its key and its job by its key, nothing more", async () => {
+    const theirs = await fixture(FOREIGN);
+    const p = await plan(SELECT_ACCOUNT_TASK, [theirs.taskId, OWN]);
+    expect(p).toMatch(/Index Scan using tasks_pkey on tasks/);
+    expect(p).toMatch(/Index Scan using jobs_pkey on jobs/);
+    expect(p).not.toMatch(/Seq Scan/);
+  });
+
+  it("ListTasks of another account's job checks the job once and reads no task", async () => {
+    const theirs = await fixture(FOREIGN);
+    const p = await plan(LIST_TASKS, [theirs.jobId, -1, 11, OWN]);
+    expect(p).toMatch(/One-Time Filter/);
+    expect(p).toMatch(/Index Scan using jobs_pkey on jobs/);
+    expect(p).toMatch(/Index Scan using tasks_job_chunk_idx on tasks \(never executed\)/);
   });
 });

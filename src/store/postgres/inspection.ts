@@ -18,10 +18,11 @@ import { waitingOf } from "./flow-control.js";
 export const SELECT_TASK = defineQuery<{ taskId: string }, TaskRow>(null, `SELECT * FROM tasks WHERE id = $1`, (p) => [p.taskId]);
 
 // GetTask for a bound token (CallOptions.account): another account's task is not found, by the
-// same one statement as a task that does not exist. $2 the account.
+// same one statement as a task that does not exist. The job's account by its key (a subquery on
+// the job's id, so no plan walks the account's index). $2 the account.
 export const SELECT_ACCOUNT_TASK = defineQuery<{ taskId: string; account: string }, TaskRow>(
   null,
-  `SELECT t.* FROM tasks t WHERE t.id = $1 AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = t.job_id AND j.account = $2)`,
+  `SELECT t.* FROM tasks t WHERE t.id = $1 AND (SELECT j.account FROM jobs j WHERE j.id = t.job_id) = $2`,
   (p) => [p.taskId, p.account],
 );
 
@@ -36,7 +37,7 @@ export const SELECT_ACCOUNT_TASK = defineQuery<{ taskId: string; account: string
 const tasksPage = (statusFilter: string) => `
 SELECT * FROM tasks
 WHERE job_id = $1 AND chunk_index > $2 ${statusFilter}
-  AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.account = $4))
+  AND ($4::text IS NULL OR (SELECT j.account FROM jobs j WHERE j.id = $1) = $4)
 ORDER BY chunk_index
 LIMIT $3`;
 interface TasksPage {

@@ -62,14 +62,14 @@ interface CompletedResultRow {
 }
 
 // Keyset pagination on (job_id, chunk_index): the unique index returns each page in chunk order.
-// $4: the caller's account (Scoped).
+// $4: the caller's account (Scoped), checked once on the job's row by its key.
 export const LIST_COMPLETED_RESULTS = defineQuery<{ jobId: string; afterChunk: number; limit: number } & Scoped, CompletedResultRow>(
   null,
   `
 SELECT chunk_index, id, result_uri, result_sha256, metrics, completed_at
 FROM tasks
 WHERE job_id = $1 AND chunk_index > $2 AND status = 'completed'
-  AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.account = $4))
+  AND ($4::text IS NULL OR (SELECT j.account FROM jobs j WHERE j.id = $1) = $4)
 ORDER BY chunk_index
 LIMIT $3`,
   (p) => [p.jobId, p.afterChunk, p.limit, scopeValue(p)],
