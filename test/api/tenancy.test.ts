@@ -1,5 +1,5 @@
 // Tenancy: every RPC × every role (admin, unbound submitter, submitter bound to an account,
-// worker, billing) × the caller's own or another account's job, over REST and Connect, generated
+// worker, billing) × the caller's own or another account's job, over REST, Connect and gRPC, generated
 // from ACCESS (auth.ts) and the case table (tenancy-cases.ts) so a new RPC cannot skip it. Asserts
 // the code (OK / PERMISSION_DENIED / NOT_FOUND), that a foreign job's NOT_FOUND is exactly a
 // missing job's (code and message), and that a refused call changed no row of the job.
@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { fromJson, type DescMethod, type JsonValue } from "@bufbuild/protobuf";
 import { ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
@@ -55,6 +55,7 @@ let pool: pg.Pool;
 let queue: PostgresQueue;
 let api: ApiServerFixture;
 let connect: Transport;
+let grpc: Transport;
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -62,6 +63,7 @@ beforeAll(async () => {
   queue = new PostgresQueue(pool, { coalescing: SWITCHES.coalescing, defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
   api = await apiServerFixture({ queue, auth: new Authenticator(CALLERS.map(entry)) });
   connect = createConnectTransport({ baseUrl: api.base, httpVersion: "1.1" });
+  grpc = createGrpcTransport({ baseUrl: api.base });
   // Until PutAccount is served, the accounts are rows of their own.
   await pool.query("INSERT INTO accounts (name) VALUES ($1), ($2)", [OWN, FOREIGN]);
   for (const name of [WORKLOAD, IDLE_WORKLOAD]) await queue.putWorkload({ name });
@@ -103,8 +105,8 @@ interface Outcome {
 
 type Call = (rpc: DescMethod, json: Record<string, unknown>, token: string) => Promise<Outcome>;
 
-async function callConnect(rpc: DescMethod, json: Record<string, unknown>, token: string): Promise<Outcome> {
-  const client = createClient(QueueService, connect) as unknown as Record<string, (req: unknown, o: unknown) => unknown>;
+async function callClient(transport: Transport, rpc: DescMethod, json: Record<string, unknown>, token: string): Promise<Outcome> {
+  const client = createClient(QueueService, transport) as unknown as Record<string, (req: unknown, o: unknown) => unknown>;
   const req = fromJson(rpc.input, json as JsonValue);
   const options = { headers: { authorization: `Bearer ${token}` } };
   try {
@@ -146,7 +148,8 @@ async function callRest(rpc: DescMethod, json: Record<string, unknown>, token: s
 
 const TRANSPORTS: [string, Call][] = [
   ["REST", callRest],
-  ["Connect", callConnect],
+  ["Connect", (rpc, json, token) => callClient(connect, rpc, json, token)],
+  ["gRPC", (rpc, json, token) => callClient(grpc, rpc, json, token)],
 ];
 
 /** What ACCESS and the bound account make of a call: its code, or only "authorized" for calls on no account's data. */
