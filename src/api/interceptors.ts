@@ -6,7 +6,8 @@
 //   rpcTracing     one SERVER span per RPC, child of the caller's traceparent; the call runs inside it
 //   requestFacts   the RequestInfo fields of the log line and the span: operation, ids, jobId from the answer
 //   errorMapping   every failure becomes the ConnectError of errors.ts, recorded once on the RequestInfo
-//   authorization  with tokens configured, the role and worker_id rules of auth.ts
+//   authorization  with tokens configured, the role and worker_id rules of auth.ts; keeps the
+//                  principal (principalKey), whose bound account service.ts hands to the queue
 //   deadline       min(client deadline, requestTimeoutMs (+ wait_seconds for a long poll))
 // A server stream (WatchJob) lives as long as the job runs or the client stays: it gets no span,
 // no duration and no request deadline (each database read inside has its own); the rest applies.
