@@ -8,6 +8,7 @@ import { defineConfig } from "vitest/config";
 const API_SUITES = [
   "test/api/api.test.ts",
   "test/api/auth.test.ts",
+  "test/api/tenancy.test.ts",
   "test/api/bad-input.test.ts",
   "test/api/claim-next.test.ts",
   "test/api/create-job-rest.test.ts",

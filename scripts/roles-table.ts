@@ -20,19 +20,24 @@ const code = (s: string) => `\`${s}\``;
 
 export function rolesTable(): string {
   const all = methods();
-  const of = (role: "submitter" | "worker") => all.filter((m) => (ACCESS[m.name].roles as readonly string[]).includes(role));
+  const of = (role: "submitter" | "worker" | "billing") => all.filter((m) => (ACCESS[m.name].roles as readonly string[]).includes(role));
   const submitter = of("submitter");
   const worker = of("worker");
+  const billing = of("billing");
   const scoped = worker.some((m) => ACCESS[m.name].workerIds !== undefined);
   const adminOnly = all.filter((m) => ACCESS[m.name].roles.length === 0);
   const rows = [
-    ["`submitter`", submitter.map((m) => code(m.rpc)).join(", ")],
+    [
+      "`submitter`",
+      `${submitter.map((m) => code(m.rpc)).join(", ")}; bound to an account: only that account's jobs and tasks (another's are not found)`,
+    ],
     [
       "`worker`",
       `${worker.map((m) => code(m.rpc)).join(", ")}${
         scoped ? ", only as a `worker_id` that starts with its prefix (in `CompleteTasks`: every result's; a `claim_next`'s own too)" : ""
       }`,
     ],
+    ["`billing`", billing.map((m) => code(m.rpc)).join(", ")],
     ["`admin`", `every RPC (${all.length}), including ${adminOnly.map((m) => code(m.rpc)).join(" and ")}, which only admin may call`],
   ];
   return ["| Role | May call |", "|---|---|", ...rows.map(([role, calls]) => `| ${role} | ${calls} |`)].join("\n");

@@ -2,7 +2,9 @@
 // authorize() at the start of every RPC, before anything reaches the queue, so
 // gRPC, gRPC-Web, Connect and REST share this one check. Tokens are known only
 // by their sha256 (AUTH_TOKENS_FILE, parsed in src/config): the presented token
-// is hashed and compared with every configured hash in constant time.
+// is hashed and compared with every configured hash in constant time. A submitter token may be
+// bound to an account: the principal carries it, and service.ts passes it to the queue as
+// CallOptions.account, where every job and task call is scoped to it (the store's statements).
 
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { MessageShape } from "@bufbuild/protobuf";
@@ -28,14 +30,14 @@ function claimNextWorker(next: { workerId: string } | undefined): string[] {
 /** Who may call what. Typed over every RPC: a new RPC does not compile until it has a row. */
 export const ACCESS: { [M in MethodName]: Rule<M> } = {
   createJob: { roles: ["submitter"] },
-  getJob: { roles: ["submitter"] },
-  listCompletedResults: { roles: ["submitter"] },
+  getJob: { roles: ["submitter", "billing"] },
+  listCompletedResults: { roles: ["submitter", "billing"] },
   cancelJob: { roles: ["submitter"] },
   watchJob: { roles: ["submitter"] },
   retryJob: { roles: ["submitter"] },
-  listJobs: { roles: ["submitter"] },
-  listTasks: { roles: ["submitter"] },
-  getTask: { roles: ["submitter"] },
+  listJobs: { roles: ["submitter", "billing"] },
+  listTasks: { roles: ["submitter", "billing"] },
+  getTask: { roles: ["submitter", "billing"] },
   claimTasks: { roles: ["worker"], workerIds: (r) => [r.workerId] },
   renewLease: { roles: ["worker"], workerIds: (r) => [r.workerId] },
   // A claim_next acts as its own worker_id when it names one (an empty one is the reporter's).
@@ -72,6 +74,8 @@ export function workerIdsOf<M extends MethodName>(method: M, req: RequestOf<M>):
 export interface Principal {
   role: Role;
   workerPrefix?: string;
+  /** A bound submitter's account: its calls see and create only that account's jobs (CallOptions.account). */
+  account?: string;
 }
 
 const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
@@ -87,7 +91,11 @@ export class Authenticator {
     if (tokens.length === 0) throw new Error("Authenticator needs at least one token");
     this.entries = tokens.map((t) => ({
       digest: Buffer.from(t.sha256, "hex"),
-      principal: t.workerPrefix === undefined ? { role: t.role } : { role: t.role, workerPrefix: t.workerPrefix },
+      principal: {
+        role: t.role,
+        ...(t.workerPrefix !== undefined ? { workerPrefix: t.workerPrefix } : {}),
+        ...(t.account !== undefined ? { account: t.account } : {}),
+      },
     }));
   }
 

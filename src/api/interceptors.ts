@@ -6,7 +6,8 @@
 //   rpcTracing     one SERVER span per RPC, child of the caller's traceparent; the call runs inside it
 //   requestFacts   the RequestInfo fields of the log line and the span: operation, ids, jobId from the answer
 //   errorMapping   every failure becomes the ConnectError of errors.ts, recorded once on the RequestInfo
-//   authorization  with tokens configured, the role and worker_id rules of auth.ts
+//   authorization  with tokens configured, the role and worker_id rules of auth.ts; keeps the
+//                  principal (principalKey), whose bound account service.ts hands to the queue
 //   deadline       min(client deadline, requestTimeoutMs (+ wait_seconds for a long poll))
 // A server stream (WatchJob) lives as long as the job runs or the client stays: it gets no span,
 // no duration and no request deadline (each database read inside has its own); the rest applies.
@@ -19,7 +20,7 @@ import { context } from "@opentelemetry/api";
 import { DeadlineExceededError, QueueError } from "../queue/errors.js";
 import type { ApiMetrics } from "../telemetry/metrics.js";
 import { endRpcSpan, startRpcSpan, tracingActive } from "../telemetry/tracing.js";
-import { workerIdsOf, type Authenticator, type MethodName } from "./auth.js";
+import { workerIdsOf, type Authenticator, type MethodName, type Principal } from "./auth.js";
 import { recordFailure, toConnectError } from "./errors.js";
 import { requestInfoOf } from "./request-info.js";
 
@@ -27,6 +28,9 @@ type AnyRequest = UnaryRequest | StreamRequest;
 
 /** The absolute deadline (ms since the epoch) a long poll must answer by; set by the deadline interceptor. */
 export const deadlineKey = createContextKey<number | undefined>(undefined, { description: "leasehold call deadline" });
+
+/** The caller's principal, set by the authorization interceptor (unset when the API is open). */
+export const principalKey = createContextKey<Principal | undefined>(undefined, { description: "leasehold principal" });
 
 /**
  * The AbortController whose signal a transport passed as the request's signal, lent to the deadline
@@ -168,7 +172,15 @@ export function authorization(auth: Authenticator): Interceptor {
   return (next) => async (request) => {
     const info = requestInfoOf(request.contextValues, request.header);
     const { req, message } = request.stream ? await singleInput(request) : { req: request, message: request.message };
-    info.role = auth.authorize(req.header.get("authorization"), req.method.localName as MethodName, req.method.name, message as never).role;
+    const principal = auth.authorize(
+      req.header.get("authorization"),
+      req.method.localName as MethodName,
+      req.method.name,
+      message as never,
+    );
+    info.role = principal.role;
+    // The handlers read it to scope their queue calls to a bound token's account (service.ts).
+    req.contextValues.set(principalKey, principal);
     return next(req);
   };
 }

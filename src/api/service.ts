@@ -34,14 +34,23 @@ import * as convert from "./convert.js";
 import * as flowConvert from "./flow-convert.js";
 import { putScheduleInput, scheduleMessage } from "./schedule-convert.js";
 import { earlyAnswerKey } from "./early-answer.js";
-import { deadlineKey } from "./interceptors.js";
+import { deadlineKey, principalKey } from "./interceptors.js";
 import { requestInfoKey } from "./request-info.js";
 
 export type QueueServiceImpl = ServiceImpl<typeof QueueServiceDesc>;
 
-/** What a queue call gets from its request: the signal (aborted at the deadline) and the deadline. */
+/**
+ * What a queue call gets from its request: the signal (aborted at the deadline), the deadline, and
+ * the account of a bound token (the queue then sees only that account's jobs).
+ */
 function call(ctx: HandlerContext): CallOptions {
-  return { signal: ctx.signal, deadline: ctx.values.get(deadlineKey) };
+  return { signal: ctx.signal, deadline: ctx.values.get(deadlineKey), ...scope(ctx) };
+}
+
+/** The one place a bound token's account becomes CallOptions.account; nothing for other tokens or an open API. */
+function scope(ctx: HandlerContext): Pick<CallOptions, "account"> {
+  const account = ctx.values.get(principalKey)?.account;
+  return account === undefined ? {} : { account };
 }
 
 function createJobResponse(r: CreateJobResult): CreateJobResponse {
@@ -196,7 +205,7 @@ export function createQueueServiceImpl(queue: ApiQueue, parking: ParkingCalls = 
     // A stream lives as long as the job runs (or the client stays), so the interceptors give it no
     // request deadline; each database read inside has its own.
     async *watchJob(req, ctx) {
-      for await (const update of parking.watchJob(req.jobId, { signal: ctx.signal, ...convert.watchOptions(req) }))
+      for await (const update of parking.watchJob(req.jobId, { signal: ctx.signal, ...scope(ctx), ...convert.watchOptions(req) }))
         yield convert.watchJobResponse(update);
     },
   };

@@ -67,13 +67,19 @@ export interface Config {
 export const ROLES = ["submitter", "worker", "billing", "admin"] as const;
 export type Role = (typeof ROLES)[number];
 
-/** One line of AUTH_TOKENS_FILE: `<sha256-hex> <role> [worker_id prefix, workers only]`. */
+/**
+ * One line of AUTH_TOKENS_FILE: `<sha256-hex> <role> [third field]`. The third field is a worker's
+ * worker_id prefix (required), or the account a submitter is bound to (optional: an unbound
+ * submitter sees every job, single-tenant mode); admin and billing tokens take none.
+ */
 export interface AuthTokenEntry {
   /** sha256 of the token, 64 lowercase hex characters. */
   sha256: string;
   role: Role;
   /** Workers only: every worker_id the token uses must start with this. */
   workerPrefix?: string;
+  /** Submitters only: the account the token is bound to; its calls see and create only that account's jobs. */
+  account?: string;
 }
 
 export class ConfigError extends Error {
@@ -137,7 +143,7 @@ export const CONFIG_VARIABLES = [
   [
     "AUTH_TOKENS_FILE",
     "(unset: no authentication)",
-    "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix]` per line (see Authentication)",
+    "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix | account]` per line (see Authentication)",
   ],
   ["ALLOW_UNAUTHENTICATED", "false", "`true` lets a coordinator without tokens bind an address other than loopback"],
   ["TLS_CERT_FILE", "(unset: cleartext)", "PEM certificate chain; with TLS_KEY_FILE serves HTTPS (HTTP/2 and HTTP/1.1 by ALPN) on PORT"],
@@ -253,6 +259,8 @@ export function parseCoalescing(env: Env): { maxBatch: number } | false {
 
 /** The same rule as a request's worker_id: printable ASCII, no spaces here (the line is space separated). */
 const WORKER_PREFIX = /^[\x21-\x7e]{1,128}$/;
+/** An account's name: the workload name pattern. */
+export const ACCOUNT_NAME = /^[a-z][a-z0-9_-]{0,62}$/;
 const SHA256_HEX = /^[0-9a-fA-F]{64}$/;
 
 /**
@@ -263,16 +271,26 @@ export function tokenEntryProblem(fields: string[]): string | undefined {
   const [hash, role, prefix, ...rest] = fields;
   if (!SHA256_HEX.test(hash ?? "")) return "the first field must be the sha256 of the token as 64 hex characters (the hash, not the token)";
   if (!ROLES.includes(role as Role)) return `the role must be one of ${ROLES.join(", ")}`;
-  if (rest.length > 0) return "too many fields (expected: <sha256-hex> <role> [worker_id prefix])";
+  if (rest.length > 0) return "too many fields (expected: <sha256-hex> <role> [worker_id prefix | account])";
   if (role === "worker") {
     if (prefix === undefined) return "a worker token needs the worker_id prefix it may use as third field";
     if (!WORKER_PREFIX.test(prefix) || prefix.startsWith("#")) {
       return "the worker_id prefix must be 1-128 printable ASCII characters, not starting with #";
     }
+  } else if (role === "submitter") {
+    if (prefix !== undefined && !ACCOUNT_NAME.test(prefix)) {
+      return `a submitter's third field is the account it is bound to, matching ${ACCOUNT_NAME.source}`;
+    }
   } else if (prefix !== undefined) {
-    return `only worker tokens take a worker_id prefix, not ${role}`;
+    return `only worker tokens (a worker_id prefix) and submitter tokens (an account) take a third field, not ${role}`;
   }
   return undefined;
+}
+
+/** A checked line's entry: the third field is a worker's prefix or a submitter's account. */
+function tokenEntry(sha256: string, role: Role, third: string | undefined): AuthTokenEntry {
+  if (third === undefined) return { sha256, role };
+  return role === "worker" ? { sha256, role, workerPrefix: third } : { sha256, role, account: third };
 }
 
 /** AUTH_TOKENS_FILE contents → entries; a bad line is a ConfigError naming the variable and the line number. */
@@ -293,7 +311,7 @@ export function parseAuthTokens(text: string, source = "AUTH_TOKENS_FILE"): Auth
     if (dup !== undefined)
       throw new ConfigError("AUTH_TOKENS_FILE", `${source} line ${lineNo}: the same token hash is already on line ${dup}`);
     seen.set(sha256, lineNo);
-    entries.push({ sha256, role: fields[1] as Role, ...(fields[2] !== undefined ? { workerPrefix: fields[2] } : {}) });
+    entries.push(tokenEntry(sha256, fields[1] as Role, fields[2]));
   });
   return entries;
 }

@@ -26,6 +26,7 @@ import { ROOT } from "../support/process.js";
 import { rpcError } from "../support/rpc.js";
 import { sha } from "../support/queue.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
+import { configLine } from "../../src/cli/commands/token.js";
 
 const TOKENS = {
   admin: `lh_admin_${randomUUID()}`,
@@ -190,14 +191,19 @@ describe("configuration", () => {
     throw new Error("expected a ConfigError");
   };
 
-  it("parses AUTH_TOKENS_FILE: comments, blank lines, upper-case hex, a prefix per worker", () => {
-    const h = [sha("a"), sha("b"), sha("c")];
-    const p = file("ok.tokens", `# tokens\n\n${h[0].toUpperCase()} admin   # ops\n${h[1]} submitter\n  ${h[2]}\tworker gpu-#1\n`);
+  it("parses AUTH_TOKENS_FILE: comments, blank lines, upper-case hex, a prefix per worker, an account per bound submitter", () => {
+    const h = [sha("a"), sha("b"), sha("c"), sha("d"), sha("e")];
+    const p = file(
+      "ok.tokens",
+      `# tokens\n\n${h[0].toUpperCase()} admin   # ops\n${h[1]} submitter\n  ${h[2]}\tworker gpu-#1\n${h[3]} submitter acme_co-1\n${h[4]} billing\n`,
+    );
     const config = loadConfig({ AUTH_TOKENS_FILE: p, HOST: "0.0.0.0" });
     expect(config.authTokens).toEqual([
       { sha256: h[0], role: "admin" },
       { sha256: h[1], role: "submitter" },
       { sha256: h[2], role: "worker", workerPrefix: "gpu-#1" },
+      { sha256: h[3], role: "submitter", account: "acme_co-1" },
+      { sha256: h[4], role: "billing" },
     ]);
     expect(config.host).toBe("0.0.0.0");
   });
@@ -208,7 +214,13 @@ describe("configuration", () => {
       [`# a\n${sha("a")} admin\n${pasted} admin\n`, /line 3: the first field must be the sha256/],
       [`${sha("a")} root\n`, /line 1: the role must be one of submitter, worker, billing, admin/],
       [`${sha("a")} worker\n`, /line 1: a worker token needs the worker_id prefix/],
-      [`${sha("a")} admin gpu-\n`, /line 1: only worker tokens take a worker_id prefix/],
+      [
+        `${sha("a")} admin gpu-\n`,
+        /line 1: only worker tokens \(a worker_id prefix\) and submitter tokens \(an account\) take a third field, not admin/,
+      ],
+      [`${sha("a")} billing acme\n`, /line 1: only worker tokens .* take a third field, not billing/],
+      [`${sha("a")} submitter Acme\n`, /line 1: a submitter's third field is the account it is bound to/],
+      [`${sha("a")} submitter 1acme\n`, /line 1: a submitter's third field is the account/],
       [`${sha("a")} worker gpu- extra\n`, /line 1: too many fields/],
       [`${sha("a")} admin\n\n${sha("a")} submitter\n`, /line 3: the same token hash is already on line 1/],
       ["# nothing but comments\n", /holds no token/],
@@ -280,6 +292,17 @@ describe("leasehold token new", () => {
     expect(rest).toEqual([]);
     expect(line).toBe(`${sha(token)} submitter`);
     expect(token).not.toBe(out.token);
+  });
+
+  it("configLine binds a submitter to an account, and refuses an account on any other role", () => {
+    const line = configLine("lh_t", "submitter", undefined, "acme");
+    expect(line).toBe(`${sha("lh_t")} submitter acme`);
+    expect(parseAuthTokens(line)).toEqual([{ sha256: sha("lh_t"), role: "submitter", account: "acme" }]);
+    expect(new Authenticator(parseAuthTokens(line)).authenticate("Bearer lh_t")).toEqual({ role: "submitter", account: "acme" });
+    expect(() => configLine("lh_t", "billing", undefined, "acme")).toThrow(/only submitter tokens are bound to an account/);
+    expect(() => configLine("lh_t", "worker", "gpu-", "acme")).toThrow(/exclude each other/);
+    expect(() => configLine("lh_t", "submitter", "gpu-")).toThrow(/only worker tokens take --worker-prefix/);
+    expect(() => configLine("lh_t", "submitter", undefined, "Acme")).toThrow(/--account is the account it is bound to/);
   });
 
   it("refuses a worker token without a prefix (exit 2)", async () => {

@@ -878,13 +878,13 @@ describe("plans", () => {
     );
     await pool.query("UPDATE tasks SET status = 'failed', error_code = 'oom' WHERE job_id = $1 AND chunk_index IN (3117, 4000)", [job.id]);
     await pool.query("ANALYZE tasks");
-    const failed = await plan(LIST_FAILED_TASKS, [job.id, -1, 101]);
+    const failed = await plan(LIST_FAILED_TASKS, [job.id, -1, 101, null]);
     expect(failed).toMatch(/Index Scan using tasks_job_failed_idx on tasks/);
     expect(failed).not.toMatch(/Sort \(|Seq Scan|Rows Removed by Filter: \d{3,}/);
     const failure = await plan(JOB_FAILURE, [job.id]);
     expect(failure).toMatch(/tasks_job_failed_idx/);
     expect(failure).not.toMatch(/Seq Scan/);
-    const page = await plan(LIST_TASKS, [job.id, 100, 101]);
+    const page = await plan(LIST_TASKS, [job.id, 100, 101, null]);
     expect(page).toMatch(/Index Scan using tasks_job_chunk_idx on tasks/);
     expect(page).not.toMatch(/Sort \(|Seq Scan/);
     expect((await queue.listTasks({ jobId: job.id, status: "failed" })).tasks.map((t) => t.task.chunkIndex)).toEqual([3117, 4000]);

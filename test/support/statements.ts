@@ -13,4 +13,6 @@ export const TASK_ATTEMPT_EVENTS = inspection.TASK_ATTEMPT_EVENTS.text;
 export const JOB_FAILURE = jobs.JOB_FAILURE.text;
 export const LIST_JOBS = jobs.LIST_JOBS.text;
 export const LIST_JOBS_BY_STATUS = jobs.LIST_JOBS_BY_STATUS.text;
+export const LIST_JOBS_BY_ACCOUNT = jobs.LIST_JOBS_BY_ACCOUNT.text;
+export const SELECT_ACCOUNT_TASK = inspection.SELECT_ACCOUNT_TASK.text;
 export const JOB_EVENTS_SINCE = watch.JOB_EVENTS_SINCE.text;

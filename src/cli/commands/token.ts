@@ -11,11 +11,18 @@ export function newToken(): string {
   return `lh_${randomBytes(32).toString("base64url")}`;
 }
 
-export function configLine(token: string, role: string, workerPrefix?: string): string {
+/** The line for a token: a worker's third field is its worker_id prefix, a bound submitter's its account. */
+export function configLine(token: string, role: string, workerPrefix?: string, account?: string): string {
+  if (workerPrefix !== undefined && account !== undefined) throw new UsageError("--worker-prefix and --account exclude each other");
   const hash = createHash("sha256").update(token, "utf8").digest("hex");
-  const fields = [hash, role, ...(workerPrefix !== undefined ? [workerPrefix] : [])];
+  const third = workerPrefix ?? account;
+  const fields = [hash, role, ...(third !== undefined ? [third] : [])];
+  if (account !== undefined && role !== "submitter")
+    throw new UsageError(`only submitter tokens are bound to an account (--account), not ${role}`);
+  if (workerPrefix !== undefined && role !== "worker") throw new UsageError(`only worker tokens take --worker-prefix, not ${role}`);
   const problem = tokenEntryProblem(fields);
-  if (problem) throw new UsageError(problem.replace("as third field", "(--worker-prefix)"));
+  if (problem)
+    throw new UsageError(problem.replace("as third field", "(--worker-prefix)").replace("a submitter's third field", "--account"));
   return fields.join(" ");
 }
 
@@ -26,13 +33,14 @@ export const tokenCommands: CommandSpec[] = [
     options: [
       { name: "role", value: ROLES.join("|"), required: true },
       { name: "worker-prefix", value: "PREFIX", help: "token new, worker tokens: every worker_id they use must start with this" },
+      { name: "account", value: "NAME", help: "token new, submitter tokens: bind to this account (its jobs only); unbound sees every job" },
     ],
     summary: ["print a new token and its AUTH_TOKENS_FILE line"],
     async run({ json, opts }) {
       const role = stringOption(opts.role);
       if (role === undefined) throw new UsageError("--role is required");
       const token = newToken();
-      const line = configLine(token, role, stringOption(opts["worker-prefix"]));
+      const line = configLine(token, role, stringOption(opts["worker-prefix"]), stringOption(opts.account));
       process.stdout.write(json ? `${JSON.stringify({ token, config_line: line })}\n` : `${token}\n${line}\n`);
       if (!json && process.stderr.isTTY) {
         process.stderr.write("first line: the token (give it to the client; it is not stored anywhere)\n");

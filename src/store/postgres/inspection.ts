@@ -17,28 +17,40 @@ import { waitingOf } from "./flow-control.js";
 
 export const SELECT_TASK = defineQuery<{ taskId: string }, TaskRow>(null, `SELECT * FROM tasks WHERE id = $1`, (p) => [p.taskId]);
 
+// GetTask for a bound token (CallOptions.account): another account's task is not found, by the
+// same one statement as a task that does not exist. The job's account by its key (a subquery on
+// the job's id, so no plan walks the account's index). $2 the account.
+export const SELECT_ACCOUNT_TASK = defineQuery<{ taskId: string; account: string }, TaskRow>(
+  null,
+  `SELECT t.* FROM tasks t WHERE t.id = $1 AND (SELECT j.account FROM jobs j WHERE j.id = t.job_id) = $2`,
+  (p) => [p.taskId, p.account],
+);
+
 /*
  * ListTasks, keyset-paginated on chunk_index. One variant per index, as for ListJobs (generic
  * plans cannot choose by a parameter's value): every task or one status through tasks_job_chunk_idx
  * (the job's chunks in order, others filtered out), and failed tasks through the partial
  * tasks_job_failed_idx, so "why did it fail" does not walk a 10,000-chunk job's completed chunks.
- * $1 job id, $2 after chunk_index (-1 for the first page), $3 limit [, $4 status].
+ * $1 job id, $2 after chunk_index (-1 for the first page), $3 limit, $4 the caller's account (null:
+ * any job; another account's job has no tasks, and is then not found) [, $5 status].
  */
 const tasksPage = (statusFilter: string) => `
 SELECT * FROM tasks
 WHERE job_id = $1 AND chunk_index > $2 ${statusFilter}
+  AND ($4::text IS NULL OR (SELECT j.account FROM jobs j WHERE j.id = $1) = $4)
 ORDER BY chunk_index
 LIMIT $3`;
 interface TasksPage {
   jobId: string;
   afterChunk: number;
   limit: number;
+  account: string | null;
 }
-const pageValues = (p: TasksPage) => [p.jobId, p.afterChunk, p.limit];
+const pageValues = (p: TasksPage) => [p.jobId, p.afterChunk, p.limit, p.account];
 export const LIST_TASKS = defineQuery<TasksPage, TaskRow>(null, tasksPage(""), pageValues);
 export const LIST_TASKS_BY_STATUS = defineQuery<TasksPage & { status: Task["status"] }, TaskRow>(
   null,
-  tasksPage("AND status = $4::task_status"),
+  tasksPage("AND status = $5::task_status"),
   (p) => [...pageValues(p), p.status],
 );
 export const LIST_FAILED_TASKS = defineQuery<TasksPage, TaskRow>(null, tasksPage("AND status = 'failed'"), pageValues);
@@ -69,14 +81,16 @@ export async function listTasks(ctx: StoreContext, input: ListTasksInput, opts: 
   const q = validateListTasks(input);
   return withClient(ctx.pool, opts.signal, async (c) => {
     // One row past the page tells whether another page exists.
-    const p = { jobId: q.jobId, afterChunk: q.afterChunk, limit: q.pageSize + 1 };
+    const p = { jobId: q.jobId, afterChunk: q.afterChunk, limit: q.pageSize + 1, account: opts.account ?? null };
     const rows =
       q.status === null
         ? await LIST_TASKS.run(c, p)
         : q.status === "failed"
           ? await LIST_FAILED_TASKS.run(c, p)
           : await LIST_TASKS_BY_STATUS.run(c, { ...p, status: q.status });
-    if (rows.length === 0 && !(await JOB_EXISTS.one(c, { jobId: q.jobId })).found) throw new NotFoundError("job", q.jobId);
+    if (rows.length === 0 && !(await JOB_EXISTS.one(c, { jobId: q.jobId, account: opts.account })).found) {
+      throw new NotFoundError("job", q.jobId);
+    }
     const page = rows.slice(0, q.pageSize).map(toTask);
     return {
       tasks: await withAttempts(c, q.jobId, page),
@@ -88,7 +102,7 @@ export async function listTasks(ctx: StoreContext, input: ListTasksInput, opts: 
 export async function getTask(ctx: StoreContext, taskId: string, opts: CallOptions): Promise<TaskDetail> {
   const id = requireUuid("task_id", taskId);
   return withClient(ctx.pool, opts.signal, async (c) => {
-    const task = await loadTask(c, id);
+    const task = opts.account === undefined ? await loadTask(c, id) : await loadAccountTask(c, id, opts.account);
     const detail = (await withAttempts(c, task.jobId, [task]))[0];
     // Why a pending task waits, computed now (flow-control.ts): nothing is stored per claim for it.
     const waiting = await waitingOf(c, task);
@@ -108,6 +122,12 @@ async function withAttempts(c: pg.PoolClient, jobId: string, tasks: Task[]): Pro
     else byTask.set(e.taskId ?? "", [e]);
   }
   return tasks.map((task) => ({ task, attempts: attemptsOf(task, byTask.get(task.id) ?? []) }));
+}
+
+async function loadAccountTask(c: pg.PoolClient, taskId: string, account: string): Promise<Task> {
+  const row = await SELECT_ACCOUNT_TASK.maybe(c, { taskId, account });
+  if (!row) throw new NotFoundError("task", taskId);
+  return toTask(row);
 }
 
 export async function loadTask(c: pg.PoolClient, taskId: string): Promise<Task> {

@@ -31,7 +31,19 @@ import { emptyCounts } from "./task-stats.js";
 type JobId = { jobId: string };
 const jobIdValue = (p: JobId) => [p.jobId];
 
-export const SELECT_JOB = defineQuery<JobId, JobRow>(null, `SELECT *, run_at > now() AS run_at_ahead FROM jobs WHERE id = $1`, jobIdValue);
+/**
+ * A bound token's account (CallOptions.account): a statement that takes one matches only that
+ * account's jobs, so another account's job is not found, by the same statement and the same work
+ * as a job that does not exist. null: every job (an unbound token, single-tenant mode).
+ */
+type Scoped = { account?: string | null };
+const scopeValue = (p: Scoped) => p.account ?? null;
+
+export const SELECT_JOB = defineQuery<JobId & Scoped, JobRow>(
+  null,
+  `SELECT *, run_at > now() AS run_at_ahead FROM jobs WHERE id = $1 AND ($2::text IS NULL OR account = $2)`,
+  (p) => [p.jobId, scopeValue(p)],
+);
 
 export const COUNT_JOB_TASKS = defineQuery<JobId, { status: keyof TaskCounts; n: number }>(
   null,
@@ -50,21 +62,23 @@ interface CompletedResultRow {
 }
 
 // Keyset pagination on (job_id, chunk_index): the unique index returns each page in chunk order.
-export const LIST_COMPLETED_RESULTS = defineQuery<{ jobId: string; afterChunk: number; limit: number }, CompletedResultRow>(
+// $4: the caller's account (Scoped), checked once on the job's row by its key.
+export const LIST_COMPLETED_RESULTS = defineQuery<{ jobId: string; afterChunk: number; limit: number } & Scoped, CompletedResultRow>(
   null,
   `
 SELECT chunk_index, id, result_uri, result_sha256, metrics, completed_at
 FROM tasks
 WHERE job_id = $1 AND chunk_index > $2 AND status = 'completed'
+  AND ($4::text IS NULL OR (SELECT j.account FROM jobs j WHERE j.id = $1) = $4)
 ORDER BY chunk_index
 LIMIT $3`,
-  (p) => [p.jobId, p.afterChunk, p.limit],
+  (p) => [p.jobId, p.afterChunk, p.limit, scopeValue(p)],
 );
 
-export const JOB_EXISTS = defineQuery<JobId, { found: boolean }>(
+export const JOB_EXISTS = defineQuery<JobId & Scoped, { found: boolean }>(
   null,
-  `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1) AS found`,
-  jobIdValue,
+  `SELECT EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND ($2::text IS NULL OR j.account = $2)) AS found`,
+  (p) => [p.jobId, scopeValue(p)],
 );
 
 // Cancel: tasks first, then the job, the same lock order as the claim (tasks, then job), so a
@@ -97,9 +111,13 @@ RETURNING *`,
  * is pending again, or running when some of its tasks have run. Claimable work wakes long polls.
  * A settled job is never retried: its settlement answered for the work done, so more work is a new
  * job (an unsettled one leaves ListSettlements until it is final again).
- * $1 job id, $2 fresh attempts (null: the workload's max_attempts), $3 attempt cap.
+ * $1 job id, $2 fresh attempts (null: the workload's max_attempts), $3 attempt cap, $4 the
+ * caller's account (Scoped: another account's job retries nothing and is then not found).
  */
-export const RETRY_JOB = defineQuery<{ jobId: string; maxAttempts: number | null; attemptCap: number }, JobRow & { retried_tasks: number }>(
+export const RETRY_JOB = defineQuery<
+  { jobId: string; maxAttempts: number | null; attemptCap: number } & Scoped,
+  JobRow & { retried_tasks: number }
+>(
   null,
   `
 WITH retried AS (
@@ -110,7 +128,8 @@ WITH retried AS (
       error_code = NULL, error_message = NULL, version = t.version + 1
   FROM workloads wl
   WHERE t.job_id = $1 AND t.status IN ('failed', 'cancelled') AND wl.name = t.workload AND t.attempt < $3::int
-    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed') AND j.settled_at IS NULL)
+    AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed') AND j.settled_at IS NULL
+                AND ($4::text IS NULL OR j.account = $4))
   RETURNING t.workload
 ), job AS (
   UPDATE jobs j
@@ -123,7 +142,7 @@ WITH retried AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM retried GROUP BY workload
 )
 SELECT job.*, (SELECT count(*) FROM retried)::int AS retried_tasks, (SELECT count(*) FROM woken) AS notified FROM job`,
-  (p) => [p.jobId, p.maxAttempts, p.attemptCap],
+  (p) => [p.jobId, p.maxAttempts, p.attemptCap, scopeValue(p)],
 );
 
 /*
@@ -166,26 +185,29 @@ export const LIST_JOBS_PENDING = defineQuery<JobsPage, JobsPageRow>(
   jobsPage("status = 'pending' AND (run_at IS NULL OR run_at <= now()) AND"),
   jobsPageValues,
 );
-// A schedule's jobs through jobs_schedule_created_idx; $5 the schedule, $6 the status filter as
-// ListJobs names it (null: any), scheduled and pending told apart by run_at as above.
-export const LIST_JOBS_BY_SCHEDULE = defineQuery<JobsPage & { schedule: string; status: string | null }, JobsPageRow>(
-  null,
-  jobsPage(`schedule_name = $5 AND ($6::text IS NULL OR CASE $6::text
+// The status filter as ListJobs names it, from parameter $n (null: any), scheduled and pending
+// told apart by run_at as above.
+const statusNamed = (n: number) => `($${n}::text IS NULL OR CASE $${n}::text
     WHEN 'scheduled' THEN status = 'pending' AND run_at > now()
     WHEN 'pending' THEN status = 'pending' AND (run_at IS NULL OR run_at <= now())
-    ELSE status::text = $6::text END) AND`),
-  (p) => [...jobsPageValues(p), p.schedule, p.status],
-);
-
-// An account's jobs through jobs_account_idx; $5 the account, $6 the status filter as for a
-// schedule's, $7 a schedule ('' for any).
-export const LIST_JOBS_BY_ACCOUNT = defineQuery<JobsPage & { account: string; status: string | null; schedule: string }, JobsPageRow>(
+    ELSE status::text = $${n}::text END)`;
+// A schedule's jobs through jobs_schedule_created_idx; $5 the schedule, $6 the status filter, $7
+// the account (null: any).
+export const LIST_JOBS_BY_SCHEDULE = defineQuery<
+  JobsPage & { schedule: string; status: string | null; account: string | null },
+  JobsPageRow
+>(null, jobsPage(`schedule_name = $5 AND ${statusNamed(6)} AND ($7::text IS NULL OR account = $7) AND`), (p) => [
+  ...jobsPageValues(p),
+  p.schedule,
+  p.status,
+  p.account,
+]);
+// One account's jobs through jobs_account_idx (a bound token lists only its own); $5 the account,
+// $6 the status filter.
+export const LIST_JOBS_BY_ACCOUNT = defineQuery<JobsPage & { account: string; status: string | null }, JobsPageRow>(
   null,
-  jobsPage(`account = $5 AND ($7::text = '' OR schedule_name = $7) AND ($6::text IS NULL OR CASE $6::text
-    WHEN 'scheduled' THEN status = 'pending' AND run_at > now()
-    WHEN 'pending' THEN status = 'pending' AND (run_at IS NULL OR run_at <= now())
-    ELSE status::text = $6::text END) AND`),
-  (p) => [...jobsPageValues(p), p.account, p.status, p.schedule],
+  jobsPage(`account = $5 AND ${statusNamed(6)} AND`),
+  (p) => [...jobsPageValues(p), p.account, p.status],
 );
 
 /*
@@ -209,11 +231,12 @@ LIMIT 1`,
 
 export async function getJobStatus(ctx: StoreContext, jobId: string, opts: CallOptions): Promise<JobStatusResult> {
   const id = requireUuid("job_id", jobId);
-  return withClient(ctx.pool, opts.signal, (c) => readJobStatus(c, id));
+  return withClient(ctx.pool, opts.signal, (c) => readJobStatus(c, id, opts.account));
 }
 
-export async function readJobStatus(c: pg.PoolClient, id: string): Promise<JobStatusResult> {
-  const row = await SELECT_JOB.maybe(c, { jobId: id });
+/** A job's status; NotFoundError when it does not exist or is not `account`'s (when one is given). */
+export async function readJobStatus(c: pg.PoolClient, id: string, account?: string): Promise<JobStatusResult> {
+  const row = await SELECT_JOB.maybe(c, { jobId: id, account });
   if (!row) throw new NotFoundError("job", id);
   const counts = await COUNT_JOB_TASKS.run(c, { jobId: id });
   const taskCounts = emptyCounts();
@@ -232,8 +255,9 @@ export async function listCompletedResults(
   const q = validateListResults(input);
   return withClient(ctx.pool, opts.signal, async (c) => {
     // One row past the page tells whether another page exists.
-    const rows = await LIST_COMPLETED_RESULTS.run(c, { jobId: q.jobId, afterChunk: q.afterChunk, limit: q.pageSize + 1 });
-    if (rows.length === 0 && !(await JOB_EXISTS.one(c, { jobId: q.jobId })).found) throw new NotFoundError("job", q.jobId);
+    const scope = { jobId: q.jobId, account: opts.account };
+    const rows = await LIST_COMPLETED_RESULTS.run(c, { ...scope, afterChunk: q.afterChunk, limit: q.pageSize + 1 });
+    if (rows.length === 0 && !(await JOB_EXISTS.one(c, scope)).found) throw new NotFoundError("job", q.jobId);
     const page = rows.slice(0, q.pageSize);
     return {
       results: page.map((r) => ({
@@ -254,7 +278,7 @@ export async function cancelJob(ctx: StoreContext, input: CancelJobInput, opts: 
   return inTransaction(ctx.pool, opts.signal, async (c) => {
     // One at a time with the job's settles (settle.ts): both cancel its unfinished tasks.
     await JOB_LOCK.run(c, { jobId: cancel.jobId });
-    const existing = await SELECT_JOB.maybe(c, { jobId: cancel.jobId });
+    const existing = await SELECT_JOB.maybe(c, { jobId: cancel.jobId, account: opts.account });
     if (!existing) throw new NotFoundError("job", cancel.jobId);
     // A finished job stays as it is: cancelling it again (or after it ended) is a no-op.
     if (existing.status !== "pending" && existing.status !== "running") return toJob(existing);
@@ -271,9 +295,10 @@ export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: Ca
   return inTransaction(ctx.pool, opts.signal, async (c) => {
     // One at a time with the job's settles and cancels (settle.ts).
     await JOB_LOCK.run(c, { jobId: r.jobId });
-    const retried = await RETRY_JOB.maybe(c, { jobId: r.jobId, maxAttempts: r.maxAttempts, attemptCap: LIMITS.attempt.max });
+    const scope = { jobId: r.jobId, account: opts.account };
+    const retried = await RETRY_JOB.maybe(c, { ...scope, maxAttempts: r.maxAttempts, attemptCap: LIMITS.attempt.max });
     if (retried) return { job: toJob(retried), retriedTasks: retried.retried_tasks };
-    const job = await SELECT_JOB.maybe(c, { jobId: r.jobId });
+    const job = await SELECT_JOB.maybe(c, scope);
     if (!job) throw new NotFoundError("job", r.jobId);
     if (job.settled_at) throw new FailedPreconditionError(`job ${r.jobId} is settled: settled jobs are not retried; create a new job`);
     const status = job.status;
@@ -300,11 +325,15 @@ export async function listJobs(ctx: StoreContext, input: ListJobsInput, opts: Ca
     limit: q.pageSize + 1,
     workload: q.workload ?? "",
   };
+  // A bound token lists its own account's jobs: naming another lists nothing (as an account with no jobs would).
+  const named = input.account || undefined;
+  if (opts.account !== undefined && named !== undefined && named !== opts.account) return { jobs: [], nextPageToken: "" };
+  const account = opts.account ?? named;
   const rows = await withClient(ctx.pool, opts.signal, (c) =>
-    q.account
-      ? LIST_JOBS_BY_ACCOUNT.run(c, { ...p, account: q.account, status: q.status, schedule: q.scheduleName ?? "" })
-      : q.scheduleName
-        ? LIST_JOBS_BY_SCHEDULE.run(c, { ...p, schedule: q.scheduleName, status: q.status })
+    q.scheduleName
+      ? LIST_JOBS_BY_SCHEDULE.run(c, { ...p, schedule: q.scheduleName, status: q.status, account: account ?? null })
+      : account !== undefined
+        ? LIST_JOBS_BY_ACCOUNT.run(c, { ...p, account, status: q.status })
         : q.status === "scheduled"
           ? LIST_JOBS_SCHEDULED.run(c, p)
           : q.status === "pending"

@@ -107,7 +107,7 @@ export async function* watchJob(ctx: StoreContext, hub: WatchHub, jobId: string,
   try {
     watcherId = (await read((c) => INSERT_JOB_WATCHER.one(c, { jobId: id, ttlSeconds: WATCHER_TTL_SECONDS }))).id;
     const { status, snapshot, missed } = await read(async (c) => {
-      const status = await readJobStatus(c, id);
+      const status = await readJobStatus(c, id, opts.account);
       const { snapshot } = await CURRENT_SNAPSHOT.one(c);
       // A resumed stream: what was written after the client's last event, up to this snapshot.
       const missed = after === undefined ? [] : await JOB_EVENTS_AFTER.run(c, { jobId: id, afterEventId: after });
