@@ -456,6 +456,8 @@ export interface JobEvent {
   errorCode: string | null;
   /** null in events written before the log recorded it */
   errorMessage: string | null;
+  /** The event that ends an attempt (a completion or a failure): what the attempt's report said it used. */
+  usage?: Usage;
   createdAt: Date;
 }
 
