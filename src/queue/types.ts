@@ -480,6 +480,8 @@ export interface MaintenanceResult {
   createdEventPartitions?: number;
   /** partitions of the event log dropped past the retention (set when the pass checked them) */
   droppedEventPartitions?: number;
+  /** final jobs of accounts counted into account_usage by the usage rollup (set when it ran) */
+  rolledUpJobs?: number;
 }
 
 /** Unfinished work of one workload, for metrics. */

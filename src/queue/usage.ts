@@ -1,9 +1,12 @@
 // Usage counters a worker reports with a result or a failure: their rules, how two reports of one
 // attempt compare (a replay), and how counters add up. No pg, no protobuf.
 
-import type { Usage } from "./accounts.js";
+import type { AccountUsageInput, Usage } from "./accounts.js";
 import { ValidationError, type FieldViolation } from "./errors.js";
-import { LIMITS, violationsError } from "./fields.js";
+import { LIMITS, violationsError, WORKLOAD_NAME } from "./fields.js";
+
+/** Account names follow the workload names' pattern. */
+const ACCOUNT_NAME = WORKLOAD_NAME;
 
 export const USAGE_KEY = /^[a-z][a-z0-9_.]{0,62}$/;
 
@@ -29,6 +32,18 @@ export function optionalUsage(field: string, usage: unknown): Usage | undefined 
   }
   if (violations.length > 0) throw violationsError(violations);
   return Object.fromEntries(entries) as Usage;
+}
+
+/** GetAccountUsage's input: a registered account's name, and [from, to) when both are given. */
+export function validateAccountUsage(input: AccountUsageInput): { account: string; from: Date | null; to: Date | null } {
+  if (typeof input.account !== "string" || !ACCOUNT_NAME.test(input.account))
+    throw new ValidationError("account", `must match ${ACCOUNT_NAME.source}`);
+  const from = input.from ?? null;
+  const to = input.to ?? null;
+  if (from && Number.isNaN(from.getTime())) throw new ValidationError("from", "must be a timestamp");
+  if (to && Number.isNaN(to.getTime())) throw new ValidationError("to", "must be a timestamp");
+  if (from && to && from.getTime() >= to.getTime()) throw new ValidationError("to", "must be after from");
+  return { account: input.account, from, to };
 }
 
 /** Whether two reports' usage is the same: absent and empty are the same, key order does not matter. */

@@ -165,7 +165,7 @@ describe.each(MODES)("usage ($name)", ({ coalescing }) => {
       workerId: "wk",
       workloads: [w],
     });
-    expect(chained.outcomes.map((o) => ("task" in o ? o.task.usage : o))).toEqual([{ a: 10 }, { c: 1 }]);
+    expect(chained.outcomes.map((o) => o.task?.usage ?? o.error)).toEqual([{ a: 10 }, { c: 1 }]);
     expect(await endEvents(more[1].id)).toMatchObject([{ status: "completed", usage: { c: 1 } }]);
     expect((await q.getJobStatus(jobId)).job.usage).toEqual({ a: 13, b: 3, c: 1 });
   });

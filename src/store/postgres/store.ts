@@ -134,6 +134,7 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
     this.maintenance = new StoreMaintenance(pool, {
       retention: { days: options.retentionDays },
       eventPartitions: options.eventPartitions,
+      usageRollup: options.usageRollup,
     });
     this.scheduler = new Scheduler(this.ctx, { ...options.scheduler, observer: options.observer });
   }
