@@ -13,6 +13,7 @@ import { Command as Program, CommanderError } from "commander";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { intOption } from "./args.js";
 import { camelCase, DEFAULT_URL, GLOBAL_OPTIONS, type CommandSpec, type Invocation } from "./command.js";
+import { accountUsageCommands } from "./commands/account-usage.js";
 import { inspectCommands } from "./commands/inspect.js";
 import { jobCommands } from "./commands/job.js";
 import { scheduleCommands } from "./commands/schedule.js";
@@ -29,6 +30,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...jobCommands,
   ...inspectCommands,
   ...scheduleCommands,
+  ...accountUsageCommands,
 ];
 
 export const USAGE = usage(COMMANDS);
