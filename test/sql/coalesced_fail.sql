@@ -9,7 +9,7 @@ WITH cur AS (
       lease_expires_at = NULL,
       error_code = b.error_code,
       error_message = b.error_message,
-      usage = CASE WHEN b.usage IS NULL THEN t.usage ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
+      usage = CASE WHEN b.usage IS NULL THEN t.usage WHEN t.usage IS NULL THEN b.usage ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
     FROM (SELECT * FROM jsonb_each_text(t.usage) UNION ALL SELECT * FROM jsonb_each_text(b.usage)) e(k, v) GROUP BY e.k) u) END,
       version = t.version + 1, event_flip = NOT t.event_flip
   FROM jsonb_to_recordset($1::jsonb)

@@ -2,7 +2,7 @@
 WITH done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
-      usage = CASE WHEN b.usage IS NULL THEN t.usage ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
+      usage = CASE WHEN b.usage IS NULL THEN t.usage WHEN t.usage IS NULL THEN b.usage ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
     FROM (SELECT * FROM jsonb_each_text(t.usage) UNION ALL SELECT * FROM jsonb_each_text(b.usage)) e(k, v) GROUP BY e.k) u) END,
       completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
   FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb)

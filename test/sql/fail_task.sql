@@ -9,7 +9,7 @@ WITH cur AS (
       lease_expires_at = NULL,
       error_code = $4,
       error_message = $6,
-      usage = CASE WHEN $8::jsonb IS NULL THEN t.usage ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
+      usage = CASE WHEN $8::jsonb IS NULL THEN t.usage WHEN t.usage IS NULL THEN $8::jsonb ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
     FROM (SELECT * FROM jsonb_each_text(t.usage) UNION ALL SELECT * FROM jsonb_each_text($8::jsonb)) e(k, v) GROUP BY e.k) u) END,
       version = t.version + 1, event_flip = NOT t.event_flip
   WHERE t.id = $1 AND t.status::text = 'leased' AND t.lease_owner = $2 AND t.attempt = $3 AND t.lease_expires_at > now()

@@ -91,10 +91,12 @@ export const failedEvents = (usage: string) => `events AS (
 )`;
 /**
  * `current` plus a report's usage (jsonb, NULL for none), per counter. A report without usage
- * leaves the column as it is and runs none of the sum.
+ * leaves the column as it is, and the first report of a task (most tasks have one) is taken as it
+ * is: only a second report runs the sum. Measured (bench:usage, PostgreSQL CPU per task, usage /
+ * plain): with the sum on every report 1.099.
  */
 export const usageSum = (current: string, report: string) =>
-  `CASE WHEN ${report} IS NULL THEN ${current} ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
+  `CASE WHEN ${report} IS NULL THEN ${current} WHEN ${current} IS NULL THEN ${report} ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
     FROM (SELECT * FROM jsonb_each_text(${current}) UNION ALL SELECT * FROM jsonb_each_text(${report})) e(k, v) GROUP BY e.k) u) END`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
