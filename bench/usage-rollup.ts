@@ -44,7 +44,7 @@ async function main() {
       SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', 1, 'w',
         now() - interval '2 minutes' + make_interval(secs => 1 + chunk_index % 60) FROM tasks`);
     await pool.query(`UPDATE jobs SET status = 'completed', completed_at = now() - make_interval(hours => (random() * 720)::int)`);
-    await pool.query(`VACUUM ANALYZE jobs; VACUUM ANALYZE tasks; VACUUM ANALYZE task_events`);
+    for (const table of ["jobs", "tasks", "task_events", "account_usage"]) await pool.query(`VACUUM ANALYZE ${table}`);
     console.error(`filled ${fmt(jobs * PER_JOB)} tasks of ${jobs} jobs in ${fmt((performance.now() - t0) / 1000)} s`);
 
     const rollup = new UsageRollup(pool, { batchJobs: BATCH, batchesPerPass: 1_000_000 });
