@@ -58,7 +58,7 @@ import {
   type Workload as PbWorkload,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import type { Usage } from "../queue/accounts.js";
-import { int64Number } from "./accounts-convert.js";
+import { int64Number, usageInput } from "./accounts-convert.js";
 import { ValidationError } from "../queue/errors.js";
 import { mapError } from "./errors.js";
 import type {
@@ -232,7 +232,8 @@ export function renewLeaseInput(r: RenewLeaseRequest): RenewLeaseInput {
   return { taskId: r.taskId, workerId: r.workerId, attempt: r.attempt, leaseSeconds: r.leaseSeconds };
 }
 
-export function completeTaskInput(r: CompleteTaskRequest): CompleteTaskInput {
+/** `at`: where the result sits in its request ("results[2]." in a batch), for the fields it names. */
+export function completeTaskInput(r: CompleteTaskRequest, at = ""): CompleteTaskInput {
   return {
     taskId: r.taskId,
     workerId: r.workerId,
@@ -240,13 +241,14 @@ export function completeTaskInput(r: CompleteTaskRequest): CompleteTaskInput {
     resultUri: r.resultUri,
     resultSha256: r.resultSha256,
     metrics: domainJson(r.metrics),
+    usage: usageInput(`${at}usage`, r.usage),
   };
 }
 
 export function completeTasksInput(r: CompleteTasksRequest): CompleteTaskInput[] {
   const nested = r.results.findIndex((x) => x.claimNext !== undefined);
   if (nested >= 0) throw new ValidationError(`results[${nested}].claim_next`, "is not taken inside a batch; set the batch's claim_next");
-  return r.results.map(completeTaskInput);
+  return r.results.map((x, i) => completeTaskInput(x, `results[${i}].`));
 }
 
 /** A result report's claim_next; an empty worker_id is the reporting worker's (the one all of a batch's results name). */
@@ -266,6 +268,7 @@ export function failTaskInput(r: FailTaskRequest): FailTaskInput {
     errorMessage: opt(r.errorMessage),
     retryable: r.retryable,
     retryAfterSeconds: r.retryAfterSeconds,
+    usage: usageInput("usage", r.usage),
   };
 }
 
@@ -509,6 +512,7 @@ export function taskAttemptMessage(a: TaskAttempt): PbTaskAttempt {
           reportedAt: ts(a.lastProgress.reportedAt),
         }
       : undefined,
+    usage: usageMessage(a.usage),
   });
 }
 

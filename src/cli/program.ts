@@ -14,6 +14,7 @@ import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { intOption } from "./args.js";
 import { camelCase, DEFAULT_URL, GLOBAL_OPTIONS, type CommandSpec, type Invocation } from "./command.js";
 import { accountCommands } from "./commands/account.js";
+import { accountUsageCommands } from "./commands/account-usage.js";
 import { inspectCommands } from "./commands/inspect.js";
 import { jobCommands } from "./commands/job.js";
 import { scheduleCommands } from "./commands/schedule.js";
@@ -33,6 +34,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...scheduleCommands,
   ...accountCommands,
   ...settlementCommands,
+  ...accountUsageCommands,
 ];
 
 export const USAGE = usage(COMMANDS);

@@ -31,6 +31,12 @@ export function attemptsOf(task: Task, events: readonly JobEvent[]): TaskAttempt
       continue;
     }
     if (e.kind !== "task_status") continue;
+    // The usage of the report that ended an attempt, on its event; a late result's event (cancelled ->
+    // completed) comes after the cancellation ended the attempt, so it is matched by number.
+    if (e.usage) {
+      const a = [...attempts].reverse().find((x) => x.attempt === e.attempt);
+      if (a) a.usage = e.usage;
+    }
     if (e.status === "leased") {
       // Leased again while leased: a claim took an expired lease back, which ends the previous attempt.
       end(e.createdAt, "lease_expired", { errorCode: "lease_expired", errorMessage: LEASE_EXPIRED_MESSAGE, retried: true });

@@ -1,19 +1,26 @@
 // The answers to a lease-fenced write that found no live lease: a replayed result is a success,
 // anything else a conflict that says why, from the task as it is now.
 import { LeaseConflictError, ResultConflictError } from "./errors.js";
+import type { Usage } from "./accounts.js";
 import type { CompleteTaskInput, LeaseRef, Task } from "./types.js";
+import { sameUsage } from "./usage.js";
 
 /**
  * A completion that matched no live lease: a replay of the accepted result returns the task, anything
  * else is a conflict. A result is its result_uri and result_sha256; metrics describe the run (a retried
  * request may have recomputed a duration), so a replay with other metrics is the same result and
- * the metrics first recorded stay.
+ * the metrics first recorded stay. Usage is part of the result: a replay with other usage than the
+ * attempt's accepted report (`recorded`) is refused, so usage is counted once per accepted report.
  */
-export function replayOrConflict(task: Task, done: CompleteTaskInput): Task {
+export function replayOrConflict(task: Task, done: CompleteTaskInput, recorded?: Usage): Task {
   if (task.status === "completed" && task.attempt === done.attempt && task.leaseOwner === done.workerId) {
     const same = task.resultUri === done.resultUri && task.resultSha256 === done.resultSha256;
-    if (same) return task; // nothing written
-    throw new ResultConflictError(`task ${task.id} is already completed with a different result manifest`);
+    if (!same) throw new ResultConflictError(`task ${task.id} is already completed with a different result manifest`);
+    if (!sameUsage(recorded, done.usage))
+      throw new ResultConflictError(
+        `task ${task.id} is already completed with different usage (recorded ${JSON.stringify(recorded ?? {})}, reported ${JSON.stringify(done.usage ?? {})})`,
+      );
+    return task; // nothing written
   }
   throw leaseConflict(task, done);
 }

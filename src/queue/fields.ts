@@ -35,6 +35,8 @@ export const LIMITS = {
   /** Failed tasks a job tolerates (max_failed_tasks); 0: none. */
   maxFailedTasks: { min: 0, max: 1_000_000 },
   progressMessageLength: 1000,
+  /** Usage counters one report may carry (CompleteTask, each result of CompleteTasks, FailTask). */
+  usageCounters: 32,
   /** Field violations (and parameters-schema violations) listed per request; the rest are only counted. */
   violations: 20,
 } as const;

@@ -456,6 +456,8 @@ export interface JobEvent {
   errorCode: string | null;
   /** null in events written before the log recorded it */
   errorMessage: string | null;
+  /** The event that ends an attempt (a completion or a failure): what the attempt's report said it used. */
+  usage?: Usage;
   createdAt: Date;
   /** job_settled: the settlement's key and units */
   settlementKey?: string;
@@ -481,6 +483,8 @@ export interface MaintenanceResult {
   createdEventPartitions?: number;
   /** partitions of the event log dropped past the retention (set when the pass checked them) */
   droppedEventPartitions?: number;
+  /** final jobs of accounts counted into account_usage by the usage rollup (set when it ran) */
+  rolledUpJobs?: number;
 }
 
 /** Unfinished work of one workload, for metrics. */

@@ -28,6 +28,8 @@ import {
   validateLabels,
   type FlowSettings,
 } from "./flow-control.js";
+import type { Usage } from "./accounts.js";
+import { optionalUsage } from "./usage.js";
 import { DEFAULT_MAX_RUN_AT_AHEAD_DAYS, validateFinalizer, validateRunAt } from "./delay-validation.js";
 import type { Billing } from "./accounts.js";
 import { requireAccountName, validateBilling } from "./account-validation.js";
@@ -318,13 +320,14 @@ export function validateRenew(input: RenewLeaseInput): RenewLeaseInput {
 }
 
 export function validateComplete(input: CompleteTaskInput): CompleteTaskInput {
-  const [ref, resultUri, resultSha256, metrics] = all(
+  const [ref, resultUri, resultSha256, metrics, usage] = all(
     () => validateLeaseRef(input),
     () => requireUri("result_uri", input.resultUri),
     () => requireSha256("result_sha256", input.resultSha256),
     () => optionalJsonObject("metrics", input.metrics),
+    () => optionalUsage("usage", input.usage),
   );
-  return { ...ref, resultUri, resultSha256, metrics };
+  return { ...ref, resultUri, resultSha256, metrics, usage };
 }
 
 /** A CompleteTasks batch, checked whole before anything is written. */
@@ -353,10 +356,11 @@ export interface NormalizedFail extends LeaseRef {
   errorMessage: string | null;
   retryable: boolean;
   retryAfterSeconds: number | undefined;
+  usage: Usage | undefined;
 }
 
 export function validateFail(input: FailTaskInput): NormalizedFail {
-  const [ref, errorCode, errorMessage, retryable, retryAfterSeconds] = all(
+  const [ref, errorCode, errorMessage, retryable, retryAfterSeconds, usage] = all(
     () => validateLeaseRef(input),
     () => {
       if (isMissing(input.errorCode)) fail("error_code", "is required");
@@ -369,8 +373,9 @@ export function validateFail(input: FailTaskInput): NormalizedFail {
       return input.retryable ?? true;
     },
     () => optionalInt("retry_after_seconds", input.retryAfterSeconds, LIMITS.retryAfterSeconds.min, LIMITS.retryAfterSeconds.max),
+    () => optionalUsage("usage", input.usage),
   );
-  return { ...ref, errorCode, errorMessage, retryable, retryAfterSeconds };
+  return { ...ref, errorCode, errorMessage, retryable, retryAfterSeconds, usage };
 }
 
 export function validateCancel(input: CancelJobInput): { jobId: string; reason: string | null } {

@@ -1,7 +1,8 @@
 -- COMPLETE_TASK, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH done AS (
   UPDATE tasks
-  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
+  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb, usage = CASE WHEN $7::jsonb IS NULL THEN tasks.usage WHEN tasks.usage IS NULL THEN $7::jsonb ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
+    FROM (SELECT * FROM jsonb_each_text(tasks.usage) UNION ALL SELECT * FROM jsonb_each_text($7::jsonb)) e(k, v) GROUP BY e.k) u) END,
       completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
   WHERE tasks.id = $1 AND tasks.status::text = 'leased' AND tasks.lease_owner = $2 AND tasks.attempt = $3 AND tasks.lease_expires_at > now()
   RETURNING *
@@ -12,8 +13,8 @@ WITH done AS (
     ORDER BY o.status LIMIT 1) IS NULL
   RETURNING j.id
 ), events AS (
-  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
-  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM done
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, usage)
+  SELECT d.job_id, d.id, d.chunk_index, 'task_status', 'completed', 'leased', d.attempt, d.lease_owner, $7::jsonb FROM done d
 ), watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM done r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)

@@ -1,7 +1,8 @@
 -- COMPLETE_TASK_AND_CLAIM, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH done AS (
   UPDATE tasks
-  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
+  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb, usage = CASE WHEN $13::jsonb IS NULL THEN tasks.usage WHEN tasks.usage IS NULL THEN $13::jsonb ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
+    FROM (SELECT * FROM jsonb_each_text(tasks.usage) UNION ALL SELECT * FROM jsonb_each_text($13::jsonb)) e(k, v) GROUP BY e.k) u) END,
       completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
   WHERE tasks.id = $1 AND tasks.status::text = 'leased' AND tasks.lease_owner = $2 AND tasks.attempt = $3 AND tasks.lease_expires_at > now()
   RETURNING *
@@ -86,11 +87,11 @@ WITH done AS (
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
 ),
 events AS (
-  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
-  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'leased', attempt, lease_owner FROM done
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, usage)
+  SELECT d.job_id, d.id, d.chunk_index, 'task_status', 'completed', 'leased', d.attempt, d.lease_owner, $13::jsonb FROM done d
   UNION ALL
   SELECT job_id, id, chunk_index, 'task_status', 'leased',
-    CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+    CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN 'pending' ELSE 'leased' END, attempt, lease_owner, NULL::jsonb
   FROM claimed
 ),
 watched AS (

@@ -9,9 +9,18 @@ WITH cur AS (
       lease_expires_at = NULL,
       error_code = $4,
       error_message = $6,
-      version = t.version + 1
+      usage = CASE WHEN $8::jsonb IS NULL THEN t.usage WHEN t.usage IS NULL THEN $8::jsonb ELSE (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.k, sum(e.v::numeric) AS s
+    FROM (SELECT * FROM jsonb_each_text(t.usage) UNION ALL SELECT * FROM jsonb_each_text($8::jsonb)) e(k, v) GROUP BY e.k) u) END,
+      version = t.version + 1, event_flip = NOT t.event_flip
   WHERE t.id = $1 AND t.status::text = 'leased' AND t.lease_owner = $2 AND t.attempt = $3 AND t.lease_expires_at > now()
   RETURNING t.*
+), events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, error_code, error_message, usage)
+  SELECT job_id, id, chunk_index, 'task_status', status::text, 'leased', attempt, lease_owner, error_code,
+    CASE WHEN error_code IS NOT NULL THEN error_message END, $8::jsonb FROM cur
+), watched AS (
+  SELECT pg_notify('leasehold_events', r.job_id::text) FROM cur r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 ), woken AS (
   SELECT pg_notify('leasehold_tasks', r.workload || ':' || CASE WHEN r.run_after <= now() THEN '1' ELSE '0' END || ':'
     || r.priority || ';' || r.fair_rank || ';' || (extract(epoch FROM r.created_at) * 1000000)::bigint || ';' || r.chunk_index
@@ -22,4 +31,4 @@ WITH cur AS (
   WHERE w.flow AND w.name IN (SELECT workload FROM cur)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )
-SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur
+SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) + (SELECT count(*) FROM watched) AS notified FROM cur

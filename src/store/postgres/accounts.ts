@@ -1,9 +1,8 @@
 // Accounts: PutAccount, GetAccount, ListAccounts, CreateJob's account gate (the account exists,
-// its priority, its quota of pending tasks), and GetAccountUsage's read of the rollup
-// (account_usage).
+// its priority, its quota of pending tasks). GetAccountUsage is account-usage.ts.
 
 import type pg from "pg";
-import type { Account, AccountUsage, AccountUsageInput, PutAccountInput } from "../../queue/accounts.js";
+import type { Account, PutAccountInput } from "../../queue/accounts.js";
 import { requireAccountName, validatePutAccount } from "../../queue/account-validation.js";
 import { NotFoundError, QuotaExceededError } from "../../queue/errors.js";
 import type { CallOptions } from "../../queue/types.js";
@@ -155,10 +154,4 @@ export async function accountGate(c: pg.PoolClient, g: AccountGate, field = "acc
     }
   }
   return { priority: a.priority };
-}
-
-const notYet = (what: string) => Promise.reject(new Error(`${what} is not implemented yet`));
-
-export function getAccountUsage(_ctx: StoreContext, _input: AccountUsageInput, _opts: CallOptions): Promise<AccountUsage> {
-  return notYet("GetAccountUsage");
 }

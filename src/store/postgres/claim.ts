@@ -163,9 +163,12 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
 const wasFresh = (t: string) =>
   `(${t}.id = ANY (ARRAY(SELECT id FROM fresh)) OR ${t}.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh)))`;
 // The claim's status events, for statusEvents: previous status pending for fresh work, leased for a reclaimed lease.
-export const claimedEventRows = `SELECT job_id, id, chunk_index, 'task_status', 'leased',
-    CASE WHEN ${wasFresh("claimed")} THEN 'pending' ELSE 'leased' END, attempt, lease_owner
+const claimedEvents = (extra: string) => `SELECT job_id, id, chunk_index, 'task_status', 'leased',
+    CASE WHEN ${wasFresh("claimed")} THEN 'pending' ELSE 'leased' END, attempt, lease_owner${extra}
   FROM claimed`;
+export const claimedEventRows = claimedEvents("");
+/** The same beside a completion's events, which carry the report's usage (fragments.ts statusEventsWithUsage): a claim reports none. */
+export const claimedEventRowsBesideUsage = claimedEvents(", NULL::jsonb");
 
 // created_us: a claimed task's created_at in whole microseconds since the epoch, where claim hints
 // (claim-hints.ts) put the next scan's start; a Date would round it to the millisecond.

@@ -3,8 +3,19 @@
 // item keeps the fence of that statement: its own worker, attempt and live lease.
 
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
-import { claimCtes, claimedEventRows, createdUs, pickupSeconds } from "./claim.js";
-import { completedEventRows, freedSlotsNotify, mayBeDone, mayBeDoneJobs, retriedNotify, statusEvents, watchedJobs } from "./fragments.js";
+import { claimCtes, claimedEventRows, claimedEventRowsBesideUsage, createdUs, pickupSeconds } from "./claim.js";
+import {
+  completedUsageEventRows,
+  failedEvents,
+  freedSlotsNotify,
+  mayBeDone,
+  mayBeDoneJobs,
+  retriedNotify,
+  statusEvents,
+  statusEventsWithUsage,
+  usageSum,
+  watchedJobs,
+} from "./fragments.js";
 import { defineQuery } from "./query.js";
 import type { TaskRow } from "./rows.js";
 
@@ -67,10 +78,11 @@ FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f L
 const COALESCED_COMPLETE_AND_CLAIM_TEXT = `
 WITH input AS MATERIALIZED (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
-    AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, claim_worker text, claim_n int)
+    AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb, claim_worker text, claim_n int)
 ), done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
+      usage = ${usageSum("t.usage", "b.usage")},
       completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
   FROM input b
   WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
@@ -90,7 +102,7 @@ WITH input AS MATERIALIZED (
     owners: "(SELECT owners FROM slot_list)",
   },
 )},
-${statusEvents(completedEventRows("done"), claimedEventRows)},
+${statusEventsWithUsage(completedUsageEventRows("done", "r.usage", " JOIN input r ON r.task_id = d.id"), claimedEventRowsBesideUsage)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
@@ -116,7 +128,8 @@ RETURNING t.*`;
 
 /*
  * Failure reports of several workers: FAIL_TASK per item (retry after a backoff while attempts
- * remain and the worker calls it retryable, else failed for good). $1 items, $2 their task ids.
+ * remain and the worker calls it retryable, else failed for good), its event written inline with the
+ * report's usage as FAIL_TASK's. $1 items, $2 their task ids.
  */
 const COALESCED_FAIL_TEXT = `
 WITH cur AS (
@@ -129,14 +142,15 @@ WITH cur AS (
       lease_expires_at = NULL,
       error_code = b.error_code,
       error_message = b.error_message,
-      version = t.version + 1
+      usage = ${usageSum("t.usage", "b.usage")},
+      version = t.version + 1, event_flip = NOT t.event_flip
   FROM jsonb_to_recordset($1::jsonb)
-    AS b(task_id uuid, worker_id text, attempt int, error_code text, retryable boolean, error_message text, retry_after_seconds float8)
+    AS b(task_id uuid, worker_id text, attempt int, error_code text, retryable boolean, error_message text, retry_after_seconds float8, usage jsonb)
   WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
     AND t.lease_expires_at > now()
-  RETURNING t.*
-), ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
-SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur`;
+  RETURNING t.*, b.usage AS report_usage
+), ${failedEvents("cur.report_usage")}, ${watchedJobs("cur")}, ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
+SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) + (SELECT count(*) FROM watched) AS notified FROM cur`;
 
 /*
  * Tasks leased for a caller whose deadline passed while its coalesced claim ran: given back as if

@@ -254,6 +254,7 @@ export class Coalescer implements CoalescedCalls {
         retryable: f.retryable,
         error_message: f.errorMessage,
         retry_after_seconds: f.retryAfterSeconds ?? null,
+        usage: f.usage ?? null,
       })),
     );
     return withClient(ctx.pool, signal, async (c) => {

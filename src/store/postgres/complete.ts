@@ -5,6 +5,7 @@
 // cancelled while its lease ran is taken by late-result.ts.
 
 import type pg from "pg";
+import type { Usage } from "../../queue/accounts.js";
 import { QueueError } from "../../queue/errors.js";
 import { replayOrConflict } from "../../queue/fencing.js";
 import type {
@@ -17,18 +18,28 @@ import type {
   Task,
 } from "../../queue/types.js";
 import { validateBatch, validateClaimNext, validateComplete, type NormalizedClaim } from "../../queue/validation.js";
-import { CLAIM_ORDER, claimCtes, claimed, claimedEventRows, claimWith, createdUs, pickupSeconds, type ClaimedRow } from "./claim.js";
+import {
+  CLAIM_ORDER,
+  claimCtes,
+  claimed,
+  claimedEventRowsBesideUsage,
+  claimWith,
+  createdUs,
+  pickupSeconds,
+  type ClaimedRow,
+} from "./claim.js";
 import { EVENTS_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
 import {
-  completedEventRows,
+  completedUsageEventRows,
   freedSlotsNotify,
   liveLease,
   mayBeDone,
   mayBeDoneJobs,
   nothingPending,
-  statusEvents,
+  statusEventsWithUsage,
+  usageSum,
   watchedJobs,
 } from "./fragments.js";
 import { loadTask } from "./inspection.js";
@@ -45,9 +56,9 @@ import { toTask, type TaskRow } from "./rows.js";
  * (see finishJobIfDone). Mid-job completions see pending work and skip all of that cheaply
  * (tasks_job_unfinished_idx).
  */
-const completeOne = `done AS (
+const completeOne = (usage: string) => `done AS (
   UPDATE tasks
-  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
+  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb, usage = ${usageSum("tasks.usage", usage)},
       completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
   WHERE ${liveLease("tasks")}
   RETURNING *
@@ -61,9 +72,9 @@ const recheckJob = `NOT EXISTS (SELECT 1 FROM finished)
     AND ${nothingPending("done.job_id")}
     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running')`;
 
-// $1 task id, $2 worker id, $3 attempt, $4 result_uri, $5 result_sha256, $6 metrics.
+// $1 task id, $2 worker id, $3 attempt, $4 result_uri, $5 result_sha256, $6 metrics, $7 usage (jsonb, NULL for none).
 export const COMPLETE_TASK = `
-WITH ${completeOne}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")}
+WITH ${completeOne("$7::jsonb")}, ${statusEventsWithUsage(completedUsageEventRows("done", "$7::jsonb"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")}
 SELECT done.*, ${recheckJob} AS recheck_job, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
 FROM done`;
 
@@ -75,11 +86,12 @@ FROM done`;
  * updates never meet one row: `done` needs a live lease, which neither arm takes. Nor do the two
  * job updates: `running` moves pending jobs, `finished` running ones, as the snapshot has them.
  * Rows: part 0 the completed task (with recheck_job), part 1 the claimed ones in claim order.
- * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, $11 labels, as CLAIM_TASKS.
+ * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, $11 labels, as CLAIM_TASKS;
+ * $13 usage (COMPLETE_TASK's $7).
  */
 const completeAndClaimStatement = (claimOrder: string) => `
-WITH ${completeOne}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10", labels: "$11", hints: "$12" }, "EXISTS (SELECT 1 FROM done)")},
-${statusEvents(completedEventRows("done"), claimedEventRows)},
+WITH ${completeOne("$13::jsonb")}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10", labels: "$11", hints: "$12" }, "EXISTS (SELECT 1 FROM done)")},
+${statusEventsWithUsage(completedUsageEventRows("done", "$13::jsonb"), claimedEventRowsBesideUsage)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
@@ -100,12 +112,19 @@ export const COMPLETE_TASK_AND_CLAIM_ONE = completeAndClaimStatement("");
 const completeMany = `done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
+      usage = ${usageSum("t.usage", "b.usage")},
       completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
-  FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb)
+  FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb)
   WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
     AND t.lease_expires_at > now()
   RETURNING t.*
 )`;
+/** A batch's completed rows' events, each with its result's usage from the recordset ($1). */
+const batchCompletedEvents = completedUsageEventRows(
+  "done",
+  "r.usage",
+  " JOIN jsonb_to_recordset($1::jsonb) AS r(task_id uuid, usage jsonb) ON r.task_id = d.id",
+);
 
 /*
  * Complete a batch of leased tasks in one statement, each fenced by its own (worker, attempt,
@@ -120,7 +139,7 @@ const completeMany = `done AS (
  * after this commits.
  */
 export const COMPLETE_TASKS = `
-WITH ${completeMany}, ${statusEvents(completedEventRows("done"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")},
+WITH ${completeMany}, ${statusEventsWithUsage(batchCompletedEvents)}, ${watchedJobs("done")}, ${freedSlotsNotify("done")},
 ${mayBeDoneJobs("done")}
 SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified, ${mayBeDone("done")} AS recheck_job FROM done`;
 
@@ -134,7 +153,7 @@ SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS 
  */
 export const COMPLETE_TASKS_AND_CLAIM = `
 WITH ${completeMany}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6", labels: "$7", hints: "$8" })},
-${statusEvents(completedEventRows("done"), claimedEventRows)},
+${statusEventsWithUsage(batchCompletedEvents, claimedEventRowsBesideUsage)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
@@ -164,8 +183,11 @@ type CompletedRow = TaskRow & { recheck_job: boolean };
 /** Rows of a statement that completes and claims: part 0 the completed task(s), part 1 the claimed. */
 type PartRow = ClaimedRow & { part: number; recheck_job: boolean };
 const nextValues = (p: NextParams) => [p.workloads, p.maxTasks, p.claimWorkerId, p.leaseSeconds, p.labels, p.hints];
-const completeTaskQuery = defineQuery<ResultParams, CompletedRow>("leasehold_complete_task", COMPLETE_TASK, resultValues);
-const completeAndClaimValues = (p: ResultParams & NextParams) => [...resultValues(p), ...nextValues(p)];
+const completeTaskQuery = defineQuery<ResultParams, CompletedRow>("leasehold_complete_task", COMPLETE_TASK, (p) => [
+  ...resultValues(p),
+  p.usage,
+]);
+const completeAndClaimValues = (p: ResultParams & NextParams) => [...resultValues(p), ...nextValues(p), p.usage];
 const completeTaskAndClaimQuery = defineQuery<ResultParams & NextParams, PartRow>(
   "leasehold_complete_task_and_claim",
   COMPLETE_TASK_AND_CLAIM,
@@ -234,8 +256,21 @@ async function completeWith(ctx: StoreContext, c: pg.PoolClient, done: CompleteT
 export async function refusedOrLate(ctx: StoreContext, c: pg.PoolClient, done: CompleteTaskInput): Promise<Task> {
   const task = await loadTask(c, done.taskId);
   const late = await acceptLateResult(ctx, c, task, done);
-  return late ?? replayOrConflict(task, done);
+  if (late) return late;
+  // A replay is compared with the usage its attempt's accepted report recorded (on the completion's event).
+  const replay = task.status === "completed" && task.attempt === done.attempt && task.leaseOwner === done.workerId;
+  const recorded = replay ? (await COMPLETION_USAGE.maybe(c, { jobId: task.jobId, taskId: task.id, attempt: task.attempt }))?.usage : null;
+  return replayOrConflict(task, done, recorded ?? undefined);
 }
+
+/** The usage the accepted report of a task's attempt recorded (the completion's event; not on the hot path: replays only). */
+const COMPLETION_USAGE = defineQuery<{ jobId: string; taskId: string; attempt: number }, { usage: Usage | null }>(
+  null,
+  `SELECT usage FROM task_events
+   WHERE job_id = $1 AND task_id = $2 AND kind = 'task_status' AND status = 'completed' AND attempt = $3
+   ORDER BY id DESC LIMIT 1`,
+  (p) => [p.jobId, p.taskId, p.attempt],
+);
 
 /** A task the completion accepted; its job is re-checked after commit when the statement could not decide. */
 async function completed(ctx: StoreContext, c: pg.PoolClient, row: CompletedRow): Promise<Task> {

@@ -23,6 +23,8 @@ export interface StoreOptions {
   retentionDays?: number;
   /** The event log's partitions (event-partitions.ts): hours each, and how many kept ahead. */
   eventPartitions?: { intervalHours?: number; ahead?: number };
+  /** The usage rollup's batch sizes (usage-rollup.ts), run by maintain(). */
+  usageRollup?: { batchJobs?: number; batchesPerPass?: number };
   /** How often the coordinator checks, in one statement for all its WatchJob streams, for events no notification announced (default 1000). */
   watchPollIntervalMs?: number;
   /** A transaction in progress longer than this no longer holds a watch stream's events back (event-order.ts; default 1000). */

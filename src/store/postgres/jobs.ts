@@ -27,6 +27,7 @@ import { defineQuery } from "./query.js";
 import { toJob, type JobRow, type TaskRow } from "./rows.js";
 import { JOB_LOCK } from "./settle.js";
 import { emptyCounts } from "./task-stats.js";
+import type { Usage } from "../../queue/accounts.js";
 
 type JobId = { jobId: string };
 const jobIdValue = (p: JobId) => [p.jobId];
@@ -45,9 +46,18 @@ export const SELECT_JOB = defineQuery<JobId & Scoped, JobRow>(
   (p) => [p.jobId, scopeValue(p)],
 );
 
-export const COUNT_JOB_TASKS = defineQuery<JobId, { status: keyof TaskCounts; n: number }>(
+/*
+ * The job's tasks counted by status, and (one more row, status NULL) its usage: the sum of its
+ * tasks' usage per counter, read at read time from the same scan of the job's tasks rather than
+ * kept on the job row, which every completion would then update.
+ */
+export const COUNT_JOB_TASKS = defineQuery<JobId, { status: keyof TaskCounts | null; n: number; usage: Usage | null }>(
   null,
-  `SELECT status, count(*)::int AS n FROM tasks WHERE job_id = $1 GROUP BY status`,
+  `WITH t AS MATERIALIZED (SELECT status, usage FROM tasks WHERE job_id = $1)
+SELECT status, count(*)::int AS n, NULL::jsonb AS usage FROM t GROUP BY status
+UNION ALL
+SELECT NULL, 0, (SELECT jsonb_object_agg(u.k, u.s) FROM (SELECT e.key AS k, sum(e.value::numeric) AS s
+  FROM t CROSS JOIN LATERAL jsonb_each_text(t.usage) e GROUP BY e.key) u)`,
   jobIdValue,
 );
 
@@ -240,9 +250,13 @@ export async function readJobStatus(c: pg.PoolClient, id: string, account?: stri
   if (!row) throw new NotFoundError("job", id);
   const counts = await COUNT_JOB_TASKS.run(c, { jobId: id });
   const taskCounts = emptyCounts();
-  for (const r of counts) taskCounts[r.status] = r.n;
+  let usage: Usage | undefined;
+  for (const r of counts) {
+    if (r.status === null) usage = r.usage ?? undefined;
+    else taskCounts[r.status] = r.n;
+  }
   const totalTasks = counts.reduce((n, r) => n + r.n, 0);
-  const job = toJob(row);
+  const job = { ...toJob(row), usage };
   const failure = job.status === "failed" ? await readJobFailure(c, id) : null;
   return { job, taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks, failure };
 }

@@ -13,6 +13,7 @@
 import type pg from "pg";
 import type { CompleteTaskInput, Task } from "../../queue/types.js";
 import type { StoreContext } from "./context.js";
+import { usageSum, watchedJobs } from "./fragments.js";
 import { defineQuery } from "./query.js";
 import { resultParams, resultValues, type ResultParams } from "./result-params.js";
 import { toTask, type TaskRow } from "./rows.js";
@@ -20,18 +21,26 @@ import { toTask, type TaskRow } from "./rows.js";
 /*
  * The same fencing as a completion, on a cancelled task whose lease has not expired (database
  * clock). Not on the hot path: only a result the completion refused gets here, and only for a
- * cancelled task of this worker and attempt. The tasks_status_events trigger writes its event
- * (cancelled -> completed). $1..$6 as COMPLETE_TASK.
+ * cancelled task of this worker and attempt. Its event (cancelled -> completed) is written here
+ * rather than by the status trigger (event_flip), so that it carries the report's usage: the work
+ * was done and consumed resources, so an accepted late result's usage counts like any other.
+ * $1..$6 as COMPLETE_TASK, $7 usage.
  */
 export const COMPLETE_CANCELLED_TASK = defineQuery<ResultParams, TaskRow>(
   null,
   `
-UPDATE tasks
-SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb,
-    completed_at = now(), lease_expires_at = NULL, version = version + 1
-WHERE id = $1 AND status = 'cancelled' AND lease_owner = $2 AND attempt = $3 AND lease_expires_at > now()
-RETURNING *`,
-  resultValues,
+WITH done AS (
+  UPDATE tasks
+  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb, usage = ${usageSum("tasks.usage", "$7::jsonb")},
+      completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
+  WHERE id = $1 AND status = 'cancelled' AND lease_owner = $2 AND attempt = $3 AND lease_expires_at > now()
+  RETURNING *
+), events AS (
+  INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, usage)
+  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'cancelled', attempt, lease_owner, $7::jsonb FROM done
+), ${watchedJobs("done")}
+SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`,
+  (p) => [...resultValues(p), p.usage],
 );
 
 /** The task completed with this late result, or undefined when the result is not a late one (or came after the lease). */

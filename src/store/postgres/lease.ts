@@ -8,7 +8,7 @@ import { validateFail, validateRenew, validateReportProgress } from "../../queue
 import { EVENTS_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { withClient } from "./db.js";
-import { freedSlotsNotify, liveLease, retriedNotify } from "./fragments.js";
+import { failedEvents, freedSlotsNotify, liveLease, retriedNotify, usageSum, watchedJobs } from "./fragments.js";
 import { loadTask } from "./inspection.js";
 import { settleJob } from "./settle.js";
 import { defineQuery } from "./query.js";
@@ -51,7 +51,9 @@ SELECT renewed.*, (SELECT count(*) FROM woken) AS notified FROM renewed`;
  * (settle.ts: by default the job fails and its unfinished tasks are cancelled, their holders
  * learning it at their next heartbeat). Backoff: the worker's retry_after_seconds, else
  * 2^attempt seconds, ±25% jitter, capped at 5 minutes.
- * $4 error_code, $5 retryable, $6 error_message, $7 retry_after_seconds.
+ * The failure's event is written here, not by the status trigger (event_flip), so that it carries
+ * the report's usage: a failed attempt consumed resources too.
+ * $4 error_code, $5 retryable, $6 error_message, $7 retry_after_seconds, $8 usage (jsonb, NULL for none).
  */
 export const FAIL_TASK = `
 WITH cur AS (
@@ -64,11 +66,12 @@ WITH cur AS (
       lease_expires_at = NULL,
       error_code = $4,
       error_message = $6,
-      version = t.version + 1
+      usage = ${usageSum("t.usage", "$8::jsonb")},
+      version = t.version + 1, event_flip = NOT t.event_flip
   WHERE ${liveLease("t")}
   RETURNING t.*
-), ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
-SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) AS notified FROM cur`;
+), ${failedEvents("$8::jsonb")}, ${watchedJobs("cur")}, ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
+SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) + (SELECT count(*) FROM watched) AS notified FROM cur`;
 
 /** The fence every write names: the task, the worker that holds it, and the attempt it holds. */
 interface LeaseParams {
@@ -101,6 +104,7 @@ const failTaskQuery = defineQuery<
     retryable: boolean;
     errorMessage: string | null;
     retryAfterSeconds: number | null;
+    usage: string | null;
   },
   TaskRow
 >("leasehold_fail_task", FAIL_TASK, (p) => [
@@ -111,6 +115,7 @@ const failTaskQuery = defineQuery<
   p.retryable,
   p.errorMessage,
   p.retryAfterSeconds,
+  p.usage,
 ]);
 
 export async function renewLease(ctx: StoreContext, input: RenewLeaseInput, opts: CallOptions): Promise<Task> {
@@ -141,7 +146,11 @@ export async function failTask(ctx: StoreContext, input: FailTaskInput, opts: Ca
   const f = validateFail(input);
   if (ctx.coalescer) return ctx.coalescer.fail(f, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
-    const row = await failTaskQuery.maybe(c, { ...f, retryAfterSeconds: f.retryAfterSeconds ?? null });
+    const row = await failTaskQuery.maybe(c, {
+      ...f,
+      retryAfterSeconds: f.retryAfterSeconds ?? null,
+      usage: f.usage === undefined ? null : JSON.stringify(f.usage),
+    });
     if (row) {
       ctx.options.observer?.taskFailed(row.status === "pending");
       if (row.status !== "failed") return toTask(row);

@@ -1,5 +1,5 @@
-// Maintenance besides the lease reaper: pending-task expiry, dead watch registrations and
-// retention, after one read-only probe that says which of them has anything to do, then the event
+// Maintenance besides the lease reaper: pending-task expiry, dead watch registrations, retention
+// and the usage rollup (usage-rollup.ts), after one read-only probe that says which of them has anything to do, then the event
 // log's partitions (event-partitions.ts: created ahead, dropped past the retention; at most once a
 // minute). One pass per call; the loop with its start and stop is queue/maintenance.ts's Maintainer.
 
@@ -10,12 +10,14 @@ import { EventPartitions, type EventPartitionsConfig } from "./event-partitions.
 import { PendingExpiry, type PendingExpiryConfig } from "./pending-expiry.js";
 import { defineQuery } from "./query.js";
 import { SETTLED_OR_UNBILLED, Retention, type RetentionConfig } from "./retention.js";
+import { UNROLLED_JOBS_DUE, UsageRollup, type UsageRollupConfig } from "./usage-rollup.js";
 
 export interface StoreMaintenanceConfig {
   pendingExpiry?: PendingExpiryConfig;
   retention?: RetentionConfig;
   /** The event log's partitions; their retention is retention.days unless given here. */
   eventPartitions?: EventPartitionsConfig;
+  usageRollup?: UsageRollupConfig;
 }
 
 // Streams of a coordinator that died without deregistering.
@@ -41,9 +43,10 @@ SELECT
     SELECT 1 FROM jobs
     WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at < now() - make_interval(days => $1::int)
       AND ${SETTLED_OR_UNBILLED}
-  )) AS retention`;
+  )) AS retention,
+  ${UNROLLED_JOBS_DUE} AS rollup`;
 
-const maintenanceDue = defineQuery<{ days: number | null }, { pending: boolean; watchers: boolean; retention: boolean }>(
+const maintenanceDue = defineQuery<{ days: number | null }, { pending: boolean; watchers: boolean; retention: boolean; rollup: boolean }>(
   "leasehold_maintenance_due",
   MAINTENANCE_DUE,
   (p) => [p.days],
@@ -53,6 +56,7 @@ export class StoreMaintenance {
   private readonly pendingExpiry: PendingExpiry;
   private readonly retention: Retention;
   private readonly eventPartitions: EventPartitions;
+  private readonly usageRollup: UsageRollup;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -60,6 +64,7 @@ export class StoreMaintenance {
   ) {
     this.pendingExpiry = new PendingExpiry(pool, config.pendingExpiry);
     this.retention = new Retention(pool, config.retention);
+    this.usageRollup = new UsageRollup(pool, config.usageRollup);
     this.eventPartitions = new EventPartitions(pool, { retentionDays: config.retention?.days, ...config.eventPartitions });
   }
 
@@ -69,6 +74,8 @@ export class StoreMaintenance {
     const due = await withClient(this.pool, signal, (c) => maintenanceDue.one(c, { days: days ?? null }));
     if (due.pending) result.expiredPending = await this.pendingExpiry.runOnce(signal);
     if (due.watchers) await withClient(this.pool, signal, (c) => c.query(DELETE_EXPIRED_JOB_WATCHERS));
+    // Before retention, so a job is counted before it can be deleted.
+    if (due.rollup) result.rolledUpJobs = await this.usageRollup.runOnce(signal);
     if (days !== undefined && due.retention) result.deletedJobs = await this.retention.runOnce(signal);
     if (this.eventPartitions.due) {
       const partitions = await this.eventPartitions.runOnce(signal);

@@ -12,6 +12,8 @@ export interface ResultParams {
   resultUri: string;
   resultSha256: string;
   metrics: string | null;
+  /** The report's usage as jsonb text; null for none. Not among $1..$6: each statement places it. */
+  usage: string | null;
 }
 
 /** The one-result statements' parameters $1..$6. */
@@ -23,6 +25,7 @@ export function resultParams(done: CompleteTaskInput): ResultParams {
     resultUri: done.resultUri,
     resultSha256: done.resultSha256,
     metrics: done.metrics === undefined ? null : JSON.stringify(done.metrics),
+    usage: done.usage === undefined ? null : JSON.stringify(done.usage),
   };
 }
 
@@ -38,5 +41,6 @@ export function resultRecord(done: CompleteTaskInput) {
     result_uri: done.resultUri,
     result_sha256: done.resultSha256,
     metrics: done.metrics ?? null,
+    usage: done.usage ?? null,
   };
 }

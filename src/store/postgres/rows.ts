@@ -1,6 +1,7 @@
 // The rows the store reads, one type and one mapper per table, so a column's type is stated once:
 // here, against the migrations. node-postgres hands back timestamptz as Date, int as number, jsonb
 // parsed, and bigint (task_events.id) as a string.
+import type { Usage } from "../../queue/accounts.js";
 import type { Job, JobEvent, JsonObject, Labels, Task, Workload } from "../../queue/types.js";
 
 export interface WorkloadRow {
@@ -87,6 +88,8 @@ export interface TaskRow {
   traceparent: string | null;
   concurrency_key: string;
   required_labels: Labels | null;
+  /** Usage summed over the task's accepted reports; null for none. */
+  usage?: Usage | null;
   /** bigint, as text; the claim's order after priority (flow-control.md, "Fair share") */
   fair_rank?: string;
 }
@@ -107,6 +110,8 @@ export interface JobEventRow {
   partial_result_uri: string | null;
   error_code: string | null;
   error_message: string | null;
+  /** What the report that ended the attempt said it used (a completion's or failure's event). */
+  usage?: Usage | null;
   created_at: string;
   /** The writing transaction (xid8, as text or a number); WatchJob ends after the last event of the transaction that made the job final. */
   xid?: string | number;
@@ -216,6 +221,7 @@ export function toTask(r: TaskRow): Task {
     traceparent: r.traceparent ?? null,
     concurrencyKey: r.concurrency_key ?? "",
     requiredLabels: r.required_labels ?? null,
+    usage: r.usage ?? undefined,
   };
 }
 
@@ -235,6 +241,7 @@ export function toJobEvent(r: JobEventRow): JobEvent {
     partialResultUri: r.partial_result_uri ?? null,
     errorCode: r.error_code ?? null,
     errorMessage: r.error_message ?? null,
+    usage: r.usage ?? undefined,
     createdAt: new Date(r.created_at),
     ...(r.kind === "job_settled" ? { settlementKey: r.settlement_key ?? "", settledUnits: Number(r.settled_units ?? 0) } : {}),
   };

@@ -69,7 +69,8 @@ import type {
   PutAccountInput,
   SettleJobInput,
 } from "../../queue/accounts.js";
-import { getAccount, getAccountUsage, listAccounts, putAccount } from "./accounts.js";
+import { getAccount, listAccounts, putAccount } from "./accounts.js";
+import { getAccountUsage } from "./account-usage.js";
 import { claimTasks } from "./claim.js";
 import { Coalescer } from "./coalescing.js";
 import { completeTask, completeTaskAndClaim, completeTasks, completeTasksAndClaim } from "./complete.js";
@@ -134,6 +135,7 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
     this.maintenance = new StoreMaintenance(pool, {
       retention: { days: options.retentionDays },
       eventPartitions: options.eventPartitions,
+      usageRollup: options.usageRollup,
     });
     this.scheduler = new Scheduler(this.ctx, { ...options.scheduler, observer: options.observer });
   }
