@@ -4,7 +4,8 @@
 // first, so every length prefix is known). The bytes are exactly toBinary's (fields in number
 // order, proto3 zero values left out, packed repeated scalars, strings as UTF-8 with lone
 // surrogates as U+FFFD); test/api/binary-writer.test.ts checks that for every message type of the
-// contract. A type with something this writer does not know (maps, oneofs, groups, 64-bit
+// contract. A type with something this writer does not know (maps other than string → string or
+// int64, oneofs, groups, 64-bit
 // integers outside Timestamp, bytes, floats, other well-known types) or a message carrying
 // unknown fields keeps toBinary.
 //
@@ -114,7 +115,9 @@ function fieldCodec(field: DescField, seen: Set<DescMessage>): Codec {
           ? (v: unknown) => v !== undefined
           : type === ScalarType.DOUBLE
             ? (v: unknown) => !Object.is(v, 0)
-            : (v: unknown) => v !== "" && v !== 0 && v !== false;
+            : type === ScalarType.INT64
+              ? (v: unknown) => v !== 0n && v !== 0 && v !== "0"
+              : (v: unknown) => v !== "" && v !== 0 && v !== false;
       return {
         size: (m) => (present(m[name]) ? tag.length + value.size(m[name]) : 0),
         write: (m, buf, pos) => (present(m[name]) ? value.write(m[name], buf, copy(tag, buf, pos)) : pos),
@@ -175,6 +178,8 @@ function fieldCodec(field: DescField, seen: Set<DescMessage>): Codec {
       };
     }
     case "map": {
+      if (field.mapKey === ScalarType.STRING && field.mapKind === "scalar" && field.scalar === ScalarType.INT64)
+        return int64MapCodec(name, tagBytes(field.number, LEN));
       // map<string, string> (labels): one entry message per pair, key (1) and value (2) always
       // written, as protobuf-es writes them.
       if (field.mapKey !== ScalarType.STRING || field.mapKind !== "scalar" || field.scalar !== ScalarType.STRING)
@@ -204,6 +209,35 @@ function fieldCodec(field: DescField, seen: Set<DescMessage>): Codec {
       };
     }
   }
+}
+
+/**
+ * map<string, int64> (usage counters): as map<string, string>, one entry message per pair with key
+ * (1) and value (2, a varint) always written, as protobuf-es writes them.
+ */
+function int64MapCodec(name: string, tag: Uint8Array): Codec {
+  const str = scalarCodec(ScalarType.STRING);
+  const entrySize = (k: string, v: bigint) => 1 + str.size(k) + 1 + int64Size(big(v));
+  return {
+    size(m) {
+      const map = m[name] as Record<string, bigint>;
+      let n = 0;
+      for (const k in map) {
+        const e = entrySize(k, map[k]);
+        n += tag.length + varintSize(e) + e;
+      }
+      return n;
+    },
+    write(m, buf, pos) {
+      const map = m[name] as Record<string, bigint>;
+      for (const k in map) {
+        pos = writeVarint(entrySize(k, map[k]), buf, copy(tag, buf, pos));
+        pos = str.write(k, buf, writeByte(0x0a, buf, pos));
+        pos = writeInt64(big(map[k]), buf, writeByte(0x10, buf, pos));
+      }
+      return pos;
+    },
+  };
 }
 
 /** A message value without its length prefix. */
@@ -279,6 +313,9 @@ function scalarCodec(type: ScalarType): ValueCodec & { wire: number } {
       return { wire: VARINT, size: (v) => int32Size(v as number), write: (v, buf, pos) => writeInt32(v as number, buf, pos) };
     case ScalarType.UINT32:
       return { wire: VARINT, size: (v) => varintSize(v as number), write: (v, buf, pos) => writeVarint(v as number, buf, pos) };
+    case ScalarType.INT64:
+      // protobuf-es holds int64 as bigint (billing and settlement units).
+      return { wire: VARINT, size: (v) => int64Size(big(v)), write: (v, buf, pos) => writeInt64(big(v), buf, pos) };
     case ScalarType.DOUBLE:
       return { wire: BIT64, size: () => 8, write: (v, buf, pos) => buf.writeDoubleLE(v as number, pos) };
     default:
@@ -362,6 +399,11 @@ function int64Size(n: bigint): number {
 }
 
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** An int64 value as bigint: protobuf-es holds bigint, and its init shapes also take a number or a decimal string. */
+function big(v: unknown): bigint {
+  return typeof v === "bigint" ? v : BigInt(v as number | string);
+}
 
 function writeInt64(n: bigint, buf: Buffer, pos: number): number {
   if (n >= 0n && n <= MAX_SAFE) {

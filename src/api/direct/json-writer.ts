@@ -240,10 +240,18 @@ function valueExpression(field: DescField, get: string, ref: (helper: unknown) =
     }
     case "map":
       // map<string, string> (labels): its JSON object, keys in the order protobuf-es holds them.
-      if (field.mapKey !== ScalarType.STRING || field.mapKind !== "scalar" || field.scalar !== ScalarType.STRING)
-        throw new Unsupported(`map field ${field.name}`);
-      return `${ref(stringMapJson)}(${get})`;
+      // map<string, int64> (usage counters): the same, each value a JSON string as proto3 JSON has int64.
+      if (field.mapKey !== ScalarType.STRING || field.mapKind !== "scalar") throw new Unsupported(`map field ${field.name}`);
+      if (field.scalar === ScalarType.STRING) return `${ref(stringMapJson)}(${get})`;
+      if (field.scalar === ScalarType.INT64) return `${ref(int64MapJson)}(${get})`;
+      throw new Unsupported(`map field ${field.name}`);
   }
+}
+
+function int64MapJson(m: Record<string, bigint>): string {
+  let out = "";
+  for (const k in m) out += (out === "" ? "{" : ",") + JSON.stringify(k) + ':"' + String(m[k]) + '"';
+  return out === "" ? "{}" : out + "}";
 }
 
 function stringMapJson(m: Record<string, string>): string {
@@ -309,6 +317,13 @@ function scalarWriter(type: ScalarType): (v: unknown) => string {
     case ScalarType.UINT32:
     case ScalarType.FIXED32:
       return (v) => String(v);
+    // 64-bit integers (usage counters, billing units): a JSON string, as proto3 JSON has them.
+    case ScalarType.INT64:
+    case ScalarType.SINT64:
+    case ScalarType.SFIXED64:
+    case ScalarType.UINT64:
+    case ScalarType.FIXED64:
+      return (v) => `"${String(v)}"`;
     case ScalarType.DOUBLE:
     case ScalarType.FLOAT:
       return (v) => (Number.isFinite(v) ? String(v) : Number.isNaN(v) ? '"NaN"' : (v as number) > 0 ? '"Infinity"' : '"-Infinity"');
