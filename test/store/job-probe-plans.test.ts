@@ -52,7 +52,15 @@ async function plans(): Promise<Record<string, string>> {
       finishJobs: await genericPlan(c, "p_finish", FINISH_JOBS_IF_DONE, [`ARRAY[${job}]::uuid[]`]),
       settleJob: await genericPlan(c, "p_settle", SETTLE_JOB.text, [job]),
       unsettledJobs: await genericPlan(c, "p_unsettled", UNSETTLED_JOBS.text, ["10"]),
-      completeTask: await genericPlan(c, "p_complete", COMPLETE_TASK, [task, "'w'", "1", "'s3://x'", c.escapeLiteral(sha("x")), "'{}'", "NULL"]),
+      completeTask: await genericPlan(c, "p_complete", COMPLETE_TASK, [
+        task,
+        "'w'",
+        "1",
+        "'s3://x'",
+        c.escapeLiteral(sha("x")),
+        "'{}'",
+        "NULL",
+      ]),
     };
   } finally {
     c.release();
