@@ -347,7 +347,9 @@ export type Job = Message<"leasehold.queue.v1.Job"> & {
 
   /**
    * Usage counters summed over every accepted report of every attempt of
-   * the job's tasks (failed attempts used resources too).
+   * the job's tasks (failed attempts used resources too). Read when asked:
+   * GetJob, WatchJob's snapshot, ListSettlements and SettleJob carry it;
+   * ListJobs and CreateJob leave it empty.
    *
    * @generated from field: map<string, int64> usage = 402;
    */
