@@ -24,7 +24,13 @@ import type {
   Usage,
 } from "../queue/accounts.js";
 import { ValidationError } from "../queue/errors.js";
-import { usageMessage } from "./convert.js";
+
+/** Usage counters as the message's map<string, int64>. */
+export function usageMessage(u: Usage | undefined): { [key: string]: bigint } {
+  const m: { [key: string]: bigint } = {};
+  if (u) for (const [k, v] of Object.entries(u)) m[k] = BigInt(v);
+  return m;
+}
 
 /** An int64 field as a number; beyond what a number holds exactly is INVALID_ARGUMENT naming it. */
 export function int64Number(field: string, v: bigint): number {

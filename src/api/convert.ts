@@ -57,8 +57,7 @@ import {
   type Task as PbTask,
   type Workload as PbWorkload,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import type { Usage } from "../queue/accounts.js";
-import { int64Number, usageInput } from "./accounts-convert.js";
+import { int64Number, usageInput, usageMessage } from "./accounts-convert.js";
 import { ValidationError } from "../queue/errors.js";
 import { mapError } from "./errors.js";
 import type {
@@ -390,13 +389,6 @@ export function jobMessage(j: Job): PbJob {
         })
       : undefined,
   });
-}
-
-/** Usage counters as the message's map<string, int64>. */
-export function usageMessage(u: Usage | undefined): { [key: string]: bigint } {
-  const m: { [key: string]: bigint } = {};
-  if (u) for (const [k, v] of Object.entries(u)) m[k] = BigInt(v);
-  return m;
 }
 
 /**

@@ -2,10 +2,11 @@
 // context and settlement, usage counters, and the calls that read and settle them. The rules of
 // the money path end to end are in docs/money-path.md.
 
-import type { CallOptions, Job } from "./types.js";
+import type { CallOptions, Job, Usage } from "./types.js";
 
-/** Usage counters: name → amount (integers ≥ 0, within Number.MAX_SAFE_INTEGER). */
-export type Usage = Record<string, number>;
+// The types a Job carries live in types.ts (which imports nothing from here); re-exported for
+// the money path's readers.
+export type { Billing, Settlement, Usage } from "./types.js";
 
 export interface Account {
   name: string;
@@ -23,19 +24,6 @@ export interface PutAccountInput {
   name: string;
   maxPendingTasks?: number;
   priority?: number;
-}
-
-/** The caller's billing context of a job, as given to CreateJob. */
-export interface Billing {
-  reservedUnits: number;
-  /** null when none */
-  billingKey: string | null;
-}
-
-export interface Settlement {
-  settlementKey: string;
-  settledUnits: number;
-  settledAt: Date;
 }
 
 export interface SettleJobInput {

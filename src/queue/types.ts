@@ -1,7 +1,6 @@
 // Domain types shared by every transport and the store. Plain objects only:
 // no pg rows and no generated proto types cross this boundary.
 
-import type { Billing, Settlement, Usage } from "./accounts.js";
 import type { QueueError } from "./errors.js";
 
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
@@ -542,4 +541,20 @@ export interface TaskDetail {
 export interface ListTasksResult {
   tasks: TaskDetail[];
   nextPageToken: string;
+}
+
+/** Usage counters: name → amount (integers ≥ 0, within Number.MAX_SAFE_INTEGER). */
+export type Usage = Record<string, number>;
+
+/** The caller's billing context of a job, as given to CreateJob. */
+export interface Billing {
+  reservedUnits: number;
+  /** null when none */
+  billingKey: string | null;
+}
+
+export interface Settlement {
+  settlementKey: string;
+  settledUnits: number;
+  settledAt: Date;
 }
