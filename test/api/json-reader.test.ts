@@ -4,7 +4,7 @@
 import { fromJson, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { file_leasehold_queue_v1_queue, QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { readJson } from "../../src/api/direct/json-reader.js";
+import { compiles, readJson } from "../../src/api/direct/json-reader.js";
 
 const OPTIONS = { ignoreUnknownFields: false };
 
@@ -73,8 +73,36 @@ describe("compiled JSON reader", () => {
       [C.listJobs.input, { status: "JOB_STATUS_FAILED", page_size: 10 }],
       [C.listJobs.input, { status: "failed" }],
       [C.listJobs.input, { status: 3 }],
+      [C.completeTask.input, { task_id: "t", worker_id: "w", attempt: 1, usage: { gpu_ms: 1200, tokens: "5300" } }],
+      [C.completeTask.input, { task_id: "t", usage: { big: "9223372036854775807", low: "-9223372036854775808" } }],
+      [C.completeTask.input, { task_id: "t", usage: { over: "9223372036854775808" } }],
+      [C.completeTask.input, { task_id: "t", usage: { unsafe: 2 ** 53 } }],
+      [C.completeTask.input, { task_id: "t", usage: { frac: 1.5 } }],
+      [C.completeTask.input, { task_id: "t", usage: { lead: "007" } }],
+      [C.completeTask.input, { task_id: "t", usage: { plus: "+7" } }],
+      [C.completeTask.input, { task_id: "t", usage: { neg0: -0 } }],
+      [C.completeTask.input, { task_id: "t", usage: { n: null } }],
+      [C.completeTask.input, { task_id: "t", usage: [] }],
+      [C.completeTasks.input, { results: [{ task_id: "t", attempt: 1, usage: { gpu_ms: 3 } }] }],
+      [C.failTask.input, { task_id: "t", worker_id: "w", attempt: 1, error_code: "oom", usage: { gpu_ms: "0" } }],
+      [
+        C.createJob.input,
+        { workload: "w", input_uri: "s3://in", input_sha256: SHA, account: "acme", billing: { reserved_units: 5000, billing_key: "k" } },
+      ],
+      [C.createJob.input, { workload: "w", billing: { reserved_units: "5000" } }],
+      [C.createJob.input, { workload: "w", billing: { reserved_units: "x" } }],
+      [C.createJob.input, { workload: "w", input_uri: "s3://in", input_sha256: SHA, run_at: "2030-01-01T00:00:00Z" }],
+      [C.createJob.input, { workload: "w", run_at: "tomorrow" }],
+      [C.settleJob.input, { job_id: "j", settlement_key: "s", settled_units: 1300 }],
     ];
     for (const [schema, json] of cases) agree(schema, json);
+  });
+
+  it("has a compiled reader for every request type of the contract (none falls back to fromJson as a whole)", () => {
+    const fallback = Object.entries(QueueService.method)
+      .filter(([, m]) => !compiles(m.input))
+      .map(([name]) => name);
+    expect(fallback).toEqual([]);
   });
 
   it("agrees with fromJson on every message type of the contract, empty and with a stray key", () => {
