@@ -34,7 +34,8 @@ const hourOf = (t: string) => `date_trunc('hour', ${t}, 'UTC')`;
  * seconds run from its `leased` event to the task's next status event (completed, failed, retried,
  * expired, cancelled); an attempt without one (a lease still running when a job was cancelled and
  * never reported) counts nothing. The counts are merged into account_usage with ON CONFLICT, which
- * serialises coordinators adding to one (account, hour, workload) row.
+ * serialises coordinators adding to one (account, hour, workload) row; in key order, so two batches
+ * that add to the same rows lock them in the same order and wait for each other, never deadlock.
  * Jobs are counted under their own workload, tasks and lease seconds under the task's.
  * $1 jobs per batch. Returns one row per job counted.
  */
@@ -81,6 +82,7 @@ WITH picked AS (
   INSERT INTO account_usage AS a (account, hour, workload, jobs, tasks_completed, tasks_failed, lease_seconds, usage)
   SELECT c.account, c.hour, c.workload, c.jobs, c.tasks_completed, c.tasks_failed, c.lease_seconds, coalesce(s.usage, '{}')
   FROM counts c LEFT JOIN sums s USING (account, hour, workload)
+  ORDER BY c.account, c.hour, c.workload
   ON CONFLICT (account, hour, workload) DO UPDATE SET
     jobs = a.jobs + EXCLUDED.jobs,
     tasks_completed = a.tasks_completed + EXCLUDED.tasks_completed,
