@@ -151,9 +151,15 @@ describe("fair share", () => {
     // The rule puts B's last task 20th in claim order; the leased events are numbered as the four
     // concurrent statements write them, which can shift a task by up to three places.
     expect(Math.max(...positions)).toBeLessThanOrEqual(20 + 3);
-    // FIFO within a key: B's tasks in chunk order.
+    // FIFO within a key: B's tasks in chunk order, give or take the same shift of up to three
+    // places (two concurrent claims take the next two chunks, and either may write its event first).
     const bOrder = order.filter((id) => bIds.has(id));
-    expect(bOrder).toEqual(b.tasks.map((t) => t.id));
+    expect([...bOrder].sort()).toEqual(b.tasks.map((t) => t.id).sort());
+    const shifts = b.tasks.map((t, i) => Math.abs(bOrder.indexOf(t.id) - i));
+    expect(
+      Math.max(...shifts),
+      `B's claim order ${bOrder.map((id) => b.tasks.findIndex((t) => t.id === id)).join(", ")}`,
+    ).toBeLessThanOrEqual(3);
   });
 
   it("priority still comes first, and a workload that never saw a key keeps age order", async () => {
