@@ -29,7 +29,7 @@ const API_SUITES = [
 ];
 
 /**
- * The suites of claims, results, fencing and faults: run a second time with COALESCE=false and
+ * The suites of claims, results, CreateJob, fencing and faults: run a second time with COALESCE=false and
  * CLAIM_HINTS=false, so every outcome they check holds both when concurrent single-task calls
  * share one statement (the default) and when each call runs its own, and both when claims start
  * at a hint (the default) and when they scan from the front.
@@ -46,6 +46,7 @@ const COALESCE_SUITES = [
   "test/store/switches.test.ts",
   "test/api/settlements-api.test.ts",
   "test/store/claim-hints.test.ts",
+  "test/store/create-job.test.ts",
 ];
 
 export default defineConfig({

@@ -4,11 +4,16 @@
 //   - single-task workers chained through claim_next (one call per task, REST), the Python
 //     Worker's default and what bench:peers compares with graphile-worker;
 //   - single-task workers with two calls per task (claim, then report);
-//   - workers claiming 10 and reporting with CompleteTasks (batched; coalescing must not cost them).
-// Reports tasks/s, CPU per task of the coordinator and of PostgreSQL's backends, the median over
-// the rounds, and the mean batch size per kind from the coalescing coordinator's metrics. Not a test.
+//   - workers claiming 10 and reporting with CompleteTasks (batched; coalescing must not cost them);
+//   - submitters of one-task jobs (POST /jobs), as bench:peers runs them beside `addJob`.
+// Reports tasks (or jobs) per second, CPU per item of the coordinator and of PostgreSQL's
+// backends, the median over the rounds, and the mean batch size per kind from the "on"
+// coordinator's metrics. Not a test.
 //
 //   --runs N (3)   --seconds S (5)   --workers W (16)
+//   --switch NAME (COALESCE)   the boolean setting the two coordinators differ in: NAME=true against
+//                              NAME=false, everything else at its default (CLAIM_HINTS: the claim
+//                              hints' cost when no snapshot is held, long-transactions.md)
 
 import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
@@ -23,6 +28,8 @@ const arg = (name: string, fallback: number) => {
 const RUNS = arg("runs", 3);
 const SECONDS = arg("seconds", 5);
 const WORKERS = arg("workers", 16);
+const switchAt = process.argv.indexOf("--switch");
+const SWITCH = switchAt >= 0 ? process.argv[switchAt + 1] : "COALESCE";
 const SHA = createHash("sha256").update("coalesce").digest("hex");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -32,11 +39,14 @@ interface Shape {
   name: string;
   maxTasks: number;
   chained: boolean;
+  /** submitters of one-task jobs rather than workers */
+  submit?: boolean;
 }
 const SHAPES: Shape[] = [
   { name: "single-task, claim_next (one call per task)", maxTasks: 1, chained: true },
   { name: "single-task, claim then report (two calls)", maxTasks: 1, chained: false },
   { name: "claim 10 + CompleteTasks with claim_next", maxTasks: 10, chained: true },
+  { name: "one-task jobs, POST /jobs (jobs/s)", maxTasks: 1, chained: false, submit: true },
 ];
 
 /** WORKERS REST workers on one workload for SECONDS after a 1 s warm-up: tasks/s and CPU per task. */
@@ -44,6 +54,17 @@ async function measure(rest: Rest, coordinator: Coordinator, workload: string, s
   let done = 0;
   let running = true;
   const loops = Array.from({ length: WORKERS }, async (_, id) => {
+    if (shape.submit) {
+      for (let i = 0; running; i++) {
+        const r = await rest("POST", "/jobs", {
+          workload,
+          tasks: [{ chunk_index: 0, input_uri: `s3://one/${id}/${i}`, input_sha256: SHA }],
+        });
+        if (r.status !== 201) throw new Error(`POST /jobs answered ${r.status}`);
+        done++;
+      }
+      return;
+    }
     const worker_id = `co-${id}`;
     const claim_next = shape.chained ? { workloads: [workload], max_tasks: shape.maxTasks } : undefined;
     let got: RestTask[] = [];
@@ -97,8 +118,8 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function main() {
   const db = await startDatabase();
-  const on = await startCoordinator(db.url, { COALESCE: "true", PG_POOL_MAX: "8" });
-  const off = await startCoordinator(db.url, { COALESCE: "false", PG_POOL_MAX: "8" });
+  const on = await startCoordinator(db.url, { [SWITCH]: "true", PG_POOL_MAX: "8" });
+  const off = await startCoordinator(db.url, { [SWITCH]: "false", PG_POOL_MAX: "8" });
   const pool = createPool({ connectionString: db.url, max: 2, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
   const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000, coalescing: false });
   const arms = [
@@ -114,7 +135,7 @@ async function main() {
         for (const arm of order) {
           const workload = `co_${++w}`;
           await store.putWorkload({ name: workload, leaseSeconds: 300, maxAttempts: 3 });
-          const backlog = Math.ceil((SECONDS + 2) * (shape.maxTasks > 1 ? 8000 : 3000));
+          const backlog = shape.submit ? 0 : Math.ceil((SECONDS + 2) * (shape.maxTasks > 1 ? 8000 : 3000));
           for (let made = 0; made < backlog; made += 10_000) {
             const n = Math.min(10_000, backlog - made);
             await store.createJob({
@@ -132,8 +153,8 @@ async function main() {
         }
       }
     }
-    console.log(`\ncoalescing on vs off, ${WORKERS} REST workers, ${RUNS} rounds of ${SECONDS} s, medians (CPU ms per task)`);
-    console.log("| load | coalescing | tasks/s | on/off | coordinator | PostgreSQL |");
+    console.log(`\n${SWITCH} on vs off, ${WORKERS} REST workers, ${RUNS} rounds of ${SECONDS} s, medians (CPU ms per task or job)`);
+    console.log(`| load | ${SWITCH} | per s | on/off | coordinator | PostgreSQL |`);
     console.log("|---|---|---|---|---|---|");
     for (const shape of SHAPES) {
       const off = results.get(`${shape.name} | off`)!;

@@ -161,7 +161,7 @@ export const CONFIG_VARIABLES = [
   [
     "COALESCE",
     "true",
-    "single-task claims, results, renewals and failures that arrive together share one statement per kind; `false`: one statement per call",
+    "single-task claims, results, renewals, failures and small CreateJob calls that arrive together share one statement per kind; `false`: one statement per call",
   ],
   ["COALESCE_MAX_BATCH", "64", "most calls in one coalesced statement"],
   [

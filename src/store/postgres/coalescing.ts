@@ -3,7 +3,8 @@
 // statement (plan start-up, tuple descriptors, index descents, the commit), not per row, so a busy
 // coordinator pays it once for a batch; an idle one runs each call at once, as before.
 //
-// Kinds: claims (ClaimTasks), results with claim_next, results, lease renewals and failures. A
+// Kinds: claims (ClaimTasks), results with claim_next, results, lease renewals, failures, and
+// small jobs (CreateJob; coalesced-create.ts). A
 // claim batch shares its workloads, labels and lease length (the key of its lane); the result kinds
 // mix every worker. Each item keeps its own outcome exactly as its one-caller statement gives it:
 // the fences are per item, a refused item is explained alone, and a batch never fails because one
@@ -15,6 +16,7 @@ import { leaseConflict } from "../../queue/fencing.js";
 import type { ClaimOutcome, CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../queue/types.js";
 import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js";
 import { claimed, claimWith } from "./claim.js";
+import { createJobs } from "./coalesced-create.js";
 import {
   COALESCED_CLAIM,
   COALESCED_COMPLETE_AND_CLAIM,
@@ -29,12 +31,13 @@ import { toQueueError, withClient } from "./db.js";
 import { explainRefusal } from "./flow-control.js";
 import { GroupCommit, type Outcome } from "./group-commit.js";
 import { loadTask } from "./inspection.js";
+import type { PreparedJob, WriteOutcome } from "./prepared-job.js";
 import { resultRecord } from "./result-params.js";
 import { toTask, type TaskRow } from "./rows.js";
 import { FINISH_JOBS, settleJob } from "./settle.js";
 
 /** The kinds of coalesced statements, as the batch-size metric names them. */
-export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "renew" | "fail";
+export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "renew" | "fail" | "create";
 
 interface ClaimItem {
   claim: NormalizedClaim;
@@ -50,6 +53,7 @@ export class Coalescer implements CoalescedCalls {
   private readonly results: GroupCommit<CompleteTaskInput, Task>;
   private readonly renewals: GroupCommit<RenewLeaseInput, Task>;
   private readonly failures: GroupCommit<NormalizedFail, Task>;
+  private readonly creates: GroupCommit<PreparedJob, WriteOutcome>;
 
   constructor(
     private readonly ctx: StoreContext,
@@ -98,6 +102,7 @@ export class Coalescer implements CoalescedCalls {
       },
       options,
     );
+    this.creates = new GroupCommit({ run: (_key, items, signal) => createJobs(ctx, items, signal), batched: batched("create") }, options);
   }
 
   claim(claim: NormalizedClaim, signal?: AbortSignal): Promise<ClaimOutcome> {
@@ -118,6 +123,10 @@ export class Coalescer implements CoalescedCalls {
 
   fail(f: NormalizedFail, signal?: AbortSignal): Promise<Task> {
     return this.failures.submit("", f, signal);
+  }
+
+  createJob(p: PreparedJob, signal?: AbortSignal): Promise<WriteOutcome> {
+    return this.creates.submit("", p, signal);
   }
 
   private runClaims(items: ClaimItem[], signal: AbortSignal): Promise<Outcome<ClaimOutcome>[]> {

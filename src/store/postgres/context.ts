@@ -9,6 +9,7 @@ import type { NormalizedClaim, NormalizedFail } from "../../queue/validation.js"
 import type { ClaimHints } from "./claim-hints.js";
 import type { DueWakes } from "./due-wakes.js";
 import type { FlowState } from "./flow-state.js";
+import type { PreparedJob, WriteOutcome } from "./prepared-job.js";
 import type { WorkloadCache } from "./workload-cache.js";
 
 export interface StoreOptions {
@@ -74,6 +75,8 @@ export interface CoalescedCalls {
   complete(done: CompleteTaskInput, signal?: AbortSignal): Promise<Task>;
   renew(renew: RenewLeaseInput, signal?: AbortSignal): Promise<Task>;
   fail(f: NormalizedFail, signal?: AbortSignal): Promise<Task>;
+  /** A small job's insert (coalescable, coalesced-create.ts); "stale": write it the one-job way. */
+  createJob(p: PreparedJob, signal?: AbortSignal): Promise<WriteOutcome>;
 }
 
 export interface StoreContext {

@@ -7,9 +7,10 @@
 
 import type pg from "pg";
 import { requestFingerprint } from "../../queue/idempotency.js";
-import type { CallOptions, CreateJobInput, CreateJobResult, Task } from "../../queue/types.js";
+import type { CallOptions, CreateJobInput, CreateJobResult } from "../../queue/types.js";
 import { validateCreateJob, type NormalizedCreateJob } from "../../queue/validation.js";
 import { countBy, intArrayLiteral, textArrayLiteral } from "./arrays.js";
+import type { PreparedJob, WriteOutcome } from "./prepared-job.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
 import { copyIn } from "./copy-in.js";
@@ -17,6 +18,7 @@ import { COPY_NULL, copyChunks, copyText } from "./copy-text.js";
 import { delayJob, isDelayed, needsDelayJob } from "./due-wakes.js";
 import { defineQuery } from "./query.js";
 import { toJob, type JobRow } from "./rows.js";
+import { createdJob, parametersJson, taskLabels, taskRows } from "./new-job-rows.js";
 import { uuidv7, uuidv7s } from "./uuidv7.js";
 import { accountGate } from "./accounts.js";
 import { jobAccount } from "../../queue/account-validation.js";
@@ -113,7 +115,7 @@ const wokenBy = (workloads: string, counts: string) => `woken AS (
 )`;
 
 /** The job row's values, $1..$11 of CREATE_JOB and CREATE_JOB_ALONE. */
-interface JobInsert {
+export interface JobInsert {
   jobId: string;
   workload: string;
   inputUri: string;
@@ -147,7 +149,7 @@ const jobInsertValues = (p: JobInsert) => [
   p.workloadXmins,
 ];
 /** The job's failure policy and flow-control values, as the caller validated them. */
-interface JobPolicy {
+export interface JobPolicy {
   failurePolicy: string;
   maxFailedTasks: number;
   concurrencyKey: string;
@@ -231,27 +233,6 @@ export const COPY_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_
 export const COPY_FLOW_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
   concurrency_key, required_labels, fair_rank) FROM STDIN`;
 
-/** A CreateJob validated, with its ids made: what writeJobs writes. */
-export interface PreparedJob {
-  /** the request as given (whether it listed its tasks names a schema failure's field) */
-  input: CreateJobInput;
-  job: NormalizedCreateJob;
-  /** the idempotency fingerprint; null without a key */
-  fingerprint: string | null;
-  /** every workload the job names: its own, its tasks', its finalizer's */
-  names: string[];
-  jobId: string;
-  taskIds: string[];
-  /** the wake-ups the insert sends, per workload (none for a delayed job: DELAY_JOB and due-wakes.ts send them) */
-  perWorkload: Map<string, number>;
-  /** DELAY_JOB runs after the insert (a run_at or a finalizer): the caller must hold a transaction */
-  needsDelay: boolean;
-  /** the caller must hold a transaction: DELAY_JOB runs after the insert, or the job's account is locked before it (accountGate) */
-  needsTransaction: boolean;
-  /** handed the result as soon as it is known, before a COPY ends (early-answer.ts); not for a delayed job */
-  early?: CallOptions["prepared"];
-}
-
 /**
  * CreateJob's validation (every rule that needs no database) and the ids: the same for the RPC
  * and a schedule's tick. `job` is passed when the caller validated already (PutSchedule).
@@ -279,7 +260,7 @@ export function prepareJob(ctx: StoreContext, input: CreateJobInput, job?: Norma
 }
 
 /** What checkWorkloads found: the job's own workload and each task's attempts. */
-interface Checked {
+export interface Checked {
   workloads: Map<string, CachedWorkload>;
   own: CachedWorkload;
   maxAttempts: number[];
@@ -319,9 +300,6 @@ export async function checkWorkloads(ctx: StoreContext, c: pg.PoolClient, p: Pre
   return { workloads, own, maxAttempts };
 }
 
-/** A job written, or why not: "stale" (a workload changed since it was cached), "taken" (its idempotency key was used before). */
-export type WriteOutcome = CreateJobResult | "stale" | "taken";
-
 /**
  * The core: each prepared job checked against the cached workloads and written on `c`, in order,
  * one outcome per job. `inTransaction`: the caller holds a transaction on `c` (required when a
@@ -355,27 +333,12 @@ export async function writeJobs(
   return out;
 }
 
-/** CREATE_JOB (or CREATE_JOB_ALONE and COPY) for a checked job: the new job, "stale" if its workloads changed, "taken" if its idempotency key was used before. */
-async function insertJob(
-  c: pg.PoolClient,
-  p: PreparedJob,
-  { workloads, own: ownCached, maxAttempts }: Checked,
-  inTransaction: boolean,
-): Promise<WriteOutcome> {
-  const { job, jobId, taskIds: ids, perWorkload, names } = p;
-  // A delayed job's answer is known only after DELAY_JOB: no early answer.
-  const prepared = p.needsDelay ? undefined : p.early;
+/** The job row's values for a checked job: its own failure policy, else its workload's, as validated. */
+export function jobValues(p: PreparedJob, { workloads, own: ownCached }: Checked): JobInsert & JobPolicy {
+  const { job, names } = p;
   const own = ownCached.workload;
-  const policy: JobPolicy = {
-    failurePolicy: job.failurePolicy ?? own.failurePolicy,
-    maxFailedTasks: job.maxFailedTasks ?? own.maxFailedTasks,
-    concurrencyKey: job.concurrencyKey,
-    requiredLabels: job.requiredLabels === null ? null : JSON.stringify(job.requiredLabels),
-    ranked: ownCached.keyed,
-    taskCount: job.tasks.length,
-  };
-  const insert: JobInsert & JobPolicy = {
-    jobId,
+  return {
+    jobId: p.jobId,
     workload: job.workload,
     inputUri: job.inputUri,
     inputSha256: job.inputSha256,
@@ -389,8 +352,22 @@ async function insertJob(
     account: job.account ?? null,
     reservedUnits: job.billing?.reservedUnits ?? null,
     billingKey: job.billing?.billingKey ?? null,
-    ...policy,
+    failurePolicy: job.failurePolicy ?? own.failurePolicy,
+    maxFailedTasks: job.maxFailedTasks ?? own.maxFailedTasks,
+    concurrencyKey: job.concurrencyKey,
+    requiredLabels: job.requiredLabels === null ? null : JSON.stringify(job.requiredLabels),
+    ranked: ownCached.keyed,
+    taskCount: job.tasks.length,
   };
+}
+
+/** CREATE_JOB (or CREATE_JOB_ALONE and COPY) for a checked job: the new job, "stale" if its workloads changed, "taken" if its idempotency key was used before. */
+async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inTransaction: boolean): Promise<WriteOutcome> {
+  const { job, jobId, taskIds: ids, perWorkload } = p;
+  // A delayed job's answer is known only after DELAY_JOB: no early answer.
+  const prepared = p.needsDelay ? undefined : p.early;
+  const insert = jobValues(p, checked);
+  const { maxAttempts } = checked;
   if (job.tasks.length >= COPY_MIN_TASKS) return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared);
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = CREATE_JOB.one(c, {
@@ -519,83 +496,7 @@ function delayed(result: CreateJobResult, row: JobRow, job: NormalizedCreateJob)
   }
 }
 
-/** Each task's parameters as JSON text; tasks without parameters of their own share the job's object, written once. */
-function parametersJson(tasks: readonly { parameters: object }[]): string[] {
-  const out = new Array<string>(tasks.length);
-  let last: object | undefined;
-  let lastJson = "";
-  for (let i = 0; i < tasks.length; i++) {
-    const p = tasks[i].parameters;
-    if (p !== last) {
-      last = p;
-      lastJson = JSON.stringify(p);
-    }
-    out[i] = lastJson;
-  }
-  return out;
-}
-
-/** A task's created_at and run_after until the insert says what its now() was. */
-const NOT_YET = new Date(NaN);
-
 /** From this many tasks a CreateJob inserts them by COPY (insertJobByCopy): three more round trips, less work per row. */
-const COPY_MIN_TASKS = 1000;
+export const COPY_MIN_TASKS = 1000;
 
-/**
- * A new job's tasks as the database holds them, without reading them back: every column is either
- * what was sent or a default of the inserting transaction (now() is the job's created_at, set by
- * createdJob), in chunk order.
- */
-function taskRows(job: NormalizedCreateJob, jobId: string, ids: readonly string[], maxAttempts: readonly number[]): Task[] {
-  const tasks: Task[] = job.tasks.map((t, i) => ({
-    id: ids[i],
-    jobId,
-    chunkIndex: t.chunkIndex,
-    workload: t.workload,
-    inputUri: t.inputUri,
-    inputSha256: t.inputSha256,
-    parameters: t.parameters,
-    status: "pending",
-    attempt: 0,
-    maxAttempts: maxAttempts[i],
-    priority: job.priority,
-    leaseOwner: null,
-    leaseExpiresAt: null,
-    resultUri: null,
-    resultSha256: null,
-    metrics: null,
-    errorCode: null,
-    errorMessage: null,
-    createdAt: NOT_YET,
-    startedAt: null,
-    completedAt: null,
-    runAfter: NOT_YET,
-    version: 0,
-    traceparent: job.traceparent,
-    concurrencyKey: job.concurrencyKey,
-    requiredLabels: t.requiredLabels,
-  }));
-  if (!inChunkOrder(tasks)) tasks.sort((a, b) => a.chunkIndex - b.chunkIndex);
-  return tasks;
-}
-
-/** The result of an inserted job: its row, and its tasks' created_at and run_after (the row's now()). */
-function createdJob(row: JobRow, tasks: Task[]): CreateJobResult {
-  const created = toJob(row);
-  for (const t of tasks) {
-    t.createdAt = created.createdAt;
-    t.runAfter = created.createdAt;
-  }
-  return { job: created, tasks, created: true };
-}
-
-function inChunkOrder(tasks: readonly Task[]): boolean {
-  for (let i = 1; i < tasks.length; i++) if (tasks[i - 1].chunkIndex > tasks[i].chunkIndex) return false;
-  return true;
-}
-
-/** Each task's required labels as jsonb text for CREATE_JOB; null when every task has the job's. */
-function taskLabels(job: NormalizedCreateJob): (string | null)[] | null {
-  if (!job.tasks.some((t) => t.requiredLabels !== job.requiredLabels)) return null;
-  return job.tasks.map((t) => (t.requiredLabels === null ? null : JSON.stringify(t.requiredLabels)));
-}
+export type { PreparedJob, WriteOutcome };

@@ -1,12 +1,13 @@
 // CreateJob as the RPC runs it and as a schedule's tick runs it: both are the core of
 // create-job-core.ts (validation, the workloads' rules, the insert, a run_at's and a finalizer's
 // values) and differ only in their transaction and in what a stale cache or a used idempotency
-// key does.
+// key does. With coalescing on, the RPC's small jobs share statements (coalesced-create.ts).
 
 import type pg from "pg";
 import { IdempotencyConflictError } from "../../queue/errors.js";
 import type { CallOptions, CreateJobInput, CreateJobResult } from "../../queue/types.js";
 import type { StoreContext } from "./context.js";
+import { coalescable } from "./coalesced-create.js";
 import { MARK_KEYED, prepareJob, writeJobs, type PreparedJob, type WriteOutcome } from "./create-job-core.js";
 import { transaction, withClient } from "./db.js";
 import { isDelayed } from "./due-wakes.js";
@@ -35,6 +36,13 @@ export const SELECT_JOB_TASKS = defineQuery<{ jobId: string }, TaskRow>(
 export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: CallOptions): Promise<CreateJobResult> {
   const p: PreparedJob = { ...prepareJob(ctx, input, undefined, opts.account), early: opts.prepared };
   const { job, names } = p;
+  // A small job of cached workloads shares a statement with the CreateJob calls beside it; if a
+  // workload changed since it was cached, it is written below, the one-job way.
+  if (ctx.coalescer && coalescable(ctx, p)) {
+    const result = await ctx.coalescer.createJob(p, opts.signal);
+    if (result === "taken") throw new Error("a coalesced job has no key to find taken");
+    if (result !== "stale") return result;
+  }
 
   return withClient(ctx.pool, opts.signal, async (c) => {
     // The cached workloads are used as they are when CREATE_JOB finds them unchanged; a miss
