@@ -26,6 +26,7 @@ const API_SUITES = [
   "test/store/fences-race.test.ts",
   "test/store/switches.test.ts",
   "test/api/settlements-api.test.ts",
+  "test/api/undecodable.test.ts",
 ];
 
 /**

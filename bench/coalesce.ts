@@ -5,7 +5,9 @@
 //     Worker's default and what bench:peers compares with graphile-worker;
 //   - single-task workers with two calls per task (claim, then report);
 //   - workers claiming 10 and reporting with CompleteTasks (batched; coalescing must not cost them);
-//   - submitters of one-task jobs (POST /jobs), as bench:peers runs them beside `addJob`.
+//   - submitters of one-task jobs (POST /jobs), as bench:peers runs them beside `addJob`;
+//   - pickup: a job committed (by the store, in this process) → the parked REST long poll holds it,
+//     40 samples a round, as bench:peers measures it.
 // Reports tasks (or jobs) per second, CPU per item of the coordinator and of PostgreSQL's
 // backends, the median over the rounds, and the mean batch size per kind from the "on"
 // coordinator's metrics. Not a test.
@@ -18,7 +20,7 @@
 import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { cpuNow, cpuPer, type CpuPerItem } from "./cpu.js";
-import { fmt, restClient, startCoordinator, startDatabase, type Coordinator } from "./harness.js";
+import { fmt, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 
 const arg = (name: string, fallback: number) => {
@@ -103,6 +105,23 @@ async function measure(rest: Rest, coordinator: Coordinator, workload: string, s
   return { rate, cpu };
 }
 
+/** Job committed → a parked long poll holds its task, ms, `samples` times (bench:peers' pickup). */
+async function pickup(rest: Rest, store: PostgresQueue, workload: string, samples = 40): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < samples; i++) {
+    const parked = rest("POST", "/tasks/claim", { worker_id: "pickup", workloads: [workload], wait_seconds: 10 }).then((r) => ({
+      at: performance.now(),
+      ok: r.status === 200,
+    }));
+    await sleep(20);
+    await store.createJob({ workload, tasks: [{ chunkIndex: 0, inputUri: "s3://p", inputSha256: SHA }] });
+    const committed = performance.now();
+    const got = await parked;
+    if (got.ok) out.push(Math.max(0, got.at - committed));
+  }
+  return out;
+}
+
 /** Mean calls per coalesced statement, by kind, from the coordinator's /metrics. */
 async function batchSizes(url: string): Promise<Record<string, number>> {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -127,6 +146,7 @@ async function main() {
     { name: "off", c: off, rest: restClient(off.url) },
   ];
   const results = new Map<string, { rate: number[]; cpu: CpuPerItem[] }>();
+  const pickups = new Map<string, number[]>();
   try {
     let w = 0;
     for (let round = 0; round < RUNS; round++) {
@@ -152,6 +172,13 @@ async function main() {
           console.error(`[round ${round + 1}] ${key}: ${fmt(m.rate)} tasks/s`);
         }
       }
+      for (const arm of round % 2 === 0 ? arms : [...arms].reverse()) {
+        const workload = `co_${++w}`;
+        await store.putWorkload({ name: workload, leaseSeconds: 300, maxAttempts: 3 });
+        const samples = await pickup(arm.rest, store, workload);
+        pickups.set(arm.name, [...(pickups.get(arm.name) ?? []), ...samples]);
+        console.error(`[round ${round + 1}] pickup | ${arm.name}: p50 ${fmt(summary(samples).p50, 2)} ms`);
+      }
     }
     console.log(`\n${SWITCH} on vs off, ${WORKERS} REST workers, ${RUNS} rounds of ${SECONDS} s, medians (CPU ms per task or job)`);
     console.log(`| load | ${SWITCH} | per s | on/off | coordinator | PostgreSQL |`);
@@ -165,6 +192,10 @@ async function main() {
           `| ${shape.name} | ${arm} | ${fmt(median(r.rate))} | ${ratio} | ${median(r.cpu.map((c) => c.coordinator)).toFixed(3)} | ${median(r.cpu.map((c) => c.postgres)).toFixed(3)} |`,
         );
       }
+    }
+    for (const arm of arms) {
+      const p = summary(pickups.get(arm.name) ?? []);
+      console.log(`| pickup, job committed → parked long poll (ms, p50 / p95 of ${p.n}) | ${arm.name} | ${fmt(p.p50, 2)} / ${fmt(p.p95, 2)} | | | |`);
     }
     console.log("\nmean calls per coalesced statement (whole run):", JSON.stringify(await batchSizes(on.url)));
   } finally {

@@ -8,6 +8,7 @@
 import { randomUUID } from "node:crypto";
 import { Code, createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { withUndecodableRefused } from "./router-undecodable.js";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import type { Logger } from "pino";
 import { QueueService as QueueServiceDesc } from "../../gen/leasehold/queue/v1/queue_pb.js";
@@ -100,6 +101,8 @@ export function createApiServer(opts: ApiServerOptions): ApiServer {
   const connectHandler = connectNodeAdapter({
     routes: (router) => {
       router.service(QueueServiceDesc, impl);
+      // In place: the adapter maps its paths from this list once routes returns.
+      router.handlers.forEach((h, i) => (router.handlers[i] = withUndecodableRefused(h)));
       handlers = router.handlers;
     },
     interceptors,

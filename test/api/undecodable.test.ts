@@ -1,8 +1,11 @@
 // A request message that cannot be decoded is a client mistake: INVALID_ARGUMENT naming what failed,
 // with a google.rpc.BadRequest detail and the request id, on gRPC, Connect binary and Connect JSON
 // alike (never INTERNAL), and nothing written. Raw requests, since no client sends such bytes.
+// Run with DIRECT_UNARY both ways (the router project); a compressed gRPC call and gRPC-Web are
+// always served by connect-es' router (router-undecodable.ts).
 import http from "node:http";
 import http2 from "node:http2";
+import { gzipSync } from "node:zlib";
 import { fromBinary } from "@bufbuild/protobuf";
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import type pg from "pg";
@@ -78,14 +81,22 @@ function connectDetail<T>(
   return fromBinary(schema, Buffer.from(d!.value, "base64")) as T;
 }
 
-function grpcCall(message: Buffer): Promise<{ status: string; message: string; details: Buffer | undefined }> {
+function grpcCall(message: Buffer, gzip = false): Promise<{ status: string; message: string; details: Buffer | undefined }> {
   return new Promise((resolve, reject) => {
     const session = http2.connect(`http://127.0.0.1:${port}`);
     session.on("error", reject);
-    const stream = session.request({ ":method": "POST", ":path": PATH, "content-type": "application/grpc", te: "trailers" });
-    const frame = Buffer.alloc(5 + message.length);
-    frame.writeUInt32BE(message.length, 1);
-    message.copy(frame, 5);
+    const stream = session.request({
+      ":method": "POST",
+      ":path": PATH,
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...(gzip ? { "grpc-encoding": "gzip" } : {}),
+    });
+    const data = gzip ? gzipSync(message) : message;
+    const frame = Buffer.alloc(5 + data.length);
+    frame[0] = gzip ? 1 : 0;
+    frame.writeUInt32BE(data.length, 1);
+    data.copy(frame, 5);
     let headers: http2.IncomingHttpHeaders = {};
     stream.on("response", (h) => (headers = h));
     stream.on("trailers", (t) => (headers = { ...headers, ...t }));
@@ -103,6 +114,59 @@ function grpcCall(message: Buffer): Promise<{ status: string; message: string; d
   });
 }
 
+/** A gRPC-Web call over HTTP/1.1: the trailer frame's fields, lower-cased. */
+function grpcWebCall(message: Buffer): Promise<Record<string, string>> {
+  return new Promise((resolve, reject) => {
+    const frame = Buffer.alloc(5 + message.length);
+    frame.writeUInt32BE(message.length, 1);
+    message.copy(frame, 5);
+    const req = http.request(
+      {
+        host: "127.0.0.1",
+        port,
+        method: "POST",
+        path: PATH,
+        agent: false,
+        headers: { "content-type": "application/grpc-web+proto", "content-length": frame.length },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          const body = Buffer.concat(chunks);
+          const fields: Record<string, string> = {};
+          // Frames: a flag byte, a length, the data; the trailer's flag is 0x80.
+          for (let at = 0; at + 5 <= body.length;) {
+            const len = body.readUInt32BE(at + 1);
+            if (body[at] === 0x80) {
+              for (const line of body
+                .subarray(at + 5, at + 5 + len)
+                .toString("utf8")
+                .split("\r\n")) {
+                const i = line.indexOf(":");
+                if (i > 0) fields[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+              }
+            }
+            at += 5 + len;
+          }
+          resolve(fields);
+        });
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.end(frame);
+  });
+}
+
+function badRequestFields(details: Buffer): string[] | undefined {
+  const status = fromBinary(StatusSchema, details);
+  return status.details
+    .map((a) => anyUnpack(a, BadRequestSchema))
+    .find((x) => x !== undefined)
+    ?.fieldViolations.map((v) => v.field);
+}
+
 describe("a request message that cannot be decoded", () => {
   it("gRPC: INVALID_ARGUMENT (3) with a BadRequest and the request id, not INTERNAL", async () => {
     const r = await grpcCall(TRUNCATED);
@@ -113,6 +177,25 @@ describe("a request message that cannot be decoded", () => {
     const badRequest = status.details.map((a) => anyUnpack(a, BadRequestSchema)).find((x) => x !== undefined);
     expect(badRequest?.fieldViolations.map((v) => v.field)).toEqual(["leasehold.queue.v1.ClaimTasksRequest"]);
     const info = status.details.map((a) => anyUnpack(a, RequestInfoSchema)).find((x) => x !== undefined);
+    expect(info?.requestId).toMatch(/\S/);
+  });
+
+  it("gRPC, compressed (served by the router): INVALID_ARGUMENT (3) with a BadRequest, not INTERNAL", async () => {
+    const r = await grpcCall(TRUNCATED, true);
+    expect(r.status).toBe("3");
+    expect(r.message).toMatch(/cannot decode leasehold\.queue\.v1\.ClaimTasksRequest from binary: premature EOF/);
+    expect(badRequestFields(r.details!)).toEqual(["leasehold.queue.v1.ClaimTasksRequest"]);
+  });
+
+  it("gRPC-Web (served by the router): INVALID_ARGUMENT (3) in the trailer frame, with a BadRequest and the request id", async () => {
+    const t = await grpcWebCall(TRUNCATED);
+    expect(t["grpc-status"]).toBe("3");
+    expect(decodeURIComponent(t["grpc-message"])).toMatch(/cannot decode leasehold\.queue\.v1\.ClaimTasksRequest from binary/);
+    const details = Buffer.from(t["grpc-status-details-bin"], "base64");
+    expect(badRequestFields(details)).toEqual(["leasehold.queue.v1.ClaimTasksRequest"]);
+    const info = fromBinary(StatusSchema, details)
+      .details.map((a) => anyUnpack(a, RequestInfoSchema))
+      .find((x) => x !== undefined);
     expect(info?.requestId).toMatch(/\S/);
   });
 

@@ -179,10 +179,21 @@ const MAX_BATCH = 100;
 export class Reporter {
   private readonly outbox: Outcome[] = [];
   private running: Promise<void> | undefined;
+  /** Reports of single outcomes (batchResults false) still in flight. */
+  private readonly single = new Set<Promise<void>>();
 
   constructor(private readonly w: WorkerContext) {}
 
   add(outcome: Outcome): void {
+    // Unbatched, each lane's outcome is its own call, sent at once as the lane's own: one report
+    // at a time would make every lane wait for the others' round trips.
+    if (!this.w.options.batchResults) {
+      const sent: Promise<void> = this.report([outcome])
+        .catch((e: unknown) => this.w.log.error(`reporting results failed: ${String(e)}`))
+        .finally(() => this.single.delete(sent));
+      this.single.add(sent);
+      return;
+    }
     this.outbox.push(outcome);
     // setImmediate-like: outcomes settled in the same turn go out together.
     this.running ??= sleep(0).then(() => this.flush());
@@ -190,13 +201,16 @@ export class Reporter {
 
   /** Resolves once every outcome handed over is reported (or dropped). */
   async idle(): Promise<void> {
-    while (this.running) await this.running;
+    while (this.running || this.single.size > 0) {
+      await this.running;
+      await Promise.all([...this.single]);
+    }
   }
 
   private async flush(): Promise<void> {
     try {
       while (this.outbox.length) {
-        const batch = this.outbox.splice(0, this.w.options.batchResults ? MAX_BATCH : 1);
+        const batch = this.outbox.splice(0, MAX_BATCH);
         await this.report(batch).catch((e: unknown) => this.w.log.error(`reporting results failed: ${String(e)}`));
       }
     } finally {

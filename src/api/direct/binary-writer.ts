@@ -178,49 +178,31 @@ function fieldCodec(field: DescField, seen: Set<DescMessage>): Codec {
       };
     }
     case "map": {
-      if (field.mapKey === ScalarType.STRING && field.mapKind === "scalar" && field.scalar === ScalarType.INT64)
-        return int64MapCodec(name, tagBytes(field.number, LEN));
-      // map<string, string> (labels): one entry message per pair, key (1) and value (2) always
-      // written, as protobuf-es writes them.
-      if (field.mapKey !== ScalarType.STRING || field.mapKind !== "scalar" || field.scalar !== ScalarType.STRING)
-        throw new Unsupported(`map field ${field.name}`);
-      const str = scalarCodec(ScalarType.STRING);
+      if (field.mapKey !== ScalarType.STRING || field.mapKind !== "scalar") throw new Unsupported(`map field ${field.name}`);
       const tag = tagBytes(field.number, LEN);
-      const entrySize = (k: string, v: string) => 1 + str.size(k) + 1 + str.size(v);
-      return {
-        size(m) {
-          const map = m[name] as Record<string, string>;
-          let n = 0;
-          for (const k in map) {
-            const e = entrySize(k, map[k]);
-            n += tag.length + varintSize(e) + e;
-          }
-          return n;
-        },
-        write(m, buf, pos) {
-          const map = m[name] as Record<string, string>;
-          for (const k in map) {
-            pos = writeVarint(entrySize(k, map[k]), buf, copy(tag, buf, pos));
-            pos = str.write(k, buf, writeByte(0x0a, buf, pos));
-            pos = str.write(map[k], buf, writeByte(0x12, buf, pos));
-          }
-          return pos;
-        },
-      };
+      // map<string, string> (labels): the value is field 2, length-delimited.
+      if (field.scalar === ScalarType.STRING) return stringKeyMapCodec(name, tag, 0x12, scalarCodec(ScalarType.STRING));
+      // map<string, int64> (usage counters): the value is field 2, a varint.
+      if (field.scalar === ScalarType.INT64)
+        return stringKeyMapCodec(name, tag, 0x10, {
+          size: (v) => int64Size(big(v)),
+          write: (v, buf, pos) => writeInt64(big(v), buf, pos),
+        });
+      throw new Unsupported(`map field ${field.name}`);
     }
   }
 }
 
 /**
- * map<string, int64> (usage counters): as map<string, string>, one entry message per pair with key
- * (1) and value (2, a varint) always written, as protobuf-es writes them.
+ * A map with string keys: one entry message per pair, key (1) and value (2, after its one-byte
+ * tag `valueTag`) always written, as protobuf-es writes them.
  */
-function int64MapCodec(name: string, tag: Uint8Array): Codec {
+function stringKeyMapCodec(name: string, tag: Uint8Array, valueTag: number, value: ValueCodec): Codec {
   const str = scalarCodec(ScalarType.STRING);
-  const entrySize = (k: string, v: bigint) => 1 + str.size(k) + 1 + int64Size(big(v));
+  const entrySize = (k: string, v: unknown) => 1 + str.size(k) + 1 + value.size(v);
   return {
     size(m) {
-      const map = m[name] as Record<string, bigint>;
+      const map = m[name] as Record<string, unknown>;
       let n = 0;
       for (const k in map) {
         const e = entrySize(k, map[k]);
@@ -229,11 +211,11 @@ function int64MapCodec(name: string, tag: Uint8Array): Codec {
       return n;
     },
     write(m, buf, pos) {
-      const map = m[name] as Record<string, bigint>;
+      const map = m[name] as Record<string, unknown>;
       for (const k in map) {
         pos = writeVarint(entrySize(k, map[k]), buf, copy(tag, buf, pos));
         pos = str.write(k, buf, writeByte(0x0a, buf, pos));
-        pos = writeInt64(big(map[k]), buf, writeByte(0x10, buf, pos));
+        pos = value.write(map[k], buf, writeByte(valueTag, buf, pos));
       }
       return pos;
     },
