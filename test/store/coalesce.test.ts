@@ -2,13 +2,13 @@
 // caller still gets exactly its own answer. A real PostgresQueue over a real, migrated PostgreSQL;
 // the store's observer counts the calls each coalesced statement answered. A table lock held by
 // the test keeps a statement in flight, so the calls behind it queue up and go in one batch.
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeadlineExceededError, LeaseConflictError, ResultConflictError } from "../../src/queue/errors.js";
 import type { QueueObserver } from "../../src/queue/service.js";
 import type { Task } from "../../src/queue/types.js";
 import { GroupCommit, type Outcome } from "../../src/store/postgres/group-commit.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
+import { holdTable, until, waitingOnLock as waitingOnLockIn } from "../support/lock-hold.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 
 let f: QueueFixture;
@@ -45,35 +45,8 @@ async function enqueue(w: string, n: number): Promise<void> {
 }
 
 /** Holds a lock every task statement waits on, so calls queue up behind the one in flight. */
-async function holdTasks<T>(fn: () => Promise<T>): Promise<T> {
-  const locker = new pg.Client({ connectionString: f.db.url });
-  locker.on("error", () => {});
-  await locker.connect();
-  await locker.query("BEGIN");
-  await locker.query("LOCK TABLE tasks IN EXCLUSIVE MODE");
-  try {
-    return await fn();
-  } finally {
-    await locker.query("ROLLBACK").catch(() => {});
-    await locker.end();
-  }
-}
-
-/** Resolves once n calls of this kind wait behind a statement in flight (or have been batched). */
-async function until(cond: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    if (await cond()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
-
-const waitingOnLock = async () => {
-  const { rows } = await f.pool.query(
-    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-  );
-  return rows[0].n as number;
-};
+const holdTasks = <T>(fn: () => Promise<T>) => holdTable(f.db.url, "tasks", fn);
+const waitingOnLock = () => waitingOnLockIn(f.pool);
 
 async function leaseRows(w: string) {
   const { rows } = await f.pool.query(

@@ -8,6 +8,7 @@ import { DeadlineExceededError, ValidationError } from "../../src/queue/errors.j
 import type { QueueObserver } from "../../src/queue/service.js";
 import type { CreateJobInput, CreateJobResult } from "../../src/queue/types.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
+import { holdTable, until, waitingOnLock as waitingOnLockIn } from "../support/lock-hold.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 
 let f: QueueFixture;
@@ -47,27 +48,8 @@ function job(w: string, i: number, tasks = 1, extra: Partial<CreateJobInput> = {
 }
 
 /** Holds a lock every insert into `jobs` waits on, so calls queue up behind the one in flight. */
-async function holdJobs<T>(fn: () => Promise<T>): Promise<T> {
-  const locker = new pg.Client({ connectionString: f.db.url });
-  locker.on("error", () => {});
-  await locker.connect();
-  await locker.query("BEGIN");
-  await locker.query("LOCK TABLE jobs IN EXCLUSIVE MODE");
-  try {
-    return await fn();
-  } finally {
-    await locker.query("ROLLBACK").catch(() => {});
-    await locker.end();
-  }
-}
-
-async function waitFor(cond: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    if (await cond()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+const holdJobs = <T>(fn: () => Promise<T>) => holdTable(f.db.url, "jobs", fn);
+const waitingOnLock = () => waitingOnLockIn(f.pool);
 
 /** Every call's job, or the first refusal thrown. */
 function values(outcomes: PromiseSettledResult<CreateJobResult>[]): CreateJobResult[] {
@@ -76,13 +58,6 @@ function values(outcomes: PromiseSettledResult<CreateJobResult>[]): CreateJobRes
     return o.value;
   });
 }
-
-const waitingOnLock = async () => {
-  const { rows } = await f.pool.query(
-    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
-  );
-  return rows[0].n as number;
-};
 
 /**
  * Sends `first` and waits until its insert waits on the lock, then sends the rest: they queue
@@ -93,7 +68,7 @@ async function burst(first: () => Promise<CreateJobResult>, rest: Array<() => Pr
   const settled = await holdJobs(async () => {
     const a = first();
     a.catch(() => {});
-    await waitFor(async () => (await waitingOnLock()) >= 1, "the first insert to wait on the lock");
+    await until(async () => (await waitingOnLock()) >= 1, "the first insert to wait on the lock");
     const others = rest.map((call) => {
       const p = call();
       p.catch(() => {});
@@ -192,7 +167,7 @@ describe("coalesced CreateJob", () => {
         Array.from({ length: 8 }, (_, i) => () => f.queue.createJob(job(w, i + 2, 2, { priority: i % 2 }))),
       );
       expect(seen).toEqual([1, 8]);
-      await waitFor(() => heard.length >= 3, "three notifications");
+      await until(() => heard.length >= 3, "three notifications");
       // The first job's own, then the batch's: one per priority, each counting its 4 jobs' 8 tasks.
       const parsed = heard.map((p) => {
         const [name, count, head] = p.split(":");

@@ -4,9 +4,8 @@
 // coordinator pays it once for a batch; an idle one runs each call at once, as before.
 //
 // Kinds: claims (ClaimTasks), results with claim_next, results, lease renewals, failures, and
-// small jobs (CreateJob; coalesced-create.ts). A
-// claim batch shares its workloads, labels and lease length (the key of its lane); the result kinds
-// mix every worker. Each item keeps its own outcome exactly as its one-caller statement gives it:
+// small jobs (CreateJob; coalesced-create.ts). A claim batch shares its workloads, labels and
+// lease length (the key of its lane); the result kinds mix every worker. Each item keeps its own outcome exactly as its one-caller statement gives it:
 // the fences are per item, a refused item is explained alone, and a batch never fails because one
 // item is stale. Claims of flow-controlled workloads coalesce too: leasehold_flow_claim is called
 // once for the batch's slots, so a cap, rate or fair share is counted over all of its callers.
