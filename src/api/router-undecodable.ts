@@ -24,6 +24,7 @@ import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes } from "@connect
 import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
 import { refuseUndecodable } from "./direct/invoke.js";
+import { readAll } from "./direct/router.js";
 import { requestInfoKey } from "./request-info.js";
 
 const PARSE_BINARY = "parse binary: ";
@@ -69,12 +70,6 @@ async function grpcWebBody(
     yield head;
     yield* rest;
   })();
-}
-
-async function readAll(body: AsyncIterable<Uint8Array>): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = [];
-  for await (const c of body) chunks.push(c);
-  return Buffer.concat(chunks);
 }
 
 async function rewrite(req: UniversalServerRequest, method: DescMethod, res: UniversalServerResponse): Promise<UniversalServerResponse> {

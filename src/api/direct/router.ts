@@ -63,7 +63,8 @@ export function createRouterUnary(handlers: readonly UniversalHandler[]): UnaryS
   return { serveRpc: () => undefined, serveRest };
 }
 
-async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
+/** A router answer's body in one buffer (router-undecodable.ts reads error bodies with it too). */
+export async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
   const chunks: Uint8Array[] = [];
   if (body) for await (const chunk of body) chunks.push(chunk);
   return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);

@@ -21,7 +21,7 @@ import type { StoreContext } from "./context.js";
 import { checkWorkloads, jobValues, type Checked } from "./create-job-core.js";
 import { withClient } from "./db.js";
 import type { Outcome } from "./group-commit.js";
-import { createdJob, parametersJson, taskLabels, taskRows } from "./new-job-rows.js";
+import { createdJob, taskArrays, taskLabels, taskRows, type TaskArrays } from "./new-job-rows.js";
 import type { PreparedJob, WriteOutcome } from "./prepared-job.js";
 import { defineQuery } from "./query.js";
 import type { JobRow } from "./rows.js";
@@ -38,7 +38,7 @@ export function coalescable(ctx: StoreContext, p: PreparedJob): boolean {
   return ctx.workloads.get(job.workload)?.keyed === false;
 }
 
-interface CreateJobsParams {
+interface CreateJobsParams extends TaskArrays {
   /** every workload the batch names, and the xmin of each as cached */
   workloadNames: string[];
   workloadXmins: string[];
@@ -53,15 +53,8 @@ interface CreateJobsParams {
   failurePolicies: string;
   maxFailedTasks: string;
   requiredLabels: string;
-  /** the tasks of every job, one element per task */
-  taskIds: string;
+  /** each task's job (the task columns themselves are TaskArrays, of every job's tasks in a row) */
   taskJobIds: string;
-  taskChunkIndexes: string;
-  taskWorkloads: string;
-  taskInputUris: string;
-  taskInputSha256s: string;
-  taskParameters: string;
-  taskMaxAttempts: string;
   /** each task's labels (jsonb text), or null for its job's */
   taskLabels: string;
   /** the wake-ups, one element per job and workload: the job, the workload, how many tasks */
@@ -190,14 +183,12 @@ function createJobsParams(jobs: readonly Checked1[]): CreateJobsParams {
     failurePolicies: textArrayLiteral(values.map((v) => v.failurePolicy)),
     maxFailedTasks: intArrayLiteral(values.map((v) => v.maxFailedTasks)),
     requiredLabels: textArrayLiteral(values.map((v) => v.requiredLabels)),
-    taskIds: textArrayLiteral(jobs.flatMap(({ p }) => p.taskIds)),
+    ...taskArrays(
+      tasks,
+      jobs.flatMap(({ p }) => p.taskIds),
+      jobs.flatMap(({ checked }) => checked.maxAttempts),
+    ),
     taskJobIds: textArrayLiteral(taskJobIds),
-    taskChunkIndexes: intArrayLiteral(tasks.map((t) => t.chunkIndex)),
-    taskWorkloads: textArrayLiteral(tasks.map((t) => t.workload)),
-    taskInputUris: textArrayLiteral(tasks.map((t) => t.inputUri)),
-    taskInputSha256s: textArrayLiteral(tasks.map((t) => t.inputSha256)),
-    taskParameters: textArrayLiteral(jobs.flatMap(({ p }) => parametersJson(p.job.tasks))),
-    taskMaxAttempts: intArrayLiteral(jobs.flatMap(({ checked }) => checked.maxAttempts)),
     taskLabels: textArrayLiteral(labels),
     wakeJobIds: textArrayLiteral(wakes.map((x) => x.jobId)),
     wakeWorkloads: textArrayLiteral(wakes.map((x) => x.w)),

@@ -9,7 +9,7 @@ import type pg from "pg";
 import { requestFingerprint } from "../../queue/idempotency.js";
 import type { CallOptions, CreateJobInput, CreateJobResult } from "../../queue/types.js";
 import { validateCreateJob, type NormalizedCreateJob } from "../../queue/validation.js";
-import { countBy, intArrayLiteral, textArrayLiteral } from "./arrays.js";
+import { countBy } from "./arrays.js";
 import type { PreparedJob, WriteOutcome } from "./prepared-job.js";
 import { NOTIFY_CHANNEL } from "./channels.js";
 import type { StoreContext } from "./context.js";
@@ -18,7 +18,7 @@ import { COPY_NULL, copyChunks, copyText } from "./copy-text.js";
 import { delayJob, isDelayed, needsDelayJob } from "./due-wakes.js";
 import { defineQuery } from "./query.js";
 import { toJob, type JobRow } from "./rows.js";
-import { createdJob, parametersJson, taskLabels, taskRows } from "./new-job-rows.js";
+import { createdJob, taskArrays, taskLabels, taskRows, type TaskArrays } from "./new-job-rows.js";
 import { uuidv7, uuidv7s } from "./uuidv7.js";
 import { accountGate } from "./accounts.js";
 import { jobAccount } from "../../queue/account-validation.js";
@@ -162,14 +162,7 @@ const jobPolicyValues = (p: JobPolicy) => [p.failurePolicy, p.maxFailedTasks, p.
 /** The answer's one row: the job's columns are null when nothing was inserted (stale workloads, or a used idempotency key). */
 type CreateJobAnswer = { fresh: boolean; notified: string; rank_base: string } & (JobRow | { [K in keyof JobRow]: null });
 /** The task arrays, as array literals (arrays.ts), and the wake-ups (workload, count); named apart from JobInsert's, as both go in one object. */
-interface TaskInsert {
-  taskIds: string;
-  taskChunkIndexes: string;
-  taskWorkloads: string;
-  taskInputUris: string;
-  taskInputSha256s: string;
-  taskParameters: string;
-  taskMaxAttempts: string;
+interface TaskInsert extends TaskArrays {
   wakeWorkloads: string[];
   wakeCounts: number[];
   /** each task's labels (jsonb text), or null when every task has the job's */
@@ -372,14 +365,7 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = CREATE_JOB.one(c, {
     ...insert,
-    // The task arrays as literals made here (arrays.ts: a third of pg's cost for 10,000 tasks).
-    taskIds: textArrayLiteral(ids),
-    taskChunkIndexes: intArrayLiteral(job.tasks.map((t) => t.chunkIndex)),
-    taskWorkloads: textArrayLiteral(job.tasks.map((t) => t.workload)),
-    taskInputUris: textArrayLiteral(job.tasks.map((t) => t.inputUri)),
-    taskInputSha256s: textArrayLiteral(job.tasks.map((t) => t.inputSha256)),
-    taskParameters: textArrayLiteral(parametersJson(job.tasks)),
-    taskMaxAttempts: intArrayLiteral(maxAttempts),
+    ...taskArrays(job.tasks, ids, maxAttempts),
     wakeWorkloads: [...perWorkload.keys()],
     wakeCounts: [...perWorkload.values()],
     taskLabels: taskLabels(job),

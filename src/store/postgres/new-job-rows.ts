@@ -4,6 +4,7 @@
 
 import type { CreateJobResult, Task } from "../../queue/types.js";
 import type { NormalizedCreateJob } from "../../queue/validation.js";
+import { intArrayLiteral, textArrayLiteral } from "./arrays.js";
 import { toJob, type JobRow } from "./rows.js";
 
 /** Each task's parameters as JSON text; tasks without parameters of their own share the job's object, written once. */
@@ -82,4 +83,28 @@ function inChunkOrder(tasks: readonly Task[]): boolean {
 export function taskLabels(job: NormalizedCreateJob): (string | null)[] | null {
   if (!job.tasks.some((t) => t.requiredLabels !== job.requiredLabels)) return null;
   return job.tasks.map((t) => (t.requiredLabels === null ? null : JSON.stringify(t.requiredLabels)));
+}
+
+/** The task columns CREATE_JOB and CREATE_JOBS send, as array literals (arrays.ts), one element per task. */
+export interface TaskArrays {
+  taskIds: string;
+  taskChunkIndexes: string;
+  taskWorkloads: string;
+  taskInputUris: string;
+  taskInputSha256s: string;
+  taskParameters: string;
+  taskMaxAttempts: string;
+}
+
+/** The literals made here (a third of pg's cost for 10,000 tasks), for tasks of one job or of many in a row. */
+export function taskArrays(tasks: NormalizedCreateJob["tasks"], ids: readonly string[], maxAttempts: readonly number[]): TaskArrays {
+  return {
+    taskIds: textArrayLiteral(ids),
+    taskChunkIndexes: intArrayLiteral(tasks.map((t) => t.chunkIndex)),
+    taskWorkloads: textArrayLiteral(tasks.map((t) => t.workload)),
+    taskInputUris: textArrayLiteral(tasks.map((t) => t.inputUri)),
+    taskInputSha256s: textArrayLiteral(tasks.map((t) => t.inputSha256)),
+    taskParameters: textArrayLiteral(parametersJson(tasks)),
+    taskMaxAttempts: intArrayLiteral(maxAttempts),
+  };
 }
