@@ -16,6 +16,7 @@
 //   --switch NAME (COALESCE)   the boolean setting the two coordinators differ in: NAME=true against
 //                              NAME=false, everything else at its default (CLAIM_HINTS: the claim
 //                              hints' cost when no snapshot is held, long-transactions.md)
+//   --switch NAME=A,B          any setting: "on" runs NAME=A, "off" NAME=B (COALESCE_IN_FLIGHT=2,1)
 
 import { createHash } from "node:crypto";
 import { performance } from "node:perf_hooks";
@@ -31,7 +32,15 @@ const RUNS = arg("runs", 3);
 const SECONDS = arg("seconds", 5);
 const WORKERS = arg("workers", 16);
 const switchAt = process.argv.indexOf("--switch");
-const SWITCH = switchAt >= 0 ? process.argv[switchAt + 1] : "COALESCE";
+const [SWITCH, ON_VALUE, OFF_VALUE] = parseSwitch(switchAt >= 0 ? process.argv[switchAt + 1] : "COALESCE");
+
+/** NAME (a boolean: true against false) or NAME=A,B. */
+function parseSwitch(arg: string): [string, string, string] {
+  const [name, values] = arg.split("=");
+  if (values === undefined) return [name, "true", "false"];
+  const [a, b] = values.split(",");
+  return [name, a, b];
+}
 const SHA = createHash("sha256").update("coalesce").digest("hex");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -137,8 +146,8 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function main() {
   const db = await startDatabase();
-  const on = await startCoordinator(db.url, { [SWITCH]: "true", PG_POOL_MAX: "8" });
-  const off = await startCoordinator(db.url, { [SWITCH]: "false", PG_POOL_MAX: "8" });
+  const on = await startCoordinator(db.url, { [SWITCH]: ON_VALUE, PG_POOL_MAX: "8" });
+  const off = await startCoordinator(db.url, { [SWITCH]: OFF_VALUE, PG_POOL_MAX: "8" });
   const pool = createPool({ connectionString: db.url, max: 2, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
   const store = new PostgresQueue(pool, { defaultLeaseSeconds: 300, defaultMaxAttempts: 3, maxTasksPerJob: 10_000, coalescing: false });
   const arms = [
@@ -180,7 +189,7 @@ async function main() {
         console.error(`[round ${round + 1}] pickup | ${arm.name}: p50 ${fmt(summary(samples).p50, 2)} ms`);
       }
     }
-    console.log(`\n${SWITCH} on vs off, ${WORKERS} REST workers, ${RUNS} rounds of ${SECONDS} s, medians (CPU ms per task or job)`);
+    console.log(`\n${SWITCH} on (${ON_VALUE}) vs off (${OFF_VALUE}), ${WORKERS} REST workers, ${RUNS} rounds of ${SECONDS} s, medians (CPU ms per task or job)`);
     console.log(`| load | ${SWITCH} | per s | on/off | coordinator | PostgreSQL |`);
     console.log("|---|---|---|---|---|---|");
     for (const shape of SHAPES) {
