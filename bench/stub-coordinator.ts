@@ -11,7 +11,7 @@ import http from "node:http";
 import { create, toJsonString } from "@bufbuild/protobuf";
 import { pino } from "pino";
 import { ClaimTasksResponseSchema } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { taskMessage } from "../src/api/convert.js";
+import { taskMessage } from "../src/api/services/messages.js";
 import { createApiServer } from "../src/api/server.js";
 import { createHttpListener } from "../src/api/http-listener.js";
 import { createLogger } from "../src/logger.js";

@@ -3,8 +3,9 @@
 // gRPC, gRPC-Web, Connect and REST share this one check. Tokens are known only
 // by their sha256 (AUTH_TOKENS_FILE, parsed in src/config): the presented token
 // is hashed and compared with every configured hash in constant time. A submitter token may be
-// bound to an account: the principal carries it, and service.ts passes it to the queue as
-// CallOptions.account, where every job and task call is scoped to it (the store's statements).
+// bound to an account: the principal carries it, and the handlers pass it to the queue as
+// CallOptions.account (services/call-options.ts), where every job and task call is scoped to it
+// (the store's statements).
 
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { MessageShape } from "@bufbuild/protobuf";

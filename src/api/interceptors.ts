@@ -7,7 +7,7 @@
 //   requestFacts   the RequestInfo fields of the log line and the span: operation, ids, jobId from the answer
 //   errorMapping   every failure becomes the ConnectError of errors.ts, recorded once on the RequestInfo
 //   authorization  with tokens configured, the role and worker_id rules of auth.ts; keeps the
-//                  principal (principalKey), whose bound account service.ts hands to the queue
+//                  principal (principalKey), whose bound account the handlers hand to the queue
 //   deadline       min(client deadline, requestTimeoutMs (+ wait_seconds for a long poll))
 // A server stream (WatchJob) lives as long as the job runs or the client stays: it gets no span,
 // no duration and no request deadline (each database read inside has its own); the rest applies.
@@ -179,7 +179,7 @@ export function authorization(auth: Authenticator): Interceptor {
       message as never,
     );
     info.role = principal.role;
-    // The handlers read it to scope their queue calls to a bound token's account (service.ts).
+    // The handlers read it to scope their queue calls to a bound token's account (services/call-options.ts).
     req.contextValues.set(principalKey, principal);
     return next(req);
   };

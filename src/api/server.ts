@@ -2,7 +2,7 @@
 // (ui-routes.ts), the REST routes (rest.ts), the direct unary paths (direct/) and the Connect
 // router (gRPC, gRPC-Web, Connect), on the one port the listener (http-listener.ts) serves. Every
 // RPC, whichever way it comes, runs through the interceptors of interceptors.ts around the one
-// service implementation (service.ts). Everything else is a 404 in the REST error shape. Every
+// service implementation (services/). Everything else is a 404 in the REST error shape. Every
 // response carries X-Request-Id; every request ends in one log line (request-log.ts).
 
 import { randomUUID } from "node:crypto";
@@ -27,7 +27,7 @@ import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { writeError } from "./respond.js";
 import { createRest, restRoutes } from "./rest.js";
 import { createRouterUnary } from "./direct/router.js";
-import { createQueueServiceImpl } from "./service.js";
+import { createQueueServiceImpl } from "./services/index.js";
 import { createDirectUnary } from "./direct/index.js";
 import { serveUi } from "./ui-routes.js";
 

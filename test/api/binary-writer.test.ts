@@ -13,7 +13,7 @@ import {
   file_leasehold_queue_v1_queue,
   RenewLeaseResponseSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { jobMessage, taskMessage } from "../../src/api/convert.js";
+import { jobMessage, taskMessage } from "../../src/api/services/messages.js";
 import { hasCompiledBinaryWriter, writeBinary } from "../../src/api/direct/binary-writer.js";
 import { SAMPLE_NOW, sampleJob, sampleTask } from "../support/sample-rows.js";
 

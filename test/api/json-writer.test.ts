@@ -14,7 +14,7 @@ import {
   TaskSchema,
   TaskStatus,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { jobMessage, taskMessage } from "../../src/api/convert.js";
+import { jobMessage, taskMessage } from "../../src/api/services/messages.js";
 import { hasCompiledWriter, writeJson, writeJsonChunks } from "../../src/api/direct/json-writer.js";
 import type { Task } from "../../src/queue/types.js";
 import { SAMPLE_NOW, sampleJob, sampleTask } from "../support/sample-rows.js";

@@ -4,7 +4,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CompleteTaskRequestSchema, CompleteTasksRequestSchema, FailTaskRequestSchema } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { completeTaskInput, completeTasksInput, failTaskInput, taskAttemptMessage } from "../../src/api/convert.js";
+import { completeTaskInput, completeTasksInput, failTaskInput, taskAttemptMessage } from "../../src/api/services/tasks.js";
 import { ValidationError } from "../../src/queue/errors.js";
 
 describe("usage in the messages", () => {

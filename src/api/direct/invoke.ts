@@ -1,5 +1,5 @@
 // A unary call without the router's per-call machinery: the one service implementation
-// (service.ts) behind the interceptor chain (interceptors.ts), invoked with a decoded request
+// (services/) behind the interceptor chain (interceptors.ts), invoked with a decoded request
 // message, and the call's lifecycle (its signal, the client going away, the controller given
 // back) written once for every direct path: gRPC (grpc.ts), Connect (connect.ts) and REST
 // (rest.ts).

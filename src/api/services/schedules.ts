@@ -1,24 +1,69 @@
-// Schedules' messages ↔ the queue's types: PutSchedule's request, the Schedule message (with its
-// job template as a CreateJobRequest), and the answers of the schedule RPCs.
+// The schedules' RPCs of the QueueService (PutSchedule, GetSchedule, ListSchedules,
+// DeleteSchedule, PauseSchedule, ResumeSchedule): each handler with PutSchedule's request, the
+// Schedule message (with its job template as a CreateJobRequest) and the answers.
 
 import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   BillingSchema,
   CatchUpPolicy,
   CreateJobRequestSchema,
+  DeleteScheduleResponseSchema,
   FailurePolicy,
   FinalizerSchema,
+  GetScheduleResponseSchema,
+  ListSchedulesResponseSchema,
   OverlapPolicy,
+  PauseScheduleResponseSchema,
+  PutScheduleResponseSchema,
+  ResumeScheduleResponseSchema,
   ScheduleSchema,
   TaskSpecSchema,
   type CreateJobRequest,
   type PutScheduleRequest,
+  type QueueService as QueueServiceDesc,
   type Schedule as PbSchedule,
-} from "../../gen/leasehold/queue/v1/queue_pb.js";
-import type { CatchUpPolicy as DomainCatchUp, OverlapPolicy as DomainOverlap, PutScheduleInput, Schedule } from "../queue/schedules.js";
-import type { CreateJobInput } from "../queue/types.js";
-import { createJobInput } from "./convert.js";
+} from "../../../gen/leasehold/queue/v1/queue_pb.js";
+import type { CatchUpPolicy as DomainCatchUp, OverlapPolicy as DomainOverlap, PutScheduleInput, Schedule } from "../../queue/schedules.js";
+import type { ApiQueue } from "../../queue/service.js";
+import type { CreateJobInput } from "../../queue/types.js";
+import { call } from "./call-options.js";
+import { createJobInput } from "./messages.js";
+
+type SchedulesImpl = Pick<
+  ServiceImpl<typeof QueueServiceDesc>,
+  "putSchedule" | "getSchedule" | "listSchedules" | "deleteSchedule" | "pauseSchedule" | "resumeSchedule"
+>;
+
+export function schedulesService(queue: ApiQueue): SchedulesImpl {
+  return {
+    async putSchedule(req, ctx) {
+      const r = await queue.putSchedule(putScheduleInput(req), call(ctx));
+      return create(PutScheduleResponseSchema, { schedule: scheduleMessage(r.schedule), created: r.created });
+    },
+
+    async getSchedule(req, ctx) {
+      return create(GetScheduleResponseSchema, { schedule: scheduleMessage(await queue.getSchedule(req.name, call(ctx))) });
+    },
+
+    async listSchedules(_req, ctx) {
+      return create(ListSchedulesResponseSchema, { schedules: (await queue.listSchedules(call(ctx))).map(scheduleMessage) });
+    },
+
+    async deleteSchedule(req, ctx) {
+      return create(DeleteScheduleResponseSchema, { schedule: scheduleMessage(await queue.deleteSchedule(req.name, call(ctx))) });
+    },
+
+    async pauseSchedule(req, ctx) {
+      return create(PauseScheduleResponseSchema, { schedule: scheduleMessage(await queue.pauseSchedule(req.name, call(ctx))) });
+    },
+
+    async resumeSchedule(req, ctx) {
+      return create(ResumeScheduleResponseSchema, { schedule: scheduleMessage(await queue.resumeSchedule(req.name, call(ctx))) });
+    },
+  };
+}
 
 const OVERLAP: Record<DomainOverlap, OverlapPolicy> = { allow: OverlapPolicy.ALLOW, skip: OverlapPolicy.SKIP };
 const CATCH_UP: Record<DomainCatchUp, CatchUpPolicy> = { skip: CatchUpPolicy.SKIP, one: CatchUpPolicy.ONE, all: CatchUpPolicy.ALL };
