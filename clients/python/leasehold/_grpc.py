@@ -11,7 +11,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from ._transport import Interrupt
+from ._interrupt import Interrupt
 from .errors import FieldViolation, LeaseholdError, error_for, invalid_request
 from .queue.v1 import queue_pb2, queue_pb2_grpc
 

@@ -14,10 +14,11 @@ import socket
 import ssl
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
+from ._interrupt import Interrupt
 from .errors import DeadlineExceededError, FieldViolation, LeaseholdError, UnavailableError, error_for
 
 JsonObject = dict[str, Any]
@@ -25,36 +26,6 @@ JsonObject = dict[str, Any]
 SERVICE = "leasehold.queue.v1.QueueService"
 
 __all__ = ["Interrupt", "JsonTransport", "Transport", "TransportName", "make_transport"]
-
-
-class Interrupt:
-    """Lets another thread abort a call in flight (a parked long poll, when a worker begins to drain)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._cancel: Callable[[], None] | None = None
-        self.cancelled = False
-
-    def arm(self, cancel: Callable[[], None]) -> None:
-        """Called by the transport with how to abort the call it is about to block on."""
-        with self._lock:
-            self._cancel = cancel
-            fire = self.cancelled
-        if fire:
-            cancel()
-
-    def disarm(self) -> None:
-        """Called by the transport once the call returned."""
-        with self._lock:
-            self._cancel = None
-
-    def cancel(self) -> None:
-        """Aborts the armed call (and any later one armed on this object)."""
-        with self._lock:
-            self.cancelled = True
-            cancel = self._cancel
-        if cancel is not None:
-            cancel()
 
 
 class Transport(Protocol):
