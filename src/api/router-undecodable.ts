@@ -8,9 +8,9 @@
 // protocol puts an error, and only when it is that error:
 // - gRPC: the trailers (the handler has set them before it returns);
 // - gRPC-Web: the first frame of the body, a trailer frame, already read by the handler;
-// - Connect unary: a non-200 answer's JSON body.
-// A Connect stream's end message is left as connect-es writes it, and so is a REST call's answer
-// (rest-errors.ts maps it).
+// - Connect unary: a non-200 answer's JSON body;
+// - a Connect stream (WatchJob): the first frame of the body, the end-stream message.
+// A REST call's answer is left as it is (rest-errors.ts maps it).
 
 import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -20,7 +20,14 @@ import {
   type UniversalServerRequest,
   type UniversalServerResponse,
 } from "@connectrpc/connect/protocol";
-import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
+import {
+  codeToHttpStatus,
+  endStreamFlag,
+  endStreamFromJson,
+  endStreamToJson,
+  errorFromJsonBytes,
+  errorToJsonBytes,
+} from "@connectrpc/connect/protocol-connect";
 import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
 import { refuseUndecodable } from "./direct/invoke.js";
@@ -44,33 +51,61 @@ function refusal(req: UniversalServerRequest, method: DescMethod, found: { forma
   return refuseUndecodable(info, method, found.format, found.cause);
 }
 
-/** A gRPC-Web body whose first frame is the trailer: its status, rewritten when it is the decoder's. */
-async function grpcWebBody(
-  req: UniversalServerRequest,
-  method: DescMethod,
+/** A frame: the flag byte, the length, the data. */
+function frame(flag: number, data: Uint8Array): Uint8Array {
+  const f = new Uint8Array(5 + data.length);
+  f[0] = flag;
+  new DataView(f.buffer).setUint32(1, data.length);
+  f.set(data, 5);
+  return f;
+}
+
+/**
+ * A streamed body whose first frame `change` may replace (an error answered before any message is
+ * the first frame and the last); the handler has written it already, so reading it waits for nothing.
+ */
+async function withFirstFrame(
   body: AsyncIterable<Uint8Array>,
+  change: (first: Uint8Array) => Uint8Array | undefined,
 ): Promise<AsyncIterable<Uint8Array>> {
   const it = body[Symbol.asyncIterator]();
   const first = await it.next();
   const rest: AsyncIterable<Uint8Array> = { [Symbol.asyncIterator]: () => it };
   if (first.done) return rest;
-  const frame = first.value;
-  const found = frame[0] === trailerFlag && frame.length >= 5 ? decoderError(findTrailerError(trailerParse(frame.subarray(5)))) : undefined;
-  let head = frame;
-  if (found) {
-    const trailer = new Headers();
-    setTrailerStatus(trailer, refusal(req, method, found));
-    const data = trailerSerialize(trailer);
-    head = new Uint8Array(5 + data.length);
-    head[0] = trailerFlag;
-    new DataView(head.buffer).setUint32(1, data.length);
-    head.set(data, 5);
-  }
+  const head = first.value.length >= 5 ? (change(first.value) ?? first.value) : first.value;
   return (async function* () {
     yield head;
     yield* rest;
   })();
 }
+
+/** gRPC-Web: a trailer frame whose status is the decoder's error, rewritten. */
+function grpcWebFrame(req: UniversalServerRequest, method: DescMethod, first: Uint8Array): Uint8Array | undefined {
+  if (first[0] !== trailerFlag) return undefined;
+  const found = decoderError(findTrailerError(trailerParse(first.subarray(5))));
+  if (!found) return undefined;
+  const trailer = new Headers();
+  setTrailerStatus(trailer, refusal(req, method, found));
+  return frame(trailerFlag, trailerSerialize(trailer));
+}
+
+/** A Connect stream: an end-stream message whose error is the decoder's, rewritten (its metadata kept). */
+function connectStreamFrame(req: UniversalServerRequest, method: DescMethod, first: Uint8Array): Uint8Array | undefined {
+  if (first[0] !== endStreamFlag) return undefined;
+  let end: ReturnType<typeof endStreamFromJson>;
+  try {
+    end = endStreamFromJson(first.subarray(5));
+  } catch {
+    return undefined;
+  }
+  const found = decoderError(end.error);
+  if (!found) return undefined;
+  const json = endStreamToJson(end.metadata, refusal(req, method, found), {});
+  return frame(endStreamFlag, new TextEncoder().encode(JSON.stringify(json)));
+}
+
+const isStream = (body: UniversalServerResponse["body"]): body is AsyncIterable<Uint8Array> =>
+  body !== undefined && Symbol.asyncIterator in body;
 
 async function rewrite(req: UniversalServerRequest, method: DescMethod, res: UniversalServerResponse): Promise<UniversalServerResponse> {
   // A REST call reaches the router as Connect JSON in process, and rest-errors.ts maps its errors
@@ -78,9 +113,12 @@ async function rewrite(req: UniversalServerRequest, method: DescMethod, res: Uni
   if (req.contextValues?.get(requestInfoKey)?.protocol === "rest") return res;
   const type = req.header.get("content-type") ?? "";
   if (type.startsWith("application/grpc-web")) {
-    return res.body === undefined || !(Symbol.asyncIterator in res.body)
-      ? res
-      : { ...res, body: await grpcWebBody(req, method, res.body as AsyncIterable<Uint8Array>) };
+    return isStream(res.body) ? { ...res, body: await withFirstFrame(res.body, (f) => grpcWebFrame(req, method, f)) } : res;
+  }
+  if (type.startsWith("application/connect+")) {
+    return isStream(res.body) && res.status === 200
+      ? { ...res, body: await withFirstFrame(res.body, (f) => connectStreamFrame(req, method, f)) }
+      : res;
   }
   if (type.startsWith("application/grpc")) {
     const found = res.trailer ? decoderError(findTrailerError(res.trailer)) : undefined;

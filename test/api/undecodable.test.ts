@@ -45,30 +45,63 @@ afterAll(async () => {
   await db?.drop();
 });
 
-function connectPost(
-  contentType: string,
-  body: Buffer,
-): Promise<{ status: number; json: { code: string; message: string; details?: { type: string; value: string }[] } }> {
+/** One HTTP/1.1 POST: the status and the whole body. */
+function post(path: string, contentType: string, body: Buffer): Promise<{ status: number; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const req = http.request(
       {
         host: "127.0.0.1",
         port,
         method: "POST",
-        path: PATH,
+        path,
         agent: false,
         headers: { "content-type": contentType, "content-length": body.length },
       },
       (res) => {
         const chunks: Buffer[] = [];
         res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString("utf8")) }));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks) }));
         res.on("error", reject);
       },
     );
     req.on("error", reject);
     req.end(body);
   });
+}
+
+/** An enveloped message: a flag byte, the length, the data (gRPC, gRPC-Web and Connect streams alike). */
+function envelope(flag: number, data: Buffer): Buffer {
+  const f = Buffer.alloc(5 + data.length);
+  f[0] = flag;
+  f.writeUInt32BE(data.length, 1);
+  data.copy(f, 5);
+  return f;
+}
+
+/** A body's frames, in order. */
+function frames(body: Buffer): { flag: number; data: Buffer }[] {
+  const out: { flag: number; data: Buffer }[] = [];
+  for (let at = 0; at + 5 <= body.length; at += 5 + body.readUInt32BE(at + 1)) {
+    out.push({ flag: body[at], data: body.subarray(at + 5, at + 5 + body.readUInt32BE(at + 1)) });
+  }
+  return out;
+}
+
+type ConnectErrorJson = { code: string; message: string; details?: { type: string; value: string }[] };
+
+async function connectPost(contentType: string, body: Buffer): Promise<{ status: number; json: ConnectErrorJson }> {
+  const r = await post(PATH, contentType, body);
+  return { status: r.status, json: JSON.parse(r.body.toString("utf8")) };
+}
+
+/** A Connect server stream (WatchJob) whose request is `message`: the HTTP status and the end-stream message's error. */
+async function connectStreamCall(
+  format: "proto" | "json",
+  message: Buffer,
+): Promise<{ status: number; error: ConnectErrorJson | undefined }> {
+  const r = await post("/leasehold.queue.v1.QueueService/WatchJob", `application/connect+${format}`, envelope(0, message));
+  const end = frames(r.body).find((f) => f.flag === 2);
+  return { status: r.status, error: end ? (JSON.parse(end.data.toString("utf8")) as { error?: ConnectErrorJson }).error : undefined };
 }
 
 /** The Connect error body's details of `type`, decoded. */
@@ -92,11 +125,7 @@ function grpcCall(message: Buffer, gzip = false): Promise<{ status: string; mess
       te: "trailers",
       ...(gzip ? { "grpc-encoding": "gzip" } : {}),
     });
-    const data = gzip ? gzipSync(message) : message;
-    const frame = Buffer.alloc(5 + data.length);
-    frame[0] = gzip ? 1 : 0;
-    frame.writeUInt32BE(data.length, 1);
-    data.copy(frame, 5);
+    const frame = envelope(gzip ? 1 : 0, gzip ? gzipSync(message) : message);
     let headers: http2.IncomingHttpHeaders = {};
     stream.on("response", (h) => (headers = h));
     stream.on("trailers", (t) => (headers = { ...headers, ...t }));
@@ -115,48 +144,17 @@ function grpcCall(message: Buffer, gzip = false): Promise<{ status: string; mess
 }
 
 /** A gRPC-Web call over HTTP/1.1: the trailer frame's fields, lower-cased. */
-function grpcWebCall(message: Buffer): Promise<Record<string, string>> {
-  return new Promise((resolve, reject) => {
-    const frame = Buffer.alloc(5 + message.length);
-    frame.writeUInt32BE(message.length, 1);
-    message.copy(frame, 5);
-    const req = http.request(
-      {
-        host: "127.0.0.1",
-        port,
-        method: "POST",
-        path: PATH,
-        agent: false,
-        headers: { "content-type": "application/grpc-web+proto", "content-length": frame.length },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => {
-          const body = Buffer.concat(chunks);
-          const fields: Record<string, string> = {};
-          // Frames: a flag byte, a length, the data; the trailer's flag is 0x80.
-          for (let at = 0; at + 5 <= body.length;) {
-            const len = body.readUInt32BE(at + 1);
-            if (body[at] === 0x80) {
-              for (const line of body
-                .subarray(at + 5, at + 5 + len)
-                .toString("utf8")
-                .split("\r\n")) {
-                const i = line.indexOf(":");
-                if (i > 0) fields[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
-              }
-            }
-            at += 5 + len;
-          }
-          resolve(fields);
-        });
-        res.on("error", reject);
-      },
-    );
-    req.on("error", reject);
-    req.end(frame);
-  });
+async function grpcWebCall(message: Buffer): Promise<Record<string, string>> {
+  const r = await post(PATH, "application/grpc-web+proto", envelope(0, message));
+  const fields: Record<string, string> = {};
+  // The trailer's flag is 0x80; its data is header lines.
+  for (const line of frames(r.body)
+    .filter((f) => f.flag === 0x80)
+    .flatMap((f) => f.data.toString("utf8").split("\r\n"))) {
+    const i = line.indexOf(":");
+    if (i > 0) fields[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+  }
+  return fields;
 }
 
 function badRequestFields(details: Buffer): string[] | undefined {
@@ -217,6 +215,25 @@ describe("a request message that cannot be decoded", () => {
     expect(br.fieldViolations.map((v) => v.field)).toEqual(["max_tasks"]);
     const info = connectDetail<{ requestId: string }>(r.json.details, RequestInfoSchema);
     expect(info.requestId).toMatch(/\S/);
+  });
+
+  it("Connect server stream, binary: the end-stream message is invalid_argument with a BadRequest and the request id, not internal", async () => {
+    const r = await connectStreamCall("proto", TRUNCATED);
+    expect(r.status).toBe(200);
+    expect(r.error?.code).toBe("invalid_argument");
+    expect(r.error?.message).toMatch(/cannot decode leasehold\.queue\.v1\.WatchJobRequest from binary/);
+    const br = connectDetail<{ fieldViolations: { field: string }[] }>(r.error?.details, BadRequestSchema);
+    expect(br.fieldViolations.map((v) => v.field)).toEqual(["leasehold.queue.v1.WatchJobRequest"]);
+    const info = connectDetail<{ requestId: string }>(r.error?.details, RequestInfoSchema);
+    expect(info.requestId).toMatch(/\S/);
+  });
+
+  it("Connect server stream, JSON: a type error is invalid_argument with a BadRequest naming the field", async () => {
+    const r = await connectStreamCall("json", Buffer.from(JSON.stringify({ job_id: 7 })));
+    expect(r.status).toBe(200);
+    expect(r.error?.code).toBe("invalid_argument");
+    const br = connectDetail<{ fieldViolations: { field: string }[] }>(r.error?.details, BadRequestSchema);
+    expect(br.fieldViolations.map((v) => v.field)).toEqual(["job_id"]);
   });
 
   it("writes nothing", async () => {
