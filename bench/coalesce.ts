@@ -189,7 +189,9 @@ async function main() {
         console.error(`[round ${round + 1}] pickup | ${arm.name}: p50 ${fmt(summary(samples).p50, 2)} ms`);
       }
     }
-    console.log(`\n${SWITCH} on (${ON_VALUE}) vs off (${OFF_VALUE}), ${WORKERS} REST workers, ${RUNS} rounds of ${SECONDS} s, medians (CPU ms per task or job)`);
+    console.log(
+      `\n${SWITCH} on (${ON_VALUE}) vs off (${OFF_VALUE}), ${WORKERS} REST workers, ${RUNS} rounds of ${SECONDS} s, medians (CPU ms per task or job)`,
+    );
     console.log(`| load | ${SWITCH} | per s | on/off | coordinator | PostgreSQL |`);
     console.log("|---|---|---|---|---|---|");
     for (const shape of SHAPES) {
