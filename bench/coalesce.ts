@@ -36,10 +36,12 @@ const [SWITCH, ON_VALUE, OFF_VALUE] = parseSwitch(switchAt >= 0 ? process.argv[s
 
 /** NAME (a boolean: true against false) or NAME=A,B. */
 function parseSwitch(arg: string): [string, string, string] {
-  const [name, values] = arg.split("=");
-  if (values === undefined) return [name, "true", "false"];
-  const [a, b] = values.split(",");
-  return [name, a, b];
+  // Split at the first "=" only: a value may hold one (NAME=a=1,a=2).
+  const at = arg.indexOf("=");
+  if (at < 0) return [arg, "true", "false"];
+  const [a, b] = arg.slice(at + 1).split(",");
+  if (b === undefined) throw new Error(`--switch ${arg}: give two values, NAME=A,B`);
+  return [arg.slice(0, at), a, b];
 }
 const SHA = createHash("sha256").update("coalesce").digest("hex");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
