@@ -101,7 +101,7 @@ const freshScan = (p: ClaimParams, gate: string, from: string, order: string) =>
  * - Flow control (flow-control.md beside this file): each requested workload's row says whether
  *   it has caps, a rate limit or is paused (`flow`). The two arms take only workloads without
  *   (`NOT w.flow`, a one-time filter: no row of a flow workload is read); flow workloads are
- *   claimed by leasehold_flow_claim (the flow_control migration), under their advisory lock, for
+ *   claimed by leasehold_flow_claim (migrations/functions/), under their advisory lock, for
  *   whatever this statement's arms left of the limit. Both honour the worker's labels and order by
  *   fair_rank after priority (0 in a workload that never saw a concurrency key).
  * These are the claim's CTEs, from the two arms to the job's move to running (everything but the

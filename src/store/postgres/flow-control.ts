@@ -1,5 +1,5 @@
-// Flow control's statements besides the claim (which is queries.ts' claimCtes and the migration's
-// leasehold_flow_claim): pause and resume, per-key caps, what an empty claim of a flow-controlled
+// Flow control's statements besides the claim (which is claim.ts' claimCtes and
+// migrations/functions/leasehold_flow_claim.sql): pause and resume, per-key caps, what an empty claim of a flow-controlled
 // workload was refused by, why a pending task waits, and which labels workers claim with.
 // The design: flow-control.md beside this file.
 
