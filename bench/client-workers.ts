@@ -10,6 +10,8 @@
 // per task, medians over the rounds. A benchmark, not a test: on a busy machine the figures are noise.
 //
 //   --runs N (3)   --seconds S (5)   --concurrency C (32)   --transport grpc|json (grpc)
+//   BENCH_CHILD_NODE_ARGS   node options for the TypeScript and load-generator children (e.g.
+//                           `--cpu-prof --cpu-prof-dir=DIR` to profile each worker process)
 
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -27,6 +29,7 @@ const arg = (name: string, fallback: string) => {
   return i >= 0 ? process.argv[i + 1] : fallback;
 };
 const RUNS = Number(arg("runs", "3"));
+const CHILD_NODE_ARGS = process.env.BENCH_CHILD_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
 const SECONDS = Number(arg("seconds", "5"));
 const CONCURRENCY = Number(arg("concurrency", "32"));
 const TRANSPORT = arg("transport", "grpc");
@@ -177,7 +180,19 @@ async function main() {
   const nodeChild = (extra: string[]) => (url: string, workload: string) =>
     spawn(
       process.execPath,
-      ["--import", "tsx", self, url, workload, ...extra, "--concurrency", String(CONCURRENCY), "--transport", TRANSPORT],
+      [
+        ...CHILD_NODE_ARGS,
+        "--import",
+        "tsx",
+        self,
+        url,
+        workload,
+        ...extra,
+        "--concurrency",
+        String(CONCURRENCY),
+        "--transport",
+        TRANSPORT,
+      ],
       {
         env: { ...process.env, BENCH_TS_CLIENT: ts.index },
         stdio: ["ignore", "pipe", "inherit"],
