@@ -298,7 +298,7 @@ export async function inTransaction<T>(
 }
 
 /** `fn` in one transaction on a client already taken (which must not be in one): COMMIT, or ROLLBACK and the error. */
-export async function transaction<T>(client: pg.PoolClient, fn: (client: pg.PoolClient) => Promise<T>, begin = "BEGIN"): Promise<T> {
+export async function transaction<C extends pg.ClientBase, T>(client: C, fn: (client: C) => Promise<T>, begin = "BEGIN"): Promise<T> {
   await client.query(begin);
   try {
     const result = await fn(client);

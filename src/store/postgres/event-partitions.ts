@@ -292,14 +292,13 @@ export class EventPartitions {
     const cutoff = nowUs - BigInt(days) * DAY_US;
     for (const p of partitions) {
       if (p.isDefault || p.upperUs === undefined || p.upperUs > cutoff) continue;
-      await c.query("BEGIN");
       try {
-        await c.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.floor(this.lockTimeoutMs))}`);
-        await c.query(`DROP TABLE ${c.escapeIdentifier(p.name)}`);
-        await c.query("COMMIT");
+        await transaction(c, async () => {
+          await c.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.floor(this.lockTimeoutMs))}`);
+          await c.query(`DROP TABLE ${c.escapeIdentifier(p.name)}`);
+        });
         result.dropped++;
       } catch (err) {
-        await c.query("ROLLBACK").catch(() => {});
         if ((err as { code?: string }).code === "55P03") return; // lock_not_available: next pass
         throw err;
       }

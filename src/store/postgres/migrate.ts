@@ -2,7 +2,7 @@ import { readdirSync } from "node:fs";
 import path from "node:path";
 import pg from "pg";
 import { projectRoot } from "../../project-root.js";
-import { openClient } from "./db.js";
+import { openClient, transaction } from "./db.js";
 import { applyFunctionFiles, functionStates, readFunctionFiles, type FunctionFile } from "./function-files.js";
 
 /** The source migrations folder of the project (tsc does not copy .sql files, so never a build output). */
@@ -77,14 +77,7 @@ export async function migrate(
 }
 
 async function applyFunctions(client: pg.Client, files: FunctionFile[], log: (msg: string) => void): Promise<void> {
-  await client.query("BEGIN");
-  try {
-    await applyFunctionFiles(client, files, log);
-    await client.query("COMMIT");
-  } catch (err) {
-    await client.query("ROLLBACK").catch(() => {});
-    throw err;
-  }
+  await transaction(client, (c) => applyFunctionFiles(c, files, log));
 }
 
 export interface AppliedMigration {
