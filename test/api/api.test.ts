@@ -1,4 +1,4 @@
-// The API end to end: a real coordinator server (createApiServer on port 0) over
+// The API end to end: a real coordinator server (the API-server fixture, port 0) over
 // a real, freshly migrated PostgreSQL database. Every RPC goes through the
 // generated client over gRPC (HTTP/2), gRPC-Web and Connect (HTTP/1.1 and
 // HTTP/2) on one port, and the REST routes through fetch.
@@ -11,11 +11,11 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { JobStatus, QueueService, TaskStatus } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { rpcError } from "../support/rpc.js";
 import { restCall, type RestAnswer } from "../support/rest.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 import { SWITCHES } from "../support/switches.js";
 import { sha } from "../support/queue.js";
 
@@ -24,7 +24,7 @@ const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let base: string;
 let ready = true;
 const logLines: Record<string, unknown>[] = [];
@@ -66,21 +66,18 @@ beforeAll(async () => {
       cb();
     },
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
+  api = await apiServerFixture({
     queue,
     // debug: the workers' successful calls are logged at that level (request-log.ts).
     logger: pino({ level: "debug" }, sink),
     maxBodyBytes: MAX_BODY_BYTES,
-    requestTimeoutMs: 5000,
     readiness: async () => (ready ? { ready: true } : { ready: false, detail: "database unreachable (test)" }),
   });
-  const port = await server.listen(0, "127.0.0.1");
-  base = `http://127.0.0.1:${port}`;
+  base = api.base;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });
@@ -718,16 +715,8 @@ describe("close()", () => {
       defaultMaxAttempts: 3,
       maxTasksPerJob: 50,
     });
-    const other = createApiServer({
-      directUnary: SWITCHES.directUnary,
-      queue,
-      logger: pino({ level: "silent" }),
-      maxBodyBytes: 1024,
-      requestTimeoutMs: 1000,
-      readiness: async () => ({ ready: true }),
-    });
-    const port = await other.listen(0, "127.0.0.1");
-    const url = `http://127.0.0.1:${port}`;
+    const other = await apiServerFixture({ queue, maxBodyBytes: 1024, requestTimeoutMs: 1000 });
+    const url = other.base;
     const res = await fetch(`${url}/healthz`);
     expect(res.status).toBe(200);
     const h2 = createClient(QueueService, createConnectTransport({ baseUrl: url, httpVersion: "2" }));
@@ -742,7 +731,7 @@ describe("close()", () => {
 describe("deadlines and unexpected errors", () => {
   // The real queue, with two calls slowed down or broken on purpose: the server
   // must cut slow calls at its deadline and hide unexpected errors.
-  let slow: ApiServer;
+  let slow: ApiServerFixture;
   let url: string;
   const lines: Record<string, unknown>[] = [];
   const aborts: { op: string; afterMs: number }[] = [];
@@ -810,15 +799,8 @@ describe("deadlines and unexpected errors", () => {
         cb();
       },
     });
-    slow = createApiServer({
-      directUnary: SWITCHES.directUnary,
-      queue,
-      logger: pino({ level: "info" }, sink),
-      maxBodyBytes: 4096,
-      requestTimeoutMs: 300,
-      readiness: async () => ({ ready: true }),
-    });
-    url = `http://127.0.0.1:${await slow.listen(0, "127.0.0.1")}`;
+    slow = await apiServerFixture({ queue, logger: pino({ level: "info" }, sink), maxBodyBytes: 4096, requestTimeoutMs: 300 });
+    url = slow.base;
   });
 
   afterAll(async () => {

@@ -1,7 +1,7 @@
 // Authentication: bearer tokens with roles on every transport, worker_id prefixes,
 // open mode bound to loopback, the token CLI, config errors, and TLS (HTTP/1.1
 // and HTTP/2 on one port, with a self-signed certificate made here by openssl).
-// A real server (createApiServer on port 0) over a real, migrated PostgreSQL.
+// A real server (the API-server fixture, port 0; createApiServer itself for TLS) over a real, migrated PostgreSQL.
 import { execFileSync, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";

@@ -15,12 +15,11 @@ import http from "node:http";
 import net from "node:net";
 import { promisify } from "node:util";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import { LIMITS } from "../../src/queue/validation.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 import { SWITCHES } from "../support/switches.js";
 import { sha } from "../support/queue.js";
 
@@ -931,7 +930,7 @@ rpc("PUT on CreateJob", "CreateJob", job(), undefined, { status: 405, method: "P
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let port: number;
 let fixture: Fixture;
 let initial: Snapshot;
@@ -1032,15 +1031,8 @@ beforeAll(async () => {
     defaultMaxAttempts: 3,
     maxTasksPerJob: MAX_TASKS_PER_JOB,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: MAX_BODY_BYTES,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  port = await server.listen(0, "127.0.0.1");
+  api = await apiServerFixture({ queue, maxBodyBytes: MAX_BODY_BYTES, requestTimeoutMs: 10_000 });
+  port = api.port;
 
   await queue.putWorkload({ name: W, maxAttempts: 3, leaseSeconds: 3600 });
   await queue.putWorkload({
@@ -1064,7 +1056,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });

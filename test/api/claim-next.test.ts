@@ -1,28 +1,25 @@
 // claim_next: a result report (CompleteTask, CompleteTasks) that also claims the worker's next
-// tasks, so a worker needs one call per task. A real server (createApiServer on port 0) with
+// tasks, so a worker needs one call per task. A real server (the API-server fixture, port 0) with
 // long-poll claims over a real, migrated PostgreSQL; REST through fetch, gRPC through the
 // generated client.
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService, TaskStatus } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { Authenticator } from "../../src/api/auth.js";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import { LongPollingQueue } from "../../src/queue/long-poll.js";
 import { TaskListener } from "../../src/store/postgres/listener.js";
 import { EVENTS_CHANNEL } from "../../src/store/postgres/channels.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 import { restCall, type RestAnswer } from "../support/rest.js";
 import { rpcError } from "../support/rpc.js";
-import { SWITCHES } from "../support/switches.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 let f: QueueFixture;
 let listener: TaskListener;
 let queue: LongPollingQueue;
 let api: ApiServerFixture;
-let authed: ApiServer;
+let authed: ApiServerFixture;
 let base: string;
 let authedBase: string;
 let grpc: Client<typeof QueueService>;
@@ -38,17 +35,14 @@ beforeAll(async () => {
   queue = new LongPollingQueue(f.queue, listener, { pollIntervalMs: 60_000 });
   api = await apiServerFixture({ queue: f.queue, longPoll: queue, requestTimeoutMs: 10_000, readiness });
   base = api.base;
-  authed = createApiServer({
-    directUnary: SWITCHES.directUnary,
+  authed = await apiServerFixture({
     queue: f.queue,
     longPoll: queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 64 * 1024,
     requestTimeoutMs: 10_000,
     readiness,
     auth: new Authenticator([{ sha256: sha(WORKER_TOKEN), role: "worker", workerPrefix: "gpu-" }]),
   });
-  authedBase = `http://127.0.0.1:${await authed.listen(0, "127.0.0.1")}`;
+  authedBase = authed.base;
   grpc = createClient(QueueService, createGrpcTransport({ baseUrl: base }));
 });
 

@@ -1,7 +1,7 @@
 // Why did it fail? Task inspection (ListTasks, GetTask, the failure of a failed job), resumable
 // Server-Sent Events, and errors that explain themselves (google.rpc.BadRequest and RequestInfo
 // details, every schema violation, accepted enum values, "is required"), end to end: a real
-// server (createApiServer on port 0) over a real, migrated PostgreSQL, every RPC over the four
+// server (the API-server fixture, port 0) over a real, migrated PostgreSQL, every RPC over the four
 // transports and REST, each answer checked against the rows behind it.
 import { randomUUID } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";

@@ -1,4 +1,4 @@
-// Metrics: GET /metrics on a real server (createApiServer on port 0)
+// Metrics: GET /metrics on a real server (the API-server fixture, port 0)
 // over a real, migrated PostgreSQL, after jobs are created, claimed, completed
 // and failed through the API. The counters come from the store's QueueObserver,
 // the task gauges from taskStats at scrape time, the RPC histogram from run().
@@ -11,13 +11,13 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService, TaskStatus } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { Authenticator } from "../../src/api/auth.js";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import type { QueueService as Queue } from "../../src/queue/service.js";
 import type { WorkloadTaskStats } from "../../src/queue/types.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { Metrics } from "../../src/telemetry/metrics.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { rpcError } from "../support/rpc.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 import { SWITCHES } from "../support/switches.js";
 import { sha } from "../support/queue.js";
 
@@ -27,9 +27,9 @@ let db: TestDatabase;
 let pool: pg.Pool;
 let store: PostgresQueue;
 let metrics: Metrics;
-let server: ApiServer;
-let authServer: ApiServer;
-let bareServer: ApiServer;
+let server: ApiServerFixture;
+let authServer: ApiServerFixture;
+let bareServer: ApiServerFixture;
 let base: string;
 let authBase: string;
 let bareBase: string;
@@ -59,17 +59,10 @@ beforeAll(async () => {
     observer: metrics.observer,
   });
   metrics.attach({ stats: store });
-  const common = {
-    queue: store,
-    directUnary: SWITCHES.directUnary,
-    logger: log,
-    maxBodyBytes: 64 * 1024,
-    requestTimeoutMs: 5000,
-    readiness: async () => ({ ready: true }),
-  };
-  server = createApiServer({ ...common, metrics });
-  base = `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`;
-  authServer = createApiServer({
+  const common = { queue: store, logger: log };
+  server = await apiServerFixture({ ...common, metrics });
+  base = server.base;
+  authServer = await apiServerFixture({
     ...common,
     metrics,
     auth: new Authenticator([
@@ -77,15 +70,15 @@ beforeAll(async () => {
       { sha256: sha(TOKENS.submitter), role: "submitter" },
     ]),
   });
-  authBase = `http://127.0.0.1:${await authServer.listen(0, "127.0.0.1")}`;
-  bareServer = createApiServer(common);
-  bareBase = `http://127.0.0.1:${await bareServer.listen(0, "127.0.0.1")}`;
+  authBase = authServer.base;
+  bareServer = await apiServerFixture(common);
+  bareBase = bareServer.base;
 });
 
 afterAll(async () => {
-  await server?.close(2000);
-  await authServer?.close(2000);
-  await bareServer?.close(2000);
+  await server?.close();
+  await authServer?.close();
+  await bareServer?.close();
   await pool?.end();
   await db?.drop();
 });

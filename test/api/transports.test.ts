@@ -9,7 +9,6 @@ import { fromBinary, toBinary, create } from "@bufbuild/protobuf";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { compressionGzip, createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   ClaimTasksRequestSchema,
@@ -19,15 +18,15 @@ import {
   TaskStatus,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { parseDirectUnary, ConfigError } from "../../src/config/index.js";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 import { SWITCHES } from "../support/switches.js";
 import { sha } from "../support/queue.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
-const servers: ApiServer[] = [];
+const servers: ApiServerFixture[] = [];
 const bases = new Map<boolean, string>();
 
 beforeAll(async () => {
@@ -40,21 +39,14 @@ beforeAll(async () => {
     maxTasksPerJob: 50,
   });
   for (const directUnary of [true, false]) {
-    const server = createApiServer({
-      queue,
-      logger: pino({ level: "silent" }),
-      maxBodyBytes: 64 * 1024,
-      requestTimeoutMs: 5000,
-      readiness: async () => ({ ready: true }),
-      directUnary,
-    });
-    servers.push(server);
-    bases.set(directUnary, `http://127.0.0.1:${await server.listen(0, "127.0.0.1")}`);
+    const api = await apiServerFixture({ queue, directUnary });
+    servers.push(api);
+    bases.set(directUnary, api.base);
   }
 });
 
 afterAll(async () => {
-  for (const s of servers) await s.close(2000);
+  for (const s of servers) await s.close();
   await pool?.end();
   await db?.drop();
 });

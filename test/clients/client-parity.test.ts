@@ -8,18 +8,17 @@ import net from "node:net";
 import http from "node:http";
 import path from "node:path";
 import type pg from "pg";
-import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { createApiServer, type ApiServer } from "../../src/api/server.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { ROOT } from "../support/process.js";
 import { CLIENT_DIR, runCommand } from "../support/ts-consumer.js";
+import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 import { SWITCHES } from "../support/switches.js";
 
 let db: TestDatabase;
 let pool: pg.Pool;
-let server: ApiServer;
+let api: ApiServerFixture;
 let proxyUrl: string;
 let resetUrl: string;
 const sockets = new Set<net.Socket>();
@@ -37,15 +36,8 @@ beforeAll(async () => {
     defaultMaxAttempts: 3,
     maxTasksPerJob: 100,
   });
-  server = createApiServer({
-    directUnary: SWITCHES.directUnary,
-    queue,
-    logger: pino({ level: "silent" }),
-    maxBodyBytes: 1024 * 1024,
-    requestTimeoutMs: 10_000,
-    readiness: async () => ({ ready: true }),
-  });
-  const port = await server.listen(0, "127.0.0.1");
+  api = await apiServerFixture({ queue, maxBodyBytes: 1024 * 1024, requestTimeoutMs: 10_000 });
+  const port = api.port;
   // Every client connection goes through here; a reset destroys both sides of every pair.
   proxy = net.createServer((client) => {
     const upstream = net.connect(port, "127.0.0.1");
@@ -82,7 +74,7 @@ afterAll(async () => {
   for (const s of sockets) s.destroy();
   await new Promise((r) => proxy?.close(r));
   await new Promise((r) => control?.close(r));
-  await server?.close(2000);
+  await api?.close();
   await pool?.end();
   await db?.drop();
 });
