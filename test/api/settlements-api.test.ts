@@ -5,7 +5,6 @@
 //
 // Jobs are made billable by SQL (an account, reserved_units): CreateJob's billing context is
 // another part of the money path.
-import { createHash } from "node:crypto";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,7 +15,6 @@ import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 
 const W = "billed_api";
 const TOKENS = { admin: "admin-token-0123456789", billing: "billing-token-0123456789", submitter: "submitter-token-0123456789" };
-const digest = (t: string) => createHash("sha256").update(t).digest("hex");
 
 let fx: QueueFixture;
 let api: ApiServerFixture;
@@ -28,9 +26,9 @@ beforeAll(async () => {
   api = await apiServerFixture({
     queue: fx.queue,
     auth: new Authenticator([
-      { sha256: digest(TOKENS.admin), role: "admin" },
-      { sha256: digest(TOKENS.billing), role: "billing" },
-      { sha256: digest(TOKENS.submitter), role: "submitter" },
+      { sha256: sha(TOKENS.admin), role: "admin" },
+      { sha256: sha(TOKENS.billing), role: "billing" },
+      { sha256: sha(TOKENS.submitter), role: "submitter" },
     ]),
   });
 });
