@@ -3,8 +3,7 @@
 // submitter), the jobs list filtered by account, a job page with its account, billing context,
 // usage (in total and per attempt) and settlement, and the settlements view filtered by account.
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
@@ -12,7 +11,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import type { Browser, BrowserContext, Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { ensureUiBuilt, launchBrowser } from "../support/browser.js";
+import { axeSerious, ensureUiBuilt, launchBrowser, signInTab, WAIT } from "../support/browser.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { killAll, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
@@ -24,7 +23,6 @@ interface El {
   closest(selector: string): El | null;
   querySelectorAll(selector: string): { length: number };
 }
-declare const window: unknown;
 declare const document: {
   getElementById(id: string): El | null;
   querySelector(selector: string): El | null;
@@ -33,8 +31,6 @@ declare const document: {
 };
 
 const TOKENS = { admin: `lh_admin_${randomUUID()}`, submitter: `lh_submitter_${randomUUID()}`, billing: `lh_billing_${randomUUID()}` };
-const WAIT = { timeout: 60_000 };
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 let db: TestDatabase;
 let tmp: string;
@@ -42,6 +38,7 @@ let base: string;
 let browser: Browser;
 let api: Client<typeof QueueService>;
 const contexts: BrowserContext[] = [];
+const signedIn = (token: string, hash: string) => signInTab(browser, base, token, hash, { contexts, bypassCsp: true });
 
 beforeAll(async () => {
   ensureUiBuilt();
@@ -67,34 +64,6 @@ afterAll(async () => {
   await db?.drop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
-
-async function signedIn(token: string, hash: string): Promise<Page> {
-  const context = await browser.createBrowserContext();
-  contexts.push(context);
-  const page = await context.newPage();
-  page.setDefaultTimeout(60_000);
-  // axe-core is injected as an inline script, which the console's CSP (rightly) forbids.
-  await page.setBypassCSP(true);
-  await page.goto(`${base}/ui/${hash}`, { waitUntil: "domcontentloaded" });
-  await page.waitForSelector("#token", WAIT);
-  await page.type("#token", token);
-  await page.click("#sign-in button[type=submit]");
-  await page.waitForFunction(() => document.body.dataset.role !== undefined && document.getElementById("token") === null, WAIT);
-  return page;
-}
-
-/** The serious and critical accessibility violations axe-core finds on the page. */
-async function axeSerious(page: Page): Promise<string[]> {
-  await page.addScriptTag({ content: AXE_SOURCE });
-  const found = await page.evaluate(async () => {
-    const axe = (
-      window as { axe: { run(ctx: unknown, o: object): Promise<{ violations: { id: string; impact: string; help: string }[] }> } }
-    ).axe;
-    const r = await axe.run(document, { resultTypes: ["violations"] });
-    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
-  });
-  return found.filter((v) => v.impact === "serious" || v.impact === "critical").map((v) => `${v.id} (${v.impact}): ${v.help}`);
-}
 
 function settlementsNavShown(page: Page): Promise<boolean> {
   return page.evaluate(() => document.querySelector("[data-nav=settlements]")?.closest("li")?.hidden === false);

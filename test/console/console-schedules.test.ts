@@ -10,7 +10,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import type { Browser, Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { ensureUiBuilt, launchBrowser } from "../support/browser.js";
+import { ensureUiBuilt, launchBrowser, signInTab, WAIT } from "../support/browser.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { killAll, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
@@ -27,12 +27,12 @@ declare const document: {
 };
 
 const TOKENS = { admin: `lh_admin_${randomUUID()}`, submitter: `lh_submitter_${randomUUID()}` };
-const WAIT = { timeout: 60_000 };
 
 let db: TestDatabase;
 let tmp: string;
 let base: string;
 let browser: Browser;
+const signedIn = (token: string, hash: string) => signInTab(browser, base, token, hash);
 let api: Client<typeof QueueService>;
 
 beforeAll(async () => {
@@ -63,18 +63,6 @@ afterAll(async () => {
   await db?.drop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
-
-async function signedIn(token: string, hash: string): Promise<Page> {
-  const context = await browser.createBrowserContext();
-  const page = await context.newPage();
-  page.setDefaultTimeout(60_000);
-  await page.goto(`${base}/ui/${hash}`, { waitUntil: "domcontentloaded" });
-  await page.waitForSelector("#token", WAIT);
-  await page.type("#token", token);
-  await page.click("#sign-in button[type=submit]");
-  await page.waitForFunction(() => document.body.dataset.role !== undefined && document.getElementById("token") === null, WAIT);
-  return page;
-}
 
 async function confirmDialog(page: Page): Promise<void> {
   await page.waitForSelector("#confirm[open]", WAIT);

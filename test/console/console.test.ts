@@ -2,8 +2,7 @@
 // package) driven by puppeteer-core, against a real coordinator process on a real PostgreSQL with
 // tokens configured. Every wait is on a condition in the page, never a fixed sleep.
 import { randomUUID } from "node:crypto";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
@@ -14,7 +13,7 @@ import { JobStatus, QueueService, TaskStatus } from "../../gen/leasehold/queue/v
 import { HttpError } from "../../src/api/errors.js";
 import type { NodeRequest, NodeResponse } from "../../src/api/node-http.js";
 import { createUiRoutes } from "../../src/api/ui-routes.js";
-import { ARTIFACTS, ensureUiBuilt, launchBrowser } from "../support/browser.js";
+import { ARTIFACTS, axeSerious, ensureUiBuilt, launchBrowser, signInTab, WAIT } from "../support/browser.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { killAll, spawnCoordinator, type Spawned } from "../support/process.js";
 import { sha } from "../support/queue.js";
@@ -39,8 +38,6 @@ declare const window: unknown;
 declare const location: { hash: string };
 
 const TOKENS = { admin: `lh_admin_${randomUUID()}`, submitter: `lh_submitter_${randomUUID()}` };
-const WAIT = { timeout: 60_000 };
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 let db: TestDatabase;
 let tmp: string;
@@ -49,6 +46,8 @@ let coordinator: Spawned;
 let browser: Browser;
 let api: Client<typeof QueueService>;
 const contexts: BrowserContext[] = [];
+/** A fresh tab in its own context (its own sessionStorage), signed in with `token`, ready for axe. */
+const signedIn = (token: string, hash = "#/") => signInTab(browser, base, token, hash, { contexts, bypassCsp: true });
 
 beforeAll(async () => {
   ensureUiBuilt();
@@ -85,48 +84,6 @@ function chunks(n: number, seed: string) {
 async function createJob(workload: string, n: number) {
   const r = await api.createJob({ workload, tasks: chunks(n, randomUUID()) });
   return r.job!.id;
-}
-
-/** A fresh tab in its own context (its own sessionStorage), signed in with `token`. */
-async function signedIn(token: string, hash = "#/"): Promise<Page> {
-  const context = await browser.createBrowserContext();
-  contexts.push(context);
-  const page = await context.newPage();
-  page.setDefaultTimeout(60_000);
-  // axe-core is injected as an inline script, which the console's CSP (rightly) forbids.
-  await page.setBypassCSP(true);
-  await page.goto(`${base}/ui/${hash}`, { waitUntil: "domcontentloaded" });
-  await page.waitForSelector("#token", WAIT);
-  await page.type("#token", token);
-  await page.click("#sign-in button[type=submit]");
-  await page.waitForFunction(() => document.body.dataset.role !== undefined && document.getElementById("token") === null, WAIT);
-  return page;
-}
-
-async function axeSerious(page: Page): Promise<string[]> {
-  await page.addScriptTag({ content: AXE_SOURCE });
-  const violations = await page.evaluate(async () => {
-    const axe = (
-      window as unknown as {
-        axe: {
-          run(
-            ctx: unknown,
-            o: object,
-          ): Promise<{ violations: { id: string; impact: string; help: string; nodes: { target: unknown }[] }[] }>;
-        };
-      }
-    ).axe;
-    const r = await axe.run(document, { resultTypes: ["violations"] });
-    return r.violations.map((v) => ({
-      id: v.id,
-      impact: v.impact,
-      help: v.help,
-      targets: v.nodes.map((n) => JSON.stringify(n.target)).slice(0, 3),
-    }));
-  });
-  return violations
-    .filter((v) => v.impact === "serious" || v.impact === "critical")
-    .map((v) => `${v.id} (${v.impact}): ${v.help} ${v.targets.join(" ")}`);
 }
 
 async function statusIs(page: Page, status: string): Promise<void> {

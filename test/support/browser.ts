@@ -2,10 +2,11 @@
 // @sparticuz/chromium npm package (unpacked to the temp dir on first use), so `npm ci` is the only
 // install step and nothing is downloaded at run time. puppeteer-core drives it.
 import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import path from "node:path";
 import chromium from "@sparticuz/chromium";
-import puppeteer, { type Browser } from "puppeteer-core";
+import puppeteer, { type Browser, type BrowserContext, type Page } from "puppeteer-core";
 import { ROOT } from "./process.js";
 
 // As root Chromium needs --no-sandbox; the rest keep it off the (closed) network and quiet.
@@ -43,3 +44,66 @@ export function ensureUiBuilt(): void {
 }
 
 export const ARTIFACTS = path.join(ROOT, "test-artifacts");
+
+// The page functions below run in the browser. The DOM names they use are declared for this file
+// alone: DOM types in the whole program would hide browser-only calls in the Node code.
+declare const window: unknown;
+declare const document: { body: { dataset: Record<string, string | undefined> }; getElementById(id: string): unknown };
+
+/** How long a console test waits for a selector or condition. */
+export const WAIT = { timeout: 60_000 };
+
+/**
+ * A fresh tab in its own browser context (its own sessionStorage), signed in to the console at
+ * `base` with `token`, on `hash`. The context goes into `contexts` for the suite to close.
+ * `bypassCsp`: for a page axe-core will inspect; axe is injected as an inline script, which the
+ * console's CSP (rightly) forbids.
+ */
+export async function signInTab(
+  browser: Browser,
+  base: string,
+  token: string,
+  hash: string,
+  options: { contexts?: BrowserContext[]; bypassCsp?: boolean } = {},
+): Promise<Page> {
+  const context = await browser.createBrowserContext();
+  options.contexts?.push(context);
+  const page = await context.newPage();
+  page.setDefaultTimeout(60_000);
+  if (options.bypassCsp) await page.setBypassCSP(true);
+  await page.goto(`${base}/ui/${hash}`, { waitUntil: "domcontentloaded" });
+  await page.waitForSelector("#token", WAIT);
+  await page.type("#token", token);
+  await page.click("#sign-in button[type=submit]");
+  await page.waitForFunction(() => document.body.dataset.role !== undefined && document.getElementById("token") === null, WAIT);
+  return page;
+}
+
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+/** The serious and critical accessibility violations axe-core finds on the page, each with up to three of its targets. */
+export async function axeSerious(page: Page): Promise<string[]> {
+  await page.addScriptTag({ content: AXE_SOURCE });
+  const violations = await page.evaluate(async () => {
+    const axe = (
+      window as unknown as {
+        axe: {
+          run(
+            ctx: unknown,
+            o: object,
+          ): Promise<{ violations: { id: string; impact: string; help: string; nodes: { target: unknown }[] }[] }>;
+        };
+      }
+    ).axe;
+    const r = await axe.run(document, { resultTypes: ["violations"] });
+    return r.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      targets: v.nodes.map((n) => JSON.stringify(n.target)).slice(0, 3),
+    }));
+  });
+  return violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.id} (${v.impact}): ${v.help} ${v.targets.join(" ")}`);
+}
