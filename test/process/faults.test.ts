@@ -14,6 +14,7 @@ import { migrate } from "../../src/store/postgres/migrate.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { freePort } from "../support/global-setup.js";
 import { killAll, spawnCoordinator, type Spawned } from "../support/process.js";
+import { call as httpCall, closeAgent, type Answer } from "../support/http.js";
 import { sha } from "../support/queue.js";
 
 const SHA = sha("fault");
@@ -26,61 +27,15 @@ afterAll(async () => {
   await Promise.all(dbs.map((d) => d.drop()));
 });
 
+/** One REST call (support/http.ts: keep-alive node:http, a fraction of fetch's CPU); no answer within 15 s is status 0, the coordinator gone. */
+const call = (base: string, method: string, route: string, body?: unknown, timeoutMs = 15_000): Promise<Answer> =>
+  httpCall(base, method, route, body, timeoutMs);
+afterAll(closeAgent);
+
 async function database(): Promise<TestDatabase> {
   const d = await createTestDatabase();
   dbs.push(d);
   return d;
-}
-
-interface Answer {
-  status: number;
-  body: Record<string, unknown> | null;
-  requestId: string | null;
-  ms: number;
-}
-
-// node:http with keep-alive: a fraction of fetch's CPU, which matters with 32 workers, three
-// coordinators and PostgreSQL on two cores.
-const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
-afterAll(() => agent.destroy());
-
-/** One REST call; a connection failure is status 0 (the coordinator is gone). */
-function call(base: string, method: string, route: string, body?: unknown, timeoutMs = 15_000): Promise<Answer> {
-  const t0 = Date.now();
-  const data = body === undefined ? undefined : JSON.stringify(body);
-  const url = new URL(route, base);
-  return new Promise((resolve) => {
-    const failed = () => resolve({ status: 0, body: null, requestId: null, ms: Date.now() - t0 });
-    const req = http.request(
-      {
-        host: url.hostname,
-        port: url.port,
-        method,
-        path: url.pathname + url.search,
-        agent,
-        timeout: timeoutMs,
-        headers: data === undefined ? {} : { "content-type": "application/json", "content-length": Buffer.byteLength(data) },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("error", failed);
-        res.on("end", () => {
-          const text = Buffer.concat(chunks).toString();
-          const requestId = res.headers["x-request-id"];
-          resolve({
-            status: res.statusCode ?? 0,
-            body: text ? JSON.parse(text) : null,
-            requestId: typeof requestId === "string" ? requestId : null,
-            ms: Date.now() - t0,
-          });
-        });
-      },
-    );
-    req.on("timeout", () => req.destroy());
-    req.on("error", failed);
-    req.end(data);
-  });
 }
 
 async function startCoordinators(

@@ -6,16 +6,21 @@ export interface Answer {
   status: number;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   body: any;
+  /** the x-request-id the coordinator answered with (null without an answer) */
+  requestId: string | null;
+  /** from the call to its answer (or failure) */
+  ms: number;
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 128 });
 
 /** One REST call; a connection failure is status 0. */
 export function call(base: string, method: string, route: string, body?: unknown, timeoutMs = 30_000): Promise<Answer> {
+  const t0 = Date.now();
   const data = body === undefined ? undefined : JSON.stringify(body);
   const url = new URL(route, base);
   return new Promise((resolve) => {
-    const failed = () => resolve({ status: 0, body: null });
+    const failed = () => resolve({ status: 0, body: null, requestId: null, ms: Date.now() - t0 });
     const req = http.request(
       {
         host: url.hostname,
@@ -32,7 +37,13 @@ export function call(base: string, method: string, route: string, body?: unknown
         res.on("error", failed);
         res.on("end", () => {
           const text = Buffer.concat(chunks).toString();
-          resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : null });
+          const requestId = res.headers["x-request-id"];
+          resolve({
+            status: res.statusCode ?? 0,
+            body: text ? JSON.parse(text) : null,
+            requestId: typeof requestId === "string" ? requestId : null,
+            ms: Date.now() - t0,
+          });
         });
       },
     );
