@@ -39,8 +39,8 @@ interface Seen {
   samples: number;
 }
 
-/** Live leases per key and the backends holding the workload's gates, sampled until stopped. */
-function sample(c: pg.Client): { stop(): Promise<Seen> } {
+/** Live leases per key and the backends holding the workload's gates, sampled until stopped (`seen`: so far). */
+function sample(c: pg.Client): { seen: Seen; stop(): Promise<Seen> } {
   let running = true;
   const seen: Seen = { total: 0, byKey: new Map(), gateHolders: 0, samples: 0 };
   const loop = (async () => {
@@ -71,6 +71,7 @@ function sample(c: pg.Client): { stop(): Promise<Seen> } {
   })();
   void loop.catch(() => (running = false));
   return {
+    seen,
     async stop() {
       running = false;
       await loop;
@@ -86,7 +87,7 @@ it("48 claimers on three coordinators: gated claims run side by side while the c
       (await call(bases[0], "PUT", `/workloads/${WORKLOAD}`, { max_leased: CAP, max_leased_per_key: KEY_CAP, lease_seconds: 600 })).status,
     ).toBe(200);
     expect((await call(bases[1], "PUT", `/workloads/${WORKLOAD}/keys/d`, { max_leased: KEYS.d })).status).toBe(200);
-    const PER_KEY = 250;
+    const PER_KEY = 500;
     for (const key of Object.keys(KEYS)) {
       const r = await call(bases[2], "POST", "/jobs", { workload: WORKLOAD, concurrency_key: key, tasks: tasks(PER_KEY) });
       expect(r.status).toBe(201);
@@ -96,11 +97,17 @@ it("48 claimers on three coordinators: gated claims run side by side while the c
     const s = sample(sampler);
     let completed = 0;
     const CHURN = 600;
+    // A gate is held for one statement, and the sampler sees a moment of it: on a loaded machine
+    // 600 completions may pass before a sample lands while two are held. So the churn goes on
+    // until one has, for at most twice as many completions or a minute (then the assertion below
+    // says what was seen), leaving the fill below enough of every key.
+    const until = Date.now() + 60_000;
+    const churning = () => completed < CHURN || (s.seen.gateHolders < 2 && completed < 2 * CHURN && Date.now() < until);
     await Promise.all(
       Array.from({ length: 48 }, async (_, w) => {
         const base = bases[w % bases.length];
         const worker = `churn-${w}`;
-        while (completed < CHURN) {
+        while (churning()) {
           const r = await call(base, "POST", "/tasks/claim", { worker_id: worker, workloads: [WORKLOAD], max_tasks: 1 + (w % 5) });
           if (r.status === 204) continue;
           expect(r.status).toBe(200);
