@@ -1,11 +1,11 @@
 // `leasehold account usage` end to end: the CLI as a child process against a real coordinator
 // process over a migrated database of its own, whose account_usage rows are written here (the
 // rollup that writes them has its own tests).
-import { spawn } from "node:child_process";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { killAll, ROOT, spawnCoordinator } from "../support/process.js";
+import { killAll, spawnCoordinator } from "../support/process.js";
+import { runCli } from "../support/cli.js";
 
 let db: TestDatabase;
 let base: string;
@@ -31,17 +31,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "--url", base, ...args], {
-    cwd: ROOT,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const cli = (args: string[]) => runCli(["--url", base, ...args]);
 
 describe("leasehold account usage", () => {
   it("prints the account's usage per workload, over --from/--to, as a table or JSON", async () => {

@@ -1,12 +1,12 @@
 // `leasehold account put|get|list` end to end: each command runs as a real child process
 // (node --import tsx src/cli/main.ts) against a real coordinator process over a migrated database
 // of its own; and `job create --account` takes the account's priority and quota.
-import { spawn } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { killAll, ROOT, spawnCoordinator } from "../support/process.js";
+import { killAll, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
+import { runCli } from "../support/cli.js";
 
 let db: TestDatabase;
 let base: string;
@@ -22,17 +22,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "--url", base, ...args], {
-    cwd: ROOT,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const cli = (args: string[]) => runCli(["--url", base, ...args]);
 
 describe("leasehold account", () => {
   it("put, get, list, and job create --account", async () => {

@@ -1,13 +1,13 @@
 // `leasehold job create --run-at ... --finalizer-workload ...` as a real child process against a
 // real coordinator: the job is scheduled with its finalizer, `job get` says so, `jobs list
 // --status scheduled` finds it, and a bad --run-at is a usage error (exit 2) that sends nothing.
-import { spawn } from "node:child_process";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { parseRunAt } from "../../src/cli/commands/job.js";
 import { UsageError } from "../../src/cli/errors.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { killAll, ROOT, spawnCoordinator } from "../support/process.js";
+import { killAll, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
+import { runCli } from "../support/cli.js";
 
 let db: TestDatabase;
 let base: string;
@@ -26,14 +26,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "--url", base, ...args], { cwd: ROOT });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const cli = (args: string[]) => runCli(["--url", base, ...args]);
 
 it("parses --run-at as RFC 3339 or +DURATION, and refuses anything else", () => {
   expect(parseRunAt("2030-01-02T03:04:05Z")?.toISOString()).toBe("2030-01-02T03:04:05.000Z");

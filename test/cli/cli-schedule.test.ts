@@ -1,15 +1,15 @@
 // `leasehold schedule put|get|list|delete|pause|resume` end to end: each command runs as a real
 // child process (node --import tsx src/cli/main.ts) against a real coordinator process over a
 // migrated database of its own.
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { killAll, ROOT, spawnCoordinator } from "../support/process.js";
+import { killAll, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
+import { runCli } from "../support/cli.js";
 
 let db: TestDatabase;
 let base: string;
@@ -28,18 +28,7 @@ afterAll(async () => {
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
-function cli(args: string[], stdin = ""): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "--url", base, ...args], {
-    cwd: ROOT,
-    stdio: ["pipe", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-  child.stdin.end(stdin);
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const cli = (args: string[], stdin = "") => runCli(["--url", base, ...args], { stdin });
 
 describe("leasehold schedule", () => {
   it("put (from a file and from stdin), get, list, pause, resume, delete", async () => {

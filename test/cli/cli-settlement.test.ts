@@ -2,13 +2,13 @@
 // child process (node --import tsx src/cli/main.ts) against a real coordinator process over a
 // migrated database of its own. Jobs are made billable by SQL (an account, reserved_units), as
 // CreateJob's billing context is another part of the money path.
-import { spawn } from "node:child_process";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { killAll, ROOT, spawnCoordinator } from "../support/process.js";
+import { killAll, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
+import { runCli } from "../support/cli.js";
 
 let db: TestDatabase;
 let base: string;
@@ -30,18 +30,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "--url", base, ...args], {
-    cwd: ROOT,
-    stdio: ["pipe", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-  child.stdin.end("");
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const cli = (args: string[]) => runCli(["--url", base, ...args]);
 
 async function finalJob(account: string): Promise<string> {
   const created = await restCall(base, "POST", "/jobs", {

@@ -2,15 +2,16 @@
 // openssl) and requires a token: the token from --token-file or LEASEHOLD_TOKEN (never on the
 // command line), the certificate trusted with --ca-file or LEASEHOLD_CA_FILE, a certificate it
 // does not trust named as a TLS problem, and a bad option answered with that command's usage only.
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_VARIABLES } from "../../src/config/index.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { killAll, ROOT, spawnCoordinator } from "../support/process.js";
+import { killAll, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
+import { runCli } from "../support/cli.js";
 
 const TOKEN = "cli-tls-admin-token";
 
@@ -51,19 +52,10 @@ afterAll(async () => {
 });
 
 /** The CLI as a child process, with none of its variables but those in `env`. */
-function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function cli(args: string[], env: Record<string, string> = {}) {
   const childEnv: NodeJS.ProcessEnv = { ...process.env };
   for (const [name] of CLI_VARIABLES) delete childEnv[name];
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], {
-    cwd: ROOT,
-    env: { ...childEnv, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+  return runCli(args, { env: { ...childEnv, ...env } });
 }
 
 describe("the CLI over TLS with a token it does not take on the command line", () => {

@@ -1,0 +1,25 @@
+// The CLI as a user runs it: a child process (node --import tsx src/cli/main.ts) from the
+// repository's root, its output collected until it exits.
+import { spawn } from "node:child_process";
+import { ROOT } from "./process.js";
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the CLI with `args`; `stdin` is written and closed (empty by default), `env` replaces the environment. */
+export function runCli(args: string[], opts: { stdin?: string; env?: NodeJS.ProcessEnv } = {}): Promise<CliRun> {
+  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], {
+    cwd: ROOT,
+    env: opts.env ?? process.env,
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+  child.stdin.end(opts.stdin ?? "");
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
