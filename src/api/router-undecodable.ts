@@ -62,20 +62,16 @@ function frame(flag: number, data: Uint8Array): Uint8Array {
 
 /**
  * A streamed body whose first frame `change` may replace (an error answered before any message is
- * the first frame and the last); the handler has written it already, so reading it waits for nothing.
+ * the first frame and the last). Rewritten as it flows, so nothing here waits for a stream's first
+ * message (a resumed watch on a quiet job may send none for a long time).
  */
-async function withFirstFrame(
-  body: AsyncIterable<Uint8Array>,
-  change: (first: Uint8Array) => Uint8Array | undefined,
-): Promise<AsyncIterable<Uint8Array>> {
-  const it = body[Symbol.asyncIterator]();
-  const first = await it.next();
-  const rest: AsyncIterable<Uint8Array> = { [Symbol.asyncIterator]: () => it };
-  if (first.done) return rest;
-  const head = first.value.length >= 5 ? (change(first.value) ?? first.value) : first.value;
+function withFirstFrame(body: AsyncIterable<Uint8Array>, change: (first: Uint8Array) => Uint8Array | undefined): AsyncIterable<Uint8Array> {
   return (async function* () {
-    yield head;
-    yield* rest;
+    let first = true;
+    for await (const chunk of body) {
+      yield first && chunk.length >= 5 ? (change(chunk) ?? chunk) : chunk;
+      first = false;
+    }
   })();
 }
 
@@ -113,11 +109,11 @@ async function rewrite(req: UniversalServerRequest, method: DescMethod, res: Uni
   if (req.contextValues?.get(requestInfoKey)?.protocol === "rest") return res;
   const type = req.header.get("content-type") ?? "";
   if (type.startsWith("application/grpc-web")) {
-    return isStream(res.body) ? { ...res, body: await withFirstFrame(res.body, (f) => grpcWebFrame(req, method, f)) } : res;
+    return isStream(res.body) ? { ...res, body: withFirstFrame(res.body, (f) => grpcWebFrame(req, method, f)) } : res;
   }
   if (type.startsWith("application/connect+")) {
     return isStream(res.body) && res.status === 200
-      ? { ...res, body: await withFirstFrame(res.body, (f) => connectStreamFrame(req, method, f)) }
+      ? { ...res, body: withFirstFrame(res.body, (f) => connectStreamFrame(req, method, f)) }
       : res;
   }
   if (type.startsWith("application/grpc")) {
