@@ -4,25 +4,15 @@
 // the test keeps a statement in flight, so the calls behind it queue up and go in one batch.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeadlineExceededError, LeaseConflictError, ResultConflictError } from "../../src/queue/errors.js";
-import type { QueueObserver } from "../../src/queue/service.js";
 import type { Task } from "../../src/queue/types.js";
 import { GroupCommit, type Outcome } from "../../src/store/postgres/group-commit.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { holdTable, until, waitingOnLock as waitingOnLockIn } from "../support/lock-hold.js";
-import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
+import { batchRecorder, queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 
 let f: QueueFixture;
 let seq = 0;
-const batches: Array<{ kind: string; size: number }> = [];
-const observer: QueueObserver = {
-  tasksClaimed() {},
-  tasksCompleted() {},
-  taskFailed() {},
-  leasesExpired() {},
-  statementBatched(kind, size) {
-    batches.push({ kind, size });
-  },
-};
+const { observer, batches } = batchRecorder();
 
 beforeAll(async () => {
   f = await queueFixture({ observer, coalescing: { maxBatch: 64 } });

@@ -5,24 +5,16 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeadlineExceededError, ValidationError } from "../../src/queue/errors.js";
-import type { QueueObserver } from "../../src/queue/service.js";
 import type { CreateJobInput, CreateJobResult } from "../../src/queue/types.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { holdTable, until, waitingOnLock as waitingOnLockIn } from "../support/lock-hold.js";
-import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
+import { batchRecorder, queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 
 let f: QueueFixture;
 let seq = 0;
-const batches: number[] = [];
-const observer: QueueObserver = {
-  tasksClaimed() {},
-  tasksCompleted() {},
-  taskFailed() {},
-  leasesExpired() {},
-  statementBatched(kind, size) {
-    if (kind === "create") batches.push(size);
-  },
-};
+const { observer, batches: recorded } = batchRecorder();
+/** The sizes of the CreateJob statements so far. */
+const createBatches = () => recorded.filter((b) => b.kind === "create").map((b) => b.size);
 
 beforeAll(async () => {
   f = await queueFixture({ observer, coalescing: { maxBatch: 64 } });
@@ -64,7 +56,7 @@ function values(outcomes: PromiseSettledResult<CreateJobResult>[]): CreateJobRes
  * behind it in the lane and go in the next statement once the lock is let go.
  */
 async function burst(first: () => Promise<CreateJobResult>, rest: Array<() => Promise<CreateJobResult>>) {
-  const before = batches.length;
+  const before = createBatches().length;
   const settled = await holdJobs(async () => {
     const a = first();
     a.catch(() => {});
@@ -77,7 +69,7 @@ async function burst(first: () => Promise<CreateJobResult>, rest: Array<() => Pr
     return [a, ...others];
   });
   const outcomes = await Promise.allSettled(settled);
-  return { outcomes, batches: batches.slice(before) };
+  return { outcomes, batches: createBatches().slice(before) };
 }
 
 async function taskRows(jobId: string) {

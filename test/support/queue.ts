@@ -1,12 +1,28 @@
 // A real PostgresQueue on a database of its own, for tests that go through the service.
 import { createHash } from "node:crypto";
 import type pg from "pg";
+import type { QueueObserver } from "../../src/queue/service.js";
 import { createPool, PostgresQueue, type StoreOptions } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./db.js";
 import { SWITCHES } from "./switches.js";
 
 export function sha(seed: string | number): string {
   return createHash("sha256").update(String(seed)).digest("hex");
+}
+
+/** An observer that records each coalesced statement's kind and size, in order, and ignores the rest. */
+export function batchRecorder(): { observer: QueueObserver; batches: Array<{ kind: string; size: number }> } {
+  const batches: Array<{ kind: string; size: number }> = [];
+  const observer: QueueObserver = {
+    tasksClaimed() {},
+    tasksCompleted() {},
+    taskFailed() {},
+    leasesExpired() {},
+    statementBatched(kind, size) {
+      batches.push({ kind, size });
+    },
+  };
+  return { observer, batches };
 }
 
 export interface QueueFixture {
