@@ -1,4 +1,4 @@
-// npx tsx bench/enqueue-ab.ts: one 10,000-task CreateJob over REST against the real coordinator and
+// npx tsx bench/enqueue-ab.ts: one 10,000-task (ENQ_TASKS) CreateJob over REST against the real coordinator and
 // PostgreSQL (the bench:peers enqueue measure), as two versions of the code see it, in alternating
 // runs: each run starts that checkout's compiled coordinator (dist/src/main.js, as npm start runs it)
 // on one embedded PostgreSQL, sends ENQ_JOBS jobs one after the other (the first ENQ_WARM unmeasured)
@@ -11,6 +11,7 @@
 //                        git archive <ref> | tar -x -C /tmp/base && ln -s "$PWD/node_modules" /tmp/base/ && (cd /tmp/base && npx tsc -p tsconfig.build.json)
 //   ENQ_B (.)            the other checkout (dist/ is built here first)
 //   ENQ_PAIRS (3)        alternating pairs   ENQ_JOBS (8) jobs per run   ENQ_WARM (2) of them unmeasured
+//   ENQ_TASKS (10000)    tasks per job (1000: the issue's bulk-enqueue size; ENQ_JOBS 100 then)
 //   ENQ_NODE_ARGS        extra node flags for both coordinators (e.g. --cpu-prof --cpu-prof-dir=DIR)
 //   ENQ_SOLO (unset)     1: only B, no baseline      ENQ_STDOUT  append the coordinators' stdout to this file (e.g. with --trace-gc)
 
@@ -29,6 +30,7 @@ const PAIRS = Number(process.env.ENQ_PAIRS ?? 3);
 const JOBS = Number(process.env.ENQ_JOBS ?? 8);
 const WARM = Number(process.env.ENQ_WARM ?? 2);
 const SOLO = process.env.ENQ_SOLO === "1";
+const TASKS = Number(process.env.ENQ_TASKS ?? 10_000);
 const TICK_MS = 1000 / 100; // USER_HZ
 const SHA = createHash("sha256").update("bench").digest("hex");
 
@@ -37,7 +39,7 @@ if (!BASE && !SOLO) throw new Error("ENQ_BASE: a baseline checkout (see the head
 const body = (workload: string) =>
   JSON.stringify({
     workload,
-    tasks: Array.from({ length: 10_000 }, (_, i) => ({ chunk_index: i, input_uri: `s3://peers/${i}`, input_sha256: SHA })),
+    tasks: Array.from({ length: TASKS }, (_, i) => ({ chunk_index: i, input_uri: `s3://peers/${i}`, input_sha256: SHA })),
   });
 
 function procStat(pid: number) {
@@ -110,9 +112,9 @@ async function run(root: string, dbUrl: string, admin: pg.Client): Promise<Sampl
     const res = await client.request({ method: "POST", path: "/jobs", headers: { "content-type": "application/json" }, body: text });
     const answer = await res.body.arrayBuffer();
     const t1 = performance.now();
-    if (res.statusCode !== 201 || answer.byteLength < 4_000_000) throw new Error(`create: ${res.statusCode}`);
+    if (res.statusCode !== 201 || answer.byteLength < TASKS * 400) throw new Error(`create: ${res.statusCode}`);
     // Let the coordinator's work after the answer (log line, GC) land in this job's CPU.
-    await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, TASKS >= 10_000 ? 50 : 5));
     if (i >= WARM) {
       cpuMs += procStat(pid).cpuMs - cpu0;
       pgMs += (await backendsMs()) - pg0;
