@@ -2,7 +2,7 @@
 // and a cheap HTTP/1.1 client for the load generator.
 
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { Pool, type Dispatcher } from "undici";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type Message } from "@bufbuild/protobuf";
@@ -118,11 +118,13 @@ export async function startCoordinator(
     built = true;
   }
   // BENCH_COORDINATOR_NODE_ARGS: node options for the coordinator (e.g. `--cpu-prof --cpu-prof-dir=DIR` to profile it).
+  // BENCH_COORDINATOR_STDOUT: a file its stdout is appended to (e.g. with --trace-gc); else dropped.
+  const stdout = process.env.BENCH_COORDINATOR_STDOUT ? openSync(process.env.BENCH_COORDINATOR_STDOUT, "a") : "ignore";
   const extra = process.env.BENCH_COORDINATOR_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
   const args = script.endsWith(".ts") ? ["--import", "tsx", ...extra, script] : [...startNodeOptions(), ...extra, script];
   const child = spawn(process.execPath, args, {
     env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", ...env },
-    stdio: ["ignore", "ignore", "inherit"],
+    stdio: ["ignore", stdout, "inherit"],
   });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {

@@ -45,6 +45,8 @@ const WARMUP_MS = 1000;
 const PGBOUNCER = process.argv.includes("--pgbouncer") || process.env.PEERS_PGBOUNCER === "1";
 const SHA = createHash("sha256").update("peers").digest("hex");
 const PICKUP_SAMPLES = 40;
+/** 1,000-task jobs per timed bulk enqueue (the issue's measure), one after another. */
+const ENQ_JOBS = 20;
 
 type Rest = ReturnType<typeof restClient>;
 type Grpc = ReturnType<typeof grpcClient>;
@@ -344,6 +346,33 @@ async function round(
       unit: "tasks/s",
     };
     log(`enqueue: leasehold ${fmt(med(lEnq))}, graphile ${fmt(med(gEnq))}, pg-boss ${fmt(med(bEnq))}`);
+    // 1b. Bulk enqueue as the issue that set the target measures it: 1,000-task jobs, ENQ_JOBS of them
+    // one after the other (one submitter), against as many addJobs of 1,000; median of 3, interleaved.
+    const lBulk: number[] = [];
+    const gBulk: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      lBulk.push(
+        await enqueueRate(async () => {
+          for (let j = 0; j < ENQ_JOBS; j++) {
+            const r = await rest("POST", "/jobs", { workload: `enqueue_${n}`, tasks: tasks(1_000) });
+            if (r.status !== 201) throw new Error(`enqueue answered ${r.status}`);
+          }
+        }, ENQ_JOBS * 1_000),
+      );
+      gBulk.push(
+        await enqueueRate(async () => {
+          for (let j = 0; j < ENQ_JOBS; j++)
+            await utils.addJobs(Array.from({ length: 1_000 }, (_, k) => ({ identifier: "enq", payload: { k } })));
+        }, ENQ_JOBS * 1_000),
+      );
+    }
+    rows["enqueue 1,000-task jobs, one after another, vs addJobs"] = {
+      leasehold: med(lBulk),
+      peer: med(gBulk),
+      peerName: "graphile-worker addJobs of 1,000",
+      unit: "tasks/s",
+    };
+    log(`enqueue 1,000-task jobs: leasehold ${fmt(med(lBulk))}, graphile ${fmt(med(gBulk))}`);
     // Clear the peers' enqueued rows so the claim runs start from the same state as Leasehold's.
     await withClient(ctx.gwUrl, (c) => c.query(`DELETE FROM ${gwSchema}._private_jobs`));
     await boss.deleteQueue(bossQueue).catch(() => {});
