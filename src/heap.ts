@@ -16,15 +16,15 @@
 // same CPU per task; scavenges come twice as often and each has half as much to look at.
 //
 // The 30% cap alone made full collections far too frequent where the live heap is smallest: with
-// ~20 MB live, V8 collected every ~6 MB promoted, about five times a second under a stream of
-// 1,000-task CreateJobs, each 5–11 ms plus incremental marking (--trace-gc). `npm start` therefore
-// also passes --initial-old-space-size=48 (MB), a floor under the limit the cap computes: the old
-// generation may reach 48 MB before a full collection, whatever is live. Measured on the compiled
-// coordinator: a 1,000-task CreateJob 17–19 → 13.4–15.3 ms of coordinator CPU (`bench/enqueue-ab.ts`,
-// ENQ_TASKS=1000), and under `bench:peers` (two runs each way) the coordinator's CPU per single task
-// 0.27–0.29 → 0.24–0.25 ms, per two-call task 0.50–0.59 → 0.41–0.43 ms, per batched task
-// 0.11–0.15 → 0.11–0.12 ms, at a peak RSS of 130 MB against 121–122. A floor of 64 MB saved a little
-// more CPU (12.9 ms a CreateJob) for a peak of 148–152 MB.
+// ~20 MB live, V8 collected every ~6 MB promoted, 16 times in 100 one-after-another 1,000-task
+// CreateJobs, each 6–11 ms plus incremental marking (--trace-gc). `npm start` therefore also passes
+// --initial-old-space-size=48 (MB), a floor under the limit the cap computes: the old generation
+// may reach 48 MB before a full collection, whatever is live (6 full collections in those 100
+// CreateJobs). Measured on the compiled coordinator: a 1,000-task CreateJob 22.0 → 17.8 ms of
+// coordinator CPU (`bench/enqueue-ab.ts`, ENQ_TASKS=1000, 3 alternating pairs); under `bench:peers`
+// (two runs each way) the coordinator's CPU per single task 0.27–0.29 → 0.24–0.25 ms, per two-call
+// task 0.50–0.59 → 0.41–0.43 ms, per batched task 0.11–0.15 → 0.11–0.12 ms, at a peak RSS of 130 MB
+// against 121–122. A floor of 64 MB saved a little more CPU for a peak of 148–152 MB.
 import v8 from "node:v8";
 
 export const HEAP_GROWING_PERCENT = 30;
