@@ -58,8 +58,8 @@ export interface Config {
   directUnary: boolean;
   /** CLAIM_HINTS: claims start their scan at a hint (src/store/postgres/claim-hints.ts); false: from the front. */
   claimHints: boolean;
-  /** COALESCE, COALESCE_MAX_BATCH: coalescing's batch size; false: off. */
-  coalescing: { maxBatch: number } | false;
+  /** COALESCE, COALESCE_MAX_BATCH, COALESCE_MIX: coalescing's batch size and whether results ride with claims; false: off. */
+  coalescing: { maxBatch: number; mixResults: boolean } | false;
   /** HORIZON_WARN_AFTER_MS: how long the MVCC horizon may be held back before the warning and the /readyz note. */
   horizonWarnAfterMs: number;
 }
@@ -165,6 +165,11 @@ export const CONFIG_VARIABLES = [
   ],
   ["COALESCE_MAX_BATCH", "64", "most calls in one coalesced statement"],
   [
+    "COALESCE_MIX",
+    "true",
+    "result reports without `claim_next` that arrive while a claim statement runs go with the next claim statement (one statement in flight for workers that claim, then report); `false`: results and claims each have their own statements",
+  ],
+  [
     "CLAIM_HINTS",
     "true",
     "claims start their index scan past the pending tasks already claimed (so a long transaction elsewhere does not make each claim walk what VACUUM cannot remove yet); `false`: every claim scans from the front",
@@ -246,15 +251,19 @@ export function parseClaimHints(env: Env): boolean {
 }
 
 /**
- * COALESCE (true unless set to false) and COALESCE_MAX_BATCH (calls per statement, default 64).
+ * COALESCE (true unless set to false), COALESCE_MAX_BATCH (calls per statement, default 64) and
+ * COALESCE_MIX (true unless set to false).
  * Exported for the test support, which builds stores in process and reads the same switch with the
  * same rule (test/support/switches.ts).
  */
-export function parseCoalescing(env: Env): { maxBatch: number } | false {
+export function parseCoalescing(env: Env): { maxBatch: number; mixResults: boolean } | false {
   const raw = (env.COALESCE ?? "").trim().toLowerCase();
   if (raw === "false") return false;
   if (raw !== "" && raw !== "true") throw new ConfigError("COALESCE", `must be true or false, got ${JSON.stringify(env.COALESCE)}`);
-  return { maxBatch: int(env, "COALESCE_MAX_BATCH", 64, 1, 1000) };
+  const mix = (env.COALESCE_MIX ?? "").trim().toLowerCase();
+  if (mix !== "" && mix !== "true" && mix !== "false")
+    throw new ConfigError("COALESCE_MIX", `must be true or false, got ${JSON.stringify(env.COALESCE_MIX)}`);
+  return { maxBatch: int(env, "COALESCE_MAX_BATCH", 64, 1, 1000), mixResults: mix !== "false" };
 }
 
 /** The same rule as a request's worker_id: printable ASCII, no spaces here (the line is space separated). */

@@ -126,7 +126,7 @@ export interface QueueObserver {
   leasesExpired(count: number): void;
   /** A claim of a flow-controlled workload leased nothing because of its cap (or a key's) or its rate limit. */
   claimRefused?(workload: string, by: "cap" | "rate"): void;
-  /** A coalesced statement ran for `size` calls of one kind (claim, complete_and_claim, complete, renew, fail). */
+  /** A coalesced statement ran for `size` calls of one kind (claim, complete_and_claim, complete, complete_then_claim, renew, fail, create). */
   statementBatched?(kind: string, size: number): void;
   /** A schedule's ticks: fired (a job created) or skipped (overlap, catch_up, or a template CreateJob refused: failed). */
   scheduleTicks?(schedule: string, outcome: "fired" | "overlap" | "catch_up" | "failed", count: number): void;

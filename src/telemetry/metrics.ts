@@ -147,7 +147,7 @@ export class Metrics implements ApiMetrics, HorizonSink {
     });
     const batchSize = new Histogram({
       name: "leasehold_coalesced_batch_size",
-      help: 'Calls answered by one coalesced statement, by kind ("claim", "complete_and_claim", "complete", "renew", "fail"); 1: the lane was idle and the call ran at once.',
+      help: 'Calls answered by one coalesced statement, by kind ("claim", "complete_and_claim", "complete", "complete_then_claim", "renew", "fail", "create"); 1: the lane was idle and the call ran at once.',
       labelNames: ["kind"] as const,
       buckets: [1, 2, 4, 8, 16, 32, 64, 128],
       registers: [registry],

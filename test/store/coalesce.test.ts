@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeadlineExceededError, LeaseConflictError, ResultConflictError } from "../../src/queue/errors.js";
 import type { Task } from "../../src/queue/types.js";
-import { GroupCommit, type Outcome } from "../../src/store/postgres/group-commit.js";
+import { GroupCommit, RIDERS_KEY, type Outcome } from "../../src/store/postgres/group-commit.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { holdTable, until, waitingOnLock as waitingOnLockIn } from "../support/lock-hold.js";
 import { batchRecorder, queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
@@ -335,6 +335,93 @@ describe("results", () => {
   });
 });
 
+describe("results riding with claims (COALESCE_MIX)", () => {
+  const result = (t: Task, over: Partial<{ attempt: number }> = {}) => ({
+    taskId: t.id,
+    workerId: t.leaseOwner!,
+    attempt: t.attempt,
+    resultUri: `s3://out/${t.id}`,
+    resultSha256: sha(t.id),
+    ...over,
+  });
+
+  /** Four leased tasks; then, behind a claim held on the lock, their results (one stale) and three more claims. */
+  async function claimThenResults(queue: PostgresQueue, recorded = batches) {
+    const w = await workload();
+    await enqueue(w, 10);
+    const leased: Task[] = [];
+    for (let i = 0; i < 4; i++) leased.push(...(await queue.claimTasks({ workerId: `x${i}`, workloads: [w] })));
+    recorded.length = 0;
+    const settle = <T>(p: Promise<T>) =>
+      p.then(
+        (v): Outcome<T> => ({ value: v }),
+        (error: unknown): Outcome<T> => ({ error }),
+      );
+    const { first, results, claims } = await holdTasks(async () => {
+      const first = queue.claimTasks({ workerId: "y0", workloads: [w] });
+      await until(async () => (await waitingOnLock()) >= 1, "the first claim to wait on the lock");
+      const results = leased.map((t, i) => settle(queue.completeTask(i === 1 ? result(t, { attempt: t.attempt + 1 }) : result(t))));
+      const claims = [1, 2, 3].map((i) => queue.claimTasks({ workerId: `y${i}`, workloads: [w] }));
+      return { first, results, claims };
+    });
+    return { w, leased, first: await first, results: await Promise.all(results), claims: await Promise.all(claims) };
+  }
+
+  it("results that arrive while a claim statement runs go with the next claim statement, each answered as alone", async () => {
+    const { w, leased, first, results, claims } = await claimThenResults(f.queue);
+    // The first claim alone on an idle lane; the four results and three claims behind it in one statement.
+    expect(batches).toEqual([
+      { kind: "claim", size: 1 },
+      { kind: "complete_then_claim", size: 7 },
+    ]);
+    expect(first).toHaveLength(1);
+    expect(results.map((r) => ("value" in r ? r.value.status : r.error))).toEqual([
+      "completed",
+      expect.any(LeaseConflictError),
+      "completed",
+      "completed",
+    ]);
+    const rows = new Map((await leaseRows(w)).map((r) => [r.id, r]));
+    expect(rows.get(leased[0].id)).toMatchObject({ status: "completed", result_uri: `s3://out/${leased[0].id}` });
+    expect(rows.get(leased[1].id)).toMatchObject({ status: "leased", result_uri: null });
+    claims.forEach((tasks, i) => {
+      expect(tasks).toHaveLength(1);
+      expect(rows.get(tasks[0].id)).toMatchObject({ status: "leased", lease_owner: `y${i + 1}`, attempt: 1 });
+    });
+    expect(new Set([first[0].id, ...claims.map((t) => t[0].id)]).size).toBe(4);
+    // Each completion and each lease wrote its one event.
+    const { rows: events } = await f.pool.query(
+      `SELECT e.status::text, count(*)::int AS n FROM task_events e JOIN tasks t ON t.id = e.task_id
+       WHERE t.workload = $1 AND e.kind = 'task_status' GROUP BY e.status ORDER BY e.status::text`,
+      [w],
+    );
+    expect(events).toEqual([
+      { status: "completed", n: 3 },
+      { status: "leased", n: 8 },
+    ]);
+  });
+
+  it("with COALESCE_MIX=false the same calls take a statement per kind, with the same answers", async () => {
+    const recorder = batchRecorder();
+    const unmixed = new PostgresQueue(f.newPool(), {
+      ...TEST_STORE_OPTIONS,
+      observer: recorder.observer,
+      coalescing: { maxBatch: 64, mixResults: false },
+    });
+    try {
+      const { first, results, claims } = await claimThenResults(unmixed, recorder.batches);
+      // Each kind keeps a statement of its own in flight: the first result runs at once beside the held claim.
+      expect(recorder.batches.filter((b) => b.kind === "claim").map((b) => b.size)).toEqual([1, 3]);
+      expect(recorder.batches.filter((b) => b.kind === "complete").map((b) => b.size)).toEqual([1, 3]);
+      expect(first).toHaveLength(1);
+      expect(results.map((r) => "value" in r)).toEqual([true, false, true, true]);
+      expect(claims.map((c) => c.length)).toEqual([1, 1, 1]);
+    } finally {
+      unmixed.stopTimers();
+    }
+  });
+});
+
 describe("group commit", () => {
   it("keeps conflicting items and items past maxBatch for the next statement, in arrival order", async () => {
     const seen: number[][] = [];
@@ -355,5 +442,30 @@ describe("group commit", () => {
     release();
     expect(await Promise.all(all)).toEqual([10, 20, 1020, 30, 40, 50]);
     expect(seen).toEqual([[1], [2, 3, 4], [102, 5]]);
+  });
+
+  it("riders run alone when no lane is busy, and otherwise go with a busy lane's next statement", async () => {
+    const seen: Array<[string, number[]]> = [];
+    let release: () => void = () => {};
+    const gate = new Promise<void>((r) => (release = r));
+    const gc = new GroupCommit<number, number>(
+      {
+        async run(key, items) {
+          seen.push([key, items]);
+          if (key === "k" && seen.length === 2) await gate;
+          return items.map((i) => ({ value: i * 10 }));
+        },
+      },
+      { maxBatch: 64 },
+    );
+    expect(await gc.submitRider(1)).toBe(10);
+    const all = [gc.submit("k", 2), gc.submitRider(3), gc.submit("k", 4), gc.submitRider(5)];
+    release();
+    expect(await Promise.all(all)).toEqual([20, 30, 40, 50]);
+    expect(seen).toEqual([
+      [RIDERS_KEY, [1]],
+      ["k", [2]],
+      ["k", [4, 3, 5]],
+    ]);
   });
 });

@@ -10,21 +10,23 @@ describe("test switches", () => {
     const project = task.file.projectName;
     expect(["direct", "router", "one-statement-per-call"]).toContain(project);
     expect(SWITCHES.directUnary).toBe(project !== "router");
-    expect(SWITCHES.coalescing).toEqual(project === "one-statement-per-call" ? false : { maxBatch: 64 });
+    expect(SWITCHES.coalescing).toEqual(project === "one-statement-per-call" ? false : { maxBatch: 64, mixResults: project !== "router" });
     expect(TEST_STORE_OPTIONS.coalescing).toEqual(SWITCHES.coalescing);
     expect(SWITCHES.claimHints).toBe(project !== "one-statement-per-call");
     expect(TEST_STORE_OPTIONS.claimHints).toBe(SWITCHES.claimHints);
   });
 
   it("are read with the configuration's rule", () => {
-    expect(testSwitches({})).toEqual({ directUnary: true, coalescing: { maxBatch: 64 }, claimHints: true });
+    expect(testSwitches({})).toEqual({ directUnary: true, coalescing: { maxBatch: 64, mixResults: true }, claimHints: true });
     expect(testSwitches({ DIRECT_UNARY: "false", COALESCE: "false", CLAIM_HINTS: "false" })).toEqual({
       directUnary: false,
       coalescing: false,
       claimHints: false,
     });
     expect(() => testSwitches({ CLAIM_HINTS: "no" })).toThrow(/^CLAIM_HINTS: /);
-    expect(testSwitches({ COALESCE_MAX_BATCH: "8" }).coalescing).toEqual({ maxBatch: 8 });
+    expect(testSwitches({ COALESCE_MAX_BATCH: "8" }).coalescing).toEqual({ maxBatch: 8, mixResults: true });
+    expect(testSwitches({ COALESCE_MIX: "false" }).coalescing).toEqual({ maxBatch: 64, mixResults: false });
+    expect(() => testSwitches({ COALESCE_MIX: "no" })).toThrow(/^COALESCE_MIX: /);
     expect(() => testSwitches({ DIRECT_UNARY: "off" })).toThrow(/^DIRECT_UNARY: /);
   });
 });

@@ -1,4 +1,4 @@
-// The switches vitest.config.ts sets per project (DIRECT_UNARY=false for `router`,
+// The switches vitest.config.ts sets per project (DIRECT_UNARY=false and COALESCE_MIX=false for `router`,
 // COALESCE=false and CLAIM_HINTS=false for `one-statement-per-call`), read by the configuration's own parsers so a
 // test's store and server follow them with the coordinator's rule. The store and the server
 // read no environment themselves: every test passes these to them.
@@ -8,7 +8,7 @@ export interface TestSwitches {
   /** pass as createApiServer's directUnary */
   directUnary: boolean;
   /** pass as PostgresQueue's coalescing */
-  coalescing: { maxBatch: number } | false;
+  coalescing: { maxBatch: number; mixResults: boolean } | false;
   /** pass as PostgresQueue's claimHints */
   claimHints: boolean;
 }

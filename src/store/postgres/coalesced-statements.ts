@@ -4,6 +4,7 @@
 
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
 import { claimCtes, claimedEventRows, claimedEventRowsBesideUsage, createdUs, pickupSeconds } from "./claim.js";
+import { batchCompletedEvents, completeMany } from "./complete.js";
 import {
   completedUsageEventRows,
   failedEvents,
@@ -115,6 +116,47 @@ UNION ALL
 SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0, NULL, false, ${createdUs("claimed")} FROM claimed`;
 
 /*
+ * Results without claim_next and claims of other callers, in one statement: what arrived while a
+ * claim lane was busy (group-commit.ts, riders). The results are COMPLETE_TASKS' (each fenced on
+ * its own; one refused is left alone and explained by its caller afterwards); the claims are
+ * COALESCED_CLAIM's (same workloads, labels and lease length, slots laid out caller by caller).
+ * The claim does not wait on the results, which are other callers': as in COMPLETE_TASKS_AND_CLAIM
+ * the two updates never meet one row (a completion needs a live lease, which neither claim arm
+ * takes). Rows: part 0 the completed tasks (recheck_job: jobs no claim of this statement gave
+ * work), part 1 the claimed ones with their caller and rn (claim order), or one row of nulls when
+ * there are neither; each with the requested workloads that are flow-controlled. The wake-ups
+ * (`watched`, `freed`) are counted once, in that first subquery, so they run whichever parts have rows.
+ * $1 results (jsonb recordset), $2 their task ids, $3 workloads, $4 slot owners (text[]),
+ * $5 slot callers (int[]), $6 lease seconds, $7 labels, $8 hints.
+ */
+const COALESCED_COMPLETE_THEN_CLAIM_TEXT = `
+WITH ${completeMany}, ${claimCtes(
+  { workloads: "$3", limit: "cardinality($4::text[])", worker: "NULL", leaseSeconds: "$6", labels: "$7", hints: "$8" },
+  "true",
+  {
+    owner: (rn) => `($4::text[])[${rn}]`,
+    owners: "$4::text[]",
+  },
+)},
+${statusEventsWithUsage(batchCompletedEvents, claimedEventRowsBesideUsage)},
+watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+), ${freedSlotsNotify("done")}, ${mayBeDoneJobs("done", "claimed")}
+SELECT u.*, f.notified, f.flow_workloads
+FROM (
+  SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads,
+    (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
+) f
+LEFT JOIN (
+  SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
+    ${mayBeDone("done")} AS recheck_job, NULL AS created_us
+  FROM done
+  UNION ALL
+  SELECT 1, ($5::int[])[claimed.rn], claimed.*, ${pickupSeconds}, false, ${createdUs("claimed")} FROM claimed
+) u ON true`;
+
+/*
  * Lease renewals of several workers: RENEW_LEASE per item. $1 items (jsonb recordset), $2 their task ids.
  */
 const COALESCED_RENEW_TEXT = `
@@ -179,6 +221,21 @@ export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<
   p.items,
   p.taskIds,
   p.workloads,
+  p.leaseSeconds,
+  p.labels,
+  p.hints,
+]);
+/** A row of COALESCED_COMPLETE_THEN_CLAIM: `part` null on the row of nulls. */
+export type CompleteThenClaimRow = CoalescedClaimRow & { part: number | null; recheck_job: boolean | null } & FlowWorkloads;
+export const COALESCED_COMPLETE_THEN_CLAIM = defineQuery<
+  ClaimShape & { results: string; taskIds: string[]; owners: string[]; callers: number[] },
+  CompleteThenClaimRow
+>("leasehold_coalesced_complete_then_claim", COALESCED_COMPLETE_THEN_CLAIM_TEXT, (p) => [
+  p.results,
+  p.taskIds,
+  p.workloads,
+  p.owners,
+  p.callers,
   p.leaseSeconds,
   p.labels,
   p.hints,

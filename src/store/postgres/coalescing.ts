@@ -9,6 +9,11 @@
 // the fences are per item, a refused item is explained alone, and a batch never fails because one
 // item is stale. Claims of flow-controlled workloads coalesce too: leasehold_flow_claim is called
 // once for the batch's slots, so a cap, rate or fair share is counted over all of its callers.
+//
+// Results without claim_next ride with claims (COALESCE_MIX, on by default): a result that arrives
+// while a claim statement is in flight goes with the next one (COALESCED_COMPLETE_THEN_CLAIM), so
+// workers that claim and then report in two calls keep one statement in flight, not two. Measured
+// in the log (docs/performance-log.md, "results ride with claims").
 
 import type pg from "pg";
 import { leaseConflict } from "../../queue/fencing.js";
@@ -19,12 +24,13 @@ import { createJobs } from "./coalesced-create.js";
 import {
   COALESCED_CLAIM,
   COALESCED_COMPLETE_AND_CLAIM,
+  COALESCED_COMPLETE_THEN_CLAIM,
   COALESCED_FAIL,
   COALESCED_RENEW,
   GIVE_BACK,
   type CoalescedClaimRow,
 } from "./coalesced-statements.js";
-import { completeBatchWith, refusedOrLate } from "./complete.js";
+import { batchOutcomes, completeBatchWith, refusedOrLate, type CompletedRow } from "./complete.js";
 import type { CoalescedCalls, CoalescingOptions, StoreContext } from "./context.js";
 import { toQueueError, withClient } from "./db.js";
 import { explainRefusal } from "./flow-control.js";
@@ -36,11 +42,14 @@ import { toTask, type TaskRow } from "./rows.js";
 import { FINISH_JOBS, settleJob } from "./settle.js";
 
 /** The kinds of coalesced statements, as the batch-size metric names them. */
-export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "renew" | "fail" | "create";
+export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "complete_then_claim" | "renew" | "fail" | "create";
 
 interface ClaimItem {
   claim: NormalizedClaim;
 }
+/** A call of the mixed lanes (COALESCE_MIX): a claim, or a result riding with claims. */
+type WorkItem = { claim: NormalizedClaim; done?: undefined } | { done: CompleteTaskInput; claim?: undefined };
+type WorkValue = ClaimOutcome | Task;
 interface ResultClaimItem {
   done: CompleteTaskInput;
   claim: NormalizedClaim;
@@ -53,6 +62,8 @@ export class Coalescer implements CoalescedCalls {
   private readonly renewals: GroupCommit<RenewLeaseInput, Task>;
   private readonly failures: GroupCommit<NormalizedFail, Task>;
   private readonly creates: GroupCommit<PreparedJob, WriteOutcome>;
+  /** Claims and results in one group commit, results as riders (COALESCE_MIX); undefined: two lanes, as above. */
+  private readonly work: GroupCommit<WorkItem, WorkValue> | undefined;
 
   constructor(
     private readonly ctx: StoreContext,
@@ -102,9 +113,23 @@ export class Coalescer implements CoalescedCalls {
       options,
     );
     this.creates = new GroupCommit({ run: (_key, items, signal) => createJobs(ctx, items, signal), batched: batched("create") }, options);
+    this.work =
+      options.mixResults !== false
+        ? new GroupCommit<WorkItem, WorkValue>(
+            {
+              run: (_key, items, signal) => this.runWork(items, signal),
+              conflict: (a, b) => a.done !== undefined && b.done !== undefined && a.done.taskId === b.done.taskId,
+              abandon: (item, value) => {
+                if (item.claim) this.giveBack((value as ClaimOutcome).tasks);
+              },
+            },
+            options,
+          )
+        : undefined;
   }
 
   claim(claim: NormalizedClaim, signal?: AbortSignal): Promise<ClaimOutcome> {
+    if (this.work) return this.work.submit(claimKey(claim), { claim }, signal) as Promise<ClaimOutcome>;
     return this.claims.submit(claimKey(claim), { claim }, signal);
   }
 
@@ -113,6 +138,7 @@ export class Coalescer implements CoalescedCalls {
   }
 
   complete(done: CompleteTaskInput, signal?: AbortSignal): Promise<Task> {
+    if (this.work) return this.work.submitRider({ done }, signal) as Promise<Task>;
     return this.results.submit("", done, signal);
   }
 
@@ -131,26 +157,88 @@ export class Coalescer implements CoalescedCalls {
   private runClaims(items: ClaimItem[], signal: AbortSignal): Promise<Outcome<ClaimOutcome>[]> {
     const ctx = this.ctx;
     const first = items[0].claim;
-    const owners: string[] = [];
-    const callers: number[] = [];
-    items.forEach(({ claim }, i) => {
-      for (let k = 0; k < claim.maxTasks; k++) {
-        owners.push(claim.workerId);
-        callers.push(i);
-      }
-    });
+    const { owners, callers } = slots(items);
     return withClient(ctx.pool, signal, async (c) => {
       const hinted = ctx.claimHints.begin(first.workloads, first.labels);
       const rows = await COALESCED_CLAIM.run(c, { ...shape(first), hints: hinted.json, owners, callers });
-      const taken = rows.filter((r): r is CoalescedClaimRow & { flow_workloads: string[] | null } => r.id !== null);
-      hinted.learn(taken, taken.length < owners.length);
-      await ctx.flow.sightings.seen(c, first.workloads, first.labels);
-      const per = byCaller(items.length, taken);
-      // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
-      if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
-      const answers = per.map((r) => claimed(ctx, r));
-      const retryAfterMs = await this.explainEmpty(c, rows[0]?.flow_workloads, items, answers);
-      return answers.map((tasks) => ({ value: tasks.length === 0 && retryAfterMs !== undefined ? { tasks, retryAfterMs } : { tasks } }));
+      return this.answerClaims(c, items, rows, hinted, owners.length);
+    });
+  }
+
+  /** Each claim's answer from the rows its statement leased (null ids: a row of nulls), as CLAIM_TASKS' caller gives it. */
+  private async answerClaims(
+    c: pg.PoolClient,
+    items: ClaimItem[],
+    rows: Array<(CoalescedClaimRow | { [K in keyof CoalescedClaimRow]: null }) & { flow_workloads: string[] | null }>,
+    hinted: ReturnType<StoreContext["claimHints"]["begin"]>,
+    slotCount: number,
+  ): Promise<Outcome<ClaimOutcome>[]> {
+    const ctx = this.ctx;
+    const first = items[0].claim;
+    const taken = rows.filter((r): r is CoalescedClaimRow & { flow_workloads: string[] | null } => r.id !== null);
+    hinted.learn(taken, taken.length < slotCount);
+    await ctx.flow.sightings.seen(c, first.workloads, first.labels);
+    const per = byCaller(items.length, taken);
+    // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
+    if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
+    const answers = per.map((r) => claimed(ctx, r));
+    const retryAfterMs = await this.explainEmpty(c, rows[0]?.flow_workloads, items, answers);
+    return answers.map((tasks) => ({ value: tasks.length === 0 && retryAfterMs !== undefined ? { tasks, retryAfterMs } : { tasks } }));
+  }
+
+  /**
+   * A statement of the mixed lanes: claims alone (COALESCED_CLAIM), results alone (COMPLETE_TASKS),
+   * or both (COALESCED_COMPLETE_THEN_CLAIM). Each kind's answers are made as its own statement's
+   * caller makes them, and a failure while making one kind's answers is that kind's alone: the
+   * other's work has committed.
+   */
+  private async runWork(items: WorkItem[], signal: AbortSignal): Promise<Outcome<WorkValue>[]> {
+    const observer = this.ctx.options.observer;
+    const claims: ClaimItem[] = [];
+    const results: CompleteTaskInput[] = [];
+    for (const it of items) {
+      if (it.claim) claims.push({ claim: it.claim });
+      else results.push(it.done);
+    }
+    if (claims.length === 0) {
+      observer?.statementBatched?.("complete", results.length);
+      return this.runResults(results, signal);
+    }
+    if (results.length === 0) {
+      observer?.statementBatched?.("claim", claims.length);
+      return this.runClaims(claims, signal);
+    }
+    observer?.statementBatched?.("complete_then_claim", items.length);
+    const ctx = this.ctx;
+    const first = claims[0].claim;
+    const { owners, callers } = slots(claims);
+    return withClient(ctx.pool, signal, async (c) => {
+      const hinted = ctx.claimHints.begin(first.workloads, first.labels);
+      const rows = await COALESCED_COMPLETE_THEN_CLAIM.run(c, {
+        ...shape(first),
+        hints: hinted.json,
+        owners,
+        callers,
+        results: JSON.stringify(results.map(resultRecord)),
+        taskIds: results.map((r) => r.taskId),
+      });
+      const claimRows = rows.filter((r) => r.part === 1);
+      const claimAnswers = await each(claims.length, () =>
+        this.answerClaims(
+          c,
+          claims,
+          claimRows.length > 0 ? claimRows : [{ ...NULL_CLAIM_ROW, flow_workloads: rows[0].flow_workloads }],
+          hinted,
+          owners.length,
+        ),
+      );
+      const doneRows = rows.filter((r): r is typeof r & CompletedRow => r.part === 0);
+      const resultAnswers = await each(results.length, async () =>
+        (await batchOutcomes(ctx, c, results, doneRows)).map((o): Outcome<Task> => (o.task ? { value: o.task } : { error: o.error })),
+      );
+      let nextClaim = 0;
+      let nextResult = 0;
+      return items.map((it) => (it.claim ? claimAnswers[nextClaim++] : resultAnswers[nextResult++]));
     });
   }
 
@@ -288,6 +376,31 @@ export class Coalescer implements CoalescedCalls {
     const payload = JSON.stringify(tasks.map((t) => ({ task_id: t.id, worker_id: t.leaseOwner, attempt: t.attempt })));
     // Best effort: a task not given back is reclaimed when its lease expires.
     GIVE_BACK.run(this.ctx.pool, { items: payload, taskIds: tasks.map((t) => t.id) }).catch(() => {});
+  }
+}
+
+/** A batch's claim slots: as many per claim as it asked for, laid out caller by caller. */
+function slots(items: ClaimItem[]): { owners: string[]; callers: number[] } {
+  const owners: string[] = [];
+  const callers: number[] = [];
+  items.forEach(({ claim }, i) => {
+    for (let k = 0; k < claim.maxTasks; k++) {
+      owners.push(claim.workerId);
+      callers.push(i);
+    }
+  });
+  return { owners, callers };
+}
+
+/** The row of nulls a claim statement answers when it leased nothing (answerClaims reads its flow_workloads). */
+const NULL_CLAIM_ROW = { id: null } as { [K in keyof CoalescedClaimRow]: null };
+
+/** `count` outcomes from `fn`, or its error as each one's. */
+async function each<T>(count: number, fn: () => Promise<Outcome<T>[]>): Promise<Outcome<T>[]> {
+  try {
+    return await fn();
+  } catch (err) {
+    return Array.from({ length: count }, () => ({ error: err }));
   }
 }
 

@@ -109,7 +109,8 @@ export const COMPLETE_TASK_AND_CLAIM = completeAndClaimStatement(CLAIM_ORDER);
  */
 export const COMPLETE_TASK_AND_CLAIM_ONE = completeAndClaimStatement("");
 
-const completeMany = `done AS (
+/** COMPLETE_TASKS' completion: `done`, the rows of results $1 (jsonb recordset) with task ids $2 that held a live lease. */
+export const completeMany = `done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
       usage = ${usageSum("t.usage", "b.usage")},
@@ -120,7 +121,7 @@ const completeMany = `done AS (
   RETURNING t.*
 )`;
 /** A batch's completed rows' events, each with its result's usage from the recordset ($1). */
-const batchCompletedEvents = completedUsageEventRows(
+export const batchCompletedEvents = completedUsageEventRows(
   "done",
   "r.usage",
   " JOIN jsonb_to_recordset($1::jsonb) AS r(task_id uuid, usage jsonb) ON r.task_id = d.id",
@@ -179,7 +180,7 @@ interface NextParams {
   /** jsonb text (claim-hints.ts) */
   hints: string;
 }
-type CompletedRow = TaskRow & { recheck_job: boolean };
+export type CompletedRow = TaskRow & { recheck_job: boolean };
 /** Rows of a statement that completes and claims: part 0 the completed task(s), part 1 the claimed. */
 type PartRow = ClaimedRow & { part: number; recheck_job: boolean };
 const nextValues = (p: NextParams) => [p.workloads, p.maxTasks, p.claimWorkerId, p.leaseSeconds, p.labels, p.hints];
@@ -327,7 +328,7 @@ export async function completeBatchWith(ctx: StoreContext, c: pg.PoolClient, bat
  * refusals. The jobs the statement saw with no pending task left (recheck_job) are finished if
  * done, now that it has committed.
  */
-async function batchOutcomes(
+export async function batchOutcomes(
   ctx: StoreContext,
   c: pg.PoolClient,
   batch: CompleteTaskInput[],

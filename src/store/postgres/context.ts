@@ -66,6 +66,8 @@ export interface JobEventWakes {
 /** Coalescing's setting: at most this many calls of one kind share a statement; the rest wait for the next. */
 export interface CoalescingOptions {
   maxBatch: number;
+  /** Results without claim_next ride with claims' statements (COALESCE_MIX; unset: true); false: each kind its own statements. */
+  mixResults?: boolean;
 }
 
 /** The single-task calls that coalescing (coalescing.ts) runs together, as the operation files call them. */

@@ -2,6 +2,11 @@
 // kind is in flight wait in a lane, and when it returns they all go in the next statement. An idle
 // lane runs a call at once (no timer), so a lone worker pays nothing; a busy one gets batches as
 // large as its arrival rate makes them. This file knows nothing of SQL: `run` does the statement.
+//
+// Riders (submitRider) are items that fit any lane's statement: the next statement of whichever
+// lane is busy takes them along, and they get a lane of their own only when none is busy. So two
+// kinds that would otherwise each keep a statement in flight (results, which any claim statement
+// can carry, and claims) share one, and PostgreSQL pays one statement's fixed cost for both.
 
 import { DeadlineExceededError } from "../../queue/errors.js";
 
@@ -42,8 +47,13 @@ interface Lane<I, O> {
   busy: boolean;
 }
 
+/** The lane riders run in when no other lane is busy to take them. */
+const RIDERS = "\u0000riders";
+
 export class GroupCommit<I, O> {
   private readonly lanes = new Map<string, Lane<I, O>>();
+  /** Riders waiting for a statement; kept apart from the map so no keyed lane is confused with them. */
+  private readonly riders: Lane<I, O> = { waiting: [], busy: false };
 
   constructor(
     private readonly hooks: GroupCommitHooks<I, O>,
@@ -55,13 +65,29 @@ export class GroupCommit<I, O> {
    * deadline passes while its item still waits is answered DEADLINE_EXCEEDED and its item never runs.
    */
   submit(key: string, item: I, signal?: AbortSignal): Promise<O> {
-    if (signal?.aborted) return Promise.reject(waitedTooLong());
     let lane = this.lanes.get(key);
     if (!lane) {
       lane = { waiting: [], busy: false };
       this.lanes.set(key, lane);
     }
     const l = lane;
+    return this.enqueue(l, item, signal, () => {
+      if (!l.busy) this.start(key, l);
+    });
+  }
+
+  /**
+   * An item any lane's statement may carry: it goes with the next statement of a busy lane, or, when
+   * no lane is busy, runs at once in a lane of riders. `run` is then called with the key RIDERS_KEY.
+   */
+  submitRider(item: I, signal?: AbortSignal): Promise<O> {
+    return this.enqueue(this.riders, item, signal, () => {
+      if (!this.riders.busy && ![...this.lanes.values()].some((l) => l.busy)) this.start(RIDERS, this.riders);
+    });
+  }
+
+  private enqueue(l: Lane<I, O>, item: I, signal: AbortSignal | undefined, kick: () => void): Promise<O> {
+    if (signal?.aborted) return Promise.reject(waitedTooLong());
     return new Promise<O>((resolve, reject) => {
       const entry: Entry<I, O> = { item, signal, resolve, reject };
       if (signal) {
@@ -74,7 +100,7 @@ export class GroupCommit<I, O> {
         signal.addEventListener("abort", entry.onAbort, { once: true });
       }
       l.waiting.push(entry);
-      if (!l.busy) this.start(key, l);
+      kick();
     });
   }
 
@@ -86,8 +112,7 @@ export class GroupCommit<I, O> {
   private async flush(key: string, lane: Lane<I, O>): Promise<void> {
     const batch = this.take(lane);
     if (batch.length === 0) {
-      lane.busy = false;
-      if (lane.waiting.length === 0) this.lanes.delete(key);
+      this.idle(key, lane);
       return;
     }
     // A caller whose deadline passes while the statement runs is answered at once, as a direct
@@ -118,24 +143,36 @@ export class GroupCommit<I, O> {
     } finally {
       batch.forEach((e, i) => e.signal?.removeEventListener("abort", leaves[i]));
     }
-    if (lane.waiting.length > 0) void this.flush(key, lane);
-    else {
-      lane.busy = false;
-      this.lanes.delete(key);
-    }
+    // Riders left waiting (more than one statement could take) go with this lane's next statement.
+    if (lane.waiting.length > 0 || this.riders.waiting.length > 0) void this.flush(key, lane);
+    else this.idle(key, lane);
   }
 
-  /** Up to maxBatch waiting entries in arrival order, passing over any that conflict with one taken. */
+  private idle(key: string, lane: Lane<I, O>): void {
+    lane.busy = false;
+    if (lane !== this.riders && lane.waiting.length === 0) this.lanes.delete(key);
+  }
+
+  /**
+   * Up to maxBatch waiting entries, the lane's own in arrival order and then riders, passing over
+   * any that conflict with one taken.
+   */
   private take(lane: Lane<I, O>): Entry<I, O>[] {
     const taken: Entry<I, O>[] = [];
+    lane.waiting = this.pick(lane.waiting, taken);
+    if (lane !== this.riders) this.riders.waiting = this.pick(this.riders.waiting, taken);
+    return taken;
+  }
+
+  /** Moves the entries of `waiting` that fit into `taken`; returns the rest. */
+  private pick(waiting: Entry<I, O>[], taken: Entry<I, O>[]): Entry<I, O>[] {
     const left: Entry<I, O>[] = [];
     const conflict = this.hooks.conflict;
-    for (const e of lane.waiting) {
+    for (const e of waiting) {
       if (taken.length < this.options.maxBatch && !(conflict && taken.some((t) => conflict(t.item, e.item)))) taken.push(e);
       else left.push(e);
     }
-    lane.waiting = left;
-    return taken;
+    return left;
   }
 
   private settle(e: Entry<I, O>, outcome: Outcome<O> | undefined): void {
@@ -155,6 +192,9 @@ export class GroupCommit<I, O> {
     e.resolve(outcome.value);
   }
 }
+
+/** The key `run` is called with for a statement of riders alone. */
+export const RIDERS_KEY = RIDERS;
 
 function waitedTooLong(): DeadlineExceededError {
   return new DeadlineExceededError("the request's deadline passed while it waited for its statement");
