@@ -38,6 +38,16 @@ async function enqueue(w: string, n: number): Promise<void> {
 const holdTasks = <T>(fn: () => Promise<T>) => holdTable(f.db.url, "tasks", fn);
 const waitingOnLock = () => waitingOnLockIn(f.pool);
 
+/** A result report of a leased task as its worker would send it; `over` makes it stale or another's. */
+const result = (t: Task, over: Partial<{ workerId: string; attempt: number; resultUri: string }> = {}) => ({
+  taskId: t.id,
+  workerId: t.leaseOwner!,
+  attempt: t.attempt,
+  resultUri: `s3://out/${t.id}`,
+  resultSha256: sha(t.id),
+  ...over,
+});
+
 async function leaseRows(w: string) {
   const { rows } = await f.pool.query(
     `SELECT id, status::text, lease_owner, attempt, result_uri FROM tasks WHERE workload = $1 ORDER BY chunk_index`,
@@ -215,14 +225,6 @@ describe("results", () => {
     for (let i = 0; i < n; i++) out.push(...(await f.queue.claimTasks({ workerId: `r${i}`, workloads: [w] })));
     return out;
   }
-  const result = (t: Task, over: Partial<{ workerId: string; attempt: number; resultUri: string }> = {}) => ({
-    taskId: t.id,
-    workerId: t.leaseOwner!,
-    attempt: t.attempt,
-    resultUri: `s3://out/${t.id}`,
-    resultSha256: sha(t.id),
-    ...over,
-  });
 
   it("results with claim_next from 16 workers: each accepted, each worker's next task leased to that worker", async () => {
     const w = await workload();
@@ -336,15 +338,6 @@ describe("results", () => {
 });
 
 describe("results riding with claims (COALESCE_MIX)", () => {
-  const result = (t: Task, over: Partial<{ attempt: number }> = {}) => ({
-    taskId: t.id,
-    workerId: t.leaseOwner!,
-    attempt: t.attempt,
-    resultUri: `s3://out/${t.id}`,
-    resultSha256: sha(t.id),
-    ...over,
-  });
-
   /** Four leased tasks; then, behind a claim held on the lock, their results (one stale) and three more claims. */
   async function claimThenResults(queue: PostgresQueue, recorded = batches) {
     const w = await workload();

@@ -161,28 +161,32 @@ export class Coalescer implements CoalescedCalls {
     return withClient(ctx.pool, signal, async (c) => {
       const hinted = ctx.claimHints.begin(first.workloads, first.labels);
       const rows = await COALESCED_CLAIM.run(c, { ...shape(first), hints: hinted.json, owners, callers });
-      return this.answerClaims(c, items, rows, hinted, owners.length);
+      const taken = rows.filter((r): r is CoalescedClaimRow & { flow_workloads: string[] | null } => r.id !== null);
+      return this.answerClaims(c, items, taken, rows[0]?.flow_workloads, hinted, owners.length);
     });
   }
 
-  /** Each claim's answer from the rows its statement leased (null ids: a row of nulls), as CLAIM_TASKS' caller gives it. */
+  /**
+   * Each claim's answer from the rows its statement leased (`flow`: the requested workloads the
+   * statement found flow-controlled), as CLAIM_TASKS' caller gives it.
+   */
   private async answerClaims(
     c: pg.PoolClient,
     items: ClaimItem[],
-    rows: Array<(CoalescedClaimRow | { [K in keyof CoalescedClaimRow]: null }) & { flow_workloads: string[] | null }>,
+    taken: CoalescedClaimRow[],
+    flow: string[] | null | undefined,
     hinted: ReturnType<StoreContext["claimHints"]["begin"]>,
     slotCount: number,
   ): Promise<Outcome<ClaimOutcome>[]> {
     const ctx = this.ctx;
     const first = items[0].claim;
-    const taken = rows.filter((r): r is CoalescedClaimRow & { flow_workloads: string[] | null } => r.id !== null);
     hinted.learn(taken, taken.length < slotCount);
     await ctx.flow.sightings.seen(c, first.workloads, first.labels);
     const per = byCaller(items.length, taken);
     // Only an empty answer pays for this check (once for the batch): an unknown workload is the caller's mistake.
     if (per.some((r) => r.length === 0)) await ctx.workloads.require(c, first.workloads, "workloads");
     const answers = per.map((r) => claimed(ctx, r));
-    const retryAfterMs = await this.explainEmpty(c, rows[0]?.flow_workloads, items, answers);
+    const retryAfterMs = await this.explainEmpty(c, flow, items, answers);
     return answers.map((tasks) => ({ value: tasks.length === 0 && retryAfterMs !== undefined ? { tasks, retryAfterMs } : { tasks } }));
   }
 
@@ -223,17 +227,11 @@ export class Coalescer implements CoalescedCalls {
         taskIds: results.map((r) => r.taskId),
       });
       const claimRows = rows.filter((r) => r.part === 1);
-      const claimAnswers = await each(claims.length, () =>
-        this.answerClaims(
-          c,
-          claims,
-          claimRows.length > 0 ? claimRows : [{ ...NULL_CLAIM_ROW, flow_workloads: rows[0].flow_workloads }],
-          hinted,
-          owners.length,
-        ),
+      const claimAnswers = await outcomesOrError(claims.length, () =>
+        this.answerClaims(c, claims, claimRows, rows[0].flow_workloads, hinted, owners.length),
       );
       const doneRows = rows.filter((r): r is typeof r & CompletedRow => r.part === 0);
-      const resultAnswers = await each(results.length, async () =>
+      const resultAnswers = await outcomesOrError(results.length, async () =>
         (await batchOutcomes(ctx, c, results, doneRows)).map((o): Outcome<Task> => (o.task ? { value: o.task } : { error: o.error })),
       );
       let nextClaim = 0;
@@ -392,11 +390,8 @@ function slots(items: ClaimItem[]): { owners: string[]; callers: number[] } {
   return { owners, callers };
 }
 
-/** The row of nulls a claim statement answers when it leased nothing (answerClaims reads its flow_workloads). */
-const NULL_CLAIM_ROW = { id: null } as { [K in keyof CoalescedClaimRow]: null };
-
 /** `count` outcomes from `fn`, or its error as each one's. */
-async function each<T>(count: number, fn: () => Promise<Outcome<T>[]>): Promise<Outcome<T>[]> {
+async function outcomesOrError<T>(count: number, fn: () => Promise<Outcome<T>[]>): Promise<Outcome<T>[]> {
   try {
     return await fn();
   } catch (err) {

@@ -47,8 +47,8 @@ interface Lane<I, O> {
   busy: boolean;
 }
 
-/** The lane riders run in when no other lane is busy to take them. */
-const RIDERS = "\u0000riders";
+/** The key `run` is called with for a statement of riders alone (no other lane was busy to take them). */
+export const RIDERS_KEY = "\u0000riders";
 
 export class GroupCommit<I, O> {
   private readonly lanes = new Map<string, Lane<I, O>>();
@@ -82,8 +82,13 @@ export class GroupCommit<I, O> {
    */
   submitRider(item: I, signal?: AbortSignal): Promise<O> {
     return this.enqueue(this.riders, item, signal, () => {
-      if (!this.riders.busy && ![...this.lanes.values()].some((l) => l.busy)) this.start(RIDERS, this.riders);
+      if (!this.riders.busy && !this.anyBusy()) this.start(RIDERS_KEY, this.riders);
     });
+  }
+
+  private anyBusy(): boolean {
+    for (const l of this.lanes.values()) if (l.busy) return true;
+    return false;
   }
 
   private enqueue(l: Lane<I, O>, item: I, signal: AbortSignal | undefined, kick: () => void): Promise<O> {
@@ -192,9 +197,6 @@ export class GroupCommit<I, O> {
     e.resolve(outcome.value);
   }
 }
-
-/** The key `run` is called with for a statement of riders alone. */
-export const RIDERS_KEY = RIDERS;
 
 function waitedTooLong(): DeadlineExceededError {
   return new DeadlineExceededError("the request's deadline passed while it waited for its statement");
