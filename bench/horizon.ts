@@ -34,14 +34,11 @@
 // The holder sessions only hold a snapshot (idle in transaction after their first statement): for
 // VACUUM that is the same as a long analytics query.
 
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
-import path from "node:path";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
-import { startEmbeddedPostgres } from "../src/store/postgres/embedded.js";
 import { migrate } from "../src/store/postgres/migrate.js";
-import { fmt, freePort, quantile, restClient, startCoordinator } from "./harness.js";
+import { fmt, quantile, restClient, startCoordinator, startServer } from "./harness.js";
 import { loadPeers, loadPostgres15, type Peers } from "./peers/load.js";
 
 function arg(name: string, fallback: string): string {
@@ -82,21 +79,8 @@ interface Server {
 
 async function startPostgres15(): Promise<Server> {
   if (process.env.DATABASE_URL) return { adminUrl: process.env.DATABASE_URL, stop: async () => {} };
-  const dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-horizon-"));
-  chmodSync(dir, 0o755);
-  const db = await startEmbeddedPostgres({
-    dataDir: path.join(dir, "db"),
-    port: await freePort(),
-    persistent: false,
-    engine: await loadPostgres15(),
-  });
-  return {
-    adminUrl: db.url,
-    async stop() {
-      await db.stop();
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+  const server = await startServer(await loadPostgres15());
+  return { adminUrl: server.url, stop: server.stop };
 }
 
 async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {

