@@ -238,6 +238,19 @@ async function fillOneTaskJobs(url: string, workload: string, count: number) {
   });
 }
 
+/*
+ * Each queue's tables are analyzed after a fill, before its window is timed, as autovacuum would
+ * have analyzed them in a steady deployment. Without it a run could measure a peer on statistics
+ * that have never seen its new queue: pg-boss 12's fetch, planned for one row, then reads every
+ * job of the queue through job_i15 and sorts them, and its UPDATE joins all of them by primary key
+ * (53 ms a fetch of 16 against 4.8 ms; 1,300 against 7,100–7,500 jobs/s alone on this machine).
+ * That was the batched row's bimodal pg-boss rate of earlier runs: whether autovacuum had analyzed
+ * the table since the round's queue was created. Leasehold and graphile-worker get the same.
+ */
+async function analyze(url: string): Promise<void> {
+  await withClient(url, (c) => c.query("ANALYZE"));
+}
+
 async function enqueueRate(fn: () => Promise<unknown>, n: number): Promise<number> {
   const t0 = performance.now();
   await fn();
@@ -416,10 +429,12 @@ async function round(
     // 3. Single-task claim → complete: Leasehold over REST vs graphile-worker concurrency 16.
     const backlog1 = Math.max(20_000, Math.ceil(SECONDS + 2) * 3000);
     await fillLeasehold(store, `single_${n}`, backlog1);
+    await analyze(ctx.leaseholdUrl);
     const single = leaseholdClaimComplete(rest, `single_${n}`, 1);
     const lSingle = await window(single.start, single.count, coordinator);
     const gwBacklog = Math.max(40_000, Math.ceil(SECONDS + 2) * 8000);
     await graphileFill(utils, gwBacklog);
+    await analyze(ctx.gwUrl);
     let gDone = 0;
     let runner: Awaited<ReturnType<typeof graphileWorkerRun>> | undefined;
     const gSingle = await window(
@@ -444,6 +459,7 @@ async function round(
 
     // 3b. The same without claim_next: a claim call and a report call per task.
     await fillLeasehold(store, `twocalls_${n}`, backlog1);
+    await analyze(ctx.leaseholdUrl);
     const twoCalls = leaseholdClaimComplete(rest, `twocalls_${n}`, 1, false);
     const lTwo = await window(twoCalls.start, twoCalls.count, coordinator);
     rows["single-task, claim and report as two calls (REST) vs graphile-worker"] = {
@@ -470,6 +486,7 @@ async function round(
 
     // 5. Batched: max_tasks 10 + CompleteTasks vs pg-boss fetch/complete, batch 16.
     await fillLeasehold(store, `batch_${n}`, Math.max(40_000, Math.ceil(SECONDS + 2) * 8000));
+    await analyze(ctx.leaseholdUrl);
     const batch = leaseholdClaimComplete(rest, `batch_${n}`, 10);
     const lBatch = await window(batch.start, batch.count, coordinator);
     // pg-boss's fetch (as measured on 10.x) orders by (priority, created_on, id), which its partial index job_i5
@@ -479,6 +496,7 @@ async function round(
     const batchQueue = `peers_batch_${n}`;
     await boss.createQueue(batchQueue);
     await bossFill(boss, batchQueue, 2000);
+    await analyze(ctx.bossUrl);
     let bDone = 0;
     let bInserted = 2000;
     const bBatch = await window(
@@ -528,6 +546,7 @@ async function round(
     // 5b. The same two over gRPC (HTTP/2): batched against pg-boss as above, and single tasks,
     // whose figure is mostly for the coordinator's CPU per gRPC call (two calls per task).
     await fillLeasehold(store, `grpc_batch_${n}`, Math.max(40_000, Math.ceil(SECONDS + 2) * 8000));
+    await analyze(ctx.leaseholdUrl);
     const grpcBatch = leaseholdGrpcClaimComplete(ctx.rpc, `grpc_batch_${n}`, 10);
     const lGrpcBatch = await window(grpcBatch.start, grpcBatch.count, coordinator);
     rows["batched claim + complete (max_tasks 10), gRPC vs pg-boss batch 16"] = {
@@ -538,6 +557,7 @@ async function round(
     };
     cpu["claim→complete, max_tasks 10, gRPC (leasehold)"] = lGrpcBatch.cpu;
     await fillLeasehold(store, `grpc_single_${n}`, Math.max(20_000, Math.ceil(SECONDS + 2) * 2500));
+    await analyze(ctx.leaseholdUrl);
     const grpcSingle = leaseholdGrpcClaimComplete(ctx.rpc, `grpc_single_${n}`, 1);
     const lGrpcSingle = await window(grpcSingle.start, grpcSingle.count, coordinator);
     rows["single-task claim → complete, gRPC vs graphile-worker"] = {
