@@ -56,7 +56,7 @@ export interface Config {
   otelExporterOtlpEndpoint?: string;
   /** DIRECT_UNARY: plain unary gRPC, Connect and REST calls on the direct paths (false: all through connect-es' router). */
   directUnary: boolean;
-  /** CLAIM_HINTS: claims start their scan at a hint (src/store/postgres/claim-hints.ts); false: from the front. */
+  /** CLAIM_HINTS: claims start their scan at a hint (src/store/postgres/state/claim-hints.ts); false: from the front. */
   claimHints: boolean;
   /** COALESCE, COALESCE_MAX_BATCH, COALESCE_MIX: coalescing's batch size and whether results ride with claims; false: off. */
   coalescing: { maxBatch: number; mixResults: boolean } | false;

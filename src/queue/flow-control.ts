@@ -1,6 +1,6 @@
 // Flow control's rules: caps, rate limits, concurrency keys and labels, checked before anything
 // reaches the database (each broken rule a ValidationError naming its field), and the sentence
-// each waiting reason is told with. How the claim enforces them: src/store/postgres/flow-control.md.
+// each waiting reason is told with. How the claim enforces them: docs/flow-control-claim.md.
 
 import { ValidationError } from "./errors.js";
 import type { Labels, ListWorkloadKeysInput, PutKeyLimitInput, WaitingReason } from "./types.js";

@@ -6,7 +6,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateJobResponseSchema } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../../src/api/services/messages.js";
-import { toJob, toTask } from "../../src/store/postgres/rows.js";
+import { toJob, toTask } from "../../src/store/postgres/sql/rows.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { SWITCHES } from "../support/switches.js";

@@ -7,8 +7,8 @@
 // with one big pending job analyzed, on every version of the matrix.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { COMPLETE_TASK } from "../../src/store/postgres/complete.js";
-import { FINISH_JOBS_IF_DONE, SETTLE_JOB, UNSETTLED_JOBS } from "../../src/store/postgres/settle.js";
+import { COMPLETE_TASK } from "../../src/store/postgres/operations/complete.js";
+import { FINISH_JOBS_IF_DONE, SETTLE_JOB, UNSETTLED_JOBS } from "../../src/store/postgres/operations/settle.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 
 let fx: QueueFixture;
