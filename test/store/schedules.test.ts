@@ -9,9 +9,9 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { CronSchedule, planTicks } from "../../src/queue/schedules.js";
+import { CronSchedule, planTicks } from "../../src/queue/schedule-rules.js";
 import type { QueueObserver } from "../../src/queue/service.js";
-import { NEXT_SCHEDULE_DUE, TAKE_DUE_SCHEDULE } from "../../src/store/postgres/background/scheduler.js";
+import { NEXT_SCHEDULE_DUE, TAKE_DUE_SCHEDULE } from "../../src/store/postgres/background/schedule-ticks.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { sha } from "../support/queue.js";

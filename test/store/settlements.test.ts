@@ -15,7 +15,7 @@ import {
   ValidationError,
 } from "../../src/queue/errors.js";
 import type { Job, JobUpdate } from "../../src/queue/types.js";
-import { MAINTENANCE_DUE } from "../../src/store/postgres/background/maintenance.js";
+import { MAINTENANCE_DUE } from "../../src/store/postgres/background/store-maintenance.js";
 import { DELETE_OLD_JOBS } from "../../src/store/postgres/background/retention.js";
 import { LIST_SETTLEMENTS } from "../../src/store/postgres/operations/settlements.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";

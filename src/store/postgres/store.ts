@@ -20,7 +20,7 @@ import type pg from "pg";
 import { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueService } from "../../queue/service.js";
 import type { SchedulerQueue } from "../../queue/scheduler.js";
-import type { PutScheduleInput, PutScheduleResult, Schedule, ScheduleTickResult } from "../../queue/schedules.js";
+import type { PutScheduleInput, PutScheduleResult, Schedule, ScheduleTickResult } from "../../queue/types.js";
 import type {
   BatchCompletedAndClaimed,
   CallOptions,
@@ -67,7 +67,7 @@ import type {
   ListSettlementsResult,
   PutAccountInput,
   SettleJobInput,
-} from "../../queue/accounts.js";
+} from "../../queue/types.js";
 import { getAccount, listAccounts, putAccount } from "./operations/accounts.js";
 import { getAccountUsage } from "./operations/account-usage.js";
 import { claimTasks } from "./operations/claim.js";
@@ -82,8 +82,8 @@ import { getTask, listTasks } from "./operations/inspection.js";
 import { cancelJob, getJobStatus, listCompletedResults, listJobs, retryJob } from "./operations/jobs.js";
 import { failTask, renewLease, reportProgress } from "./operations/lease.js";
 import { LeaseReaper } from "./background/lease-reaper.js";
-import { StoreMaintenance } from "./background/maintenance.js";
-import { Scheduler } from "./background/scheduler.js";
+import { StoreMaintenance } from "./background/store-maintenance.js";
+import { Scheduler } from "./background/schedule-ticks.js";
 import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./operations/schedules.js";
 import { ClaimHints } from "./state/claim-hints.js";
 import { DueWakes } from "./state/due-wakes.js";

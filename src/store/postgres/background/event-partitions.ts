@@ -1,7 +1,7 @@
 // The event log's partitions (task_events, range-partitioned on created_at; see
 // migrations/1764570000000_event_partitions.sql): created ahead of time so an insert always finds
 // its partition, and dropped whole once older than the retention. Run by StoreMaintenance
-// (maintenance.ts) at most every checkIntervalMs; the loop with its start and stop is
+// (store-maintenance.ts) at most every checkIntervalMs; the loop with its start and stop is
 // queue/maintenance.ts's Maintainer. Every coordinator runs it; a session advisory lock lets one
 // pass work at a time, and the others skip theirs.
 

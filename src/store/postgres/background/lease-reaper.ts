@@ -1,7 +1,7 @@
 // The lease reaper: expired leases back to pending (or failed for good when their attempts are
-// used), the jobs that lost a task for good settled under their failure policy (settle.ts), and
-// running jobs a coordinator left unsettled (nothing unfinished, or past a fail_fast threshold)
-// settled. One pass per call; the loop that calls it every interval, with its start and stop, is
+// used), the jobs that lost a task for good ended under their failure policy (job-end.ts), and
+// running jobs a coordinator left unended (nothing unfinished, or past a fail_fast threshold)
+// ended. One pass per call; the loop that calls it every interval, with its start and stop, is
 // queue/maintenance.ts's Maintainer. Every coordinator runs it: the statements take their rows with
 // SKIP LOCKED, so several reapers share the work.
 
@@ -13,7 +13,7 @@ import { NOTIFY_CHANNEL } from "../sql/channels.js";
 import { inTransaction, withClient } from "../sql/db.js";
 import { defineQuery } from "../sql/query.js";
 import type { TaskRow } from "../sql/rows.js";
-import { settleJobs, UNSETTLED_JOBS, UNSETTLED_JOBS_DUE } from "../operations/settle.js";
+import { endJobs, STALLED_JOBS, STALLED_JOBS_DUE } from "../operations/job-end.js";
 
 export interface LeaseReaperConfig {
   /** Expired leases handled per transaction; the pass repeats while batches come back full. */
@@ -58,7 +58,7 @@ SELECT
     SELECT 1 FROM tasks
     WHERE status = 'leased' AND lease_expires_at > coalesce($1::timestamptz, '-infinity') AND lease_expires_at <= now()
   ) AS leases,
-  ${UNSETTLED_JOBS_DUE} AS stalled_jobs,
+  ${STALLED_JOBS_DUE} AS stalled_jobs,
   (now() - make_interval(secs => $2::float8))::text AS floor`,
   (p) => [p.floor, p.marginSeconds],
 );
@@ -91,8 +91,8 @@ RETURNING t.id, t.job_id, t.workload, t.status`,
   (p) => [p.batch, p.floor],
 );
 
-/** Unsettled jobs settled per reaper pass (the safety net; normally there are none). */
-const UNSETTLED_BATCH = 100;
+/** Stalled jobs ended per reaper pass (the safety net; normally there are none). */
+const STALLED_BATCH = 100;
 
 export const NOTIFY_WORKLOADS = defineQuery<{ workloads: string[]; counts: number[] }>(
   null,
@@ -134,15 +134,15 @@ export class LeaseReaper {
         return rows;
       });
       for (const r of batch) total[r.status === "pending" ? "requeued" : "failed"]++;
-      // Jobs that lost a task for good, settled once the loss has committed (settle.ts says why).
+      // Jobs that lost a task for good, ended once the loss has committed (job-end.ts says why).
       const failedJobs = batch.filter((r) => r.status === "failed").map((r) => r.job_id);
-      if (failedJobs.length > 0) await withClient(this.pool, signal, (c) => settleJobs(c, failedJobs));
+      if (failedJobs.length > 0) await withClient(this.pool, signal, (c) => endJobs(c, failedJobs));
       if (batch.length < this.batchSize) break;
     }
     if (due.stalled_jobs) {
       await withClient(this.pool, signal, async (c) => {
-        const rows = await UNSETTLED_JOBS.run(c, { limit: UNSETTLED_BATCH });
-        await settleJobs(
+        const rows = await STALLED_JOBS.run(c, { limit: STALLED_BATCH });
+        await endJobs(
           c,
           rows.map((r) => r.id),
         );

@@ -1,11 +1,11 @@
 // Pending-task expiry: claimable tasks of workloads with max_pending_seconds that nobody claimed in
-// that long fail with 'expired', and their jobs are settled under their failure policy. Run by StoreMaintenance (maintenance.ts)
+// that long fail with 'expired', and their jobs are ended under their failure policy. Run by StoreMaintenance (store-maintenance.ts)
 // when its probe finds any; several coordinators share the work through SKIP LOCKED.
 
 import type pg from "pg";
 import { inTransaction, withClient } from "../sql/db.js";
 import { defineQuery } from "../sql/query.js";
-import { FINISH_JOBS, settleJobs } from "../operations/settle.js";
+import { endJobs, FINISH_JOBS } from "../operations/job-end.js";
 
 export interface PendingExpiryConfig {
   /** Expired pending tasks failed per transaction; the pass repeats while batches come back full. */
@@ -74,7 +74,7 @@ export class PendingExpiry {
         return { ids: jobs, expired: rows.length };
       });
       // The rest of the failure policy (a fail_fast job past its threshold), after the commit.
-      if (jobs.ids.length > 0) await withClient(this.pool, signal, (c) => settleJobs(c, jobs.ids));
+      if (jobs.ids.length > 0) await withClient(this.pool, signal, (c) => endJobs(c, jobs.ids));
       total += jobs.expired;
       if (jobs.expired < this.batchSize) return total;
     }

@@ -1,5 +1,5 @@
 // Retention: finished jobs older than RETENTION_DAYS are deleted, with their tasks, a few per
-// statement. Run by StoreMaintenance (maintenance.ts) when its probe finds any. Their events go
+// statement. Run by StoreMaintenance (store-maintenance.ts) when its probe finds any. Their events go
 // with the event log's partitions (event-partitions.ts), dropped whole once past the same retention.
 
 import type pg from "pg";

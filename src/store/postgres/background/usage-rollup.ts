@@ -1,8 +1,8 @@
 // The usage rollup: every final job of an account is counted once into account_usage (per account,
 // hour of the job's completed_at in UTC, and workload: jobs, tasks completed and failed, lease
 // seconds of the tasks' attempts, usage summed per counter), so GetAccountUsage reads a few rows per
-// hour and workload, never the tasks. Run by StoreMaintenance (maintenance.ts) when its probe finds
-// a job to count (jobs_unrolled_idx); GetAccountUsage's read is in accounts.ts.
+// hour and workload, never the tasks. Run by StoreMaintenance (store-maintenance.ts) when its probe finds
+// a job to count (jobs_unrolled_idx); GetAccountUsage's read is in operations/account-usage.ts.
 //
 // Once per job: the statement takes its jobs FOR UPDATE SKIP LOCKED and marks them (rolled_up_at)
 // in the transaction that adds them, so coordinators running it at once take disjoint jobs, and a

@@ -39,7 +39,7 @@ import { loadTask } from "../operations/inspection.js";
 import type { PreparedJob, WriteOutcome } from "../state/prepared-job.js";
 import { resultRecord } from "../sql/result-params.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
-import { FINISH_JOBS, settleJob } from "../operations/settle.js";
+import { endJob, FINISH_JOBS } from "../operations/job-end.js";
 
 /** The kinds of coalesced statements, as the batch-size metric names them. */
 export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "complete_then_claim" | "renew" | "fail" | "create";
@@ -356,7 +356,7 @@ export class Coalescer implements CoalescedCalls {
       for (const row of rows) ctx.options.observer?.taskFailed(row.status === "pending");
       // Failed for good (committed): each job's failure policy decides what becomes of it.
       for (const jobId of [...new Set(rows.filter((r) => r.status === "failed").map((r) => r.job_id))].sort()) {
-        await settleJob(c, jobId);
+        await endJob(c, jobId);
       }
       const failed = new Map(rows.map((r) => [r.id, r]));
       const outcomes: Outcome<Task>[] = [];

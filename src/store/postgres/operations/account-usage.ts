@@ -1,7 +1,7 @@
 // GetAccountUsage: an account's use per workload, read from the rollup (account_usage) that
 // usage-rollup.ts adds each final job to once.
 
-import type { AccountUsage, AccountUsageInput, Usage } from "../../../queue/accounts.js";
+import type { AccountUsage, AccountUsageInput, Usage } from "../../../queue/types.js";
 import type { CallOptions } from "../../../queue/types.js";
 import { validateAccountUsage } from "../../../queue/usage.js";
 import { requireAccount } from "./accounts.js";

@@ -2,7 +2,7 @@
 // its priority, its quota of pending tasks). GetAccountUsage is account-usage.ts.
 
 import type pg from "pg";
-import type { Account, PutAccountInput } from "../../../queue/accounts.js";
+import type { Account, PutAccountInput } from "../../../queue/types.js";
 import { requireAccountName, validatePutAccount } from "../../../queue/account-validation.js";
 import { NotFoundError, QuotaExceededError } from "../../../queue/errors.js";
 import type { CallOptions } from "../../../queue/types.js";

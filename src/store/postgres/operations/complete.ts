@@ -1,11 +1,11 @@
 // Result reports: CompleteTask and CompleteTasks, each alone or with claim_next (the completion and
 // the claim in one statement). A job whose last task completes is finished by the completion, or
-// by FINISH_JOBS_IF_DONE (settle.ts) after it commits when the statement could not tell; it ends
+// by FINISH_JOBS_IF_DONE (job-end.ts) after it commits when the statement could not tell; it ends
 // completed, or failed when more of its tasks failed than its max_failed_tasks. A result for a task
 // cancelled while its lease ran is taken by late-result.ts.
 
 import type pg from "pg";
-import type { Usage } from "../../../queue/accounts.js";
+import type { Usage } from "../../../queue/types.js";
 import { QueueError } from "../../../queue/errors.js";
 import { replayOrConflict } from "../../../queue/fencing.js";
 import type {
@@ -46,7 +46,7 @@ import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
 import { defineQuery } from "../sql/query.js";
 import { resultParams, resultRecord, resultValues, type ResultParams } from "../sql/result-params.js";
-import { FINISH_JOBS, finalStatus, nothingUnfinished } from "./settle.js";
+import { FINISH_JOBS, finalStatus, nothingUnfinished } from "./job-end.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
 
 /*

@@ -297,9 +297,9 @@ export async function checkWorkloads(ctx: StoreContext, c: pg.PoolClient, p: Pre
  * The core: each prepared job checked against the cached workloads and written on `c`, in order,
  * one outcome per job. `inTransaction`: the caller holds a transaction on `c` (required when a
  * job needsDelay; without one, a large job's COPY opens its own). A failure throws, and the
- * caller's transaction is to be rolled back. Its shape (a list of validated jobs in, a row per
- * job out) is the one a lane that coalesces concurrent CreateJob calls would call; today each job
- * is its own statement.
+ * caller's transaction is to be rolled back. The one-job path calls it with one job; the coalesced
+ * lane (coalescing/coalesced-create.ts) writes its batches with its own statement, from the same
+ * checks (checkWorkloads) and values (jobValues).
  */
 export async function writeJobs(
   ctx: StoreContext,

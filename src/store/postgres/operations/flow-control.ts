@@ -5,7 +5,7 @@
 
 import type pg from "pg";
 import { NotFoundError } from "../../../queue/errors.js";
-import { validatePutKeyLimit, waitingReason, type WaitingFacts } from "../../../queue/flow-control.js";
+import { validatePutKeyLimit, waitingReason, type WaitingFacts } from "../../../queue/flow-rules.js";
 import type { CallOptions, KeyLimit, Labels, PutKeyLimitInput, Task, Waiting, Workload } from "../../../queue/types.js";
 import { requireWorkloadName } from "../../../queue/validation.js";
 import { NOTIFY_CHANNEL } from "../sql/channels.js";
@@ -78,7 +78,7 @@ SELECT w.name, w.paused,
    WHERE b.workload = w.name AND w.max_leases_per_second IS NOT NULL)::float8 AS rate_wait_ms
 FROM workloads w WHERE w.name = ANY ($1::text[]) AND w.flow`;
 
-/** What GetTask tells a pending task's waiting reason from (queue/flow-control.ts, waitingReason). */
+/** What GetTask tells a pending task's waiting reason from (queue/flow-rules.ts, waitingReason). */
 export const WAITING_FACTS = `
 SELECT now() AS now, t.run_after, w.paused, w.max_leased, t.concurrency_key, t.required_labels,
   (SELECT count(*)::int FROM tasks l WHERE l.status = 'leased' AND l.workload = t.workload AND l.lease_expires_at > now()) AS leased,

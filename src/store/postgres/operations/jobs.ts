@@ -25,9 +25,9 @@ import type { StoreContext } from "../state/context.js";
 import { inTransaction, withClient } from "../sql/db.js";
 import { defineQuery } from "../sql/query.js";
 import { toJob, type JobRow, type TaskRow } from "../sql/rows.js";
-import { JOB_LOCK } from "./settle.js";
+import { JOB_LOCK } from "./job-end.js";
 import { emptyCounts } from "./task-stats.js";
-import type { Usage } from "../../../queue/accounts.js";
+import type { Usage } from "../../../queue/types.js";
 
 type JobId = { jobId: string };
 const jobIdValue = (p: JobId) => [p.jobId];
@@ -290,7 +290,7 @@ export async function listCompletedResults(
 export async function cancelJob(ctx: StoreContext, input: CancelJobInput, opts: CallOptions): Promise<Job> {
   const cancel = validateCancel(input);
   return inTransaction(ctx.pool, opts.signal, async (c) => {
-    // One at a time with the job's settles (settle.ts): both cancel its unfinished tasks.
+    // One at a time with the job's ends (job-end.ts): both cancel its unfinished tasks.
     await JOB_LOCK.run(c, { jobId: cancel.jobId });
     const existing = await SELECT_JOB.maybe(c, { jobId: cancel.jobId, account: opts.account });
     if (!existing) throw new NotFoundError("job", cancel.jobId);
@@ -307,7 +307,7 @@ export async function cancelJob(ctx: StoreContext, input: CancelJobInput, opts: 
 export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: CallOptions): Promise<RetryJobResult> {
   const r = validateRetryJob(input);
   return inTransaction(ctx.pool, opts.signal, async (c) => {
-    // One at a time with the job's settles and cancels (settle.ts).
+    // One at a time with the job's ends and cancels (job-end.ts).
     await JOB_LOCK.run(c, { jobId: r.jobId });
     const scope = { jobId: r.jobId, account: opts.account };
     const retried = await RETRY_JOB.maybe(c, { ...scope, maxAttempts: r.maxAttempts, attemptCap: LIMITS.attempt.max });

@@ -10,7 +10,7 @@ import type { StoreContext } from "../state/context.js";
 import { withClient } from "../sql/db.js";
 import { failedEvents, freedSlotsNotify, liveLease, retriedNotify, usageSum, watchedJobs } from "../sql/fragments.js";
 import { loadTask } from "./inspection.js";
-import { settleJob } from "./settle.js";
+import { endJob } from "./job-end.js";
 import { defineQuery } from "../sql/query.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
 
@@ -47,8 +47,8 @@ SELECT renewed.*, (SELECT count(*) FROM woken) AS notified FROM renewed`;
 
 /*
  * Fail one task: back to pending after a backoff while attempts remain and the worker calls it
- * retryable, else failed for good, after which its job is settled under its failure policy
- * (settle.ts: by default the job fails and its unfinished tasks are cancelled, their holders
+ * retryable, else failed for good, after which its job is ended under its failure policy
+ * (job-end.ts: by default the job fails and its unfinished tasks are cancelled, their holders
  * learning it at their next heartbeat). Backoff: the worker's retry_after_seconds, else
  * 2^attempt seconds, ±25% jitter, capped at 5 minutes.
  * The failure's event is written here, not by the status trigger (event_flip), so that it carries
@@ -155,7 +155,7 @@ export async function failTask(ctx: StoreContext, input: FailTaskInput, opts: Ca
       ctx.options.observer?.taskFailed(row.status === "pending");
       if (row.status !== "failed") return toTask(row);
       // Failed for good (committed): the job's failure policy decides what becomes of it.
-      await settleJob(c, row.job_id);
+      await endJob(c, row.job_id);
       return toTask(row);
     }
     throw leaseConflict(await loadTask(c, f.taskId), f);

@@ -2,15 +2,8 @@
 // DeleteSchedule, PauseSchedule and ResumeSchedule. The ticks themselves are scheduler.ts's.
 
 import { NotFoundError } from "../../../queue/errors.js";
-import {
-  CronSchedule,
-  NEXT_FIRE_TIMES,
-  requireScheduleName,
-  validatePutSchedule,
-  type PutScheduleInput,
-  type PutScheduleResult,
-  type Schedule,
-} from "../../../queue/schedules.js";
+import { CronSchedule, requireScheduleName, validatePutSchedule } from "../../../queue/schedule-rules.js";
+import { NEXT_FIRE_TIMES, type PutScheduleInput, type PutScheduleResult, type Schedule } from "../../../queue/types.js";
 import type { CallOptions, CreateJobInput } from "../../../queue/types.js";
 import type { StoreContext } from "../state/context.js";
 import { requireAccount } from "./accounts.js";

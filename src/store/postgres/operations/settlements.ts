@@ -2,7 +2,7 @@
 // A job is billable when it has an account or a billing context (reserved_units or billing_key);
 // only billable jobs are listed, settled, and kept by retention until settled (retention.ts).
 
-import type { ListSettlementsInput, ListSettlementsResult, SettleJobInput, Usage } from "../../../queue/accounts.js";
+import type { ListSettlementsInput, ListSettlementsResult, SettleJobInput, Usage } from "../../../queue/types.js";
 import { FailedPreconditionError, NotFoundError, SettlementConflictError } from "../../../queue/errors.js";
 import { encodeSettlementsPageToken, validateListSettlements, validateSettleJob } from "../../../queue/settlement-validation.js";
 import type { CallOptions, Job } from "../../../queue/types.js";
@@ -11,7 +11,7 @@ import type { StoreContext } from "../state/context.js";
 import { inTransaction, withClient } from "../sql/db.js";
 import { defineQuery } from "../sql/query.js";
 import { toJob, type JobRow } from "../sql/rows.js";
-import { JOB_LOCK } from "./settle.js";
+import { JOB_LOCK } from "./job-end.js";
 
 /** Job `j` is billable: the predicate of jobs_unsettled_idx, written as the index states it. */
 export const billable = (j: string) => `(${j}.account IS NOT NULL OR ${j}.reserved_units IS NOT NULL OR ${j}.billing_key IS NOT NULL)`;

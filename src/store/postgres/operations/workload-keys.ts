@@ -1,7 +1,7 @@
 // ListWorkloadKeys: a workload's concurrency keys with their pending and leased task counts and
 // caps, counted when asked (the console's overview and operators; never on a claim's path).
 
-import { validateListWorkloadKeys } from "../../../queue/flow-control.js";
+import { validateListWorkloadKeys } from "../../../queue/flow-rules.js";
 import { NotFoundError } from "../../../queue/errors.js";
 import type { CallOptions, ListWorkloadKeysInput, ListWorkloadKeysResult } from "../../../queue/types.js";
 import { requireWorkloadName } from "../../../queue/validation.js";

@@ -1,7 +1,7 @@
 // The rows the store reads, one type and one mapper per table, so a column's type is stated once:
 // here, against the migrations. node-postgres hands back timestamptz as Date, int as number, jsonb
 // parsed, and bigint (task_events.id) as a string.
-import type { Usage } from "../../../queue/accounts.js";
+import type { Usage } from "../../../queue/types.js";
 import type { Job, JobEvent, JsonObject, Labels, Task, Workload } from "../../../queue/types.js";
 
 export interface WorkloadRow {

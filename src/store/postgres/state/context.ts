@@ -30,7 +30,7 @@ export interface StoreOptions {
   watchPollIntervalMs?: number;
   /** A transaction in progress longer than this no longer holds a watch stream's events back (event-order.ts; default 1000). */
   watchHoldMs?: number;
-  /** The scheduler's settings (scheduler.ts); its observer is `observer`. */
+  /** The scheduler's settings (background/schedule-ticks.ts); its observer is `observer`. */
   scheduler?: { graceMs?: number; maxPerPass?: number };
   /**
    * Single-task claims, results, renewals and failures that arrive together share one statement

@@ -1,68 +1,20 @@
-// Periodic schedules, the domain half: their types, PutSchedule's validation, and the cron
+// Periodic schedules, the domain half: PutSchedule's validation and the cron
 // arithmetic (which ticks a scheduler pass fires, skips or catches up). The cron expressions are
 // read by croner (timezones, an optional seconds field, DST); nothing here touches the database.
 
 import { Cron } from "croner";
 import { ValidationError, type FieldViolation } from "./errors.js";
-import type { CreateJobInput, TaskSpec } from "./types.js";
+import {
+  CATCH_UP_POLICIES,
+  OVERLAP_POLICIES,
+  SCHEDULE_DEFAULTS,
+  type CatchUpPolicy,
+  type CreateJobInput,
+  type OverlapPolicy,
+  type PutScheduleInput,
+  type TaskSpec,
+} from "./types.js";
 import { LIMITS, requireText, validateCreateJob, violationsError, type NormalizedCreateJob } from "./validation.js";
-
-export const OVERLAP_POLICIES = ["allow", "skip"] as const;
-/** What a tick does while the previous tick's job is not final: create its job anyway, or skip it. */
-export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
-
-export const CATCH_UP_POLICIES = ["skip", "one", "all"] as const;
-/** What a schedule does with ticks missed while no scheduler ran (docs/schedules.md, "Catch-up"). */
-export type CatchUpPolicy = (typeof CATCH_UP_POLICIES)[number];
-
-export const SCHEDULE_DEFAULTS = { timezone: "UTC", overlap: "allow", catchUp: "one", maxCatchUp: 10 } as const;
-/** Next fire times an answer lists. */
-export const NEXT_FIRE_TIMES = 5;
-
-export interface PutScheduleInput {
-  name: string;
-  cron: string;
-  /** Absent or "": UTC. */
-  timezone?: string;
-  job: CreateJobInput;
-  overlap?: OverlapPolicy;
-  catchUp?: CatchUpPolicy;
-  maxCatchUp?: number;
-}
-
-export interface Schedule {
-  name: string;
-  cron: string;
-  timezone: string;
-  job: CreateJobInput;
-  overlap: OverlapPolicy;
-  catchUp: CatchUpPolicy;
-  maxCatchUp: number;
-  paused: boolean;
-  /** Earliest first; empty while paused or when the expression matches no later time. */
-  nextFireTimes: Date[];
-  lastFireAt: Date | null;
-  lastJobId: string | null;
-  createdAt: Date;
-  updatedAt: Date;
-}
-
-export interface PutScheduleResult {
-  schedule: Schedule;
-  created: boolean;
-}
-
-/** What one scheduler pass did, for metrics and logs, and when it should look again. */
-export interface ScheduleTickResult {
-  /** Ticks that created a job. */
-  fired: number;
-  /** Ticks that created none: overlap, catch-up, or a template CreateJob refused. */
-  skipped: { overlap: number; catchUp: number; failed: number };
-  /** Ticks whose template CreateJob refused, with its message (logged). */
-  failures: { schedule: string; fireAt: Date; message: string }[];
-  /** Milliseconds until the earliest next tick of an unpaused schedule (null: none). */
-  nextDueInMs: number | null;
-}
 
 export interface NormalizedSchedule {
   name: string;

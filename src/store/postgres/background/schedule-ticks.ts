@@ -8,7 +8,8 @@
 
 import type pg from "pg";
 import { QueueError } from "../../../queue/errors.js";
-import { CronSchedule, planTicks, type ScheduleTickResult } from "../../../queue/schedules.js";
+import { CronSchedule, planTicks } from "../../../queue/schedule-rules.js";
+import { type ScheduleTickResult } from "../../../queue/types.js";
 import type { QueueObserver } from "../../../queue/service.js";
 import type { StoreContext } from "../state/context.js";
 import { createJobInTransaction } from "../operations/create-job.js";

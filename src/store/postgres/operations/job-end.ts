@@ -1,12 +1,12 @@
-// Settling a job under its failure policy: is it past its max_failed_tasks (fail_fast: fail it now
+// Ending a job under its failure policy: is it past its max_failed_tasks (fail_fast: fail it now
 // and cancel its unfinished tasks), or are all its tasks final (completed, or failed when past
 // max_failed_tasks)? Run after a task fails for good (FailTask, the lease reaper, pending expiry),
 // once that failure has committed, and by the reaper's safety net.
 //
 // Why after the commit: two tasks failing at once each see the other still leased, so neither
-// would see the job past its threshold (or done); each settles after its own commit, and the later
+// would see the job past its threshold (or done); each ends it (or finds it unfinished) after its own commit, and the later
 // one sees both. The same holds for a failure racing the job's last completions, which re-check
-// after their commit (complete.ts). Settles of one job run one at a time (SETTLE_LOCK), and every
+// after their commit (complete.ts). Ends of one job run one at a time (JOB_LOCK), and every
 // statement that ends a job checks that it is still pending or running while holding its row, so
 // a job gets exactly one final status (and one final job_status event).
 
@@ -37,8 +37,8 @@ export const nothingUnfinished = (job: string, exceptTask?: string) =>
 export const finalStatus = (j: string) => `(CASE WHEN ${pastThreshold(j)} THEN 'failed' ELSE 'completed' END)::job_status`;
 
 /**
- * Settles of one job (and CancelJob, RetryJob) one at a time, without a row lock on the job: the
- * claim and the completions lock a task, then its job, and a settle locks the tasks it cancels
+ * Ends of one job (and CancelJob, RetryJob) one at a time, without a row lock on the job: the
+ * claim and the completions lock a task, then its job, and an end locks the tasks it cancels
  * before the job, in that same order; a lock on the job row taken first would turn a completion
  * of one of those tasks into a deadlock. An advisory lock of the transaction (released at commit),
  * keyed by the job id's hash in Leasehold's own class (a collision only serializes two jobs).
@@ -51,7 +51,7 @@ export const JOB_LOCK = defineQuery<{ jobId: string }>(
 
 /*
  * A fail_fast job past its threshold: its pending and leased tasks are cancelled, before the job
- * fails (SETTLE_JOB), so the job's final event is the last of the transaction. A leased task keeps
+ * fails (END_JOB), so the job's final event is the last of the transaction. A leased task keeps
  * its lease_expires_at (and owner and attempt): its result is still accepted until then
  * (late-result.ts). $1 job id.
  */
@@ -72,8 +72,8 @@ WHERE t.job_id = $1 AND t.status IN ('pending', 'leased')
  * unfinished tasks were just cancelled), else, when no task is pending or leased, failed past the
  * threshold and completed within it. A job that is neither stays as it is. $1 job id.
  */
-export const SETTLE_JOB = defineQuery<{ jobId: string }, { id: string; status: Job["status"] }>(
-  "leasehold_settle_job",
+export const END_JOB = defineQuery<{ jobId: string }, { id: string; status: Job["status"] }>(
+  "leasehold_end_job",
   `
 UPDATE jobs j
 SET status = CASE WHEN ${pastThreshold("j")} THEN 'failed' ELSE 'completed' END::job_status,
@@ -98,33 +98,33 @@ export const FINISH_JOBS = defineQuery<{ jobIds: string[] }>("leasehold_finish_j
 
 /*
  * The reaper's safety net for a coordinator that died between a failure's or a completion's commit
- * and its settle: running jobs with nothing unfinished, and fail_fast ones past their threshold.
+ * and its end: running jobs with nothing unfinished, and fail_fast ones past their threshold.
  * One partial-index probe per running job (two for a fail_fast one). $1 limit.
  */
-const unsettled = `j.status = 'running'
+const stalled = `j.status = 'running'
     AND (${nothingUnfinished("j.id")}
          OR (j.failure_policy = 'fail_fast' AND ${pastThreshold("j")}))`;
-export const UNSETTLED_JOBS_DUE = `EXISTS (SELECT 1 FROM jobs j WHERE ${unsettled})`;
-export const UNSETTLED_JOBS = defineQuery<{ limit: number }, { id: string }>(
+export const STALLED_JOBS_DUE = `EXISTS (SELECT 1 FROM jobs j WHERE ${stalled})`;
+export const STALLED_JOBS = defineQuery<{ limit: number }, { id: string }>(
   null,
-  `SELECT j.id FROM jobs j WHERE ${unsettled} LIMIT $1`,
+  `SELECT j.id FROM jobs j WHERE ${stalled} LIMIT $1`,
   (p) => [p.limit],
 );
 
 /**
- * Settles one job in a transaction of its own on `c` (see the top of this file); returns the
- * job's status when this settle ended it. `c` must not be in a transaction.
+ * Ends one job, if it is done, in a transaction of its own on `c` (see the top of this file); returns the
+ * job's status when this call ended it. `c` must not be in a transaction.
  */
-export async function settleJob(c: pg.PoolClient, jobId: string): Promise<Job["status"] | undefined> {
+export async function endJob(c: pg.PoolClient, jobId: string): Promise<Job["status"] | undefined> {
   return transaction(c, async () => {
     await JOB_LOCK.run(c, { jobId });
-    // New statements, new snapshots: these see every settle and failure committed before the lock.
+    // New statements, new snapshots: these see every end and failure committed before the lock.
     await CANCEL_PAST_THRESHOLD.run(c, { jobId });
-    return (await SETTLE_JOB.maybe(c, { jobId }))?.status;
+    return (await END_JOB.maybe(c, { jobId }))?.status;
   });
 }
 
-/** settleJob for several jobs, one transaction each, in a fixed order. */
-export async function settleJobs(c: pg.PoolClient, jobIds: Iterable<string>): Promise<void> {
-  for (const id of [...new Set(jobIds)].sort()) await settleJob(c, id);
+/** endJob for several jobs, one transaction each, in a fixed order. */
+export async function endJobs(c: pg.PoolClient, jobIds: Iterable<string>): Promise<void> {
+  for (const id of [...new Set(jobIds)].sort()) await endJob(c, id);
 }
