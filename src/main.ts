@@ -189,7 +189,7 @@ class Coordinator {
     if (config.authTokens.length === 0) {
       logger.warn(
         { host: config.host },
-        "no AUTH_TOKENS_FILE: the API is open to anyone who can reach the port (see README, Authentication)",
+        "no AUTH_TOKENS_FILE: the API is open to anyone who can reach the port (see docs/authentication.md#without-tokens)",
       );
     }
   }
