@@ -63,7 +63,11 @@ afterAll(async () => {
 
 async function scenario(transport: string): Promise<Record<string, Record<string, unknown>>> {
   const env = { LEASEHOLD_URL: api.base, LEASEHOLD_TRANSPORT: transport, PREFIX: `behaviour-${transport}`, DEAD_URL: deadUrl };
-  const r = await runCommand(process.execPath, ["--import", "tsx", "test/behaviour-scenario.ts"], { cwd: tsPackage!, env, timeoutMs: 240_000 });
+  const r = await runCommand(process.execPath, ["--import", "tsx", "test/behaviour-scenario.ts"], {
+    cwd: tsPackage!,
+    env,
+    timeoutMs: 240_000,
+  });
   expect(r.code, r.output).toBe(0);
   return JSON.parse(r.output.trim().split("\n").at(-1)!) as Record<string, Record<string, unknown>>;
 }

@@ -168,14 +168,23 @@ describe("@leasehold/client from its tarball", () => {
   }
 
   it("meets a coordinator whose no-token warning names a page that exists", () => {
-    const warning = coordinator.stdout().split("\n").find((l) => l.includes("no AUTH_TOKENS_FILE"));
+    const warning = coordinator
+      .stdout()
+      .split("\n")
+      .find((l) => l.includes("no AUTH_TOKENS_FILE"));
     expect(warning, coordinator.stdout()).toBeDefined();
     const msg = (JSON.parse(warning!) as { msg: string }).msg;
     const [, page, anchor] = /\(see (docs\/[\w-]+\.md)#([\w-]+)\)$/.exec(msg) ?? [];
     expect(page, msg).toBeDefined();
     expect(existsSync(path.join(ROOT, page))).toBe(true);
     const headings = readFileSync(path.join(ROOT, page), "utf8").match(/^#+ .*$/gm) ?? [];
-    const anchors = headings.map((h) => h.replace(/^#+ /, "").toLowerCase().replace(/[^\w\s-]/g, "").replace(/\s+/g, "-"));
+    const anchors = headings.map((h) =>
+      h
+        .replace(/^#+ /, "")
+        .toLowerCase()
+        .replace(/[^\w\s-]/g, "")
+        .replace(/\s+/g, "-"),
+    );
     expect(anchors).toContain(anchor);
   });
 });

@@ -4,13 +4,7 @@
 // so JSON.stringify cannot take them as they are: toJson gives protobuf's JSON form.
 import { createRegistry, toJson as messageToJson, type JsonValue, type JsonWriteOptions, type Message } from "@bufbuild/protobuf";
 import { errorFor } from "./errors.js";
-import {
-  file_leasehold_queue_v1_queue,
-  type Job,
-  type JobFailure,
-  type Task,
-  type TaskCounts,
-} from "./gen/leasehold/queue/v1/queue_pb.js";
+import { file_leasehold_queue_v1_queue, type Job, type JobFailure, type Task, type TaskCounts } from "./gen/leasehold/queue/v1/queue_pb.js";
 
 /** CreateJob's answer: the job, with its tasks as created (in chunk order). */
 export interface CreatedJob extends Job {

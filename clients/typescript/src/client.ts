@@ -172,7 +172,10 @@ export class Client {
     const timer =
       options.timeoutMs === undefined
         ? undefined
-        : setTimeout(() => stop.abort(new DeadlineExceededError(`WatchJob: job ${jobId} not final within ${options.timeoutMs} ms`)), options.timeoutMs);
+        : setTimeout(
+            () => stop.abort(new DeadlineExceededError(`WatchJob: job ${jobId} not final within ${options.timeoutMs} ms`)),
+            options.timeoutMs,
+          );
     try {
       for (;;) {
         try {
@@ -189,7 +192,9 @@ export class Client {
           if (!(err instanceof UnavailableError)) throw err;
         }
         await sleep(delayMs * (0.5 + Math.random() / 2), stop.signal).catch((reason: unknown) => {
-          throw reason instanceof DeadlineExceededError ? reason : toLeaseholdError("WatchJob", reason, { url: this.url, callerAborted: true });
+          throw reason instanceof DeadlineExceededError
+            ? reason
+            : toLeaseholdError("WatchJob", reason, { url: this.url, callerAborted: true });
         });
         delayMs = Math.min(delayMs * 2, 5000);
       }

@@ -261,7 +261,6 @@ export class WorkerEngine implements WorkerContext {
     };
   }
 
-
   private async until(done: () => boolean): Promise<void> {
     while (!done()) await new Promise<void>((resolve) => this.waiters.push(resolve));
   }
@@ -298,7 +297,8 @@ export class WorkerEngine implements WorkerContext {
           this.stop();
           return;
         }
-        if (backoff.attempts === 0) this.problem(`leasehold worker ${this.workerId}: claim failed (${String(err)}); retrying with backoff`, err);
+        if (backoff.attempts === 0)
+          this.problem(`leasehold worker ${this.workerId}: claim failed (${String(err)}); retrying with backoff`, err);
         await sleep(backoff.next(), this.stopped.signal).catch(() => {});
       }
     }
@@ -348,7 +348,10 @@ export class WorkerEngine implements WorkerContext {
         if (backoff.attempts === 0) {
           const limit = this.options.unreachableTimeoutMs;
           const bound = Number.isFinite(limit) ? ` for up to ${Math.round(limit / 1000)} s (unreachableTimeoutMs)` : "";
-          this.problem(`leasehold worker ${this.workerId}: coordinator not reachable at ${this.url} (${String(err)}); retrying${bound}`, err);
+          this.problem(
+            `leasehold worker ${this.workerId}: coordinator not reachable at ${this.url} (${String(err)}); retrying${bound}`,
+            err,
+          );
         }
         await sleep(backoff.next(), this.stopped.signal).catch(() => {});
       }
@@ -359,14 +362,17 @@ export class WorkerEngine implements WorkerContext {
   private async checkWorkloads(): Promise<void> {
     try {
       await this.call("CompleteTask", () =>
-        this.rpc.completeTask({
-          taskId: NIL_UUID,
-          workerId: this.workerId,
-          attempt: 1,
-          resultUri: "leasehold:probe",
-          resultSha256: "0".repeat(64),
-          claimNext: { workloads: this.workloads, labels: this.options.labels ?? {} },
-        }, this.callOptions()),
+        this.rpc.completeTask(
+          {
+            taskId: NIL_UUID,
+            workerId: this.workerId,
+            attempt: 1,
+            resultUri: "leasehold:probe",
+            resultSha256: "0".repeat(64),
+            claimNext: { workloads: this.workloads, labels: this.options.labels ?? {} },
+          },
+          this.callOptions(),
+        ),
       );
     } catch (e) {
       const err = e as LeaseholdError;

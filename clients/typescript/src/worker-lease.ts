@@ -147,12 +147,15 @@ export class Lease {
     this.task.throwIfCancelled();
     try {
       const res = await this.w.call("ReportProgress", () =>
-        this.w.rpc.reportProgress({
-          ...this.request(),
-          progress: Math.min(Math.max(fraction, 0), 1),
-          message: message.slice(0, 1000),
-          partialResultUri,
-        }, this.w.callOptions()),
+        this.w.rpc.reportProgress(
+          {
+            ...this.request(),
+            progress: Math.min(Math.max(fraction, 0), 1),
+            message: message.slice(0, 1000),
+            partialResultUri,
+          },
+          this.w.callOptions(),
+        ),
       );
       this.renewed(res.task);
       this.beat();
@@ -193,13 +196,16 @@ export class Lease {
     if (this.w.gaveUp) return this.forget();
     void this.w
       .call("FailTask", () =>
-        this.w.rpc.failTask({
-          ...this.request(),
-          errorCode: "worker_draining",
-          errorMessage: why,
-          retryable: true,
-          retryAfterSeconds: 0,
-        }, this.w.callOptions()),
+        this.w.rpc.failTask(
+          {
+            ...this.request(),
+            errorCode: "worker_draining",
+            errorMessage: why,
+            retryable: true,
+            retryAfterSeconds: 0,
+          },
+          this.w.callOptions(),
+        ),
       )
       .then(
         () => this.w.stats.released++,
@@ -313,16 +319,20 @@ export class Reporter {
     const lease = o.lease;
     try {
       await this.retrying("FailTask", () =>
-        this.w.rpc.failTask({
-          taskId: lease.task.id,
-          workerId: this.w.workerId,
-          attempt: lease.task.attempt,
-          errorCode: errorCodeOf(err),
-          errorMessage: errorMessageOf(err),
-          retryable,
-          retryAfterSeconds: err instanceof TaskError && err.retryAfterSeconds !== undefined ? Math.ceil(err.retryAfterSeconds) : undefined,
-          usage: this.failureUsage(err, lease.task.id),
-        }, this.w.callOptions()),
+        this.w.rpc.failTask(
+          {
+            taskId: lease.task.id,
+            workerId: this.w.workerId,
+            attempt: lease.task.attempt,
+            errorCode: errorCodeOf(err),
+            errorMessage: errorMessageOf(err),
+            retryable,
+            retryAfterSeconds:
+              err instanceof TaskError && err.retryAfterSeconds !== undefined ? Math.ceil(err.retryAfterSeconds) : undefined,
+            usage: this.failureUsage(err, lease.task.id),
+          },
+          this.w.callOptions(),
+        ),
       );
       this.w.stats.failed++;
       lease.forget();

@@ -89,7 +89,9 @@ await section("errors", async () => {
   ];
   return {
     // A class's code is its own, whatever it was made with.
-    codes: Object.fromEntries(classes.map((C) => [C.name, [new C("made bare").code, new C("made with another", { code: "internal" }).code]])),
+    codes: Object.fromEntries(
+      classes.map((C) => [C.name, [new C("made bare").code, new C("made with another", { code: "internal" }).code]]),
+    ),
     resourceExhaustedIsUnavailable: new ResourceExhaustedError("quota") instanceof UnavailableError,
   };
 });
@@ -112,7 +114,12 @@ await section("answers", async () => {
   return {
     created: { id: created.id.length > 0, workload: created.workload, tasks: created.tasks.map((t) => t.chunkIndex) },
     wait: waited,
-    snapshot: { id: snapshot.id === created.id, status: status(snapshot.status), totalTasks: snapshot.totalTasks, pending: snapshot.taskCounts?.pending },
+    snapshot: {
+      id: snapshot.id === created.id,
+      status: status(snapshot.status),
+      totalTasks: snapshot.totalTasks,
+      pending: snapshot.taskCounts?.pending,
+    },
     stringify,
     json: {
       id: json.id === created.id,
@@ -203,13 +210,21 @@ await section("unreachable", async () => {
 
 await section("stopped while unreachable", async () => {
   const log = capture();
-  const worker = new Worker(process.env.DEAD_URL!, { transport, workloads: [WORK], handleSignals: false, unreachableTimeoutMs: Infinity, logger: log });
+  const worker = new Worker(process.env.DEAD_URL!, {
+    transport,
+    workloads: [WORK],
+    handleSignals: false,
+    unreachableTimeoutMs: Infinity,
+    logger: log,
+  });
   worker.handle(WORK, () => ({ uri: "mem://never", sha256: sha("never") }));
   const running = worker.run();
   await until(() => log.lines.some((l) => l.level === "warn"));
   worker.stop();
   await running;
-  return log.lines.map((l) => `${l.level} ${l.message.includes("lane(s)") ? "start" : l.message.includes("not reachable") ? "unreachable" : l.message}`);
+  return log.lines.map(
+    (l) => `${l.level} ${l.message.includes("lane(s)") ? "start" : l.message.includes("not reachable") ? "unreachable" : l.message}`,
+  );
 });
 
 await section("tls", async () => {
