@@ -156,6 +156,9 @@ describe.each(["connect", "grpc"])("the TypeScript client over %s", (transport) 
     expect(notServed.code).toBe("unimplemented");
     expect(notServed.message).toContain(`${api.base}/prefix has no /prefix/leasehold.queue.v1.QueueService/ListWorkloads`);
     expect(notServed.message).toContain(`without one, use ${api.base}`);
+    expect(out.path.workerRun).toMatch(
+      /^WorkerConfigError: RenewLease: http:\/\/\S+\/prefix has no \/prefix\/leasehold\.queue\.v1\.QueueService\/RenewLease/,
+    );
     expect(out.path.proxied).toMatchObject({ url: expect.stringMatching(/\/prefix$/), work: true });
     expect(out.path.badUrl).toMatch(/^TypeError: url: no query or fragment/);
   });

@@ -244,6 +244,15 @@ await section("path", async () => {
   } finally {
     prefixed.close();
   }
+  // A worker there stops at start: a 404 does not go away by waiting.
+  const worker = new Worker(`${url}/prefix`, { transport, workloads: [WORK], handleSignals: false, logger: capture() });
+  worker.handle(WORK, () => ({ uri: "mem://never", sha256: sha("never") }));
+  let workerRun = "resolved";
+  try {
+    await worker.run();
+  } catch (e) {
+    workerRun = `${(e as Error).constructor.name}: ${(e as Error).message}`;
+  }
   // A proxy that serves the coordinator under /prefix (HTTP/1.1, so gRPC-Web): the path is honoured.
   const target = new URL(url);
   const proxy = http.createServer((req, res) => {
@@ -266,7 +275,7 @@ await section("path", async () => {
     } catch (e) {
       badUrl = `${(e as Error).constructor.name}: ${(e as Error).message}`;
     }
-    return { notServed, proxied: { url: proxied.url, work: names.includes(WORK) }, badUrl };
+    return { notServed, workerRun, proxied: { url: proxied.url, work: names.includes(WORK) }, badUrl };
   } finally {
     proxied.close();
     proxy.close();
