@@ -8,6 +8,8 @@ through ``grpc.aio``; ``pip install "leasehold[aio]"`` brings httpx. Answers, ex
 failures are the very classes of :mod:`leasehold`, read and raised by the same code.
 """
 
+from ._task import AsyncTask
 from .client import AsyncClient
+from .worker import AsyncWorker
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "AsyncTask", "AsyncWorker"]
