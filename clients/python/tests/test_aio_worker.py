@@ -258,7 +258,7 @@ async def test_refusals_at_start_raise_worker_config_error(env: Env, workload: C
     assert w in str(e.value)  # the workloads the coordinator knows are named
     outside = make_worker(env, transport, [w], "gpu-7")
     outside.handler(w)(_quick)
-    with pytest.raises(WorkerConfigError, match="'gpu-7'.*prefix"):
+    with pytest.raises(WorkerConfigError, match=r"'gpu-7'.*prefix"):
         await asyncio.wait_for(outside.run(), 30)
     bad_token = AsyncWorker(env.main.url, workloads=[w], token="not-a-token", transport=transport,  # type: ignore[arg-type]
                             worker_id="pyw-1", handle_signals=False)
