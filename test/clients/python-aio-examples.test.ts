@@ -107,10 +107,15 @@ describe.each(["json", "grpc"])("the FastAPI gateway and the async worker (lease
       expect(events.at(-1)).toEqual({ event: "job", data: { status: "completed" } });
       const progress = events.filter((e) => e.event === "progress").map((e) => e.data);
       const completed = events.filter((e) => e.event === "task" && e.data.status === "completed").map((e) => e.data.chunk_index);
-      const { rows } = await fx.pool.query<{ chunk_index: number; status: string; result_uri: string; result_sha256: string; lease_owner: string }>(
-        "SELECT chunk_index, status, result_uri, result_sha256, lease_owner FROM tasks WHERE job_id = $1 ORDER BY chunk_index",
-        [job.job_id],
-      );
+      const { rows } = await fx.pool.query<{
+        chunk_index: number;
+        status: string;
+        result_uri: string;
+        result_sha256: string;
+        lease_owner: string;
+      }>("SELECT chunk_index, status, result_uri, result_sha256, lease_owner FROM tasks WHERE job_id = $1 ORDER BY chunk_index", [
+        job.job_id,
+      ]);
       expect(rows.map((r) => r.status)).toEqual(Array(5).fill("completed"));
       // Every chunk's "halfway" and completion streamed, unless it happened before the watch began.
       const early = (events[0].data.completed as number) ?? 0;
