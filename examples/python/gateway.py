@@ -8,7 +8,7 @@
                                                        job is final: snapshot, then progress, task and job events
     GET  /jobs/{job_id}/results                        the result manifests in chunk order
 
-LEASEHOLD_TOKEN: a submitter token; LEASEHOLD_TRANSPORT: "json" (Connect JSON over httpx, the default) or "grpc".
+LEASEHOLD_TOKEN: a submitter token; LEASEHOLD_TRANSPORT: "json" (Connect JSON over aiohttp, the default) or "grpc".
 "fail_chunk": K asks the example worker to fail chunk K. The coordinator's refusals keep their meaning: an unknown
 workload or job is 404, a bad request 400 naming its fields; every error carries the coordinator's request id.
 """

@@ -3,8 +3,8 @@
 :class:`AsyncClient` has every :class:`~leasehold.Client` call as a coroutine; :class:`AsyncWorker` runs
 ``async def`` handlers (and plain ones in a thread pool) as :class:`~leasehold.Worker` runs its handlers.
 
-Over Connect JSON (``transport="json"``, the default) through httpx, and over gRPC (``transport="grpc"``)
-through ``grpc.aio``; ``pip install "leasehold[aio]"`` brings httpx. Answers, exceptions, results and task
+Over Connect JSON (``transport="json"``, the default) through aiohttp, and over gRPC (``transport="grpc"``)
+through ``grpc.aio``; ``pip install "leasehold[aio]"`` brings aiohttp. Answers, exceptions, results and task
 failures are the very classes of :mod:`leasehold`, read and raised by the same code.
 """
 

@@ -72,13 +72,13 @@ class AsyncClient:
                 print(manifest.chunk_index, manifest.result_uri)
 
     One client serves any number of concurrent coroutines of one event loop (a FastAPI app's requests):
-    over Connect JSON through httpx's pool of keep-alive connections (``pip install "leasehold[aio]"``),
+    over Connect JSON through aiohttp's pool of keep-alive connections (``pip install "leasehold[aio]"``),
     over gRPC through one ``grpc.aio`` channel.
 
     Args:
         url: ``http://host:port`` (or ``https://``) of the coordinator.
         token: Bearer token (a submitter or admin token) when the coordinator requires one.
-        transport: ``"json"`` (Connect JSON over httpx) or ``"grpc"`` (grpc.aio).
+        transport: ``"json"`` (Connect JSON over aiohttp) or ``"grpc"`` (grpc.aio).
         timeout: Seconds each call may take.
     """
 

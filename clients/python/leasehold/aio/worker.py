@@ -61,7 +61,7 @@ class AsyncWorker(Lanes, Reporter):
     Args:
         url, workloads, concurrency, token, transport, worker_id, worker_prefix, lease_seconds, wait_seconds,
         prefetch, batch_results, claim_with_results, drain_timeout, heartbeat_interval, request_timeout,
-        labels: as :class:`~leasehold.Worker` (``transport="json"`` is Connect JSON over httpx:
+        labels: as :class:`~leasehold.Worker` (``transport="json"`` is Connect JSON over aiohttp:
         ``pip install "leasehold[aio]"``; ``"grpc"`` is ``grpc.aio``).
         handle_signals: Drain on SIGTERM/SIGINT (``loop.add_signal_handler``) while :meth:`run` runs in the
             main thread. Off for a worker that shares its process with a server that handles them (call
