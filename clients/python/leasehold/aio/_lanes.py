@@ -51,8 +51,8 @@ class Lanes(AsyncWorkerState):
         outcome = AOutcome(lease)
         try:
             if lease.is_async:
-                lease.runner = asyncio.create_task(self._run_async(lease))
-                result = await lease.runner
+                # In this lane's own task: a cancellation (_cancel) strikes the handler's await.
+                result = await self._run_async(lease)
             else:
                 assert self._loop is not None
                 result = await self._loop.run_in_executor(self._threads, self._run_sync, lease)
@@ -62,8 +62,9 @@ class Lanes(AsyncWorkerState):
                 outcome.error = TaskError(f"the handler returned {type(result).__name__}, not a Result",
                                           code="invalid_result")
         except asyncio.CancelledError:
-            if lease.runner is None or not lease.runner.cancelled() or not task.cancelled:
+            if not lease.cancel_sent and not (lease.is_async and task.cancelled):
                 raise  # not ours: the worker itself is being cancelled
+            _uncancel()
             self._drop(lease, f"handler stopped: {task.cancel_reason}")
             return None
         except TaskCancelled as e:
@@ -135,6 +136,14 @@ class Lanes(AsyncWorkerState):
         finally:
             lease.beating = False
             self._beat_wake.set()
+
+
+def _uncancel() -> None:
+    """Counts the cancellation this lane requested and handled as done (Python 3.11+ keeps a count)."""
+    current = asyncio.current_task()
+    cancelling, uncancel = getattr(current, "cancelling", None), getattr(current, "uncancel", None)
+    if cancelling is not None and uncancel is not None and cancelling():
+        uncancel()
 
 
 def _attributes(task: AsyncTask | Task) -> dict[str, object]:

@@ -47,7 +47,8 @@ class ALease:
     beat_failing: bool = False  # the last heartbeat got no answer (logged once per outage)
     beating: bool = False  # a heartbeat is in flight
     cohort: Cohort = field(default_factory=Cohort)
-    runner: asyncio.Task[Result] | None = None  # an async handler's coroutine, cancelled to stop it
+    lane: asyncio.Task[None] | None = None  # the lane's task, which runs an async handler: cancelled to stop it
+    cancel_sent: bool = False  # the worker cancelled the lane's task (not the lane's own doing)
 
 
 @dataclass
@@ -150,7 +151,7 @@ class AsyncWorkerState:
             self._leases[(task.id, task.attempt)] = lease
             self._busy += 1
             cohort.running += 1
-            lane = asyncio.create_task(self._run_lane(lease), name=f"leasehold-task-{task.id}")
+            lane = lease.lane = asyncio.create_task(self._run_lane(lease), name=f"leasehold-task-{task.id}")
             self._lanes.add(lane)
             lane.add_done_callback(self._lanes.discard)
         self._beat_wake.set()
@@ -189,11 +190,14 @@ class AsyncWorkerState:
     def _cancel(self, lease: ALease, reason: str) -> None:
         """Tells the handler to stop: the task's flag, and for an async handler, asyncio's cancellation."""
         lease.task._cancel(reason)
-        runner = lease.runner
-        # Not from inside the handler itself (its own progress report was refused): it gets the
-        # CancelledError raised there, and a cancel requested too would strike again in its clean-up.
-        if runner is not None and not runner.done() and runner is not asyncio.current_task():
-            runner.cancel()
+        lane = lease.lane
+        # Only a started async handler, once, and not from inside it (its own progress report was refused:
+        # it gets the CancelledError raised there, and a cancel requested too would strike again in its
+        # clean-up). A plain handler's thread cannot be interrupted: its task's flag tells it.
+        if (lease.is_async and lease.started and not lease.finished and not lease.cancel_sent and lane is not None
+                and not lane.done() and lane is not asyncio.current_task()):
+            lease.cancel_sent = True
+            lane.cancel()
 
     # ---------- heartbeats and progress ----------
 
