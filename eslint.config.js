@@ -3,7 +3,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 /**
- * The store, whose SQL goes through defineQuery (src/store/postgres/query.ts): every row is typed,
+ * The store, whose SQL goes through defineQuery (src/store/postgres/sql/query.ts): every row is typed,
  * so an `any` (an untyped pg row, a JSON.parse) is a lint error; and the API and queue layers,
  * which take untyped input (request bodies, JSON, headers) and must narrow it before use.
  * Type-aware linting reads the TypeScript program, so it is scoped to these files and to the
@@ -11,7 +11,7 @@ import tseslint from "typescript-eslint";
  * against ~17 s without these rules (loaded 2-core machine; projectService on the whole
  * tsconfig.json cost more, ~13 s against ~11 s for the store alone).
  */
-const TYPED = ["src/store/postgres/*.ts", "src/api/**/*.ts", "src/queue/*.ts"];
+const TYPED = ["src/store/postgres/**/*.ts", "src/api/**/*.ts", "src/queue/*.ts"];
 
 export default tseslint.config(
   {

@@ -1,12 +1,12 @@
-// The cost of defineQuery (src/store/postgres/query.ts) against a hand-written values array, on a
+// The cost of defineQuery (src/store/postgres/sql/query.ts) against a hand-written values array, on a
 // client that answers at once: what the helper adds to each call, isolated from PostgreSQL (whose
 // round trip is ~100 µs or more). Rounds alternate A and B so a loaded machine slows both alike;
 // the medians are reported. `node --import tsx bench/define-query.ts [rounds] [--pg]`: with --pg,
 // also one named statement's round trip on a real PostgreSQL (DATABASE_URL, else embedded), by hand
 // and through defineQuery, alternating.
 import pg from "pg";
-import { CLAIM_TASKS } from "../src/store/postgres/claim.js";
-import { defineQuery, type Queryable } from "../src/store/postgres/query.js";
+import { CLAIM_TASKS } from "../src/store/postgres/operations/claim.js";
+import { defineQuery, type Queryable } from "../src/store/postgres/sql/query.js";
 import { startDatabase } from "./harness.js";
 
 const answer = Promise.resolve({ rows: [{ id: "x" }] });

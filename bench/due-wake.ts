@@ -11,7 +11,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import pg from "pg";
 import { LongPollingQueue, type ParkingCalls } from "../src/queue/long-poll.js";
-import { TaskListener } from "../src/store/postgres/listener.js";
+import { TaskListener } from "../src/store/postgres/state/listener.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, startDatabase } from "./harness.js";
 import { parseCoalescing } from "../src/config/index.js";

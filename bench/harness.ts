@@ -21,8 +21,8 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { startEmbeddedPostgres, type EmbeddedEngine } from "../src/store/postgres/embedded.js";
-import { migrate } from "../src/store/postgres/migrate.js";
+import { startEmbeddedPostgres, type EmbeddedEngine } from "../src/store/postgres/schema/embedded.js";
+import { migrate } from "../src/store/postgres/schema/migrate.js";
 
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

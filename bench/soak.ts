@@ -13,8 +13,8 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { QueueService, type Task } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { CLAIM_TASKS } from "../src/store/postgres/claim.js";
-import { COMPLETE_TASK } from "../src/store/postgres/complete.js";
+import { CLAIM_TASKS } from "../src/store/postgres/operations/claim.js";
+import { COMPLETE_TASK } from "../src/store/postgres/operations/complete.js";
 import { createPool } from "../src/store/postgres/store.js";
 import { fmt, restClient, startCoordinator, startDatabase } from "./harness.js";
 

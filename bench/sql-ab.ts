@@ -22,7 +22,7 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { fmt, freePort } from "./harness.js";
-import { startEmbeddedPostgres } from "../src/store/postgres/embedded.js";
+import { startEmbeddedPostgres } from "../src/store/postgres/schema/embedded.js";
 
 const BASE = process.env.AB_BASE;
 const MODES = (process.env.AB_MODES ?? "single,batch,insert,one").split(",");
@@ -53,7 +53,7 @@ interface Sample {
 }
 
 async function loadSide(name: string, root: string, url: string): Promise<Side> {
-  const { migrate } = await import(path.join(root, "src/store/postgres/migrate.ts"));
+  const { migrate } = await import(path.join(root, "src/store/postgres/schema/migrate.ts"));
   const { createPool, PostgresQueue } = await import(path.join(root, "src/store/postgres/store.ts"));
   await migrate(url, "up");
   const pool = createPool({ connectionString: url, max: WORKERS + 2, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000 });

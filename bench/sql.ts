@@ -13,8 +13,13 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
-import { CLAIM_TASKS } from "../src/store/postgres/claim.js";
-import { COMPLETE_TASK, COMPLETE_TASK_AND_CLAIM, COMPLETE_TASKS, COMPLETE_TASKS_AND_CLAIM } from "../src/store/postgres/complete.js";
+import { CLAIM_TASKS } from "../src/store/postgres/operations/claim.js";
+import {
+  COMPLETE_TASK,
+  COMPLETE_TASK_AND_CLAIM,
+  COMPLETE_TASKS,
+  COMPLETE_TASKS_AND_CLAIM,
+} from "../src/store/postgres/operations/complete.js";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { fmt, startDatabase } from "./harness.js";
 import { parseCoalescing } from "../src/config/index.js";

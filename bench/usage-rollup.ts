@@ -11,7 +11,7 @@
 
 import { performance } from "node:perf_hooks";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
-import { UsageRollup } from "../src/store/postgres/usage-rollup.js";
+import { UsageRollup } from "../src/store/postgres/background/usage-rollup.js";
 import { fmt, startDatabase, summary } from "./harness.js";
 import { createHash } from "node:crypto";
 

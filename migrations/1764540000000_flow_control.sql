@@ -3,7 +3,7 @@
 /*
  * Flow control: concurrency caps (per workload, per concurrency key), fair share between keys,
  * rate limits, pause, and worker labels, all enforced by the claim statement itself so they hold
- * across coordinators. The design, with the bounds it gives, is src/store/postgres/flow-control.md.
+ * across coordinators. The design, with the bounds it gives, is docs/flow-control-claim.md.
  */
 
 -- Workload settings. `flow` says whether a claim must take the serialized path
@@ -44,7 +44,7 @@ CREATE TABLE workload_rate_buckets (
   refreshed_at timestamptz NOT NULL
 );
 
--- The next fair rank of each key of a keyed workload (flow-control.md, "Fair share").
+-- The next fair rank of each key of a keyed workload (flow-control-claim.md, "Fair share").
 CREATE TABLE flow_keys (
   workload  text NOT NULL,
   key       text NOT NULL,
@@ -79,11 +79,11 @@ DROP INDEX tasks_claim_pending_idx;
 CREATE INDEX tasks_claim_pending_idx ON tasks (workload, priority DESC, fair_rank, created_at, chunk_index, run_after)
   WHERE status = 'pending';
 
--- Live leases per workload and key: what a capped claim counts (flow-control.md, "Caps").
+-- Live leases per workload and key: what a capped claim counts (flow-control-claim.md, "Caps").
 CREATE INDEX tasks_leased_key_idx ON tasks (workload, concurrency_key, lease_expires_at) WHERE status = 'leased';
 
 -- The claim of flow-controlled workloads lives in migrations/functions/leasehold_flow_claim.sql,
--- applied after the versioned migrations (src/store/postgres/migrate.ts).
+-- applied after the versioned migrations (src/store/postgres/schema/migrate.ts).
 
 -- Down Migration
 

@@ -82,7 +82,7 @@ CREATE TABLE task_events_default PARTITION OF task_events DEFAULT
  * without a time bound probes every partition's index; with the newest watermark whose xid_bound
  * <= xmin(S), it may add created_at >= upper, which PostgreSQL uses to skip the older partitions
  * (run-time pruning; the coordinator caches the watermarks and passes the bound as a parameter:
- * src/store/postgres/event-floors.ts). The maintenance pass records one at a partition boundary
+ * src/store/postgres/state/event-floors.ts). The maintenance pass records one at a partition boundary
  * once no transaction that started before it is still running (an event's created_at is its
  * transaction's start, so none can be written below the boundary after that), with the xid
  * horizon of that moment.

@@ -15,7 +15,7 @@
  *   other claim of the workload is in flight, and leases at most cap - live, as before.
  * unit = least(100, smallest cap / (2 × GATES)), so the gated path holds while the live leases are
  * below about half the cap. The proof that no cap is passed, and the measurements:
- * src/store/postgres/flow-control.md ("Gates").
+ * docs/flow-control-claim.md ("Gates").
  */
 -- The claim with gates (and p_owners, for coalesced claims) is migrations/functions/leasehold_flow_claim.sql;
 -- its signature differs from the one the flow_control migration of older releases made, so that one goes.

@@ -2,7 +2,7 @@
 
 /*
  * Three costs a flow-controlled claim paid while every cap was far, each measured with bench:flow
- * (src/store/postgres/flow-control.md, "A cap far away"):
+ * (docs/flow-control-claim.md, "A cap far away"):
  * - The count before the gates, which only chooses the path. A session whose last claim of the
  *   workload found every cap far by its counts after the gates, less than a second ago, skips it
  *   and takes the gated path. The session setting `leasehold.flow_far_<hash>` holds when (epoch

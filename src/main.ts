@@ -18,11 +18,11 @@ import { Maintainer } from "./queue/maintenance.js";
 import { SchedulerLoop } from "./queue/scheduler.js";
 import type { QueueService } from "./queue/service.js";
 import { onShutdownSignal } from "./signals.js";
-import { EmbeddedStartError, startEmbeddedMode, type EmbeddedMode } from "./store/postgres/embedded-mode.js";
-import { horizonSource } from "./store/postgres/horizon.js";
-import { pendingMigrations } from "./store/postgres/migrate.js";
-import { checkReadiness, readOnlyReason, type Readiness } from "./store/postgres/readiness.js";
-import { TaskListener } from "./store/postgres/listener.js";
+import { EmbeddedStartError, startEmbeddedMode, type EmbeddedMode } from "./store/postgres/schema/embedded-mode.js";
+import { horizonSource } from "./store/postgres/background/horizon.js";
+import { pendingMigrations } from "./store/postgres/schema/migrate.js";
+import { checkReadiness, readOnlyReason, type Readiness } from "./store/postgres/schema/readiness.js";
+import { TaskListener } from "./store/postgres/state/listener.js";
 import { createPool, PostgresQueue } from "./store/postgres/store.js";
 import { Metrics } from "./telemetry/metrics.js";
 import { startTracing, type Tracing } from "./telemetry/tracing.js";
@@ -189,7 +189,7 @@ class Coordinator {
     if (config.authTokens.length === 0) {
       logger.warn(
         { host: config.host },
-        "no AUTH_TOKENS_FILE: the API is open to anyone who can reach the port (see README, Authentication)",
+        "no AUTH_TOKENS_FILE: the API is open to anyone who can reach the port (see docs/authentication.md#without-tokens)",
       );
     }
   }

@@ -9,8 +9,8 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { Migration } from "node-pg-migrate";
 import { ConfigError, loadConfig } from "./config/index.js";
-import { openClient } from "./store/postgres/db.js";
-import { migrate, migrationStatus, MIGRATIONS_DIR, pendingMigrations, readShippedSchema } from "./store/postgres/migrate.js";
+import { openClient } from "./store/postgres/sql/db.js";
+import { migrate, migrationStatus, MIGRATIONS_DIR, pendingMigrations, readShippedSchema } from "./store/postgres/schema/migrate.js";
 
 const USAGE = "usage: npm run migrate -- up [N] | down [N] | status | create NAME  [--dir MIGRATIONS_DIR]";
 

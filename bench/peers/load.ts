@@ -13,7 +13,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import type { EmbeddedEngine } from "../../src/store/postgres/embedded.js";
+import type { EmbeddedEngine } from "../../src/store/postgres/schema/embedded.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 

@@ -10,7 +10,7 @@ import { chownSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, rea
 import path from "node:path";
 import pg from "pg";
 import { projectRoot } from "../../src/project-root.js";
-import { openClient } from "../../src/store/postgres/db.js";
+import { openClient } from "../../src/store/postgres/sql/db.js";
 import {
   APP_ROLE,
   DATABASE,

@@ -5,8 +5,8 @@
 // session once (HAProxy cuts the sessions of a member it marks down; a demoted leader ends them),
 // and every step below is safe to run again.
 import pg from "pg";
-import { isConnectionBroken, openClient, SESSION_SETTINGS } from "../../src/store/postgres/db.js";
-import { migrate } from "../../src/store/postgres/migrate.js";
+import { isConnectionBroken, openClient, SESSION_SETTINGS } from "../../src/store/postgres/sql/db.js";
+import { migrate } from "../../src/store/postgres/schema/migrate.js";
 
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

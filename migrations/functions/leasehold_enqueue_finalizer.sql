@@ -1,6 +1,6 @@
 /*
  * The finalizer is enqueued by the statement that gives the job its final status, whichever it is
- * (the last completion, FINISH_JOBS_IF_DONE, a settle under the failure policy, CancelJob, pending
+ * (the last completion, FINISH_JOBS_IF_DONE, an end under the failure policy, CancelJob, pending
  * expiry), in its transaction: a BEFORE trigger on that update, so the parent's row records the
  * finalizer's id in the same write.
  *

@@ -1,6 +1,6 @@
 /*
  * The claim of flow-controlled workloads (the claim statement calls it for those only; see
- * src/store/postgres/flow-control.md). VOLATILE, so each statement inside runs on a snapshot taken
+ * docs/flow-control-claim.md). VOLATILE, so each statement inside runs on a snapshot taken
  * after the locks it waits for were granted: it sees every lease the claimer before it committed.
  * Workloads in name order (one lock order for every claimer), each until `want` are leased.
  *
@@ -13,10 +13,10 @@
  * - takes all the gates, in order (the exact path: a cap near, a rate limit, or a pause), so no
  *   other claim of the workload is in flight, and leases at most cap - live.
  * unit = least(100, smallest cap / (2 × GATES)), so the gated path holds while the live leases are
- * below about half the cap. The proof that no cap is passed, and the measurements: flow-control.md
+ * below about half the cap. The proof that no cap is passed, and the measurements: docs/flow-control-claim.md
  * ("Gates").
  *
- * A cap far away (flow-control.md, "A cap far away"): a session whose last claim of the workload
+ * A cap far away (flow-control-claim.md, "A cap far away"): a session whose last claim of the workload
  * found every cap far by its counts after the gates, less than a second ago, skips the count
  * before the gates and takes the gated path (the session setting `leasehold.flow_far_<hash>` holds
  * when, epoch seconds; '' for near). It is a hint and nothing more: the bound rests on the count

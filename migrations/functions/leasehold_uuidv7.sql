@@ -1,6 +1,6 @@
 /*
  * A finalizer job and its task get time-ordered ids (UUID version 7), as every other job and task
- * does (the coordinator makes those, src/store/postgres/uuidv7.ts): ids that ascend with time land
+ * does (the coordinator makes those, src/store/postgres/sql/uuidv7.ts): ids that ascend with time land
  * at the primary key's right edge, and sort by creation like the rest. The finalizer is made by
  * leasehold_enqueue_finalizer (its own file), inside the statement that ends its parent, so its
  * ids are made in SQL: leasehold_uuidv7 writes the milliseconds of clock_timestamp() over the first 48 bits of a

@@ -6,7 +6,7 @@ import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
 import { HttpError } from "./errors.js";
 import type { NodeRequest, NodeResponse } from "./node-http.js";
-import { writeJson } from "./respond.js";
+import { sendJson } from "./respond.js";
 import type { RequestInfo } from "./request-info.js";
 
 export interface OpsRoutesOptions {
@@ -34,7 +34,7 @@ export function createOpsRoutes(opts: OpsRoutesOptions): OpsRoutes {
       info.operation = pathname.slice(1);
       allowGet(req, pathname);
       if (pathname === "/healthz") {
-        writeJson(res, 200, { status: "ok" });
+        sendJson(res, 200, { status: "ok" });
         return true;
       }
       let r: { ready: boolean; detail?: string };
@@ -48,7 +48,7 @@ export function createOpsRoutes(opts: OpsRoutesOptions): OpsRoutes {
       const body = r.ready
         ? { status: "ready", ...(r.detail ? { detail: r.detail } : {}) }
         : { status: "not_ready", detail: r.detail ?? "" };
-      writeJson(res, r.ready ? 200 : 503, body);
+      sendJson(res, r.ready ? 200 : 503, body);
       return true;
     }
     if (pathname === "/metrics" && opts.metrics) {

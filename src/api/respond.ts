@@ -7,7 +7,7 @@ import { HttpError, recordFailure, restErrorBody } from "./errors.js";
 import type { RequestInfo } from "./request-info.js";
 import type { NodeResponse } from "./node-http.js";
 
-export function writeJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
   if (res.headersSent) {
     res.end();
@@ -26,5 +26,5 @@ export function writeJson(res: NodeResponse, status: number, body: unknown, head
 
 export function writeError(res: NodeResponse, err: unknown, info: RequestInfo): void {
   const m = recordFailure(info, err);
-  writeJson(res, m.httpStatus, restErrorBody(m, info.requestId), err instanceof HttpError ? err.headers : {});
+  sendJson(res, m.httpStatus, restErrorBody(m, info.requestId), err instanceof HttpError ? err.headers : {});
 }

@@ -8,7 +8,7 @@ import { pipe, transformSplitEnvelope, type UniversalServerResponse } from "@con
 import { endStreamFlag } from "@connectrpc/connect/protocol-connect";
 import { HttpError, recordFailure, restErrorBody, type MappedError } from "./errors.js";
 import type { RequestInfo } from "./request-info.js";
-import { writeJson } from "./respond.js";
+import { sendJson } from "./respond.js";
 import { connectFailure, type ConnectErrorJson } from "./rest-errors.js";
 import type { NodeResponse } from "./node-http.js";
 
@@ -80,7 +80,7 @@ export async function writeEventStream(
     : await firstRead;
   clearTimeout(timer);
   if (early?.failure) {
-    writeJson(res, early.failure.httpStatus, restErrorBody(early.failure, info.requestId));
+    sendJson(res, early.failure.httpStatus, restErrorBody(early.failure, info.requestId));
     return;
   }
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });

@@ -1,5 +1,5 @@
 // The API server: dispatch between the operational routes (ops-routes.ts), the console
-// (ui-routes.ts), the REST routes (rest.ts), the direct unary paths (direct/) and the Connect
+// (ui-routes.ts), the REST routes (rest-routes.ts), the direct unary paths (direct/) and the Connect
 // router (gRPC, gRPC-Web, Connect), on the one port the listener (http-listener.ts) serves. Every
 // RPC, whichever way it comes, runs through the interceptors of interceptors.ts around the one
 // service implementation (services/). Everything else is a 404 in the REST error shape. Every
@@ -25,7 +25,7 @@ import { protocolOf, requestInfoKey, type RequestInfo } from "./request-info.js"
 import { logWhenClosed } from "./request-log.js";
 import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { writeError } from "./respond.js";
-import { createRest, restRoutes } from "./rest.js";
+import { createRest, restRoutes } from "./rest-routes.js";
 import { createRouterUnary } from "./direct/router.js";
 import { createQueueServiceImpl } from "./services/index.js";
 import { createDirectUnary } from "./direct/index.js";

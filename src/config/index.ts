@@ -5,6 +5,7 @@
 
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { ACCOUNT_NAME } from "../queue/account-validation.js";
 
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 
@@ -56,7 +57,7 @@ export interface Config {
   otelExporterOtlpEndpoint?: string;
   /** DIRECT_UNARY: plain unary gRPC, Connect and REST calls on the direct paths (false: all through connect-es' router). */
   directUnary: boolean;
-  /** CLAIM_HINTS: claims start their scan at a hint (src/store/postgres/claim-hints.ts); false: from the front. */
+  /** CLAIM_HINTS: claims start their scan at a hint (src/store/postgres/state/claim-hints.ts); false: from the front. */
   claimHints: boolean;
   /** COALESCE, COALESCE_MAX_BATCH, COALESCE_MIX: coalescing's batch size and whether results ride with claims; false: off. */
   coalescing: { maxBatch: number; mixResults: boolean } | false;
@@ -143,7 +144,7 @@ export const CONFIG_VARIABLES = [
   [
     "AUTH_TOKENS_FILE",
     "(unset: no authentication)",
-    "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix | account]` per line (see Authentication)",
+    "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix | account]` per line (see docs/authentication.md)",
   ],
   ["ALLOW_UNAUTHENTICATED", "false", "`true` lets a coordinator without tokens bind an address other than loopback"],
   ["TLS_CERT_FILE", "(unset: cleartext)", "PEM certificate chain; with TLS_KEY_FILE serves HTTPS (HTTP/2 and HTTP/1.1 by ALPN) on PORT"],
@@ -151,7 +152,7 @@ export const CONFIG_VARIABLES = [
   [
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "(unset: no tracing)",
-    "OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`); set: spans of every RPC and queue call are exported there (other `OTEL_EXPORTER_OTLP_*` variables apply too)",
+    "OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`); set: a span of every RPC (the tracing interceptor's; queue and SQL calls have none of their own) is exported there (other `OTEL_EXPORTER_OTLP_*` variables apply too)",
   ],
   [
     "DIRECT_UNARY",
@@ -268,8 +269,6 @@ export function parseCoalescing(env: Env): { maxBatch: number; mixResults: boole
 
 /** The same rule as a request's worker_id: printable ASCII, no spaces here (the line is space separated). */
 const WORKER_PREFIX = /^[\x21-\x7e]{1,128}$/;
-/** An account's name: the workload name pattern. */
-export const ACCOUNT_NAME = /^[a-z][a-z0-9_-]{0,62}$/;
 const SHA256_HEX = /^[0-9a-fA-F]{64}$/;
 
 /**

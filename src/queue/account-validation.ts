@@ -1,7 +1,7 @@
 // The rules of accounts and of a job's billing context, checked before anything reaches the
 // database: a ValidationError naming the field, and nothing written.
 
-import type { Billing, PutAccountInput } from "./accounts.js";
+import type { Billing, PutAccountInput } from "./types.js";
 import { PermissionDeniedError } from "./errors.js";
 import { LIMITS, fail, all, isInteger, optionalInt, optionalText } from "./fields.js";
 

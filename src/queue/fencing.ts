@@ -1,7 +1,7 @@
 // The answers to a lease-fenced write that found no live lease: a replayed result is a success,
 // anything else a conflict that says why, from the task as it is now.
 import { LeaseConflictError, ResultConflictError } from "./errors.js";
-import type { Usage } from "./accounts.js";
+import type { Usage } from "./types.js";
 import type { CompleteTaskInput, LeaseRef, Task } from "./types.js";
 import { sameUsage } from "./usage.js";
 

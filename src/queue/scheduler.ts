@@ -4,7 +4,7 @@
 // maxIntervalMs, so a schedule put through another coordinator is seen within that.
 import { PassLoop } from "./pass-loop.js";
 import type { CallOptions } from "./types.js";
-import type { ScheduleTickResult } from "./schedules.js";
+import type { ScheduleTickResult } from "./types.js";
 
 /** What the loop calls: the scheduler half of the store. */
 export interface SchedulerQueue {

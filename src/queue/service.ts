@@ -1,7 +1,13 @@
-import type { AccountsApi } from "./accounts.js";
 import type { MaintenanceQueue } from "./maintenance.js";
-import type { PutScheduleInput, PutScheduleResult, Schedule } from "./schedules.js";
+import type { PutScheduleInput, PutScheduleResult, Schedule } from "./types.js";
 import type {
+  Account,
+  AccountUsage,
+  AccountUsageInput,
+  ListSettlementsInput,
+  ListSettlementsResult,
+  PutAccountInput,
+  SettleJobInput,
   BatchCompletedAndClaimed,
   CallOptions,
   CancelJobInput,
@@ -36,6 +42,17 @@ import type {
   ListWorkloadKeysInput,
   ListWorkloadKeysResult,
 } from "./types.js";
+
+/** The money path's calls, part of what the API calls (ApiQueue). */
+export interface AccountsApi {
+  putAccount(input: PutAccountInput, opts?: CallOptions): Promise<Account>;
+  /** NotFoundError for an unknown account. */
+  getAccount(name: string, opts?: CallOptions): Promise<Account>;
+  listAccounts(opts?: CallOptions): Promise<Account[]>;
+  getAccountUsage(input: AccountUsageInput, opts?: CallOptions): Promise<AccountUsage>;
+  listSettlements(input: ListSettlementsInput, opts?: CallOptions): Promise<ListSettlementsResult>;
+  settleJob(input: SettleJobInput, opts?: CallOptions): Promise<Job>;
+}
 
 /**
  * What the API calls: the queue operation behind every RPC, the one surface every transport

@@ -1,7 +1,7 @@
 // The settlement calls' rules: SettleJob's key and units, and ListSettlements' page size, account
 // filter and page token (opaque to clients), each broken rule a ValidationError naming its field.
 
-import type { ListSettlementsInput, SettleJobInput } from "./accounts.js";
+import type { ListSettlementsInput, SettleJobInput } from "./types.js";
 import { PermissionDeniedError } from "./errors.js";
 import { all, fail, LIMITS, optionalInt, requireInt, requireText, requireUuid, requireWorkloadName, UUID } from "./fields.js";
 import type { CallOptions } from "./types.js";

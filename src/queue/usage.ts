@@ -1,7 +1,7 @@
 // Usage counters a worker reports with a result or a failure: their rules, how two reports of one
 // attempt compare (a replay), and how counters add up. No pg, no protobuf.
 
-import type { AccountUsageInput, Usage } from "./accounts.js";
+import type { AccountUsageInput, Usage } from "./types.js";
 import { ValidationError, type FieldViolation } from "./errors.js";
 import { LIMITS, violationsError, WORKLOAD_NAME } from "./fields.js";
 

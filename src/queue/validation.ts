@@ -1,6 +1,8 @@
-// Input validation and normalisation, before anything reaches the database.
-// Every rule a client can break is checked here and reported as a
-// ValidationError naming the field, so bad input never becomes a 5xx.
+// Input validation and normalisation of the writing RPCs (CreateJob, claims, results, failures,
+// renewals, progress, cancel and retry), before anything reaches the database: each broken rule a
+// ValidationError naming the field, so bad input never becomes a 5xx. The other families' rules
+// are beside it: fields.ts (the field checks and LIMITS), list-validation.ts, delay-validation.ts,
+// flow-rules.ts, account-validation.ts, settlement-validation.ts, usage.ts, schedule-rules.ts.
 
 import { ValidationError, type FieldViolation } from "./errors.js";
 import type {
@@ -20,18 +22,11 @@ import type {
   TaskSpec,
 } from "./types.js";
 import { FAILURE_POLICIES, type Labels } from "./types.js";
-import {
-  labelsJson,
-  mergeLabels,
-  validateConcurrencyKey,
-  validateFlowSettings,
-  validateLabels,
-  type FlowSettings,
-} from "./flow-control.js";
-import type { Usage } from "./accounts.js";
+import { labelsJson, mergeLabels, validateConcurrencyKey, validateFlowSettings, validateLabels, type FlowSettings } from "./flow-rules.js";
+import type { Usage } from "./types.js";
 import { optionalUsage } from "./usage.js";
 import { DEFAULT_MAX_RUN_AT_AHEAD_DAYS, validateFinalizer, validateRunAt } from "./delay-validation.js";
-import type { Billing } from "./accounts.js";
+import type { Billing } from "./types.js";
 import { requireAccountName, validateBilling } from "./account-validation.js";
 
 import {

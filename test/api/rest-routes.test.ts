@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { http } from "../../gen/google/api/annotations_pb.js";
 import { HttpRuleSchema } from "../../gen/google/api/http_pb.js";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { restRoutes } from "../../src/api/rest.js";
+import { restRoutes } from "../../src/api/rest-routes.js";
 
 type Rule = MessageInitShape<typeof HttpRuleSchema>;
 

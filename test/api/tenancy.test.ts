@@ -13,7 +13,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { ACCESS, Authenticator, type MethodName } from "../../src/api/auth.js";
-import { restRoutes, type RestRoute } from "../../src/api/rest.js";
+import { restRoutes, type RestRoute } from "../../src/api/rest-routes.js";
 import type { AuthTokenEntry, Role } from "../../src/config/index.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";

@@ -68,7 +68,7 @@ export function ensureImage(version: Version): string {
 }
 
 /**
- * The embedded default's flags (src/store/postgres/embedded.ts), so the versions differ only in
+ * The embedded default's flags (src/store/postgres/schema/embedded.ts), so the versions differ only in
  * the server itself. fsync=off on the matrix's tmpfs data directory changes nothing a test sees.
  */
 const FLAGS = ["max_connections=200", "shared_buffers=256MB", "synchronous_commit=on", "wal_compression=on", "autovacuum_naptime=10s"];

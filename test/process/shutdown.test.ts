@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { createApiServer } from "../../src/api/server.js";
 import { LongPollingQueue } from "../../src/queue/long-poll.js";
-import { TaskListener } from "../../src/store/postgres/listener.js";
+import { TaskListener } from "../../src/store/postgres/state/listener.js";
 import { queueFixture, type QueueFixture } from "../support/queue.js";
 import { SWITCHES } from "../support/switches.js";
 

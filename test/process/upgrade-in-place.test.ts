@@ -8,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { CONFIG_VARIABLES } from "../../src/config/index.js";
-import { migrate, readShippedSchema } from "../../src/store/postgres/migrate.js";
+import { migrate, readShippedSchema } from "../../src/store/postgres/schema/migrate.js";
 import { createEmptyDatabase, createTestDatabase, type TestDatabase } from "../support/db.js";
 import { exitWithin, killAll, ROOT, spawnMigrate } from "../support/process.js";
 

@@ -1,11 +1,11 @@
-// Claim hints (src/store/postgres/claim-hints.ts): a claim starts its scan of pending tasks past
+// Claim hints (src/store/postgres/state/claim-hints.ts): a claim starts its scan of pending tasks past
 // what its coordinator has seen claimed, and every way a task becomes claimable still gets it
 // claimed in order: a new job of higher priority, a retry due now, a reaped lease, a backoff that
 // runs out without a wake-up. Under a held snapshot a hinted claim reads a few index entries where
 // one from the front reads every dead one; two coordinators with hints lease each task once.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TaskListener } from "../../src/store/postgres/listener.js";
+import { TaskListener } from "../../src/store/postgres/state/listener.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { sha, TEST_STORE_OPTIONS } from "../support/queue.js";

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeadlineExceededError, LeaseConflictError, ResultConflictError } from "../../src/queue/errors.js";
 import type { Task } from "../../src/queue/types.js";
-import { GroupCommit, RIDERS_KEY, type Outcome } from "../../src/store/postgres/group-commit.js";
+import { GroupCommit, RIDERS_KEY, type Outcome } from "../../src/store/postgres/coalescing/group-commit.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { holdTable, until, waitingOnLock as waitingOnLockIn } from "../support/lock-hold.js";
 import { batchRecorder, queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NotFoundError, ValidationError } from "../../src/queue/errors.js";
 import type { CreateJobResult } from "../../src/queue/types.js";
-import { toJob } from "../../src/store/postgres/rows.js";
+import { toJob } from "../../src/store/postgres/sql/rows.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 

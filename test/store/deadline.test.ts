@@ -4,7 +4,7 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import type pg from "pg";
 import { DeadlineExceededError, UnavailableError } from "../../src/queue/errors.js";
 import { createPool } from "../../src/store/postgres/store.js";
-import { withClient } from "../../src/store/postgres/db.js";
+import { withClient } from "../../src/store/postgres/sql/db.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 
 let db: TestDatabase;

@@ -4,10 +4,10 @@
 // sequence across partitions for a resumed watch stream. Real PostgreSQL, a database of its own.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobUpdate, Task } from "../../src/queue/types.js";
-import { EventFloors, NO_FLOOR } from "../../src/store/postgres/event-floors.js";
-import { EventPartitions, LIST_EVENT_PARTITIONS } from "../../src/store/postgres/event-partitions.js";
-import { WATCHED_JOBS_WITH_EVENTS } from "../../src/store/postgres/watch-hub.js";
-import { JOB_EVENTS_SINCE } from "../../src/store/postgres/watch.js";
+import { EventFloors, NO_FLOOR } from "../../src/store/postgres/state/event-floors.js";
+import { EventPartitions, LIST_EVENT_PARTITIONS } from "../../src/store/postgres/background/event-partitions.js";
+import { WATCHED_JOBS_WITH_EVENTS } from "../../src/store/postgres/state/watch-hub.js";
+import { JOB_EVENTS_SINCE } from "../../src/store/postgres/operations/watch.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 
 const W = "parts";

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LongPollingQueue } from "../../src/queue/long-poll.js";
 import type { Task } from "../../src/queue/types.js";
-import { TaskListener } from "../../src/store/postgres/listener.js";
+import { TaskListener } from "../../src/store/postgres/state/listener.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 import { restCall } from "../support/rest.js";

@@ -1,10 +1,10 @@
-// A cap far away (flow-control.md, "A cap far away"): what a flow-controlled claim skips while no
+// A cap far away (flow-control-claim.md, "A cap far away"): what a flow-controlled claim skips while no
 // cap is near, and that skipping it never passes a cap. Real PostgreSQL, the claim function called
 // the way the claim statement calls it, on one session and on several.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Task } from "../../src/queue/types.js";
-import { NOTIFY_CHANNEL } from "../../src/store/postgres/channels.js";
+import { NOTIFY_CHANNEL } from "../../src/store/postgres/sql/channels.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 
 let f: QueueFixture;

@@ -1,4 +1,4 @@
-// The capped claim's gates (flow-control.md, "Gates"): while every cap is far, claims of one capped
+// The capped claim's gates (flow-control-claim.md, "Gates"): while every cap is far, claims of one capped
 // workload run side by side, each under a gate of its own; near a cap they take every gate and run
 // one at a time. Three coordinator processes, 48 claimers of 1 to 5 tasks, a workload cap and
 // per-key caps (one key lower, by PutKeyLimit), the live leases and the gates held sampled

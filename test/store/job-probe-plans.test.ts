@@ -7,8 +7,8 @@
 // with one big pending job analyzed, on every version of the matrix.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { COMPLETE_TASK } from "../../src/store/postgres/complete.js";
-import { FINISH_JOBS_IF_DONE, SETTLE_JOB, UNSETTLED_JOBS } from "../../src/store/postgres/settle.js";
+import { COMPLETE_TASK } from "../../src/store/postgres/operations/complete.js";
+import { END_JOB, FINISH_JOBS_IF_DONE, STALLED_JOBS } from "../../src/store/postgres/operations/job-end.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 
 let fx: QueueFixture;
@@ -50,8 +50,8 @@ async function plans(): Promise<Record<string, string>> {
     const task = c.escapeLiteral((await c.query("SELECT id FROM tasks WHERE job_id = $1", [doneJob])).rows[0].id as string);
     return {
       finishJobs: await genericPlan(c, "p_finish", FINISH_JOBS_IF_DONE, [`ARRAY[${job}]::uuid[]`]),
-      settleJob: await genericPlan(c, "p_settle", SETTLE_JOB.text, [job]),
-      unsettledJobs: await genericPlan(c, "p_unsettled", UNSETTLED_JOBS.text, ["10"]),
+      endJob: await genericPlan(c, "p_end", END_JOB.text, [job]),
+      stalledJobs: await genericPlan(c, "p_stalled", STALLED_JOBS.text, ["10"]),
       completeTask: await genericPlan(c, "p_complete", COMPLETE_TASK, [
         task,
         "'w'",

@@ -1,7 +1,7 @@
 // Long-poll claims over LISTEN/NOTIFY, against a real PostgreSQL.
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { LongPollingQueue } from "../../src/queue/long-poll.js";
-import { TaskListener } from "../../src/store/postgres/listener.js";
+import { TaskListener } from "../../src/store/postgres/state/listener.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 
 let f: QueueFixture;

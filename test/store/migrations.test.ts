@@ -7,8 +7,8 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { FUNCTIONS_TABLE } from "../../src/store/postgres/function-files.js";
-import { migrate, migrationStatus, MIGRATIONS_DIR, pendingMigrations, readShippedSchema } from "../../src/store/postgres/migrate.js";
+import { FUNCTIONS_TABLE } from "../../src/store/postgres/schema/function-files.js";
+import { migrate, migrationStatus, MIGRATIONS_DIR, pendingMigrations, readShippedSchema } from "../../src/store/postgres/schema/migrate.js";
 import { createEmptyDatabase, type TestDatabase } from "../support/db.js";
 
 const shipped = readShippedSchema();

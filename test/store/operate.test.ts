@@ -7,7 +7,7 @@ import { JobEventKind, JobStatus, QueueService, TaskStatus } from "../../gen/lea
 import { FailedPreconditionError, LeaseConflictError, NotFoundError, UnavailableError, ValidationError } from "../../src/queue/errors.js";
 import { LongPollingQueue } from "../../src/queue/long-poll.js";
 import type { JobUpdate, Task } from "../../src/queue/types.js";
-import { TaskListener } from "../../src/store/postgres/listener.js";
+import { TaskListener } from "../../src/store/postgres/state/listener.js";
 import { JOB_EVENTS_SINCE, LIST_JOBS, LIST_JOBS_BY_STATUS } from "../support/statements.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";

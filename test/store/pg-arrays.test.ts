@@ -1,9 +1,9 @@
-// The array literals CREATE_JOB sends (src/store/postgres/arrays.ts) read back, in PostgreSQL, as the
+// The array literals CREATE_JOB sends (src/store/postgres/sql/arrays.ts) read back, in PostgreSQL, as the
 // arrays they were made from, whatever the characters: quotes, backslashes, braces, commas, spaces,
 // the word NULL, non-ASCII and astral characters; and as pg's own serialisation of the same array.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRequire } from "node:module";
-import { intArrayLiteral, textArrayLiteral } from "../../src/store/postgres/arrays.js";
+import { intArrayLiteral, textArrayLiteral } from "../../src/store/postgres/sql/arrays.js";
 import { queueFixture, type QueueFixture } from "../support/queue.js";
 
 /** pg's own serialisation of a parameter (untyped in @types/pg). */

@@ -1,4 +1,4 @@
-// COPY FROM STDIN as a large CreateJob sends its tasks (src/store/postgres/copy-in.ts, copy-text.ts):
+// COPY FROM STDIN as a large CreateJob sends its tasks (src/store/postgres/sql/copy-in.ts, copy-text.ts):
 // values read back as they were written, whatever the characters (the escaped backslash, tab,
 // newline and carriage return, a value that looks like \N or \., non-ASCII and astral
 // characters), NULL as NULL, rows split over several CopyData messages; and a failing COPY
@@ -6,8 +6,8 @@
 // the server takes the data sent right behind the statement.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type pg from "pg";
-import { copyIn } from "../../src/store/postgres/copy-in.js";
-import { COPY_NULL, copyChunks, copyText } from "../../src/store/postgres/copy-text.js";
+import { copyIn } from "../../src/store/postgres/sql/copy-in.js";
+import { COPY_NULL, copyChunks, copyText } from "../../src/store/postgres/sql/copy-text.js";
 import { queueFixture, type QueueFixture } from "../support/queue.js";
 
 let f: QueueFixture;

@@ -1,4 +1,4 @@
-// The store's connections memoize timestamptz values by their text (src/store/postgres/pg-types.ts):
+// The store's connections memoize timestamptz values by their text (src/store/postgres/sql/pg-types.ts):
 // every value still reads as the instant PostgreSQL holds, past the memo's size, whatever the
 // session's time zone, with the other types parsed as pg parses them.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

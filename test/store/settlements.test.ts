@@ -15,9 +15,9 @@ import {
   ValidationError,
 } from "../../src/queue/errors.js";
 import type { Job, JobUpdate } from "../../src/queue/types.js";
-import { MAINTENANCE_DUE } from "../../src/store/postgres/maintenance.js";
-import { DELETE_OLD_JOBS } from "../../src/store/postgres/retention.js";
-import { LIST_SETTLEMENTS } from "../../src/store/postgres/settlements.js";
+import { MAINTENANCE_DUE } from "../../src/store/postgres/background/store-maintenance.js";
+import { DELETE_OLD_JOBS } from "../../src/store/postgres/background/retention.js";
+import { LIST_SETTLEMENTS } from "../../src/store/postgres/operations/settlements.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 

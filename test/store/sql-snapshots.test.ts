@@ -7,15 +7,15 @@
 //
 // CI runs with CI=true, where vitest refuses to write a missing snapshot: commit the files.
 import { describe, expect, it } from "vitest";
-import { CLAIM_TASK, CLAIM_TASKS } from "../../src/store/postgres/claim.js";
+import { CLAIM_TASK, CLAIM_TASKS } from "../../src/store/postgres/operations/claim.js";
 import {
   COMPLETE_TASK,
   COMPLETE_TASK_AND_CLAIM,
   COMPLETE_TASK_AND_CLAIM_ONE,
   COMPLETE_TASKS,
   COMPLETE_TASKS_AND_CLAIM,
-} from "../../src/store/postgres/complete.js";
-import { FAIL_TASK, RENEW_LEASE, REPORT_PROGRESS } from "../../src/store/postgres/lease.js";
+} from "../../src/store/postgres/operations/complete.js";
+import { FAIL_TASK, RENEW_LEASE, REPORT_PROGRESS } from "../../src/store/postgres/operations/lease.js";
 import {
   COALESCED_CLAIM,
   COALESCED_COMPLETE_AND_CLAIM,
@@ -23,9 +23,9 @@ import {
   COALESCED_FAIL,
   COALESCED_RENEW,
   GIVE_BACK,
-} from "../../src/store/postgres/coalesced-statements.js";
-import { WATCHED_JOBS_WITH_EVENTS } from "../../src/store/postgres/watch-hub.js";
-import { JOB_EVENTS_SINCE } from "../../src/store/postgres/watch.js";
+} from "../../src/store/postgres/coalescing/coalesced-statements.js";
+import { WATCHED_JOBS_WITH_EVENTS } from "../../src/store/postgres/state/watch-hub.js";
+import { JOB_EVENTS_SINCE } from "../../src/store/postgres/operations/watch.js";
 
 /** A statement as its module exports it: its text, or a defineQuery definition of it. */
 type Statement = string | { text: string };

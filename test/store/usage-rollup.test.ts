@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NotFoundError, ValidationError } from "../../src/queue/errors.js";
 import type { Task } from "../../src/queue/types.js";
-import { UsageRollup } from "../../src/store/postgres/usage-rollup.js";
+import { UsageRollup } from "../../src/store/postgres/background/usage-rollup.js";
 import type { PostgresQueue } from "../../src/store/postgres/store.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 

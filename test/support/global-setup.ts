@@ -6,8 +6,8 @@ import os from "node:os";
 import path from "node:path";
 import pg from "pg";
 import type { TestProject } from "vitest/node";
-import type { EmbeddedDatabase } from "../../src/store/postgres/embedded.js";
-import { migrate } from "../../src/store/postgres/migrate.js";
+import type { EmbeddedDatabase } from "../../src/store/postgres/schema/embedded.js";
+import { migrate } from "../../src/store/postgres/schema/migrate.js";
 import { ensurePythonEnv } from "./python-env.js";
 
 declare module "vitest" {
@@ -44,10 +44,10 @@ function withDatabase(url: string, database: string): string {
  * a passing one with 1. The setup stops its cluster itself (the teardown below), so both go; the
  * signal hooks, which stop PostgreSQL when the runner is interrupted, stay.
  */
-async function importEmbeddedPostgres(): Promise<typeof import("../../src/store/postgres/embedded.js")> {
+async function importEmbeddedPostgres(): Promise<typeof import("../../src/store/postgres/schema/embedded.js")> {
   const beforeExit = new Set(process.listeners("beforeExit"));
   const exit = new Set(process.listeners("exit"));
-  const mod = await import("../../src/store/postgres/embedded.js");
+  const mod = await import("../../src/store/postgres/schema/embedded.js");
   for (const listener of process.listeners("beforeExit")) if (!beforeExit.has(listener)) process.removeListener("beforeExit", listener);
   for (const listener of process.listeners("exit")) if (!exit.has(listener)) process.removeListener("exit", listener);
   return mod;

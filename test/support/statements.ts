@@ -1,12 +1,12 @@
 // The text of store statements that tests EXPLAIN or PREPARE themselves, with positional parameters
 // as the store sends them.
-import * as inspection from "../../src/store/postgres/inspection.js";
-import * as jobs from "../../src/store/postgres/jobs.js";
-import * as watch from "../../src/store/postgres/watch.js";
+import * as inspection from "../../src/store/postgres/operations/inspection.js";
+import * as jobs from "../../src/store/postgres/operations/jobs.js";
+import * as watch from "../../src/store/postgres/operations/watch.js";
 
-export { CLAIM_TASKS } from "../../src/store/postgres/claim.js";
-export { COMPLETE_TASKS } from "../../src/store/postgres/complete.js";
-export { REAPER_DUE } from "../../src/store/postgres/lease-reaper.js";
+export { CLAIM_TASKS } from "../../src/store/postgres/operations/claim.js";
+export { COMPLETE_TASKS } from "../../src/store/postgres/operations/complete.js";
+export { REAPER_DUE } from "../../src/store/postgres/background/lease-reaper.js";
 export const LIST_FAILED_TASKS = inspection.LIST_FAILED_TASKS.text;
 export const LIST_TASKS = inspection.LIST_TASKS.text;
 export const TASK_ATTEMPT_EVENTS = inspection.TASK_ATTEMPT_EVENTS.text;

@@ -4,7 +4,7 @@
 // layer's own CPU (docs/performance.md, npm run bench:api):
 //   gRPC     POST application/grpc(+proto) over HTTP/2, uncompressed          grpc.ts
 //   Connect  POST application/json or application/proto, uncompressed         connect.ts
-//   REST     every unary route (its JSON request assembled by rest.ts)        rest.ts
+//   REST     every unary route (its JSON request assembled by rest-routes.ts) rest.ts
 // Everything else stays with the router: WatchJob and REST's Server-Sent Events, gRPC-Web,
 // compressed requests, Connect GET, the gRPC JSON codec. Both ways run the same interceptor chain
 // around the same service implementation (invoke.ts).

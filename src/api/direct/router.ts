@@ -10,7 +10,7 @@ import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { HttpError, restErrorBody } from "../errors.js";
 import type { NodeResponse } from "../node-http.js";
 import { requestInfoKey } from "../request-info.js";
-import { writeJson } from "../respond.js";
+import { sendJson } from "../respond.js";
 import { connectFailure, type ConnectErrorJson } from "../rest-errors.js";
 import { successStatus } from "../rest-status.js";
 import { withCallSignal } from "./invoke.js";
@@ -40,7 +40,7 @@ export function createRouterUnary(handlers: readonly UniversalHandler[]): UnaryS
     const body = await readAll(answer.body);
     if (answer.status !== 200) {
       const m = connectFailure(JSON.parse(Buffer.from(body).toString("utf8")) as ConnectErrorJson, rpc.input, json, info);
-      writeJson(res, m.httpStatus, restErrorBody(m, info.requestId));
+      sendJson(res, m.httpStatus, restErrorBody(m, info.requestId));
       return;
     }
     const status = successStatus(

@@ -1,5 +1,5 @@
 // The unary seam's types: what both ways of serving a unary call (index.ts, the direct paths;
-// router.ts, connect-es' router) implement, and what rest.ts and server.ts call.
+// router.ts, connect-es' router) implement, and what rest-routes.ts and server.ts call.
 
 import type { DescMethod, JsonObject } from "@bufbuild/protobuf";
 import type { NodeRequest, NodeResponse } from "../node-http.js";
@@ -9,7 +9,7 @@ import type { RequestInfo } from "../request-info.js";
 export interface RestUnaryCall {
   rpc: DescMethod;
   json: JsonObject;
-  /** The REST request's headers as the in-process call sees them (rest.ts drops its own framing). */
+  /** The REST request's headers as the in-process call sees them (rest-routes.ts drops its own framing). */
   header: Headers;
   /** The URL the call names (HandlerContext.url). */
   url: string;

@@ -22,14 +22,7 @@ import {
   type QueueService as QueueServiceDesc,
   type SettleJobRequest,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
-import type {
-  Account,
-  AccountUsage,
-  AccountUsageInput,
-  ListSettlementsInput,
-  PutAccountInput,
-  SettleJobInput,
-} from "../../queue/accounts.js";
+import type { Account, AccountUsage, AccountUsageInput, ListSettlementsInput, PutAccountInput, SettleJobInput } from "../../queue/types.js";
 import type { ApiQueue } from "../../queue/service.js";
 import { call } from "./call-options.js";
 import { int64Number, jobMessage, usageMessage } from "./messages.js";

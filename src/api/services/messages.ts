@@ -18,7 +18,7 @@ import {
   type Job as PbJob,
   type Task as PbTask,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
-import type { Usage } from "../../queue/accounts.js";
+import type { Usage } from "../../queue/types.js";
 import { ValidationError } from "../../queue/errors.js";
 import type {
   CreateJobInput,

@@ -25,7 +25,7 @@ import {
   type QueueService as QueueServiceDesc,
   type Schedule as PbSchedule,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
-import type { CatchUpPolicy as DomainCatchUp, OverlapPolicy as DomainOverlap, PutScheduleInput, Schedule } from "../../queue/schedules.js";
+import type { CatchUpPolicy as DomainCatchUp, OverlapPolicy as DomainOverlap, PutScheduleInput, Schedule } from "../../queue/types.js";
 import type { ApiQueue } from "../../queue/service.js";
 import type { CreateJobInput } from "../../queue/types.js";
 import { call } from "./call-options.js";

@@ -1,27 +1,26 @@
 // PostgresQueue: the QueueService on PostgreSQL, a facade over one file per operation (graphile-
 // worker's src/sql/ shape). Each operation validates its input first (nothing invalid reaches
-// SQL), then runs its statements, which live beside it, under the caller's deadline:
+// SQL), then runs its statements, which live beside it, under the caller's deadline. The rooms,
+// each importing only the ones below it:
 //
-//   workloads.ts     PutWorkload, ListWorkloads, the workload cache
-//   flow-control.ts  PauseWorkload, ResumeWorkload, PutKeyLimit, waiting reasons (the claim's part: claim.ts)
-//   workload-keys.ts ListWorkloadKeys (per-key counts and caps)
-//   create-job.ts    CreateJob (one statement, or COPY for a large job; ids from uuidv7.ts)
-//   claim.ts         ClaimTasks                    complete.ts   CompleteTask(s), with claim_next
-//   lease.ts         RenewLease, ReportProgress, FailTask
-//   jobs.ts          GetJobStatus, ListCompletedResults, CancelJob, RetryJob, ListJobs
-//   inspection.ts    ListTasks, GetTask            watch.ts      WatchJob (with watch-hub.ts, event-floors.ts)
-//   task-stats.ts    counts for metrics
-//   lease-reaper.ts, maintenance.ts (pending-expiry.ts, retention.ts, event-partitions.ts): the maintenance services
-//   schedules.ts     PutSchedule, GetSchedule, ListSchedules, DeleteSchedule, Pause/ResumeSchedule
-//   scheduler.ts     the scheduler's pass (fires due schedules' ticks)
+//   operations/  one file per RPC family: its statements and the function that runs them
+//                (create-job, claim, complete, lease, jobs, inspection, watch, workloads, flow-control,
+//                workload-keys, accounts, account-usage, settlements, schedules, task-stats)
+//   coalescing/  concurrent single-task calls (and small CreateJobs) in one statement per kind
+//   background/  the passes maintenance and the scheduler run (lease reaper, pending expiry,
+//                retention, event partitions, usage rollup, schedule ticks, the horizon's source)
+//   state/       what every operation gets (context.ts) and this coordinator's in-memory state
+//                (workload cache, flow state, claim hints, due wakes, the watch hub, the LISTEN session)
+//   schema/      migrations, plpgsql function files, readiness, embedded PostgreSQL
+//   sql/         plumbing: defineQuery, the pool and deadlines, row mapping, arrays, COPY, shared fragments
 //
-// SQL fragments several statements share are in fragments.ts, NOTIFY channels in channels.ts.
+// docs/architecture.md has the same map with a line for each file.
 
 import type pg from "pg";
 import { ParameterSchemas } from "../../queue/parameter-schemas.js";
 import type { QueueService } from "../../queue/service.js";
 import type { SchedulerQueue } from "../../queue/scheduler.js";
-import type { PutScheduleInput, PutScheduleResult, Schedule, ScheduleTickResult } from "../../queue/schedules.js";
+import type { PutScheduleInput, PutScheduleResult, Schedule, ScheduleTickResult } from "../../queue/types.js";
 import type {
   BatchCompletedAndClaimed,
   CallOptions,
@@ -68,38 +67,38 @@ import type {
   ListSettlementsResult,
   PutAccountInput,
   SettleJobInput,
-} from "../../queue/accounts.js";
-import { getAccount, listAccounts, putAccount } from "./accounts.js";
-import { getAccountUsage } from "./account-usage.js";
-import { claimTasks } from "./claim.js";
-import { Coalescer } from "./coalescing.js";
-import { completeTask, completeTaskAndClaim, completeTasks, completeTasksAndClaim } from "./complete.js";
-import type { StoreContext, StoreOptions } from "./context.js";
-import { createJob } from "./create-job.js";
-import { pauseWorkload, putKeyLimit, resumeWorkload } from "./flow-control.js";
-import { FlowWorkloads, WorkerSightings } from "./flow-state.js";
-import { listWorkloadKeys } from "./workload-keys.js";
-import { getTask, listTasks } from "./inspection.js";
-import { cancelJob, getJobStatus, listCompletedResults, listJobs, retryJob } from "./jobs.js";
-import { failTask, renewLease, reportProgress } from "./lease.js";
-import { LeaseReaper } from "./lease-reaper.js";
-import { StoreMaintenance } from "./maintenance.js";
-import { Scheduler } from "./scheduler.js";
-import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./schedules.js";
-import { ClaimHints } from "./claim-hints.js";
-import { DueWakes } from "./due-wakes.js";
-import { listSettlements, settleJob } from "./settlements.js";
-import { taskStats } from "./task-stats.js";
-import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./watch.js";
-import { WatchHub } from "./watch-hub.js";
-import { listWorkloads, putWorkload } from "./workloads.js";
-import { WorkloadCache } from "./workload-cache.js";
+} from "../../queue/types.js";
+import { getAccount, listAccounts, putAccount } from "./operations/accounts.js";
+import { getAccountUsage } from "./operations/account-usage.js";
+import { claimTasks } from "./operations/claim.js";
+import { Coalescer } from "./coalescing/coalescing.js";
+import { completeTask, completeTaskAndClaim, completeTasks, completeTasksAndClaim } from "./operations/complete.js";
+import type { StoreContext, StoreOptions } from "./state/context.js";
+import { createJob } from "./operations/create-job.js";
+import { pauseWorkload, putKeyLimit, resumeWorkload } from "./operations/flow-control.js";
+import { FlowWorkloads, WorkerSightings } from "./state/flow-state.js";
+import { listWorkloadKeys } from "./operations/workload-keys.js";
+import { getTask, listTasks } from "./operations/inspection.js";
+import { cancelJob, getJobStatus, listCompletedResults, listJobs, retryJob } from "./operations/jobs.js";
+import { failTask, renewLease, reportProgress } from "./operations/lease.js";
+import { LeaseReaper } from "./background/lease-reaper.js";
+import { StoreMaintenance } from "./background/store-maintenance.js";
+import { Scheduler } from "./background/schedule-ticks.js";
+import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./operations/schedules.js";
+import { ClaimHints } from "./state/claim-hints.js";
+import { DueWakes } from "./state/due-wakes.js";
+import { listSettlements, settleJob } from "./operations/settlements.js";
+import { taskStats } from "./operations/task-stats.js";
+import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./operations/watch.js";
+import { WatchHub } from "./state/watch-hub.js";
+import { listWorkloads, putWorkload } from "./operations/workloads.js";
+import { WorkloadCache } from "./state/workload-cache.js";
 
-export { createPool } from "./db.js";
+export { createPool } from "./sql/db.js";
 
 /** A claim hint older than this is not used: the next claim scans from the front (claim-hints.ts). */
 const CLAIM_HINT_MAX_AGE_MS = 15_000;
-export type { JobEventWakes, StoreOptions } from "./context.js";
+export type { JobEventWakes, StoreOptions } from "./state/context.js";
 
 export class PostgresQueue implements QueueService, SchedulerQueue {
   private readonly ctx: StoreContext;

@@ -1,0 +1,246 @@
+// The statements of coalesced calls (coalescing.ts): one statement for the single-task calls of
+// many workers that arrived together. Each is the batched form of a one-caller statement, and each
+// item keeps the fence of that statement: its own worker, attempt and live lease.
+
+import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "../sql/channels.js";
+import { claimCtes, claimedEventRows, claimedEventRowsBesideUsage, createdUs, pickupSeconds } from "../operations/claim.js";
+import { batchCompletedEvents, completeMany } from "../operations/complete.js";
+import {
+  completedUsageEventRows,
+  failedEvents,
+  freedSlotsNotify,
+  mayBeDone,
+  mayBeDoneJobs,
+  retriedNotify,
+  statusEvents,
+  statusEventsWithUsage,
+  usageSum,
+  watchedJobs,
+} from "../sql/fragments.js";
+import { defineQuery } from "../sql/query.js";
+import type { TaskRow } from "../sql/rows.js";
+
+/** The claim's parameters shared by a batch: its lane's key. */
+interface ClaimShape {
+  workloads: string[];
+  leaseSeconds: number | null;
+  /** jsonb text */
+  labels: string;
+  /** jsonb text (claim-hints.ts) */
+  hints: string;
+}
+/** A row a claim leased: which caller of the batch it is for, and its place in claim order. */
+export type CoalescedClaimRow = TaskRow & { caller: number; rn: string; pickup_seconds: number | null; created_us: string | null };
+/**
+ * The requested workloads the database says are flow-controlled: callers left empty there learn
+ * why (a cap, a rate limit's next token), and the coordinator's view of them is brought up to date.
+ */
+type FlowWorkloads = { flow_workloads: string[] | null };
+/** Items as one jsonb recordset (JSON text) and their task ids, so rows are found through the primary key. */
+interface Items {
+  items: string;
+  taskIds: string[];
+}
+
+/*
+ * Claims of several callers (same workloads, labels and lease length) in one statement: CLAIM_TASKS
+ * with as many slots as the callers asked for in all, the rn-th task in claim order leased to the
+ * rn-th slot's worker. Slots are laid out caller by caller in arrival order, so the first caller
+ * gets the best tasks, as it would have claimed first. Every arm, lock and event is CLAIM_TASKS'.
+ * $1 workloads, $2 slot owners (worker ids, text[]), $3 slot callers (the caller's index in the
+ * batch, int[]), $4 lease seconds (null: the workload's), $5 labels (jsonb), $6 hints (jsonb). Always one row at least
+ * (the claimed ones, or one of nulls), each with the requested workloads that are flow-controlled.
+ */
+const COALESCED_CLAIM_TEXT = `
+WITH ${claimCtes(
+  { workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5", hints: "$6" },
+  "true",
+  {
+    owner: (rn) => `($2::text[])[${rn}]`,
+    owners: "$2::text[]",
+  },
+)}, ${statusEvents(claimedEventRows)},
+${watchedJobs("claimed")}
+SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+  f.flow_workloads, ${createdUs("claimed")} AS created_us
+FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f LEFT JOIN claimed ON true`;
+
+/*
+ * Results with claim_next of several callers in one statement. The results are COMPLETE_TASKS'
+ * (each fenced on its own; a stale one is left alone and explained by the caller afterwards); only
+ * an accepted result's caller claims, with as many slots as its claim_next asked for, as
+ * COMPLETE_TASK_AND_CLAIM gates its claim on its result. A batch never holds one task twice
+ * (the group commit keeps the later one for the next statement), so a task id names its caller.
+ * Rows: part 0 the completed tasks (with recheck_job, the jobs the claim took nothing of), part 1
+ * the claimed ones with their caller and rn (claim order).
+ * $1 results (jsonb recordset with the caller's index and claim_n), $2 their task ids,
+ * $3 workloads, $4 lease seconds, $5 labels, $6 hints.
+ */
+const COALESCED_COMPLETE_AND_CLAIM_TEXT = `
+WITH input AS MATERIALIZED (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb, claim_worker text, claim_n int)
+), done AS (
+  UPDATE tasks t
+  SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
+      usage = ${usageSum("t.usage", "b.usage")},
+      completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
+  FROM input b
+  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+    AND t.lease_expires_at > now()
+  RETURNING t.*
+), slots AS (
+  SELECT b.caller, b.claim_worker AS worker_id, row_number() OVER (ORDER BY b.caller, g) AS rn
+  FROM input b CROSS JOIN generate_series(1, b.claim_n) g
+  WHERE b.task_id = ANY (ARRAY(SELECT id FROM done))
+), slot_list AS (
+  SELECT array_agg(worker_id ORDER BY rn) AS owners, array_agg(caller ORDER BY rn) AS callers FROM slots
+), ${claimCtes(
+  { workloads: "$3", limit: "(SELECT count(*) FROM slots)", worker: "NULL", leaseSeconds: "$4", labels: "$5", hints: "$6" },
+  "EXISTS (SELECT 1 FROM done)",
+  {
+    owner: (rn) => `((SELECT owners FROM slot_list))[${rn}]`,
+    owners: "(SELECT owners FROM slot_list)",
+  },
+)},
+${statusEventsWithUsage(completedUsageEventRows("done", "r.usage", " JOIN input r ON r.task_id = d.id"), claimedEventRowsBesideUsage)},
+watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+), ${freedSlotsNotify("done")}, ${mayBeDoneJobs("done", "claimed")}
+SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
+  (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified,
+  ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, ${mayBeDone("done")} AS recheck_job, NULL AS created_us
+FROM done
+UNION ALL
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0, NULL, false, ${createdUs("claimed")} FROM claimed`;
+
+/*
+ * Results without claim_next and claims of other callers, in one statement: what arrived while a
+ * claim lane was busy (group-commit.ts, riders). The results are COMPLETE_TASKS' (each fenced on
+ * its own; one refused is left alone and explained by its caller afterwards); the claims are
+ * COALESCED_CLAIM's (same workloads, labels and lease length, slots laid out caller by caller).
+ * The claim does not wait on the results, which are other callers': as in COMPLETE_TASKS_AND_CLAIM
+ * the two updates never meet one row (a completion needs a live lease, which neither claim arm
+ * takes). Rows: part 0 the completed tasks (recheck_job: jobs no claim of this statement gave
+ * work), part 1 the claimed ones with their caller and rn (claim order), or one row of nulls when
+ * there are neither; each with the requested workloads that are flow-controlled. The wake-ups
+ * (`watched`, `freed`) are counted once, in that first subquery, so they run whichever parts have rows.
+ * $1 results (jsonb recordset), $2 their task ids, $3 workloads, $4 slot owners (text[]),
+ * $5 slot callers (int[]), $6 lease seconds, $7 labels, $8 hints.
+ */
+const COALESCED_COMPLETE_THEN_CLAIM_TEXT = `
+WITH ${completeMany}, ${claimCtes(
+  { workloads: "$3", limit: "cardinality($4::text[])", worker: "NULL", leaseSeconds: "$6", labels: "$7", hints: "$8" },
+  "true",
+  {
+    owner: (rn) => `($4::text[])[${rn}]`,
+    owners: "$4::text[]",
+  },
+)},
+${statusEventsWithUsage(batchCompletedEvents, claimedEventRowsBesideUsage)},
+watched AS (
+  SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
+  WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
+), ${freedSlotsNotify("done")}, ${mayBeDoneJobs("done", "claimed")}
+SELECT u.*, f.notified, f.flow_workloads
+FROM (
+  SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads,
+    (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
+) f
+LEFT JOIN (
+  SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 AS pickup_seconds,
+    ${mayBeDone("done")} AS recheck_job, NULL AS created_us
+  FROM done
+  UNION ALL
+  SELECT 1, ($5::int[])[claimed.rn], claimed.*, ${pickupSeconds}, false, ${createdUs("claimed")} FROM claimed
+) u ON true`;
+
+/*
+ * Lease renewals of several workers: RENEW_LEASE per item. $1 items (jsonb recordset), $2 their task ids.
+ */
+const COALESCED_RENEW_TEXT = `
+UPDATE tasks t
+SET lease_expires_at = now() + make_interval(secs => coalesce(b.lease_seconds, wl.lease_seconds)),
+    version = t.version + 1
+FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, lease_seconds int), workloads wl
+WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+  AND t.lease_expires_at > now() AND wl.name = t.workload
+RETURNING t.*`;
+
+/*
+ * Failure reports of several workers: FAIL_TASK per item (retry after a backoff while attempts
+ * remain and the worker calls it retryable, else failed for good), its event written inline with the
+ * report's usage as FAIL_TASK's. $1 items, $2 their task ids.
+ */
+const COALESCED_FAIL_TEXT = `
+WITH cur AS (
+  UPDATE tasks t
+  SET status = CASE WHEN b.retryable AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
+      run_after = CASE WHEN b.retryable AND t.attempt < t.max_attempts
+        THEN now() + make_interval(secs => coalesce(b.retry_after_seconds, least(300, power(2, t.attempt)) * (0.75 + random() * 0.5)))
+        ELSE t.run_after END,
+      completed_at = CASE WHEN b.retryable AND t.attempt < t.max_attempts THEN NULL ELSE now() END,
+      lease_expires_at = NULL,
+      error_code = b.error_code,
+      error_message = b.error_message,
+      usage = ${usageSum("t.usage", "b.usage")},
+      version = t.version + 1, event_flip = NOT t.event_flip
+  FROM jsonb_to_recordset($1::jsonb)
+    AS b(task_id uuid, worker_id text, attempt int, error_code text, retryable boolean, error_message text, retry_after_seconds float8, usage jsonb)
+  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+    AND t.lease_expires_at > now()
+  RETURNING t.*, b.usage AS report_usage
+), ${failedEvents("cur.report_usage")}, ${watchedJobs("cur")}, ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
+SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) + (SELECT count(*) FROM watched) AS notified FROM cur`;
+
+/*
+ * Tasks leased for a caller whose deadline passed while its coalesced claim ran: given back as if
+ * never claimed (pending, the attempt not spent), fenced by owner and attempt so a lease that has
+ * moved on is left alone. The status trigger writes the leased -> pending event. $1 items
+ * (task_id, worker_id, attempt), $2 their task ids.
+ */
+const GIVE_BACK_TEXT = `
+WITH back AS (
+  UPDATE tasks t
+  SET status = 'pending', attempt = t.attempt - 1, lease_owner = NULL, lease_expires_at = NULL, version = t.version + 1
+  FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int)
+  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+  RETURNING t.workload
+)
+SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM back GROUP BY workload`;
+
+export const COALESCED_CLAIM = defineQuery<
+  ClaimShape & { owners: string[]; callers: number[] },
+  (CoalescedClaimRow | { [K in keyof CoalescedClaimRow]: null }) & FlowWorkloads
+>("leasehold_coalesced_claim", COALESCED_CLAIM_TEXT, (p) => [p.workloads, p.owners, p.callers, p.leaseSeconds, p.labels, p.hints]);
+export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<
+  ClaimShape & Items,
+  CoalescedClaimRow & { part: number; recheck_job: boolean } & FlowWorkloads
+>("leasehold_coalesced_complete_and_claim", COALESCED_COMPLETE_AND_CLAIM_TEXT, (p) => [
+  p.items,
+  p.taskIds,
+  p.workloads,
+  p.leaseSeconds,
+  p.labels,
+  p.hints,
+]);
+/** A row of COALESCED_COMPLETE_THEN_CLAIM: `part` null on the row of nulls. */
+export type CompleteThenClaimRow = CoalescedClaimRow & { part: number | null; recheck_job: boolean | null } & FlowWorkloads;
+export const COALESCED_COMPLETE_THEN_CLAIM = defineQuery<
+  ClaimShape & { results: string; taskIds: string[]; owners: string[]; callers: number[] },
+  CompleteThenClaimRow
+>("leasehold_coalesced_complete_then_claim", COALESCED_COMPLETE_THEN_CLAIM_TEXT, (p) => [
+  p.results,
+  p.taskIds,
+  p.workloads,
+  p.owners,
+  p.callers,
+  p.leaseSeconds,
+  p.labels,
+  p.hints,
+]);
+export const COALESCED_RENEW = defineQuery<Items, TaskRow>("leasehold_coalesced_renew", COALESCED_RENEW_TEXT, (p) => [p.items, p.taskIds]);
+export const COALESCED_FAIL = defineQuery<Items, TaskRow>("leasehold_coalesced_fail", COALESCED_FAIL_TEXT, (p) => [p.items, p.taskIds]);
+// Rare (a caller gone mid-statement): sent unnamed, no plan kept on every connection for it.
+export const GIVE_BACK = defineQuery<Items, { pg_notify: string }>(null, GIVE_BACK_TEXT, (p) => [p.items, p.taskIds]);

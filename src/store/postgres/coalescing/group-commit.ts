@@ -1,0 +1,203 @@
+// Group commit for single-item calls: the calls of one kind that arrive while a statement of that
+// kind is in flight wait in a lane, and when it returns they all go in the next statement. An idle
+// lane runs a call at once (no timer), so a lone worker pays nothing; a busy one gets batches as
+// large as its arrival rate makes them. This file knows nothing of SQL: `run` does the statement.
+//
+// Riders (submitRider) are items that fit any lane's statement: the next statement of whichever
+// lane is busy takes them along, and they get a lane of their own only when none is busy. So two
+// kinds that would otherwise each keep a statement in flight (results, which any claim statement
+// can carry, and claims) share one, and PostgreSQL pays one statement's fixed cost for both.
+
+import { DeadlineExceededError } from "../../../queue/errors.js";
+
+/** One item's outcome in a batch: its own answer, or its own error (a batch never fails for one item). */
+export type Outcome<O> = { value: O } | { error: unknown };
+
+export interface GroupCommitOptions {
+  /** At most this many items in one statement; the rest wait for the next. */
+  maxBatch: number;
+}
+
+export interface GroupCommitHooks<I, O> {
+  /**
+   * Runs one batch: one outcome per item, in order. A rejection fails every item of the batch.
+   * `signal` aborts once every caller in the batch has stopped waiting (their deadlines passed).
+   */
+  run(key: string, items: I[], signal: AbortSignal): Promise<Outcome<O>[]>;
+  /** Items that must not share a statement (the same task twice): the later one waits for the next. */
+  conflict?(a: I, b: I): boolean;
+  /** The value of an item whose caller's deadline passed while its statement ran (claims give their tasks back). */
+  abandon?(item: I, value: O): void;
+  /** Told of each batch's size (metrics). */
+  batched?(size: number): void;
+}
+
+interface Entry<I, O> {
+  item: I;
+  signal: AbortSignal | undefined;
+  resolve(value: O): void;
+  reject(err: unknown): void;
+  onAbort?: () => void;
+  /** Answered DEADLINE_EXCEEDED while its statement ran: its outcome, when it comes, is abandoned. */
+  gone?: boolean;
+}
+
+interface Lane<I, O> {
+  waiting: Entry<I, O>[];
+  busy: boolean;
+}
+
+/** The key `run` is called with for a statement of riders alone (no other lane was busy to take them). */
+export const RIDERS_KEY = "\u0000riders";
+
+export class GroupCommit<I, O> {
+  private readonly lanes = new Map<string, Lane<I, O>>();
+  /** Riders waiting for a statement; kept apart from the map so no keyed lane is confused with them. */
+  private readonly riders: Lane<I, O> = { waiting: [], busy: false };
+
+  constructor(
+    private readonly hooks: GroupCommitHooks<I, O>,
+    private readonly options: GroupCommitOptions,
+  ) {}
+
+  /**
+   * The item's outcome once its batch has run. Items of one key share statements; a caller whose
+   * deadline passes while its item still waits is answered DEADLINE_EXCEEDED and its item never runs.
+   */
+  submit(key: string, item: I, signal?: AbortSignal): Promise<O> {
+    let lane = this.lanes.get(key);
+    if (!lane) {
+      lane = { waiting: [], busy: false };
+      this.lanes.set(key, lane);
+    }
+    const l = lane;
+    return this.enqueue(l, item, signal, () => {
+      if (!l.busy) this.start(key, l);
+    });
+  }
+
+  /**
+   * An item any lane's statement may carry: it goes with the next statement of a busy lane, or, when
+   * no lane is busy, runs at once in a lane of riders. `run` is then called with the key RIDERS_KEY.
+   */
+  submitRider(item: I, signal?: AbortSignal): Promise<O> {
+    return this.enqueue(this.riders, item, signal, () => {
+      if (!this.riders.busy && !this.anyBusy()) this.start(RIDERS_KEY, this.riders);
+    });
+  }
+
+  private anyBusy(): boolean {
+    for (const l of this.lanes.values()) if (l.busy) return true;
+    return false;
+  }
+
+  private enqueue(l: Lane<I, O>, item: I, signal: AbortSignal | undefined, kick: () => void): Promise<O> {
+    if (signal?.aborted) return Promise.reject(waitedTooLong());
+    return new Promise<O>((resolve, reject) => {
+      const entry: Entry<I, O> = { item, signal, resolve, reject };
+      if (signal) {
+        entry.onAbort = () => {
+          const i = l.waiting.indexOf(entry);
+          if (i < 0) return; // already in a statement: settled when it returns
+          l.waiting.splice(i, 1);
+          reject(waitedTooLong());
+        };
+        signal.addEventListener("abort", entry.onAbort, { once: true });
+      }
+      l.waiting.push(entry);
+      kick();
+    });
+  }
+
+  private start(key: string, lane: Lane<I, O>): void {
+    lane.busy = true;
+    void this.flush(key, lane);
+  }
+
+  private async flush(key: string, lane: Lane<I, O>): Promise<void> {
+    const batch = this.take(lane);
+    if (batch.length === 0) {
+      this.idle(key, lane);
+      return;
+    }
+    // A caller whose deadline passes while the statement runs is answered at once, as a direct
+    // call's cancelled statement would be; when no caller is left, the statement is cancelled.
+    const stop = new AbortController();
+    let waiting = batch.length;
+    const leave = (e: Entry<I, O>) => () => {
+      e.gone = true;
+      e.reject(waitedTooLong());
+      if (--waiting === 0) stop.abort();
+    };
+    const leaves = batch.map((e) => {
+      if (e.onAbort) e.signal?.removeEventListener("abort", e.onAbort);
+      const onLeave = leave(e);
+      e.signal?.addEventListener("abort", onLeave, { once: true });
+      return onLeave;
+    });
+    this.hooks.batched?.(batch.length);
+    try {
+      const outcomes = await this.hooks.run(
+        key,
+        batch.map((e) => e.item),
+        stop.signal,
+      );
+      batch.forEach((e, i) => this.settle(e, outcomes[i]));
+    } catch (err) {
+      for (const e of batch) if (!e.gone) e.reject(err);
+    } finally {
+      batch.forEach((e, i) => e.signal?.removeEventListener("abort", leaves[i]));
+    }
+    // Riders left waiting (more than one statement could take) go with this lane's next statement.
+    if (lane.waiting.length > 0 || this.riders.waiting.length > 0) void this.flush(key, lane);
+    else this.idle(key, lane);
+  }
+
+  private idle(key: string, lane: Lane<I, O>): void {
+    lane.busy = false;
+    if (lane !== this.riders && lane.waiting.length === 0) this.lanes.delete(key);
+  }
+
+  /**
+   * Up to maxBatch waiting entries, the lane's own in arrival order and then riders, passing over
+   * any that conflict with one taken.
+   */
+  private take(lane: Lane<I, O>): Entry<I, O>[] {
+    const taken: Entry<I, O>[] = [];
+    lane.waiting = this.pick(lane.waiting, taken);
+    if (lane !== this.riders) this.riders.waiting = this.pick(this.riders.waiting, taken);
+    return taken;
+  }
+
+  /** Moves the entries of `waiting` that fit into `taken`; returns the rest. */
+  private pick(waiting: Entry<I, O>[], taken: Entry<I, O>[]): Entry<I, O>[] {
+    const left: Entry<I, O>[] = [];
+    const conflict = this.hooks.conflict;
+    for (const e of waiting) {
+      if (taken.length < this.options.maxBatch && !(conflict && taken.some((t) => conflict(t.item, e.item)))) taken.push(e);
+      else left.push(e);
+    }
+    return left;
+  }
+
+  private settle(e: Entry<I, O>, outcome: Outcome<O> | undefined): void {
+    if (outcome === undefined) {
+      e.reject(new Error("group commit: the batch answered fewer outcomes than items"));
+      return;
+    }
+    if ("error" in outcome) {
+      e.reject(outcome.error);
+      return;
+    }
+    if (e.gone) {
+      // The caller was answered DEADLINE_EXCEEDED: what it was given goes back.
+      this.hooks.abandon?.(e.item, outcome.value);
+      return;
+    }
+    e.resolve(outcome.value);
+  }
+}
+
+function waitedTooLong(): DeadlineExceededError {
+  return new DeadlineExceededError("the request's deadline passed while it waited for its statement");
+}
