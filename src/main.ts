@@ -137,6 +137,7 @@ class Coordinator {
       jobWakes: this.listener,
       taskWakes: this.listener,
       claimHints: config.claimHints,
+      flowClaimHints: config.flowClaimHints,
     });
     metrics.attach({ stats: store }); // task counts for /metrics, read from the store at scrape time
     if (embedded) await registerDemoWorkloads(store, logger);

@@ -37,7 +37,8 @@ export interface GraphileWorkerUtils {
   migrate(): Promise<void>;
   release(): Promise<void>;
   addJob(identifier: string, payload?: unknown): Promise<{ id: string }>;
-  addJobs(specs: { identifier: string; payload: unknown }[]): Promise<unknown[]>;
+  /** queueName: jobs of one named queue run one at a time; priority: numerically smaller first. */
+  addJobs(specs: { identifier: string; payload: unknown; queueName?: string; priority?: number }[]): Promise<unknown[]>;
 }
 
 export interface GraphileWorker {
@@ -70,9 +71,10 @@ export interface Boss {
   createQueue(name: string): Promise<void>;
   deleteQueue(name: string): Promise<void>;
   /** 12.x takes the queue's name first (10.x took `{ name, data }` rows). */
-  insert(name: string, jobs: { data: object }[]): Promise<unknown>;
+  /** priority: larger first; group: fetches with groupConcurrency count the active jobs per group id. */
+  insert(name: string, jobs: { data: object; priority?: number; group?: { id: string } }[]): Promise<unknown>;
   send(name: string, data: object): Promise<string | null>;
-  fetch(name: string, options: { batchSize: number }): Promise<BossJob[]>;
+  fetch(name: string, options: { batchSize: number; groupConcurrency?: number }): Promise<BossJob[]>;
   complete(name: string, ids: string | string[]): Promise<unknown>;
 }
 

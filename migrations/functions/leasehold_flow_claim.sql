@@ -1,6 +1,8 @@
 /*
- * The claim of flow-controlled workloads (the claim statement calls it for those only; see
- * docs/flow-control-claim.md). VOLATILE, so each statement inside runs on a snapshot taken
+ * The claim of flow-controlled workloads as it was before the claim learned to read past a held
+ * MVCC horizon: the claim statements call leasehold_flow_claim_hinted, which runs this one when
+ * FLOW_CLAIM_HINTS=false (see docs/flow-control-claim.md). Every lease it writes carries lease_seq,
+ * the id of its transaction, so the other's counts see it. VOLATILE, so each statement inside runs on a snapshot taken
  * after the locks it waits for were granted: it sees every lease the claimer before it committed.
  * Workloads in name order (one lock order for every claimer), each until `want` are leased.
  *
@@ -258,6 +260,7 @@ BEGIN
             attempt = t.attempt + 1,
             lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
             lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
+            lease_seq = txid_current(),
             started_at = coalesce(t.started_at, now()),
             version = t.version + 1,
             event_flip = NOT t.event_flip
@@ -330,6 +333,7 @@ BEGIN
           attempt = t.attempt + 1,
           lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
           lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
+          lease_seq = txid_current(),
           started_at = coalesce(t.started_at, now()),
           version = t.version + 1,
           event_flip = NOT t.event_flip

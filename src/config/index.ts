@@ -59,6 +59,12 @@ export interface Config {
   directUnary: boolean;
   /** CLAIM_HINTS: claims start their scan at a hint (src/store/postgres/state/claim-hints.ts); false: from the front. */
   claimHints: boolean;
+  /**
+   * FLOW_CLAIM_HINTS: flow-controlled claims read past a held MVCC horizon (leasehold_flow_claim_hinted: counts
+   * from a floor, scans from where the lane last stopped) and CreateJob finds a priority's head of fair ranks
+   * from the last it found; false: leasehold_flow_claim as before, and the head from the front.
+   */
+  flowClaimHints: boolean;
   /** COALESCE, COALESCE_MAX_BATCH, COALESCE_MIX: coalescing's batch size and whether results ride with claims; false: off. */
   coalescing: { maxBatch: number; mixResults: boolean } | false;
   /** HORIZON_WARN_AFTER_MS: how long the MVCC horizon may be held back before the warning and the /readyz note. */
@@ -176,6 +182,11 @@ export const CONFIG_VARIABLES = [
     "claims start their index scan past the pending tasks already claimed (so a long transaction elsewhere does not make each claim walk what VACUUM cannot remove yet); `false`: every claim scans from the front",
   ],
   [
+    "FLOW_CLAIM_HINTS",
+    "true",
+    "flow-controlled claims (caps, fair share, rate limits) count live leases from where this connection last found them and scan pending tasks from where the claim last stopped, and CreateJob finds a priority's head of fair ranks from the last one it found (so a long transaction elsewhere does not make them walk what VACUUM cannot remove yet); `false`: from the start each time, as before",
+  ],
+  [
     "HORIZON_WARN_AFTER_MS",
     "300000",
     "how long a transaction may hold the database's MVCC horizon back (VACUUM cannot remove dead rows meanwhile) before a warning names its session and `/readyz` notes it (see docs/long-transactions.md)",
@@ -249,6 +260,17 @@ export function parseClaimHints(env: Env): boolean {
   if (raw === "" || raw === "true") return true;
   if (raw === "false") return false;
   throw new ConfigError("CLAIM_HINTS", `must be true or false, got ${JSON.stringify(env.CLAIM_HINTS)}`);
+}
+
+/**
+ * FLOW_CLAIM_HINTS: true unless set to false. Exported for the test support (test/support/switches.ts),
+ * as CLAIM_HINTS is.
+ */
+export function parseFlowClaimHints(env: Env): boolean {
+  const raw = (env.FLOW_CLAIM_HINTS ?? "").trim().toLowerCase();
+  if (raw === "" || raw === "true") return true;
+  if (raw === "false") return false;
+  throw new ConfigError("FLOW_CLAIM_HINTS", `must be true or false, got ${JSON.stringify(env.FLOW_CLAIM_HINTS)}`);
 }
 
 /**
@@ -443,6 +465,7 @@ export function loadConfig(env: Env = process.env): Config {
     directUnary: parseDirectUnary(env),
     coalescing: parseCoalescing(env),
     claimHints: parseClaimHints(env),
+    flowClaimHints: parseFlowClaimHints(env),
     horizonWarnAfterMs: int(env, "HORIZON_WARN_AFTER_MS", 300_000, 100, 86_400_000),
   };
 }

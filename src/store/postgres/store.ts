@@ -116,7 +116,11 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
       schemas: new ParameterSchemas(),
       flow: { workloads: new FlowWorkloads(pool), sightings: new WorkerSightings() },
       dueWakes: new DueWakes(pool),
-      claimHints: new ClaimHints(CLAIM_HINT_MAX_AGE_MS, () => options.claimHints !== false && options.taskWakes?.listening === true),
+      claimHints: new ClaimHints(
+        CLAIM_HINT_MAX_AGE_MS,
+        () => options.claimHints !== false && options.taskWakes?.listening === true,
+        options.flowClaimHints !== false,
+      ),
     };
     // Every announcement of claimable tasks moves the hints back; a reconnect (some may be lost) drops them.
     options.taskWakes?.subscribe(

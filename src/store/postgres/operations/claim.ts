@@ -60,19 +60,25 @@ const assignedPick = (limit: string) => `picked AS (
   ORDER BY rn
   LIMIT ${limit}
 )`;
+/*
+ * leasehold_flow_claim_hinted (migrations/functions/) takes the claim hints too: where each flow lane
+ * starts its scan of pending tasks ("~f"), whether the arm of expired leases may be left out
+ * ("~expired"), and "~flow": "off" for the claim as it was (FLOW_CLAIM_HINTS=false). Its `hint` is
+ * where the lane's next claim starts, which the answer carries in created_us (createdUs, below).
+ */
 const flowClaim = (p: ClaimParams, gate: string) => `flow_claimed AS (
-  SELECT f.task, f.fresh
-  FROM leasehold_flow_claim(
+  SELECT f.task, f.fresh, f.hint
+  FROM leasehold_flow_claim_hinted(
     ARRAY(SELECT name FROM requested WHERE flow), ${p.limit}::int - (SELECT count(*)::int FROM plain_claimed), ${p.worker}::text,
-    ${p.leaseSeconds}::int, ${p.labels}::jsonb) f
+    ${p.leaseSeconds}::int, ${p.labels}::jsonb, NULL::text[], ${p.hints}::jsonb) f
   WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
 )`;
 // The flow arm of a claim for several callers: the slots the plain arms left, each with its owner.
 const assignedFlowClaim = (p: ClaimParams, gate: string, owners: string) => `flow_claimed AS (
-  SELECT f.task, f.fresh, f.slot
-  FROM leasehold_flow_claim(
+  SELECT f.task, f.fresh, f.slot, f.hint
+  FROM leasehold_flow_claim_hinted(
     ARRAY(SELECT name FROM requested WHERE flow), ${p.limit}::int - (SELECT count(*)::int FROM plain_claimed), NULL::text,
-    ${p.leaseSeconds}::int, ${p.labels}::jsonb, (${owners})[(SELECT count(*)::int FROM plain_claimed) + 1:]) f
+    ${p.leaseSeconds}::int, ${p.labels}::jsonb, (${owners})[(SELECT count(*)::int FROM plain_claimed) + 1:], ${p.hints}::jsonb) f
   WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND ${gate}
 )`;
 
@@ -104,6 +110,8 @@ const freshScan = (p: ClaimParams, gate: string, from: string, order: string) =>
  * - Reclaimed work goes first (a zombie holds a slot the job is waiting on), then priority, age, chunk.
  * - The job moves to running in the same statement; `status = 'pending'` keeps that a no-op
  *   (and lock-free) for jobs already running.
+ * - Each lease carries lease_seq, the id of the transaction that wrote it: the flow claim counts a
+ *   workload's live leases from a floor of these (leasehold_flow_live), so every lease has one.
  * - Rows are written through `id = ANY(ARRAY(...))`: a primary-key lookup whatever the plan cache
  *   guesses about the size of `picked` (a joined CTE once got a generic plan with a seq scan).
  * - The status events are written by the statement (claimedEventRows, see watchedJobs above), previous
@@ -161,6 +169,7 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
       attempt = t.attempt + 1,
       lease_owner = ${assign ? assign.owner("p.rn") : p.worker},
       lease_expires_at = now() + make_interval(secs => coalesce(${p.leaseSeconds}::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
@@ -184,8 +193,11 @@ export const claimedEventRows = claimedEvents("");
 export const claimedEventRowsBesideUsage = claimedEvents(", NULL::jsonb");
 
 // created_us: a claimed task's created_at in whole microseconds since the epoch, where claim hints
-// (claim-hints.ts) put the next scan's start; a Date would round it to the millisecond.
-export const createdUs = (t: string) => `(extract(epoch FROM ${t}.created_at) * 1000000)::bigint::text`;
+// (claim-hints.ts) put the next scan's start; a Date would round it to the millisecond. A task the
+// flow claim leased carries instead where its lane's next claim starts (`priority;fair_rank;us;chunk`,
+// leasehold_flow_claim_hinted's hint), when it says.
+export const createdUs = (t: string) =>
+  `coalesce((SELECT fc.hint FROM flow_claimed fc WHERE (fc.task).id = ${t}.id), (extract(epoch FROM ${t}.created_at) * 1000000)::bigint::text)`;
 
 // pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
 export const pickupSeconds = `CASE WHEN ${wasFresh("claimed")} THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;

@@ -47,8 +47,15 @@ import { unknownWorkload } from "./workloads.js";
 /*
  * Fair ranks (docs/flow-control-claim.md, "Fair share"): a job of a keyed workload takes `count` ranks from
  * its key's next_rank, starting no earlier than the head of the queue at the job's priority (or,
- * with nothing pending, the furthest any key has got). One upsert per job; its row lock orders
- * two jobs of one key. Nothing happens for a workload that never saw a key (ranked false).
+ * with nothing pending, the furthest any key has got, flow_keys_rank_idx). One upsert per job; its row
+ * lock orders two jobs of one key. Nothing happens for a workload that never saw a key (ranked false).
+ * The head is read from the one this session found last for the workload and priority (a session
+ * setting), not from the front of the index, where a long transaction elsewhere keeps every task
+ * claimed since as a dead entry (13,521 heap visits a job after two minutes at 400 tasks/s). That is
+ * exact for every task never leased: ranks below a head found once are taken only by tasks that
+ * were leased and came back (a retry); a new job starts at or after the head, and claims only take
+ * from it. Such a task is claimed in its turn but does not pull the head back (flow-control-claim.md,
+ * "Under a held horizon"). @rankHeads false (FLOW_CLAIM_HINTS=false): from the front, as before.
  */
 const createJobCtes = `fresh AS (
   SELECT count(*) = cardinality(@workloadNames::text[]) AS ok
@@ -62,16 +69,23 @@ const createJobCtes = `fresh AS (
   FROM fresh WHERE fresh.ok
   ON CONFLICT DO NOTHING
   RETURNING *
+), rank_head AS (
+  SELECT h.setting, (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
+      AND t.fair_rank >= coalesce(CASE WHEN @rankHeads::boolean THEN nullif(current_setting(h.setting, true), '')::bigint END,
+        '-9223372036854775808'::bigint)
+     ORDER BY t.priority DESC, t.fair_rank LIMIT 1) AS vt
+  FROM job CROSS JOIN LATERAL (SELECT 'leasehold.rank_head_' || md5(job.workload || ':' || job.priority) AS setting) h
+  WHERE @ranked::boolean
 ), rank_base AS (
   INSERT INTO flow_keys AS k (workload, key, next_rank)
   SELECT job.workload, job.concurrency_key, coalesce(
-      (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
-       ORDER BY t.priority DESC, t.fair_rank LIMIT 1),
+      h.vt,
       (SELECT max(o.next_rank) FROM flow_keys o WHERE o.workload = job.workload),
       0) + @taskCount::bigint
-  FROM job WHERE @ranked::boolean
+  FROM job, rank_head h
   ON CONFLICT (workload, key) DO UPDATE SET next_rank = greatest(k.next_rank, EXCLUDED.next_rank - @taskCount::bigint) + @taskCount::bigint
-  RETURNING k.next_rank - @taskCount::bigint AS base
+  RETURNING k.next_rank - @taskCount::bigint AS base,
+    (SELECT set_config(h.setting, h.vt::text, false) FROM rank_head h WHERE @rankHeads::boolean AND h.vt IS NOT NULL) AS head_noted
 )`;
 const createJobAnswer = `SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified,
   coalesce((SELECT base FROM rank_base), 0) AS rank_base, job.*
@@ -138,6 +152,8 @@ export interface JobPolicy {
   requiredLabels: string | null;
   ranked: boolean;
   taskCount: number;
+  /** read a priority's head of fair ranks from the last this session found (FLOW_CLAIM_HINTS) */
+  rankHeads: boolean;
 }
 const JOB_POLICY = [
   "failurePolicy",
@@ -185,6 +201,7 @@ ${createJobAnswer}`,
     ...JOB_POLICY,
     "taskLabels",
     ...ACCOUNT,
+    "rankHeads",
   ],
 );
 
@@ -202,7 +219,7 @@ export const CREATE_JOB_ALONE = namedQuery<JobInsert & JobPolicy & Pick<TaskInse
   `
 WITH ${createJobCtes}, ${woken}
 ${createJobAnswer}`,
-  [...JOB_INSERT, "wakeWorkloads", "wakeCounts", ...JOB_POLICY, ...ACCOUNT],
+  [...JOB_INSERT, "wakeWorkloads", "wakeCounts", ...JOB_POLICY, ...ACCOUNT, "rankHeads"],
 );
 
 /** The tasks of a CREATE_JOB_ALONE, in COPY's text format (copy-text.ts), columns in this order; the rest are their defaults. */
@@ -242,6 +259,8 @@ export interface Checked {
   workloads: Map<string, CachedWorkload>;
   own: CachedWorkload;
   maxAttempts: number[];
+  /** the store's FLOW_CLAIM_HINTS (JobPolicy's rankHeads) */
+  rankHeads: boolean;
 }
 
 /**
@@ -275,7 +294,7 @@ export async function checkWorkloads(ctx: StoreContext, c: pg.PoolClient, p: Pre
       ctx.schemas.validate(w, parameters, `${prefix}finalizer.parameters`);
     }
   }
-  return { workloads, own, maxAttempts };
+  return { workloads, own, maxAttempts, rankHeads: ctx.options.flowClaimHints !== false };
 }
 
 /**
@@ -312,7 +331,7 @@ export async function writeJobs(
 }
 
 /** The job row's values for a checked job: its own failure policy, else its workload's, as validated. */
-export function jobValues(p: PreparedJob, { workloads, own: ownCached }: Checked): JobInsert & JobPolicy {
+export function jobValues(p: PreparedJob, { workloads, own: ownCached, rankHeads }: Checked): JobInsert & JobPolicy {
   const { job, names } = p;
   const own = ownCached.workload;
   return {
@@ -336,6 +355,7 @@ export function jobValues(p: PreparedJob, { workloads, own: ownCached }: Checked
     requiredLabels: job.requiredLabels === null ? null : JSON.stringify(job.requiredLabels),
     ranked: ownCached.keyed,
     taskCount: job.tasks.length,
+    rankHeads,
   };
 }
 

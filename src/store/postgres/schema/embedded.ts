@@ -30,6 +30,8 @@ export async function startEmbeddedPostgres(opts: {
    * passes another major version's package (bench/peers), with the same settings as below.
    */
   engine?: EmbeddedEngine;
+  /** More server flags after the settings below (`-c`, `name=value`, ...): a benchmark's profiling extension. */
+  flags?: string[];
 }): Promise<EmbeddedDatabase> {
   const dataDir = path.resolve(opts.dataDir);
   mkdirSync(path.dirname(dataDir), { recursive: true });
@@ -63,6 +65,7 @@ export async function startEmbeddedPostgres(opts: {
       "wal_compression=on",
       "-c",
       "autovacuum_naptime=10s",
+      ...(opts.flags ?? []),
     ],
     onLog: quiet,
     onError: quiet,

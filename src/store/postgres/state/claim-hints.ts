@@ -18,6 +18,12 @@
 // than maxAgeMs is not used, and the claim that scans from the front sets it again.
 // The hint only chooses where the scan starts; the claim statement still locks, skips and orders
 // as before, so the guarantees of one claim (nothing taken twice, priorities, caps) are its own.
+//
+// Flow-controlled workloads (leasehold_flow_claim_hinted) keep hints of their own, in lanes apart:
+// such a claim may pass over pending tasks it could not take (a key at its cap), so where it leased
+// last says nothing of what it left. The function says where the lane's next claim must start (each
+// row's created_us is then that place, `priority;fair_rank;epoch_us;chunk`), and only that sets the
+// lane; announcements move it back as they move the others.
 
 /** What a hint learns from a claimed row (claim.ts' ClaimedRow has these and more). */
 export interface HintRow {
@@ -30,6 +36,11 @@ export interface HintRow {
   chunk_index: number;
   /** null for a reclaimed lease, which says nothing of the pending tasks */
   pickup_seconds: number | null;
+}
+
+/** A flow claim's row names where its lane's next claim starts (leasehold_flow_claim_hinted's `hint`). */
+function flowStop(r: HintRow): HintKey | undefined {
+  return r.created_us?.includes(";") ? parseHead(r.created_us)?.key : undefined;
 }
 
 /** A position in claim order; c is created_at in microseconds since the epoch. */
@@ -84,6 +95,9 @@ export interface HintedClaim {
 }
 
 const NO_HINTS: HintedClaim = { json: "{}", learn: () => {} };
+/** FLOW_CLAIM_HINTS=false: the flow claim runs leasehold_flow_claim, as before. */
+const FLOW_OFF = { "~flow": "off" };
+const NO_HINTS_FLOW_OFF: HintedClaim = { json: JSON.stringify(FLOW_OFF), learn: () => {} };
 
 /** A retry's hint moves back this long after it falls due: the NOTIFY's own delivery, and a margin. */
 const DUE_SLACK_MS = 50;
@@ -108,10 +122,12 @@ export class ClaimHints {
   /**
    * @param maxAgeMs a hint set by a claim from the front this long ago is not used
    * @param live whether announcements arrive now (the LISTEN connection is up, and hints are on)
+   * @param flow whether flow-controlled claims take their hints (FLOW_CLAIM_HINTS), else they run as before
    */
   constructor(
     private readonly maxAgeMs: number,
     private readonly live: () => boolean,
+    private readonly flow = true,
   ) {}
 
   /**
@@ -147,6 +163,41 @@ export class ClaimHints {
     }
   }
 
+  /**
+   * A flow claim's rows of workload `w` say where the lane's next claim starts (flowStop); true when
+   * they did (the workload is flow-controlled: its plain lane learns nothing from them). The place is
+   * set as said when nothing else touched the lane since the claim began. Otherwise, an announcement
+   * or another claim of the lane that ended first may have moved it back (to a task this claim could
+   * not see: one the other held locked and then left): the earlier of the two is kept, and a lane an
+   * announcement emptied stays empty.
+   */
+  private learnFlow(
+    w: string,
+    labels: string,
+    u: { gen: number; flow?: Hint; flowSeen?: Hint },
+    rows: readonly HintRow[],
+    now: number,
+  ): boolean {
+    let stop: HintKey | undefined;
+    for (const r of rows) {
+      if (r.workload !== w) continue;
+      const k = flowStop(r);
+      if (k && (stop === undefined || before(k, stop))) stop = k;
+    }
+    if (stop === undefined) return rows.some((r) => r.workload === w && r.created_us?.includes(";"));
+    const name = flowLane(w, labels);
+    const current = this.hints.get(name);
+    // An announcement bumps the generation (it moves a hint in place); another claim sets a new object.
+    const untouched = (this.generations.get(w) ?? 0) === u.gen && current === u.flowSeen;
+    const fullAt = u.flow?.fullAt ?? now;
+    if (untouched) {
+      this.hints.set(name, { key: stop, fullAt });
+    } else if (current !== undefined) {
+      this.hints.set(name, { key: before(stop, current.key) ? stop : current.key, fullAt: Math.min(fullAt, current.fullAt) });
+    }
+    return true;
+  }
+
   /** Announcements may have been lost: every claim scans from the front again, and none in flight sets a hint. */
   forget(): void {
     this.hints.clear();
@@ -154,22 +205,29 @@ export class ClaimHints {
   }
 
   begin(workloads: readonly string[], labels: string, now = Date.now()): HintedClaim {
-    if (!this.live()) return NO_HINTS;
+    if (!this.live()) return this.flow ? NO_HINTS : NO_HINTS_FLOW_OFF;
     const epoch = this.epoch;
-    const used = new Map<string, { gen: number; hint?: Hint }>();
-    const send: Record<string, HintKey | { p: number; r: string; c: string; i: number } | boolean> = {};
+    const used = new Map<string, { gen: number; hint?: Hint; flow?: Hint; flowSeen?: Hint }>();
+    const sent = (key: HintKey) => ({ ...key, c: key.c === Infinity ? "Infinity" : String(key.c) });
+    const send: Record<string, unknown> = this.flow ? {} : { ...FLOW_OFF };
+    const flowSend: Record<string, unknown> = {};
     if (this.leaseProbe && !this.leaseProbe.expired && now - this.leaseProbe.at < LEASE_PROBE_FRESH_MS) send["~expired"] = false;
     for (const w of workloads) {
       const hint = this.hints.get(lane(w, labels));
       const fresh = hint && now - hint.fullAt < this.maxAgeMs ? hint : undefined;
-      used.set(w, { gen: this.generations.get(w) ?? 0, hint: fresh });
-      if (fresh) send[w] = { ...fresh.key, c: fresh.key.c === Infinity ? "Infinity" : String(fresh.key.c) };
+      const flowHint = this.hints.get(flowLane(w, labels));
+      const flowFresh = flowHint && now - flowHint.fullAt < this.maxAgeMs ? flowHint : undefined;
+      used.set(w, { gen: this.generations.get(w) ?? 0, hint: fresh, flow: flowFresh, flowSeen: flowHint });
+      if (fresh) send[w] = sent(fresh.key);
+      if (flowFresh && this.flow) flowSend[w] = sent(flowFresh.key);
     }
+    if (Object.keys(flowSend).length > 0) send["~f"] = flowSend;
     return {
       json: JSON.stringify(send),
       learn: (rows, took) => {
         if (this.epoch !== epoch) return;
         for (const [w, u] of used) {
+          if (this.learnFlow(w, labels, u, rows, now)) continue;
           if ((this.generations.get(w) ?? 0) !== u.gen) continue; // announced meanwhile: keep what that set
           let last: HintKey | undefined;
           for (const r of rows) {
@@ -189,6 +247,11 @@ export class ClaimHints {
 
 function lane(workload: string, labels: string): string {
   return workload + "\u0000" + labels;
+}
+
+/** The flow claim's lane of a workload and labels (starts as lane() does, so moveBack finds it). */
+function flowLane(workload: string, labels: string): string {
+  return lane(workload, labels) + "\u0000f";
 }
 
 function rowKey(r: HintRow): HintKey {

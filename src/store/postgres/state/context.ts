@@ -48,6 +48,11 @@ export interface StoreOptions {
   taskWakes?: TaskWakes;
   /** Claim hints on (default) or off (CLAIM_HINTS=off: every claim scans from the front). */
   claimHints?: boolean;
+  /**
+   * Flow-controlled claims and fair ranks that read past a held MVCC horizon (default), or as before
+   * (FLOW_CLAIM_HINTS=false: leasehold_flow_claim, and a priority's head of fair ranks from the front).
+   */
+  flowClaimHints?: boolean;
 }
 
 /** Where the store hears that tasks became claimable. */

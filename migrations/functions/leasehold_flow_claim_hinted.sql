@@ -1,0 +1,423 @@
+/*
+ * The claim of flow-controlled workloads as the claim statements call it: leasehold_flow_claim's
+ * rules (gates, caps, the rate, pause, labels, fair share, priorities; docs/flow-control-claim.md),
+ * with what it reads chosen so that a long transaction elsewhere on the database, which keeps every
+ * dead row version it leaves, does not make each claim read more than the last
+ * (flow-control-claim.md, "Under a held horizon"):
+ *
+ * - Live leases are counted by leasehold_flow_live, from a floor this session keeps, not from the
+ *   start of the workload's leases: the counts after the gates, and the one before that chooses the
+ *   path.
+ * - The scan of pending tasks starts where the coordinator's hint says (p_hints -> '~f' -> workload:
+ *   priority p, then fair rank r, creation time c in microseconds and chunk i; claim-hints.ts), not
+ *   at the front of the workload. The hint is where this function said the last claim of the lane
+ *   stopped: each row it returns carries, in `hint`, the place of the first pending task of its
+ *   workload that the claim may have passed over and a later one could take. That is the last task
+ *   it leased from pending, or one before it that it left: a candidate of a key whose room ran out
+ *   within the claim, or the first task of a key at its cap (the scan passes over those keys' tasks
+ *   without reading them as candidates; one more index read, bounded by that last task, finds it).
+ *   No row from pending, no hint: the coordinator keeps the one it has. The coordinator moves a hint
+ *   back for every announcement that makes a task claimable, as for the plain claim.
+ * - The arm of expired leases is left out while the lease reaper's last probe, recent, found none
+ *   (p_hints ->> '~expired' = 'false'), as in the plain claim.
+ *
+ * p_hints NULL, or with '~flow' = 'off' (FLOW_CLAIM_HINTS=false): leasehold_flow_claim itself, every
+ * row with a NULL hint. Every lease it writes carries lease_seq, the id of its transaction.
+ */
+CREATE OR REPLACE FUNCTION leasehold_flow_claim_hinted(p_workloads text[], p_want integer, p_worker text, p_lease_seconds integer,
+  p_labels jsonb, p_owners text[], p_hints jsonb)
+RETURNS TABLE (task tasks, fresh boolean, slot integer, hint text) LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  c_gates CONSTANT integer := 8;
+  w workloads;
+  v_name text;
+  v_lock integer;
+  v_keyed boolean;
+  v_unit integer;
+  v_gated boolean;
+  v_may_wait boolean;
+  v_held integer;
+  v_first integer;
+  v_need integer;
+  v_reserve integer;
+  v_allowance integer;
+  v_scan integer;
+  v_live integer;
+  v_near boolean;
+  v_lkeys text[];
+  v_lns integer[];
+  v_tokens double precision;
+  v_taken integer;
+  v_want integer := p_want;
+  v_short text[] := '{}';
+  v_offset integer;
+  v_key_room integer;
+  v_far text;
+  v_expired boolean := coalesce((p_hints ->> '~expired')::boolean, true);
+  v_h jsonb;
+  -- Where the scan of pending tasks starts (a hint), and the bound of the probe for a capped key's task.
+  v_hp integer;
+  v_hr bigint;
+  v_hc timestamptz;
+  v_hi integer;
+  v_ur bigint;
+  v_uc timestamptz;
+  v_ui integer;
+  -- The last task leased from pending (l), the first candidate left (d), the first task of a key at its cap (k).
+  v_lp integer;
+  v_lr bigint;
+  v_lc timestamptz;
+  v_li integer;
+  v_dp integer;
+  v_dr bigint;
+  v_dc timestamptz;
+  v_di integer;
+  v_full text[];
+  v_rows tasks[];
+  v_fresh boolean[];
+  v_slots integer[];
+  v_hint text;
+BEGIN
+  IF p_hints IS NULL OR p_hints ->> '~flow' = 'off' THEN
+    RETURN QUERY SELECT f.task, f.fresh, f.slot, NULL::text
+      FROM leasehold_flow_claim(p_workloads, p_want, p_worker, p_lease_seconds, p_labels, p_owners) f;
+    RETURN;
+  END IF;
+  FOREACH v_name IN ARRAY (SELECT array_agg(n ORDER BY n) FROM unnest(p_workloads) AS n) LOOP
+    EXIT WHEN v_want <= 0;
+    SELECT * INTO w FROM workloads WHERE workloads.name = v_name;
+    CONTINUE WHEN NOT FOUND OR w.paused OR NOT w.flow;
+    v_keyed := w.max_leased_per_key IS NOT NULL OR w.has_key_limits;
+    v_lock := hashtext('leasehold.flow:' || v_name);
+    -- The most one gate may lease (leasehold_flow_claim.sql, "Gates").
+    v_unit := least(w.max_leased, w.max_leased_per_key,
+      CASE WHEN w.has_key_limits THEN (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name) END) / (2 * c_gates);
+    v_unit := CASE WHEN v_unit > 100 THEN 100 ELSE v_unit END;
+    -- The gated path when every cap is far, by a count before any gate (only to choose the path) or
+    -- this session's last claim of the workload less than a second ago.
+    v_far := 'leasehold.flow_far_' || to_hex(v_lock);
+    v_gated := w.max_leases_per_second IS NULL AND coalesce(v_unit, 0) >= 1;
+    IF v_gated AND extract(epoch FROM now()) - coalesce(nullif(current_setting(v_far, true), '')::float8, 0) >= 1 THEN
+      SELECT coalesce(sum(l.n), 0), coalesce(bool_or(l.n + c_gates * v_unit > coalesce(o.max_leased, w.max_leased_per_key)), false)
+      INTO v_live, v_near
+      FROM leasehold_flow_live(v_name) l LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = l.key;
+      v_gated := (w.max_leased IS NULL OR v_live <= w.max_leased - c_gates * v_unit) AND NOT (v_keyed AND v_near);
+    END IF;
+    -- May this claim wait for a gate? Not once its transaction has written rows (leasehold_flow_claim.sql).
+    v_may_wait := txid_current_if_assigned() IS NULL;
+    IF v_gated AND NOT pg_try_advisory_xact_lock_shared(v_lock, c_gates) THEN
+      v_gated := false;
+    END IF;
+    IF v_gated THEN
+      v_need := least(c_gates, (v_want + v_unit - 1) / v_unit);
+      v_first := pg_backend_pid() % c_gates;
+      v_held := 0;
+      FOR i IN 0 .. c_gates - 1 LOOP
+        EXIT WHEN v_held >= v_need;
+        IF pg_try_advisory_xact_lock(v_lock, (v_first + i) % c_gates) THEN
+          v_held := v_held + 1;
+        END IF;
+      END LOOP;
+      IF v_held = 0 THEN
+        IF NOT v_may_wait THEN
+          v_short := v_short || v_name;
+          CONTINUE;
+        END IF;
+        PERFORM pg_advisory_xact_lock(v_lock, v_first);
+        v_held := 1;
+      END IF;
+      v_reserve := (c_gates - v_held) * v_unit;
+    ELSE
+      -- The exact path, as in leasehold_flow_claim.sql.
+      IF NOT v_may_wait THEN
+        v_may_wait := coalesce(v_unit, 0) < 1 OR w.max_leases_per_second IS NOT NULL
+          OR pg_try_advisory_xact_lock(v_lock, c_gates);
+      END IF;
+      v_held := 0;
+      FOR i IN 0 .. c_gates - 1 LOOP
+        IF v_may_wait THEN
+          PERFORM pg_advisory_xact_lock(v_lock, i);
+        ELSIF NOT pg_try_advisory_xact_lock(v_lock, i) THEN
+          EXIT;
+        END IF;
+        v_held := v_held + 1;
+      END LOOP;
+      IF v_held < c_gates THEN
+        v_short := v_short || v_name;
+        CONTINUE;
+      END IF;
+      v_reserve := 0;
+      SELECT * INTO w FROM workloads WHERE workloads.name = v_name;
+      CONTINUE WHEN w.paused OR NOT w.flow;
+    END IF;
+    v_allowance := CASE WHEN v_gated THEN least(v_want, v_held * v_unit) ELSE v_want END;
+    -- The live leases per key, on a snapshot taken after the gates were granted.
+    v_live := NULL;
+    v_lkeys := '{}';
+    v_lns := '{}';
+    IF w.max_leased IS NOT NULL OR v_keyed THEN
+      SELECT coalesce(array_agg(l.key), '{}'), coalesce(array_agg(l.n), '{}'), coalesce(sum(l.n), 0)
+      INTO v_lkeys, v_lns, v_live FROM leasehold_flow_live(v_name) l;
+    END IF;
+    IF w.max_leased IS NOT NULL THEN
+      v_allowance := least(v_allowance, w.max_leased - v_live - v_reserve);
+    END IF;
+    IF w.max_leases_per_second IS NOT NULL THEN
+      INSERT INTO workload_rate_buckets AS b (workload, tokens, refreshed_at) VALUES (v_name, w.leases_burst, now())
+      ON CONFLICT (workload) DO UPDATE
+        SET tokens = least(w.leases_burst::float8, b.tokens + extract(epoch FROM now() - b.refreshed_at)::float8 * w.max_leases_per_second),
+            refreshed_at = now()
+      RETURNING b.tokens INTO v_tokens;
+      v_allowance := least(v_allowance, floor(v_tokens)::integer);
+    END IF;
+    v_key_room := NULL;
+    IF v_keyed THEN
+      -- The least room of any key: of a key with live leases, its cap less them; of any other, its
+      -- cap (the smallest override, or the default).
+      SELECT least(
+        (SELECT min(coalesce(o.max_leased, w.max_leased_per_key) - k.n) FROM unnest(v_lkeys, v_lns) AS k(key, n)
+         LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key),
+        (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name),
+        w.max_leased_per_key) INTO v_key_room;
+      -- Every key has room for the whole allowance beyond the reserve: no key can reach its cap in this
+      -- claim, and the plain query leases what the per-key one would (on the exact path too, now that
+      -- the room is exact: a cap of 4 per key and claims of a few tasks are mostly far).
+      IF v_key_room - v_reserve >= v_allowance THEN
+        v_keyed := false;
+      END IF;
+    END IF;
+    IF w.max_leases_per_second IS NULL AND coalesce(v_unit, 0) >= 1 THEN
+      PERFORM set_config(v_far, CASE WHEN (w.max_leased IS NULL OR v_live + c_gates * v_unit <= w.max_leased)
+        AND (v_key_room IS NULL OR v_key_room >= c_gates * v_unit) THEN extract(epoch FROM now())::text ELSE '' END, false);
+    END IF;
+    IF v_allowance <= 0 THEN
+      v_short := v_short || v_name;
+      CONTINUE;
+    END IF;
+    -- Where the scan starts: the hint, or (none) before the highest priority.
+    v_h := p_hints -> '~f' -> v_name;
+    IF v_h IS NULL THEN
+      v_hp := 2147483647;
+      v_hr := -9223372036854775808;
+      v_hc := '-infinity';
+      v_hi := -2147483648;
+    ELSE
+      v_hp := (v_h ->> 'p')::integer;
+      v_hr := (v_h ->> 'r')::bigint;
+      v_hc := CASE WHEN v_h ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
+        ELSE 'epoch'::timestamptz + (v_h ->> 'c')::bigint * interval '1 microsecond' END;
+      v_hi := (v_h ->> 'i')::integer;
+    END IF;
+    v_offset := p_want - v_want;
+    v_full := '{}';
+    v_dp := NULL;
+    IF NOT v_keyed THEN
+      -- No per-key room to watch: the plain claim's two arms, the fresh one from the hint.
+      WITH expired AS (
+        SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+        FROM tasks c
+        WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts AND v_expired
+          AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+        ORDER BY c.lease_expires_at
+        LIMIT v_allowance
+        FOR UPDATE SKIP LOCKED
+      ), pending AS (
+        SELECT * FROM (
+          SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+          FROM tasks c
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_hp
+            AND (c.fair_rank, c.created_at, c.chunk_index) >= (v_hr, v_hc, v_hi) AND c.run_after <= now()
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+          ORDER BY c.fair_rank, c.created_at, c.chunk_index
+          LIMIT v_allowance
+          FOR UPDATE SKIP LOCKED) from_hint
+        UNION ALL
+        SELECT * FROM (
+          SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+          FROM tasks c
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_hp AND c.run_after <= now()
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+          ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+          LIMIT v_allowance
+          FOR UPDATE SKIP LOCKED) below_hint
+        LIMIT v_allowance
+      ), picked AS (
+        SELECT c.id, c.arm, row_number() OVER (ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index)::integer AS rn
+        FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
+        ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+        LIMIT v_allowance
+      ), claimed AS (
+        UPDATE tasks t
+        SET status = 'leased',
+            attempt = t.attempt + 1,
+            lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
+            lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
+            lease_seq = txid_current(),
+            started_at = coalesce(t.started_at, now()),
+            version = t.version + 1,
+            event_flip = NOT t.event_flip
+        FROM picked p
+        WHERE t.id = p.id
+        RETURNING t AS r, p.arm = 1 AS fresh, v_offset + p.rn AS slot
+      )
+      SELECT (SELECT array_agg(c.r ORDER BY c.slot) FROM claimed c), (SELECT array_agg(c.fresh ORDER BY c.slot) FROM claimed c),
+        (SELECT array_agg(c.slot ORDER BY c.slot) FROM claimed c), l.priority, l.fair_rank, l.created_at, l.chunk_index
+      INTO v_rows, v_fresh, v_slots, v_lp, v_lr, v_lc, v_li
+      FROM (SELECT 1) one LEFT JOIN LATERAL (
+        SELECT (c.r).priority, (c.r).fair_rank, (c.r).created_at, (c.r).chunk_index FROM claimed c WHERE c.fresh
+        ORDER BY (c.r).priority, (c.r).fair_rank DESC, (c.r).created_at DESC, (c.r).chunk_index DESC LIMIT 1) l ON true;
+    ELSE
+      -- With per-key caps a candidate of a key with no room left is passed over: read a few more.
+      v_scan := v_allowance * 4 + 16;
+      SELECT coalesce(array_agg(k.key), '{}') INTO v_full
+      FROM unnest(v_lkeys, v_lns) AS k(key, n) LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key
+      WHERE coalesce(o.max_leased, w.max_leased_per_key) - k.n - v_reserve <= 0;
+      WITH room AS (
+        -- A key's room: its cap less its live leases and what gated claims in flight may add to it.
+        SELECT k.key, coalesce(o.max_leased, w.max_leased_per_key) - k.n - v_reserve AS left_
+        FROM unnest(v_lkeys, v_lns) AS k(key, n) LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key
+      ), expired AS (
+        SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+        FROM tasks c
+        WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts AND v_expired
+          AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+        ORDER BY c.lease_expires_at
+        LIMIT v_scan
+        FOR UPDATE SKIP LOCKED
+      ), pending AS (
+        -- The OR: see leasehold_flow_claim.sql (a bare boolean keeps the ordered index scan).
+        SELECT * FROM (
+          SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+          FROM tasks c
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_hp
+            AND (c.fair_rank, c.created_at, c.chunk_index) >= (v_hr, v_hc, v_hi) AND c.run_after <= now()
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+            AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
+          ORDER BY c.fair_rank, c.created_at, c.chunk_index
+          LIMIT v_scan
+          FOR UPDATE SKIP LOCKED) from_hint
+        UNION ALL
+        SELECT * FROM (
+          SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+          FROM tasks c
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_hp AND c.run_after <= now()
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+            AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
+          ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+          LIMIT v_scan
+          FOR UPDATE SKIP LOCKED) below_hint
+        LIMIT v_scan
+      ), ranked AS (
+        SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index) AS nth
+        FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
+      ), judged AS (
+        SELECT r.*, r.nth <= coalesce(room.left_, coalesce(o.max_leased, w.max_leased_per_key) - v_reserve, r.nth) AS ok
+        FROM ranked r
+        LEFT JOIN room ON room.key = r.concurrency_key
+        LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = r.concurrency_key
+      ), picked AS (
+        SELECT j.id, j.arm, row_number() OVER (ORDER BY j.arm, j.priority DESC, j.fair_rank, j.created_at, j.chunk_index)::integer AS rn
+        FROM judged j
+        WHERE j.ok
+        ORDER BY j.arm, j.priority DESC, j.fair_rank, j.created_at, j.chunk_index
+        LIMIT v_allowance
+      ), claimed AS (
+        UPDATE tasks t
+        SET status = 'leased',
+            attempt = t.attempt + 1,
+            lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
+            lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
+            lease_seq = txid_current(),
+            started_at = coalesce(t.started_at, now()),
+            version = t.version + 1,
+            event_flip = NOT t.event_flip
+        FROM picked p
+        WHERE t.id = p.id
+        RETURNING t AS r, p.arm = 1 AS fresh, v_offset + p.rn AS slot
+      )
+      SELECT (SELECT array_agg(c.r ORDER BY c.slot) FROM claimed c), (SELECT array_agg(c.fresh ORDER BY c.slot) FROM claimed c),
+        (SELECT array_agg(c.slot ORDER BY c.slot) FROM claimed c), l.priority, l.fair_rank, l.created_at, l.chunk_index,
+        d.priority, d.fair_rank, d.created_at, d.chunk_index
+      INTO v_rows, v_fresh, v_slots, v_lp, v_lr, v_lc, v_li, v_dp, v_dr, v_dc, v_di
+      FROM (SELECT 1) one LEFT JOIN LATERAL (
+        SELECT (c.r).priority, (c.r).fair_rank, (c.r).created_at, (c.r).chunk_index FROM claimed c WHERE c.fresh
+        ORDER BY (c.r).priority, (c.r).fair_rank DESC, (c.r).created_at DESC, (c.r).chunk_index DESC LIMIT 1) l ON true
+      LEFT JOIN LATERAL (
+        SELECT j.priority, j.fair_rank, j.created_at, j.chunk_index FROM judged j WHERE j.arm = 1 AND NOT j.ok
+        ORDER BY j.priority DESC, j.fair_rank, j.created_at, j.chunk_index LIMIT 1) d ON true;
+    END IF;
+    v_taken := coalesce(cardinality(v_rows), 0);
+    v_hint := NULL;
+    IF v_lp IS NOT NULL THEN
+      -- Where the lane's next claim starts: the last task leased from pending, or a task before it
+      -- that this claim left (a candidate whose key's room ran out).
+      IF v_dp IS NOT NULL AND (v_dp > v_lp OR (v_dp = v_lp AND (v_dr, v_dc, v_di) < (v_lr, v_lc, v_li))) THEN
+        v_lp := v_dp;
+        v_lr := v_dr;
+        v_lc := v_dc;
+        v_li := v_di;
+      END IF;
+      -- Or the first task, from the hint up to there, of a key at its cap (the scan passed over them
+      -- without reading them as candidates). The bound keeps this read within the stretch the scan
+      -- read: at the stop's priority, up to the stop; above it, what was left of the hint's.
+      IF cardinality(v_full) > 0 THEN
+        IF v_hp = v_lp THEN
+          v_ur := v_lr;
+          v_uc := v_lc;
+          v_ui := v_li;
+        ELSE
+          v_ur := 9223372036854775807;
+          v_uc := 'infinity';
+          v_ui := 2147483647;
+        END IF;
+        SELECT x.priority, x.fair_rank, x.created_at, x.chunk_index INTO v_dp, v_dr, v_dc, v_di FROM (
+          SELECT * FROM (
+            SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_hp
+              AND (c.fair_rank, c.created_at, c.chunk_index) >= (v_hr, v_hc, v_hi)
+              AND (c.fair_rank, c.created_at, c.chunk_index) <= (v_ur, v_uc, v_ui) AND c.run_after <= now()
+              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
+            ORDER BY c.fair_rank, c.created_at, c.chunk_index
+            LIMIT 1) at_hint
+          UNION ALL
+          SELECT * FROM (
+            SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_hp AND c.priority > v_lp AND c.run_after <= now()
+              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
+            ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+            LIMIT 1) between_
+          UNION ALL
+          SELECT * FROM (
+            SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_lp AND v_lp < v_hp
+              AND (c.fair_rank, c.created_at, c.chunk_index) <= (v_lr, v_lc, v_li) AND c.run_after <= now()
+              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
+            ORDER BY c.fair_rank, c.created_at, c.chunk_index
+            LIMIT 1) at_stop
+          LIMIT 1) x;
+        IF FOUND AND v_dp IS NOT NULL AND (v_dp > v_lp OR (v_dp = v_lp AND (v_dr, v_dc, v_di) < (v_lr, v_lc, v_li))) THEN
+          v_lp := v_dp;
+          v_lr := v_dr;
+          v_lc := v_dc;
+          v_li := v_di;
+        END IF;
+      END IF;
+      v_hint := v_lp || ';' || v_lr || ';' || (extract(epoch FROM v_lc) * 1000000)::bigint || ';' || v_li;
+    END IF;
+    RETURN QUERY SELECT v_rows[i], v_fresh[i], v_slots[i], v_hint FROM generate_subscripts(v_rows, 1) AS i;
+    IF v_taken < v_want THEN
+      v_short := v_short || v_name;
+    END IF;
+    v_want := v_want - v_taken;
+    IF w.max_leases_per_second IS NOT NULL AND v_taken > 0 THEN
+      UPDATE workload_rate_buckets b SET tokens = b.tokens - v_taken WHERE b.workload = v_name;
+    END IF;
+  END LOOP;
+  -- A caller that got nothing may park until a slot frees: record it (leasehold_flow_claim.sql).
+  IF cardinality(v_short) > 0 AND (
+    CASE WHEN p_owners IS NULL THEN v_want = p_want
+    ELSE EXISTS (SELECT 1 FROM unnest(p_owners[p_want - v_want + 1:]) o WHERE o <> ALL (coalesce(p_owners[:p_want - v_want], '{}')))
+    END) THEN
+    PERFORM leasehold_slot_wanted(n) FROM unnest(v_short) AS n;
+  END IF;
+END $$;
