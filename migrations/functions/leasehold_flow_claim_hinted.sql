@@ -54,15 +54,15 @@ DECLARE
   v_key_room integer;
   v_far text;
   v_expired boolean := coalesce((p_hints ->> '~expired')::boolean, true);
-  v_h jsonb;
-  -- Where the scan of pending tasks starts (a hint), and the bound of the probe for a capped key's task.
-  v_hp integer;
-  v_hr bigint;
-  v_hc timestamptz;
-  v_hi integer;
-  v_ur bigint;
-  v_uc timestamptz;
-  v_ui integer;
+  -- Where the scan of pending tasks starts: per priority band (p, r, c, i), highest first; below the
+  -- last band (v_below), from the front.
+  v_bp integer[];
+  v_br bigint[];
+  v_bc timestamptz[];
+  v_bi integer[];
+  v_below integer;
+  v_floor_setting text;
+  v_floor text;
   -- The last task leased from pending (l), the first candidate left (d), the first task of a key at its cap (k).
   v_lp integer;
   v_lr bigint;
@@ -77,6 +77,7 @@ DECLARE
   v_fresh boolean[];
   v_slots integer[];
   v_hint text;
+  v_stop text;
 BEGIN
   IF p_hints IS NULL OR p_hints ->> '~flow' = 'off' THEN
     RETURN QUERY SELECT f.task, f.fresh, f.slot, NULL::text
@@ -89,6 +90,14 @@ BEGIN
     CONTINUE WHEN NOT FOUND OR w.paused OR NOT w.flow;
     v_keyed := w.max_leased_per_key IS NOT NULL OR w.has_key_limits;
     v_lock := hashtext('leasehold.flow:' || v_name);
+    -- The floor of the workload's live leases the coordinator knows (another session's count found it),
+    -- when it is further on than this session's: leasehold_flow_live counts from it.
+    v_floor_setting := 'leasehold.flow_floor_' || to_hex(hashtext(v_name));
+    v_floor := p_hints -> '~l' ->> v_name;
+    IF v_floor IS NOT NULL AND coalesce(split_part(current_setting(v_floor_setting, true), '|', 1) <> v_name
+      OR split_part(current_setting(v_floor_setting, true), '|', 2)::bigint < split_part(v_floor, '|', 1)::bigint, true) THEN
+      PERFORM set_config(v_floor_setting, v_name || '|' || v_floor, false);
+    END IF;
     -- The most one gate may lease (leasehold_flow_claim.sql, "Gates").
     v_unit := least(w.max_leased, w.max_leased_per_key,
       CASE WHEN w.has_key_limits THEN (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name) END) / (2 * c_gates);
@@ -194,20 +203,17 @@ BEGIN
       v_short := v_short || v_name;
       CONTINUE;
     END IF;
-    -- Where the scan starts: the hint, or (none) before the highest priority.
-    v_h := p_hints -> '~f' -> v_name;
-    IF v_h IS NULL THEN
-      v_hp := 2147483647;
-      v_hr := -9223372036854775808;
-      v_hc := '-infinity';
-      v_hi := -2147483648;
-    ELSE
-      v_hp := (v_h ->> 'p')::integer;
-      v_hr := (v_h ->> 'r')::bigint;
-      v_hc := CASE WHEN v_h ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
-        ELSE 'epoch'::timestamptz + (v_h ->> 'c')::bigint * interval '1 microsecond' END;
-      v_hi := (v_h ->> 'i')::integer;
-    END IF;
+    -- Where the scan starts: the lane's bands, one per priority it knows, each from its place; every
+    -- priority above the last band that has no band of its own holds nothing this lane may take.
+    SELECT coalesce(array_agg(b.p ORDER BY b.p DESC), '{}'), coalesce(array_agg(b.r ORDER BY b.p DESC), '{}'),
+      coalesce(array_agg(b.c ORDER BY b.p DESC), '{}'), coalesce(array_agg(b.i ORDER BY b.p DESC), '{}'), coalesce(min(b.p), 2147483647)
+    INTO v_bp, v_br, v_bc, v_bi, v_below
+    FROM (
+      SELECT (e ->> 'p')::integer AS p, (e ->> 'r')::bigint AS r,
+        CASE WHEN e ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
+          ELSE 'epoch'::timestamptz + (e ->> 'c')::bigint * interval '1 microsecond' END AS c,
+        (e ->> 'i')::integer AS i
+      FROM jsonb_array_elements(coalesce(p_hints -> '~f' -> v_name, '[]')) e) b;
     v_offset := p_want - v_want;
     v_full := '{}';
     v_dp := NULL;
@@ -222,24 +228,27 @@ BEGIN
         LIMIT v_allowance
         FOR UPDATE SKIP LOCKED
       ), pending AS (
+        -- The bands in order (a nested loop over them, in the array's order), then below the last.
         SELECT * FROM (
-          SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
-          FROM tasks c
-          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_hp
-            AND (c.fair_rank, c.created_at, c.chunk_index) >= (v_hr, v_hc, v_hi) AND c.run_after <= now()
-            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-          ORDER BY c.fair_rank, c.created_at, c.chunk_index
-          LIMIT v_allowance
-          FOR UPDATE SKIP LOCKED) from_hint
+          SELECT x.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
+          CROSS JOIN LATERAL (
+            SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+            FROM tasks c
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p
+              AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i) AND c.run_after <= now()
+              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+            ORDER BY c.fair_rank, c.created_at, c.chunk_index
+            LIMIT v_allowance
+            FOR UPDATE SKIP LOCKED) x) banded
         UNION ALL
         SELECT * FROM (
           SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
           FROM tasks c
-          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_hp AND c.run_after <= now()
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.run_after <= now()
             AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
           ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
           LIMIT v_allowance
-          FOR UPDATE SKIP LOCKED) below_hint
+          FOR UPDATE SKIP LOCKED) below
         LIMIT v_allowance
       ), picked AS (
         SELECT c.id, c.arm, row_number() OVER (ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index)::integer AS rn
@@ -285,27 +294,30 @@ BEGIN
         LIMIT v_scan
         FOR UPDATE SKIP LOCKED
       ), pending AS (
-        -- The OR: see leasehold_flow_claim.sql (a bare boolean keeps the ordered index scan).
+        -- As above, keys at their cap left out. The OR: see leasehold_flow_claim.sql (a bare boolean
+        -- keeps the ordered index scan).
         SELECT * FROM (
-          SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
-          FROM tasks c
-          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_hp
-            AND (c.fair_rank, c.created_at, c.chunk_index) >= (v_hr, v_hc, v_hi) AND c.run_after <= now()
-            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-            AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
-          ORDER BY c.fair_rank, c.created_at, c.chunk_index
-          LIMIT v_scan
-          FOR UPDATE SKIP LOCKED) from_hint
+          SELECT x.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
+          CROSS JOIN LATERAL (
+            SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+            FROM tasks c
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p
+              AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i) AND c.run_after <= now()
+              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+              AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
+            ORDER BY c.fair_rank, c.created_at, c.chunk_index
+            LIMIT v_scan
+            FOR UPDATE SKIP LOCKED) x) banded
         UNION ALL
         SELECT * FROM (
           SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
           FROM tasks c
-          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_hp AND c.run_after <= now()
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.run_after <= now()
             AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
             AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
           ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
           LIMIT v_scan
-          FOR UPDATE SKIP LOCKED) below_hint
+          FOR UPDATE SKIP LOCKED) below
         LIMIT v_scan
       ), ranked AS (
         SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index) AS nth
@@ -348,6 +360,7 @@ BEGIN
     END IF;
     v_taken := coalesce(cardinality(v_rows), 0);
     v_hint := NULL;
+    v_stop := NULL;
     IF v_lp IS NOT NULL THEN
       -- Where the lane's next claim starts: the last task leased from pending, or a task before it
       -- that this claim left (a candidate whose key's room ran out).
@@ -357,39 +370,34 @@ BEGIN
         v_lc := v_dc;
         v_li := v_di;
       END IF;
-      -- Or the first task, from the hint up to there, of a key at its cap (the scan passed over them
-      -- without reading them as candidates). The bound keeps this read within the stretch the scan
-      -- read: at the stop's priority, up to the stop; above it, what was left of the hint's.
+      -- Or the first task, from where the scan started up to there, of a key at its cap (the scan
+      -- passed over them without reading them as candidates). Bounded at the stop, so this read stays
+      -- within the stretch the scan read.
       IF cardinality(v_full) > 0 THEN
-        IF v_hp = v_lp THEN
-          v_ur := v_lr;
-          v_uc := v_lc;
-          v_ui := v_li;
-        ELSE
-          v_ur := 9223372036854775807;
-          v_uc := 'infinity';
-          v_ui := 2147483647;
-        END IF;
         SELECT x.priority, x.fair_rank, x.created_at, x.chunk_index INTO v_dp, v_dr, v_dc, v_di FROM (
-          SELECT * FROM (
+          SELECT y.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
+          CROSS JOIN LATERAL (
             SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
-            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_hp
-              AND (c.fair_rank, c.created_at, c.chunk_index) >= (v_hr, v_hc, v_hi)
-              AND (c.fair_rank, c.created_at, c.chunk_index) <= (v_ur, v_uc, v_ui) AND c.run_after <= now()
-              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p AND b.p >= v_lp
+              AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i)
+              AND (c.fair_rank, c.created_at, c.chunk_index) <= (
+                CASE WHEN b.p = v_lp THEN v_lr ELSE 9223372036854775807 END,
+                CASE WHEN b.p = v_lp THEN v_lc ELSE 'infinity'::timestamptz END,
+                CASE WHEN b.p = v_lp THEN v_li ELSE 2147483647 END)
+              AND c.run_after <= now() AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
             ORDER BY c.fair_rank, c.created_at, c.chunk_index
-            LIMIT 1) at_hint
+            LIMIT 1) y
           UNION ALL
           SELECT * FROM (
             SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
-            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_hp AND c.priority > v_lp AND c.run_after <= now()
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.priority > v_lp AND c.run_after <= now()
               AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
             ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
             LIMIT 1) between_
           UNION ALL
           SELECT * FROM (
             SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
-            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_lp AND v_lp < v_hp
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_lp AND v_lp < v_below
               AND (c.fair_rank, c.created_at, c.chunk_index) <= (v_lr, v_lc, v_li) AND c.run_after <= now()
               AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
             ORDER BY c.fair_rank, c.created_at, c.chunk_index
@@ -402,8 +410,15 @@ BEGIN
           v_li := v_di;
         END IF;
       END IF;
-      v_hint := v_lp || ';' || v_lr || ';' || (extract(epoch FROM v_lc) * 1000000)::bigint || ';' || v_li;
+      v_stop := v_lp || ';' || v_lr || ';' || (extract(epoch FROM v_lc) * 1000000)::bigint || ';' || v_li;
     END IF;
+    -- What the coordinator learns (claim-hints.ts): where the lane's next claim starts, and this
+    -- session's floor of the workload's live leases, for its other sessions.
+    v_floor := nullif(substr(current_setting(v_floor_setting, true), length(v_name) + 2), '');
+    IF split_part(current_setting(v_floor_setting, true), '|', 1) IS DISTINCT FROM v_name THEN
+      v_floor := NULL;
+    END IF;
+    v_hint := json_build_object('s', v_stop, 'l', v_floor)::text;
     RETURN QUERY SELECT v_rows[i], v_fresh[i], v_slots[i], v_hint FROM generate_subscripts(v_rows, 1) AS i;
     IF v_taken < v_want THEN
       v_short := v_short || v_name;

@@ -19,11 +19,15 @@
 // The hint only chooses where the scan starts; the claim statement still locks, skips and orders
 // as before, so the guarantees of one claim (nothing taken twice, priorities, caps) are its own.
 //
-// Flow-controlled workloads (leasehold_flow_claim_hinted) keep hints of their own, in lanes apart:
-// such a claim may pass over pending tasks it could not take (a key at its cap), so where it leased
-// last says nothing of what it left. The function says where the lane's next claim must start (each
-// row's created_us is then that place, `priority;fair_rank;epoch_us;chunk`), and only that sets the
-// lane; announcements move it back as they move the others.
+// Flow-controlled workloads (leasehold_flow_claim_hinted) keep hints of their own, in lanes apart
+// (flow-hints.ts): such a claim may pass over pending tasks it could not take (a key at its cap), so
+// where it leased last says nothing of what it left. The function says where the lane's next claim
+// must start (each row's created_us is then a JSON object, flowReport), and only that sets the lane;
+// announcements move it back as they move the others. The same report carries the floor from which
+// its session counted the workload's live leases; the coordinator passes the furthest one it has
+// heard of to its other sessions (leasehold_flow_live.sql says why any one is right).
+
+import { afterStop, earlier, floorValue, type FlowHint, flowReport, movedBack } from "./flow-hints.js";
 
 /** What a hint learns from a claimed row (claim.ts' ClaimedRow has these and more). */
 export interface HintRow {
@@ -36,11 +40,6 @@ export interface HintRow {
   chunk_index: number;
   /** null for a reclaimed lease, which says nothing of the pending tasks */
   pickup_seconds: number | null;
-}
-
-/** A flow claim's row names where its lane's next claim starts (leasehold_flow_claim_hinted's `hint`). */
-function flowStop(r: HintRow): HintKey | undefined {
-  return r.created_us?.includes(";") ? parseHead(r.created_us)?.key : undefined;
 }
 
 /** A position in claim order; c is created_at in microseconds since the epoch. */
@@ -82,6 +81,13 @@ interface Hint {
   fullAt: number;
 }
 
+/** What a claim began with in a workload's flow lane: the announcements' count, the hint sent, and the lane's hint then. */
+interface FlowUse {
+  gen: number;
+  flow?: FlowHint;
+  flowSeen?: FlowHint;
+}
+
 /** One claim's use of the hints: the parameter it sends, and what it learns once it has run. */
 export interface HintedClaim {
   /** The statement's hints parameter: jsonb text, workload → key; a workload missing scans from the front. */
@@ -112,6 +118,10 @@ const LEASE_PROBE_FRESH_MS = 3000;
 export class ClaimHints {
   /** By workload and labels: the claims of other labels may pass over tasks these cannot take. */
   private readonly hints = new Map<string, Hint>();
+  /** The flow claim's lanes, by workload and labels (flow-hints.ts). */
+  private readonly flowHints = new Map<string, FlowHint>();
+  /** By workload: the furthest floor of live leases a flow claim's session reported (`F|ids`). */
+  private readonly floors = new Map<string, string>();
   /** By workload: bumped by each announcement, so a claim in flight does not undo one. */
   private readonly generations = new Map<string, number>();
   /** Bumped by forget(), so a claim in flight across a reconnect learns nothing. */
@@ -161,67 +171,78 @@ export class ClaimHints {
       if (key === undefined) this.hints.delete(lane);
       else if (before(key, hint.key)) hint.key = key;
     }
+    for (const [lane, hint] of this.flowHints) {
+      if (!lane.startsWith(workload + "\u0000")) continue;
+      if (key === undefined) this.flowHints.delete(lane);
+      else this.flowHints.set(lane, { bands: movedBack(hint.bands, key), fullAt: hint.fullAt });
+    }
   }
 
   /**
-   * A flow claim's rows of workload `w` say where the lane's next claim starts (flowStop); true when
-   * they did (the workload is flow-controlled: its plain lane learns nothing from them). The place is
-   * set as said when nothing else touched the lane since the claim began. Otherwise, an announcement
-   * or another claim of the lane that ended first may have moved it back (to a task this claim could
-   * not see: one the other held locked and then left): the earlier of the two is kept, and a lane an
-   * announcement emptied stays empty.
+   * A flow claim's rows of workload `w` (flowReport): the floor of its live leases, kept when further
+   * on than the one known, and where the lane's next claim starts. That is set as said when nothing
+   * touched the lane since the claim began. Otherwise an announcement, or another claim of the lane
+   * that ended first, may have moved it back (to a task this claim could not see: one the other held
+   * locked and then left): the earlier of the two is kept at every priority, and a lane an
+   * announcement emptied stays empty. True when the rows were a flow claim's (its plain lane learns
+   * nothing from them).
    */
-  private learnFlow(
-    w: string,
-    labels: string,
-    u: { gen: number; flow?: Hint; flowSeen?: Hint },
-    rows: readonly HintRow[],
-    now: number,
-  ): boolean {
+  private learnFlow(w: string, labels: string, u: FlowUse, rows: readonly HintRow[], now: number): boolean {
     let stop: HintKey | undefined;
+    let flow = false;
     for (const r of rows) {
       if (r.workload !== w) continue;
-      const k = flowStop(r);
-      if (k && (stop === undefined || before(k, stop))) stop = k;
+      const report = flowReport(r);
+      if (report === undefined) continue;
+      flow = true;
+      if (report.stop && (stop === undefined || before(report.stop, stop))) stop = report.stop;
+      const known = this.floors.get(w);
+      if (report.floor && (known === undefined || floorValue(report.floor) > floorValue(known))) this.floors.set(w, report.floor);
     }
-    if (stop === undefined) return rows.some((r) => r.workload === w && r.created_us?.includes(";"));
+    if (stop === undefined) return flow;
     const name = flowLane(w, labels);
-    const current = this.hints.get(name);
-    // An announcement bumps the generation (it moves a hint in place); another claim sets a new object.
-    const untouched = (this.generations.get(w) ?? 0) === u.gen && current === u.flowSeen;
+    const current = this.flowHints.get(name);
+    const mine = afterStop(u.flow?.bands ?? [], stop);
     const fullAt = u.flow?.fullAt ?? now;
-    if (untouched) {
-      this.hints.set(name, { key: stop, fullAt });
-    } else if (current !== undefined) {
-      this.hints.set(name, { key: before(stop, current.key) ? stop : current.key, fullAt: Math.min(fullAt, current.fullAt) });
-    }
+    // An announcement bumps the generation; another claim sets a new object.
+    if ((this.generations.get(w) ?? 0) === u.gen && current === u.flowSeen) this.flowHints.set(name, { bands: mine, fullAt });
+    else if (current !== undefined)
+      this.flowHints.set(name, { bands: earlier(current.bands, mine), fullAt: Math.min(fullAt, current.fullAt) });
     return true;
   }
 
   /** Announcements may have been lost: every claim scans from the front again, and none in flight sets a hint. */
   forget(): void {
     this.hints.clear();
+    this.flowHints.clear();
+    // A reconnect may also be to a database restored to an earlier point, where transaction ids
+    // were handed out again: floors learned before are not kept.
+    this.floors.clear();
     this.epoch++;
   }
 
   begin(workloads: readonly string[], labels: string, now = Date.now()): HintedClaim {
     if (!this.live()) return this.flow ? NO_HINTS : NO_HINTS_FLOW_OFF;
     const epoch = this.epoch;
-    const used = new Map<string, { gen: number; hint?: Hint; flow?: Hint; flowSeen?: Hint }>();
+    const used = new Map<string, FlowUse & { hint?: Hint }>();
     const sent = (key: HintKey) => ({ ...key, c: key.c === Infinity ? "Infinity" : String(key.c) });
     const send: Record<string, unknown> = this.flow ? {} : { ...FLOW_OFF };
     const flowSend: Record<string, unknown> = {};
+    const floorSend: Record<string, string> = {};
     if (this.leaseProbe && !this.leaseProbe.expired && now - this.leaseProbe.at < LEASE_PROBE_FRESH_MS) send["~expired"] = false;
     for (const w of workloads) {
       const hint = this.hints.get(lane(w, labels));
       const fresh = hint && now - hint.fullAt < this.maxAgeMs ? hint : undefined;
-      const flowHint = this.hints.get(flowLane(w, labels));
+      const flowHint = this.flowHints.get(flowLane(w, labels));
       const flowFresh = flowHint && now - flowHint.fullAt < this.maxAgeMs ? flowHint : undefined;
       used.set(w, { gen: this.generations.get(w) ?? 0, hint: fresh, flow: flowFresh, flowSeen: flowHint });
       if (fresh) send[w] = sent(fresh.key);
-      if (flowFresh && this.flow) flowSend[w] = sent(flowFresh.key);
+      if (flowFresh && this.flow) flowSend[w] = flowFresh.bands.map(sent);
+      const floor = this.floors.get(w);
+      if (floor && this.flow) floorSend[w] = floor;
     }
     if (Object.keys(flowSend).length > 0) send["~f"] = flowSend;
+    if (Object.keys(floorSend).length > 0) send["~l"] = floorSend;
     return {
       json: JSON.stringify(send),
       learn: (rows, took) => {
