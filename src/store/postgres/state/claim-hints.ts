@@ -101,6 +101,8 @@ export interface HintedClaim {
 }
 
 const NO_HINTS: HintedClaim = { json: "{}", learn: () => {} };
+/** Announcements kept per workload for flow claims in flight (each job's CreateJob is one). */
+const HEARD_KEPT = 256;
 /** FLOW_CLAIM_HINTS=false: the flow claim runs leasehold_flow_claim, as before. */
 const FLOW_OFF = { "~flow": "off" };
 const NO_HINTS_FLOW_OFF: HintedClaim = { json: JSON.stringify(FLOW_OFF), learn: () => {} };
@@ -122,6 +124,8 @@ export class ClaimHints {
   private readonly flowHints = new Map<string, FlowHint>();
   /** By workload: the furthest floor of live leases a flow claim's session reported (`F|ids`). */
   private readonly floors = new Map<string, string>();
+  /** By workload: its last announcements (generation, head), which a flow claim in flight replays. */
+  private readonly heardSince = new Map<string, { gen: number; key?: HintKey }[]>();
   /** By workload: bumped by each announcement, so a claim in flight does not undo one. */
   private readonly generations = new Map<string, number>();
   /** Bumped by forget(), so a claim in flight across a reconnect learns nothing. */
@@ -174,8 +178,12 @@ export class ClaimHints {
     for (const [lane, hint] of this.flowHints) {
       if (!lane.startsWith(workload + "\u0000")) continue;
       if (key === undefined) this.flowHints.delete(lane);
-      else this.flowHints.set(lane, { bands: movedBack(hint.bands, key), fullAt: hint.fullAt });
+      else hint.bands = movedBack(hint.bands, key); // in place: a new object is a claim's
     }
+    const heard = this.heardSince.get(workload) ?? [];
+    heard.push({ gen: this.generations.get(workload)!, key });
+    if (heard.length > HEARD_KEPT) heard.splice(0, heard.length - HEARD_KEPT);
+    this.heardSince.set(workload, heard);
   }
 
   /**
@@ -200,12 +208,24 @@ export class ClaimHints {
       if (report.floor && (known === undefined || floorValue(report.floor) > floorValue(known))) this.floors.set(w, report.floor);
     }
     if (stop === undefined) return flow;
+    // The claim's own view, with what was announced while it ran (a flow claim waits for its
+    // workload's gates, so announcements during one are the rule): each head moves it back; a
+    // wake-up without a head, or more of them than are kept, leaves the lane as it is.
+    let mine = afterStop(u.flow?.bands ?? [], stop);
+    const gen = this.generations.get(w) ?? 0;
+    if (gen !== u.gen) {
+      const heard = (this.heardSince.get(w) ?? []).filter((h) => h.gen > u.gen);
+      if (heard.length !== gen - u.gen) return true;
+      for (const h of heard) {
+        if (h.key === undefined) return true;
+        mine = movedBack(mine, h.key);
+      }
+    }
     const name = flowLane(w, labels);
     const current = this.flowHints.get(name);
-    const mine = afterStop(u.flow?.bands ?? [], stop);
     const fullAt = u.flow?.fullAt ?? now;
-    // An announcement bumps the generation; another claim sets a new object.
-    if ((this.generations.get(w) ?? 0) === u.gen && current === u.flowSeen) this.flowHints.set(name, { bands: mine, fullAt });
+    // Announcements change a lane in place (replayed above); another claim's learning sets a new one.
+    if (current === u.flowSeen) this.flowHints.set(name, { bands: mine, fullAt });
     else if (current !== undefined)
       this.flowHints.set(name, { bands: earlier(current.bands, mine), fullAt: Math.min(fullAt, current.fullAt) });
     return true;
@@ -218,6 +238,7 @@ export class ClaimHints {
     // A reconnect may also be to a database restored to an earlier point, where transaction ids
     // were handed out again: floors learned before are not kept.
     this.floors.clear();
+    this.heardSince.clear();
     this.epoch++;
   }
 
