@@ -51,9 +51,11 @@ BEGIN
     SELECT t.id, t.concurrency_key AS key, t.lease_seq AS seq FROM tasks t
     WHERE t.status = 'leased' AND t.workload = p_workload AND t.lease_seq >= v_floor AND (t.lease_expires_at > now()) IS TRUE
     UNION ALL
+    -- By id alone (the rest as one `IS TRUE`): a generic plan once read every lease below the floor
+    -- through tasks_leased_seq_idx to find these few.
     SELECT t.id, t.concurrency_key, t.lease_seq FROM tasks t
-    WHERE t.id = ANY (v_old) AND t.status = 'leased' AND t.workload = p_workload AND t.lease_seq < v_floor
-      AND (t.lease_expires_at > now()) IS TRUE
+    WHERE t.id = ANY (v_old)
+      AND (t.status = 'leased' AND t.workload = p_workload AND t.lease_seq < v_floor AND t.lease_expires_at > now()) IS TRUE
     UNION ALL
     SELECT t.id, t.concurrency_key, NULL FROM tasks t
     WHERE t.status = 'leased' AND t.workload = p_workload AND t.lease_seq IS NULL AND (t.lease_expires_at > now()) IS TRUE

@@ -30,6 +30,13 @@ import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "./channels.js";
  * on every completion, 0.95 without (docs/flow-control-claim.md, "A cap far away").
  */
 /*
+ * A freed slot names no task (its head is FREED_HEAD): it wakes parked claims, and moves no claim
+ * hint. The flow claim's hints never pass a task of a key at its cap (claim-hints.ts), and a plain
+ * claim does not take a flow-controlled workload's tasks. An older coordinator reads it as a wake
+ * without a head, as it read the wake before.
+ */
+export const FREED_HEAD = "freed";
+/*
  * The wake-ups of failures retried: one claimable now wakes a parked claim (count 1), one in
  * backoff wakes nobody (count 0) but says in how many milliseconds it falls due. Both name the
  * task's claim-order key as their head, so coordinators move their claim hints back to it, at once
@@ -42,7 +49,7 @@ export const retriedNotify = (rows: string) => `woken AS (
   FROM ${rows} r WHERE r.status = 'pending'
 )`;
 export const freedSlotsNotify = (rows: string) => `freed AS (
-  SELECT pg_notify('${NOTIFY_CHANNEL}', w.name || ':1') FROM workloads w
+  SELECT pg_notify('${NOTIFY_CHANNEL}', w.name || ':1:${FREED_HEAD}') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM ${rows})
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )`;

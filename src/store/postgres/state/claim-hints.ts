@@ -27,6 +27,7 @@
 // its session counted the workload's live leases; the coordinator passes the furthest one it has
 // heard of to its other sessions (leasehold_flow_live.sql says why any one is right).
 
+import { FREED_HEAD } from "../sql/fragments.js";
 import { afterStop, earlier, floorValue, type FlowHint, flowReport, movedBack } from "./flow-hints.js";
 
 /** What a hint learns from a claimed row (claim.ts' ClaimedRow has these and more). */
@@ -160,6 +161,7 @@ export class ClaimHints {
    * is the database's, so the two clocks need not agree).
    */
   heard(workload: string, head?: string): void {
+    if (head === FREED_HEAD) return; // a slot freed: no task became pending (fragments.ts)
     const parsed = parseHead(head);
     if (parsed && parsed.inMs > 0) {
       setTimeout(() => this.moveBack(workload, parsed.key), parsed.inMs + DUE_SLACK_MS).unref();
