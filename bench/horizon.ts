@@ -23,6 +23,8 @@
 //                            equivalents: graphile-worker's named queues (queue_name = the key: one
 //                            at a time per key, its cap) with the tier as priority; pg-boss groups
 //                            (group id = the key, fetch with groupConcurrency KEY_CAP) with priority.
+//   --shapes LIST    (plain, or keyed with --keyed)  both: `plain,keyed`, each system and pattern run
+//                            with each, in turn (CPU per task side by side: --pattern none)
 //   --keys N         (50)    concurrency keys (--keyed)
 //   --key-cap N      (4)     max_leased_per_key (--keyed; graphile-worker's named queues are 1)
 //   --priorities N   (3)     priority tiers (--keyed): key k's jobs have priority k mod N
@@ -53,7 +55,8 @@ import os from "node:os";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
 import { migrate } from "../src/store/postgres/schema/migrate.js";
-import { fmt, quantile, restClient, startCoordinator, startServer } from "./harness.js";
+import { cpuNow, cpuPer, type CpuSample } from "./cpu.js";
+import { type Coordinator, fmt, quantile, restClient, startCoordinator, startServer } from "./harness.js";
 import { loadPeers, loadPostgres15, type Peers } from "./peers/load.js";
 
 function arg(name: string, fallback: string): string {
@@ -74,8 +77,11 @@ const WORK_MS = num("work-ms", 10, 0);
 const WINDOW_S = num("window", 30, 1);
 const PATTERNS = arg("pattern", "held").split(",");
 const SYSTEMS = arg("systems", "leasehold,graphile-worker,pg-boss").split(",");
-for (const p of PATTERNS) if (!["held", "planetscale", "none"].includes(p)) throw new Error("--pattern must be held, planetscale or none (or a list)");
-const KEYED = process.argv.includes("--keyed");
+for (const p of PATTERNS)
+  if (!["held", "planetscale", "none"].includes(p)) throw new Error("--pattern must be held, planetscale or none (or a list)");
+/** The shapes run, each on a database of its own: plain (no keys, no caps) and keyed (--keyed). */
+const SHAPES = arg("shapes", process.argv.includes("--keyed") ? "keyed" : "plain").split(",");
+for (const s of SHAPES) if (s !== "plain" && s !== "keyed") throw new Error("--shapes takes plain and keyed");
 const KEYS = Math.round(num("keys", 50, 1));
 const KEY_CAP = Math.round(num("key-cap", 4, 1));
 const PRIORITIES = Math.round(num("priorities", 3, 1));
@@ -236,6 +242,8 @@ function jobKey(j: number): { key: string; tier: number } {
 }
 
 interface System {
+  /** Leasehold's coordinator process (its CPU is read from /proc) */
+  coordinator?: Coordinator;
   /** Starts the workers; returns their stopper. */
   startWorkers(rec: Recorder, running: () => boolean): Promise<() => Promise<void>>;
   produce(rec: Recorder): Promise<void>;
@@ -255,11 +263,11 @@ async function deadTuplesIn(url: string, schema: string): Promise<{ total: numbe
   });
 }
 
-async function leaseholdSystem(url: string): Promise<System> {
+async function leaseholdSystem(url: string, keyedShape: boolean): Promise<System> {
   await migrate(url, "up");
   const coordinator = await startCoordinator(url, { PG_POOL_MAX: "8", ...COORDINATOR_ENV });
   const rest = restClient(coordinator.url, WORKERS + 8);
-  const put = await rest("PUT", "/workloads/horizon", { lease_seconds: 300, ...(KEYED ? { max_leased_per_key: KEY_CAP } : {}) });
+  const put = await rest("PUT", "/workloads/horizon", { lease_seconds: 300, ...(keyedShape ? { max_leased_per_key: KEY_CAP } : {}) });
   if (put.status !== 200) throw new Error(`PUT /workloads answered ${put.status}`);
   type T = { id: string; attempt: number; input_uri: string };
   let jobs = 0;
@@ -299,7 +307,7 @@ async function leaseholdSystem(url: string): Promise<System> {
     async produce(rec) {
       const now = Date.now();
       const tasks = Array.from({ length: JOB_SIZE }, (_, i) => ({ chunk_index: i, input_uri: `s3://h/${i}/${now}`, input_sha256: SHA }));
-      const keyed = KEYED ? jobKey(jobs++) : undefined;
+      const keyed = keyedShape ? jobKey(jobs++) : undefined;
       const r = await rest("POST", "/jobs", {
         workload: "horizon",
         tasks,
@@ -308,12 +316,13 @@ async function leaseholdSystem(url: string): Promise<System> {
       if (r.status !== 201) throw new Error(`POST /jobs answered ${r.status}`);
       rec.produced += JOB_SIZE;
     },
+    coordinator,
     deadTuples: () => deadTuplesIn(url, "public"),
     close: () => coordinator.stop(),
   };
 }
 
-async function graphileSystem(url: string, peers: Peers): Promise<System> {
+async function graphileSystem(url: string, peers: Peers, keyedShape: boolean): Promise<System> {
   const g = peers.graphile;
   const opts = { connectionString: url, schema: "graphile_worker", logger: g.quietLogger };
   const utils = await g.makeWorkerUtils(opts);
@@ -339,7 +348,7 @@ async function graphileSystem(url: string, peers: Peers): Promise<System> {
       const t = Date.now();
       // Keyed: a named queue per key runs its jobs one at a time (graphile-worker's only per-key
       // limit), and a numerically smaller priority runs first.
-      const keyed = KEYED ? jobKey(jobs++) : undefined;
+      const keyed = keyedShape ? jobKey(jobs++) : undefined;
       const extra = keyed ? { queueName: keyed.key, priority: -keyed.tier } : {};
       await utils.addJobs(Array.from({ length: JOB_SIZE }, (_, i) => ({ identifier: "horizon", payload: { t, i }, ...extra })));
       rec.produced += JOB_SIZE;
@@ -349,7 +358,7 @@ async function graphileSystem(url: string, peers: Peers): Promise<System> {
   };
 }
 
-async function pgBossSystem(url: string, peers: Peers): Promise<System> {
+async function pgBossSystem(url: string, peers: Peers, keyedShape: boolean): Promise<System> {
   const boss = peers.pgBoss.create({ connectionString: url, schema: "pgboss", max: WORKERS + 4, supervise: true, schedule: false });
   boss.on("error", (err) => console.error("pg-boss:", err));
   await boss.start();
@@ -359,7 +368,7 @@ async function pgBossSystem(url: string, peers: Peers): Promise<System> {
     async startWorkers(rec, running) {
       const loops = Array.from({ length: WORKERS }, async () => {
         while (running()) {
-          const jobs = await boss.fetch("horizon", { batchSize: 1, ...(KEYED ? { groupConcurrency: KEY_CAP } : {}) });
+          const jobs = await boss.fetch("horizon", { batchSize: 1, ...(keyedShape ? { groupConcurrency: KEY_CAP } : {}) });
           if (jobs.length === 0) {
             await sleep(50);
             continue;
@@ -376,7 +385,7 @@ async function pgBossSystem(url: string, peers: Peers): Promise<System> {
       const t = Date.now();
       // Keyed: the key as the job's group (fetched with groupConcurrency KEY_CAP: at most that many
       // active per group, counted in the database), and a larger priority first.
-      const keyed = KEYED ? jobKey(jobs++) : undefined;
+      const keyed = keyedShape ? jobKey(jobs++) : undefined;
       const extra = keyed ? { group: { id: keyed.key }, priority: keyed.tier } : {};
       await boss.insert(
         "horizon",
@@ -394,6 +403,9 @@ async function pgBossSystem(url: string, peers: Peers): Promise<System> {
 interface Result {
   system: string;
   pattern: string;
+  shape: string;
+  /** CPU milliseconds per completed task over the run after the first window: the coordinator's (Leasehold only) and PostgreSQL's (embedded only) */
+  cpu?: { coordinator: number; postgres: number };
   windows: Window[];
   produced: number;
   dead: { total: number; largest: string };
@@ -411,20 +423,23 @@ async function printStatements(url: string, label: string): Promise<void> {
     );
     console.error(`[${label}] top statements (total ms, calls, mean ms, buffers/call, rows/call):`);
     for (const r of rows)
-      console.error(`  ${fmt(r.ms).padStart(8)} ${r.calls.padStart(7)} ${fmt(r.mean, 2).padStart(8)} ${fmt(r.blks).padStart(8)} ${fmt(r.rows, 1).padStart(6)}  ${r.q}`);
+      console.error(
+        `  ${fmt(r.ms).padStart(8)} ${r.calls.padStart(7)} ${fmt(r.mean, 2).padStart(8)} ${fmt(r.blks).padStart(8)} ${fmt(r.rows, 1).padStart(6)}  ${r.q}`,
+      );
     await c.query("SELECT pg_stat_statements_reset()");
   });
 }
 
-async function runSystem(name: string, pattern: string, server: Server, peers: Peers): Promise<Result> {
-  const url = await createDatabase(server.adminUrl, `horizon_${name.replace(/-/g, "_")}_${pattern}_${process.pid}`);
+async function runSystem(name: string, pattern: string, shape: string, server: Server, peers: Peers): Promise<Result> {
+  const url = await createDatabase(server.adminUrl, `horizon_${name.replace(/-/g, "_")}_${pattern}_${shape}_${process.pid}`);
+  const keyed = shape === "keyed";
   const system =
     name === "leasehold"
-      ? await leaseholdSystem(url)
+      ? await leaseholdSystem(url, keyed)
       : name === "graphile-worker"
-        ? await graphileSystem(url, peers)
-        : await pgBossSystem(url, peers);
-  console.error(`[${name}] ${DURATION_S} s, pattern ${pattern}${KEYED ? ", keyed" : ""}`);
+        ? await graphileSystem(url, peers, keyed)
+        : await pgBossSystem(url, peers, keyed);
+  console.error(`[${name}] ${DURATION_S} s, pattern ${pattern}, ${shape}`);
   try {
     const startedAt = performance.now();
     const endsAt = startedAt + DURATION_S * 1000;
@@ -433,9 +448,17 @@ async function runSystem(name: string, pattern: string, server: Server, peers: P
     if (PROFILE) await withClient(url, (c) => c.query("SELECT pg_stat_statements_reset()"));
     let running = true;
     const stopWorkers = await system.startWorkers(rec, () => running);
+    // CPU from the end of the first window (past the warm-up) to the end of the last.
+    let cpuFrom: CpuSample | undefined;
+    let cpuTo: CpuSample | undefined;
+    let completedFrom = 0;
+    let completedTo = 0;
     const windows = (async () => {
       for (let w = 1; startedAt + w * WINDOW_S * 1000 <= endsAt + 1; w++) {
         await sleep(Math.max(0, startedAt + w * WINDOW_S * 1000 - performance.now()));
+        const cpuAt = cpuNow(system.coordinator);
+        if (w === 1) [cpuFrom, completedFrom] = [cpuAt, rec.completed];
+        else [cpuTo, completedTo] = [cpuAt, rec.completed];
         rec.closeWindow();
         const last = rec.windows[rec.windows.length - 1];
         console.error(
@@ -454,7 +477,11 @@ async function runSystem(name: string, pattern: string, server: Server, peers: P
     await sleep(1500);
     const dead = await system.deadTuples();
     await horizon.stop();
-    return { system: name, pattern, windows: rec.windows, produced: rec.produced, dead };
+    const cpu =
+      cpuFrom && cpuTo && completedTo > completedFrom
+        ? (({ coordinator, postgres }) => ({ coordinator, postgres }))(cpuPer(cpuFrom, cpuTo, completedTo - completedFrom))
+        : undefined;
+    return { system: name, pattern, shape, windows: rec.windows, produced: rec.produced, dead, cpu };
   } finally {
     await system.close().catch((err) => console.error(`[${name}] close:`, err));
   }
@@ -474,10 +501,10 @@ function p99Over(windows: Window[], seconds: number, fromEnd: boolean): number {
 
 function print(results: Result[]) {
   console.log(
-    `\nbench:horizon — pattern ${PATTERNS.join(", ")}${KEYED ? `, keyed (${KEYS} keys, max_leased_per_key ${KEY_CAP}, ${PRIORITIES} priorities)` : ""}${Object.keys(COORDINATOR_ENV).length ? `, env ${JSON.stringify(COORDINATOR_ENV)}` : ""}, ${DURATION_S} s per system, ${RATE} tasks/s as ${JOB_SIZE}-task jobs, ${WORKERS} workers × ${WORK_MS} ms, ${WINDOW_S} s windows, ${os.cpus().length} cores, node ${process.version}`,
+    `\nbench:horizon — pattern ${PATTERNS.join(", ")}, shapes ${SHAPES.join(", ")}${SHAPES.includes("keyed") ? ` (keyed: ${KEYS} keys, max_leased_per_key ${KEY_CAP}, ${PRIORITIES} priorities)` : ""}${Object.keys(COORDINATOR_ENV).length ? `, env ${JSON.stringify(COORDINATOR_ENV)}` : ""}, ${DURATION_S} s per system, ${RATE} tasks/s as ${JOB_SIZE}-task jobs, ${WORKERS} workers × ${WORK_MS} ms, ${WINDOW_S} s windows, ${os.cpus().length} cores, node ${process.version}`,
   );
   for (const r of results) {
-    console.log(`\n${r.system}, ${r.pattern}`);
+    console.log(`\n${r.system}, ${r.pattern}, ${r.shape}`);
     console.log(
       `${"window end (s)".padEnd(15)}${"tasks/s".padStart(9)}${"backlog".padStart(10)}${"p50 (ms)".padStart(11)}${"p99 (ms)".padStart(11)}`,
     );
@@ -488,9 +515,9 @@ function print(results: Result[]) {
     }
   }
   console.log(
-    "\n| system | pattern | throughput, first → last window | backlog at end | p99 queue delay, first → last window | p99, first → last minute | slipped after | dead row versions at end (largest table) | flat |",
+    "\n| system | pattern | shape | throughput, first → last window | backlog at end | p99 queue delay, first → last window | p99, first → last minute | slipped after | dead row versions at end (largest table) | flat | CPU ms/task, coordinator + PostgreSQL |",
   );
-  console.log("|---|---|---|---|---|---|---|---|---|");
+  console.log("|---|---|---|---|---|---|---|---|---|---|---|");
   for (const r of results) {
     const first = r.windows[0];
     const last = r.windows[r.windows.length - 1];
@@ -499,9 +526,11 @@ function print(results: Result[]) {
     // Flat: the last window at ≥ 95% of the offered rate, a backlog under 2 s of production at the
     // end, and the last minute's p99 within 2× of the first's.
     const flat =
-      last.completed / WINDOW_S >= 0.95 * RATE && last.backlog < 2 * RATE && p99Over(r.windows, 60, true) <= 2 * p99Over(r.windows, 60, false);
+      last.completed / WINDOW_S >= 0.95 * RATE &&
+      last.backlog < 2 * RATE &&
+      p99Over(r.windows, 60, true) <= 2 * p99Over(r.windows, 60, false);
     console.log(
-      `| ${r.system} | ${r.pattern} | ${fmt(first.completed / WINDOW_S)} → ${fmt(last.completed / WINDOW_S)}/s | ${fmt(last.backlog)} | ${fmt(quantile(first.delays, 0.99))} ms → ${fmt(quantile(last.delays, 0.99))} ms | ${fmt(p99Over(r.windows, 60, false))} ms → ${fmt(p99Over(r.windows, 60, true))} ms | ${slip ? `~${fmt(slip.endS)} s` : "no"} | ${fmt(r.dead.total)} (${r.dead.largest}) | ${flat ? "yes" : "no"} |`,
+      `| ${r.system} | ${r.pattern} | ${r.shape} | ${fmt(first.completed / WINDOW_S)} → ${fmt(last.completed / WINDOW_S)}/s | ${fmt(last.backlog)} | ${fmt(quantile(first.delays, 0.99))} ms → ${fmt(quantile(last.delays, 0.99))} ms | ${fmt(p99Over(r.windows, 60, false))} ms → ${fmt(p99Over(r.windows, 60, true))} ms | ${slip ? `~${fmt(slip.endS)} s` : "no"} | ${fmt(r.dead.total)} (${r.dead.largest}) | ${flat ? "yes" : "no"} | ${r.cpu ? `${fmt(r.cpu.coordinator, 3)} + ${fmt(r.cpu.postgres, 3)}` : "-"} |`,
     );
   }
 }
@@ -509,14 +538,14 @@ function print(results: Result[]) {
 async function main() {
   const peers = await loadPeers();
   console.error(
-    `bench:horizon: graphile-worker ${peers.graphile.version}, pg-boss ${peers.pgBoss.version}, systems ${SYSTEMS.join(", ")}, pattern ${PATTERNS.join(", ")}${KEYED ? ", keyed" : ""}`,
+    `bench:horizon: graphile-worker ${peers.graphile.version}, pg-boss ${peers.pgBoss.version}, systems ${SYSTEMS.join(", ")}, pattern ${PATTERNS.join(", ")}, shapes ${SHAPES.join(", ")}`,
   );
   const server = await startPostgres15();
   const results: Result[] = [];
   try {
     const { rows } = await withClient(server.adminUrl, (c) => c.query<{ v: string }>("SELECT current_setting('server_version') AS v"));
     console.error(`PostgreSQL ${rows[0].v}`);
-    for (const s of SYSTEMS) for (const p of PATTERNS) results.push(await runSystem(s, p, server, peers));
+    for (const s of SYSTEMS) for (const p of PATTERNS) for (const sh of SHAPES) results.push(await runSystem(s, p, sh, server, peers));
   } finally {
     await server.stop();
   }
