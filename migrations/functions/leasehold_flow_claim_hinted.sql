@@ -78,6 +78,17 @@ DECLARE
   v_slots integer[];
   v_hint text;
   v_stop text;
+  -- The path of keys of their own: the lock of a key, those taken, and the candidates as arrays.
+  v_keylocks boolean;
+  v_klock integer;
+  v_locked text[];
+  v_cid uuid[];
+  v_ckey text[];
+  v_carm integer[];
+  v_cp integer[];
+  v_cr bigint[];
+  v_cc timestamptz[];
+  v_ci integer[];
 BEGIN
   IF p_hints IS NULL OR p_hints ->> '~flow' = 'off' THEN
     RETURN QUERY SELECT f.task, f.fresh, f.slot, NULL::text
@@ -114,95 +125,6 @@ BEGIN
     END IF;
     -- May this claim wait for a gate? Not once its transaction has written rows (leasehold_flow_claim.sql).
     v_may_wait := txid_current_if_assigned() IS NULL;
-    IF v_gated AND NOT pg_try_advisory_xact_lock_shared(v_lock, c_gates) THEN
-      v_gated := false;
-    END IF;
-    IF v_gated THEN
-      v_need := least(c_gates, (v_want + v_unit - 1) / v_unit);
-      v_first := pg_backend_pid() % c_gates;
-      v_held := 0;
-      FOR i IN 0 .. c_gates - 1 LOOP
-        EXIT WHEN v_held >= v_need;
-        IF pg_try_advisory_xact_lock(v_lock, (v_first + i) % c_gates) THEN
-          v_held := v_held + 1;
-        END IF;
-      END LOOP;
-      IF v_held = 0 THEN
-        IF NOT v_may_wait THEN
-          v_short := v_short || v_name;
-          CONTINUE;
-        END IF;
-        PERFORM pg_advisory_xact_lock(v_lock, v_first);
-        v_held := 1;
-      END IF;
-      v_reserve := (c_gates - v_held) * v_unit;
-    ELSE
-      -- The exact path, as in leasehold_flow_claim.sql.
-      IF NOT v_may_wait THEN
-        v_may_wait := coalesce(v_unit, 0) < 1 OR w.max_leases_per_second IS NOT NULL
-          OR pg_try_advisory_xact_lock(v_lock, c_gates);
-      END IF;
-      v_held := 0;
-      FOR i IN 0 .. c_gates - 1 LOOP
-        IF v_may_wait THEN
-          PERFORM pg_advisory_xact_lock(v_lock, i);
-        ELSIF NOT pg_try_advisory_xact_lock(v_lock, i) THEN
-          EXIT;
-        END IF;
-        v_held := v_held + 1;
-      END LOOP;
-      IF v_held < c_gates THEN
-        v_short := v_short || v_name;
-        CONTINUE;
-      END IF;
-      v_reserve := 0;
-      SELECT * INTO w FROM workloads WHERE workloads.name = v_name;
-      CONTINUE WHEN w.paused OR NOT w.flow;
-    END IF;
-    v_allowance := CASE WHEN v_gated THEN least(v_want, v_held * v_unit) ELSE v_want END;
-    -- The live leases per key, on a snapshot taken after the gates were granted.
-    v_live := NULL;
-    v_lkeys := '{}';
-    v_lns := '{}';
-    IF w.max_leased IS NOT NULL OR v_keyed THEN
-      SELECT coalesce(array_agg(l.key), '{}'), coalesce(array_agg(l.n), '{}'), coalesce(sum(l.n), 0)
-      INTO v_lkeys, v_lns, v_live FROM leasehold_flow_live(v_name) l;
-    END IF;
-    IF w.max_leased IS NOT NULL THEN
-      v_allowance := least(v_allowance, w.max_leased - v_live - v_reserve);
-    END IF;
-    IF w.max_leases_per_second IS NOT NULL THEN
-      INSERT INTO workload_rate_buckets AS b (workload, tokens, refreshed_at) VALUES (v_name, w.leases_burst, now())
-      ON CONFLICT (workload) DO UPDATE
-        SET tokens = least(w.leases_burst::float8, b.tokens + extract(epoch FROM now() - b.refreshed_at)::float8 * w.max_leases_per_second),
-            refreshed_at = now()
-      RETURNING b.tokens INTO v_tokens;
-      v_allowance := least(v_allowance, floor(v_tokens)::integer);
-    END IF;
-    v_key_room := NULL;
-    IF v_keyed THEN
-      -- The least room of any key: of a key with live leases, its cap less them; of any other, its
-      -- cap (the smallest override, or the default).
-      SELECT least(
-        (SELECT min(coalesce(o.max_leased, w.max_leased_per_key) - k.n) FROM unnest(v_lkeys, v_lns) AS k(key, n)
-         LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key),
-        (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name),
-        w.max_leased_per_key) INTO v_key_room;
-      -- Every key has room for the whole allowance beyond the reserve: no key can reach its cap in this
-      -- claim, and the plain query leases what the per-key one would (on the exact path too, now that
-      -- the room is exact: a cap of 4 per key and claims of a few tasks are mostly far).
-      IF v_key_room - v_reserve >= v_allowance THEN
-        v_keyed := false;
-      END IF;
-    END IF;
-    IF w.max_leases_per_second IS NULL AND coalesce(v_unit, 0) >= 1 THEN
-      PERFORM set_config(v_far, CASE WHEN (w.max_leased IS NULL OR v_live + c_gates * v_unit <= w.max_leased)
-        AND (v_key_room IS NULL OR v_key_room >= c_gates * v_unit) THEN extract(epoch FROM now())::text ELSE '' END, false);
-    END IF;
-    IF v_allowance <= 0 THEN
-      v_short := v_short || v_name;
-      CONTINUE;
-    END IF;
     -- Where the scan starts: the lane's bands, one per priority it knows, each from its place; every
     -- priority above the last band that has no band of its own holds nothing this lane may take.
     SELECT coalesce(array_agg(b.p ORDER BY b.p DESC), '{}'), coalesce(array_agg(b.r ORDER BY b.p DESC), '{}'),
@@ -217,122 +139,118 @@ BEGIN
     v_offset := p_want - v_want;
     v_full := '{}';
     v_dp := NULL;
-    IF NOT v_keyed THEN
-      -- No per-key room to watch: the plain claim's two arms, the fresh one from the hint.
-      WITH expired AS (
-        SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
-        FROM tasks c
-        WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts AND v_expired
-          AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-        ORDER BY c.lease_expires_at
-        LIMIT v_allowance
-        FOR UPDATE SKIP LOCKED
-      ), pending AS (
-        -- The bands in order (a nested loop over them, in the array's order), then below the last.
+    /*
+     * Per-key caps below 2 × GATES (so no gated claim), and no workload cap or rate: each key's cap is
+     * kept by a lock of its own, not by every gate (flow-control-claim.md, "Keys of their own"). The
+     * claim holds one gate, which keeps it apart from a claim on the exact path (an older release's, or
+     * FLOW_CLAIM_HINTS=false: it holds them all), reads its candidates without locking them, tries the
+     * lock of each of their keys (never waits for one), counts the live leases on a snapshot taken
+     * after those locks, and leases only tasks of keys it holds, within their room. Two claims of
+     * different keys run side by side; two of one key take turns, as every claim of the workload did.
+     */
+    v_keylocks := v_keyed AND coalesce(v_unit, 0) < 1 AND w.max_leased IS NULL AND w.max_leases_per_second IS NULL;
+    IF v_keylocks THEN
+      v_first := pg_backend_pid() % c_gates;
+      v_held := 0;
+      FOR i IN 0 .. c_gates - 1 LOOP
+        IF pg_try_advisory_xact_lock(v_lock, (v_first + i) % c_gates) THEN
+          v_held := 1;
+          EXIT;
+        END IF;
+      END LOOP;
+      IF v_held = 0 THEN
+        -- It holds no gate of the workload while it waits: no cycle with the exact path, which waits in order.
+        IF NOT v_may_wait THEN
+          v_short := v_short || v_name;
+          CONTINUE;
+        END IF;
+        PERFORM pg_advisory_xact_lock(v_lock, v_first);
+      END IF;
+      -- Read again after the gate: settings that no longer allow this path wait for the next claim.
+      SELECT * INTO w FROM workloads WHERE workloads.name = v_name;
+      CONTINUE WHEN w.paused OR NOT w.flow;
+      IF NOT ((w.max_leased_per_key IS NOT NULL OR w.has_key_limits) AND w.max_leased IS NULL AND w.max_leases_per_second IS NULL
+        AND coalesce(least(w.max_leased_per_key,
+          CASE WHEN w.has_key_limits THEN (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name) END) / (2 * c_gates), 0) < 1) THEN
+        v_short := v_short || v_name;
+        CONTINUE;
+      END IF;
+      v_allowance := v_want;
+      v_scan := v_allowance * 4 + 16;
+      v_klock := hashtext('leasehold.key:' || v_name);
+      -- Keys at their cap by a count before their locks: only to leave their tasks out of the scan.
+      SELECT coalesce(array_agg(l.key), '{}') INTO v_full
+      FROM leasehold_flow_live(v_name) l LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = l.key
+      WHERE coalesce(o.max_leased, w.max_leased_per_key) - l.n <= 0;
+      -- The candidates, in claim order, unlocked (only those leased are locked, below).
+      SELECT coalesce(array_agg(c.id ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.concurrency_key ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.arm ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.priority ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.fair_rank ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.created_at ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.chunk_index ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}')
+      INTO v_cid, v_ckey, v_carm, v_cp, v_cr, v_cc, v_ci
+      FROM (
         SELECT * FROM (
-          SELECT x.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
-          CROSS JOIN LATERAL (
-            SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
-            FROM tasks c
-            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p
-              AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i) AND c.run_after <= now()
-              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-            ORDER BY c.fair_rank, c.created_at, c.chunk_index
-            LIMIT v_allowance
-            FOR UPDATE SKIP LOCKED) x) banded
+          SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+          FROM tasks c
+          WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts AND v_expired
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+          ORDER BY c.lease_expires_at
+          LIMIT v_scan) expired
         UNION ALL
         SELECT * FROM (
-          SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
-          FROM tasks c
-          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.run_after <= now()
-            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-          ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
-          LIMIT v_allowance
-          FOR UPDATE SKIP LOCKED) below
-        LIMIT v_allowance
-      ), picked AS (
-        SELECT c.id, c.arm, row_number() OVER (ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index)::integer AS rn
-        FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
-        ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
-        LIMIT v_allowance
-      ), claimed AS (
-        UPDATE tasks t
-        SET status = 'leased',
-            attempt = t.attempt + 1,
-            lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
-            lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
-            lease_seq = txid_current(),
-            started_at = coalesce(t.started_at, now()),
-            version = t.version + 1,
-            event_flip = NOT t.event_flip
-        FROM picked p
-        WHERE t.id = p.id
-        RETURNING t AS r, p.arm = 1 AS fresh, v_offset + p.rn AS slot
-      )
-      SELECT (SELECT array_agg(c.r ORDER BY c.slot) FROM claimed c), (SELECT array_agg(c.fresh ORDER BY c.slot) FROM claimed c),
-        (SELECT array_agg(c.slot ORDER BY c.slot) FROM claimed c), l.priority, l.fair_rank, l.created_at, l.chunk_index
-      INTO v_rows, v_fresh, v_slots, v_lp, v_lr, v_lc, v_li
-      FROM (SELECT 1) one LEFT JOIN LATERAL (
-        SELECT (c.r).priority, (c.r).fair_rank, (c.r).created_at, (c.r).chunk_index FROM claimed c WHERE c.fresh
-        ORDER BY (c.r).priority, (c.r).fair_rank DESC, (c.r).created_at DESC, (c.r).chunk_index DESC LIMIT 1) l ON true;
-    ELSE
-      -- With per-key caps a candidate of a key with no room left is passed over: read a few more.
-      v_scan := v_allowance * 4 + 16;
-      SELECT coalesce(array_agg(k.key), '{}') INTO v_full
-      FROM unnest(v_lkeys, v_lns) AS k(key, n) LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key
-      WHERE coalesce(o.max_leased, w.max_leased_per_key) - k.n - v_reserve <= 0;
-      WITH room AS (
-        -- A key's room: its cap less its live leases and what gated claims in flight may add to it.
-        SELECT k.key, coalesce(o.max_leased, w.max_leased_per_key) - k.n - v_reserve AS left_
-        FROM unnest(v_lkeys, v_lns) AS k(key, n) LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key
-      ), expired AS (
-        SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
-        FROM tasks c
-        WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts AND v_expired
-          AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-        ORDER BY c.lease_expires_at
-        LIMIT v_scan
-        FOR UPDATE SKIP LOCKED
-      ), pending AS (
-        -- As above, keys at their cap left out. The OR: see leasehold_flow_claim.sql (a bare boolean
-        -- keeps the ordered index scan).
-        SELECT * FROM (
-          SELECT x.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
-          CROSS JOIN LATERAL (
+          SELECT * FROM (
+            SELECT x.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
+            CROSS JOIN LATERAL (
+              SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+              FROM tasks c
+              WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p
+                AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i) AND c.run_after <= now()
+                AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+                AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
+              ORDER BY c.fair_rank, c.created_at, c.chunk_index
+              LIMIT v_scan) x) banded
+          UNION ALL
+          SELECT * FROM (
             SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
             FROM tasks c
-            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p
-              AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i) AND c.run_after <= now()
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.run_after <= now()
               AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
               AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
-            ORDER BY c.fair_rank, c.created_at, c.chunk_index
-            LIMIT v_scan
-            FOR UPDATE SKIP LOCKED) x) banded
-        UNION ALL
-        SELECT * FROM (
-          SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
-          FROM tasks c
-          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.run_after <= now()
-            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-            AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
-          ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
-          LIMIT v_scan
-          FOR UPDATE SKIP LOCKED) below
-        LIMIT v_scan
-      ), ranked AS (
-        SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index) AS nth
-        FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
+            ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+            LIMIT v_scan) below
+          LIMIT v_scan) pending) c;
+      -- The candidates' keys, each lock tried once (a key held by another claim is left to it).
+      SELECT coalesce(array_agg(k.key), '{}') INTO v_locked
+      FROM (SELECT DISTINCT u.key FROM unnest(v_ckey) AS u(key)) k
+      WHERE pg_try_advisory_xact_lock(v_klock, hashtext(k.key));
+      -- The live leases per key on a snapshot taken after those locks: every lease of a key whose lock
+      -- this claim holds was written under that lock, and committed before it was let go.
+      SELECT coalesce(array_agg(l.key), '{}'), coalesce(array_agg(l.n), '{}')
+      INTO v_lkeys, v_lns FROM leasehold_flow_live(v_name) l;
+      WITH cand AS (
+        SELECT u.id, u.key, u.arm, u.p AS priority, u.r AS fair_rank, u.c AS created_at, u.i AS chunk_index, u.ord
+        FROM unnest(v_cid, v_ckey, v_carm, v_cp, v_cr, v_cc, v_ci) WITH ORDINALITY AS u(id, key, arm, p, r, c, i, ord)
       ), judged AS (
-        SELECT r.*, r.nth <= coalesce(room.left_, coalesce(o.max_leased, w.max_leased_per_key) - v_reserve, r.nth) AS ok
-        FROM ranked r
-        LEFT JOIN room ON room.key = r.concurrency_key
-        LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = r.concurrency_key
+        SELECT c.*, c.key = ANY (v_locked)
+          AND row_number() OVER (PARTITION BY c.key ORDER BY c.ord) <= coalesce(coalesce(o.max_leased, w.max_leased_per_key) - coalesce(l.n, 0),
+            row_number() OVER (PARTITION BY c.key ORDER BY c.ord)) AS ok
+        FROM cand c
+        LEFT JOIN unnest(v_lkeys, v_lns) AS l(key, n) ON l.key = c.key
+        LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = c.key
       ), picked AS (
-        SELECT j.id, j.arm, row_number() OVER (ORDER BY j.arm, j.priority DESC, j.fair_rank, j.created_at, j.chunk_index)::integer AS rn
-        FROM judged j
-        WHERE j.ok
-        ORDER BY j.arm, j.priority DESC, j.fair_rank, j.created_at, j.chunk_index
-        LIMIT v_allowance
+        SELECT j.id, j.arm, j.ord FROM judged j WHERE j.ok ORDER BY j.ord LIMIT v_allowance
+      ), locked AS (
+        -- Read again under the lock: leased or changed since the candidates were read, it is left.
+        SELECT t.id FROM tasks t
+        WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+          AND ((t.status = 'pending' AND t.run_after <= now())
+            OR (t.status = 'leased' AND t.lease_expires_at <= now() AND t.attempt < t.max_attempts))
+        FOR UPDATE SKIP LOCKED
+      ), taken AS (
+        SELECT p.id, p.arm, row_number() OVER (ORDER BY p.ord)::integer AS rn FROM picked p WHERE p.id IN (SELECT id FROM locked)
       ), claimed AS (
         UPDATE tasks t
         SET status = 'leased',
@@ -343,7 +261,7 @@ BEGIN
             started_at = coalesce(t.started_at, now()),
             version = t.version + 1,
             event_flip = NOT t.event_flip
-        FROM picked p
+        FROM taken p
         WHERE t.id = p.id
         RETURNING t AS r, p.arm = 1 AS fresh, v_offset + p.rn AS slot
       )
@@ -355,8 +273,241 @@ BEGIN
         SELECT (c.r).priority, (c.r).fair_rank, (c.r).created_at, (c.r).chunk_index FROM claimed c WHERE c.fresh
         ORDER BY (c.r).priority, (c.r).fair_rank DESC, (c.r).created_at DESC, (c.r).chunk_index DESC LIMIT 1) l ON true
       LEFT JOIN LATERAL (
-        SELECT j.priority, j.fair_rank, j.created_at, j.chunk_index FROM judged j WHERE j.arm = 1 AND NOT j.ok
-        ORDER BY j.priority DESC, j.fair_rank, j.created_at, j.chunk_index LIMIT 1) d ON true;
+        -- The first candidate from pending not leased: its key's room ran out, its key's lock was
+        -- another claim's, or it came after the last one leased.
+        SELECT j.priority, j.fair_rank, j.created_at, j.chunk_index FROM judged j
+        WHERE j.arm = 1 AND j.id NOT IN (SELECT id FROM taken) ORDER BY j.ord LIMIT 1) d ON true;
+    ELSE
+      IF v_gated AND NOT pg_try_advisory_xact_lock_shared(v_lock, c_gates) THEN
+        v_gated := false;
+      END IF;
+      IF v_gated THEN
+        v_need := least(c_gates, (v_want + v_unit - 1) / v_unit);
+        v_first := pg_backend_pid() % c_gates;
+        v_held := 0;
+        FOR i IN 0 .. c_gates - 1 LOOP
+          EXIT WHEN v_held >= v_need;
+          IF pg_try_advisory_xact_lock(v_lock, (v_first + i) % c_gates) THEN
+            v_held := v_held + 1;
+          END IF;
+        END LOOP;
+        IF v_held = 0 THEN
+          IF NOT v_may_wait THEN
+            v_short := v_short || v_name;
+            CONTINUE;
+          END IF;
+          PERFORM pg_advisory_xact_lock(v_lock, v_first);
+          v_held := 1;
+        END IF;
+        v_reserve := (c_gates - v_held) * v_unit;
+      ELSE
+        -- The exact path, as in leasehold_flow_claim.sql.
+        IF NOT v_may_wait THEN
+          v_may_wait := coalesce(v_unit, 0) < 1 OR w.max_leases_per_second IS NOT NULL
+            OR pg_try_advisory_xact_lock(v_lock, c_gates);
+        END IF;
+        v_held := 0;
+        FOR i IN 0 .. c_gates - 1 LOOP
+          IF v_may_wait THEN
+            PERFORM pg_advisory_xact_lock(v_lock, i);
+          ELSIF NOT pg_try_advisory_xact_lock(v_lock, i) THEN
+            EXIT;
+          END IF;
+          v_held := v_held + 1;
+        END LOOP;
+        IF v_held < c_gates THEN
+          v_short := v_short || v_name;
+          CONTINUE;
+        END IF;
+        v_reserve := 0;
+        SELECT * INTO w FROM workloads WHERE workloads.name = v_name;
+        CONTINUE WHEN w.paused OR NOT w.flow;
+      END IF;
+      v_allowance := CASE WHEN v_gated THEN least(v_want, v_held * v_unit) ELSE v_want END;
+      -- The live leases per key, on a snapshot taken after the gates were granted.
+      v_live := NULL;
+      v_lkeys := '{}';
+      v_lns := '{}';
+      IF w.max_leased IS NOT NULL OR v_keyed THEN
+        SELECT coalesce(array_agg(l.key), '{}'), coalesce(array_agg(l.n), '{}'), coalesce(sum(l.n), 0)
+        INTO v_lkeys, v_lns, v_live FROM leasehold_flow_live(v_name) l;
+      END IF;
+      IF w.max_leased IS NOT NULL THEN
+        v_allowance := least(v_allowance, w.max_leased - v_live - v_reserve);
+      END IF;
+      IF w.max_leases_per_second IS NOT NULL THEN
+        INSERT INTO workload_rate_buckets AS b (workload, tokens, refreshed_at) VALUES (v_name, w.leases_burst, now())
+        ON CONFLICT (workload) DO UPDATE
+          SET tokens = least(w.leases_burst::float8, b.tokens + extract(epoch FROM now() - b.refreshed_at)::float8 * w.max_leases_per_second),
+              refreshed_at = now()
+        RETURNING b.tokens INTO v_tokens;
+        v_allowance := least(v_allowance, floor(v_tokens)::integer);
+      END IF;
+      v_key_room := NULL;
+      IF v_keyed THEN
+        -- The least room of any key: of a key with live leases, its cap less them; of any other, its
+        -- cap (the smallest override, or the default).
+        SELECT least(
+          (SELECT min(coalesce(o.max_leased, w.max_leased_per_key) - k.n) FROM unnest(v_lkeys, v_lns) AS k(key, n)
+           LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key),
+          (SELECT min(o.max_leased) FROM workload_key_limits o WHERE o.workload = v_name),
+          w.max_leased_per_key) INTO v_key_room;
+        -- Every key has room for the whole allowance beyond the reserve: no key can reach its cap in this
+        -- claim, and the plain query leases what the per-key one would (on the exact path too, now that
+        -- the room is exact: a cap of 4 per key and claims of a few tasks are mostly far).
+        IF v_key_room - v_reserve >= v_allowance THEN
+          v_keyed := false;
+        END IF;
+      END IF;
+      IF w.max_leases_per_second IS NULL AND coalesce(v_unit, 0) >= 1 THEN
+        PERFORM set_config(v_far, CASE WHEN (w.max_leased IS NULL OR v_live + c_gates * v_unit <= w.max_leased)
+          AND (v_key_room IS NULL OR v_key_room >= c_gates * v_unit) THEN extract(epoch FROM now())::text ELSE '' END, false);
+      END IF;
+      IF v_allowance <= 0 THEN
+        v_short := v_short || v_name;
+        CONTINUE;
+      END IF;
+      IF NOT v_keyed THEN
+        -- No per-key room to watch: the plain claim's two arms, the fresh one from the hint.
+        WITH expired AS (
+          SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+          FROM tasks c
+          WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts AND v_expired
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+          ORDER BY c.lease_expires_at
+          LIMIT v_allowance
+          FOR UPDATE SKIP LOCKED
+        ), pending AS (
+          -- The bands in order (a nested loop over them, in the array's order), then below the last.
+          SELECT * FROM (
+            SELECT x.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
+            CROSS JOIN LATERAL (
+              SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+              FROM tasks c
+              WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p
+                AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i) AND c.run_after <= now()
+                AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+              ORDER BY c.fair_rank, c.created_at, c.chunk_index
+              LIMIT v_allowance
+              FOR UPDATE SKIP LOCKED) x) banded
+          UNION ALL
+          SELECT * FROM (
+            SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+            FROM tasks c
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.run_after <= now()
+              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+            ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+            LIMIT v_allowance
+            FOR UPDATE SKIP LOCKED) below
+          LIMIT v_allowance
+        ), picked AS (
+          SELECT c.id, c.arm, row_number() OVER (ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index)::integer AS rn
+          FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
+          ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+          LIMIT v_allowance
+        ), claimed AS (
+          UPDATE tasks t
+          SET status = 'leased',
+              attempt = t.attempt + 1,
+              lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
+              lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
+              lease_seq = txid_current(),
+              started_at = coalesce(t.started_at, now()),
+              version = t.version + 1,
+              event_flip = NOT t.event_flip
+          FROM picked p
+          WHERE t.id = p.id
+          RETURNING t AS r, p.arm = 1 AS fresh, v_offset + p.rn AS slot
+        )
+        SELECT (SELECT array_agg(c.r ORDER BY c.slot) FROM claimed c), (SELECT array_agg(c.fresh ORDER BY c.slot) FROM claimed c),
+          (SELECT array_agg(c.slot ORDER BY c.slot) FROM claimed c), l.priority, l.fair_rank, l.created_at, l.chunk_index
+        INTO v_rows, v_fresh, v_slots, v_lp, v_lr, v_lc, v_li
+        FROM (SELECT 1) one LEFT JOIN LATERAL (
+          SELECT (c.r).priority, (c.r).fair_rank, (c.r).created_at, (c.r).chunk_index FROM claimed c WHERE c.fresh
+          ORDER BY (c.r).priority, (c.r).fair_rank DESC, (c.r).created_at DESC, (c.r).chunk_index DESC LIMIT 1) l ON true;
+      ELSE
+        -- With per-key caps a candidate of a key with no room left is passed over: read a few more.
+        v_scan := v_allowance * 4 + 16;
+        SELECT coalesce(array_agg(k.key), '{}') INTO v_full
+        FROM unnest(v_lkeys, v_lns) AS k(key, n) LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key
+        WHERE coalesce(o.max_leased, w.max_leased_per_key) - k.n - v_reserve <= 0;
+        WITH room AS (
+          -- A key's room: its cap less its live leases and what gated claims in flight may add to it.
+          SELECT k.key, coalesce(o.max_leased, w.max_leased_per_key) - k.n - v_reserve AS left_
+          FROM unnest(v_lkeys, v_lns) AS k(key, n) LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = k.key
+        ), expired AS (
+          SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+          FROM tasks c
+          WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts AND v_expired
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+          ORDER BY c.lease_expires_at
+          LIMIT v_scan
+          FOR UPDATE SKIP LOCKED
+        ), pending AS (
+          -- As above, keys at their cap left out. The OR: see leasehold_flow_claim.sql (a bare boolean
+          -- keeps the ordered index scan).
+          SELECT * FROM (
+            SELECT x.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
+            CROSS JOIN LATERAL (
+              SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+              FROM tasks c
+              WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p
+                AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i) AND c.run_after <= now()
+                AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+                AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
+              ORDER BY c.fair_rank, c.created_at, c.chunk_index
+              LIMIT v_scan
+              FOR UPDATE SKIP LOCKED) x) banded
+          UNION ALL
+          SELECT * FROM (
+            SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
+            FROM tasks c
+            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.run_after <= now()
+              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+              AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
+            ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+            LIMIT v_scan
+            FOR UPDATE SKIP LOCKED) below
+          LIMIT v_scan
+        ), ranked AS (
+          SELECT c.*, row_number() OVER (PARTITION BY c.concurrency_key ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index) AS nth
+          FROM (SELECT * FROM expired UNION ALL SELECT * FROM pending) c
+        ), judged AS (
+          SELECT r.*, r.nth <= coalesce(room.left_, coalesce(o.max_leased, w.max_leased_per_key) - v_reserve, r.nth) AS ok
+          FROM ranked r
+          LEFT JOIN room ON room.key = r.concurrency_key
+          LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = r.concurrency_key
+        ), picked AS (
+          SELECT j.id, j.arm, row_number() OVER (ORDER BY j.arm, j.priority DESC, j.fair_rank, j.created_at, j.chunk_index)::integer AS rn
+          FROM judged j
+          WHERE j.ok
+          ORDER BY j.arm, j.priority DESC, j.fair_rank, j.created_at, j.chunk_index
+          LIMIT v_allowance
+        ), claimed AS (
+          UPDATE tasks t
+          SET status = 'leased',
+              attempt = t.attempt + 1,
+              lease_owner = coalesce(p_owners[v_offset + p.rn], p_worker),
+              lease_expires_at = now() + make_interval(secs => coalesce(p_lease_seconds, w.lease_seconds)),
+              lease_seq = txid_current(),
+              started_at = coalesce(t.started_at, now()),
+              version = t.version + 1,
+              event_flip = NOT t.event_flip
+          FROM picked p
+          WHERE t.id = p.id
+          RETURNING t AS r, p.arm = 1 AS fresh, v_offset + p.rn AS slot
+        )
+        SELECT (SELECT array_agg(c.r ORDER BY c.slot) FROM claimed c), (SELECT array_agg(c.fresh ORDER BY c.slot) FROM claimed c),
+          (SELECT array_agg(c.slot ORDER BY c.slot) FROM claimed c), l.priority, l.fair_rank, l.created_at, l.chunk_index,
+          d.priority, d.fair_rank, d.created_at, d.chunk_index
+        INTO v_rows, v_fresh, v_slots, v_lp, v_lr, v_lc, v_li, v_dp, v_dr, v_dc, v_di
+        FROM (SELECT 1) one LEFT JOIN LATERAL (
+          SELECT (c.r).priority, (c.r).fair_rank, (c.r).created_at, (c.r).chunk_index FROM claimed c WHERE c.fresh
+          ORDER BY (c.r).priority, (c.r).fair_rank DESC, (c.r).created_at DESC, (c.r).chunk_index DESC LIMIT 1) l ON true
+        LEFT JOIN LATERAL (
+          SELECT j.priority, j.fair_rank, j.created_at, j.chunk_index FROM judged j WHERE j.arm = 1 AND NOT j.ok
+          ORDER BY j.priority DESC, j.fair_rank, j.created_at, j.chunk_index LIMIT 1) d ON true;
+      END IF;
     END IF;
     v_taken := coalesce(cardinality(v_rows), 0);
     v_hint := NULL;

@@ -5,6 +5,7 @@ import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Task } from "../../src/queue/types.js";
 import { NOTIFY_CHANNEL } from "../../src/store/postgres/sql/channels.js";
+import { FREED_HEAD } from "../../src/store/postgres/sql/fragments.js";
 import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
 
 let f: QueueFixture;
@@ -116,7 +117,8 @@ it("completions of a capped workload wake parked claims only after a claim of it
     const end = Date.now() + 5000;
     while (!wakes.includes(mark) && Date.now() < end) await new Promise((r) => setTimeout(r, 5));
     expect(wakes).toContain(mark);
-    return wakes.filter((p) => p === `${w}:1`).length;
+    // A freed slot's wake names no task (FREED_HEAD): it wakes parked claims and moves no claim hint.
+    return wakes.filter((p) => p === `${w}:1:${FREED_HEAD}`).length;
   };
   const complete = (t: Task) =>
     f.queue.completeTask({ taskId: t.id, workerId: t.leaseOwner!, attempt: t.attempt, resultUri: "s3://o", resultSha256: sha("o") });
