@@ -178,20 +178,15 @@ BEGIN
       v_allowance := v_want;
       v_scan := v_allowance * 4 + 16;
       v_klock := hashtext('leasehold.key:' || v_name);
-      -- Keys at their cap by a count before their locks: only to leave their tasks out of the scan.
-      SELECT coalesce(array_agg(l.key), '{}') INTO v_full
-      FROM leasehold_flow_live(v_name) l LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = l.key
-      WHERE coalesce(o.max_leased, w.max_leased_per_key) - l.n <= 0;
-      -- The candidates, in claim order, unlocked (only those leased are locked, below).
-      SELECT coalesce(array_agg(c.id ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
-        coalesce(array_agg(c.concurrency_key ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
-        coalesce(array_agg(c.arm ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
-        coalesce(array_agg(c.priority ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
-        coalesce(array_agg(c.fair_rank ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
-        coalesce(array_agg(c.created_at ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
-        coalesce(array_agg(c.chunk_index ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}')
-      INTO v_cid, v_ckey, v_carm, v_cp, v_cr, v_cc, v_ci
-      FROM (
+      -- In one statement (each costs its call): the keys at their cap by a count before their locks
+      -- (only to leave their tasks out of the scan), the candidates in claim order, unlocked (only those
+      -- leased are locked, below), and the lock of each of their keys, tried once (a key another claim
+      -- holds is left to it).
+      WITH full_ AS (
+        SELECT coalesce(array_agg(l.key), '{}') AS keys, count(*) = 0 AS none
+        FROM leasehold_flow_live(v_name) l LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = l.key
+        WHERE coalesce(o.max_leased, w.max_leased_per_key) - l.n <= 0
+      ), cand AS (
         SELECT * FROM (
           SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
           FROM tasks c
@@ -209,7 +204,7 @@ BEGIN
               WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p
                 AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i) AND c.run_after <= now()
                 AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-                AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
+                AND ((SELECT none FROM full_) OR c.concurrency_key <> ALL ((SELECT keys FROM full_)::text[]))
               ORDER BY c.fair_rank, c.created_at, c.chunk_index
               LIMIT v_scan) x) banded
           UNION ALL
@@ -218,19 +213,29 @@ BEGIN
             FROM tasks c
             WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.run_after <= now()
               AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
-              AND ((SELECT cardinality(v_full) = 0) OR c.concurrency_key <> ALL ((SELECT v_full)::text[]))
+              AND ((SELECT none FROM full_) OR c.concurrency_key <> ALL ((SELECT keys FROM full_)::text[]))
             ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
             LIMIT v_scan) below
-          LIMIT v_scan) pending) c;
-      -- The candidates' keys, each lock tried once (a key held by another claim is left to it).
-      SELECT coalesce(array_agg(k.key), '{}') INTO v_locked
-      FROM (SELECT DISTINCT u.key FROM unnest(v_ckey) AS u(key)) k
-      WHERE pg_try_advisory_xact_lock(v_klock, hashtext(k.key));
-      -- The live leases per key on a snapshot taken after those locks: every lease of a key whose lock
-      -- this claim holds was written under that lock, and committed before it was let go.
-      SELECT coalesce(array_agg(l.key), '{}'), coalesce(array_agg(l.n), '{}')
-      INTO v_lkeys, v_lns FROM leasehold_flow_live(v_name) l;
-      WITH cand AS (
+          LIMIT v_scan) pending
+      )
+      SELECT coalesce(array_agg(c.id ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.concurrency_key ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.arm ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.priority ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.fair_rank ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.created_at ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        coalesce(array_agg(c.chunk_index ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
+        (SELECT keys FROM full_),
+        (SELECT coalesce(array_agg(k.key), '{}') FROM (SELECT DISTINCT u.concurrency_key AS key FROM cand u) k
+         WHERE pg_try_advisory_xact_lock(v_klock, hashtext(k.key)))
+      INTO v_cid, v_ckey, v_carm, v_cp, v_cr, v_cc, v_ci, v_full, v_locked
+      FROM cand c;
+      -- The live leases per key are counted inside the next statement (`live`), on a snapshot taken
+      -- after those locks: every lease of a key whose lock this claim holds was written under that
+      -- lock, and committed before it was let go.
+      WITH live AS (
+        SELECT * FROM leasehold_flow_live(v_name)
+      ), cand AS (
         SELECT u.id, u.key, u.arm, u.p AS priority, u.r AS fair_rank, u.c AS created_at, u.i AS chunk_index, u.ord
         FROM unnest(v_cid, v_ckey, v_carm, v_cp, v_cr, v_cc, v_ci) WITH ORDINALITY AS u(id, key, arm, p, r, c, i, ord)
       ), judged AS (
@@ -238,7 +243,7 @@ BEGIN
           AND row_number() OVER (PARTITION BY c.key ORDER BY c.ord) <= coalesce(coalesce(o.max_leased, w.max_leased_per_key) - coalesce(l.n, 0),
             row_number() OVER (PARTITION BY c.key ORDER BY c.ord)) AS ok
         FROM cand c
-        LEFT JOIN unnest(v_lkeys, v_lns) AS l(key, n) ON l.key = c.key
+        LEFT JOIN live l ON l.key = c.key
         LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = c.key
       ), picked AS (
         SELECT j.id, j.arm, j.ord FROM judged j WHERE j.ok ORDER BY j.ord LIMIT v_allowance

@@ -28,40 +28,37 @@ RETURNS TABLE (key text, n integer) LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   c_listed CONSTANT integer := 8;
   v_setting text := 'leasehold.flow_floor_' || to_hex(hashtext(p_workload));
-  v_saved text[];
-  v_floor bigint := -9223372036854775808;
-  v_old uuid[] := '{}';
-  v_xmin bigint;
-  v_keys text[];
-  v_seqs bigint[];
-  v_ids uuid[];
-  v_next bigint;
 BEGIN
-  -- workload|floor|ids: the workload's name guards against another workload of the same hash.
-  v_saved := string_to_array(current_setting(v_setting, true), '|');
-  IF v_saved[1] = p_workload THEN
-    v_floor := v_saved[2]::bigint;
-    v_old := coalesce(string_to_array(nullif(v_saved[3], ''), ',')::uuid[], '{}');
-  END IF;
-  -- The expiry test as `IS TRUE` (no index answers it), so only tasks_leased_seq_idx narrows these.
-  SELECT coalesce(array_agg(l.key), '{}'), coalesce(array_agg(l.seq), '{}'), coalesce(array_agg(l.id), '{}'),
-    txid_snapshot_xmin(txid_current_snapshot())
-  INTO v_keys, v_seqs, v_ids, v_xmin
-  FROM (
-    SELECT t.id, t.concurrency_key AS key, t.lease_seq AS seq FROM tasks t
-    WHERE t.status = 'leased' AND t.workload = p_workload AND t.lease_seq >= v_floor AND (t.lease_expires_at > now()) IS TRUE
+  -- One statement (each statement of a plpgsql function costs its call): the floor as this session
+  -- keeps it (`workload|floor|ids`; the workload's name guards against another of the same hash), the
+  -- count from it, the next floor kept, and the live leases per key.
+  RETURN QUERY
+  WITH saved AS (
+    SELECT CASE WHEN s[1] = p_workload THEN s[2]::bigint ELSE '-9223372036854775808'::bigint END AS floor_,
+      CASE WHEN s[1] = p_workload THEN coalesce(string_to_array(nullif(s[3], ''), ',')::uuid[], '{}') ELSE '{}' END AS old
+    FROM (SELECT string_to_array(current_setting(v_setting, true), '|') AS s) x
+  ), live AS (
+    -- The expiry test as `IS TRUE` (no index answers it), so only tasks_leased_seq_idx narrows these.
+    SELECT t.id, t.concurrency_key AS k, t.lease_seq AS seq FROM tasks t
+    WHERE t.status = 'leased' AND t.workload = p_workload AND t.lease_seq >= (SELECT floor_ FROM saved)
+      AND (t.lease_expires_at > now()) IS TRUE
     UNION ALL
     -- By id alone (the rest as one `IS TRUE`): a generic plan once read every lease below the floor
     -- through tasks_leased_seq_idx to find these few.
     SELECT t.id, t.concurrency_key, t.lease_seq FROM tasks t
-    WHERE t.id = ANY (v_old)
-      AND (t.status = 'leased' AND t.workload = p_workload AND t.lease_seq < v_floor AND t.lease_expires_at > now()) IS TRUE
+    WHERE t.id = ANY ((SELECT old FROM saved)::uuid[])
+      AND (t.status = 'leased' AND t.workload = p_workload AND t.lease_seq < (SELECT floor_ FROM saved)
+        AND t.lease_expires_at > now()) IS TRUE
     UNION ALL
     SELECT t.id, t.concurrency_key, NULL FROM tasks t
     WHERE t.status = 'leased' AND t.workload = p_workload AND t.lease_seq IS NULL AND (t.lease_expires_at > now()) IS TRUE
-  ) l;
-  SELECT least(v_xmin, (SELECT s FROM unnest(v_seqs) s WHERE s IS NOT NULL ORDER BY s OFFSET c_listed LIMIT 1)) INTO v_next;
-  PERFORM set_config(v_setting, p_workload || '|' || v_next || '|'
-    || coalesce((SELECT string_agg(u.id::text, ',') FROM unnest(v_ids, v_seqs) AS u(id, s) WHERE u.s < v_next), ''), false);
-  RETURN QUERY SELECT u.k, count(*)::integer FROM unnest(v_keys) AS u(k) GROUP BY u.k;
+  ), next_ AS (
+    SELECT least(txid_snapshot_xmin(txid_current_snapshot()),
+      (SELECT l.seq FROM live l WHERE l.seq IS NOT NULL ORDER BY l.seq OFFSET c_listed LIMIT 1)) AS floor_
+  ), noted AS (
+    SELECT set_config(v_setting, p_workload || '|' || x.floor_ || '|'
+      || coalesce((SELECT string_agg(l.id::text, ',') FROM live l WHERE l.seq < x.floor_), ''), false) AS s
+    FROM next_ x
+  )
+  SELECT l.k, count(l.id)::integer FROM noted LEFT JOIN live l ON true GROUP BY l.k HAVING count(l.id) > 0;
 END $$;
