@@ -50,6 +50,13 @@ const COALESCE_SUITES = [
   "test/store/create-job.test.ts",
 ];
 
+/**
+ * The flow-control suites: run a second time with FLOW_CLAIM_HINTS=false, so every cap, rate, pause,
+ * label and fair-share outcome they check holds both for leasehold_flow_claim_hinted (the default) and
+ * for the claim as it was before it (leasehold_flow_claim).
+ */
+const FLOW_SUITES = ["test/store/flow-*.test.ts"];
+
 export default defineConfig({
   test: {
     globalSetup: ["test/support/global-setup.ts"],
@@ -71,6 +78,7 @@ export default defineConfig({
         extends: true,
         test: { name: "one-statement-per-call", include: COALESCE_SUITES, env: { COALESCE: "false", CLAIM_HINTS: "false" } },
       },
+      { extends: true, test: { name: "flow-claim-as-before", include: FLOW_SUITES, env: { FLOW_CLAIM_HINTS: "false" } } },
     ],
   },
 });

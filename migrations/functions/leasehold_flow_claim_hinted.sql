@@ -80,6 +80,7 @@ DECLARE
   v_stop text;
   -- The path of keys of their own: the lock of a key, those taken, and the candidates as arrays.
   v_keylocks boolean;
+  v_limited boolean;
   v_klock integer;
   v_locked text[];
   v_cid uuid[];
@@ -515,6 +516,9 @@ BEGIN
       END IF;
     END IF;
     v_taken := coalesce(cardinality(v_rows), 0);
+    -- Went short for a limit (a cap, a key's room or lock, the gates' share, the rate), not for want of
+    -- tasks: only then may a freed slot give a parked caller something (recorded below).
+    v_limited := v_allowance < v_want OR v_dp IS NOT NULL OR cardinality(v_full) > 0;
     v_hint := NULL;
     v_stop := NULL;
     IF v_lp IS NOT NULL THEN
@@ -576,7 +580,7 @@ BEGIN
     END IF;
     v_hint := json_build_object('s', v_stop, 'l', v_floor)::text;
     RETURN QUERY SELECT v_rows[i], v_fresh[i], v_slots[i], v_hint FROM generate_subscripts(v_rows, 1) AS i;
-    IF v_taken < v_want THEN
+    IF v_taken < v_want AND v_limited THEN
       v_short := v_short || v_name;
     END IF;
     v_want := v_want - v_taken;
@@ -584,7 +588,10 @@ BEGIN
       UPDATE workload_rate_buckets b SET tokens = b.tokens - v_taken WHERE b.workload = v_name;
     END IF;
   END LOOP;
-  -- A caller that got nothing may park until a slot frees: record it (leasehold_flow_claim.sql).
+  -- A caller that got nothing may park until a slot frees: record it for the workloads a limit held
+  -- back (leasehold_flow_claim.sql). One that found nothing to take waits for the next job, whose
+  -- CreateJob announces it: a freed slot would give it nothing, and its wake costs every completion
+  -- a NOTIFY (the commit's notify lock, shared by the cluster).
   IF cardinality(v_short) > 0 AND (
     CASE WHEN p_owners IS NULL THEN v_want = p_want
     ELSE EXISTS (SELECT 1 FROM unnest(p_owners[p_want - v_want + 1:]) o WHERE o <> ALL (coalesce(p_owners[:p_want - v_want], '{}')))

@@ -6,7 +6,8 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Task } from "../../src/queue/types.js";
 import { NOTIFY_CHANNEL } from "../../src/store/postgres/sql/channels.js";
 import { FREED_HEAD } from "../../src/store/postgres/sql/fragments.js";
-import { queueFixture, sha, type QueueFixture } from "../support/queue.js";
+import { FLOW_HINTS_ARG, queueFixture, sha, type QueueFixture } from "../support/queue.js";
+import { SWITCHES } from "../support/switches.js";
 
 let f: QueueFixture;
 let seq = 0;
@@ -35,11 +36,12 @@ async function session(): Promise<pg.Client> {
   return c;
 }
 
-/** One call of the claim function on `c`: the tasks it leased. */
+/** One call of the claim function on `c`, as the claim statements call it (FLOW_HINTS_ARG): the tasks it leased. */
 async function claim(c: pg.Client, w: string, want: number, worker = "w"): Promise<{ id: string; key: string }[]> {
   const { rows } = await c.query(
-    `SELECT (f.task).id, (f.task).concurrency_key AS key FROM leasehold_flow_claim(ARRAY[$1]::text[], $2, $3, NULL, '{}'::jsonb) f`,
-    [w, want, worker],
+    `SELECT (f.task).id, (f.task).concurrency_key AS key
+     FROM leasehold_flow_claim_hinted(ARRAY[$1]::text[], $2, $3, NULL, '{}'::jsonb, NULL, $4::jsonb) f`,
+    [w, want, worker, FLOW_HINTS_ARG],
   );
   return rows;
 }
@@ -103,23 +105,25 @@ it("per-key caps far away lease in fair-share order; a key near its cap is still
 
 it("completions of a capped workload wake parked claims only after a claim of it left a caller with nothing", async () => {
   const w = await workload({ maxLeased: 1000 }, 3);
+  const capped = await workload({ maxLeased: 1 }, 2);
   const listen = await session();
   const wakes: string[] = [];
   listen.on("notification", (n) => {
-    if (n.channel === NOTIFY_CHANNEL && n.payload?.startsWith(`${w}:`)) wakes.push(n.payload);
+    if (n.channel === NOTIFY_CHANNEL && n.payload) wakes.push(n.payload);
   });
   await listen.query(`LISTEN ${NOTIFY_CHANNEL}`);
   // Notifications arrive in commit order: once this one is here, every earlier one is too.
   let marks = 0;
-  const settled = async () => {
+  const settled = async (of = w) => {
     const mark = `${w}:mark${++marks}`;
     await f.pool.query(`SELECT pg_notify($1, $2)`, [NOTIFY_CHANNEL, mark]);
     const end = Date.now() + 5000;
     while (!wakes.includes(mark) && Date.now() < end) await new Promise((r) => setTimeout(r, 5));
     expect(wakes).toContain(mark);
     // A freed slot's wake names no task (FREED_HEAD): it wakes parked claims and moves no claim hint.
-    return wakes.filter((p) => p === `${w}:1:${FREED_HEAD}`).length;
+    return wakes.filter((p) => p === `${of}:1:${FREED_HEAD}`).length;
   };
+  const waits = (of: string) => f.count("workload_slot_waits" as "tasks", `workload = '${of}' AND wanted_at > now() - interval '1 minute'`);
   const complete = (t: Task) =>
     f.queue.completeTask({ taskId: t.id, workerId: t.leaseOwner!, attempt: t.attempt, resultUri: "s3://o", resultSha256: sha("o") });
   try {
@@ -133,16 +137,27 @@ it("completions of a capped workload wake parked claims only after a claim of it
     expect(two).toHaveLength(2);
     await complete(two[0]);
     expect(await settled()).toBe(0);
-    expect(await f.count("workload_slot_waits" as "tasks", `workload = '${w}'`)).toBe(0);
-    // A claim that gets nothing may be parked: it is recorded, and from then on a freed slot wakes.
+    expect(await waits(w)).toBe(0);
+    // A claim that gets nothing may be parked.
     expect(await f.queue.claimTasks({ workerId: "c", workloads: [w] })).toEqual([]);
-    const { rows } = await f.pool.query(
-      `SELECT wanted_at > now() - interval '1 minute' AS recent FROM workload_slot_waits WHERE workload = $1`,
-      [w],
-    );
-    expect(rows).toEqual([{ recent: true }]);
-    await complete(two[1]);
-    expect(await settled()).toBe(1);
+    if (SWITCHES.flowClaimHints) {
+      // Nothing left to take is no limit: a freed slot gives it nothing, and the next job's
+      // CreateJob wakes it. Not recorded; the completion sends nothing.
+      expect(await waits(w)).toBe(0);
+      await complete(two[1]);
+      expect(await settled()).toBe(0);
+    } else {
+      // The claim as before records every caller left with nothing.
+      expect(await waits(w)).toBe(1);
+      await complete(two[1]);
+      expect(await settled()).toBe(1);
+    }
+    // Held back by its cap: recorded, and from then on a freed slot wakes.
+    const [first] = await f.queue.claimTasks({ workerId: "d", workloads: [capped] });
+    expect(await f.queue.claimTasks({ workerId: "e", workloads: [capped] })).toEqual([]);
+    expect(await waits(capped)).toBe(1);
+    await complete(first);
+    expect(await settled(capped)).toBe(1);
   } finally {
     await listen.end();
   }

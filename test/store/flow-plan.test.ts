@@ -6,7 +6,8 @@ import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import type { TestDatabase } from "../support/db.js";
-import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
+import { FLOW_HINTS_ARG, sha, queueFixture, type QueueFixture } from "../support/queue.js";
+import { SWITCHES } from "../support/switches.js";
 
 const SHA = sha("flow-plan");
 let db: TestDatabase;
@@ -30,8 +31,8 @@ afterAll(async () => {
   await fx?.close();
 });
 
-/** The plans auto_explain logs for ten claims of one task each, as notices on this connection. */
-async function claimPlans(workload: string): Promise<string[]> {
+/** The plans auto_explain logs for ten claims of one task each, as notices on this connection (those with `cte` in them). */
+async function claimPlans(workload: string, cte = "pending AS"): Promise<string[]> {
   const c = new pg.Client({ connectionString: db.url });
   c.on("error", () => {});
   await c.connect();
@@ -44,10 +45,13 @@ async function claimPlans(workload: string): Promise<string[]> {
     c.on("notice", (n) => plans.push(n.message ?? ""));
     // More than five calls: PL/pgSQL switches to a generic plan after five custom ones.
     for (let i = 0; i < 10; i++) {
-      const { rows } = await c.query(`SELECT (task).id FROM leasehold_flow_claim($1, 1, 'plan-worker', 60, '{}'::jsonb)`, [[workload]]);
+      const { rows } = await c.query(
+        `SELECT (task).id FROM leasehold_flow_claim_hinted($1, 1, 'plan-worker', 60, '{}'::jsonb, NULL, $2::jsonb)`,
+        [[workload], FLOW_HINTS_ARG],
+      );
       expect(rows).toHaveLength(1);
     }
-    return plans.filter((p) => p.includes("pending AS"));
+    return plans.filter((p) => p.includes(cte));
   } finally {
     await c.end();
   }
@@ -79,3 +83,24 @@ for (const [name, settings, keys] of [
     }
   }, 120_000);
 }
+
+// Per-key caps below 2 x GATES claim through keys of their own (leasehold_flow_claim_hinted): their
+// candidates are read, unlocked, by the same ordered index scan.
+it.runIf(SWITCHES.flowClaimHints)("a claim of keys of their own (a cap of 4 per key over 20 keys) scans pending tasks in index order", async () => {
+  const workload = "plan-keys";
+  await queue.putWorkload({ name: workload, maxLeasedPerKey: 4 } as never);
+  for (let k = 0; k < 20; k++) {
+    await queue.createJob({
+      workload,
+      concurrencyKey: `k${k}`,
+      tasks: Array.from({ length: 300 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://p/${i}`, inputSha256: SHA })),
+    } as never);
+  }
+  const plans = await claimPlans(workload, "cand AS");
+  expect(plans.length).toBeGreaterThanOrEqual(10);
+  for (const plan of plans) {
+    if (!plan.includes("full_ AS")) continue;
+    expect(plan).toContain("Index Scan using tasks_claim_pending_idx");
+    expect(plan).not.toMatch(/Seq Scan on tasks|Bitmap Heap Scan on tasks/);
+  }
+}, 120_000);

@@ -42,7 +42,14 @@ export const TEST_STORE_OPTIONS: StoreOptions = {
   maxTasksPerJob: 10_000,
   coalescing: SWITCHES.coalescing,
   claimHints: SWITCHES.claimHints,
+  flowClaimHints: SWITCHES.flowClaimHints,
 };
+
+/**
+ * The hints argument of leasehold_flow_claim_hinted for a suite that calls the claim function itself:
+ * none (the function as the claim statements call it), or the claim as before under FLOW_CLAIM_HINTS=false.
+ */
+export const FLOW_HINTS_ARG = SWITCHES.flowClaimHints ? "{}" : JSON.stringify({ "~flow": "off" });
 
 /**
  * A store on a database of its own, the one way a suite builds one: `options` are what the suite
