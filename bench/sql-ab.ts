@@ -9,6 +9,8 @@
 //   AB_MODES             comma list of single,batch,insert,one (default: all four), singlechain, batchchain (chained through claim_next), bare
 //   AB_PAIRS (3)         alternating pairs per mode   AB_SECONDS (4) length of a loop run
 //   AB_WORKLOAD          the workload's settings (JSON, PutWorkload's fields); AB_WORKLOAD_A: A's, when they differ
+//   AB_KEYS (0)          the loops' tasks as 40-task jobs of that many concurrency keys in turn (0: one job, no key);
+//                        AB_KEYS_A: A's; AB_PRIORITIES (1): key k's jobs have priority k mod N
 //   AB_WORKERS (16)      connections of the loops   AB_WAL_STATS   also WAL bytes per task by kind (pg_walinspect)
 //   AB_ADMIN_SQL         SQL run once on the server first (databases ab_a, ab_b)
 //   AB_B                 another checkout for B (default: this one)   AB_SETUP_A, AB_SETUP_B  SQL run on that side's database after its migrations
@@ -34,6 +36,9 @@ const WORKLOAD = JSON.parse(process.env.AB_WORKLOAD ?? "{}") as Record<string, u
 // AB_WORKLOAD_A: A's settings instead (with AB_BASE=. : one checkout, two kinds of workload).
 const WORKLOAD_A = JSON.parse(process.env.AB_WORKLOAD_A ?? process.env.AB_WORKLOAD ?? "{}") as Record<string, unknown>;
 const SHA = createHash("sha256").update("ab").digest("hex");
+const KEYS = Number(process.env.AB_KEYS ?? 0);
+const KEYS_A = Number(process.env.AB_KEYS_A ?? KEYS);
+const PRIORITIES = Number(process.env.AB_PRIORITIES ?? 1);
 
 interface Side {
   name: string;
@@ -128,7 +133,18 @@ let seq = 0;
 async function fill(side: Side, tasks: number): Promise<string> {
   const workload = `ab_${seq++}`;
   await side.store.putWorkload({ name: workload, leaseSeconds: 300, ...(side.name === "A" ? WORKLOAD_A : WORKLOAD) });
-  for (let done = 0; done < tasks; done += 10_000) {
+  const keys = side.name === "A" ? KEYS_A : KEYS;
+  // Keyed: 40-task jobs, key j mod KEYS, priority (key mod PRIORITIES), as bench:horizon --keyed makes them.
+  for (let j = 0; keys > 0 && j * 40 < tasks; j++) {
+    const k = j % keys;
+    await side.store.createJob({
+      workload,
+      concurrencyKey: `k${k}`,
+      priority: k % PRIORITIES,
+      tasks: Array.from({ length: 40 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://in/${i}`, inputSha256: SHA })),
+    });
+  }
+  for (let done = keys > 0 ? tasks : 0; done < tasks; done += 10_000) {
     const n = Math.min(10_000, tasks - done);
     await side.store.createJob({
       workload,
@@ -152,6 +168,11 @@ async function loop(side: Side, maxTasks: number, chained = false): Promise<Samp
         let next: { id: string; attempt: number }[] = [];
         while (performance.now() < stopAt) {
           const got = next.length > 0 ? next : await side.store.claimTasks({ workloads: [workload], workerId, maxTasks });
+          // Keyed (AB_KEYS), a claim may find every key it could take at its cap or in another's hands for a moment.
+          if (got.length === 0 && (side.name === "A" ? KEYS_A : KEYS) > 0) {
+            await new Promise((r) => setTimeout(r, 1));
+            continue;
+          }
           if (got.length === 0) throw new Error("backlog ran out");
           const results = got.map((t: { id: string; attempt: number }) => ({
             taskId: t.id,

@@ -83,6 +83,8 @@ DECLARE
   v_limited boolean;
   v_klock integer;
   v_locked text[];
+  v_tried text[];
+  v_covered integer;
   v_cid uuid[];
   v_ckey text[];
   v_carm integer[];
@@ -144,8 +146,8 @@ BEGIN
      * Per-key caps below 2 × GATES (so no gated claim), and no workload cap or rate: each key's cap is
      * kept by a lock of its own, not by every gate (flow-control-claim.md, "Keys of their own"). The
      * claim holds one gate, which keeps it apart from a claim on the exact path (an older release's, or
-     * FLOW_CLAIM_HINTS=false: it holds them all), reads its candidates without locking them, tries the
-     * lock of each of their keys (never waits for one), counts the live leases on a snapshot taken
+     * FLOW_CLAIM_HINTS=false: it holds them all), reads and locks its candidates, tries the locks of
+     * their keys in claim order (never waits for one), counts the live leases on a snapshot taken
      * after those locks, and leases only tasks of keys it holds, within their room. Two claims of
      * different keys run side by side; two of one key take turns, as every claim of the workload did.
      */
@@ -180,9 +182,9 @@ BEGIN
       v_scan := v_allowance * 4 + 16;
       v_klock := hashtext('leasehold.key:' || v_name);
       -- In one statement (each costs its call): the keys at their cap by a count before their locks
-      -- (only to leave their tasks out of the scan), the candidates in claim order, unlocked (only those
-      -- leased are locked, below), and the lock of each of their keys, tried once (a key another claim
-      -- holds is left to it).
+      -- (only to leave their tasks out of the scan), and the candidates in claim order, locked as
+      -- they are read (SKIP LOCKED): read unlocked, the front of the queue was mostly tasks that claims
+      -- side by side had just leased, and a claim found nothing it could still take.
       WITH full_ AS (
         SELECT coalesce(array_agg(l.key), '{}') AS keys, count(*) = 0 AS none
         FROM leasehold_flow_live(v_name) l LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = l.key
@@ -194,7 +196,8 @@ BEGIN
           WHERE c.status = 'leased' AND c.workload = v_name AND c.lease_expires_at <= now() AND c.attempt < c.max_attempts AND v_expired
             AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
           ORDER BY c.lease_expires_at
-          LIMIT v_scan) expired
+          LIMIT v_scan
+          FOR UPDATE SKIP LOCKED) expired
         UNION ALL
         SELECT * FROM (
           SELECT * FROM (
@@ -207,7 +210,8 @@ BEGIN
                 AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
                 AND ((SELECT none FROM full_) OR c.concurrency_key <> ALL ((SELECT keys FROM full_)::text[]))
               ORDER BY c.fair_rank, c.created_at, c.chunk_index
-              LIMIT v_scan) x) banded
+              LIMIT v_scan
+              FOR UPDATE SKIP LOCKED) x) banded
           UNION ALL
           SELECT * FROM (
             SELECT c.id, c.concurrency_key, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
@@ -216,7 +220,8 @@ BEGIN
               AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
               AND ((SELECT none FROM full_) OR c.concurrency_key <> ALL ((SELECT keys FROM full_)::text[]))
             ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
-            LIMIT v_scan) below
+            LIMIT v_scan
+            FOR UPDATE SKIP LOCKED) below
           LIMIT v_scan) pending
       )
       SELECT coalesce(array_agg(c.id ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
@@ -226,11 +231,27 @@ BEGIN
         coalesce(array_agg(c.fair_rank ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
         coalesce(array_agg(c.created_at ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
         coalesce(array_agg(c.chunk_index ORDER BY c.arm, c.priority DESC, c.fair_rank, c.created_at, c.chunk_index), '{}'),
-        (SELECT keys FROM full_),
-        (SELECT coalesce(array_agg(k.key), '{}') FROM (SELECT DISTINCT u.concurrency_key AS key FROM cand u) k
-         WHERE pg_try_advisory_xact_lock(v_klock, hashtext(k.key)))
-      INTO v_cid, v_ckey, v_carm, v_cp, v_cr, v_cc, v_ci, v_full, v_locked
+        (SELECT keys FROM full_)
+      INTO v_cid, v_ckey, v_carm, v_cp, v_cr, v_cc, v_ci, v_full
       FROM cand c;
+      -- The locks of the keys of the first candidates, in claim order, each tried once (a key another
+      -- claim holds is left to it), until the keys held cover as many candidates as the claim wants:
+      -- claims side by side take the keys they need, not every key near the front.
+      v_locked := '{}';
+      v_tried := '{}';
+      v_covered := 0;
+      FOR i IN 1 .. coalesce(cardinality(v_ckey), 0) LOOP
+        EXIT WHEN v_covered >= v_allowance;
+        IF v_ckey[i] = ANY (v_locked) THEN
+          v_covered := v_covered + 1;
+        ELSIF NOT v_ckey[i] = ANY (v_tried) THEN
+          v_tried := v_tried || v_ckey[i];
+          IF pg_try_advisory_xact_lock(v_klock, hashtext(v_ckey[i])) THEN
+            v_locked := v_locked || v_ckey[i];
+            v_covered := v_covered + 1;
+          END IF;
+        END IF;
+      END LOOP;
       -- The live leases per key are counted inside the next statement (`live`), on a snapshot taken
       -- after those locks: every lease of a key whose lock this claim holds was written under that
       -- lock, and committed before it was let go.
@@ -246,17 +267,8 @@ BEGIN
         FROM cand c
         LEFT JOIN live l ON l.key = c.key
         LEFT JOIN workload_key_limits o ON o.workload = v_name AND o.key = c.key
-      ), picked AS (
-        SELECT j.id, j.arm, j.ord FROM judged j WHERE j.ok ORDER BY j.ord LIMIT v_allowance
-      ), locked AS (
-        -- Read again under the lock: leased or changed since the candidates were read, it is left.
-        SELECT t.id FROM tasks t
-        WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
-          AND ((t.status = 'pending' AND t.run_after <= now())
-            OR (t.status = 'leased' AND t.lease_expires_at <= now() AND t.attempt < t.max_attempts))
-        FOR UPDATE SKIP LOCKED
       ), taken AS (
-        SELECT p.id, p.arm, row_number() OVER (ORDER BY p.ord)::integer AS rn FROM picked p WHERE p.id IN (SELECT id FROM locked)
+        SELECT j.id, j.arm, row_number() OVER (ORDER BY j.ord)::integer AS rn FROM judged j WHERE j.ok ORDER BY j.ord LIMIT v_allowance
       ), claimed AS (
         UPDATE tasks t
         SET status = 'leased',
