@@ -84,6 +84,7 @@ DECLARE
   v_klock integer;
   v_locked text[];
   v_tried text[];
+  v_taken_ids uuid[];
   v_covered integer;
   v_cid uuid[];
   v_ckey text[];
@@ -179,7 +180,9 @@ BEGIN
         CONTINUE;
       END IF;
       v_allowance := v_want;
-      v_scan := v_allowance * 4 + 16;
+      -- Candidates are locked as they are read (each lock a WAL record): a few more than it wants, for
+      -- those of keys near their cap or in another claim's hands, not 4 × want + 16 as below.
+      v_scan := v_allowance * 2 + 4;
       v_klock := hashtext('leasehold.key:' || v_name);
       -- In one statement (each costs its call): the keys at their cap by a count before their locks
       -- (only to leave their tasks out of the scan), and the candidates in claim order, locked as
@@ -281,18 +284,31 @@ BEGIN
         WHERE t.id = p.id
         RETURNING t AS r, p.arm = 1 AS fresh, v_offset + p.rn AS slot
       )
-      SELECT (SELECT array_agg(c.r ORDER BY c.slot) FROM claimed c), (SELECT array_agg(c.fresh ORDER BY c.slot) FROM claimed c),
-        (SELECT array_agg(c.slot ORDER BY c.slot) FROM claimed c), l.priority, l.fair_rank, l.created_at, l.chunk_index,
-        d.priority, d.fair_rank, d.created_at, d.chunk_index
-      INTO v_rows, v_fresh, v_slots, v_lp, v_lr, v_lc, v_li, v_dp, v_dr, v_dc, v_di
-      FROM (SELECT 1) one LEFT JOIN LATERAL (
-        SELECT (c.r).priority, (c.r).fair_rank, (c.r).created_at, (c.r).chunk_index FROM claimed c WHERE c.fresh
-        ORDER BY (c.r).priority, (c.r).fair_rank DESC, (c.r).created_at DESC, (c.r).chunk_index DESC LIMIT 1) l ON true
-      LEFT JOIN LATERAL (
-        -- The first candidate from pending not leased: its key's room ran out, its key's lock was
-        -- another claim's, or it came after the last one leased.
-        SELECT j.priority, j.fair_rank, j.created_at, j.chunk_index FROM judged j
-        WHERE j.arm = 1 AND j.id NOT IN (SELECT id FROM taken) ORDER BY j.ord LIMIT 1) d ON true;
+      SELECT array_agg(c.r), array_agg(c.fresh), array_agg(c.slot) INTO v_rows, v_fresh, v_slots FROM claimed c;
+      -- The last task leased from pending, and the first candidate from pending not leased (its key's
+      -- room ran out, its key's lock was another claim's, or it came after the last one leased), from
+      -- the arrays: smaller statements cost less to start (perf).
+      v_lp := NULL;
+      v_dp := NULL;
+      FOR i IN 1 .. coalesce(cardinality(v_rows), 0) LOOP
+        CONTINUE WHEN NOT v_fresh[i];
+        IF v_lp IS NULL OR (v_rows[i]).priority < v_lp OR ((v_rows[i]).priority = v_lp
+          AND ((v_rows[i]).fair_rank, (v_rows[i]).created_at, (v_rows[i]).chunk_index) > (v_lr, v_lc, v_li)) THEN
+          v_lp := (v_rows[i]).priority;
+          v_lr := (v_rows[i]).fair_rank;
+          v_lc := (v_rows[i]).created_at;
+          v_li := (v_rows[i]).chunk_index;
+        END IF;
+      END LOOP;
+      v_taken_ids := ARRAY(SELECT (r).id FROM unnest(v_rows) AS r);
+      FOR i IN 1 .. coalesce(cardinality(v_cid), 0) LOOP
+        CONTINUE WHEN v_carm[i] = 0 OR v_cid[i] = ANY (v_taken_ids);
+        v_dp := v_cp[i];
+        v_dr := v_cr[i];
+        v_dc := v_cc[i];
+        v_di := v_ci[i];
+        EXIT;
+      END LOOP;
     ELSE
       IF v_gated AND NOT pg_try_advisory_xact_lock_shared(v_lock, c_gates) THEN
         v_gated := false;
