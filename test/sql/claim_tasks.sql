@@ -56,16 +56,17 @@ WITH requested AS (
       attempt = t.attempt + 1,
       lease_owner = $3,
       lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
   WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
   RETURNING t.*
 ), flow_claimed AS (
-  SELECT f.task, f.fresh
-  FROM leasehold_flow_claim(
+  SELECT f.task, f.fresh, f.hint
+  FROM leasehold_flow_claim_hinted(
     ARRAY(SELECT name FROM requested WHERE flow), $2::int - (SELECT count(*)::int FROM plain_claimed), $3::text,
-    $4::int, $5::jsonb) f
+    $4::int, $5::jsonb, NULL::text[], $6::jsonb) f
   WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND true
 ), claimed AS (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).* FROM flow_claimed
@@ -82,5 +83,5 @@ watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM claimed r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 )
-SELECT claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text AS created_us
+SELECT claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified, coalesce((SELECT fc.hint FROM flow_claimed fc WHERE (fc.task).id = claimed.id), (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text) AS created_us
 FROM claimed ORDER BY priority DESC, fair_rank, created_at, chunk_index

@@ -57,16 +57,17 @@ WITH requested AS (
       attempt = t.attempt + 1,
       lease_owner = ($2::text[])[p.rn],
       lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
   FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id
   RETURNING t.*, p.rn
 ), flow_claimed AS (
-  SELECT f.task, f.fresh, f.slot
-  FROM leasehold_flow_claim(
+  SELECT f.task, f.fresh, f.slot, f.hint
+  FROM leasehold_flow_claim_hinted(
     ARRAY(SELECT name FROM requested WHERE flow), cardinality($2::text[])::int - (SELECT count(*)::int FROM plain_claimed), NULL::text,
-    $4::int, $5::jsonb, ($2::text[])[(SELECT count(*)::int FROM plain_claimed) + 1:]) f
+    $4::int, $5::jsonb, ($2::text[])[(SELECT count(*)::int FROM plain_claimed) + 1:], $6::jsonb) f
   WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND true
 ), claimed AS (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).*, (SELECT count(*) FROM plain_claimed) + slot FROM flow_claimed
@@ -84,5 +85,5 @@ watched AS (
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 )
 SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
-  f.flow_workloads, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text AS created_us
+  f.flow_workloads, coalesce((SELECT fc.hint FROM flow_claimed fc WHERE (fc.task).id = claimed.id), (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text) AS created_us
 FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f LEFT JOIN claimed ON true

@@ -76,16 +76,17 @@ WITH input AS MATERIALIZED (
       attempt = t.attempt + 1,
       lease_owner = ((SELECT owners FROM slot_list))[p.rn],
       lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
   FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id
   RETURNING t.*, p.rn
 ), flow_claimed AS (
-  SELECT f.task, f.fresh, f.slot
-  FROM leasehold_flow_claim(
+  SELECT f.task, f.fresh, f.slot, f.hint
+  FROM leasehold_flow_claim_hinted(
     ARRAY(SELECT name FROM requested WHERE flow), (SELECT count(*) FROM slots)::int - (SELECT count(*)::int FROM plain_claimed), NULL::text,
-    $4::int, $5::jsonb, ((SELECT owners FROM slot_list))[(SELECT count(*)::int FROM plain_claimed) + 1:]) f
+    $4::int, $5::jsonb, ((SELECT owners FROM slot_list))[(SELECT count(*)::int FROM plain_claimed) + 1:], $6::jsonb) f
   WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND EXISTS (SELECT 1 FROM done)
 ), claimed AS (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).*, (SELECT count(*) FROM plain_claimed) + slot FROM flow_claimed
@@ -105,7 +106,7 @@ watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 ), freed AS (
-  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  SELECT pg_notify('leasehold_tasks', w.name || ':1:freed') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 ), maybe_done AS (
@@ -118,4 +119,4 @@ SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 
   ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job, NULL AS created_us
 FROM done
 UNION ALL
-SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, NULL, false, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text FROM claimed
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, NULL, false, coalesce((SELECT fc.hint FROM flow_claimed fc WHERE (fc.task).id = claimed.id), (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text) FROM claimed

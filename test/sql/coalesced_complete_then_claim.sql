@@ -67,16 +67,17 @@ WITH done AS (
       attempt = t.attempt + 1,
       lease_owner = ($4::text[])[p.rn],
       lease_expires_at = now() + make_interval(secs => coalesce($6::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
   FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id
   RETURNING t.*, p.rn
 ), flow_claimed AS (
-  SELECT f.task, f.fresh, f.slot
-  FROM leasehold_flow_claim(
+  SELECT f.task, f.fresh, f.slot, f.hint
+  FROM leasehold_flow_claim_hinted(
     ARRAY(SELECT name FROM requested WHERE flow), cardinality($4::text[])::int - (SELECT count(*)::int FROM plain_claimed), NULL::text,
-    $6::int, $7::jsonb, ($4::text[])[(SELECT count(*)::int FROM plain_claimed) + 1:]) f
+    $6::int, $7::jsonb, ($4::text[])[(SELECT count(*)::int FROM plain_claimed) + 1:], $8::jsonb) f
   WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND true
 ), claimed AS (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).*, (SELECT count(*) FROM plain_claimed) + slot FROM flow_claimed
@@ -96,7 +97,7 @@ watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 ), freed AS (
-  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  SELECT pg_notify('leasehold_tasks', w.name || ':1:freed') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 ), maybe_done AS (
@@ -114,5 +115,5 @@ LEFT JOIN (
     done.job_id = ANY (ARRAY(SELECT job_id FROM maybe_done)) AS recheck_job, NULL AS created_us
   FROM done
   UNION ALL
-  SELECT 1, ($5::int[])[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, false, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text FROM claimed
+  SELECT 1, ($5::int[])[claimed.rn], claimed.*, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, false, coalesce((SELECT fc.hint FROM flow_claimed fc WHERE (fc.task).id = claimed.id), (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text) FROM claimed
 ) u ON true

@@ -30,7 +30,7 @@ WITH cur AS (
     || CASE WHEN r.run_after <= now() THEN '' ELSE ';' || ceil(extract(epoch FROM r.run_after - now()) * 1000)::bigint END)
   FROM cur r WHERE r.status = 'pending'
 ), freed AS (
-  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  SELECT pg_notify('leasehold_tasks', w.name || ':1:freed') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM cur)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )

@@ -19,7 +19,7 @@ WITH done AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM done r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 ), freed AS (
-  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  SELECT pg_notify('leasehold_tasks', w.name || ':1:freed') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )

@@ -69,16 +69,17 @@ WITH done AS (
       attempt = t.attempt + 1,
       lease_owner = $9,
       lease_expires_at = now() + make_interval(secs => coalesce($10::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
       event_flip = NOT t.event_flip
   WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
   RETURNING t.*
 ), flow_claimed AS (
-  SELECT f.task, f.fresh
-  FROM leasehold_flow_claim(
+  SELECT f.task, f.fresh, f.hint
+  FROM leasehold_flow_claim_hinted(
     ARRAY(SELECT name FROM requested WHERE flow), $8::int - (SELECT count(*)::int FROM plain_claimed), $9::text,
-    $10::int, $11::jsonb) f
+    $10::int, $11::jsonb, NULL::text[], $12::jsonb) f
   WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND EXISTS (SELECT 1 FROM done)
 ), claimed AS (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).* FROM flow_claimed
@@ -98,7 +99,7 @@ watched AS (
   SELECT pg_notify('leasehold_events', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
 ), freed AS (
-  SELECT pg_notify('leasehold_tasks', w.name || ':1') FROM workloads w
+  SELECT pg_notify('leasehold_tasks', w.name || ':1:freed') FROM workloads w
   WHERE w.flow AND w.name IN (SELECT workload FROM done)
     AND EXISTS (SELECT 1 FROM workload_slot_waits s WHERE s.workload = w.name AND s.wanted_at > now() - interval '1 minute')
 )
@@ -109,4 +110,4 @@ SELECT 0 AS part, done.*, NOT EXISTS (SELECT 1 FROM finished)
   (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified, NULL AS created_us
 FROM done
 UNION ALL
-(SELECT 1, claimed.*, false, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text FROM claimed )
+(SELECT 1, claimed.*, false, CASE WHEN (claimed.id = ANY (ARRAY(SELECT id FROM fresh)) OR claimed.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))) THEN extract(epoch FROM now() - claimed.run_after)::float8 END, 0, coalesce((SELECT fc.hint FROM flow_claimed fc WHERE (fc.task).id = claimed.id), (extract(epoch FROM claimed.created_at) * 1000000)::bigint::text) FROM claimed )
