@@ -86,21 +86,25 @@ for (const [name, settings, keys] of [
 
 // Per-key caps below 2 x GATES claim through keys of their own (leasehold_flow_claim_hinted): their
 // candidates are read, unlocked, by the same ordered index scan.
-it.runIf(SWITCHES.flowClaimHints)("a claim of keys of their own (a cap of 4 per key over 20 keys) scans pending tasks in index order", async () => {
-  const workload = "plan-keys";
-  await queue.putWorkload({ name: workload, maxLeasedPerKey: 4 } as never);
-  for (let k = 0; k < 20; k++) {
-    await queue.createJob({
-      workload,
-      concurrencyKey: `k${k}`,
-      tasks: Array.from({ length: 300 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://p/${i}`, inputSha256: SHA })),
-    } as never);
-  }
-  const plans = await claimPlans(workload, "cand AS");
-  expect(plans.length).toBeGreaterThanOrEqual(10);
-  for (const plan of plans) {
-    if (!plan.includes("full_ AS")) continue;
-    expect(plan).toContain("Index Scan using tasks_claim_pending_idx");
-    expect(plan).not.toMatch(/Seq Scan on tasks|Bitmap Heap Scan on tasks/);
-  }
-}, 120_000);
+it.runIf(SWITCHES.flowClaimHints)(
+  "a claim of keys of their own (a cap of 4 per key over 20 keys) scans pending tasks in index order",
+  async () => {
+    const workload = "plan-keys";
+    await queue.putWorkload({ name: workload, maxLeasedPerKey: 4 } as never);
+    for (let k = 0; k < 20; k++) {
+      await queue.createJob({
+        workload,
+        concurrencyKey: `k${k}`,
+        tasks: Array.from({ length: 300 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://p/${i}`, inputSha256: SHA })),
+      } as never);
+    }
+    const plans = await claimPlans(workload, "cand AS");
+    expect(plans.length).toBeGreaterThanOrEqual(10);
+    for (const plan of plans) {
+      if (!plan.includes("full_ AS")) continue;
+      expect(plan).toContain("Index Scan using tasks_claim_pending_idx");
+      expect(plan).not.toMatch(/Seq Scan on tasks|Bitmap Heap Scan on tasks/);
+    }
+  },
+  120_000,
+);

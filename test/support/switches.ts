@@ -34,6 +34,7 @@ export const SWITCHES: TestSwitches = testSwitches();
  */
 export function switchEnv(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(env)) if (v !== undefined && /^(DIRECT_UNARY|COALESCE\w*|CLAIM_HINTS|FLOW_CLAIM_HINTS)$/.test(k)) out[k] = v;
+  for (const [k, v] of Object.entries(env))
+    if (v !== undefined && /^(DIRECT_UNARY|COALESCE\w*|CLAIM_HINTS|FLOW_CLAIM_HINTS)$/.test(k)) out[k] = v;
   return out;
 }
