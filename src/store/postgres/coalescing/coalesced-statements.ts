@@ -217,7 +217,10 @@ SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) + (SEL
  * Tasks leased for a caller whose deadline passed while its coalesced claim ran: given back as if
  * never claimed (pending, the attempt not spent), fenced by owner and attempt so a lease that has
  * moved on is left alone. The status trigger writes the leased -> pending event. $1 items
- * (task_id, worker_id, attempt), $2 their task ids.
+ * (task_id, worker_id, attempt), $2 their task ids. The wake-up names the first of them in claim
+ * order as its head, so claim hints move back to it (claim-hints.ts), as a retry's does: without
+ * one every hint of the workload was dropped, and under a held MVCC horizon the next claims walked
+ * from the front (give-backs come when claims run slow, which made them slower still).
  */
 const GIVE_BACK_TEXT = `
 WITH back AS (
@@ -225,9 +228,12 @@ WITH back AS (
   SET status = 'pending', attempt = t.attempt - 1, lease_owner = NULL, lease_expires_at = NULL, version = t.version + 1
   FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int)
   WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
-  RETURNING t.workload
+  RETURNING t.workload, t.priority, t.fair_rank, t.created_at, t.chunk_index
 )
-SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM back GROUP BY workload`;
+SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*) || ':' || (array_agg(
+    priority || ';' || fair_rank || ';' || (extract(epoch FROM created_at) * 1000000)::bigint || ';' || chunk_index
+    ORDER BY priority DESC, fair_rank, created_at, chunk_index))[1])
+FROM back GROUP BY workload`;
 
 // The composed statements' parameters in the order of their $1..$N, as they were numbered by hand.
 export const COALESCED_CLAIM = namedQuery<
