@@ -2,7 +2,7 @@
 // missing, through the rig's helper), a Docker engine (started here when none answers, as
 // .ci/run does for the version matrix), Compose (the v2 plugin where there is one, else Debian's
 // docker-compose 1.29), and `docker` calls with their output.
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { openSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -40,6 +40,20 @@ export function must(command: string, args: string[], opts: Parameters<typeof ru
 }
 
 export const docker = (...args: string[]) => must("docker", args);
+
+/**
+ * `docker …` without blocking the event loop: for a `docker stop` while this process holds
+ * connections to the container, which must answer the coordinator's GOAWAY for it to drain
+ * before SHUTDOWN_TIMEOUT_MS (a blocked loop never does).
+ */
+export function dockerAsync(...args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile("docker", args, { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`docker ${args.join(" ")}: ${err.message}\n${stderr}`));
+      else resolve(stdout.trim());
+    });
+  });
+}
 
 const onPath = (name: string) => spawnSync("sh", ["-c", `command -v ${name}`], { encoding: "utf8" }).status === 0;
 
