@@ -47,11 +47,21 @@ export const docker = (...args: string[]) => must("docker", args);
  * before SHUTDOWN_TIMEOUT_MS (a blocked loop never does).
  */
 export function dockerAsync(...args: string[]): Promise<string> {
+  return mustAsync("docker", args);
+}
+
+/** A command that must succeed, without blocking the event loop (see dockerAsync); its stdout, trimmed. */
+export function mustAsync(command: string, args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile("docker", args, { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`docker ${args.join(" ")}: ${err.message}\n${stderr}`));
-      else resolve(stdout.trim());
-    });
+    execFile(
+      command,
+      args,
+      { encoding: "utf8", maxBuffer: 64 * 1024 * 1024, cwd: ROOT, env: opts.env ?? process.env, timeout: opts.timeoutMs ?? 300_000 },
+      (err, stdout, stderr) => {
+        if (err) reject(new Error(`${command} ${args.join(" ")}: ${err.message}\n${stderr}`));
+        else resolve(stdout.trim());
+      },
+    );
   });
 }
 
