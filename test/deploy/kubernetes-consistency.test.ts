@@ -148,7 +148,10 @@ describe("the Kubernetes manifests", () => {
     for (const kind of ["Deployment", "Job"]) {
       for (const c of one(kind).spec.template?.spec.containers ?? []) {
         const env = envOf(c);
-        expect(Object.keys(env).filter((n) => !KNOWN.has(n)), `${kind} ${c.name}`).toEqual([]);
+        expect(
+          Object.keys(env).filter((n) => !KNOWN.has(n)),
+          `${kind} ${c.name}`,
+        ).toEqual([]);
         expect(() => configFrom(c.args?.[0] ?? "coordinator", env), `${kind} ${c.name}`).not.toThrow();
       }
     }
@@ -273,7 +276,9 @@ describe("the compose stack", () => {
     expect(base.services.migrate.command).toEqual(["migrate", "up"]);
     expect(COMMANDS).toContain(base.services.migrate.command?.[0]);
     for (const [name, s] of coordinators) {
-      expect((s.depends_on as Record<string, { condition: string }>).migrate, name).toEqual({ condition: "service_completed_successfully" });
+      expect((s.depends_on as Record<string, { condition: string }>).migrate, name).toEqual({
+        condition: "service_completed_successfully",
+      });
     }
   });
 
@@ -282,7 +287,10 @@ describe("the compose stack", () => {
     for (const [name, s] of [...coordinators, ["migrate", base.services.migrate] as const]) {
       for (const extra of [{}, auth.services[name]?.environment ?? {}]) {
         const env = Object.fromEntries(Object.entries({ ...s.environment, ...extra }).map(([k, v]) => [k, interpolate(String(v))]));
-        expect(Object.keys(env).filter((n) => !KNOWN.has(n)), name).toEqual([]);
+        expect(
+          Object.keys(env).filter((n) => !KNOWN.has(n)),
+          name,
+        ).toEqual([]);
         expect(() => configFrom(s.command?.[0] ?? "coordinator", env), name).not.toThrow();
       }
     }
@@ -304,7 +312,10 @@ describe("the compose stack", () => {
     expect(haproxy).toMatch(/default-server proto h2 /);
     expect(haproxy).toMatch(/http-check send meth GET uri \/readyz /);
     for (const f of ["prometheus.yml", "prometheus.auth.yml"]) {
-      const prom = parse(read(`deploy/compose/${f}`)) as { scrape_configs: { static_configs: { targets: string[] }[] }[]; rule_files: string[] };
+      const prom = parse(read(`deploy/compose/${f}`)) as {
+        scrape_configs: { static_configs: { targets: string[] }[] }[];
+        rule_files: string[];
+      };
       expect(prom.scrape_configs[0].static_configs[0].targets, f).toEqual(coordinators.map(([name]) => `${name}:${DEFAULTS.PORT}`));
       expect(prom.rule_files).toEqual(["/etc/prometheus/rules/*.yml"]);
     }
@@ -317,8 +328,12 @@ describe("the compose stack", () => {
       const file = auth.services[name].environment?.AUTH_TOKENS_FILE ?? "";
       expect(auth.services[name].secrets?.map((s) => `/run/secrets/${s}`)).toContain(file);
     }
-    const promAuth = parse(read("deploy/compose/prometheus.auth.yml")) as { scrape_configs: { authorization: { credentials_file: string } }[] };
-    expect(auth.services.prometheus.secrets?.map((s) => `/run/secrets/${s}`)).toContain(promAuth.scrape_configs[0].authorization.credentials_file);
+    const promAuth = parse(read("deploy/compose/prometheus.auth.yml")) as {
+      scrape_configs: { authorization: { credentials_file: string } }[];
+    };
+    expect(auth.services.prometheus.secrets?.map((s) => `/run/secrets/${s}`)).toContain(
+      promAuth.scrape_configs[0].authorization.credentials_file,
+    );
     expect(Object.keys(auth.secrets ?? {}).sort()).toEqual(["leasehold_tokens", "metrics_token"]);
 
     const tls = composeFile("docker-compose.tls.yml");

@@ -87,7 +87,12 @@ async function targets(): Promise<{ instance: string; health: string; lastError:
   return r.data.activeTargets.map((t) => ({ instance: t.labels.instance, health: t.health, lastError: t.lastError }));
 }
 
-async function rest(method: string, p: string, body?: unknown, bearer = TOKENS.admin): Promise<{ status: number; json: Record<string, unknown> }> {
+async function rest(
+  method: string,
+  p: string,
+  body?: unknown,
+  bearer = TOKENS.admin,
+): Promise<{ status: number; json: Record<string, unknown> }> {
   const res = await fetch(`${api}${p}`, {
     method,
     headers: { authorization: `Bearer ${bearer}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
@@ -150,13 +155,19 @@ beforeAll(async () => {
 afterAll(() => {
   if (!compose) return;
   // Whatever happened: the project's containers, networks and volumes go.
-  run(compose[0], [...compose.slice(1), "-p", PROJECT, ...FILES, "down", "-v", "--remove-orphans", "--timeout", "30"], { env, timeoutMs: 300_000 });
+  run(compose[0], [...compose.slice(1), "-p", PROJECT, ...FILES, "down", "-v", "--remove-orphans", "--timeout", "30"], {
+    env,
+    timeoutMs: 300_000,
+  });
   if (secrets) rmSync(secrets, { recursive: true, force: true });
 });
 
 describe("the compose stack", () => {
   it("migrates once, before the coordinators start, and Prometheus scrapes both with its token", async () => {
-    const migrate = JSON.parse(docker("inspect", "--format", "{{json .State}}", container("migrate"))) as { ExitCode: number; FinishedAt: string };
+    const migrate = JSON.parse(docker("inspect", "--format", "{{json .State}}", container("migrate"))) as {
+      ExitCode: number;
+      FinishedAt: string;
+    };
     expect(migrate.ExitCode).toBe(0);
     for (const c of ["coordinator-1", "coordinator-2"]) {
       const startedAt = docker("inspect", "--format", "{{.State.StartedAt}}", container(c));
@@ -221,7 +232,13 @@ describe("the compose stack", () => {
           await new Promise((r) => setTimeout(r, 10 + (n % 3) * 10));
           try {
             await retrying(() =>
-              client.completeTask({ taskId: t.id, workerId, attempt: t.attempt, resultUri: `s3://out/${t.chunkIndex}`, resultSha256: sha(`out${t.chunkIndex}`) }),
+              client.completeTask({
+                taskId: t.id,
+                workerId,
+                attempt: t.attempt,
+                resultUri: `s3://out/${t.chunkIndex}`,
+                resultSha256: sha(`out${t.chunkIndex}`),
+              }),
             );
             accepted.add(t.id);
           } catch (err) {
@@ -332,7 +349,9 @@ describe("the compose stack", () => {
     expect(tasks.filter((t) => t.result_uri !== `s3://out/${t.chunk_index ?? 0}`)).toEqual([]);
 
     // The CLI inside the coordinator that stayed (its default URL is itself).
-    expect(must("docker", ["exec", "-e", `LEASEHOLD_TOKEN=${TOKENS.admin}`, container("coordinator-2"), "leasehold", "jobs", "list", "--json"])).toContain(jobId);
+    expect(
+      must("docker", ["exec", "-e", `LEASEHOLD_TOKEN=${TOKENS.admin}`, container("coordinator-2"), "leasehold", "jobs", "list", "--json"]),
+    ).toContain(jobId);
 
     console.log(
       `test:deploy: ${TASKS} tasks through HAProxy (4 gRPC workers over TLS, 2 REST workers); coordinator-1 stopped at ${doneAtStop} done: ` +
@@ -344,7 +363,9 @@ describe("the compose stack", () => {
   it("comes down with `down -v` and leaves no container, network or volume behind", async () => {
     const started = performance.now();
     // Not blocking this process: HAProxy's soft stop waits for its clients (ours) to close.
-    await mustAsync(compose[0], [...compose.slice(1), "-p", PROJECT, ...FILES, "down", "-v", "--remove-orphans", "--timeout", "30"], { env });
+    await mustAsync(compose[0], [...compose.slice(1), "-p", PROJECT, ...FILES, "down", "-v", "--remove-orphans", "--timeout", "30"], {
+      env,
+    });
     console.log(`test:deploy: down -v in ${((performance.now() - started) / 1000).toFixed(0)} s`);
     expect(leftovers(`label=com.docker.compose.project=${PROJECT}`)).toEqual([]);
   });

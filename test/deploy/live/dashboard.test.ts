@@ -98,7 +98,12 @@ function worker(n: number): Promise<void> {
         continue;
       }
       if ((round + i) % 7 === 0) {
-        await ok("POST", `/tasks/${t.id}/failure`, { worker_id: `w-${n}`, attempt: t.attempt, error_code: "flaky", retry_after_seconds: 0 });
+        await ok("POST", `/tasks/${t.id}/failure`, {
+          worker_id: `w-${n}`,
+          attempt: t.attempt,
+          error_code: "flaky",
+          retry_after_seconds: 0,
+        });
         continue;
       }
       await ok("POST", `/tasks/${t.id}/result`, {
@@ -118,7 +123,12 @@ function cappedClaimer(n: number): Promise<void> {
     const [t] = (claim.json.tasks as ClaimedTask[] | undefined) ?? [];
     await new Promise((r) => setTimeout(r, 150));
     if (t)
-      await ok("POST", `/tasks/${t.id}/result`, { worker_id: `c-${n}`, attempt: t.attempt, result_uri: "s3://out/c", result_sha256: sha("c") });
+      await ok("POST", `/tasks/${t.id}/result`, {
+        worker_id: `c-${n}`,
+        attempt: t.attempt,
+        result_uri: "s3://out/c",
+        result_sha256: sha("c"),
+      });
   });
 }
 
@@ -126,7 +136,11 @@ function producer(): Promise<void> {
   let i = 0;
   return loop("producer", async () => {
     i++;
-    const tasks = Array.from({ length: 10 }, (_, k) => ({ chunk_index: k, input_uri: `s3://in/${i}/${k}`, input_sha256: sha(`${i}/${k}`) }));
+    const tasks = Array.from({ length: 10 }, (_, k) => ({
+      chunk_index: k,
+      input_uri: `s3://in/${i}/${k}`,
+      input_sha256: sha(`${i}/${k}`),
+    }));
     await ok("POST", "/jobs", { workload: "dash", tasks });
     await ok("POST", "/jobs", { workload: "capped", input_uri: `s3://in/c${i}`, input_sha256: sha(`c${i}`) });
     const unknown = await rest("GET", `/jobs/${randomUUID()}`);
@@ -158,7 +172,12 @@ beforeAll(async () => {
   await ok("PUT", "/workloads/ticker", {});
   const schema = { type: "object", properties: { n: { type: "integer" } }, required: ["n"] };
   await ok("PUT", "/workloads/templated", { parameters_schema: schema });
-  const job = (workload: string, extra: Record<string, unknown> = {}) => ({ workload, input_uri: "s3://in/t", input_sha256: sha("t"), ...extra });
+  const job = (workload: string, extra: Record<string, unknown> = {}) => ({
+    workload,
+    input_uri: "s3://in/t",
+    input_sha256: sha("t"),
+    ...extra,
+  });
   // Fires each second; its job is never worked, so the next ticks are skipped for overlap.
   await ok("PUT", "/schedules/ticking", { cron: "* * * * * *", job: job("ticker"), overlap: "skip" });
   // Valid when put; the workload's schema then changes under it, so its ticks fail.
@@ -259,9 +278,9 @@ describe("the alert rules on the same Prometheus", () => {
   });
 
   it("each expression (with bool on its comparisons) returns series from what the coordinator serves", async () => {
-    const rules = (parse(readFileSync(RULES, "utf8")) as { groups: { rules: { alert?: string; record?: string; expr: string }[] }[] }).groups.flatMap(
-      (g) => g.rules,
-    );
+    const rules = (
+      parse(readFileSync(RULES, "utf8")) as { groups: { rules: { alert?: string; record?: string; expr: string }[] }[] }
+    ).groups.flatMap((g) => g.rules);
     const problems: string[] = [];
     for (const rule of rules) {
       const q = withBool(rule.expr);

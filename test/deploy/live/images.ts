@@ -96,7 +96,15 @@ export function coordinatorImage(base: string, log: (m: string) => void): Coordi
   const started = performance.now();
   must(
     "docker",
-    ["build", "-f", "deploy/container/Dockerfile", ...Object.entries(buildArgs).flatMap(([k, v]) => ["--build-arg", `${k}=${v}`]), "-t", image, "."],
+    [
+      "build",
+      "-f",
+      "deploy/container/Dockerfile",
+      ...Object.entries(buildArgs).flatMap(([k, v]) => ["--build-arg", `${k}=${v}`]),
+      "-t",
+      image,
+      ".",
+    ],
     { timeoutMs: 1_800_000 },
   );
   const buildSeconds = (performance.now() - started) / 1000;
