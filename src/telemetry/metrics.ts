@@ -274,7 +274,13 @@ export class Metrics implements ApiMetrics, HorizonSink {
     const timeoutMs = opts.statsTimeoutMs ?? 5000;
     const unfinished = new ScrapeCache<WorkloadTaskStats[]>("task stats", "unfinished", opts.unfinishedTtlMs ?? 5000, timeoutMs, logger);
     const all = new ScrapeCache<WorkloadTaskStats[]>("task stats", "all", opts.allTtlMs ?? 60_000, timeoutMs, logger);
-    const settlements = new ScrapeCache<SettlementBacklog>("the settlement backlog", "settlements", opts.settlementsTtlMs ?? 30_000, timeoutMs, logger);
+    const settlements = new ScrapeCache<SettlementBacklog>(
+      "the settlement backlog",
+      "settlements",
+      opts.settlementsTtlMs ?? 30_000,
+      timeoutMs,
+      logger,
+    );
     const readStats = (scope: "unfinished" | "all") => {
       const stats = sources.stats;
       return stats && ((signal: AbortSignal) => stats.taskStats(scope, { signal }));

@@ -118,7 +118,9 @@ describe("the settlement backlog", () => {
     const text = await failing.render();
     expect(sample(text, "leasehold_settlements_waiting")).toBe(3);
     expect(sample(text, "leasehold_oldest_unsettled_seconds")).toBe(90_000);
-    expect(lines).toContainEqual(expect.objectContaining({ level: 40, scope: "settlements", msg: expect.stringContaining("settlement backlog") }));
+    expect(lines).toContainEqual(
+      expect.objectContaining({ level: 40, scope: "settlements", msg: expect.stringContaining("settlement backlog") }),
+    );
   });
 });
 
