@@ -62,8 +62,9 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        // test/ha runs apart, on the HA rig (npm run test:ha), with its own config.
-        test: { name: "direct", include: ["test/**/*.test.ts"], exclude: ["test/ha/**", "**/node_modules/**"] },
+        // test/ha runs apart, on the HA rig (npm run test:ha), and test/deploy/live with Docker
+        // (npm run test:deploy), each with its own config.
+        test: { name: "direct", include: ["test/**/*.test.ts"], exclude: ["test/ha/**", "test/deploy/live/**", "**/node_modules/**"] },
       },
       // The router project also keeps results and claims in statements of their own (COALESCE_MIX=false).
       { extends: true, test: { name: "router", include: API_SUITES, env: { DIRECT_UNARY: "false", COALESCE_MIX: "false" } } },
