@@ -1,5 +1,5 @@
 // The Python client (clients/python) as its own suite sees it: pytest against live
-// coordinator processes (started by its fixtures with `node --import tsx src/main.ts`)
+// coordinator processes (started by its fixtures with `node --import tsx src/main.ts`, or the build: entry.ts)
 // on a database of this run, over both of its transports; plus mypy --strict, ruff and
 // the freshness of its generated modules. Each step runs the venv's python
 // (inject("python")) and, when it fails, fails here with that tool's own output.
@@ -8,6 +8,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { ROOT } from "../support/process.js";
+import { nodeEntry } from "../support/entry.js";
 
 const PYTHON = inject("python");
 const CLIENT = path.join(ROOT, "clients", "python");
@@ -60,7 +61,12 @@ describe("clients/python", () => {
       const r = await run(
         PYTHON,
         ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
-        { LEASEHOLD_TEST_DATABASE_URL: db.url, LEASEHOLD_NODE: process.execPath, LEASEHOLD_REPO_ROOT: ROOT },
+        {
+          LEASEHOLD_TEST_DATABASE_URL: db.url,
+          LEASEHOLD_NODE: process.execPath,
+          LEASEHOLD_REPO_ROOT: ROOT,
+          LEASEHOLD_COORDINATOR_ARGS: nodeEntry("src/main.ts").join(" "),
+        },
         PYTEST_TIMEOUT_MS,
       );
       expect(r.code, r.output).toBe(0);
