@@ -113,7 +113,9 @@ describe("the quota and a finalizer", () => {
     const parent = await q.createJob(withFinalizer(2, { account: acct }));
     // Two tasks and the finalizer's, held.
     expect((await q.getAccount(acct)).pendingTasks).toBe(3);
-    const refused = await q.createJob({ workload: W, account: acct, inputUri: "s3://in/x", inputSha256: sha(`x${seq}`) }).catch((e: unknown) => e);
+    const refused = await q
+      .createJob({ workload: W, account: acct, inputUri: "s3://in/x", inputSha256: sha(`x${seq}`) })
+      .catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(QuotaExceededError);
     expect((refused as Error).message).toContain("has 3 pending tasks; 1 more would pass its max_pending_tasks of 3");
     // Leased tasks count: a worker's lease does not make room.
