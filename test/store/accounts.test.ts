@@ -162,7 +162,10 @@ describe("CreateJob with an account", () => {
     expect(theirs.job.id).not.toBe(own.job.id);
     expect(theirs.job.account).toBe("acc-ik-b");
     expect(await q.createJob(job("acc-ik-a", 1, { idempotencyKey: "acc-ik" }))).toMatchObject({ created: false, job: { id: own.job.id } });
-    expect(await q.createJob(job("acc-ik-b", 2, { idempotencyKey: "acc-ik" }))).toMatchObject({ created: false, job: { id: theirs.job.id } });
+    expect(await q.createJob(job("acc-ik-b", 2, { idempotencyKey: "acc-ik" }))).toMatchObject({
+      created: false,
+      job: { id: theirs.job.id },
+    });
     // The jobs without an account share one namespace, as before accounts (single-tenant mode).
     const open = await q.createJob(job(undefined, 1, { idempotencyKey: "acc-ik" }));
     expect(open.created).toBe(true);

@@ -42,7 +42,14 @@ import { int64Number, jobMessage, settlementMessage, usageMessage } from "./mess
 
 type AccountsImpl = Pick<
   ServiceImpl<typeof QueueServiceDesc>,
-  "putAccount" | "getAccount" | "listAccounts" | "getAccountUsage" | "listSettlements" | "settleJob" | "listAdjustments" | "settleAdjustment"
+  | "putAccount"
+  | "getAccount"
+  | "listAccounts"
+  | "getAccountUsage"
+  | "listSettlements"
+  | "settleJob"
+  | "listAdjustments"
+  | "settleAdjustment"
 >;
 
 export function accountsService(queue: ApiQueue): AccountsImpl {
@@ -87,7 +94,11 @@ export function accountsService(queue: ApiQueue): AccountsImpl {
 
     async settleAdjustment(req, ctx) {
       const adjustment = await queue.settleAdjustment(
-        { adjustmentId: req.adjustmentId, settlementKey: req.settlementKey, settledUnits: optionalInt64("settled_units", req.settledUnits) },
+        {
+          adjustmentId: req.adjustmentId,
+          settlementKey: req.settlementKey,
+          settledUnits: optionalInt64("settled_units", req.settledUnits),
+        },
         call(ctx),
       );
       return create(SettleAdjustmentResponseSchema, { adjustment: adjustmentMessage(adjustment) });

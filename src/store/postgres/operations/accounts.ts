@@ -176,7 +176,13 @@ export async function quotaGate(c: pg.PoolClient, account: string, tasks: number
 }
 
 /** The quota's refusal when `tasks` more would pass `max` (0: no limit), naming the numbers; undefined when they fit. */
-async function overQuota(c: pg.PoolClient, account: string, max: number, tasks: number, field: string): Promise<QuotaExceededError | undefined> {
+async function overQuota(
+  c: pg.PoolClient,
+  account: string,
+  max: number,
+  tasks: number,
+  field: string,
+): Promise<QuotaExceededError | undefined> {
   if (max <= 0 || tasks <= 0) return undefined;
   const { pending_tasks: pending } = await COUNT_PENDING.one(c, { name: account });
   if (pending + tasks <= max) return undefined;

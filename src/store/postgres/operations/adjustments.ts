@@ -9,7 +9,14 @@
 import type pg from "pg";
 import { NotFoundError, SettlementConflictError } from "../../../queue/errors.js";
 import { encodeAdjustmentsPageToken, validateListAdjustments, validateSettleAdjustment } from "../../../queue/settlement-validation.js";
-import type { CallOptions, ListAdjustmentsInput, ListAdjustmentsResult, SettleAdjustmentInput, Usage, UsageAdjustment } from "../../../queue/types.js";
+import type {
+  CallOptions,
+  ListAdjustmentsInput,
+  ListAdjustmentsResult,
+  SettleAdjustmentInput,
+  Usage,
+  UsageAdjustment,
+} from "../../../queue/types.js";
 import type { StoreContext } from "../state/context.js";
 import { withClient } from "../sql/db.js";
 import { defineQuery } from "../sql/query.js";
@@ -151,7 +158,12 @@ export async function listAdjustments(ctx: StoreContext, input: ListAdjustmentsI
 export async function settleAdjustment(ctx: StoreContext, input: SettleAdjustmentInput, opts: CallOptions): Promise<UsageAdjustment> {
   const s = validateSettleAdjustment(input);
   const row = await withClient(ctx.pool, opts.signal, (c) =>
-    SETTLE_ADJUSTMENT.maybe(c, { adjustmentId: s.adjustmentId, key: s.settlementKey, units: s.settledUnits, account: opts.account ?? null }),
+    SETTLE_ADJUSTMENT.maybe(c, {
+      adjustmentId: s.adjustmentId,
+      key: s.settlementKey,
+      units: s.settledUnits,
+      account: opts.account ?? null,
+    }),
   );
   if (!row) throw new NotFoundError("adjustment", s.adjustmentId, "adjustment_id");
   const adjustment = toAdjustment(row);

@@ -64,7 +64,8 @@ export async function acceptLateResult(
   const row = await transaction(c, async () => {
     await JOB_LOCK.run(c, { jobId: task.jobId });
     const completed = await COMPLETE_CANCELLED_TASK.maybe(c, resultParams(done));
-    if (completed) await recordLateUsage(c, { jobId: completed.job_id, taskId: completed.id, attempt: completed.attempt, usage: done.usage });
+    if (completed)
+      await recordLateUsage(c, { jobId: completed.job_id, taskId: completed.id, attempt: completed.attempt, usage: done.usage });
     return completed;
   });
   if (!row) return undefined;

@@ -182,7 +182,12 @@ export function toJob(r: JobRow): Job {
     account: r.account ?? null,
     billing: jobBilling(r),
     settlement: r.settled_at
-      ? { settlementKey: r.settlement_key ?? "", settledUnits: Number(r.settled_units ?? 0), settledAt: r.settled_at, usage: r.settled_usage ?? {} }
+      ? {
+          settlementKey: r.settlement_key ?? "",
+          settledUnits: Number(r.settled_units ?? 0),
+          settledAt: r.settled_at,
+          usage: r.settled_usage ?? {},
+        }
       : null,
   };
 }
