@@ -189,7 +189,7 @@ describe("console: the money path", () => {
     page.on("request", (r) => {
       if (new URL(r.url()).pathname === "/metrics") scraped.push(r.url());
     });
-    await page.evaluate(() => (location.hash = "#/"));
+    await page.evaluate(() => ((globalThis as unknown as { location: { hash: string } }).location.hash = "#/"));
     await page.waitForFunction(() => document.getElementById("own-jobs") !== null, WAIT);
     const text = await page.evaluate(() => document.getElementById("own-jobs")?.textContent ?? "");
     // Its two jobs (one pending, one cancelled); none of wayne's three pending ones.
