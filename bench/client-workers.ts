@@ -5,11 +5,13 @@
 //     git-ignored copy under test-artifacts/) with one task per claim and a result per call
 //     chained through claim_next, and with prefetch + CompleteTasks batches;
 //   - py single / py batched: the Python client's Worker (.venv, made as the tests make it), same modes;
+//   - py-aio single / py-aio batched: its leasehold.aio.AsyncWorker with an `async def` handler, same modes;
 //   - loadgen single: the benchmark's own gRPC loop (harness.ts grpcClient), CompleteTask with claim_next.
 // The arms take turns in each round (order rotating by round); reports tasks/s and the client's CPU
 // per task, medians over the rounds. A benchmark, not a test: on a busy machine the figures are noise.
 //
 //   --runs N (3)   --seconds S (5)   --concurrency C (32)   --transport grpc|json (grpc)
+//   --arms A,B     only the arms whose name starts with one of these (`py` runs the four Python ones)
 //   BENCH_CHILD_NODE_ARGS   node options for the TypeScript and load-generator children (e.g.
 //                           `--cpu-prof --cpu-prof-dir=DIR` to profile each worker process)
 
@@ -33,6 +35,8 @@ const CHILD_NODE_ARGS = process.env.BENCH_CHILD_NODE_ARGS?.split(" ").filter(Boo
 const SECONDS = Number(arg("seconds", "5"));
 const CONCURRENCY = Number(arg("concurrency", "32"));
 const TRANSPORT = arg("transport", "grpc");
+/** --arms a,b: only the arms whose name starts with one of these (e.g. `py` for the Python ones). */
+const ARMS = arg("arms", "").split(",").filter(Boolean);
 const SHA = createHash("sha256").update("noop").digest("hex");
 const TICK_MS = 10; // USER_HZ is 100 on Linux
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -112,6 +116,28 @@ def report():
         time.sleep(0.1)
 threading.Thread(target=report, daemon=True).start()
 worker.run()
+`;
+
+// The asyncio Python child: leasehold.aio's AsyncWorker with an async def handler, printing the same count.
+const PYTHON_AIO_CHILD = `
+import asyncio, sys
+from leasehold import Result
+from leasehold.aio import AsyncWorker
+url, workload, batched, concurrency, transport, sha = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5], sys.argv[6]
+worker = AsyncWorker(url, workloads=[workload], concurrency=concurrency, transport=transport, wait_seconds=1,
+                     prefetch=batched, batch_results=batched, claim_with_results=True)
+@worker.handler(workload)
+async def noop(task):
+    return Result(uri="mem://out", sha256=sha)
+async def main():
+    async def report():
+        while True:
+            print(worker.stats["completed"], flush=True)
+            await asyncio.sleep(0.1)
+    reporter = asyncio.create_task(report())
+    await worker.run()
+    reporter.cancel()
+asyncio.run(main())
 `;
 
 // ---------- the parent ----------
@@ -198,18 +224,24 @@ async function main() {
         stdio: ["ignore", "pipe", "inherit"],
       },
     );
-  const pyChild = (batched: boolean) => (url: string, workload: string) =>
-    spawn(python, ["-c", PYTHON_CHILD, url, workload, batched ? "1" : "0", String(CONCURRENCY), TRANSPORT, SHA], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
+  const pyChild =
+    (batched: boolean, code = PYTHON_CHILD) =>
+    (url: string, workload: string) =>
+      spawn(python, ["-c", code, url, workload, batched ? "1" : "0", String(CONCURRENCY), TRANSPORT, SHA], {
+        stdio: ["ignore", "pipe", "inherit"],
+      });
   const arms: Arm[] = [
     { name: "ts single", start: nodeChild(["--child", "ts", "--batched", "0"]) },
     { name: "ts batched", start: nodeChild(["--child", "ts", "--batched", "1"]) },
     { name: "py single", start: pyChild(false) },
     { name: "py batched", start: pyChild(true) },
+    { name: "py-aio single", start: pyChild(false, PYTHON_AIO_CHILD) },
+    { name: "py-aio batched", start: pyChild(true, PYTHON_AIO_CHILD) },
     { name: "loadgen single", start: nodeChild(["--child", "loadgen"]) },
   ];
 
+  const chosen = ARMS.length ? arms.filter((a) => ARMS.some((p) => a.name.startsWith(p))) : arms;
+  arms.splice(0, arms.length, ...chosen);
   const db = await startDatabase();
   const coordinator = await startCoordinator(db.url);
   const pool = createPool({ connectionString: db.url, max: 2, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });

@@ -1,4 +1,4 @@
-// The cost of defineQuery (src/store/postgres/sql/query.ts) against a hand-written values array, on a
+// The cost of defineQuery and namedQuery (src/store/postgres/sql/query.ts) against a hand-written values array, on a
 // client that answers at once: what the helper adds to each call, isolated from PostgreSQL (whose
 // round trip is ~100 µs or more). Rounds alternate A and B so a loaded machine slows both alike;
 // the medians are reported. `node --import tsx bench/define-query.ts [rounds] [--pg]`: with --pg,
@@ -6,7 +6,7 @@
 // and through defineQuery, alternating.
 import pg from "pg";
 import { CLAIM_TASKS } from "../src/store/postgres/operations/claim.js";
-import { defineQuery, type Queryable } from "../src/store/postgres/sql/query.js";
+import { defineQuery, namedQuery, type Queryable } from "../src/store/postgres/sql/query.js";
 import { startDatabase } from "./harness.js";
 
 const answer = Promise.resolve({ rows: [{ id: "x" }] });
@@ -24,6 +24,7 @@ interface ClaimParams {
   workerId: string;
   leaseSeconds: number | null;
   labels: string;
+  hints: string;
 }
 const CLAIM = defineQuery<ClaimParams, { id: string }>("leasehold_claim_tasks", CLAIM_TASKS, (p) => [
   p.workloads,
@@ -31,9 +32,16 @@ const CLAIM = defineQuery<ClaimParams, { id: string }>("leasehold_claim_tasks", 
   p.workerId,
   p.leaseSeconds,
   p.labels,
+  p.hints,
 ]);
+// The same six parameters by name: the client ignores the text, so a text that names them is enough.
+const NAMED_CLAIM = namedQuery<ClaimParams, { id: string }>(
+  "leasehold_claim_tasks",
+  "SELECT @workloads, @limit, @workerId, @leaseSeconds, @labels, @hints",
+  ["workloads", "limit", "workerId", "leaseSeconds", "labels", "hints"],
+);
 
-const claim = { workloads: ["render"], maxTasks: 8, workerId: "w-1", leaseSeconds: null, labels: "{}" };
+const claim = { workloads: ["render"], maxTasks: 8, workerId: "w-1", leaseSeconds: null, labels: "{}", hints: "{}" };
 const CALLS = 200_000;
 
 async function direct(): Promise<void> {
@@ -41,24 +49,27 @@ async function direct(): Promise<void> {
     const { rows } = await client.query({
       name: "leasehold_claim_tasks",
       text: CLAIM_TASKS,
-      values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels],
+      values: [claim.workloads, claim.maxTasks, claim.workerId, claim.leaseSeconds ?? null, claim.labels, claim.hints],
     });
     sink += rows.length;
   }
 }
 
-async function helper(): Promise<void> {
+const helperOf = (q: typeof CLAIM) => async (): Promise<void> => {
   for (let i = 0; i < CALLS; i++) {
-    const rows = await CLAIM.run(client, {
+    const rows = await q.run(client, {
       workloads: claim.workloads,
       limit: claim.maxTasks,
       workerId: claim.workerId,
       leaseSeconds: claim.leaseSeconds ?? null,
       labels: claim.labels,
+      hints: claim.hints,
     });
     sink += rows.length;
   }
-}
+};
+const helper = helperOf(CLAIM);
+const named = helperOf(NAMED_CLAIM);
 
 async function time(fn: () => Promise<void>): Promise<number> {
   const t = process.hrtime.bigint();
@@ -70,11 +81,14 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const rounds = Number(process.argv.find((a) => /^\d+$/.test(a)) ?? 11);
 const a: number[] = [];
 const b: number[] = [];
+const n: number[] = [];
 await time(direct);
 await time(helper);
+await time(named);
 for (let r = 0; r < rounds; r++) {
   a.push(await time(direct));
   b.push(await time(helper));
+  n.push(await time(named));
 }
 console.log(
   JSON.stringify({
@@ -83,6 +97,8 @@ console.log(
     directNsPerCall: Math.round(median(a)),
     defineQueryNsPerCall: Math.round(median(b)),
     addedNsPerCall: Math.round(median(b.map((x, i) => x - a[i]))),
+    namedQueryNsPerCall: Math.round(median(n)),
+    namedAddedNsPerCall: Math.round(median(n.map((x, i) => x - a[i]))),
     sink: sink > 0,
   }),
 );

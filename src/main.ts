@@ -138,7 +138,8 @@ class Coordinator {
       taskWakes: this.listener,
       claimHints: config.claimHints,
     });
-    metrics.attach({ stats: store }); // task counts for /metrics, read from the store at scrape time
+    // Read from the store at scrape time: task counts and the settlement backlog; and what /readyz answers.
+    metrics.attach({ stats: store, settlements: store, readiness: () => this.readiness() });
     if (embedded) await registerDemoWorkloads(store, logger);
     this.checkpoint();
 
@@ -150,7 +151,7 @@ class Coordinator {
 
     this.maintainer = new Maintainer(store, logger, { intervalMs: config.reaperIntervalMs });
     this.maintainer.start();
-    const scheduler = new SchedulerLoop(store, logger);
+    const scheduler = new SchedulerLoop(store, logger, { onPassFailed: () => metrics.schedulerPassFailed() });
     scheduler.start();
     this.shutdownHooks.push({ name: "scheduler", run: () => scheduler.stop() });
     const horizon = (this.horizon = new HorizonWatch(horizonSource(pool), logger, metrics, { warnAfterMs: config.horizonWarnAfterMs }));
@@ -189,7 +190,7 @@ class Coordinator {
     if (config.authTokens.length === 0) {
       logger.warn(
         { host: config.host },
-        "no AUTH_TOKENS_FILE: the API is open to anyone who can reach the port (see README, Authentication)",
+        "no AUTH_TOKENS_FILE: the API is open to anyone who can reach the port (see docs/authentication.md#without-tokens)",
       );
     }
   }

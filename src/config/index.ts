@@ -145,7 +145,7 @@ export const CONFIG_VARIABLES = [
   [
     "AUTH_TOKENS_FILE",
     "(unset: no authentication)",
-    "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix | account]` per line (see Authentication)",
+    "file of hashed bearer tokens, one `<sha256-hex> <role> [worker_id prefix | account]` per line (see docs/authentication.md)",
   ],
   ["ALLOW_UNAUTHENTICATED", "false", "`true` lets a coordinator without tokens bind an address other than loopback"],
   ["TLS_CERT_FILE", "(unset: cleartext)", "PEM certificate chain; with TLS_KEY_FILE serves HTTPS (HTTP/2 and HTTP/1.1 by ALPN) on PORT"],

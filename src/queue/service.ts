@@ -129,6 +129,18 @@ export interface TaskStatsSource {
   taskStats(scope: "unfinished" | "all", opts?: CallOptions): Promise<WorkloadTaskStats[]>;
 }
 
+/** Final billable jobs not yet settled, for metrics: how many, and how long the oldest has waited. */
+export interface SettlementBacklog {
+  waiting: number;
+  /** Seconds since the oldest of them became final (its completed_at); 0 when none waits. */
+  oldestSeconds: number;
+}
+
+/** What the settlement gauges read when scraped (the store; apart from TaskStatsSource so fakes need not). */
+export interface SettlementStatsSource {
+  settlementBacklog(opts?: CallOptions): Promise<SettlementBacklog>;
+}
+
 /**
  * The whole queue a store implements: what the API calls, what the maintenance loop calls
  * (maintenance.ts) and what metrics read. Wrappers take and give the part they change.

@@ -7,34 +7,32 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateJobResponseSchema } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { jobMessage, taskMessage } from "../../src/api/services/messages.js";
 import { toJob, toTask } from "../../src/store/postgres/sql/rows.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { SWITCHES } from "../support/switches.js";
-import { sha } from "../support/queue.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let api: ApiServerFixture;
 let base: string;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 10_000, connectTimeoutMs: 2000 });
-  const queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 10_000,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 10_000,
+    },
+    { max: 4 },
+  );
+  pool = fx.pool;
+  const queue = fx.queue;
   api = await apiServerFixture({ queue, maxBodyBytes: 8 * 1024 * 1024, requestTimeoutMs: 10_000 });
   base = api.base;
 });
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 /** The answer CreateJob gives for a job, made from the rows the database holds. */

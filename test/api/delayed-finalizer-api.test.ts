@@ -8,20 +8,18 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { JobStatus, QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { restCall, type RestAnswer } from "../support/rest.js";
 import { rpcError } from "../support/rpc.js";
-import { SWITCHES } from "../support/switches.js";
-import { sha } from "../support/queue.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 const W = "dfa_chunks";
 const STITCH = "dfa_stitch";
 const YEAR_AND_A_DAY_MS = 366 * 86_400_000;
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let queue: PostgresQueue;
 let api: ApiServerFixture;
 let base: string;
@@ -36,9 +34,9 @@ async function written(): Promise<{ jobs: number; tasks: number; wakes: number }
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 5000, connectTimeoutMs: 2000 });
-  queue = new PostgresQueue(pool, { coalescing: SWITCHES.coalescing, defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 });
+  fx = await queueFixture({ defaultLeaseSeconds: 60, defaultMaxAttempts: 3, maxTasksPerJob: 50 }, { max: 6 });
+  pool = fx.pool;
+  queue = fx.queue;
   api = await apiServerFixture({ queue });
   base = api.base;
   await queue.putWorkload({ name: W });
@@ -48,8 +46,7 @@ beforeAll(async () => {
 afterAll(async () => {
   queue?.stopTimers();
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 describe("REST", () => {

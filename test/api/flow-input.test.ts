@@ -7,16 +7,13 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { sha } from "../support/queue.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
 import { rpcError } from "../support/rpc.js";
-import { SWITCHES } from "../support/switches.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let api: ApiServerFixture;
 let base: string;
 let clients: Record<string, Client<typeof QueueService>>;
@@ -32,14 +29,16 @@ async function snapshot(): Promise<string> {
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 10_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 1000,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 1000,
+    },
+    { max: 6 },
+  );
+  pool = fx.pool;
+  const queue = fx.queue;
   api = await apiServerFixture({ queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
   base = api.base;
   clients = {
@@ -52,8 +51,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 const tooManyLabels = Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"]));

@@ -14,12 +14,10 @@ import { BadRequestSchema, RequestInfoSchema } from "../../gen/google/rpc/error_
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 import { AttemptOutcome, JobStatus, QueueService, TaskStatus, type TaskAttempt } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { JOB_FAILURE, LIST_FAILED_TASKS, LIST_TASKS, TASK_ATTEMPT_EVENTS } from "../support/statements.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { rpcError } from "../support/rpc.js";
 import { restCall, type RestAnswer } from "../support/rest.js";
-import { SWITCHES } from "../support/switches.js";
-import { sha } from "../support/queue.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 const SCHEMA_WORKLOAD = "insp_schema";
@@ -30,22 +28,24 @@ const PARAMETERS_SCHEMA = {
   properties: { model: { type: "string" }, lr: { type: "number" }, mode: { enum: ["fast", "exact"] } },
 };
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let queue: PostgresQueue;
 let api: ApiServerFixture;
 let base: string;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 50,
-    watchPollIntervalMs: 100,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 50,
+      watchPollIntervalMs: 100,
+    },
+    { max: 8 },
+  );
+  pool = fx.pool;
+  queue = fx.queue;
   api = await apiServerFixture({ queue });
   base = api.base;
   await queue.putWorkload({ name: SCHEMA_WORKLOAD, parametersSchema: PARAMETERS_SCHEMA });
@@ -53,8 +53,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 /** A REST call to the server under test. */

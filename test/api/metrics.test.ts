@@ -49,7 +49,8 @@ function logger() {
       cb();
     },
   });
-  return pino({ level: "info" }, sink);
+  // debug: a successful scrape's line is at that level (request-log.ts).
+  return pino({ level: "debug" }, sink);
 }
 
 beforeAll(async () => {
@@ -245,7 +246,7 @@ describe("GET /metrics", () => {
     await fetch(`${base}/metrics`, { headers: { "x-request-id": requestId } });
     await new Promise((r) => setTimeout(r, 50));
     const line = logLines.find((l) => l.request_id === requestId);
-    expect(line).toMatchObject({ msg: "request", path: "/metrics", operation: "metrics", method: "GET", status: 200 });
+    expect(line).toMatchObject({ level: 20, msg: "request", path: "/metrics", operation: "metrics", method: "GET", status: 200 });
   });
 
   it("counts claims refused by a cap and by a rate limit, per workload, and shows the leased tasks while they are leased", async () => {

@@ -10,23 +10,18 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { context, propagation, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-node";
-import type pg from "pg";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { ConfigError, loadConfig } from "../../src/config/index.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { rpcError } from "../support/rpc.js";
-import { SWITCHES } from "../support/switches.js";
-import { sha } from "../support/queue.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 const WORKLOAD = "traced";
 
 const exporter = new InMemorySpanExporter();
 let provider: NodeTracerProvider;
-let db: TestDatabase;
-let pool: pg.Pool;
+let fx: QueueFixture;
 let api: ApiServerFixture;
 let base: string;
 let client: Client<typeof QueueService>;
@@ -40,14 +35,15 @@ function newTraceparent(): { header: string; traceId: string; spanId: string } {
 beforeAll(async () => {
   provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   provider.register({ propagator: new W3CTraceContextPropagator() });
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const store = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 50,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 50,
+    },
+    { max: 4 },
+  );
+  const store = fx.queue;
   await store.putWorkload({ name: WORKLOAD });
   api = await apiServerFixture({ queue: store });
   base = api.base;
@@ -56,8 +52,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
   await provider?.shutdown();
   trace.disable();
   context.disable();

@@ -18,26 +18,25 @@ import {
   TaskStatus,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { parseDirectUnary, ConfigError } from "../../src/config/index.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
-import { SWITCHES } from "../support/switches.js";
-import { sha } from "../support/queue.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 const servers: ApiServerFixture[] = [];
 const bases = new Map<boolean, string>();
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 50,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 50,
+    },
+    { max: 8 },
+  );
+  pool = fx.pool;
+  const queue = fx.queue;
   for (const directUnary of [true, false]) {
     const api = await apiServerFixture({ queue, directUnary });
     servers.push(api);
@@ -47,8 +46,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const s of servers) await s.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 async function taskRow(id: string): Promise<{ status: string; result_uri: string | null }> {

@@ -12,37 +12,36 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BadRequestSchema, RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { SWITCHES } from "../support/switches.js";
+import { queueFixture, type QueueFixture } from "../support/queue.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 const PATH = "/leasehold.queue.v1.QueueService/ClaimTasks";
 // worker_id (field 1, length-delimited) announcing 5 bytes where 1 follows: the decoder runs out.
 const TRUNCATED = Buffer.from([0x0a, 0x05, 0x61]);
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let api: ApiServerFixture;
 let port: number;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 30,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 10,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 30,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 10,
+    },
+    { max: 4 },
+  );
+  pool = fx.pool;
+  const queue = fx.queue;
   api = await apiServerFixture({ queue });
   port = api.port;
 });
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 /** One HTTP/1.1 POST: the status and the whole body. */

@@ -10,30 +10,29 @@ import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobEventKind, JobStatus, QueueService, TaskStatus, type WatchJobResponse } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { SWITCHES } from "../support/switches.js";
-import { sha } from "../support/queue.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
 type Counts = Record<"pending" | "leased" | "completed" | "failed" | "cancelled", number>;
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let api: ApiServerFixture;
 let base: string;
 let client: Client<typeof QueueService>;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 1,
-    maxTasksPerJob: 50,
-    watchPollIntervalMs: 200,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 1,
+      maxTasksPerJob: 50,
+      watchPollIntervalMs: 200,
+    },
+    { max: 8 },
+  );
+  pool = fx.pool;
+  const queue = fx.queue;
   api = await apiServerFixture({ queue });
   base = api.base;
   client = createClient(QueueService, createConnectTransport({ baseUrl: base, httpVersion: "1.1" }));
@@ -41,8 +40,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 /** One message of a stream, whatever the transport: the snapshot's counts, or an event. */

@@ -7,16 +7,14 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { sha } from "../support/queue.js";
+import { PostgresQueue } from "../../src/store/postgres/store.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
 import { rpcError } from "../support/rpc.js";
-import { SWITCHES } from "../support/switches.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let queue: PostgresQueue;
 let api: ApiServerFixture;
 let base: string;
@@ -25,14 +23,16 @@ let client: Client<typeof QueueService>;
 const W = "keyed";
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 4, statementTimeoutMs: 10_000, connectTimeoutMs: 5000 });
-  queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 1000,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 1000,
+    },
+    { max: 4 },
+  );
+  pool = fx.pool;
+  queue = fx.queue;
   api = await apiServerFixture({ queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
   base = api.base;
   client = createClient(QueueService, createConnectTransport({ baseUrl: base, httpVersion: "1.1" }));
@@ -40,8 +40,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 async function job(workload: string, n: number, concurrencyKey: string): Promise<void> {

@@ -1,14 +1,17 @@
-// The Python client and the TypeScript client, each on two transports, through one scenario (a
-// job with a failing chunk under the continue policy, its retry, a cancel, a wait across dropped
-// connections, a table of bad inputs): the same statuses, failure explanation, result order and
-// error codes. Each client runs its own Worker, in its own process, through a TCP proxy the
-// scenario asks to cut every connection (POST to RESET_URL).
+// The Python client (sync and asyncio) and the TypeScript client, each on two transports, through one
+// scenario (a job with a failing chunk under the continue policy, its retry, a cancel, a wait across
+// dropped connections, a table of bad inputs): the same statuses, failure explanation, result order
+// and error codes. Each client runs its own Worker, in its own process, through a TCP proxy the
+// scenario asks to cut every connection (POST to RESET_URL). The Python scenarios also make every
+// other call of their client once and report the RPCs they and their worker sent: every RPC of the
+// contract must be among them.
 import { cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
 import http from "node:http";
 import path from "node:path";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { ROOT } from "../support/process.js";
@@ -79,21 +82,27 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function scenario(client: "ts" | "py", transport: string): Promise<unknown> {
+type ClientName = "ts" | "py" | "py-aio";
+
+async function scenario(client: ClientName, transport: string): Promise<unknown> {
   const env = {
     LEASEHOLD_URL: proxyUrl,
     LEASEHOLD_TRANSPORT: transport,
-    PREFIX: `${client}${transport.replace(/\W/g, "")}`,
+    PREFIX: `${client.replace(/\W/g, "")}${transport.replace(/\W/g, "")}`,
     RESET_URL: resetUrl,
   };
   const r =
     client === "ts"
       ? await runCommand(process.execPath, ["--import", "tsx", "test/parity-scenario.ts"], { cwd: tsPackage!, env, timeoutMs: 240_000 })
-      : await runCommand(inject("python"), [path.join(ROOT, "test", "support", "parity_scenario.py")], {
-          cwd: ROOT,
-          env: { ...env, PYTHONPATH: path.join(ROOT, "clients", "python"), PYTHONDONTWRITEBYTECODE: "1" },
-          timeoutMs: 240_000,
-        });
+      : await runCommand(
+          inject("python"),
+          [path.join(ROOT, "test", "support", client === "py" ? "parity_scenario.py" : "parity_scenario_aio.py")],
+          {
+            cwd: ROOT,
+            env: { ...env, PYTHONPATH: path.join(ROOT, "clients", "python"), PYTHONDONTWRITEBYTECODE: "1" },
+            timeoutMs: 240_000,
+          },
+        );
   expect(r.code, r.output).toBe(0);
   const last = r.output.trim().split("\n").at(-1)!;
   return JSON.parse(last);
@@ -113,15 +122,28 @@ const EXPECTED = {
   },
 };
 
-describe("client parity: Python and TypeScript, two transports each", () => {
+/** Every RPC of the contract, by the name a client sends. */
+const ALL_RPCS = QueueService.methods.map((m) => m.name).sort();
+const NAMES: Record<ClientName, string> = { ts: "TypeScript", py: "Python", "py-aio": "Python asyncio (leasehold.aio)" };
+
+describe("client parity: Python (sync and asyncio) and TypeScript, two transports each", () => {
   for (const [client, transport] of [
     ["ts", "connect"],
     ["ts", "grpc"],
     ["py", "json"],
     ["py", "grpc"],
+    ["py-aio", "json"],
+    ["py-aio", "grpc"],
   ] as const) {
-    it(`${client === "ts" ? "TypeScript" : "Python"} over ${transport}`, { timeout: 300_000 }, async () => {
-      expect(await scenario(client, transport)).toEqual(EXPECTED);
+    it(`${NAMES[client]} over ${transport}`, { timeout: 300_000 }, async () => {
+      const out = (await scenario(client, transport)) as Record<string, unknown>;
+      if (client === "ts") {
+        expect(out).toEqual(EXPECTED);
+        return;
+      }
+      const { rpcs, ...rest } = out;
+      expect(rest).toEqual(EXPECTED);
+      expect(rpcs).toEqual(ALL_RPCS);
     });
   }
 });

@@ -1,58 +1,96 @@
 // The TypeScript client as a user gets it: `npm pack` of clients/typescript installed into an
 // empty project with `npm install <tarball>`, its example worker and submitter
-// (clients/typescript/examples, as they stand) type-checked under `strict`, built and run against
-// a live coordinator over Connect and gRPC; the worker drains on SIGTERM and exits 0. And the
-// contract the package ships, used offline as docs/typescript.md says: stubs generated with buf and
-// protoc-gen-es from its self-contained proto module, and `buf breaking` of a newer release against
-// the image (leasehold.binpb) built against, which must fail (exit 100) on a breaking change.
+// (clients/typescript/examples, as they stand) type-checked under `strict`, built and run over
+// Connect and gRPC against a fresh coordinator started as `npm start` starts it (embedded
+// PostgreSQL in an empty data directory, no token, nothing registered by hand: the examples use
+// the demo workload it registers); the worker drains on SIGTERM and exits 0. The package's types
+// hold what docs/typescript.md says (one answer shape, no worker internals, the generated Task),
+// and a project whose `lib` lacks "DOM" needs skipLibCheck, as it says. And the contract the
+// package ships, used offline: stubs generated with buf and protoc-gen-es from its self-contained
+// proto module, and `buf breaking` of a newer release against the image (leasehold.binpb) built
+// against, which must fail (exit 100) on a breaking change.
 import { spawn } from "node:child_process";
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
-import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { freePort } from "../support/global-setup.js";
+import { killAll, ROOT, spawnCoordinator, type Spawned } from "../support/process.js";
 import { CLIENT_DIR, consumerProject, packClient, runCommand, tsc } from "../support/ts-consumer.js";
-import { SWITCHES } from "../support/switches.js";
-import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
-let db: TestDatabase;
-let pool: pg.Pool;
-let api: ApiServerFixture;
+let coordinator: Spawned;
 let url: string;
 let consumer: string;
 let packDir: string | undefined;
+let dataDir: string | undefined;
+
+/** What the package's types promise a user, checked under strict beside the examples (each @ts-expect-error must be an error). */
+const TYPES_CHECK = `import {
+  DeadlineExceededError,
+  ResourceExhaustedError,
+  type Client,
+  type CreatedJob,
+  type Job,
+  type JobSnapshot,
+  type RetriedJob,
+  type Task,
+  type TaskContext,
+  type UnavailableError,
+  type Worker,
+  type WorkerEvents,
+} from "@leasehold/client";
+
+// Every call that answers a job answers a Job: no wrapper, no job!.
+export async function answers(client: Client): Promise<Job[]> {
+  const created: CreatedJob = await client.createJob("scimesh", []);
+  const snapshot: JobSnapshot = await client.getJob(created.id);
+  const retried: RetriedJob = await client.retry(snapshot.id);
+  const waited: JobSnapshot = await client.wait(retried.id);
+  const cancelled: Job = await client.cancel(waited.id);
+  return [created, snapshot, retried, waited, cancelled, await client.settleJob(cancelled.id, "key", 0)];
+}
+
+// The worker's type is its public calls.
+export function internals(worker: Worker): void {
+  // @ts-expect-error not part of the Worker's type
+  void worker.leases;
+  // @ts-expect-error not part of the Worker's type
+  void worker.rpc;
+  // @ts-expect-error not part of the Worker's type
+  worker.freeLanes();
+}
+
+// Task is the generated message; a handler's task is a TaskContext.
+export const typeName: Task["$typeName"] = "leasehold.queue.v1.Task";
+export const input = (task: TaskContext): string => task.inputUri;
+// A class's code is its own.
+export const code: "deadline_exceeded" = new DeadlineExceededError("late").code;
+// @ts-expect-error a quota refusal is not an UnavailableError
+export const quota: UnavailableError = new ResourceExhaustedError("quota");
+export const events: (keyof WorkerEvents)[] = ["completed", "failed", "cancelled", "error"];
+`;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 30,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 100,
+  // As a newcomer's `npm start`: embedded mode, a data directory of its own, no token.
+  dataDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-fresh-"));
+  chmodSync(dataDir, 0o755); // as root, PostgreSQL runs as the postgres user and must reach its data directory
+  coordinator = spawnCoordinator({
+    EMBEDDED_PG_DIR: path.join(dataDir, "pg"),
+    EMBEDDED_PG_PORT: String(await freePort()),
+    PORT: "0",
   });
-  api = await apiServerFixture({ queue, maxBodyBytes: 1024 * 1024, requestTimeoutMs: 10_000 });
-  url = api.base;
-  const admin = createClient(QueueService, createConnectTransport({ baseUrl: url, httpVersion: "1.1" }));
-  await admin.putWorkload({ name: "thumbs", maxAttempts: 3, leaseSeconds: 30 });
-
   packDir = mkdtempSync(path.join(os.tmpdir(), "leasehold-pack-"));
-  const tarball = await packClient(packDir);
+  const [listening, tarball] = await Promise.all([coordinator.listening(120_000), packClient(packDir)]);
+  url = listening;
   consumer = await consumerProject(tarball, ["@bufbuild/buf@1.75.0", "@bufbuild/protoc-gen-es@2.13.0", "@bufbuild/protobuf@2.13.0"]);
   mkdirSync(path.join(consumer, "src"));
   for (const f of ["submit.ts", "worker.ts"]) copyFileSync(path.join(CLIENT_DIR, "examples", f), path.join(consumer, "src", f));
+  writeFileSync(path.join(consumer, "src", "types-check.ts"), TYPES_CHECK);
 }, 600_000);
 
 afterAll(async () => {
-  for (const dir of [packDir, consumer]) if (dir) rmSync(dir, { recursive: true, force: true });
-  await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await killAll();
+  for (const dir of [packDir, consumer, dataDir]) if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 /** Runs the built worker in the background; resolves its exit code and output once it ends. */
@@ -70,10 +108,30 @@ function startWorker(transport: string) {
 }
 
 describe("@leasehold/client from its tarball", () => {
-  it("type-checks the examples under strict and builds them", async () => {
+  it("type-checks the examples and what its types promise under strict, and builds them", async () => {
     const r = await tsc(consumer);
     expect(r.output).toBe("");
     expect(r.code).toBe(0);
+  });
+
+  it('without "DOM" in lib, needs skipLibCheck (only connect\'s own .d.ts fails), as docs/typescript.md says', async () => {
+    const variant = (name: string, options: Record<string, unknown>) => {
+      const file = path.join(consumer, `tsconfig.${name}.json`);
+      writeFileSync(file, JSON.stringify({ extends: "./tsconfig.json", compilerOptions: { noEmit: true, ...options } }));
+      return runCommand(process.execPath, [path.join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", file], { cwd: consumer });
+    };
+    // With "DOM" (the default lib of the consumer's tsconfig, which the test above compiles) it passes.
+    const [noDom, skipped] = await Promise.all([
+      variant("nodom", { lib: ["ES2022"], skipLibCheck: false }),
+      variant("nodom-skip", { lib: ["ES2022"], skipLibCheck: true }),
+    ]);
+    expect(noDom.code).not.toBe(0);
+    const errors = noDom.output.split("\n").filter((l) => /error TS\d+/.test(l));
+    expect(errors.length).toBeGreaterThan(0);
+    for (const line of errors) expect(line).toMatch(/^node_modules\/@connectrpc\//);
+    expect(noDom.output).toMatch(/HeadersInit/);
+    expect(skipped.output).toBe("");
+    expect(skipped.code).toBe(0);
   });
 
   for (const transport of ["connect", "grpc"]) {
@@ -86,19 +144,49 @@ describe("@leasehold/client from its tarball", () => {
           timeoutMs: 120_000,
         });
         expect(r.code, r.output + worker.output()).toBe(0);
+        expect(r.output).toMatch(/^job \S+ created with 4 tasks$/m);
         expect(r.output).toMatch(/^status: FAILED$/m);
         expect(r.output).toMatch(/^failure: chunk 2 bad_input: chunk 2: input is corrupt \(attempt 1, worker \S+\)$/m);
         expect(r.output).toMatch(/^ {2}attempt 1 of chunk 2: bad_input chunk 2: input is corrupt$/m);
         const results = [...r.output.matchAll(/^result: chunk (\d+) mem:\/\/out\/\S+\/(\d+)$/gm)].map((m) => Number(m[1]));
         expect(results).toEqual([0, 1, 3]);
         expect(r.output).toMatch(/^refused: tasks\[0\]\.input_uri: /m);
+        const json = JSON.parse(/^json: (.*)$/m.exec(r.output)![1]) as Record<string, unknown>;
+        expect(json).toMatchObject({ workload: "scimesh", status: "JOB_STATUS_FAILED", totalTasks: 4, failure: { chunkIndex: 2 } });
       } finally {
         worker.child.kill("SIGTERM");
       }
       expect(await worker.exited, worker.output()).toBe(0);
-      expect(worker.output()).toMatch(/worker stopped: \{"claimed":5,"completed":3,"failed":2,"dropped":0,"released":0\}/);
+      const out = worker.output();
+      // Its start line first, then one line per outcome from the worker's events.
+      expect(out.split("\n")[0]).toMatch(/^leasehold worker \S+: 4 lane\(s\) for scimesh at http:/);
+      expect(out.match(/^completed: chunk \d mem:/gm)).toHaveLength(3);
+      expect(out).toMatch(/^failed: chunk 2 attempt 1: TaskError: chunk 2: input is corrupt$/m);
+      expect(out).toMatch(/^failed: chunk 3 attempt 1: RetryableError: storage timed out$/m);
+      expect(out).toMatch(/worker stopped: \{"claimed":5,"completed":3,"failed":2,"cancelled":0,"dropped":0,"released":0\}/);
     });
   }
+
+  it("meets a coordinator whose no-token warning names a page that exists", () => {
+    const warning = coordinator
+      .stdout()
+      .split("\n")
+      .find((l) => l.includes("no AUTH_TOKENS_FILE"));
+    expect(warning, coordinator.stdout()).toBeDefined();
+    const msg = (JSON.parse(warning!) as { msg: string }).msg;
+    const [, page, anchor] = /\(see (docs\/[\w-]+\.md)#([\w-]+)\)$/.exec(msg) ?? [];
+    expect(page, msg).toBeDefined();
+    expect(existsSync(path.join(ROOT, page))).toBe(true);
+    const headings = readFileSync(path.join(ROOT, page), "utf8").match(/^#+ .*$/gm) ?? [];
+    const anchors = headings.map((h) =>
+      h
+        .replace(/^#+ /, "")
+        .toLowerCase()
+        .replace(/[^\w\s-]/g, "")
+        .replace(/\s+/g, "-"),
+    );
+    expect(anchors).toContain(anchor);
+  });
 });
 
 /** npx-free: the consumer's own buf binary, with a cache of its own and no network to the BSR needed. */

@@ -11,7 +11,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { killAll, spawnCoordinator } from "../support/process.js";
+import { killAll, spawnCoordinator, coordinatorEnv } from "../support/process.js";
 import { sha } from "../support/queue.js";
 import { restCall, type RestAnswer } from "../support/rest.js";
 
@@ -22,18 +22,13 @@ let grpc: Client<typeof QueueService>[];
 let seq = 0;
 const NEXT = "race_next";
 
-/** As in fences.test.ts: the transport and coalescing switches of the run reach the coordinators. */
-function coordinatorEnv(url: string): Record<string, string> {
-  const env: Record<string, string> = { DATABASE_URL: url, PORT: "0", REAPER_INTERVAL_MS: "3600000" };
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && /^DIRECT_UNARY$|COALESC/.test(k)) env[k] = v;
-  return env;
-}
-
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = new pg.Pool({ connectionString: db.url, max: 4 });
   pool.on("error", () => {});
-  bases = await Promise.all([0, 1].map(() => spawnCoordinator(coordinatorEnv(db.url)).listening(60_000)));
+  bases = await Promise.all(
+    [0, 1].map(() => spawnCoordinator(coordinatorEnv(db.url, { REAPER_INTERVAL_MS: "3600000" })).listening(60_000)),
+  );
   grpc = bases.map((baseUrl) => createClient(QueueService, createGrpcTransport({ baseUrl })));
   await ok(await restCall(bases[0], "PUT", `/workloads/${NEXT}`, {}));
   await createJob(NEXT, 400);

@@ -72,7 +72,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pg from "pg";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { killAll, spawnCoordinator } from "../support/process.js";
+import { killAll, spawnCoordinator, coordinatorEnv } from "../support/process.js";
 import { sha } from "../support/queue.js";
 import { restCall, type RestAnswer } from "../support/rest.js";
 
@@ -86,22 +86,11 @@ let seq = 0;
  */
 const NEXT = "fence_next";
 
-/**
- * The coordinator's own settings, plus any transport or coalescing switch the run was started
- * with (the suites run both ways): a spawned coordinator sees no coordinator variable of ours
- * unless it is passed on.
- */
-function coordinatorEnv(url: string): Record<string, string> {
-  const env: Record<string, string> = { DATABASE_URL: url, PORT: "0", REAPER_INTERVAL_MS: "3600000" };
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && /^DIRECT_UNARY$|COALESC/.test(k)) env[k] = v;
-  return env;
-}
-
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = new pg.Pool({ connectionString: db.url, max: 4 });
   pool.on("error", () => {});
-  base = await spawnCoordinator(coordinatorEnv(db.url)).listening(60_000);
+  base = await spawnCoordinator(coordinatorEnv(db.url, { REAPER_INTERVAL_MS: "3600000" })).listening(60_000);
   await ok(await restCall(base, "PUT", `/workloads/${NEXT}`, {}));
   await createJob(NEXT, 200);
 });

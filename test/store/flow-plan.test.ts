@@ -4,30 +4,30 @@
 // (38 ms a claim at 30,000 pending); auto_explain shows each plan the claim function runs.
 import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { SWITCHES } from "../support/switches.js";
-import { sha } from "../support/queue.js";
+import { PostgresQueue } from "../../src/store/postgres/store.js";
+import type { TestDatabase } from "../support/db.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 
 const SHA = sha("flow-plan");
 let db: TestDatabase;
-let pool: pg.Pool;
+let fx: QueueFixture;
 let queue: PostgresQueue;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 2, statementTimeoutMs: 60_000, connectTimeoutMs: 10_000 });
-  queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 20_000,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 20_000,
+    },
+    { max: 2 },
+  );
+  db = fx.db;
+  queue = fx.queue;
 });
 
 afterAll(async () => {
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 /** The plans auto_explain logs for ten claims of one task each, as notices on this connection. */

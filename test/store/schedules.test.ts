@@ -12,16 +12,14 @@ import { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 import { CronSchedule, planTicks } from "../../src/queue/schedule-rules.js";
 import type { QueueObserver } from "../../src/queue/service.js";
 import { NEXT_SCHEDULE_DUE, TAKE_DUE_SCHEDULE } from "../../src/store/postgres/background/schedule-ticks.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
-import { sha } from "../support/queue.js";
+import { PostgresQueue } from "../../src/store/postgres/store.js";
+import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
 import { rpcError } from "../support/rpc.js";
-import { SWITCHES } from "../support/switches.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let api: ApiServerFixture;
 let base: string;
 let queue: PostgresQueue;
@@ -41,8 +39,6 @@ async function snapshot(): Promise<string> {
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 6, statementTimeoutMs: 10_000, connectTimeoutMs: 5000 });
   const observer: QueueObserver = {
     tasksClaimed() {},
     tasksCompleted() {},
@@ -53,14 +49,18 @@ beforeAll(async () => {
     },
   };
   // No grace: a tick found due after its time is missed, so each catch-up case is exact.
-  queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 1000,
-    observer,
-    scheduler: { graceMs: 0 },
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 1000,
+      observer,
+      scheduler: { graceMs: 0 },
+    },
+    { max: 6 },
+  );
+  pool = fx.pool;
+  queue = fx.queue;
   api = await apiServerFixture({ queue, maxBodyBytes: 1 << 20, requestTimeoutMs: 10_000 });
   base = api.base;
   clients = {
@@ -77,8 +77,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 describe("the cron arithmetic (croner)", () => {

@@ -53,8 +53,18 @@ async function importEmbeddedPostgres(): Promise<typeof import("../../src/store/
   return mod;
 }
 
-export default async function setup(project: TestProject) {
-  project.provide("python", process.env.PYTHON ?? ensurePythonEnv());
+/** The one server and template of a run, whichever project's setup made them. */
+interface RunDatabase {
+  adminUrl: string;
+  templateDatabase: string;
+  python: string;
+  /** setups still holding it; the last teardown stops it */
+  users: number;
+  stop(): Promise<void>;
+}
+
+async function startRunDatabase(): Promise<RunDatabase> {
+  const python = process.env.PYTHON ?? ensurePythonEnv();
   let embedded: EmbeddedDatabase | undefined;
   let dataDir: string | undefined;
   let adminUrl = process.env.TEST_DATABASE_URL;
@@ -73,16 +83,42 @@ export default async function setup(project: TestProject) {
   await admin.query(`CREATE DATABASE ${templateDatabase}`);
   await admin.end();
   await migrate(withDatabase(adminUrl, templateDatabase), "up");
+  const url = adminUrl;
+  return {
+    adminUrl,
+    templateDatabase,
+    python,
+    users: 0,
+    async stop() {
+      const c = new pg.Client({ connectionString: url });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${templateDatabase} WITH (FORCE)`);
+      await c.end();
+      if (embedded) await embedded.stop();
+      if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
 
-  project.provide("adminDatabaseUrl", adminUrl);
-  project.provide("templateDatabase", templateDatabase);
+/**
+ * vitest runs this setup once for each project of the run (the root one too: four here), one after
+ * another in one process, each from its own copy of this module. They share one server and one
+ * template (on globalThis, which the copies share) rather than start four: the projects' databases
+ * are clones named apart, so nothing is lost, and a run starts one server's init and migration
+ * instead of four.
+ */
+const shared = globalThis as { leaseholdRunDatabase?: Promise<RunDatabase> };
 
+export default async function setup(project: TestProject) {
+  shared.leaseholdRunDatabase ??= startRunDatabase();
+  const run = await shared.leaseholdRunDatabase;
+  run.users++;
+  project.provide("python", run.python);
+  project.provide("adminDatabaseUrl", run.adminUrl);
+  project.provide("templateDatabase", run.templateDatabase);
   return async () => {
-    const c = new pg.Client({ connectionString: adminUrl });
-    await c.connect();
-    await c.query(`DROP DATABASE IF EXISTS ${templateDatabase} WITH (FORCE)`);
-    await c.end();
-    if (embedded) await embedded.stop();
-    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+    if (--run.users > 0) return;
+    shared.leaseholdRunDatabase = undefined;
+    await run.stop();
   };
 }

@@ -1,5 +1,6 @@
 """The client-parity scenario through the Python client, printed as one JSON line that
-test/clients/client-parity.test.ts compares with the TypeScript client's (clients/typescript/test/parity-scenario.ts).
+test/clients/client-parity.test.ts compares with the TypeScript client's (clients/typescript/test/parity-scenario.ts)
+and the asyncio client's (parity_scenario_aio.py); "rpcs" lists every RPC the client and its worker sent.
 Env: LEASEHOLD_URL, LEASEHOLD_TRANSPORT, PREFIX, RESET_URL."""
 
 import hashlib
@@ -9,7 +10,9 @@ import threading
 import time
 import urllib.request
 
+import leasehold.worker
 from leasehold import Client, LeaseholdError, Result, TaskError, Worker
+from parity_rpcs import SENT, Recording, sweep_calls
 
 url = os.environ["LEASEHOLD_URL"]
 transport = os.environ["LEASEHOLD_TRANSPORT"]
@@ -22,6 +25,9 @@ def sha(s: str) -> str:
 
 
 client = Client(url, transport=transport)  # type: ignore[arg-type]
+client._transport = Recording(client._transport)  # type: ignore[assignment]
+real_transport = leasehold.worker.make_transport
+leasehold.worker.make_transport = lambda *a: Recording(real_transport(*a))  # type: ignore[assignment, return-value]
 for w in (MAIN, GATE, IDLE):
     client.put_workload(w, max_attempts=1, lease_seconds=30)
 
@@ -33,6 +39,7 @@ worker = Worker(url, workloads=[MAIN, GATE], concurrency=4, transport=transport)
 def main(task):  # type: ignore[no-untyped-def]
     if task.input_uri.endswith("/bad") and task.attempt == 1:
         raise TaskError(f"chunk {task.chunk_index} is bad", code="bad_chunk")
+    task.progress(1.0, "done")
     return Result(uri=f"mem://{task.chunk_index}", sha256=sha(task.input_uri))
 
 
@@ -99,6 +106,16 @@ attempt("unknown workload", lambda: client.create_job(f"{prefix}-nope", tasks=[{
                                                                                  "input_sha256": sha("x")}]))
 attempt("retry of a completed job", lambda: client.retry(g.job.id))
 out["bad"] = bad
+
+# The calls the scenario made no use of, so every RPC is sent once; then the settlement of the billed job.
+for name, args, kwargs in sweep_calls(prefix, IDLE):
+    billed = getattr(client, name)(*args, **kwargs)
+client.cancel(billed.job.id)
+assert [j.id for j in client.list_settlements(account=f"{prefix}-acct")] == [billed.job.id]
+client.settle_job(billed.job.id, f"{prefix}-invoice", 0)
+client.get_task(next(iter(client.list_tasks(idle.job.id))).task.id)
+assert idle.job.id in [j.id for j in client.list_jobs(workload=IDLE)]
+out["rpcs"] = sorted(SENT)
 
 worker.stop()
 runner.join(60)

@@ -4,6 +4,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { CONFIG_VARIABLES } from "../../src/config/index.js";
+import { switchEnv } from "./switches.js";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -90,6 +91,15 @@ function spawnNode(script: string, args: string[], env: Record<string, string>):
   spawnedEver.push(spawned);
   void exited.then(() => live.delete(spawned));
   return spawned;
+}
+
+/**
+ * A coordinator's environment on `databaseUrl`: a kernel-chosen port and the run's switches
+ * (switches.ts; the suites run both ways, and a spawned coordinator sees no variable of ours unless
+ * it is passed on), then `extra`.
+ */
+export function coordinatorEnv(databaseUrl: string, extra: Record<string, string> = {}): Record<string, string> {
+  return { DATABASE_URL: databaseUrl, PORT: "0", ...switchEnv(), ...extra };
 }
 
 export function spawnCoordinator(env: Record<string, string>): Spawned {

@@ -44,23 +44,28 @@ export const TEST_STORE_OPTIONS: StoreOptions = {
   claimHints: SWITCHES.claimHints,
 };
 
-export async function queueFixture(options: Partial<StoreOptions> = {}): Promise<QueueFixture> {
+/**
+ * A store on a database of its own, the one way a suite builds one: `options` are what the suite
+ * sets apart from TEST_STORE_OPTIONS (which follow the project's switches), `pool.max` its pools'
+ * size (default 10).
+ */
+export async function queueFixture(options: Partial<StoreOptions> = {}, pool: { max?: number } = {}): Promise<QueueFixture> {
   const db = await createTestDatabase();
   const pools: pg.Pool[] = [];
   const newPool = () => {
-    const p = createPool({ connectionString: db.url, max: 10, statementTimeoutMs: 30_000, connectTimeoutMs: 10_000 });
+    const p = createPool({ connectionString: db.url, max: pool.max ?? 10, statementTimeoutMs: 30_000, connectTimeoutMs: 10_000 });
     pools.push(p);
     return p;
   };
-  const pool = newPool();
-  const queue = new PostgresQueue(pool, { ...TEST_STORE_OPTIONS, ...options });
+  const first = newPool();
+  const queue = new PostgresQueue(first, { ...TEST_STORE_OPTIONS, ...options });
   return {
     db,
-    pool,
+    pool: first,
     queue,
     newPool,
     async count(table, where = "true") {
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${table} WHERE ${where}`);
+      const { rows } = await first.query(`SELECT count(*)::int AS n FROM ${table} WHERE ${where}`);
       return rows[0].n;
     },
     async close() {

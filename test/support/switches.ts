@@ -19,3 +19,14 @@ export function testSwitches(env: NodeJS.ProcessEnv = process.env): TestSwitches
 
 /** This process's switches, read once. */
 export const SWITCHES: TestSwitches = testSwitches();
+
+/**
+ * The same switches as a spawned coordinator's environment: the variables of this project's run
+ * (DIRECT_UNARY, COALESCE*, CLAIM_HINTS) that are set, so a coordinator process follows the run as
+ * an in-process store and server do.
+ */
+export function switchEnv(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) if (v !== undefined && /^(DIRECT_UNARY|COALESCE\w*|CLAIM_HINTS)$/.test(k)) out[k] = v;
+  return out;
+}

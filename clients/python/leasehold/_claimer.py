@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._state import MAX_BATCH, Backoff, Cohort, WorkerState, log
+from . import _worker_calls as calls
+from ._state import Backoff, Cohort, WorkerState, log
 from .errors import LeaseholdError, NotFoundError, WorkerConfigError
 from .models import TaskRecord, field_of
 
@@ -28,16 +29,7 @@ class Claimer:
                 if w._stop.is_set():
                     return
                 free = w.concurrency - w._busy - w._reserved
-            n = min(free if w.prefetch else 1, MAX_BATCH)
-            req: JsonObject = {"worker_id": w.worker_id, "workloads": w.workloads}
-            if w.labels:
-                req["labels"] = w.labels
-            if n > 1:
-                req["max_tasks"] = n
-            if w.lease_seconds is not None:
-                req["lease_seconds"] = w.lease_seconds
-            if w.wait_seconds > 0:
-                req["wait_seconds"] = w.wait_seconds
+            req = calls.claim_request(w, free)
             try:
                 res = w._call("ClaimTasks", req, extra_timeout=w.wait_seconds, interrupt=w._poll)
             except NotFoundError as e:
@@ -80,16 +72,12 @@ class Claimer:
 
 def unknown_workloads(w: WorkerState, e: LeaseholdError) -> WorkerConfigError:
     """The error of a worker whose workloads the coordinator refuses, naming the workloads it knows."""
-    if "known_workloads" in e.metadata:  # the coordinator's google.rpc.ErrorInfo names the registered ones
-        known = f"; known workloads: {e.metadata['known_workloads'].replace(',', ', ') or '(none)'}"
-    else:
-        known = ""
+    known = calls.known_workloads_of(e)  # the coordinator's google.rpc.ErrorInfo names the registered ones
+    if known is None:
         # A coordinator that does not list them: ask (an admin or open coordinator tells; a worker token may
         # not, and the message then goes without the list).
         try:
-            names = [str(field_of(x, "name")) for x in field_of(w._call("ListWorkloads", {}), "workloads") or []]
-            known = f"; known workloads: {', '.join(names) or '(none)'}"
+            known = calls.workload_names(w._call("ListWorkloads", {}))
         except LeaseholdError:
             pass
-    return WorkerConfigError(f"the coordinator refuses a workload of {', '.join(w.workloads)} ({e.message}{known}); "
-                             "check the names, or register the workload with PutWorkload")
+    return calls.unknown_workloads(w, e, known)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import grpc
 from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from ._connect import base_of
 from ._interrupt import Interrupt
 from .errors import FieldViolation, LeaseholdError, error_for, invalid_request
 from .queue.v1 import queue_pb2, queue_pb2_grpc
@@ -22,7 +22,7 @@ JsonObject = dict[str, Any]
 # restarted coordinator is back. (Not grpc.min_reconnect_backoff_ms: grpc also
 # takes it as the connect timeout, and at 100 ms a busy coordinator's SETTINGS
 # frame arrived too late: "connection attempt timed out before receiving SETTINGS frame".)
-_CHANNEL_OPTIONS = [
+CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.keepalive_time_ms", 30_000),
@@ -122,77 +122,87 @@ def _details(raw: bytes) -> tuple[str | None, dict[str, Any]]:
     return request_id, {"violations": violations, "reason": reason, "metadata": metadata}
 
 
+def target_of(url: str) -> tuple[bool, str]:
+    """``(https, "host:port")`` of a coordinator URL."""
+    https, host, port, _ = base_of(url)
+    return https, f"{host}:{port}"
+
+
+def metadata_of(token: str | None) -> tuple[tuple[str, str], ...]:
+    """Every call's metadata: the bearer token, when there is one."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def request_message(method: str, request: JsonObject) -> Any:
+    """The request message of ``method`` from its proto JSON; one no message can hold raises ``InvalidArgumentError``."""
+    cls = getattr(queue_pb2, f"{method}Request")
+    try:
+        if method in _LEASE_METHODS:
+            return _build(cls, request)
+        return json_format.ParseDict(request, cls())
+    except (json_format.ParseError, TypeError, ValueError) as e:
+        # A request no message can hold (a value of the wrong type): refused here as the coordinator
+        # refuses it over JSON, so both transports raise the same error.
+        raise invalid_request(method, [FieldViolation(_path_of(str(e)), str(e).split("\n")[0])]) from None
+
+
+def response_json(message: Any) -> JsonObject:
+    """An answer message as proto JSON (by hand on the worker's hot path, else ``json_format``)."""
+    # The worker's hot path by hand: json_format walks descriptors by reflection, which made gRPC
+    # cost the worker about twice the CPU per task of the JSON transport.
+    name = message.DESCRIPTOR.name
+    if name == "ClaimTasksResponse":
+        return {"tasks": [_task_json(t) for t in message.tasks]}
+    if name == "CompleteTasksResponse":
+        return {"outcomes": [_outcome_json(o) for o in message.outcomes],
+                "next_tasks": [_task_json(t) for t in message.next_tasks]}
+    if name == "CompleteTaskResponse":
+        return {"task": _task_json(message.task), "next_tasks": [_task_json(t) for t in message.next_tasks]}
+    if name in ("RenewLeaseResponse", "ReportProgressResponse", "FailTaskResponse"):
+        return {"task": _task_json(message.task)}
+    out: JsonObject = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return out
+
+
+def rpc_error(method: str, e: grpc.RpcError) -> LeaseholdError:
+    """A failed call as the typed exception: its code, message, request id and rich details."""
+    request_id = None
+    details: dict[str, Any] = {}
+    for md in (e.initial_metadata, e.trailing_metadata):
+        try:
+            for key, value in md() or ():
+                if key == "x-request-id":
+                    request_id = value
+                elif key == "grpc-status-details-bin" and isinstance(value, bytes):
+                    rid, details = _details(value)
+                    request_id = request_id or rid
+        except Exception:
+            pass
+    code = e.code()
+    name = code.name.lower() if code is not None else "unknown"
+    return error_for(name, f"{method}: {e.details()}", request_id=request_id, **details)
+
+
 class GrpcTransport:
     """Calls through generated ``QueueServiceStub`` methods; messages converted from and to proto JSON."""
 
     def __init__(self, url: str, token: str | None) -> None:
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"coordinator URL must be http://host:port or https://host:port, not {url!r}")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        target = f"{parts.hostname}:{port}"
-        if parts.scheme == "https":
-            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=_CHANNEL_OPTIONS)
+        https, target = target_of(url)
+        if https:
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-
-    @staticmethod
-    def _request(method: str, request: JsonObject) -> Any:
-        cls = getattr(queue_pb2, f"{method}Request")
-        try:
-            if method in _LEASE_METHODS:
-                return _build(cls, request)
-            return json_format.ParseDict(request, cls())
-        except (json_format.ParseError, TypeError, ValueError) as e:
-            # A request no message can hold (a value of the wrong type): refused here as the coordinator
-            # refuses it over JSON, so both transports raise the same error.
-            raise invalid_request(method, [FieldViolation(_path_of(str(e)), str(e).split("\n")[0])]) from None
-
-    @staticmethod
-    def _json(message: Any) -> JsonObject:
-        # The worker's hot path by hand: json_format walks descriptors by reflection, which made gRPC
-        # cost the worker about twice the CPU per task of the JSON transport.
-        name = message.DESCRIPTOR.name
-        if name == "ClaimTasksResponse":
-            return {"tasks": [_task_json(t) for t in message.tasks]}
-        if name == "CompleteTasksResponse":
-            return {"outcomes": [_outcome_json(o) for o in message.outcomes],
-                    "next_tasks": [_task_json(t) for t in message.next_tasks]}
-        if name == "CompleteTaskResponse":
-            return {"task": _task_json(message.task), "next_tasks": [_task_json(t) for t in message.next_tasks]}
-        if name in ("RenewLeaseResponse", "ReportProgressResponse", "FailTaskResponse"):
-            return {"task": _task_json(message.task)}
-        out: JsonObject = json_format.MessageToDict(message, preserving_proto_field_name=True)
-        return out
-
-    @staticmethod
-    def _error(method: str, e: grpc.RpcError) -> LeaseholdError:
-        request_id = None
-        details: dict[str, Any] = {}
-        for md in (e.initial_metadata, e.trailing_metadata):
-            try:
-                for key, value in md() or ():
-                    if key == "x-request-id":
-                        request_id = value
-                    elif key == "grpc-status-details-bin" and isinstance(value, bytes):
-                        rid, details = _details(value)
-                        request_id = request_id or rid
-            except Exception:
-                pass
-        code = e.code()
-        name = code.name.lower() if code is not None else "unknown"
-        return error_for(name, f"{method}: {e.details()}", request_id=request_id, **details)
+        self._metadata = metadata_of(token)
 
     def call(self, method: str, request: JsonObject, timeout: float, interrupt: Interrupt | None = None) -> JsonObject:
         """A unary RPC."""
         fn = getattr(self._stub, method)
         try:
             if interrupt is None:
-                response = fn(self._request(method, request), timeout=timeout, metadata=self._metadata)
+                response = fn(request_message(method, request), timeout=timeout, metadata=self._metadata)
             else:
-                future = fn.future(self._request(method, request), timeout=timeout, metadata=self._metadata)
+                future = fn.future(request_message(method, request), timeout=timeout, metadata=self._metadata)
                 interrupt.arm(future.cancel)
                 try:
                     response = future.result()
@@ -201,18 +211,18 @@ class GrpcTransport:
         except grpc.FutureCancelledError:
             raise error_for("cancelled", f"{method}: interrupted") from None
         except grpc.RpcError as e:
-            raise self._error(method, e) from None
-        return self._json(response)
+            raise rpc_error(method, e) from None
+        return response_json(response)
 
     def stream(self, method: str, request: JsonObject, timeout: float | None) -> Iterator[JsonObject]:
         """A server-streaming RPC."""
         fn = getattr(self._stub, method)
-        call = fn(self._request(method, request), timeout=timeout, metadata=self._metadata)
+        call = fn(request_message(method, request), timeout=timeout, metadata=self._metadata)
         try:
             for message in call:
-                yield self._json(message)
+                yield response_json(message)
         except grpc.RpcError as e:
-            raise self._error(method, e) from None
+            raise rpc_error(method, e) from None
         finally:
             call.cancel()
 

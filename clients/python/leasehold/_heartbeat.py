@@ -6,6 +6,7 @@ import random
 import time
 from typing import Any
 
+from . import _worker_calls as calls
 from ._state import Lease, WorkerState, log
 from ._task import Task, TaskCancelled
 from .errors import AbortedError, LeaseholdError, NotFoundError
@@ -26,12 +27,7 @@ class Heartbeats:
             lease = w._leases.get((task.id, task.attempt))
         if lease is None:
             return
-        req = w._lease_request(task)
-        req["progress"] = min(max(float(fraction), 0.0), 1.0)
-        if message:
-            req["message"] = message[:1000]
-        if partial_result_uri:
-            req["partial_result_uri"] = partial_result_uri
+        req = calls.progress_request(w, task, fraction, message, partial_result_uri)
         try:
             res = w._call("ReportProgress", req)
         except (AbortedError, NotFoundError) as e:
@@ -81,7 +77,7 @@ class Heartbeats:
         try:
             res = w._call("RenewLease", w._lease_request(lease.task))
         except (AbortedError, NotFoundError) as e:
-            if lease.finished and not _cancellation(e):
+            if lease.finished and not calls.cancellation(e):
                 lease.lost = True  # its result was accepted meanwhile, or will be dropped as late
             else:
                 self._refused(lease, e)
@@ -98,7 +94,7 @@ class Heartbeats:
 
     def _refused(self, lease: Lease, e: LeaseholdError) -> None:
         """A heartbeat or progress report the coordinator refused: the task was cancelled, or the lease lost."""
-        if _cancellation(e):
+        if calls.cancellation(e):
             lease.cancelled = True
             self.w._cancel(lease, f"{e.code}: {e.message}")
             log.info("task %s (attempt %d) was cancelled (%s); its handler is told to stop, and a result it still "
@@ -114,11 +110,3 @@ class Heartbeats:
         log.warning("task %s (attempt %d) is no longer ours (%s); its handler is told to stop (request id %s)",
                     lease.task.id, lease.task.attempt, e.message, e.request_id)
 
-
-def _cancellation(e: LeaseholdError) -> bool:
-    """Whether a refusal says the task was cancelled (its job cancelled or failed), not that the lease is gone.
-
-    The coordinator keeps the result of a task cancelled while leased when it arrives within that lease, so
-    such a result is still worth sending; a lease lost to expiry or to another worker's attempt is not.
-    """
-    return e.code == "aborted" and "was cancelled" in e.message

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import queue
 import time
 from typing import Any
 
+from . import _worker_calls as calls
 from ._state import MAX_BATCH, Backoff, Cohort, Outcome, WorkerState, log, transient
-from ._task import TaskError, error_code_of, error_message_of
+from ._task import TaskError
 from .errors import InvalidArgumentError, LeaseholdError
 from .models import TaskRecord, field_of
 
@@ -99,17 +99,7 @@ class Reporter:
         w = self.w
         if lanes <= 0 or not w.claim_with_results or w._claims_refused or w._stop.is_set():
             return None
-        # No worker_id: the coordinator takes the reporting worker's. No wait_seconds: a report that finds
-        # nothing answers at once, so its results are never held up; the claimer's long poll takes over.
-        req: JsonObject = {"workloads": w.workloads}
-        if w.labels:
-            req["labels"] = w.labels
-        n = min(lanes if w.prefetch else 1, MAX_BATCH)
-        if n > 1:
-            req["max_tasks"] = n
-        if w.lease_seconds is not None:
-            req["lease_seconds"] = w.lease_seconds
-        return req
+        return calls.claim_next(w, lanes)
 
     def _report_call(self, method: str, request: JsonObject) -> JsonObject:
         """:meth:`_retrying`, sent again without ``claim_next`` if the coordinator refuses that part.
@@ -137,15 +127,8 @@ class Reporter:
             w._dispatch(TaskRecord.from_json(t), cohort)
 
     def _result_request(self, o: Outcome) -> JsonObject:
-        w = self.w
         assert o.result is not None
-        req = {"task_id": o.lease.task.id, "worker_id": w.worker_id, "attempt": o.lease.task.attempt,
-               "result_uri": o.result.uri, "result_sha256": o.result.sha256}
-        if o.result.metrics is not None:
-            req["metrics"] = dict(o.result.metrics)
-        if o.result.usage:
-            req["usage"] = dict(o.result.usage)
-        return req
+        return calls.result_request(self.w, o.lease.task, o.result)
 
     def _retrying(self, method: str, request: JsonObject) -> JsonObject:
         """Calls until the coordinator answers: a result replayed after a lost answer is accepted again."""
@@ -232,15 +215,8 @@ class Reporter:
         w = self.w
         assert o.error is not None
         task, e = o.lease.task, o.error
-        retryable = isinstance(e, TaskError) and e.retryable
-        req: JsonObject = {"task_id": task.id, "worker_id": w.worker_id, "attempt": task.attempt,
-                           "error_code": error_code_of(e), "error_message": error_message_of(e),
-                           "retryable": retryable}
-        if isinstance(e, TaskError) and e.retryable and e.retry_after is not None:
-            req["retry_after_seconds"] = min(max(math.ceil(e.retry_after), 0), 86_400)
-        if isinstance(e, TaskError) and e.usage:
-            req["usage"] = dict(e.usage)
-        if not retryable:
+        req = calls.failure_request(w, task, e)
+        if not req["retryable"]:
             log.warning("task %s (attempt %d) failed for good: %s", task.id, task.attempt, req["error_message"],
                         exc_info=e if not isinstance(e, TaskError) else None)
         try:

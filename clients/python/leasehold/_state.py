@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from . import _worker_calls as calls
 from ._task import Handler, ProgressSink, Result, Task
 from ._transport import Interrupt, Transport
 from .errors import AbortedError, InvalidArgumentError, LeaseholdError, WorkerConfigError
@@ -25,10 +26,9 @@ log = logging.getLogger("leasehold.worker")
 
 JsonObject = dict[str, Any]
 
-# Server limits (README "Limits"): at most 100 tasks per claim and results per CompleteTasks, error_message
-# cut at 2,000 characters.
-MAX_BATCH = 100
-ERROR_MESSAGE_MAX = 2000
+# Server limits (README "Limits"): at most 100 tasks per claim and results per CompleteTasks.
+MAX_BATCH = calls.MAX_BATCH
+transient = calls.transient
 
 
 class Cohort:
@@ -83,12 +83,6 @@ class Backoff:
 
     def reset(self) -> None:
         self.n = 0
-
-
-def transient(e: LeaseholdError) -> bool:
-    """Errors worth retrying as they are: the coordinator (or its database) is unavailable or slow."""
-    return e.code in ("unavailable", "deadline_exceeded", "internal", "unknown", "cancelled", "canceled",
-                      "resource_exhausted")
 
 
 class WorkerState:
@@ -174,16 +168,10 @@ class WorkerState:
 
     def _release(self, task: Task, why: str) -> None:
         """Gives a task back: a retryable failure due at once, so another worker re-leases it now."""
-        base: JsonObject = {"task_id": task.id, "worker_id": self.worker_id, "attempt": task.attempt,
-                            "error_code": "worker_draining", "error_message": why[:ERROR_MESSAGE_MAX],
-                            "retryable": True}
         backoff = Backoff()
-        for retry_after in (0, 1, None):
-            req = dict(base)
-            if retry_after is not None:
-                req["retry_after_seconds"] = retry_after
+        for retry_after in calls.RELEASE_DELAYS:
             try:
-                self._call("FailTask", req)
+                self._call("FailTask", calls.release_request(self, task, why, retry_after))
                 self._count("released")
                 log.info("gave task %s (attempt %d) back: %s", task.id, task.attempt, why)
                 return
@@ -207,10 +195,7 @@ class WorkerState:
             self._leases.pop((lease.task.id, lease.task.attempt), None)
 
     def _lease_request(self, task: Task) -> JsonObject:
-        req: JsonObject = {"task_id": task.id, "worker_id": self.worker_id, "attempt": task.attempt}
-        if self.lease_seconds is not None:
-            req["lease_seconds"] = self.lease_seconds
-        return req
+        return calls.lease_request(self, task)
 
     def _cancel(self, lease: Lease, reason: str) -> None:
         lease.task._cancel(reason)

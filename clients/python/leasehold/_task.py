@@ -128,18 +128,16 @@ def error_message_of(exc: BaseException) -> str:
     return (text if isinstance(exc, TaskError) else f"{type(exc).__name__}: {text}")[:_ERROR_MESSAGE_MAX]
 
 
-class Task:
-    """One leased task, handed to a handler.
+class TaskFields:
+    """The leased task's fields, as both kinds of task show them to a handler.
 
-    Attributes mirror the coordinator's task (``id``, ``job_id``, ``chunk_index``, ``workload``, ``attempt``,
-    ``max_attempts``, ``input_uri``, ``input_sha256``, ``parameters``, ``priority``, ``traceparent``,
-    ``lease_expires_at``, ``concurrency_key``, ``required_labels``) plus ``worker_id``. The worker heartbeats
-    the lease by itself; when a heartbeat (or :meth:`progress`) finds the task cancelled or the lease lost,
-    :attr:`cancelled` turns true and :attr:`cancel_event` is set: the handler should stop, as its result will
-    not be reported.
+    ``id``, ``job_id``, ``chunk_index``, ``workload``, ``attempt``, ``max_attempts``, ``input_uri``,
+    ``input_sha256``, ``parameters``, ``priority``, ``traceparent``, ``lease_expires_at``, ``concurrency_key``,
+    ``required_labels`` (the coordinator's task), ``worker_id``, and ``record`` (the whole
+    :class:`~leasehold.models.TaskRecord`).
     """
 
-    def __init__(self, record: TaskRecord, worker_id: str, progress: ProgressSink | None = None) -> None:
+    def __init__(self, record: TaskRecord, worker_id: str) -> None:
         self.record = record
         self.id = record.id
         self.job_id = record.job_id
@@ -156,12 +154,28 @@ class Task:
         self.concurrency_key = record.concurrency_key
         self.required_labels: dict[str, str] = dict(record.required_labels)
         self.worker_id = worker_id
-        self.cancel_event = threading.Event()
         self.cancel_reason = ""
-        self._progress = progress
 
     def __repr__(self) -> str:
-        return f"Task(id={self.id!r}, job_id={self.job_id!r}, chunk_index={self.chunk_index}, attempt={self.attempt})"
+        return (f"{type(self).__name__}(id={self.id!r}, job_id={self.job_id!r}, chunk_index={self.chunk_index}, "
+                f"attempt={self.attempt})")
+
+
+class Task(TaskFields):
+    """One leased task, handed to a handler.
+
+    Attributes mirror the coordinator's task (``id``, ``job_id``, ``chunk_index``, ``workload``, ``attempt``,
+    ``max_attempts``, ``input_uri``, ``input_sha256``, ``parameters``, ``priority``, ``traceparent``,
+    ``lease_expires_at``, ``concurrency_key``, ``required_labels``) plus ``worker_id``. The worker heartbeats
+    the lease by itself; when a heartbeat (or :meth:`progress`) finds the task cancelled or the lease lost,
+    :attr:`cancelled` turns true and :attr:`cancel_event` is set: the handler should stop, as its result will
+    not be reported.
+    """
+
+    def __init__(self, record: TaskRecord, worker_id: str, progress: ProgressSink | None = None) -> None:
+        super().__init__(record, worker_id)
+        self.cancel_event = threading.Event()
+        self._progress = progress
 
     def __getstate__(self) -> dict[str, Any]:
         # Process lanes get a copy without the worker's reporter (threads, sockets) and with an event of their own.

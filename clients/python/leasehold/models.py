@@ -33,6 +33,12 @@ from ._read import field_of as field_of
 from ._read import parse_time as parse_time
 from ._read import plain_json as plain_json
 from .accounts import Billing, Settlement, Usage, usage_of
+from .workloads import FailurePolicy as FailurePolicy
+from .workloads import KeyLimit as KeyLimit
+from .workloads import Workload as Workload
+from .workloads import WorkloadKey as WorkloadKey
+from .workloads import WorkloadKeys as WorkloadKeys
+from .workloads import policy_of
 
 __all__ = [
     "AttemptOutcome",
@@ -58,6 +64,8 @@ __all__ = [
     "WaitingReason",
     "WatchUpdate",
     "Workload",
+    "WorkloadKey",
+    "WorkloadKeys",
     "plain_json",
 ]
 
@@ -69,10 +77,6 @@ JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled"
 TaskStatus = Literal["", "pending", "leased", "completed", "failed", "cancelled"]
 #: What a :class:`JobEvent` records.
 EventKind = Literal["", "task_status", "task_progress", "job_status", "settled"]
-#: What a job does when its tasks fail for good: ``fail_fast`` (the first failure past ``max_failed_tasks``
-#: fails the job and cancels its unfinished tasks; the default) or ``continue`` (every other task still runs;
-#: the job ends once all are final: failed when more than ``max_failed_tasks`` failed, else completed).
-FailurePolicy = Literal["", "fail_fast", "continue"]
 #: How an attempt of a task ended (``running``: it holds its lease now).
 AttemptOutcome = Literal["", "running", "completed", "failed", "lease_expired", "cancelled"]
 #: Why a pending task is not running (the proto's ``WAITING_REASON_*`` in lower case; ``""`` when the task is
@@ -86,13 +90,8 @@ _TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled")
 _JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled", "scheduled")
 _EVENT_KINDS = ("", "task_status", "task_progress", "job_status", "settled")
 _OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
-_POLICIES = ("", "fail_fast", "continue")
 _WAITING_REASONS = ("", "queued", "retry_backoff", "workload_paused", "workload_cap", "key_cap", "rate_limited",
                     "labels_unmatched", "no_workers")
-
-
-def _policy(d: Mapping[str, Any]) -> FailurePolicy:
-    return cast(FailurePolicy, _enum(d, "failure_policy", "FAILURE_POLICY_", _POLICIES))
 
 
 def rfc3339(at: datetime | str) -> str:
@@ -208,7 +207,7 @@ class Job:
             priority=_int(d, "priority"), idempotency_key=_str(d, "idempotency_key"),
             traceparent=_str(d, "traceparent"), cancel_reason=_str(d, "cancel_reason"),
             created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"),
-            completed_at=_time(d, "completed_at"), failure_policy=_policy(d),
+            completed_at=_time(d, "completed_at"), failure_policy=policy_of(d),
             max_failed_tasks=_int(d, "max_failed_tasks"), concurrency_key=_str(d, "concurrency_key"),
             required_labels=_labels(d, "required_labels"),
             schedule_name=_str(d, "schedule_name"), schedule_fire_time=_time(d, "schedule_fire_time"),
@@ -443,6 +442,11 @@ class RetriedJob:
     job: Job
     retried_tasks: int
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RetriedJob:
+        """From RetryJobResponse JSON."""
+        return cls(job=Job.from_json(_msg(d, "job")), retried_tasks=_int(d, "retried_tasks"))
+
 
 @dataclass(frozen=True)
 class ResultManifest:
@@ -525,57 +529,6 @@ class WatchUpdate:
         if snap is not None:
             return cls(snapshot=JobSnapshot.from_json(snap))
         return cls(event=JobEvent.from_json(_msg(d, "event")))
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A registered workload and its defaults (a job's ``failure_policy`` and ``max_failed_tasks`` among them).
-
-    Its flow control: ``max_leased`` (at most that many of its tasks leased at once; ``0``: no cap),
-    ``max_leased_per_key`` (the same per concurrency key; ``0``: no cap), ``max_leases_per_second`` and
-    ``leases_burst`` (the rate limit's token bucket; ``0``: no limit), and ``paused``.
-    """
-
-    name: str
-    max_attempts: int = 0
-    lease_seconds: int = 0
-    max_pending_seconds: int = 0
-    parameters_schema: JsonObject | None = field(default=None)
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    failure_policy: FailurePolicy = ""
-    max_failed_tasks: int = 0
-    max_leased: int = 0
-    max_leased_per_key: int = 0
-    max_leases_per_second: float = 0.0
-    leases_burst: int = 0
-    paused: bool = False
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Workload:
-        """From its proto JSON."""
-        return cls(name=_str(d, "name"), max_attempts=_int(d, "max_attempts"), lease_seconds=_int(d, "lease_seconds"),
-                   max_pending_seconds=_int(d, "max_pending_seconds"),
-                   parameters_schema=_obj(d, "parameters_schema"), created_at=_time(d, "created_at"),
-                   updated_at=_time(d, "updated_at"), failure_policy=_policy(d),
-                   max_failed_tasks=_int(d, "max_failed_tasks"), max_leased=_int(d, "max_leased"),
-                   max_leased_per_key=_int(d, "max_leased_per_key"),
-                   max_leases_per_second=_float(d, "max_leases_per_second"), leases_burst=_int(d, "leases_burst"),
-                   paused=_bool(d, "paused"))
-
-
-@dataclass(frozen=True)
-class KeyLimit:
-    """One concurrency key's own cap, as :meth:`leasehold.Client.put_key_limit` set it."""
-
-    workload: str
-    key: str
-    max_leased: int
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> KeyLimit:
-        """From PutKeyLimitResponse JSON."""
-        return cls(workload=_str(d, "name"), key=_str(d, "key"), max_leased=_int(d, "max_leased"))
 
 
 @dataclass(frozen=True)

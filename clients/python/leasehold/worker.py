@@ -8,16 +8,14 @@ results (``_reporter``), which share the worker's state (``_state``). What a han
 from __future__ import annotations
 
 import multiprocessing
-import os
-import re
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, Literal, TypeVar
 
+from . import _worker_calls as calls
 from ._claimer import Claimer, unknown_workloads
 from ._heartbeat import Heartbeats
 from ._lanes import Lanes
@@ -36,11 +34,8 @@ from ._task import (
 )
 from ._transport import TransportName, make_transport
 from .errors import (
-    InvalidArgumentError,
     LeaseholdError,
     NotFoundError,
-    PermissionDeniedError,
-    UnauthenticatedError,
     WorkerConfigError,
 )
 
@@ -48,9 +43,6 @@ __all__ = ["Result", "RetryableError", "Task", "TaskCancelled", "TaskError", "Wo
 
 H = TypeVar("H", bound=Handler)
 Executor = Literal["thread", "process"]
-
-_WORKER_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
-_NIL_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 class Worker(WorkerState):
@@ -127,22 +119,10 @@ class Worker(WorkerState):
         request_timeout: float = 10.0,
         labels: Mapping[str, str] | None = None,
     ) -> None:
-        if not workloads:
-            raise ValueError("workloads: at least one")
-        if concurrency < 1:
-            raise ValueError("concurrency: at least 1")
-        if not 0 <= wait_seconds <= 30:
-            raise ValueError("wait_seconds: 0 to 30")
         if executor not in ("thread", "process"):
             raise ValueError('executor must be "thread" or "process"')
-        if transport not in ("json", "grpc"):
-            raise ValueError('transport must be "json" or "grpc"')
-        if labels is not None and not (isinstance(labels, Mapping) and all(
-                isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
-            raise ValueError(f"labels: a mapping of label names to values, all strings: {labels!r}")
-        worker_id = worker_id or f"{worker_prefix}{socket.gethostname()}-{os.getpid()}"
-        if not _WORKER_ID.match(worker_id):
-            raise ValueError(f"worker_id must be 1 to 128 printable ASCII characters without spaces: {worker_id!r}")
+        worker_id = calls.check_options(workloads, concurrency, wait_seconds, transport, labels, worker_id,
+                                        worker_prefix)
         super().__init__(url, workloads, concurrency, worker_id, lease_seconds, wait_seconds, prefetch, batch_results,
                          claim_with_results, drain_timeout, heartbeat_interval, executor, request_timeout,
                          labels=dict(labels) if labels else None)
@@ -235,9 +215,7 @@ class Worker(WorkerState):
     def _check_identity(self) -> None:
         """Fails fast on a token or worker_id the coordinator refuses, rather than on every claim."""
         backoff = Backoff()
-        # A heartbeat of a task that cannot exist: the coordinator checks token and worker_id before looking
-        # the task up, so NOT_FOUND means both were accepted, and nothing is written either way.
-        req = {"task_id": _NIL_UUID, "worker_id": self.worker_id, "attempt": 1}
+        req = calls.identity_probe(self)
         warned = False
         while not self._stop.is_set():
             try:
@@ -245,16 +223,10 @@ class Worker(WorkerState):
                 return
             except NotFoundError:
                 return
-            except PermissionDeniedError as e:
-                raise WorkerConfigError(
-                    f"the coordinator refuses worker_id {self.worker_id!r} with this token: {e.message} "
-                    "(a worker token only acts as worker_ids starting with its prefix; pass worker_id= or "
-                    "worker_prefix= to match it)") from e
-            except UnauthenticatedError as e:
-                raise WorkerConfigError(f"the coordinator refuses the token: {e.message}") from e
-            except InvalidArgumentError as e:
-                raise WorkerConfigError(f"the coordinator refuses worker_id {self.worker_id!r}: {e.message}") from e
             except LeaseholdError as e:
+                refusal = calls.identity_refusal(self, e)
+                if refusal is not None:
+                    raise refusal from e
                 if not warned:
                     log.warning("coordinator not reachable at %s (%s); retrying with backoff", self.url, e)
                 warned = True
@@ -270,26 +242,19 @@ class Worker(WorkerState):
         (one older than claim_next, or out of reach now) leaves it to the claims: the claimer stops the
         worker on the first claim refused for an unknown workload.
         """
-        claim: dict[str, Any] = {"workloads": self.workloads}
-        if self.labels:
-            claim["labels"] = self.labels
-        req = {"task_id": _NIL_UUID, "worker_id": self.worker_id, "attempt": 1, "result_uri": "leasehold:probe",
-               "result_sha256": "0" * 64, "claim_next": claim}
         try:
-            self._call("CompleteTask", req)
-        except (NotFoundError, InvalidArgumentError) as e:
-            if e.reason == "WORKLOAD_NOT_FOUND" or "claim_next.workloads" in e.message:
+            self._call("CompleteTask", calls.workloads_probe(self))
+        except LeaseholdError as e:
+            kind, refusal = calls.workloads_refusal(self, e)
+            if kind == "unknown_workloads":
                 raise unknown_workloads(self, e) from e
-            if isinstance(e, InvalidArgumentError) and ("claim_next.labels" in e.message or any(
-                    v.field.startswith("claim_next.labels") for v in e.violations)):
+            if refusal is not None:
                 # Labels no claim can carry: every claim would be refused the same way, so fail at start.
-                raise WorkerConfigError(f"the coordinator refuses the worker's labels {self.labels!r}: {e.message}") from e
-            if isinstance(e, InvalidArgumentError) and "claim_next" in e.message:
+                raise refusal from e
+            if kind == "no_claim_next":
                 # A coordinator older than claim_next: no report will carry one (it would be refused too).
                 self._claims_refused = True
                 log.warning("the coordinator refuses claim_next (%s); reports claim nothing from now on", e)
-        except LeaseholdError:
-            pass
 
     def _run(self) -> None:
         log.info("worker %s: %d lane(s) for %s at %s over %s", self.worker_id, self.concurrency,

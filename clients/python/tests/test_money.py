@@ -95,16 +95,16 @@ def test_money_fields_read_alike_from_proto_json_and_grpc_dicts() -> None:
 
 def test_usage_goes_into_the_grpc_messages_of_results_and_failures() -> None:
     pytest.importorskip("grpc")
-    from leasehold._grpc import GrpcTransport
+    from leasehold._grpc import request_message
 
     one = {"task_id": str(uuid.uuid4()), "worker_id": "w", "attempt": 1, "result_uri": "s3://o", "result_sha256": sha("o"),
            "usage": {"gpu_ms": 12, "tokens": 2**53 - 1}}
-    msg = GrpcTransport._request("CompleteTasks", {"results": [one]})
+    msg = request_message("CompleteTasks", {"results": [one]})
     assert dict(msg.results[0].usage) == {"gpu_ms": 12, "tokens": 2**53 - 1}
-    fail = GrpcTransport._request("FailTask", {"task_id": one["task_id"], "worker_id": "w", "attempt": 1,
+    fail = request_message("FailTask", {"task_id": one["task_id"], "worker_id": "w", "attempt": 1,
                                                "error_code": "oom", "usage": {"gpu_ms": 3}})
     assert dict(fail.usage) == {"gpu_ms": 3}
-    created = GrpcTransport._request("CreateJob", {"workload": "w", "account": "acme",
+    created = request_message("CreateJob", {"workload": "w", "account": "acme",
                                                    "billing": Billing(500, "order-7").to_json()})
     assert (created.account, created.billing.reserved_units, created.billing.billing_key) == ("acme", 500, "order-7")
 

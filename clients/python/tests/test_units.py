@@ -75,8 +75,8 @@ def test_error_details_read_alike_from_connect_json_rest_json_and_grpc_trailers(
     from google.rpc import error_details_pb2, status_pb2
 
     from leasehold import InvalidArgumentError, NotFoundError
+    from leasehold._connect import connect_error
     from leasehold._grpc import _details
-    from leasehold._transport import JsonTransport
 
     violations = [("tasks[0].input_sha256", "must be 64 hexadecimal characters (sha256)"), ("tasks[1].input_uri", "is required")]
     connect = {"code": "invalid_argument", "message": "tasks[0].input_sha256: …", "details": [
@@ -85,8 +85,8 @@ def test_error_details_read_alike_from_connect_json_rest_json_and_grpc_trailers(
         {"type": "google.rpc.RequestInfo", "value": "…", "debug": {"request_id": "rid-1", "serving_data": ""}}]}
     rest = {"error": {"code": "invalid_argument", "message": "…", "request_id": "rid-2",
                       "violations": [{"field": f, "description": d} for f, d in violations]}}
-    a = JsonTransport._error("CreateJob", 400, json.dumps(connect).encode(), "rid-1")
-    b = JsonTransport._error("CreateJob", 400, json.dumps(rest).encode(), None)
+    a = connect_error("CreateJob", 400, json.dumps(connect).encode(), "rid-1")
+    b = connect_error("CreateJob", 400, json.dumps(rest).encode(), None)
     assert isinstance(a, InvalidArgumentError) and isinstance(b, InvalidArgumentError)
     assert [(v.field, v.description) for v in a.violations] == violations
     assert a.violations == b.violations and b.request_id == "rid-2"
@@ -108,7 +108,7 @@ def test_error_details_read_alike_from_connect_json_rest_json_and_grpc_trailers(
     not_found = {"code": "not_found", "message": "workloads[0]: workload \"rendr\" not found", "details": [
         {"type": "google.rpc.ErrorInfo", "value": "…", "debug": {"reason": "WORKLOAD_NOT_FOUND", "domain": "leasehold",
                                                                "metadata": details["metadata"]}}]}
-    c = JsonTransport._error("ClaimTasks", 404, json.dumps(not_found).encode(), None)
+    c = connect_error("ClaimTasks", 404, json.dumps(not_found).encode(), None)
     assert isinstance(c, NotFoundError) and c.violations == []
     assert (c.reason, c.metadata) == (details["reason"], details["metadata"])
 

@@ -4,15 +4,14 @@ import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client as RpcClient, type CallOptions } from "@connectrpc/connect";
 import { openTransport, type OpenTransport } from "#transport";
+import { jobOf, jobWith, type CreatedJob, type JobSnapshot, type RetriedJob } from "./answers.js";
 import { DeadlineExceededError, toLeaseholdError, UnavailableError } from "./errors.js";
-import type { ConnectionOptions } from "./options.js";
+import { checkBaseUrl, type ConnectionOptions } from "./options.js";
 import {
   JobEventKind,
   JobStatus,
   QueueService,
   type CreateJobRequestSchema,
-  type CreateJobResponse,
-  type GetJobResponse,
   type GetTaskResponse,
   type Job,
   type PutKeyLimitResponse,
@@ -20,7 +19,6 @@ import {
   type PutScheduleResponse,
   type PutWorkloadRequestSchema,
   type ResultManifest,
-  type RetryJobResponse,
   type Schedule,
   type TaskDetail,
   type TaskSpecSchema,
@@ -55,27 +53,33 @@ export interface WaitOptions {
  *
  * @example
  * const client = new Client("http://127.0.0.1:8080", { token, transport: "grpc" });
- * const { job } = await client.createJob("render", [{ chunkIndex: 0, inputUri: "s3://in/0", inputSha256: sha }]);
- * for await (const update of client.watch(job!.id)) console.log(update.update.case);
- * for await (const m of client.results(job!.id)) console.log(m.chunkIndex, m.resultUri);
+ * const job = await client.createJob("render", [{ chunkIndex: 0, inputUri: "s3://in/0", inputSha256: sha }]);
+ * for await (const update of client.watch(job.id)) console.log(update.update.case);
+ * for await (const m of client.results(job.id)) console.log(m.chunkIndex, m.resultUri);
  * client.close();
  */
 export class Client {
+  /**
+   * The coordinator's base URL, without a trailing slash. A path in it is kept as the prefix of
+   * every call (`<url>/leasehold.queue.v1.QueueService/<Method>`), for a proxy that serves the
+   * coordinator under one; the coordinator itself serves the calls at its root.
+   */
   readonly url: string;
-  private readonly open: OpenTransport;
-  private readonly rpc: RpcClient<typeof QueueService>;
-  private readonly timeoutMs: number;
+  readonly #open: OpenTransport;
+  readonly #rpc: RpcClient<typeof QueueService>;
+  readonly #timeoutMs: number;
 
+  /** Throws a TypeError for a URL that is not `http://` or `https://`, or that has a query, fragment or credentials. */
   constructor(url: string, options: ConnectionOptions = {}) {
-    this.url = url.replace(/\/+$/, "");
-    this.open = openTransport(this.url, options);
-    this.rpc = createClient(QueueService, this.open.transport);
-    this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.url = checkBaseUrl(url);
+    this.#open = openTransport(this.url, options);
+    this.#rpc = createClient(QueueService, this.#open.transport);
+    this.#timeoutMs = options.timeoutMs ?? 10_000;
   }
 
   /** Closes the client's connections (a Node program then exits once it is done). */
   close(): void {
-    this.open.close();
+    this.#open.close();
   }
 
   /** `client.close()` for `using client = new Client(...)`. */
@@ -83,41 +87,43 @@ export class Client {
     this.close();
   }
 
-  private async call<K extends keyof RpcClient<typeof QueueService>, R>(
+  async #call<K extends keyof RpcClient<typeof QueueService>, R>(
     method: K,
     fn: (rpc: RpcClient<typeof QueueService>, opts: CallOptions) => Promise<R>,
     opts: CallOptions = {},
   ): Promise<R> {
     try {
-      return await fn(this.rpc, { timeoutMs: this.timeoutMs, ...opts });
+      return await fn(this.#rpc, { timeoutMs: this.#timeoutMs, ...opts });
     } catch (e) {
-      throw toLeaseholdError(methodName(method), e, opts.signal?.aborted ?? false);
+      throw toLeaseholdError(methodName(method), e, { url: this.url, callerAborted: opts.signal?.aborted ?? false });
     }
   }
 
   /**
-   * Creates a job of `tasks` (or of one task from `options.inputUri`); with an `idempotencyKey`, the
-   * same request again returns the first job.
+   * Creates a job of `tasks` (or of one task from `options.inputUri`) and returns it, with its
+   * `tasks` as created; with an `idempotencyKey`, the same request again returns the first job.
    */
-  createJob(workload: string, tasks: TaskSpecInit[], options: CreateJobOptions = {}): Promise<CreateJobResponse> {
-    return this.call("createJob", (r, o) => r.createJob({ ...options, workload, tasks }, o));
+  async createJob(workload: string, tasks: TaskSpecInit[], options: CreateJobOptions = {}): Promise<CreatedJob> {
+    const res = await this.#call("createJob", (r, o) => r.createJob({ ...options, workload, tasks }, o));
+    return jobWith("CreateJob", res, { tasks: res.tasks });
   }
 
-  /** The job with its task counts, progress and, while it is failed, the failure that failed it. */
-  getJob(jobId: string): Promise<GetJobResponse> {
-    return this.call("getJob", (r, o) => r.getJob({ jobId }, o));
+  /** The job, with its `taskCounts`, `totalTasks`, `progress` and, while it is failed, the `failure` that failed it. */
+  async getJob(jobId: string): Promise<JobSnapshot> {
+    const res = await this.#call("getJob", (r, o) => r.getJob({ jobId }, o));
+    return jobWith("GetJob", res, { taskCounts: res.taskCounts, totalTasks: res.totalTasks, progress: res.progress, failure: res.failure });
   }
 
   /** One task with its attempts (oldest first) and, while pending, why it waits. */
   getTask(taskId: string): Promise<GetTaskResponse> {
-    return this.call("getTask", (r, o) => r.getTask({ taskId }, o));
+    return this.#call("getTask", (r, o) => r.getTask({ taskId }, o));
   }
 
   /** The job's tasks with their attempts, in chunk order, every page; `status` filters. */
   async *listTasks(jobId: string, options: { status?: TaskStatus; pageSize?: number } = {}): AsyncGenerator<TaskDetail> {
     let pageToken = "";
     do {
-      const page = await this.call("listTasks", (r, o) =>
+      const page = await this.#call("listTasks", (r, o) =>
         r.listTasks({ jobId, status: options.status, pageSize: options.pageSize ?? 0, pageToken }, o),
       );
       yield* page.tasks;
@@ -131,7 +137,7 @@ export class Client {
   ): AsyncGenerator<Job> {
     let pageToken = "";
     do {
-      const page = await this.call("listJobs", (r, o) => r.listJobs({ ...options, pageSize: options.pageSize ?? 0, pageToken }, o));
+      const page = await this.#call("listJobs", (r, o) => r.listJobs({ ...options, pageSize: options.pageSize ?? 0, pageToken }, o));
       yield* page.jobs;
       pageToken = page.nextPageToken;
     } while (pageToken);
@@ -141,7 +147,7 @@ export class Client {
   async *results(jobId: string, options: { pageSize?: number } = {}): AsyncGenerator<ResultManifest> {
     let pageToken = "";
     do {
-      const page = await this.call("listCompletedResults", (r, o) =>
+      const page = await this.#call("listCompletedResults", (r, o) =>
         r.listCompletedResults({ jobId, pageSize: options.pageSize ?? 0, pageToken }, o),
       );
       yield* page.results;
@@ -166,11 +172,14 @@ export class Client {
     const timer =
       options.timeoutMs === undefined
         ? undefined
-        : setTimeout(() => stop.abort(new DeadlineExceededError(`WatchJob: not final within ${options.timeoutMs} ms`)), options.timeoutMs);
+        : setTimeout(
+            () => stop.abort(new DeadlineExceededError(`WatchJob: job ${jobId} not final within ${options.timeoutMs} ms`)),
+            options.timeoutMs,
+          );
     try {
       for (;;) {
         try {
-          for await (const update of this.rpc.watchJob({ jobId, afterEventId }, { signal: stop.signal })) {
+          for await (const update of this.#rpc.watchJob({ jobId, afterEventId }, { signal: stop.signal })) {
             delayMs = 100;
             if (update.update.case === "event") afterEventId = update.update.value.id;
             yield update;
@@ -179,11 +188,13 @@ export class Client {
           // The coordinator ends a stream when it shuts down: open it again.
         } catch (e) {
           if (stop.signal.reason instanceof DeadlineExceededError) throw stop.signal.reason;
-          const err = toLeaseholdError("WatchJob", e, stop.signal.aborted);
+          const err = toLeaseholdError("WatchJob", e, { url: this.url, callerAborted: stop.signal.aborted });
           if (!(err instanceof UnavailableError)) throw err;
         }
         await sleep(delayMs * (0.5 + Math.random() / 2), stop.signal).catch((reason: unknown) => {
-          throw reason instanceof DeadlineExceededError ? reason : toLeaseholdError("WatchJob", reason, true);
+          throw reason instanceof DeadlineExceededError
+            ? reason
+            : toLeaseholdError("WatchJob", reason, { url: this.url, callerAborted: true });
         });
         delayMs = Math.min(delayMs * 2, 5000);
       }
@@ -194,54 +205,57 @@ export class Client {
     }
   }
 
-  /** Waits until the job is final and returns it (following its watch). */
-  async wait(jobId: string, options: WaitOptions = {}): Promise<Job> {
-    let job: Job | undefined;
-    for await (const u of this.watch(jobId, options)) {
-      if (u.update.case === "snapshot" && u.update.value.job) job = u.update.value.job;
+  /**
+   * Waits until the job is final (following its watch) and returns it as `getJob` does, with its
+   * `failure` when it failed. With `timeoutMs`, rejects with `DeadlineExceededError` (code
+   * `deadline_exceeded`) once that passes first.
+   */
+  async wait(jobId: string, options: WaitOptions = {}): Promise<JobSnapshot> {
+    for await (const _ of this.watch(jobId, options)) {
+      // every update until the final one
     }
-    const snap = await this.getJob(jobId);
-    return snap.job ?? job!;
+    return this.getJob(jobId);
   }
 
-  /** Cancels the job (its unfinished tasks with it); cancelling a final job changes nothing. */
+  /** Cancels the job (its unfinished tasks with it) and returns it; cancelling a final job changes nothing. */
   async cancel(jobId: string, reason = ""): Promise<Job> {
-    return (await this.call("cancelJob", (r, o) => r.cancelJob({ jobId, reason }, o))).job!;
+    return jobOf("CancelJob", await this.#call("cancelJob", (r, o) => r.cancelJob({ jobId, reason }, o)));
   }
 
-  /** Runs a failed or cancelled job's unfinished tasks again; `maxAttempts` raises their budget. */
-  retry(jobId: string, options: { maxAttempts?: number } = {}): Promise<RetryJobResponse> {
-    return this.call("retryJob", (r, o) => r.retryJob({ jobId, maxAttempts: options.maxAttempts }, o));
+  /** Runs a failed or cancelled job's unfinished tasks again and returns it, with `retriedTasks`; `maxAttempts` raises their budget. */
+  async retry(jobId: string, options: { maxAttempts?: number } = {}): Promise<RetriedJob> {
+    const res = await this.#call("retryJob", (r, o) => r.retryJob({ jobId, maxAttempts: options.maxAttempts }, o));
+    return jobWith("RetryJob", res, { retriedTasks: res.retriedTasks });
   }
 
   /** Creates or updates a workload (admin). */
   async putWorkload(name: string, options: WorkloadOptions = {}): Promise<Workload> {
-    return (await this.call("putWorkload", (r, o) => r.putWorkload({ ...options, name }, o))).workload!;
+    return (await this.#call("putWorkload", (r, o) => r.putWorkload({ ...options, name }, o))).workload!;
   }
 
   /** Every workload the coordinator knows. */
   async listWorkloads(): Promise<Workload[]> {
-    return (await this.call("listWorkloads", (r, o) => r.listWorkloads({}, o))).workloads;
+    return (await this.#call("listWorkloads", (r, o) => r.listWorkloads({}, o))).workloads;
   }
 
   /** One concurrency key's own cap of leased tasks in a workload (admin). */
   putKeyLimit(workload: string, key: string, maxLeased: number): Promise<PutKeyLimitResponse> {
-    return this.call("putKeyLimit", (r, o) => r.putKeyLimit({ name: workload, key, maxLeased }, o));
+    return this.#call("putKeyLimit", (r, o) => r.putKeyLimit({ name: workload, key, maxLeased }, o));
   }
 
   /** The busiest concurrency keys of a workload, with their counts and caps. */
   listWorkloadKeys(workload: string, limit = 0): Promise<ListWorkloadKeysResponse> {
-    return this.call("listWorkloadKeys", (r, o) => r.listWorkloadKeys({ name: workload, limit }, o));
+    return this.#call("listWorkloadKeys", (r, o) => r.listWorkloadKeys({ name: workload, limit }, o));
   }
 
   /** Stops leasing the workload's tasks (held leases run on; jobs are still accepted). */
   async pause(workload: string): Promise<Workload> {
-    return (await this.call("pauseWorkload", (r, o) => r.pauseWorkload({ name: workload }, o))).workload!;
+    return (await this.#call("pauseWorkload", (r, o) => r.pauseWorkload({ name: workload }, o))).workload!;
   }
 
   /** Leases the workload's tasks again. */
   async resume(workload: string): Promise<Workload> {
-    return (await this.call("resumeWorkload", (r, o) => r.resumeWorkload({ name: workload }, o))).workload!;
+    return (await this.#call("resumeWorkload", (r, o) => r.resumeWorkload({ name: workload }, o))).workload!;
   }
 
   /** Creates or replaces a schedule that creates `job` at each time of `cron`. */
@@ -251,32 +265,32 @@ export class Client {
     job: MessageInitShape<typeof CreateJobRequestSchema>,
     options: ScheduleOptions = {},
   ): Promise<PutScheduleResponse> {
-    return this.call("putSchedule", (r, o) => r.putSchedule({ ...options, name, cron, job }, o));
+    return this.#call("putSchedule", (r, o) => r.putSchedule({ ...options, name, cron, job }, o));
   }
 
   /** One schedule. */
   async getSchedule(name: string): Promise<Schedule> {
-    return (await this.call("getSchedule", (r, o) => r.getSchedule({ name }, o))).schedule!;
+    return (await this.#call("getSchedule", (r, o) => r.getSchedule({ name }, o))).schedule!;
   }
 
   /** Every schedule. */
   async listSchedules(): Promise<Schedule[]> {
-    return (await this.call("listSchedules", (r, o) => r.listSchedules({}, o))).schedules;
+    return (await this.#call("listSchedules", (r, o) => r.listSchedules({}, o))).schedules;
   }
 
   /** Deletes a schedule (its jobs stay). */
   async deleteSchedule(name: string): Promise<Schedule> {
-    return (await this.call("deleteSchedule", (r, o) => r.deleteSchedule({ name }, o))).schedule!;
+    return (await this.#call("deleteSchedule", (r, o) => r.deleteSchedule({ name }, o))).schedule!;
   }
 
   /** Stops a schedule from firing. */
   async pauseSchedule(name: string): Promise<Schedule> {
-    return (await this.call("pauseSchedule", (r, o) => r.pauseSchedule({ name }, o))).schedule!;
+    return (await this.#call("pauseSchedule", (r, o) => r.pauseSchedule({ name }, o))).schedule!;
   }
 
   /** Lets a paused schedule fire again. */
   async resumeSchedule(name: string): Promise<Schedule> {
-    return (await this.call("resumeSchedule", (r, o) => r.resumeSchedule({ name }, o))).schedule!;
+    return (await this.#call("resumeSchedule", (r, o) => r.resumeSchedule({ name }, o))).schedule!;
   }
 
   /**
@@ -285,22 +299,22 @@ export class Client {
    * jobs' priority when they set none (its tier).
    */
   async putAccount(name: string, options: { maxPendingTasks?: number; priority?: number } = {}): Promise<Account> {
-    return (await this.call("putAccount", (r, o) => r.putAccount({ ...options, name }, o))).account!;
+    return (await this.#call("putAccount", (r, o) => r.putAccount({ ...options, name }, o))).account!;
   }
 
   /** One account with its pending tasks now; `not_found` when unknown. */
   async getAccount(name: string): Promise<Account> {
-    return (await this.call("getAccount", (r, o) => r.getAccount({ name }, o))).account!;
+    return (await this.#call("getAccount", (r, o) => r.getAccount({ name }, o))).account!;
   }
 
   /** Every account, ordered by name. */
   async listAccounts(): Promise<Account[]> {
-    return (await this.call("listAccounts", (r, o) => r.listAccounts({}, o))).accounts;
+    return (await this.#call("listAccounts", (r, o) => r.listAccounts({}, o))).accounts;
   }
 
   /** An account's use per workload over [`from`, `to`) (unset: from the beginning, until now). */
   getAccountUsage(account: string, options: { from?: Date; to?: Date } = {}): Promise<GetAccountUsageResponse> {
-    return this.call("getAccountUsage", (r, o) =>
+    return this.#call("getAccountUsage", (r, o) =>
       r.getAccountUsage(
         { account, from: options.from && timestampFromDate(options.from), to: options.to && timestampFromDate(options.to) },
         o,
@@ -315,7 +329,7 @@ export class Client {
   async *listSettlements(options: { account?: string; pageSize?: number } = {}): AsyncGenerator<Job> {
     let pageToken = "";
     do {
-      const page = await this.call("listSettlements", (r, o) =>
+      const page = await this.#call("listSettlements", (r, o) =>
         r.listSettlements({ account: options.account ?? "", pageSize: options.pageSize ?? 0, pageToken }, o),
       );
       yield* page.jobs;
@@ -330,7 +344,7 @@ export class Client {
    */
   async settleJob(jobId: string, settlementKey: string, settledUnits: number | bigint): Promise<Job> {
     const req = { jobId, settlementKey, settledUnits: BigInt(settledUnits) };
-    return (await this.call("settleJob", (r, o) => r.settleJob(req, o))).job!;
+    return jobOf("SettleJob", await this.#call("settleJob", (r, o) => r.settleJob(req, o)));
   }
 }
 

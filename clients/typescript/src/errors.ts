@@ -60,7 +60,9 @@ export interface LeaseholdErrorInit {
 
 /**
  * A call to the coordinator failed. Catch a subclass for one code (`NotFoundError`), or this class
- * and read `code`.
+ * and read `code`: a subclass's `code` is always its own (`DeadlineExceededError` is
+ * `"deadline_exceeded"`, wherever it was made); this class itself carries the codes without one
+ * (`"unimplemented"`, `"cancelled"`, `"unknown"`, ...).
  *
  * @example
  * try {
@@ -72,7 +74,7 @@ export interface LeaseholdErrorInit {
  * }
  */
 export class LeaseholdError extends Error {
-  /** The code in snake case (`"not_found"`, `"aborted"`, ...). */
+  /** The code in snake case (`"not_found"`, `"aborted"`, ...): the Connect code of the class, or the one given to this class. */
   readonly code: ErrorCode;
   /** The coordinator's request id of the call (matches its log line); undefined when it never answered. */
   readonly requestId: string | undefined;
@@ -86,7 +88,8 @@ export class LeaseholdError extends Error {
   constructor(message: string, init: LeaseholdErrorInit = {}) {
     super(message, init.cause === undefined ? undefined : { cause: init.cause });
     this.name = new.target.name;
-    this.code = init.code ?? "unknown";
+    // A subclass's code is its own, whatever `init` says: `code` and the class never disagree.
+    this.code = classCode(new.target) ?? init.code ?? "unknown";
     this.requestId = init.requestId;
     this.violations = init.violations ?? [];
     this.reason = init.reason ?? "";
@@ -100,31 +103,62 @@ export class LeaseholdError extends Error {
 }
 
 /** The request was refused as invalid; `violations` names each bad field. */
-export class InvalidArgumentError extends LeaseholdError {}
+export class InvalidArgumentError extends LeaseholdError {
+  declare readonly code: "invalid_argument";
+}
 /** The job, task, workload or schedule does not exist (an unknown workload: `reason` `WORKLOAD_NOT_FOUND`). */
-export class NotFoundError extends LeaseholdError {}
+export class NotFoundError extends LeaseholdError {
+  declare readonly code: "not_found";
+}
 /** A stale, foreign or expired lease, or a cancelled or finished task. */
-export class AbortedError extends LeaseholdError {}
+export class AbortedError extends LeaseholdError {
+  declare readonly code: "aborted";
+}
 /** A conflicting result manifest, idempotency key or schedule. */
-export class AlreadyExistsError extends LeaseholdError {}
+export class AlreadyExistsError extends LeaseholdError {
+  declare readonly code: "already_exists";
+}
 /** The call is not allowed in the object's state (e.g. retrying a job that has not failed). */
-export class FailedPreconditionError extends LeaseholdError {}
+export class FailedPreconditionError extends LeaseholdError {
+  declare readonly code: "failed_precondition";
+}
 /** No token, or a token the coordinator does not know. */
-export class UnauthenticatedError extends LeaseholdError {}
+export class UnauthenticatedError extends LeaseholdError {
+  declare readonly code: "unauthenticated";
+}
 /** The token's role may not make this call (or act as this worker id). */
-export class PermissionDeniedError extends LeaseholdError {}
-/** The coordinator (or its database) cannot be reached now; worth retrying. */
-export class UnavailableError extends LeaseholdError {}
-/** A quota is used up (an account's max_pending_tasks; the message names the numbers); an UnavailableError, as before it had its own class. */
-export class ResourceExhaustedError extends UnavailableError {}
-/** The call's deadline passed. */
-export class DeadlineExceededError extends LeaseholdError {}
+export class PermissionDeniedError extends LeaseholdError {
+  declare readonly code: "permission_denied";
+}
+/**
+ * The coordinator (or its database) cannot be reached now; worth retrying. Without a `requestId` the
+ * coordinator never answered: the connection was refused or lost, or TLS could not be spoken with it
+ * (the message says which).
+ */
+export class UnavailableError extends LeaseholdError {
+  declare readonly code: "unavailable";
+}
+/**
+ * A quota is used up (an account's max_pending_tasks; the message names the numbers). Not an
+ * UnavailableError: trying again at once is refused again until the quota frees up.
+ */
+export class ResourceExhaustedError extends LeaseholdError {
+  declare readonly code: "resource_exhausted";
+}
+/** The call's deadline passed (`timeoutMs` of the client, or of a `wait`/`watch`). */
+export class DeadlineExceededError extends LeaseholdError {
+  declare readonly code: "deadline_exceeded";
+}
 /** The coordinator failed; its log line carries the request id. */
-export class InternalError extends LeaseholdError {}
+export class InternalError extends LeaseholdError {
+  declare readonly code: "internal";
+}
 
-const CLASSES: Partial<Record<ErrorCode, new (message: string, init: LeaseholdErrorInit) => LeaseholdError>> = {
+type ErrorClass = new (message: string, init?: LeaseholdErrorInit) => LeaseholdError;
+
+/** Each code that has a class of its own, and that class; every other code is a plain LeaseholdError. */
+const CLASSES: Partial<Record<ErrorCode, ErrorClass>> = {
   invalid_argument: InvalidArgumentError,
-  out_of_range: InvalidArgumentError,
   not_found: NotFoundError,
   aborted: AbortedError,
   already_exists: AlreadyExistsError,
@@ -137,22 +171,46 @@ const CLASSES: Partial<Record<ErrorCode, new (message: string, init: LeaseholdEr
   internal: InternalError,
 };
 
+const CLASS_CODES = new Map<object, ErrorCode>(Object.entries(CLASSES).map(([code, cls]) => [cls, code as ErrorCode]));
+
+/** The code of `cls` or of the nearest of its ancestors that has one (a user's subclass of NotFoundError is not_found). */
+function classCode(cls: object): ErrorCode | undefined {
+  for (let c: object | null = cls; c && c !== LeaseholdError; c = Object.getPrototypeOf(c) as object | null) {
+    const code = CLASS_CODES.get(c);
+    if (code) return code;
+  }
+  return undefined;
+}
+
 /** The error of `code` (its subclass where there is one). */
 export function errorFor(code: ErrorCode, message: string, init: Omit<LeaseholdErrorInit, "code"> = {}): LeaseholdError {
   const cls = CLASSES[code] ?? LeaseholdError;
   return new cls(message, { ...init, code });
 }
 
+/** What a failed call's error is read with besides the call's name. */
+export interface CallContext {
+  /** The base URL the call went to, named in the errors of a server that is not the coordinator. */
+  url?: string;
+  /** Whether the caller aborted the call (its own signal): a "cancelled" end is then the caller's, not a lost connection. */
+  callerAborted?: boolean;
+}
+
 /**
  * Any error thrown by a call of `method` as a LeaseholdError, its rich details read. A call the
  * caller did not abort that ends "cancelled" lost its connection (an HTTP/2 stream or session
  * reset by the network or a proxy): that is `unavailable`, as a refused connection is, on every
- * transport alike.
+ * transport alike. A TLS handshake that fails (a cleartext port, an untrusted certificate) is
+ * `unavailable` too, with a message that says so, rather than OpenSSL's text as `internal`; and a
+ * server that has no such method (a 404: not the coordinator, or a path in the URL that no proxy
+ * strips) says where the call went.
  */
-export function toLeaseholdError(method: string, err: unknown, callerAborted = false): LeaseholdError {
+export function toLeaseholdError(method: string, err: unknown, context: CallContext = {}): LeaseholdError {
   if (err instanceof LeaseholdError) return err;
   const ce = ConnectError.from(err);
-  if (ce.code === Code.Canceled && !callerAborted) {
+  const tls = tlsFailure(ce, context.url);
+  if (tls) return errorFor("unavailable", `${method}: ${tls}`, { cause: err });
+  if (ce.code === Code.Canceled && !context.callerAborted) {
     return errorFor("unavailable", `${method}: connection lost: ${ce.rawMessage}`, { cause: err });
   }
   const violations: FieldViolation[] = [];
@@ -161,13 +219,64 @@ export function toLeaseholdError(method: string, err: unknown, callerAborted = f
   }
   const info = ce.findDetails(ErrorInfoSchema)[0];
   const requestId = ce.findDetails(RequestInfoSchema)[0]?.requestId || ce.metadata.get("x-request-id") || undefined;
-  return errorFor(CODE_NAMES[ce.code] ?? "unknown", `${method}: ${ce.rawMessage}`, {
+  const message = ce.code === Code.Unimplemented ? notServed(method, ce.rawMessage, context.url) : `${method}: ${ce.rawMessage}`;
+  return errorFor(CODE_NAMES[ce.code] ?? "unknown", message, {
     requestId,
     violations,
     reason: info?.reason ?? "",
     metadata: info ? { ...info.metadata } : {},
     cause: err,
   });
+}
+
+/** The certificate checks that fail in this process (Node's codes for OpenSSL's verify results and its host name check). */
+const TLS_VERIFY_CODES = new Set([
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "CERT_SIGNATURE_FAILURE",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+/** Why TLS could not be spoken with the server, from the error's causes; undefined when that was not the failure. */
+function tlsFailure(ce: ConnectError, url: string | undefined): string | undefined {
+  const where = url ?? "the server";
+  for (let cause: unknown = ce.cause; cause instanceof Error; cause = cause.cause) {
+    const code = String((cause as Error & { code?: unknown }).code ?? "");
+    if (code === "ERR_SSL_WRONG_VERSION_NUMBER" || /wrong version number/.test(cause.message)) {
+      // OpenSSL read a cleartext answer (an HTTP/1.1 400) where a TLS record should be.
+      return `${where} does not speak TLS (it answered in cleartext): use http:// for a cleartext coordinator, or serve TLS on it`;
+    }
+    if (TLS_VERIFY_CODES.has(code)) {
+      return `TLS: ${where} has a certificate this process does not trust (${cause.message}): pass \`ca\` with the PEM certificate that signed it`;
+    }
+    if (code === "EPROTO" || code.startsWith("ERR_SSL_")) return `TLS with ${where} failed (${cause.message.trim()})`;
+  }
+  return undefined;
+}
+
+/**
+ * A method the server does not serve (Connect's 404 arrives with an empty message): name where the
+ * call went, and the URL's path, which Connect keeps as the prefix of every call's path.
+ */
+function notServed(method: string, raw: string, url: string | undefined): string {
+  const answered = raw ? ` (${raw})` : "";
+  const service = `leasehold.queue.v1.QueueService/${method}`;
+  const which = `is it a Leasehold coordinator, of a release that has ${method}?`;
+  if (!url) return `${method}: the server has no ${service}${answered}: ${which}`;
+  const { pathname, origin } = new URL(url);
+  const prefix = pathname.replace(/\/+$/, "");
+  if (!prefix) return `${method}: ${url} has no ${service}${answered}: ${which}`;
+  return (
+    `${method}: ${url} has no ${prefix}/${service}${answered}: the URL's path ${prefix} is kept ` +
+    `as the prefix of every call, for a proxy that serves the coordinator under it; without one, use ${origin}`
+  );
 }
 
 /** Thrown by `Worker.run()` at start: a workload without a handler, a token, worker id, labels or workload the coordinator refuses. */

@@ -2,9 +2,10 @@
 // errors the same on every transport, and the generated messages of the contract they speak.
 export { Client, FINAL_JOB_STATUSES } from "./client.js";
 export type { CreateJobOptions, ScheduleOptions, TaskSpecInit, WaitOptions, WorkloadOptions } from "./client.js";
-export { Worker, type Handler, type WorkerOptions, type WorkerStats } from "./worker.js";
+export { toJson, type CreatedJob, type JobSnapshot, type RetriedJob } from "./answers.js";
+export { Worker, type Handler, type WorkerEvents, type WorkerListener, type WorkerOptions, type WorkerStats } from "./worker.js";
 export type { Logger } from "./worker-lease.js";
-export { Task, TaskError, RetryableError, TaskCancelledError, type Result } from "./task.js";
+export { TaskError, RetryableError, TaskCancelledError, type Result, type TaskContext } from "./task.js";
 export { usageNumbers, type Usage } from "./usage.js";
 export type { ConnectionOptions, TransportName } from "./options.js";
 export {
@@ -38,18 +39,15 @@ export {
 export type {
   Account,
   Billing,
-  CreateJobResponse,
   GetAccountUsageResponse,
-  GetJobResponse,
   GetTaskResponse,
   Job,
   JobEvent,
   JobFailure,
   ResultManifest,
-  RetryJobResponse,
   Schedule,
   Settlement,
-  Task as TaskMessage,
+  Task,
   TaskAttempt,
   TaskCounts,
   TaskDetail,
@@ -57,3 +55,5 @@ export type {
   Workload,
   WorkloadUsage,
 } from "./gen/leasehold/queue/v1/queue_pb.js";
+/** @deprecated The generated task message is `Task` now (the handler's view of a leased task is `TaskContext`). */
+export type { Task as TaskMessage } from "./gen/leasehold/queue/v1/queue_pb.js";

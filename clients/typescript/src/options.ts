@@ -41,3 +41,26 @@ export function checkTransportName(name: string): TransportName {
   }
   return name as TransportName;
 }
+
+/**
+ * The coordinator's base URL as calls use it: `http://` or `https://`, no query, fragment or
+ * credentials, without a trailing slash. A path is kept: Connect puts it before every call's
+ * `/leasehold.queue.v1.QueueService/<Method>`, for a proxy that serves the coordinator under a
+ * prefix (and strips it); the coordinator itself serves the calls at its root.
+ */
+export function checkBaseUrl(url: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new TypeError(`url: not a URL: ${JSON.stringify(url)} (the coordinator's, e.g. http://127.0.0.1:8080)`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+    throw new TypeError(`url: http:// or https://, not ${parsed.protocol}// (${url})`);
+  }
+  if (parsed.search || parsed.hash || url.includes("?") || url.includes("#")) {
+    throw new TypeError(`url: no query or fragment (${url}): calls go to <url>/leasehold.queue.v1.QueueService/<Method>`);
+  }
+  if (parsed.username || parsed.password) throw new TypeError("url: no credentials in the URL; pass `token`");
+  return `${parsed.origin}${parsed.pathname.replace(/\/+$/, "")}`;
+}

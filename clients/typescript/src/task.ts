@@ -1,7 +1,7 @@
-// What a handler sees (a Task) and what it gives back (a Result, or an error that says whether the
-// coordinator should try the task again).
+// What a handler sees (a TaskContext) and what it gives back (a Result, or an error that says whether
+// the coordinator should try the task again).
 import type { JsonObject } from "@bufbuild/protobuf";
-import type { Task as TaskMessage } from "./gen/leasehold/queue/v1/queue_pb.js";
+import type { Task } from "./gen/leasehold/queue/v1/queue_pb.js";
 import type { Usage } from "./usage.js";
 
 /**
@@ -63,10 +63,12 @@ function snake(name: string): string {
     .toLowerCase();
 }
 
-/** The error_code a failure is reported with: a TaskError's own code, else the class name in snake case. */
+/**
+ * The error_code a failure is reported with: a TaskError's own code, else the class name in snake
+ * case (`TaskError` → `task_error`, `RetryableError` → `retryable_error`, `TypeError` → `type_error`).
+ */
 export function errorCodeOf(err: unknown): string {
   if (err instanceof TaskError && err.code) return err.code.slice(0, 100);
-  if (err instanceof TaskError) return "task_error";
   if (err instanceof Error) return snake(err.constructor.name || err.name).slice(0, 100) || "error";
   return "error";
 }
@@ -81,14 +83,18 @@ export function errorMessageOf(err: unknown): string {
 }
 
 /** Reports progress (and renews the lease); rejects with TaskCancelledError once the task is cancelled. */
-export type ProgressFn = (task: Task, fraction: number, message: string, partialResultUri: string) => Promise<void>;
+export type ProgressFn = (fraction: number, message: string, partialResultUri: string) => Promise<void>;
 
-/** A leased task as its handler sees it. */
-export class Task {
+/**
+ * A leased task as its handler sees it: the task's fields, its cancellation, and progress reports.
+ * (The generated `Task` message, as the coordinator sent it, is `message`.)
+ */
+export interface TaskContext {
   readonly id: string;
   readonly jobId: string;
   readonly chunkIndex: number;
   readonly workload: string;
+  /** This attempt's number, from 1. */
   readonly attempt: number;
   readonly maxAttempts: number;
   readonly inputUri: string;
@@ -99,20 +105,44 @@ export class Task {
   readonly traceparent: string;
   readonly concurrencyKey: string;
   readonly requiredLabels: Readonly<Record<string, string>>;
+  /** The worker that holds the lease. */
   readonly workerId: string;
   /** When the lease ends unless renewed (heartbeats and progress renew it). */
-  leaseExpiresAt: Date | undefined;
+  readonly leaseExpiresAt: Date | undefined;
   /** Aborted when the task is cancelled (its job cancelled or failed) or its lease lost; `reason` says which. */
   readonly signal: AbortSignal;
+  /** Whether the task was cancelled or its lease lost. */
+  readonly cancelled: boolean;
   /** The generated message as the coordinator sent it. */
-  readonly message: TaskMessage;
+  readonly message: Task;
+  /** Reports progress (0..1) with a message; also renews the lease. Throws TaskCancelledError once cancelled. */
+  progress(fraction: number, message?: string, partialResultUri?: string): Promise<void>;
+  /** Throws TaskCancelledError when the task was cancelled or its lease lost. */
+  throwIfCancelled(): void;
+}
 
-  constructor(
-    message: TaskMessage,
-    workerId: string,
-    signal: AbortSignal,
-    private readonly report: ProgressFn,
-  ) {
+/** The worker's TaskContext of one lease (not exported from the package: handlers see the interface). */
+export class LeasedTask implements TaskContext {
+  readonly id: string;
+  readonly jobId: string;
+  readonly chunkIndex: number;
+  readonly workload: string;
+  readonly attempt: number;
+  readonly maxAttempts: number;
+  readonly inputUri: string;
+  readonly inputSha256: string;
+  readonly parameters: JsonObject;
+  readonly priority: number;
+  readonly traceparent: string;
+  readonly concurrencyKey: string;
+  readonly requiredLabels: Readonly<Record<string, string>>;
+  readonly workerId: string;
+  leaseExpiresAt: Date | undefined;
+  readonly signal: AbortSignal;
+  readonly message: Task;
+  readonly #report: ProgressFn;
+
+  constructor(message: Task, workerId: string, signal: AbortSignal, report: ProgressFn) {
     this.message = message;
     this.id = message.id;
     this.jobId = message.jobId;
@@ -130,19 +160,17 @@ export class Task {
     this.workerId = workerId;
     this.leaseExpiresAt = message.leaseExpiresAt ? new Date(Number(message.leaseExpiresAt.seconds) * 1000) : undefined;
     this.signal = signal;
+    this.#report = report;
   }
 
-  /** Whether the task was cancelled or its lease lost. */
   get cancelled(): boolean {
     return this.signal.aborted;
   }
 
-  /** Reports progress (0..1) with a message; also renews the lease. Throws TaskCancelledError once cancelled. */
   progress(fraction: number, message = "", partialResultUri = ""): Promise<void> {
-    return this.report(this, fraction, message, partialResultUri);
+    return this.#report(fraction, message, partialResultUri);
   }
 
-  /** Throws TaskCancelledError when the task was cancelled or its lease lost. */
   throwIfCancelled(): void {
     if (this.signal.aborted) throw new TaskCancelledError(String(this.signal.reason?.message ?? this.signal.reason));
   }

@@ -1,63 +1,12 @@
-// The worker: claims tasks for its lanes, runs each workload's handler, keeps the leases alive and
-// reports outcomes in batches whose answers lease the next tasks. One event loop, no threads: a
-// lane is a slot the handler's promise holds until its outcome is reported.
-import { createClient, type Client as RpcClient } from "@connectrpc/connect";
-import { hostname, openTransport, SIGNALS, type OpenTransport } from "#transport";
-import { errorFor, LeaseholdError, toLeaseholdError, WorkerConfigError } from "./errors.js";
-import { sleep } from "./client.js";
-import type { ConnectionOptions } from "./options.js";
-import { QueueService, type Task as TaskMessage } from "./gen/leasehold/queue/v1/queue_pb.js";
-import { Lease, Reporter, type Logger, type Outcome, type WorkerContext } from "./worker-lease.js";
-import { Task, TaskError, type Result } from "./task.js";
-import { usageMessage, type Usage } from "./usage.js";
+// The worker as its users see it: handlers, run, stop, stats and events. Everything else lives in
+// the engine (worker-engine.ts) behind a private field, so the package's types show only this.
+import type { WorkerEvents, WorkerListener } from "./events.js";
+import { WorkerEngine, type Handler, type WorkerOptions } from "./worker-engine.js";
+import type { WorkerStats } from "./worker-lease.js";
 
-/** A handler of one workload's tasks: returns a Result, or throws (a RetryableError to be tried again). */
-export type Handler = (task: Task) => Promise<Result> | Result;
-
-/** Options of a {@link Worker}. */
-export interface WorkerOptions extends ConnectionOptions {
-  /** The workloads to claim; each needs a handler before `run()`. */
-  workloads: string[];
-  /** How many tasks run at once; default 1. */
-  concurrency?: number;
-  /** The worker's id; default `<workerPrefix><hostname>-<pid>` in Node, else a random one. */
-  workerId?: string;
-  /** Prefix of the default worker id (a worker token only acts as ids with its prefix). */
-  workerPrefix?: string;
-  /** Lease length asked for on claims; default the workload's. */
-  leaseSeconds?: number;
-  /** How long a claim waits for a task (long poll), 0–30; default 5. */
-  waitSeconds?: number;
-  /** Claim a task for every free lane (default true), else one per claim. */
-  prefetch?: boolean;
-  /** Results ready together go out in one CompleteTasks (default true). */
-  batchResults?: boolean;
-  /** Each result report leases the next tasks for the lanes it frees (claim_next; default true). */
-  claimWithResults?: boolean;
-  /** How long a drain lets running handlers finish before giving their tasks back; default 30,000 ms. */
-  drainTimeoutMs?: number;
-  /** Heartbeat period; default a third of each lease. */
-  heartbeatIntervalMs?: number;
-  /** Labels sent on every claim: tasks whose required labels they all match are leased too. */
-  labels?: Record<string, string>;
-  /** Drain on SIGTERM and SIGINT (Node; default true). */
-  handleSignals?: boolean;
-  /** Where log lines go; default `console`. */
-  logger?: Logger;
-}
-
-/** What a worker did so far. */
-export interface WorkerStats {
-  claimed: number;
-  completed: number;
-  failed: number;
-  dropped: number;
-  released: number;
-}
-
-const NIL_UUID = "00000000-0000-0000-0000-000000000000";
-const WORKER_ID = /^[\x21-\x7e]{1,128}$/;
-const MAX_BATCH = 100;
+export type { Handler, WorkerOptions } from "./worker-engine.js";
+export type { WorkerStats } from "./worker-lease.js";
+export type { WorkerEvents, WorkerListener } from "./events.js";
 
 /**
  * Runs handlers for tasks of its workloads until stopped (SIGTERM/SIGINT or `stop()`), then drains.
@@ -69,297 +18,63 @@ const MAX_BATCH = 100;
  *   const uri = await render(task.inputUri, task.parameters, task.signal);
  *   return { uri, sha256 };
  * });
+ * worker.on("failed", (task, error) => console.log(`chunk ${task.chunkIndex} failed: ${String(error)}`));
  * await worker.run();                               // resolves after a drain; rejects with WorkerConfigError at start
  */
-export class Worker implements WorkerContext {
-  readonly url: string;
-  readonly workloads: string[];
-  readonly concurrency: number;
-  readonly workerId: string;
-  readonly stats: WorkerStats = { claimed: 0, completed: 0, failed: 0, dropped: 0, released: 0 };
-  readonly log: Logger;
-  readonly options: Required<Pick<WorkerOptions, "waitSeconds" | "prefetch" | "batchResults" | "claimWithResults" | "drainTimeoutMs">> &
-    WorkerOptions;
-  rpc!: RpcClient<typeof QueueService>;
-  readonly leases = new Map<string, Lease>();
-  stopping = false;
-  claimsRefused = false;
-  private hurry = false;
-  private fatal: Error | undefined;
-  private readonly handlers = new Map<string, Handler>();
-  private readonly waiters: (() => void)[] = [];
-  private poll = new AbortController();
-  private reporter!: Reporter;
-  private open: OpenTransport | undefined;
+export class Worker {
+  readonly #engine: WorkerEngine;
 
   constructor(url: string, options: WorkerOptions) {
-    if (!options.workloads?.length) throw new TypeError("workloads: at least one");
-    const concurrency = options.concurrency ?? 1;
-    if (!Number.isInteger(concurrency) || concurrency < 1) throw new TypeError("concurrency: an integer, at least 1");
-    const waitSeconds = options.waitSeconds ?? 5;
-    if (!(waitSeconds >= 0 && waitSeconds <= 30)) throw new TypeError("waitSeconds: 0 to 30");
-    this.url = url.replace(/\/+$/, "");
-    this.workloads = [...options.workloads];
-    this.concurrency = concurrency;
-    this.workerId = options.workerId ?? `${options.workerPrefix ?? ""}${defaultWorkerId()}`;
-    if (!WORKER_ID.test(this.workerId))
-      throw new TypeError(`workerId must be 1 to 128 printable ASCII characters without spaces: ${this.workerId}`);
-    this.log = options.logger ?? console;
-    this.options = { prefetch: true, batchResults: true, claimWithResults: true, drainTimeoutMs: 30_000, ...options, waitSeconds };
+    this.#engine = new WorkerEngine(url, options);
+  }
+
+  /** The id the worker leases tasks as (`workerId`, or `<workerPrefix><hostname>-<pid>`). */
+  get workerId(): string {
+    return this.#engine.workerId;
+  }
+
+  /** What the worker did so far (a snapshot). */
+  get stats(): Readonly<WorkerStats> {
+    return { ...this.#engine.stats };
   }
 
   /** Registers the handler of `workload`'s tasks. */
   handle(workload: string, handler: Handler): this {
-    this.handlers.set(workload, handler);
+    this.#engine.handle(workload, handler);
     return this;
   }
 
-  /** Begins a drain, as SIGTERM does; a second call gives the tasks still running back at once. */
-  stop(): void {
-    if (this.stopping) this.hurry = true;
-    this.stopping = true;
-    this.changed();
+  /**
+   * Calls `listener` on each `event`: `completed` (task, result), `failed` (task, error), `cancelled`
+   * (task, reason) once the coordinator recorded the outcome (or, cancelled, once the handler
+   * stopped), and `error` (error) for a problem the worker goes on after. A listener that throws is
+   * logged and does not stop the worker; an `error` nobody listens to is only logged.
+   */
+  on<E extends keyof WorkerEvents>(event: E, listener: WorkerListener<E>): this {
+    this.#engine.events.on(event, listener);
+    return this;
+  }
+
+  /** Removes a listener added with `on`. */
+  off<E extends keyof WorkerEvents>(event: E, listener: WorkerListener<E>): this {
+    this.#engine.events.off(event, listener);
+    return this;
   }
 
   /**
    * Claims and runs tasks until stopped, then drains: stops claiming, lets running handlers finish
    * for up to `drainTimeoutMs`, gives the rest back as retryable failures due at once
-   * (`worker_draining`) and resolves. Rejects with {@link WorkerConfigError} at start when a
-   * workload has no handler, or the coordinator refuses the token, the worker id, the labels or a
-   * workload (naming the workloads it knows).
+   * (`worker_draining`) and resolves. Rejects with `WorkerConfigError` at start when a workload has
+   * no handler, the URL is not a coordinator's, or the coordinator refuses the token, the worker id,
+   * the labels or a workload (naming the workloads it knows); and with `UnavailableError` once the
+   * coordinator has not answered for `unreachableTimeoutMs` (default 60 s), at start or later.
    */
-  async run(): Promise<void> {
-    const missing = this.workloads.filter((w) => !this.handlers.has(w));
-    if (missing.length) throw new WorkerConfigError(`no handler for workload(s) ${missing.join(", ")}`);
-    this.open = openTransport(this.url, this.options);
-    this.rpc = createClient(QueueService, this.open.transport);
-    this.reporter = new Reporter(this);
-    const onSignal = (sig: string) => {
-      this.log.info(`leasehold worker ${this.workerId}: ${sig}: draining (stop claiming, finish running tasks)`);
-      this.stop();
-    };
-    const listen = SIGNALS && this.options.handleSignals !== false && typeof process !== "undefined";
-    if (listen) for (const sig of ["SIGTERM", "SIGINT"] as const) process.on(sig, onSignal);
-    try {
-      await this.checkIdentity();
-      await this.checkWorkloads();
-      this.log.info(`leasehold worker ${this.workerId}: ${this.concurrency} lane(s) for ${this.workloads.join(", ")} at ${this.url}`);
-      const claimer = this.claimLoop();
-      await this.until(() => this.stopping);
-      await this.drain(claimer);
-      if (this.fatal) throw this.fatal;
-    } finally {
-      if (listen) for (const sig of ["SIGTERM", "SIGINT"] as const) process.off(sig, onSignal);
-      for (const lease of this.leases.values()) lease.stopBeats();
-      this.open.close();
-    }
+  run(): Promise<void> {
+    return this.#engine.run();
   }
 
-  // ---------- the context the leases and the reporter use ----------
-
-  async call<T>(method: string, fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } catch (e) {
-      throw toLeaseholdError(method, e, this.poll.signal.aborted);
-    }
-  }
-
-  /** Starts a leased task in a lane (or gives it back at once while draining). */
-  start(message: TaskMessage): void {
-    this.stats.claimed++;
-    const lease = new Lease(this, message);
-    this.leases.set(lease.key, lease);
-    if (this.stopping) {
-      lease.giveBack("the worker is draining");
-      return;
-    }
-    lease.beat();
-    const handler = this.handlers.get(message.workload);
-    void (async (): Promise<Outcome> => {
-      try {
-        if (!handler) throw errorFor("not_found", `no handler for workload ${message.workload}`);
-        const result = await handler(lease.task);
-        checkUsage(result.usage, "result.usage");
-        return { lease, result };
-      } catch (error) {
-        return { lease, error };
-      }
-    })().then((outcome) => {
-      lease.finished = true;
-      this.changed();
-      this.reporter.add(outcome);
-    });
-  }
-
-  /** Called when lanes free up or the worker stops: wakes whatever waits for either. */
-  changed(): void {
-    for (const w of this.waiters.splice(0)) w();
-  }
-
-  /** The lanes neither running a handler nor holding an outcome yet to be reported. */
-  freeLanes(): number {
-    return this.concurrency - this.leases.size;
-  }
-
-  /** The claim a report carries for `lanes` lanes it frees (never parked), or none. */
-  claimNext(lanes: number) {
-    if (lanes <= 0 || !this.options.claimWithResults || this.claimsRefused || this.stopping) return undefined;
-    return {
-      workloads: this.workloads,
-      labels: this.options.labels ?? {},
-      maxTasks: Math.min(this.options.prefetch ? lanes : 1, MAX_BATCH),
-      leaseSeconds: this.options.leaseSeconds,
-    };
-  }
-
-  // ---------- internals ----------
-
-  private async until(done: () => boolean): Promise<void> {
-    while (!done()) await new Promise<void>((resolve) => this.waiters.push(resolve));
-  }
-
-  private async claimLoop(): Promise<void> {
-    const backoff = new Backoff();
-    while (!this.stopping) {
-      const free = this.freeLanes();
-      if (free <= 0) {
-        await this.until(() => this.stopping || this.freeLanes() > 0);
-        continue;
-      }
-      try {
-        const res = await this.call("ClaimTasks", () =>
-          this.rpc.claimTasks(
-            {
-              workerId: this.workerId,
-              workloads: this.workloads,
-              maxTasks: Math.min(this.options.prefetch ? free : 1, MAX_BATCH),
-              waitSeconds: this.options.waitSeconds,
-              leaseSeconds: this.options.leaseSeconds,
-              labels: this.options.labels ?? {},
-            },
-            { signal: this.poll.signal, timeoutMs: this.options.waitSeconds * 1000 + (this.options.timeoutMs ?? 10_000) },
-          ),
-        );
-        backoff.reset();
-        for (const t of res.tasks) this.start(t);
-      } catch (e) {
-        if (this.stopping) return;
-        const err = e as LeaseholdError;
-        if (err.reason === "WORKLOAD_NOT_FOUND" || (err.code === "invalid_argument" && /workload/.test(err.message))) {
-          this.fatal = unknownWorkloads(err);
-          this.stop();
-          return;
-        }
-        if (backoff.attempts === 0)
-          this.log.warn(`leasehold worker ${this.workerId}: claim failed (${String(err)}); retrying with backoff`);
-        await sleep(backoff.next(), this.poll.signal).catch(() => {});
-      }
-    }
-  }
-
-  private async drain(claimer: Promise<void>): Promise<void> {
-    const deadline = Date.now() + this.options.drainTimeoutMs;
-    const running = () => [...this.leases.values()].filter((l) => !l.finished && !l.lost).length;
-    while (running() > 0 && !this.hurry && Date.now() < deadline) {
-      await Promise.race([new Promise<void>((r) => this.waiters.push(r)), sleep(Math.min(250, Math.max(1, deadline - Date.now())))]);
-    }
-    // Only now abort a parked claim: aborted earlier, one being answered would leave its tasks leased here.
-    this.poll.abort(new Error("worker drained"));
-    await claimer;
-    for (const lease of this.leases.values()) {
-      if (!lease.finished && !lease.lost) lease.giveBack("the worker stopped before the handler finished");
-    }
-    await this.reporter.idle();
-    this.log.info(`leasehold worker ${this.workerId} drained: ${JSON.stringify(this.stats)}`);
-  }
-
-  /** A heartbeat of a task that cannot exist: NOT_FOUND means the token and worker id were accepted. */
-  private async checkIdentity(): Promise<void> {
-    const backoff = new Backoff();
-    while (!this.stopping) {
-      try {
-        await this.call("RenewLease", () => this.rpc.renewLease({ taskId: NIL_UUID, workerId: this.workerId, attempt: 1 }));
-        return;
-      } catch (e) {
-        const err = e as LeaseholdError;
-        if (err.code === "not_found") return;
-        if (err.code === "permission_denied") {
-          throw new WorkerConfigError(
-            `the coordinator refuses worker id ${this.workerId} with this token: ${err.message} (a worker token only acts as ` +
-              "worker ids starting with its prefix; pass workerId or workerPrefix to match it)",
-            { cause: err },
-          );
-        }
-        if (err.code === "unauthenticated")
-          throw new WorkerConfigError(`the coordinator refuses the token: ${err.message}`, { cause: err });
-        if (err.code === "invalid_argument") {
-          throw new WorkerConfigError(`the coordinator refuses worker id ${this.workerId}: ${err.message}`, { cause: err });
-        }
-        if (backoff.attempts === 0) this.log.warn(`leasehold worker: coordinator not reachable at ${this.url} (${String(err)}); retrying`);
-        await sleep(backoff.next());
-      }
-    }
-  }
-
-  /** A result for a task that cannot exist, whose claim_next names the workloads: checked before the task is looked up. */
-  private async checkWorkloads(): Promise<void> {
-    try {
-      await this.call("CompleteTask", () =>
-        this.rpc.completeTask({
-          taskId: NIL_UUID,
-          workerId: this.workerId,
-          attempt: 1,
-          resultUri: "leasehold:probe",
-          resultSha256: "0".repeat(64),
-          claimNext: { workloads: this.workloads, labels: this.options.labels ?? {} },
-        }),
-      );
-    } catch (e) {
-      const err = e as LeaseholdError;
-      if (err.reason === "WORKLOAD_NOT_FOUND" || err.message.includes("claim_next.workloads")) throw unknownWorkloads(err);
-      if (err.code === "invalid_argument" && err.violations.some((v) => v.field.startsWith("claim_next.labels"))) {
-        throw new WorkerConfigError(`the coordinator refuses the worker's labels ${JSON.stringify(this.options.labels)}: ${err.message}`, {
-          cause: err,
-        });
-      }
-    }
-  }
-}
-
-function unknownWorkloads(err: LeaseholdError): WorkerConfigError {
-  const known = err.metadata.known_workloads;
-  const workload = err.metadata.workload;
-  const what = workload ? `workload ${workload} is not known to the coordinator` : "a workload is not known to the coordinator";
-  return new WorkerConfigError(`${what}: ${err.message}${known !== undefined ? ` (known workloads: ${known || "none"})` : ""}`, {
-    cause: err,
-  });
-}
-
-function defaultWorkerId(): string {
-  return typeof process !== "undefined" && process.pid
-    ? `${hostname()}-${process.pid}`
-    : `${hostname()}-${Math.random().toString(36).slice(2, 10)}`;
-}
-
-/** Jittered exponential backoff, 100 ms doubling to 5 s. */
-export class Backoff {
-  attempts = 0;
-  next(): number {
-    const ms = Math.min(100 * 2 ** this.attempts, 5000);
-    this.attempts++;
-    return ms * (0.5 + Math.random() / 2);
-  }
-  reset(): void {
-    this.attempts = 0;
-  }
-}
-
-/** A handler's usage the coordinator would refuse fails its task here, with a message naming the counter. */
-function checkUsage(usage: Usage | undefined, where: string): void {
-  try {
-    usageMessage(usage, where);
-  } catch (e) {
-    throw new TaskError(e instanceof Error ? e.message : String(e), { code: "invalid_usage" });
+  /** Begins a drain, as SIGTERM does; a second call gives the tasks still running back at once. */
+  stop(): void {
+    this.#engine.stop();
   }
 }

@@ -12,6 +12,7 @@ import {
   RetryableError,
   usageNumbers,
   Worker,
+  type Result,
   type TaskDetail,
   type TransportName,
 } from "../dist/index.js";
@@ -42,7 +43,7 @@ async function section(name: string, body: () => Promise<unknown>): Promise<void
 // Usage with a result, with a retryable failure (counted too), and a counter the coordinator would refuse.
 const silent = { debug() {}, info() {}, warn() {}, error() {} };
 const worker = new Worker(url, { transport, workloads: [WORK], concurrency: 3, handleSignals: false, logger: silent });
-worker.handle(WORK, (task) => {
+worker.handle(WORK, (task): Result => {
   const result = { uri: `mem://${task.chunkIndex}`, sha256: sha(task.inputUri) };
   if (task.chunkIndex === 0) return { ...result, usage: { gpu_ms: 100, tokens: 7n } };
   if (task.chunkIndex === 1 && task.attempt === 1) throw new RetryableError("again", { retryAfterSeconds: 0, usage: { gpu_ms: 20 } });
@@ -52,14 +53,14 @@ worker.handle(WORK, (task) => {
 const running = worker.run();
 await section("usage", async () => {
   const uris = ["s3://in/0", "s3://in/1", "s3://in/bad"];
-  const { job } = await client.createJob(
+  const job = await client.createJob(
     WORK,
     uris.map((u, i) => ({ chunkIndex: i, inputUri: u, inputSha256: sha(u) })),
     { failurePolicy: FailurePolicy.CONTINUE, maxFailedTasks: 1 },
   );
-  const done = await client.wait(job!.id, { timeoutMs: 60_000 });
+  const done = await client.wait(job.id, { timeoutMs: 60_000 });
   const tasks: TaskDetail[] = [];
-  for await (const t of client.listTasks(job!.id)) tasks.push(t);
+  for await (const t of client.listTasks(job.id)) tasks.push(t);
   return {
     status: status(done.status),
     job: usageNumbers(done.usage),
@@ -78,10 +79,10 @@ await section("accounts", async () => {
   const listed = (await client.listAccounts()).some((a) => a.name === ACCOUNT);
   const billing = { reservedUnits: 500n, billingKey: `${prefix}-order` };
   const one = { chunkIndex: 0, inputUri: "s3://idle", inputSha256: sha("idle") };
-  const { job } = await client.createJob(IDLE, [one], { account: ACCOUNT, billing });
-  billedJob = job!.id;
+  const job = await client.createJob(IDLE, [one], { account: ACCOUNT, billing });
+  billedJob = job.id;
   const again = await client.createJob(IDLE, [one], { account: ACCOUNT, billing });
-  const read = (await client.getJob(job!.id)).job!;
+  const read = await client.getJob(job.id);
   const ids: string[] = [];
   for await (const j of client.listJobs({ account: ACCOUNT })) ids.push(j.id);
   const codes: Record<string, string> = {};
@@ -93,8 +94,8 @@ await section("accounts", async () => {
     listed,
     pending: (await client.getAccount(ACCOUNT)).pendingTasks,
     job: { account: read.account === ACCOUNT, reserved: Number(read.billing?.reservedUnits), priority: read.priority },
-    replay: again.job!.id === job!.id,
-    filter: ids.length === 1 && ids[0] === job!.id,
+    replay: again.id === job.id,
+    filter: ids.length === 1 && ids[0] === job.id,
     codes,
   };
 });

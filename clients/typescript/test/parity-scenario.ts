@@ -40,32 +40,31 @@ const results = async (jobId: string): Promise<number[]> => {
 
 // A failing chunk under the continue policy: every other chunk still runs; the job fails once all are final.
 const uris = ["s3://in/0", "s3://in/1", "s3://in/bad", "s3://in/3"];
-const { job } = await client.createJob(
+const job = await client.createJob(
   MAIN,
   uris.map((u, i) => ({ chunkIndex: i, inputUri: u, inputSha256: sha(u) })),
   { failurePolicy: FailurePolicy.CONTINUE },
 );
-const failed = await client.wait(job!.id, { timeoutMs: 60_000 });
-const snap = await client.getJob(job!.id);
+const failed = await client.wait(job.id, { timeoutMs: 60_000 });
 out.continue = {
   status: name(failed.status),
-  failure: { chunk: snap.failure?.chunkIndex, code: snap.failure?.errorCode, message: snap.failure?.errorMessage },
-  results: await results(job!.id),
+  failure: { chunk: failed.failure?.chunkIndex, code: failed.failure?.errorCode, message: failed.failure?.errorMessage },
+  results: await results(job.id),
 };
 
 // Its retry: the bad chunk passes on its second attempt.
-const retried = await client.retry(job!.id);
-const done = await client.wait(job!.id, { timeoutMs: 60_000 });
-out.retry = { retried: retried.retriedTasks, status: name(done.status), results: await results(job!.id) };
+const retried = await client.retry(job.id);
+const done = await client.wait(job.id, { timeoutMs: 60_000 });
+out.retry = { retried: retried.retriedTasks, status: name(done.status), results: await results(job.id) };
 
 // A cancel of a job nobody works on.
 const idle = await client.createJob(IDLE, [{ chunkIndex: 0, inputUri: "s3://idle", inputSha256: sha("idle") }]);
-out.cancel = { status: name((await client.cancel(idle.job!.id, "not needed")).status) };
+out.cancel = { status: name((await client.cancel(idle.id, "not needed")).status) };
 
 // A wait across a dropped connection: the task is leased, every connection is cut, then it completes.
 const gated = await client.createJob(GATE, [{ chunkIndex: 0, inputUri: "s3://gate", inputSha256: sha("gate") }]);
-const waiting = client.wait(gated.job!.id, { timeoutMs: 60_000 });
-while ((await client.getJob(gated.job!.id)).job!.status !== JobStatus.RUNNING) await new Promise((r) => setTimeout(r, 50));
+const waiting = client.wait(gated.id, { timeoutMs: 60_000 });
+while ((await client.getJob(gated.id)).status !== JobStatus.RUNNING) await new Promise((r) => setTimeout(r, 50));
 await fetch(process.env.RESET_URL!, { method: "POST" });
 openGate();
 out.reconnect = { status: name((await waiting).status) };
@@ -85,7 +84,7 @@ await attempt("empty input_uri", () => client.createJob(MAIN, [{ chunkIndex: 0, 
 await attempt("job id not a uuid", () => client.getJob("not-a-uuid"));
 await attempt("unknown job", () => client.getJob("00000000-0000-0000-0000-000000000000"));
 await attempt("unknown workload", () => client.createJob(`${prefix}-nope`, [{ chunkIndex: 0, inputUri: "s3://x", inputSha256: sha("x") }]));
-await attempt("retry of a completed job", () => client.retry(gated.job!.id));
+await attempt("retry of a completed job", () => client.retry(gated.id));
 out.bad = bad;
 
 worker.stop();

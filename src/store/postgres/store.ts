@@ -18,7 +18,7 @@
 
 import type pg from "pg";
 import { ParameterSchemas } from "../../queue/parameter-schemas.js";
-import type { QueueService } from "../../queue/service.js";
+import type { QueueService, SettlementBacklog, SettlementStatsSource } from "../../queue/service.js";
 import type { SchedulerQueue } from "../../queue/scheduler.js";
 import type { PutScheduleInput, PutScheduleResult, Schedule, ScheduleTickResult } from "../../queue/types.js";
 import type {
@@ -91,7 +91,7 @@ import { Scheduler } from "./background/schedule-ticks.js";
 import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./operations/schedules.js";
 import { ClaimHints } from "./state/claim-hints.js";
 import { DueWakes } from "./state/due-wakes.js";
-import { listSettlements, settleJob } from "./operations/settlements.js";
+import { listSettlements, settlementBacklog, settleJob } from "./operations/settlements.js";
 import { listAdjustments, settleAdjustment } from "./operations/adjustments.js";
 import { taskStats } from "./operations/task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./operations/watch.js";
@@ -105,7 +105,7 @@ export { createPool } from "./sql/db.js";
 const CLAIM_HINT_MAX_AGE_MS = 15_000;
 export type { JobEventWakes, StoreOptions } from "./state/context.js";
 
-export class PostgresQueue implements QueueService, SchedulerQueue {
+export class PostgresQueue implements QueueService, SchedulerQueue, SettlementStatsSource {
   private readonly ctx: StoreContext;
   /** The poll floor and watcher refresh of all this coordinator's WatchJob streams. */
   private readonly watchHub: WatchHub;
@@ -323,5 +323,9 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
 
   taskStats(scope: "unfinished" | "all", opts: CallOptions = {}): Promise<WorkloadTaskStats[]> {
     return taskStats(this.ctx, scope, opts);
+  }
+
+  settlementBacklog(opts: CallOptions = {}): Promise<SettlementBacklog> {
+    return settlementBacklog(this.ctx, opts);
   }
 }

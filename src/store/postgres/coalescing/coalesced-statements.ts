@@ -17,7 +17,7 @@ import {
   usageSum,
   watchedJobs,
 } from "../sql/fragments.js";
-import { defineQuery } from "../sql/query.js";
+import { defineQuery, namedQuery } from "../sql/query.js";
 import type { TaskRow } from "../sql/rows.js";
 
 /** The claim's parameters shared by a batch: its lane's key. */
@@ -47,21 +47,28 @@ interface Items {
  * with as many slots as the callers asked for in all, the rn-th task in claim order leased to the
  * rn-th slot's worker. Slots are laid out caller by caller in arrival order, so the first caller
  * gets the best tasks, as it would have claimed first. Every arm, lock and event is CLAIM_TASKS'.
- * $1 workloads, $2 slot owners (worker ids, text[]), $3 slot callers (the caller's index in the
- * batch, int[]), $4 lease seconds (null: the workload's), $5 labels (jsonb), $6 hints (jsonb). Always one row at least
+ * @owners are the slots' worker ids (text[]), @callers each slot's caller (its index in the batch,
+ * int[]); @leaseSeconds null: the workload's. Always one row at least
  * (the claimed ones, or one of nulls), each with the requested workloads that are flow-controlled.
  */
 const COALESCED_CLAIM_TEXT = `
 WITH ${claimCtes(
-  { workloads: "$1", limit: "cardinality($2::text[])", worker: "NULL", leaseSeconds: "$4", labels: "$5", hints: "$6" },
+  {
+    workloads: "@workloads",
+    limit: "cardinality(@owners::text[])",
+    worker: "NULL",
+    leaseSeconds: "@leaseSeconds",
+    labels: "@labels",
+    hints: "@hints",
+  },
   "true",
   {
-    owner: (rn) => `($2::text[])[${rn}]`,
-    owners: "$2::text[]",
+    owner: (rn) => `(@owners::text[])[${rn}]`,
+    owners: "@owners::text[]",
   },
 )}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
-SELECT claimed.*, ($3::int[])[claimed.rn] AS caller, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
+SELECT claimed.*, (@callers::int[])[claimed.rn] AS caller, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified,
   f.flow_workloads, ${createdUs("claimed")} AS created_us
 FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f LEFT JOIN claimed ON true`;
 
@@ -73,12 +80,11 @@ FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f L
  * (the group commit keeps the later one for the next statement), so a task id names its caller.
  * Rows: part 0 the completed tasks (with recheck_job, the jobs the claim took nothing of), part 1
  * the claimed ones with their caller and rn (claim order).
- * $1 results (jsonb recordset with the caller's index and claim_n), $2 their task ids,
- * $3 workloads, $4 lease seconds, $5 labels, $6 hints.
+ * @items: the results (jsonb recordset with the caller's index and claim_n), @taskIds their task ids.
  */
 const COALESCED_COMPLETE_AND_CLAIM_TEXT = `
 WITH input AS MATERIALIZED (
-  SELECT * FROM jsonb_to_recordset($1::jsonb)
+  SELECT * FROM jsonb_to_recordset(@items::jsonb)
     AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb, claim_worker text, claim_n int)
 ), done AS (
   UPDATE tasks t
@@ -86,7 +92,7 @@ WITH input AS MATERIALIZED (
       usage = ${usageSum("t.usage", "b.usage")},
       completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
   FROM input b
-  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+  WHERE t.id = ANY(@taskIds::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
     AND t.lease_expires_at > now()
   RETURNING t.*
 ), slots AS (
@@ -96,7 +102,14 @@ WITH input AS MATERIALIZED (
 ), slot_list AS (
   SELECT array_agg(worker_id ORDER BY rn) AS owners, array_agg(caller ORDER BY rn) AS callers FROM slots
 ), ${claimCtes(
-  { workloads: "$3", limit: "(SELECT count(*) FROM slots)", worker: "NULL", leaseSeconds: "$4", labels: "$5", hints: "$6" },
+  {
+    workloads: "@workloads",
+    limit: "(SELECT count(*) FROM slots)",
+    worker: "NULL",
+    leaseSeconds: "@leaseSeconds",
+    labels: "@labels",
+    hints: "@hints",
+  },
   "EXISTS (SELECT 1 FROM done)",
   {
     owner: (rn) => `((SELECT owners FROM slot_list))[${rn}]`,
@@ -126,16 +139,22 @@ SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeco
  * work), part 1 the claimed ones with their caller and rn (claim order), or one row of nulls when
  * there are neither; each with the requested workloads that are flow-controlled. The wake-ups
  * (`watched`, `freed`) are counted once, in that first subquery, so they run whichever parts have rows.
- * $1 results (jsonb recordset), $2 their task ids, $3 workloads, $4 slot owners (text[]),
- * $5 slot callers (int[]), $6 lease seconds, $7 labels, $8 hints.
+ * @results and @taskIds as COMPLETE_TASKS'; @owners and @callers the claims' slots as COALESCED_CLAIM's.
  */
 const COALESCED_COMPLETE_THEN_CLAIM_TEXT = `
 WITH ${completeMany}, ${claimCtes(
-  { workloads: "$3", limit: "cardinality($4::text[])", worker: "NULL", leaseSeconds: "$6", labels: "$7", hints: "$8" },
+  {
+    workloads: "@workloads",
+    limit: "cardinality(@owners::text[])",
+    worker: "NULL",
+    leaseSeconds: "@leaseSeconds",
+    labels: "@labels",
+    hints: "@hints",
+  },
   "true",
   {
-    owner: (rn) => `($4::text[])[${rn}]`,
-    owners: "$4::text[]",
+    owner: (rn) => `(@owners::text[])[${rn}]`,
+    owners: "@owners::text[]",
   },
 )},
 ${statusEventsWithUsage(batchCompletedEvents, claimedEventRowsBesideUsage)},
@@ -153,7 +172,7 @@ LEFT JOIN (
     ${mayBeDone("done")} AS recheck_job, NULL AS created_us
   FROM done
   UNION ALL
-  SELECT 1, ($5::int[])[claimed.rn], claimed.*, ${pickupSeconds}, false, ${createdUs("claimed")} FROM claimed
+  SELECT 1, (@callers::int[])[claimed.rn], claimed.*, ${pickupSeconds}, false, ${createdUs("claimed")} FROM claimed
 ) u ON true`;
 
 /*
@@ -210,35 +229,36 @@ WITH back AS (
 )
 SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*)) FROM back GROUP BY workload`;
 
-export const COALESCED_CLAIM = defineQuery<
+// The composed statements' parameters in the order of their $1..$N, as they were numbered by hand.
+export const COALESCED_CLAIM = namedQuery<
   ClaimShape & { owners: string[]; callers: number[] },
   (CoalescedClaimRow | { [K in keyof CoalescedClaimRow]: null }) & FlowWorkloads
->("leasehold_coalesced_claim", COALESCED_CLAIM_TEXT, (p) => [p.workloads, p.owners, p.callers, p.leaseSeconds, p.labels, p.hints]);
-export const COALESCED_COMPLETE_AND_CLAIM = defineQuery<
+>("leasehold_coalesced_claim", COALESCED_CLAIM_TEXT, ["workloads", "owners", "callers", "leaseSeconds", "labels", "hints"]);
+export const COALESCED_COMPLETE_AND_CLAIM = namedQuery<
   ClaimShape & Items,
   CoalescedClaimRow & { part: number; recheck_job: boolean } & FlowWorkloads
->("leasehold_coalesced_complete_and_claim", COALESCED_COMPLETE_AND_CLAIM_TEXT, (p) => [
-  p.items,
-  p.taskIds,
-  p.workloads,
-  p.leaseSeconds,
-  p.labels,
-  p.hints,
+>("leasehold_coalesced_complete_and_claim", COALESCED_COMPLETE_AND_CLAIM_TEXT, [
+  "items",
+  "taskIds",
+  "workloads",
+  "leaseSeconds",
+  "labels",
+  "hints",
 ]);
 /** A row of COALESCED_COMPLETE_THEN_CLAIM: `part` null on the row of nulls. */
 export type CompleteThenClaimRow = CoalescedClaimRow & { part: number | null; recheck_job: boolean | null } & FlowWorkloads;
-export const COALESCED_COMPLETE_THEN_CLAIM = defineQuery<
+export const COALESCED_COMPLETE_THEN_CLAIM = namedQuery<
   ClaimShape & { results: string; taskIds: string[]; owners: string[]; callers: number[] },
   CompleteThenClaimRow
->("leasehold_coalesced_complete_then_claim", COALESCED_COMPLETE_THEN_CLAIM_TEXT, (p) => [
-  p.results,
-  p.taskIds,
-  p.workloads,
-  p.owners,
-  p.callers,
-  p.leaseSeconds,
-  p.labels,
-  p.hints,
+>("leasehold_coalesced_complete_then_claim", COALESCED_COMPLETE_THEN_CLAIM_TEXT, [
+  "results",
+  "taskIds",
+  "workloads",
+  "owners",
+  "callers",
+  "leaseSeconds",
+  "labels",
+  "hints",
 ]);
 export const COALESCED_RENEW = defineQuery<Items, TaskRow>("leasehold_coalesced_renew", COALESCED_RENEW_TEXT, (p) => [p.items, p.taskIds]);
 export const COALESCED_FAIL = defineQuery<Items, TaskRow>("leasehold_coalesced_fail", COALESCED_FAIL_TEXT, (p) => [p.items, p.taskIds]);

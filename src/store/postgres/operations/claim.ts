@@ -8,10 +8,13 @@ import type { StoreContext } from "../state/context.js";
 import { withClient } from "../sql/db.js";
 import { explainRefusal } from "./flow-control.js";
 import { statusEvents, watchedJobs } from "../sql/fragments.js";
-import { defineQuery } from "../sql/query.js";
+import { namedQuery } from "../sql/query.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
 
-/** The claim's parameters, by number: the claim alone and the claim of a result report number them differently. */
+/**
+ * The claim's parameters as its statement names them (namedQuery, sql/query.ts), or expressions of
+ * them: the claim alone, the claim of a result report and the coalesced claims pass their own.
+ */
 export interface ClaimParams {
   workloads: string;
   limit: string;
@@ -22,6 +25,16 @@ export interface ClaimParams {
   /** where each workload's scan of pending tasks starts (claim-hints.ts), jsonb ('{}': at the front) */
   hints: string;
 }
+
+/** The claim alone's parameters, each by its own name. */
+const CLAIM_NAMES: ClaimParams = {
+  workloads: "@workloads",
+  limit: "@maxTasks",
+  worker: "@workerId",
+  leaseSeconds: "@leaseSeconds",
+  labels: "@labels",
+  hints: "@hints",
+};
 
 /**
  * A claim for several callers at once (coalescing.ts): the statement leases up to `limit` tasks
@@ -177,16 +190,13 @@ export const createdUs = (t: string) => `(extract(epoch FROM ${t}.created_at) * 
 // pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
 export const pickupSeconds = `CASE WHEN ${wasFresh("claimed")} THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
 
-// $1 workloads, $2 limit, $3 worker id, $4 lease seconds (null: the workload's), $5 labels (jsonb), $6 hints (jsonb).
+// @leaseSeconds null: the workload's; @labels and @hints jsonb.
 const claimStatement = (claimOrder: string) => `
-WITH ${claimCtes({ workloads: "$1", limit: "$2", worker: "$3", leaseSeconds: "$4", labels: "$5", hints: "$6" })}, ${statusEvents(claimedEventRows)},
+WITH ${claimCtes(CLAIM_NAMES)}, ${statusEvents(claimedEventRows)},
 ${watchedJobs("claimed")}
 SELECT claimed.*, ${pickupSeconds} AS pickup_seconds, (SELECT count(*) FROM watched) AS notified, ${createdUs("claimed")} AS created_us
 FROM claimed ${claimOrder}`;
 export const CLAIM_ORDER = "ORDER BY priority DESC, fair_rank, created_at, chunk_index";
-export const CLAIM_TASKS = claimStatement(CLAIM_ORDER);
-/** CLAIM_TASKS for one task ($2 = 1): one row needs no sort (see COMPLETE_TASK_AND_CLAIM_ONE). */
-export const CLAIM_TASK = claimStatement("");
 
 interface ClaimQueryParams {
   workloads: string[];
@@ -200,9 +210,20 @@ interface ClaimQueryParams {
 }
 /** A claimed row: the task, and how long it had been claimable (NULL for a reclaimed lease). */
 export type ClaimedRow = TaskRow & { pickup_seconds: number | null; created_us?: string | null };
-const claimValues = (p: ClaimQueryParams) => [p.workloads, p.maxTasks, p.workerId, p.leaseSeconds, p.labels, p.hints];
-const claimTaskQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_task", CLAIM_TASK, claimValues);
-const claimTasksQuery = defineQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_tasks", CLAIM_TASKS, claimValues);
+const CLAIM_PARAMS = [
+  "workloads",
+  "maxTasks",
+  "workerId",
+  "leaseSeconds",
+  "labels",
+  "hints",
+] as const satisfies readonly (keyof ClaimQueryParams)[];
+/** CLAIM_TASKS for one task (maxTasks 1): one row needs no sort (see COMPLETE_TASK_AND_CLAIM_ONE). */
+const claimTaskQuery = namedQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_task", claimStatement(""), CLAIM_PARAMS);
+const claimTasksQuery = namedQuery<ClaimQueryParams, ClaimedRow>("leasehold_claim_tasks", claimStatement(CLAIM_ORDER), CLAIM_PARAMS);
+/** The claim's text as PostgreSQL runs it ($1..$6 in CLAIM_PARAMS' order), for plans and benchmarks. */
+export const CLAIM_TASKS = claimTasksQuery.text;
+export const CLAIM_TASK = claimTaskQuery.text;
 
 export async function claimTasks(ctx: StoreContext, input: ClaimTasksInput, opts: CallOptions): Promise<ClaimOutcome> {
   const claim = validateClaim(input);

@@ -27,6 +27,7 @@ import {
   createdUs,
   pickupSeconds,
   type ClaimedRow,
+  type ClaimParams,
 } from "./claim.js";
 import { EVENTS_CHANNEL } from "../sql/channels.js";
 import type { StoreContext } from "../state/context.js";
@@ -44,8 +45,8 @@ import {
 } from "../sql/fragments.js";
 import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
-import { defineQuery } from "../sql/query.js";
-import { resultParams, resultRecord, resultValues, type ResultParams } from "../sql/result-params.js";
+import { defineQuery, namedQuery } from "../sql/query.js";
+import { RESULT_PARAMS, resultParams, resultRecord, type ResultParams } from "../sql/result-params.js";
 import { FINISH_JOBS, finalStatus, nothingUnfinished } from "./job-end.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
 
@@ -56,27 +57,37 @@ import { toTask, type TaskRow } from "../sql/rows.js";
  * (see finishJobIfDone). Mid-job completions see pending work and skip all of that cheaply
  * (tasks_job_unfinished_idx).
  */
-const completeOne = (usage: string) => `done AS (
+const completeOne = `done AS (
   UPDATE tasks
-  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb, usage = ${usageSum("tasks.usage", usage)},
+  SET status = 'completed', result_uri = @resultUri, result_sha256 = @resultSha256, metrics = @metrics::jsonb, usage = ${usageSum("tasks.usage", "@usage::jsonb")},
       completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
   WHERE ${liveLease("tasks")}
   RETURNING *
 ), finished AS (
   UPDATE jobs j SET status = ${finalStatus("j")}, completed_at = now(), updated_at = now()
   WHERE j.id = (SELECT job_id FROM done) AND j.status = 'running'
-    AND ${nothingUnfinished("(SELECT job_id FROM done)", "$1")}
+    AND ${nothingUnfinished("(SELECT job_id FROM done)", "@taskId")}
   RETURNING j.id
 )`;
 const recheckJob = `NOT EXISTS (SELECT 1 FROM finished)
     AND ${nothingPending("done.job_id")}
     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = done.job_id AND j.status = 'running')`;
 
-// $1 task id, $2 worker id, $3 attempt, $4 result_uri, $5 result_sha256, $6 metrics, $7 usage (jsonb, NULL for none).
-export const COMPLETE_TASK = `
-WITH ${completeOne("$7::jsonb")}, ${statusEventsWithUsage(completedUsageEventRows("done", "$7::jsonb"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")}
+// ResultParams' names; @usage jsonb, NULL for none.
+const COMPLETE_TASK_TEXT = `
+WITH ${completeOne}, ${statusEventsWithUsage(completedUsageEventRows("done", "@usage::jsonb"))}, ${watchedJobs("done")}, ${freedSlotsNotify("done")}
 SELECT done.*, ${recheckJob} AS recheck_job, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified
 FROM done`;
+
+/** claim_next's claim, by the names NextParams gives its parameters (the worker's is claimWorkerId). */
+const NEXT_NAMES: ClaimParams = {
+  workloads: "@workloads",
+  limit: "@maxTasks",
+  worker: "@claimWorkerId",
+  leaseSeconds: "@leaseSeconds",
+  labels: "@labels",
+  hints: "@hints",
+};
 
 /*
  * A result report with claim_next: COMPLETE_TASK and CLAIM_TASKS in one statement, so a worker's
@@ -86,12 +97,11 @@ FROM done`;
  * updates never meet one row: `done` needs a live lease, which neither arm takes. Nor do the two
  * job updates: `running` moves pending jobs, `finished` running ones, as the snapshot has them.
  * Rows: part 0 the completed task (with recheck_job), part 1 the claimed ones in claim order.
- * $1..$6 as COMPLETE_TASK; $7 workloads, $8 limit, $9 worker id, $10 lease seconds, $11 labels, as CLAIM_TASKS;
- * $13 usage (COMPLETE_TASK's $7).
+ * The result's parameters as COMPLETE_TASK's, the claim's as CLAIM_TASKS' (NEXT_NAMES).
  */
 const completeAndClaimStatement = (claimOrder: string) => `
-WITH ${completeOne("$13::jsonb")}, ${claimCtes({ workloads: "$7", limit: "$8", worker: "$9", leaseSeconds: "$10", labels: "$11", hints: "$12" }, "EXISTS (SELECT 1 FROM done)")},
-${statusEventsWithUsage(completedUsageEventRows("done", "$13::jsonb"), claimedEventRowsBesideUsage)},
+WITH ${completeOne}, ${claimCtes(NEXT_NAMES, "EXISTS (SELECT 1 FROM done)")},
+${statusEventsWithUsage(completedUsageEventRows("done", "@usage::jsonb"), claimedEventRowsBesideUsage)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION ALL SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
@@ -101,36 +111,29 @@ SELECT 0 AS part, done.*, ${recheckJob} AS recheck_job, NULL::float8 AS pickup_s
 FROM done
 UNION ALL
 (SELECT 1, claimed.*, false, ${pickupSeconds}, 0, ${createdUs("claimed")} FROM claimed ${claimOrder})`;
-export const COMPLETE_TASK_AND_CLAIM = completeAndClaimStatement(CLAIM_ORDER);
-/**
- * COMPLETE_TASK_AND_CLAIM for a claim_next of one task ($8 = 1), the Python worker's default:
- * one row needs no order, and the sort and its 29-column tuple descriptor were set up on every
- * execution all the same.
- */
-export const COMPLETE_TASK_AND_CLAIM_ONE = completeAndClaimStatement("");
 
-/** COMPLETE_TASKS' completion: `done`, the rows of results $1 (jsonb recordset) with task ids $2 that held a live lease. */
+/** COMPLETE_TASKS' completion: `done`, the rows of @results (jsonb recordset) with @taskIds that held a live lease. */
 export const completeMany = `done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
       usage = ${usageSum("t.usage", "b.usage")},
       completed_at = now(), lease_expires_at = NULL, version = t.version + 1, event_flip = NOT t.event_flip
-  FROM jsonb_to_recordset($1::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb)
-  WHERE t.id = ANY($2::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
+  FROM jsonb_to_recordset(@results::jsonb) AS b(task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb)
+  WHERE t.id = ANY(@taskIds::uuid[]) AND t.id = b.task_id AND t.status::text = 'leased' AND t.lease_owner = b.worker_id AND t.attempt = b.attempt
     AND t.lease_expires_at > now()
   RETURNING t.*
 )`;
-/** A batch's completed rows' events, each with its result's usage from the recordset ($1). */
+/** A batch's completed rows' events, each with its result's usage from the recordset (@results). */
 export const batchCompletedEvents = completedUsageEventRows(
   "done",
   "r.usage",
-  " JOIN jsonb_to_recordset($1::jsonb) AS r(task_id uuid, usage jsonb) ON r.task_id = d.id",
+  " JOIN jsonb_to_recordset(@results::jsonb) AS r(task_id uuid, usage jsonb) ON r.task_id = d.id",
 );
 
 /*
  * Complete a batch of leased tasks in one statement, each fenced by its own (worker, attempt,
  * live lease) exactly as COMPLETE_TASK. Rows that do not match are left alone and explained
- * one by one by the caller. The ids also come as a uuid[] ($2) so the rows are found through the
+ * one by one by the caller. The ids also come as a uuid[] (@taskIds) so the rows are found through the
  * primary key whatever the planner guesses about the recordset, and the status is compared as
  * text for the reason given at liveLease: with `t.status = 'leased'` the generic plan walked the
  * whole lease index (every live lease and every lease completed within a lease length) and
@@ -139,7 +142,7 @@ export const batchCompletedEvents = completedUsageEventRows(
  * Jobs that may be done (recheck_job: no pending task left) are finished by FINISH_JOBS_IF_DONE
  * after this commits.
  */
-export const COMPLETE_TASKS = `
+const COMPLETE_TASKS_TEXT = `
 WITH ${completeMany}, ${statusEventsWithUsage(batchCompletedEvents)}, ${watchedJobs("done")}, ${freedSlotsNotify("done")},
 ${mayBeDoneJobs("done")}
 SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS notified, ${mayBeDone("done")} AS recheck_job FROM done`;
@@ -150,10 +153,10 @@ SELECT done.*, (SELECT count(*) FROM watched) + (SELECT count(*) FROM freed) AS 
  * row (a completion needs a live lease, which neither arm takes). Rows: part 0 the completed
  * tasks (with recheck_job, the jobs the claim took nothing of), part 1 the claimed ones in claim
  * order.
- * $1, $2 as COMPLETE_TASKS; $3 workloads, $4 limit, $5 worker id, $6 lease seconds, $7 labels, as CLAIM_TASKS.
+ * The results as COMPLETE_TASKS', the claim's parameters as CLAIM_TASKS' (NEXT_NAMES).
  */
-export const COMPLETE_TASKS_AND_CLAIM = `
-WITH ${completeMany}, ${claimCtes({ workloads: "$3", limit: "$4", worker: "$5", leaseSeconds: "$6", labels: "$7", hints: "$8" })},
+const COMPLETE_TASKS_AND_CLAIM_TEXT = `
+WITH ${completeMany}, ${claimCtes(NEXT_NAMES)},
 ${statusEventsWithUsage(batchCompletedEvents, claimedEventRowsBesideUsage)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
@@ -183,31 +186,47 @@ interface NextParams {
 export type CompletedRow = TaskRow & { recheck_job: boolean };
 /** Rows of a statement that completes and claims: part 0 the completed task(s), part 1 the claimed. */
 type PartRow = ClaimedRow & { part: number; recheck_job: boolean };
-const nextValues = (p: NextParams) => [p.workloads, p.maxTasks, p.claimWorkerId, p.leaseSeconds, p.labels, p.hints];
-const completeTaskQuery = defineQuery<ResultParams, CompletedRow>("leasehold_complete_task", COMPLETE_TASK, (p) => [
-  ...resultValues(p),
-  p.usage,
+// Each statement's parameters in the order of its $1..$N, kept as they were numbered by hand so
+// plans, snapshots (test/sql/) and benchmarks see the same text.
+const NEXT_PARAMS = [
+  "workloads",
+  "maxTasks",
+  "claimWorkerId",
+  "leaseSeconds",
+  "labels",
+  "hints",
+] as const satisfies readonly (keyof NextParams)[];
+const completeTaskQuery = namedQuery<ResultParams, CompletedRow>("leasehold_complete_task", COMPLETE_TASK_TEXT, [
+  ...RESULT_PARAMS,
+  "usage",
 ]);
-const completeAndClaimValues = (p: ResultParams & NextParams) => [...resultValues(p), ...nextValues(p), p.usage];
-const completeTaskAndClaimQuery = defineQuery<ResultParams & NextParams, PartRow>(
+const completeTaskAndClaimQuery = namedQuery<ResultParams & NextParams, PartRow>(
   "leasehold_complete_task_and_claim",
-  COMPLETE_TASK_AND_CLAIM,
-  completeAndClaimValues,
+  completeAndClaimStatement(CLAIM_ORDER),
+  [...RESULT_PARAMS, ...NEXT_PARAMS, "usage"],
 );
-const completeTaskAndClaimOneQuery = defineQuery<ResultParams & NextParams, PartRow>(
+/**
+ * COMPLETE_TASK_AND_CLAIM for a claim_next of one task (maxTasks 1), the Python worker's default:
+ * one row needs no order, and the sort and its 29-column tuple descriptor were set up on every
+ * execution all the same.
+ */
+const completeTaskAndClaimOneQuery = namedQuery<ResultParams & NextParams, PartRow>(
   "leasehold_complete_task_and_claim_one",
-  COMPLETE_TASK_AND_CLAIM_ONE,
-  completeAndClaimValues,
+  completeAndClaimStatement(""),
+  [...RESULT_PARAMS, ...NEXT_PARAMS, "usage"],
 );
-const completeTasksQuery = defineQuery<BatchParams, CompletedRow>("leasehold_complete_tasks", COMPLETE_TASKS, (p) => [
-  p.results,
-  p.taskIds,
-]);
-const completeTasksAndClaimQuery = defineQuery<BatchParams & NextParams, PartRow>(
+const completeTasksQuery = namedQuery<BatchParams, CompletedRow>("leasehold_complete_tasks", COMPLETE_TASKS_TEXT, ["results", "taskIds"]);
+const completeTasksAndClaimQuery = namedQuery<BatchParams & NextParams, PartRow>(
   "leasehold_complete_tasks_and_claim",
-  COMPLETE_TASKS_AND_CLAIM,
-  (p) => [p.results, p.taskIds, ...nextValues(p)],
+  COMPLETE_TASKS_AND_CLAIM_TEXT,
+  ["results", "taskIds", ...NEXT_PARAMS],
 );
+/** The statements' text as PostgreSQL runs them, for plans, snapshots and benchmarks. */
+export const COMPLETE_TASK = completeTaskQuery.text;
+export const COMPLETE_TASK_AND_CLAIM = completeTaskAndClaimQuery.text;
+export const COMPLETE_TASK_AND_CLAIM_ONE = completeTaskAndClaimOneQuery.text;
+export const COMPLETE_TASKS = completeTasksQuery.text;
+export const COMPLETE_TASKS_AND_CLAIM = completeTasksAndClaimQuery.text;
 
 export async function completeTask(ctx: StoreContext, input: CompleteTaskInput, opts: CallOptions): Promise<Task> {
   const done = validateComplete(input);

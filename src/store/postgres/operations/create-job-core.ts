@@ -16,7 +16,7 @@ import type { StoreContext } from "../state/context.js";
 import { copyIn } from "../sql/copy-in.js";
 import { COPY_NULL, copyChunks, copyText } from "../sql/copy-text.js";
 import { delayJob, isDelayed, needsDelayJob } from "../state/due-wakes.js";
-import { defineQuery } from "../sql/query.js";
+import { defineQuery, namedQuery } from "../sql/query.js";
 import { toJob, type JobRow } from "../sql/rows.js";
 import { createdJob, taskArrays, taskLabels, taskRows, type TaskArrays } from "./new-job-rows.js";
 import { uuidv7, uuidv7s } from "../sql/uuidv7.js";
@@ -29,7 +29,7 @@ import { unknownWorkload } from "./workloads.js";
  * CreateJob in one statement and one round trip (it took six: SELECT workloads, BEGIN, INSERT job,
  * INSERT tasks, NOTIFY, COMMIT). One statement is one transaction, so constraint failures still
  * abort all of it, and the NOTIFY still goes out only at commit, when the tasks are visible.
- * - fresh: the workloads the caller validated against (names $10, xmins $11) are unchanged; if
+ * - fresh: the workloads the caller validated against (@workloadNames, @workloadXmins) are unchanged; if
  *   not, nothing is inserted and the caller tries again with them locked.
  * - ON CONFLICT DO NOTHING makes two racing submissions with one idempotency key (or one billing
  *   key of an account, jobs_billing_key_idx) safe: the loser gets no job row (after waiting for
@@ -41,43 +41,24 @@ import { unknownWorkload } from "./workloads.js";
  *   Measured for 10,000 tasks on 2 cores (median of 5): jsonb_to_recordset + RETURNING * 389 ms,
  *   without RETURNING 334 ms, unnest 316 ms.
  * The one row always comes back (LEFT JOIN), saying which of the three happened.
- * $1 job id, $2 workload, $3 input_uri, $4 input_sha256, $5 parameters, $6 priority,
- * $7 idempotency_key, $8 request_sha256, $9 traceparent, $10/$11 workload names/xmins,
- * $12.. task arrays (id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts),
- * $19/$20 wake-ups (workload, count), $21/$22 the job's failure_policy and max_failed_tasks (its
- * own, else its workload's, as the caller validated against them), then the flow-control
- * parameters (FlowParams).
+ * The parameters are named (namedQuery, sql/query.ts): JobInsert's, JobPolicy's and TaskInsert's
+ * fields below, each with what it holds.
  */
-interface FlowParams {
-  /** the job's concurrency key ('' for none) */
-  key: string;
-  /** the job's required labels (jsonb, null for none) */
-  labels: string;
-  /** whether the job's tasks get fair ranks (its workload is keyed) */
-  ranked: string;
-  /** the number of tasks */
-  count: string;
-}
-/** The placeholders of the job's account and billing context (null for none). */
-interface AccountParams {
-  account: string;
-  reservedUnits: string;
-  billingKey: string;
-}
 /*
  * Fair ranks (docs/flow-control-claim.md, "Fair share"): a job of a keyed workload takes `count` ranks from
  * its key's next_rank, starting no earlier than the head of the queue at the job's priority (or,
  * with nothing pending, the furthest any key has got). One upsert per job; its row lock orders
  * two jobs of one key. Nothing happens for a workload that never saw a key (ranked false).
  */
-const createJobCtes = (policy: string, maxFailed: string, f: FlowParams, a: AccountParams) => `fresh AS (
-  SELECT count(*) = cardinality($10::text[]) AS ok
-  FROM workloads w JOIN unnest($10::text[], $11::text[]) AS v(name, x) ON w.name = v.name AND w.xmin::text = v.x
+const createJobCtes = `fresh AS (
+  SELECT count(*) = cardinality(@workloadNames::text[]) AS ok
+  FROM workloads w JOIN unnest(@workloadNames::text[], @workloadXmins::text[]) AS v(name, x) ON w.name = v.name AND w.xmin::text = v.x
 ), job AS (
   INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, idempotency_key, request_sha256, traceparent,
     failure_policy, max_failed_tasks, concurrency_key, required_labels, account, reserved_units, billing_key)
-  SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, ${policy}::failure_policy, ${maxFailed}::int, ${f.key}, ${f.labels}::jsonb,
-    ${a.account}::text, ${a.reservedUnits}::bigint, ${a.billingKey}::text
+  SELECT @jobId, @workload, @inputUri, @inputSha256, @parameters::jsonb, @priority, @idempotencyKey, @requestSha256, @traceparent,
+    @failurePolicy::failure_policy, @maxFailedTasks::int, @concurrencyKey, @requiredLabels::jsonb,
+    @account::text, @reservedUnits::bigint, @billingKey::text
   FROM fresh WHERE fresh.ok
   ON CONFLICT DO NOTHING
   RETURNING *
@@ -87,10 +68,10 @@ const createJobCtes = (policy: string, maxFailed: string, f: FlowParams, a: Acco
       (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
        ORDER BY t.priority DESC, t.fair_rank LIMIT 1),
       (SELECT max(o.next_rank) FROM flow_keys o WHERE o.workload = job.workload),
-      0) + ${f.count}::bigint
-  FROM job WHERE ${f.ranked}::boolean
-  ON CONFLICT (workload, key) DO UPDATE SET next_rank = greatest(k.next_rank, EXCLUDED.next_rank - ${f.count}::bigint) + ${f.count}::bigint
-  RETURNING k.next_rank - ${f.count}::bigint AS base
+      0) + @taskCount::bigint
+  FROM job WHERE @ranked::boolean
+  ON CONFLICT (workload, key) DO UPDATE SET next_rank = greatest(k.next_rank, EXCLUDED.next_rank - @taskCount::bigint) + @taskCount::bigint
+  RETURNING k.next_rank - @taskCount::bigint AS base
 )`;
 const createJobAnswer = `SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified,
   coalesce((SELECT base FROM rank_base), 0) AS rank_base, job.*
@@ -108,13 +89,13 @@ export const MARK_KEYED = defineQuery<{ workload: string }>(
  * the epoch, which is every task's created_at), so coordinators move their claim hints back only as far as
  * these tasks need (claim-hints.ts).
  */
-const wokenBy = (workloads: string, counts: string) => `woken AS (
+const woken = `woken AS (
   SELECT pg_notify('${NOTIFY_CHANNEL}', x.w || ':' || x.n || ':' || job.priority || ';' || coalesce((SELECT base FROM rank_base), 0)
     || ';' || (extract(epoch FROM now()) * 1000000)::bigint)
-  FROM job, unnest(${workloads}::text[], ${counts}::int[]) AS x(w, n)
+  FROM job, unnest(@wakeWorkloads::text[], @wakeCounts::int[]) AS x(w, n)
 )`;
 
-/** The job row's values, $1..$11 of CREATE_JOB and CREATE_JOB_ALONE. */
+/** The job row's values. */
 export interface JobInsert {
   jobId: string;
   workload: string;
@@ -134,20 +115,20 @@ export interface JobInsert {
   reservedUnits: number | null;
   billingKey: string | null;
 }
-const accountValues = (p: JobInsert) => [p.account, p.reservedUnits, p.billingKey];
-const jobInsertValues = (p: JobInsert) => [
-  p.jobId,
-  p.workload,
-  p.inputUri,
-  p.inputSha256,
-  p.parameters,
-  p.priority,
-  p.idempotencyKey,
-  p.requestSha256,
-  p.traceparent,
-  p.workloadNames,
-  p.workloadXmins,
-];
+const JOB_INSERT = [
+  "jobId",
+  "workload",
+  "inputUri",
+  "inputSha256",
+  "parameters",
+  "priority",
+  "idempotencyKey",
+  "requestSha256",
+  "traceparent",
+  "workloadNames",
+  "workloadXmins",
+] as const satisfies readonly (keyof JobInsert)[];
+const ACCOUNT = ["account", "reservedUnits", "billingKey"] as const satisfies readonly (keyof JobInsert)[];
 /** The job's failure policy and flow-control values, as the caller validated them. */
 export interface JobPolicy {
   failurePolicy: string;
@@ -158,7 +139,14 @@ export interface JobPolicy {
   ranked: boolean;
   taskCount: number;
 }
-const jobPolicyValues = (p: JobPolicy) => [p.failurePolicy, p.maxFailedTasks, p.concurrencyKey, p.requiredLabels, p.ranked, p.taskCount];
+const JOB_POLICY = [
+  "failurePolicy",
+  "maxFailedTasks",
+  "concurrencyKey",
+  "requiredLabels",
+  "ranked",
+  "taskCount",
+] as const satisfies readonly (keyof JobPolicy)[];
 /** The answer's one row: the job's columns are null when nothing was inserted (stale workloads, or a used idempotency key). */
 type CreateJobAnswer = { fresh: boolean; notified: string; rank_base: string } & (JobRow | { [K in keyof JobRow]: null });
 /** The task arrays, as array literals (arrays.ts), and the wake-ups (workload, count); named apart from JobInsert's, as both go in one object. */
@@ -169,55 +157,52 @@ interface TaskInsert extends TaskArrays {
   taskLabels: (string | null)[] | null;
 }
 
-// $23 concurrency key, $24 job labels, $25 ranked, $26 task count (FlowParams), $27 each task's labels (text[] of jsonb, or null),
-// $28..$30 account, reserved units, billing key (AccountParams).
-export const CREATE_JOB = defineQuery<JobInsert & JobPolicy & TaskInsert, CreateJobAnswer>(
+// The parameters keep the order they had as $1..$30 (and $1..$22 alone), so plans and snapshots of the text are as they were.
+export const CREATE_JOB = namedQuery<JobInsert & JobPolicy & TaskInsert, CreateJobAnswer>(
   "leasehold_create_job",
   `
-WITH ${createJobCtes("$21", "$22", { key: "$23", labels: "$24", ranked: "$25", count: "$26" }, { account: "$28", reservedUnits: "$29", billingKey: "$30" })}, tasks_in AS (
+WITH ${createJobCtes}, tasks_in AS (
   INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
     concurrency_key, required_labels, fair_rank)
   SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent,
     job.concurrency_key, coalesce(u.required_labels::jsonb, job.required_labels), coalesce((SELECT base FROM rank_base) + u.n - 1, 0)
-  FROM job, unnest($12::uuid[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::int[], $27::text[])
+  FROM job, unnest(@taskIds::uuid[], @taskChunkIndexes::int[], @taskWorkloads::text[], @taskInputUris::text[], @taskInputSha256s::text[],
+      @taskParameters::text[], @taskMaxAttempts::int[], @taskLabels::text[])
     WITH ORDINALITY AS u(id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, required_labels, n)
-), ${wokenBy("$19", "$20")}
+), ${woken}
 ${createJobAnswer}`,
-  (p) => [
-    ...jobInsertValues(p),
-    p.taskIds,
-    p.taskChunkIndexes,
-    p.taskWorkloads,
-    p.taskInputUris,
-    p.taskInputSha256s,
-    p.taskParameters,
-    p.taskMaxAttempts,
-    p.wakeWorkloads,
-    p.wakeCounts,
-    ...jobPolicyValues(p),
-    p.taskLabels,
-    ...accountValues(p),
+  [
+    ...JOB_INSERT,
+    "taskIds",
+    "taskChunkIndexes",
+    "taskWorkloads",
+    "taskInputUris",
+    "taskInputSha256s",
+    "taskParameters",
+    "taskMaxAttempts",
+    "wakeWorkloads",
+    "wakeCounts",
+    ...JOB_POLICY,
+    "taskLabels",
+    ...ACCOUNT,
   ],
 );
 
 /*
- * A large CreateJob (COPY_MIN_TASKS and up) in a transaction of its own: CREATE_JOB's
- * job row, freshness check, idempotency and wake-ups with $12/$13 as the wake-ups and $14/$15 as
- * the failure policy, then the tasks
- * by COPY_TASKS (copy-in.ts) when the job row was inserted, then COMMIT. The NOTIFY still goes out
- * at the commit, when the tasks are visible; a failure rolls all of it back. COPY inserts the rows
- * in batches (one WAL record per heap page, not per row) and reads them as text, with no arrays
- * to parse and unnest: for 10,000 tasks the backends' CPU fell by ~15% (scratch measurement,
- * 16 alternating runs each, 88 against 74 ms per job).
+ * A large CreateJob (COPY_MIN_TASKS and up) in a transaction of its own: CREATE_JOB's job row,
+ * freshness check, idempotency and wake-ups, then the tasks by COPY_TASKS (copy-in.ts) when the
+ * job row was inserted, then COMMIT. The NOTIFY still goes out at the commit, when the tasks are
+ * visible; a failure rolls all of it back. COPY inserts the rows in batches (one WAL record per
+ * heap page, not per row) and reads them as text, with no arrays to parse and unnest: for 10,000
+ * tasks the backends' CPU fell by ~15% (scratch measurement, 16 alternating runs each, 88 against
+ * 74 ms per job). The answer's rank_base is the first task's fair rank.
  */
-// $16 concurrency key, $17 job labels, $18 ranked, $19 task count (FlowParams), $20..$22 account, reserved units, billing key;
-// the answer's rank_base is the first task's fair rank.
-export const CREATE_JOB_ALONE = defineQuery<JobInsert & JobPolicy & Pick<TaskInsert, "wakeWorkloads" | "wakeCounts">, CreateJobAnswer>(
+export const CREATE_JOB_ALONE = namedQuery<JobInsert & JobPolicy & Pick<TaskInsert, "wakeWorkloads" | "wakeCounts">, CreateJobAnswer>(
   "leasehold_create_job_alone",
   `
-WITH ${createJobCtes("$14", "$15", { key: "$16", labels: "$17", ranked: "$18", count: "$19" }, { account: "$20", reservedUnits: "$21", billingKey: "$22" })}, ${wokenBy("$12", "$13")}
+WITH ${createJobCtes}, ${woken}
 ${createJobAnswer}`,
-  (p) => [...jobInsertValues(p), p.wakeWorkloads, p.wakeCounts, ...jobPolicyValues(p), ...accountValues(p)],
+  [...JOB_INSERT, "wakeWorkloads", "wakeCounts", ...JOB_POLICY, ...ACCOUNT],
 );
 
 /** The tasks of a CREATE_JOB_ALONE, in COPY's text format (copy-text.ts), columns in this order; the rest are their defaults. */

@@ -20,8 +20,8 @@ import type pg from "pg";
 import type { CompleteTaskInput, Task } from "../../../queue/types.js";
 import type { StoreContext } from "../state/context.js";
 import { usageSum, watchedJobs } from "../sql/fragments.js";
-import { defineQuery } from "../sql/query.js";
-import { resultParams, resultValues, type ResultParams } from "../sql/result-params.js";
+import { namedQuery } from "../sql/query.js";
+import { RESULT_PARAMS, resultParams, type ResultParams } from "../sql/result-params.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
 import { transaction } from "../sql/db.js";
 import { recordLateUsage } from "./adjustments.js";
@@ -33,23 +33,23 @@ import { JOB_LOCK } from "./job-end.js";
  * cancelled task of this worker and attempt. Its event (cancelled -> completed) is written here
  * rather than by the status trigger (event_flip), so that it carries the report's usage: the work
  * was done and consumed resources, so an accepted late result's usage counts like any other.
- * $1..$6 as COMPLETE_TASK, $7 usage.
+ * The parameters as COMPLETE_TASK's.
  */
-export const COMPLETE_CANCELLED_TASK = defineQuery<ResultParams, TaskRow>(
+export const COMPLETE_CANCELLED_TASK = namedQuery<ResultParams, TaskRow>(
   null,
   `
 WITH done AS (
   UPDATE tasks
-  SET status = 'completed', result_uri = $4, result_sha256 = $5, metrics = $6::jsonb, usage = ${usageSum("tasks.usage", "$7::jsonb")},
+  SET status = 'completed', result_uri = @resultUri, result_sha256 = @resultSha256, metrics = @metrics::jsonb, usage = ${usageSum("tasks.usage", "@usage::jsonb")},
       completed_at = now(), lease_expires_at = NULL, version = version + 1, event_flip = NOT event_flip
-  WHERE id = $1 AND status = 'cancelled' AND lease_owner = $2 AND attempt = $3 AND lease_expires_at > now()
+  WHERE id = @taskId AND status = 'cancelled' AND lease_owner = @workerId AND attempt = @attempt AND lease_expires_at > now()
   RETURNING *
 ), events AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, usage)
-  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'cancelled', attempt, lease_owner, $7::jsonb FROM done
+  SELECT job_id, id, chunk_index, 'task_status', 'completed', 'cancelled', attempt, lease_owner, @usage::jsonb FROM done
 ), ${watchedJobs("done")}
 SELECT done.*, (SELECT count(*) FROM watched) AS notified FROM done`,
-  (p) => [...resultValues(p), p.usage],
+  [...RESULT_PARAMS, "usage"],
 );
 
 /** The task completed with this late result, or undefined when the result is not a late one (or came after the lease). */

@@ -11,12 +11,12 @@ import { withClient } from "../sql/db.js";
 import { failedEvents, freedSlotsNotify, liveLease, retriedNotify, usageSum, watchedJobs } from "../sql/fragments.js";
 import { loadTask } from "./inspection.js";
 import { endJob } from "./job-end.js";
-import { defineQuery } from "../sql/query.js";
+import { namedQuery } from "../sql/query.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
 
-export const RENEW_LEASE = `
+const RENEW_LEASE_TEXT = `
 UPDATE tasks t
-SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
+SET lease_expires_at = now() + make_interval(secs => coalesce(@leaseSeconds::int, wl.lease_seconds)),
     version = t.version + 1
 FROM workloads wl
 WHERE ${liveLease("t")} AND wl.name = t.workload
@@ -25,19 +25,18 @@ RETURNING t.*`;
 /*
  * A progress report: the same fenced lease extension as RENEW_LEASE plus one task_events row, in
  * one statement, so a report from a worker that lost its lease records nothing.
- * $5 progress, $6 message, $7 partial_result_uri.
  */
-export const REPORT_PROGRESS = `
+const REPORT_PROGRESS_TEXT = `
 WITH renewed AS (
   UPDATE tasks t
-  SET lease_expires_at = now() + make_interval(secs => coalesce($4::int, wl.lease_seconds)),
+  SET lease_expires_at = now() + make_interval(secs => coalesce(@leaseSeconds::int, wl.lease_seconds)),
       version = t.version + 1
   FROM workloads wl
   WHERE ${liveLease("t")} AND wl.name = t.workload
   RETURNING t.*
 ), event AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, attempt, worker_id, progress, message, partial_result_uri)
-  SELECT job_id, id, chunk_index, 'task_progress', status::text, attempt, lease_owner, $5, $6, $7 FROM renewed
+  SELECT job_id, id, chunk_index, 'task_progress', status::text, attempt, lease_owner, @progress, @message, @partialResultUri FROM renewed
 ), woken AS (
   -- As the status-event triggers do: only a watched job is notified.
   SELECT pg_notify('${EVENTS_CHANNEL}', renewed.job_id::text) FROM renewed
@@ -53,24 +52,24 @@ SELECT renewed.*, (SELECT count(*) FROM woken) AS notified FROM renewed`;
  * 2^attempt seconds, ±25% jitter, capped at 5 minutes.
  * The failure's event is written here, not by the status trigger (event_flip), so that it carries
  * the report's usage: a failed attempt consumed resources too.
- * $4 error_code, $5 retryable, $6 error_message, $7 retry_after_seconds, $8 usage (jsonb, NULL for none).
+ * @usage jsonb, NULL for none.
  */
-export const FAIL_TASK = `
+const FAIL_TASK_TEXT = `
 WITH cur AS (
   UPDATE tasks t
-  SET status = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
-      run_after = CASE WHEN $5::boolean AND t.attempt < t.max_attempts
-        THEN now() + make_interval(secs => coalesce($7::float8, least(300, power(2, t.attempt)) * (0.75 + random() * 0.5)))
+  SET status = CASE WHEN @retryable::boolean AND t.attempt < t.max_attempts THEN 'pending' ELSE 'failed' END::task_status,
+      run_after = CASE WHEN @retryable::boolean AND t.attempt < t.max_attempts
+        THEN now() + make_interval(secs => coalesce(@retryAfterSeconds::float8, least(300, power(2, t.attempt)) * (0.75 + random() * 0.5)))
         ELSE t.run_after END,
-      completed_at = CASE WHEN $5::boolean AND t.attempt < t.max_attempts THEN NULL ELSE now() END,
+      completed_at = CASE WHEN @retryable::boolean AND t.attempt < t.max_attempts THEN NULL ELSE now() END,
       lease_expires_at = NULL,
-      error_code = $4,
-      error_message = $6,
-      usage = ${usageSum("t.usage", "$8::jsonb")},
+      error_code = @errorCode,
+      error_message = @errorMessage,
+      usage = ${usageSum("t.usage", "@usage::jsonb")},
       version = t.version + 1, event_flip = NOT t.event_flip
   WHERE ${liveLease("t")}
   RETURNING t.*
-), ${failedEvents("$8::jsonb")}, ${watchedJobs("cur")}, ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
+), ${failedEvents("@usage::jsonb")}, ${watchedJobs("cur")}, ${retriedNotify("cur")}, ${freedSlotsNotify("cur")}
 SELECT cur.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM freed) + (SELECT count(*) FROM watched) AS notified FROM cur`;
 
 /** The fence every write names: the task, the worker that holds it, and the attempt it holds. */
@@ -80,25 +79,14 @@ interface LeaseParams {
   attempt: number;
   leaseSeconds: number | null;
 }
-const renewLeaseQuery = defineQuery<LeaseParams, TaskRow>("leasehold_renew_lease", RENEW_LEASE, (p) => [
-  p.taskId,
-  p.workerId,
-  p.attempt,
-  p.leaseSeconds,
-]);
-const reportProgressQuery = defineQuery<
+const LEASE_PARAMS = ["taskId", "workerId", "attempt"] as const satisfies readonly (keyof LeaseParams)[];
+// Each statement's parameters in the order of its $1..$N, as they were numbered by hand.
+const renewLeaseQuery = namedQuery<LeaseParams, TaskRow>("leasehold_renew_lease", RENEW_LEASE_TEXT, [...LEASE_PARAMS, "leaseSeconds"]);
+const reportProgressQuery = namedQuery<
   LeaseParams & { progress: number; message: string | null; partialResultUri: string | null },
   TaskRow
->("leasehold_report_progress", REPORT_PROGRESS, (p) => [
-  p.taskId,
-  p.workerId,
-  p.attempt,
-  p.leaseSeconds,
-  p.progress,
-  p.message,
-  p.partialResultUri,
-]);
-const failTaskQuery = defineQuery<
+>("leasehold_report_progress", REPORT_PROGRESS_TEXT, [...LEASE_PARAMS, "leaseSeconds", "progress", "message", "partialResultUri"]);
+const failTaskQuery = namedQuery<
   Omit<LeaseParams, "leaseSeconds"> & {
     errorCode: string;
     retryable: boolean;
@@ -107,16 +95,11 @@ const failTaskQuery = defineQuery<
     usage: string | null;
   },
   TaskRow
->("leasehold_fail_task", FAIL_TASK, (p) => [
-  p.taskId,
-  p.workerId,
-  p.attempt,
-  p.errorCode,
-  p.retryable,
-  p.errorMessage,
-  p.retryAfterSeconds,
-  p.usage,
-]);
+>("leasehold_fail_task", FAIL_TASK_TEXT, [...LEASE_PARAMS, "errorCode", "retryable", "errorMessage", "retryAfterSeconds", "usage"]);
+/** The statements' text as PostgreSQL runs them, for snapshots (test/sql/). */
+export const RENEW_LEASE = renewLeaseQuery.text;
+export const REPORT_PROGRESS = reportProgressQuery.text;
+export const FAIL_TASK = failTaskQuery.text;
 
 export async function renewLease(ctx: StoreContext, input: RenewLeaseInput, opts: CallOptions): Promise<Task> {
   const renew = validateRenew(input);

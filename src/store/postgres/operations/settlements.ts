@@ -4,12 +4,13 @@
 
 import type { ListSettlementsInput, ListSettlementsResult, SettleJobInput, Usage } from "../../../queue/types.js";
 import { FailedPreconditionError, NotFoundError, SettlementConflictError } from "../../../queue/errors.js";
+import type { SettlementBacklog } from "../../../queue/service.js";
 import { encodeSettlementsPageToken, validateListSettlements, validateSettleJob } from "../../../queue/settlement-validation.js";
 import type { CallOptions, Job } from "../../../queue/types.js";
 import { EVENTS_CHANNEL } from "../sql/channels.js";
 import type { StoreContext } from "../state/context.js";
 import { inTransaction, withClient } from "../sql/db.js";
-import { defineQuery } from "../sql/query.js";
+import { defineQuery, type NoParams } from "../sql/query.js";
 import { accountScope } from "../sql/scope.js";
 import { toJob, type JobRow } from "../sql/rows.js";
 import { JOB_LOCK } from "./job-end.js";
@@ -143,4 +144,23 @@ export async function settleJob(ctx: StoreContext, input: SettleJobInput, opts: 
   throw new FailedPreconditionError(
     `job ${s.jobId} is not billable: it has no account and no billing context, so it has nothing to settle`,
   );
+}
+
+/*
+ * Metrics, at scrape time (cached there): how many final billable jobs wait for their settlement
+ * and how long the oldest has waited, read through jobs_unsettled_idx (the predicate word for
+ * word again), which holds exactly those jobs: nothing to read where billing is not used.
+ */
+export const SETTLEMENT_BACKLOG = defineQuery<NoParams, { waiting: number; oldest_seconds: number }>(
+  null,
+  `
+SELECT count(*)::int AS waiting,
+  coalesce(extract(epoch FROM now() - min(j.completed_at)), 0)::float8 AS oldest_seconds
+FROM jobs j
+WHERE j.settled_at IS NULL AND j.status IN ${FINAL} AND ${billable("j")}`,
+);
+
+export async function settlementBacklog(ctx: StoreContext, opts: CallOptions): Promise<SettlementBacklog> {
+  const row = await withClient(ctx.pool, opts.signal, (c) => SETTLEMENT_BACKLOG.one(c));
+  return { waiting: row.waiting, oldestSeconds: Math.max(0, row.oldest_seconds) };
 }

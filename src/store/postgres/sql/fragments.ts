@@ -107,7 +107,7 @@ export const usageSum = (current: string, report: string) =>
 // whose lease_expires_at stays in the future for a lease length. The cast keeps the partial
 // indexes' predicates unprovable, so the primary key is the only way in.
 export const liveLease = (t: string) =>
-  `${t}.id = $1 AND ${t}.status::text = 'leased' AND ${t}.lease_owner = $2 AND ${t}.attempt = $3 AND ${t}.lease_expires_at > now()`;
+  `${t}.id = @taskId AND ${t}.status::text = 'leased' AND ${t}.lease_owner = @workerId AND ${t}.attempt = @attempt AND ${t}.lease_expires_at > now()`;
 
 /*
  * The jobs a batch of completions (`rows`) may have finished: those with no pending task in the

@@ -1,4 +1,4 @@
-// How a worker's result reaches the statements that record it: as positional parameters of the
+// How a worker's result reaches the statements that record it: as named parameters of the
 // one-result statements (COMPLETE_TASK and its forms, the late result's), and as a row of the
 // jsonb recordset the batched ones read. One mapping each, so the statements cannot drift apart.
 
@@ -12,11 +12,11 @@ export interface ResultParams {
   resultUri: string;
   resultSha256: string;
   metrics: string | null;
-  /** The report's usage as jsonb text; null for none. Not among $1..$6: each statement places it. */
+  /** The report's usage as jsonb text; null for none. Not among RESULT_PARAMS: each statement places it. */
   usage: string | null;
 }
 
-/** The one-result statements' parameters $1..$6. */
+/** The one-result statements' parameters. */
 export function resultParams(done: CompleteTaskInput): ResultParams {
   return {
     taskId: done.taskId,
@@ -29,8 +29,15 @@ export function resultParams(done: CompleteTaskInput): ResultParams {
   };
 }
 
-/** ResultParams in the order $1..$6 take them. */
-export const resultValues = (p: ResultParams) => [p.taskId, p.workerId, p.attempt, p.resultUri, p.resultSha256, p.metrics];
+/** ResultParams in the order the statements number them first ($1..$6), the usage apart. */
+export const RESULT_PARAMS = [
+  "taskId",
+  "workerId",
+  "attempt",
+  "resultUri",
+  "resultSha256",
+  "metrics",
+] as const satisfies readonly (keyof ResultParams)[];
 
 /** One result as the batched statements' jsonb recordsets have it (CompleteTasks and the coalesced ones). */
 export function resultRecord(done: CompleteTaskInput) {
