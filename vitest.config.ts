@@ -27,6 +27,7 @@ const API_SUITES = [
   "test/store/switches.test.ts",
   "test/api/settlements-api.test.ts",
   "test/api/undecodable.test.ts",
+  "test/api/careless-clients.test.ts",
 ];
 
 /**
