@@ -139,7 +139,8 @@ class Coordinator {
       claimHints: config.claimHints,
       flowClaimHints: config.flowClaimHints,
     });
-    metrics.attach({ stats: store }); // task counts for /metrics, read from the store at scrape time
+    // Read from the store at scrape time: task counts and the settlement backlog; and what /readyz answers.
+    metrics.attach({ stats: store, settlements: store, readiness: () => this.readiness() });
     if (embedded) await registerDemoWorkloads(store, logger);
     this.checkpoint();
 
@@ -151,7 +152,7 @@ class Coordinator {
 
     this.maintainer = new Maintainer(store, logger, { intervalMs: config.reaperIntervalMs });
     this.maintainer.start();
-    const scheduler = new SchedulerLoop(store, logger);
+    const scheduler = new SchedulerLoop(store, logger, { onPassFailed: () => metrics.schedulerPassFailed() });
     scheduler.start();
     this.shutdownHooks.push({ name: "scheduler", run: () => scheduler.stop() });
     const horizon = (this.horizon = new HorizonWatch(horizonSource(pool), logger, metrics, { warnAfterMs: config.horizonWarnAfterMs }));

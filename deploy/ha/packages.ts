@@ -1,9 +1,16 @@
-// The Debian packages the rig runs on, installed with apt-get when missing (as root only).
+// Debian packages installed with apt-get when missing (as root only): the rig's, and the deploy
+// tests' (test/deploy/live/), through ensureDebianPackages.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { PG_BIN_DIR } from "./config.js";
 
-const NEEDED: Array<{ pkg: string; file: string }> = [
+/** A package, and a file it installs that tells whether it is there. */
+export interface DebianPackage {
+  pkg: string;
+  file: string;
+}
+
+const NEEDED: DebianPackage[] = [
   { pkg: "postgresql-15", file: `${PG_BIN_DIR}/postgres` },
   { pkg: "patroni", file: "/usr/bin/patroni" },
   { pkg: "etcd-server", file: "/usr/bin/etcd" },
@@ -13,13 +20,17 @@ const NEEDED: Array<{ pkg: string; file: string }> = [
 ];
 
 export function ensurePackages(log: (m: string) => void): void {
-  const missing = NEEDED.filter((n) => !existsSync(n.file)).map((n) => n.pkg);
+  ensureDebianPackages(NEEDED, log);
+}
+
+export function ensureDebianPackages(needed: readonly DebianPackage[], log: (m: string) => void): void {
+  const missing = needed.filter((n) => !existsSync(n.file)).map((n) => n.pkg);
   if (missing.length === 0) return;
   const command = `apt-get install -y --no-install-recommends ${missing.join(" ")}`;
   if (process.getuid?.() !== 0) throw new Error(`missing Debian packages: ${missing.join(", ")}; as root: ${command}`);
   log(`installing ${missing.join(", ")} with apt-get`);
-  // No daemon of a package may start on its own: PID 1 is not an init here, and the rig runs
-  // each one itself on its own ports.
+  // No daemon of a package may start on its own: PID 1 is not an init here, and the rig (or the
+  // test) runs each one itself on its own ports.
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive", RUNLEVEL: "1" };
   // Another apt-get (a CI step, unattended upgrades) may hold the dpkg lock for a while: wait.
   const lock = ["-o", "DPkg::Lock::Timeout=600"];

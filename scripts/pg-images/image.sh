@@ -5,10 +5,9 @@
 # stdout (what it did goes to stderr). In order:
 #   1. the official postgres:VERSION, when the engine has it or can pull it (a registry answers);
 #   2. leasehold/postgres:VERSION, already built (docker keeps images between runs);
-#   3. leasehold/postgres:VERSION built here: a Debian base made by debootstrap from the Debian
-#      mirror of /etc/apt/sources.list* (bookworm for 15, trixie for 17: each release's own
-#      postgresql package), `docker import`ed as leasehold/debian:SUITE (also kept), and the
-#      Dockerfile beside this script on it.
+#   3. leasehold/postgres:VERSION built here: the Dockerfile beside this script on a Debian base
+#      made by debootstrap (scripts/images/debian-base.sh: leasehold/debian:SUITE, also kept;
+#      bookworm for 15, trixie for 17: each release's own postgresql package).
 # PG_IMAGE_SOURCE=official or debian forces one kind; DEBIAN_MIRROR picks the mirror.
 # Needs a running Docker engine; building needs root and debootstrap. Starts no daemon.
 set -euo pipefail
@@ -24,7 +23,6 @@ esac
 source="${PG_IMAGE_SOURCE:-auto}"
 official="postgres:${version}"
 local_image="leasehold/postgres:${version}"
-base="leasehold/debian:${suite}"
 
 has_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
@@ -52,48 +50,8 @@ if has_image "$local_image"; then
   exit 0
 fi
 
-# The first Debian archive of the apt sources (one-line .list and deb822 .sources), not -security.
-debian_mirror() {
-  local f
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -r "$f" ] || continue
-    awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { if ($(i+1) !~ /-security$/ && $i ~ /debian\/?$/) print $i; break } }' "$f"
-  done
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -r "$f" ] || continue
-    awk 'BEGIN { RS = ""; FS = "\n" }
-      { uris = ""; suites = ""
-        for (i = 1; i <= NF; i++) {
-          if ($i ~ /^URIs:/) uris = substr($i, 6)
-          if ($i ~ /^Suites:/) suites = substr($i, 8)
-        }
-        if (uris ~ /debian\/?( |$)/ && suites !~ /-security/) { split(uris, u, " "); print u[1] } }' "$f"
-  done
-}
-mirror="${DEBIAN_MIRROR:-$(debian_mirror | head -n 1)}"
-mirror="${mirror:-http://deb.debian.org/debian}"
-mirror="${mirror%/}"
-
-if ! has_image "$base"; then
-  command -v debootstrap >/dev/null || { say "debootstrap is not installed (apt-get install debootstrap)"; exit 1; }
-  [ "$(id -u)" = 0 ] || { say "building ${base} with debootstrap needs root"; exit 1; }
-  say "building ${base}: debootstrap --variant=minbase ${suite} from ${mirror}"
-  root="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-debootstrap-${suite}.XXXXXX")"
-  trap 'rm -rf "$root"' EXIT
-  started=$SECONDS
-  if ! debootstrap --variant=minbase "$suite" "$root" "$mirror" > "$root.log" 2>&1; then
-    tail -n 20 "$root.log" >&2
-    say "debootstrap of ${suite} from ${mirror} failed (does the mirror serve ${suite}? set DEBIAN_MIRROR)"
-    rm -f "$root.log"
-    exit 1
-  fi
-  rm -f "$root.log"
-  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-  tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - "$base" >/dev/null
-  rm -rf "$root"
-  trap - EXIT
-  say "built ${base} in $((SECONDS - started)) s"
-fi
+# The Debian base (debootstrap, kept in the engine), shared with the deploy tests' images.
+base="$("$here/../images/debian-base.sh" "$suite")"
 
 say "building ${local_image}: Debian ${suite}'s postgresql-${version} on ${base}"
 started=$SECONDS

@@ -27,12 +27,14 @@ export interface SchedulerLoopConfig {
   passDeadlineMs?: number;
   /** Called after every pass, failed or not (tests wait on it). */
   onPass?: (pass: { result?: ScheduleTickResult; error?: unknown }) => void;
+  /** Called when a pass fails, unless a stop cut it short (metrics count it). */
+  onPassFailed?: (error: unknown) => void;
 }
 
 export const SCHEDULER_LOOP_DEFAULTS = { maxIntervalMs: 1000, heldBackoffMs: 50, retryMs: 1000, passDeadlineMs: 10_000 } as const;
 
 export class SchedulerLoop {
-  private readonly cfg: Required<Omit<SchedulerLoopConfig, "onPass">>;
+  private readonly cfg: Required<Omit<SchedulerLoopConfig, "onPass" | "onPassFailed">>;
   private readonly loop: PassLoop;
 
   constructor(
@@ -75,7 +77,10 @@ export class SchedulerLoop {
       // A millisecond past the tick, so the pass finds it due by the database's clock.
       return Math.min(Math.ceil(due) + 1, this.cfg.maxIntervalMs);
     } catch (err) {
-      if (!this.loop.isStopped) this.logger.warn({ err }, "scheduler pass failed; retrying");
+      if (!this.loop.isStopped) {
+        this.logger.warn({ err }, "scheduler pass failed; retrying");
+        this.config.onPassFailed?.(err);
+      }
       this.config.onPass?.({ error: err });
       return this.cfg.retryMs;
     }

@@ -4,8 +4,12 @@ import type {
   Account,
   AccountUsage,
   AccountUsageInput,
+  ListAdjustmentsInput,
+  ListAdjustmentsResult,
   ListSettlementsInput,
   ListSettlementsResult,
+  SettleAdjustmentInput,
+  UsageAdjustment,
   PutAccountInput,
   SettleJobInput,
   BatchCompletedAndClaimed,
@@ -52,6 +56,8 @@ export interface AccountsApi {
   getAccountUsage(input: AccountUsageInput, opts?: CallOptions): Promise<AccountUsage>;
   listSettlements(input: ListSettlementsInput, opts?: CallOptions): Promise<ListSettlementsResult>;
   settleJob(input: SettleJobInput, opts?: CallOptions): Promise<Job>;
+  listAdjustments(input: ListAdjustmentsInput, opts?: CallOptions): Promise<ListAdjustmentsResult>;
+  settleAdjustment(input: SettleAdjustmentInput, opts?: CallOptions): Promise<UsageAdjustment>;
 }
 
 /**
@@ -121,6 +127,18 @@ export interface TaskStatsSource {
    * ones, a full scan: call it rarely.
    */
   taskStats(scope: "unfinished" | "all", opts?: CallOptions): Promise<WorkloadTaskStats[]>;
+}
+
+/** Final billable jobs not yet settled, for metrics: how many, and how long the oldest has waited. */
+export interface SettlementBacklog {
+  waiting: number;
+  /** Seconds since the oldest of them became final (its completed_at); 0 when none waits. */
+  oldestSeconds: number;
+}
+
+/** What the settlement gauges read when scraped (the store; apart from TaskStatsSource so fakes need not). */
+export interface SettlementStatsSource {
+  settlementBacklog(opts?: CallOptions): Promise<SettlementBacklog>;
 }
 
 /**

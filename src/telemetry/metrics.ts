@@ -11,13 +11,16 @@
 //     queue.taskStats(), cached (unfinished ~5 s, all 60 s: that one is a full
 //     scan), so a scrape never costs more than those queries; a failing query
 //     keeps the last values and logs a warning, it never fails the scrape;
+//   - the settlement backlog (final billable jobs not yet settled, and the oldest one's wait), read
+//     when scraped and cached 30 s; readiness (leasehold_ready: what /readyz would answer), read at
+//     each scrape; scheduler passes that failed, counted by main.ts from the scheduler loop;
 //   - the MVCC horizon and the hot tables' dead row versions, set by the horizon watch
 //     (src/queue/horizon-watch.ts) at each of its samples, never queried at scrape time.
 
 import type { Logger } from "pino";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { HorizonReport, HorizonSink } from "../queue/horizon-watch.js";
-import type { QueueObserver, TaskStatsSource } from "../queue/service.js";
+import type { QueueObserver, SettlementBacklog, SettlementStatsSource, TaskStatsSource } from "../queue/service.js";
 import type { TaskStatus, WorkloadTaskStats } from "../queue/types.js";
 
 /** What the pool gauges read at scrape time (a pg.Pool has these three). */
@@ -25,6 +28,17 @@ export interface PoolCounts {
   readonly totalCount: number;
   readonly idleCount: number;
   readonly waitingCount: number;
+}
+
+/** What /readyz answers; leasehold_ready is 1 while it says ready. */
+export type ReadinessSource = () => Promise<{ ready: boolean }>;
+
+/** Scrape-time sources: the store (after it exists), the pool, the coordinator's readiness. */
+interface Sources {
+  stats?: TaskStatsSource;
+  pool?: PoolCounts;
+  settlements?: SettlementStatsSource;
+  readiness?: ReadinessSource;
 }
 
 /** The part of the metrics the API server uses: render /metrics and time RPCs. */
@@ -42,10 +56,16 @@ export interface MetricsOptions {
   stats?: TaskStatsSource;
   /** Source of leasehold_db_pool_connections; also settable later with attach(). */
   pool?: PoolCounts;
+  /** Source of leasehold_settlements_waiting / leasehold_oldest_unsettled_seconds; also settable later with attach(). */
+  settlements?: SettlementStatsSource;
+  /** The coordinator's readiness (what /readyz answers), read at each scrape for leasehold_ready; also settable later with attach(). */
+  readiness?: ReadinessSource;
   /** How long "unfinished" task stats are reused; default 5 s. */
   unfinishedTtlMs?: number;
   /** How long "all" task stats (a full scan) are reused; default 60 s. */
   allTtlMs?: number;
+  /** How long the settlement backlog is reused; default 30 s. */
+  settlementsTtlMs?: number;
   /** Longest a stats query may take before the scrape goes on with the last values; default 5 s. */
   statsTimeoutMs?: number;
 }
@@ -60,28 +80,30 @@ const UNFINISHED_STATUSES: readonly TaskStatus[] = ["pending", "leased"];
 /** From taskStats("all"), a full scan, refreshed rarely. */
 const FINISHED_STATUSES: readonly TaskStatus[] = ["completed", "failed", "cancelled"];
 
-/** One taskStats scope, cached: refreshed at most once per ttl (failures included), concurrent scrapes share a query. */
-class StatsCache {
-  /** undefined until the first successful query. */
-  value: WorkloadTaskStats[] | undefined;
+/** A value read at scrape time, cached: refreshed at most once per ttl (failures included), concurrent scrapes share a query. */
+class ScrapeCache<T> {
+  /** undefined until the first successful read. */
+  value: T | undefined;
   private attemptedAt = -Infinity;
   private inFlight: Promise<void> | undefined;
 
   constructor(
-    private readonly scope: "unfinished" | "all",
+    /** What the log line names ("task stats", "the settlement backlog") and its scope field. */
+    private readonly what: string,
+    private readonly scope: string,
     private readonly ttlMs: number,
     private readonly timeoutMs: number,
     private readonly logger: Logger,
   ) {}
 
-  refresh(source: TaskStatsSource | undefined): Promise<void> {
-    if (!source || performance.now() - this.attemptedAt < this.ttlMs) return this.inFlight ?? Promise.resolve();
+  refresh(read: ((signal: AbortSignal) => Promise<T>) | undefined): Promise<void> {
+    if (!read || performance.now() - this.attemptedAt < this.ttlMs) return this.inFlight ?? Promise.resolve();
     this.attemptedAt = performance.now();
     this.inFlight ??= (async () => {
       try {
-        this.value = await source.taskStats(this.scope, { signal: AbortSignal.timeout(this.timeoutMs) });
+        this.value = await read(AbortSignal.timeout(this.timeoutMs));
       } catch (err) {
-        this.logger.warn({ err, scope: this.scope }, "task stats for metrics failed; keeping the last values");
+        this.logger.warn({ err, scope: this.scope }, `${this.what} for metrics failed; keeping the last values`);
       } finally {
         this.inFlight = undefined;
       }
@@ -96,8 +118,15 @@ export class Metrics implements ApiMetrics, HorizonSink {
   readonly observer: QueueObserver;
 
   /** Read at scrape time; see attach(). */
-  private readonly sources: { stats?: TaskStatsSource; pool?: PoolCounts };
+  private readonly sources: Sources;
   private readonly rpcDuration: Histogram<"method" | "code">;
+  private readonly schedulerPassFailures: Counter;
+  /**
+   * Gauges without labels read from a source that may come later (attach()): registered once it
+   * does, since an unlabelled prom-client gauge always renders a value, and a made-up 0 would
+   * read as "not ready" or "nothing waits".
+   */
+  private readonly late: { settlements: Gauge[]; readiness: Gauge[]; registered: Set<"settlements" | "readiness"> };
   private readonly horizon: {
     age: Gauge;
     xidAge: Gauge;
@@ -108,7 +137,7 @@ export class Metrics implements ApiMetrics, HorizonSink {
   constructor(opts: MetricsOptions) {
     const { registry } = this;
     const logger = opts.logger;
-    const sources = { stats: opts.stats, pool: opts.pool };
+    const sources: Sources = { stats: opts.stats, pool: opts.pool, settlements: opts.settlements, readiness: opts.readiness };
     this.sources = sources;
     collectDefaultMetrics({ register: registry });
 
@@ -143,6 +172,11 @@ export class Metrics implements ApiMetrics, HorizonSink {
       name: "leasehold_schedule_ticks_skipped_total",
       help: 'Schedule ticks that created no job, by schedule and reason: "overlap" (the previous job was not final), "catch_up" (missed while no coordinator ran, not caught up), "failed" (CreateJob refused the template).',
       labelNames: ["schedule", "reason"] as const,
+      registers: [registry],
+    });
+    this.schedulerPassFailures = new Counter({
+      name: "leasehold_scheduler_pass_failures_total",
+      help: "Passes of the scheduler loop that failed (the database refused or was away): no tick of any schedule fired in them.",
       registers: [registry],
     });
     const batchSize = new Histogram({
@@ -238,8 +272,19 @@ export class Metrics implements ApiMetrics, HorizonSink {
     });
 
     const timeoutMs = opts.statsTimeoutMs ?? 5000;
-    const unfinished = new StatsCache("unfinished", opts.unfinishedTtlMs ?? 5000, timeoutMs, logger);
-    const all = new StatsCache("all", opts.allTtlMs ?? 60_000, timeoutMs, logger);
+    const unfinished = new ScrapeCache<WorkloadTaskStats[]>("task stats", "unfinished", opts.unfinishedTtlMs ?? 5000, timeoutMs, logger);
+    const all = new ScrapeCache<WorkloadTaskStats[]>("task stats", "all", opts.allTtlMs ?? 60_000, timeoutMs, logger);
+    const settlements = new ScrapeCache<SettlementBacklog>(
+      "the settlement backlog",
+      "settlements",
+      opts.settlementsTtlMs ?? 30_000,
+      timeoutMs,
+      logger,
+    );
+    const readStats = (scope: "unfinished" | "all") => {
+      const stats = sources.stats;
+      return stats && ((signal: AbortSignal) => stats.taskStats(scope, { signal }));
+    };
 
     new Gauge({
       name: "leasehold_tasks",
@@ -247,7 +292,7 @@ export class Metrics implements ApiMetrics, HorizonSink {
       labelNames: ["workload", "status"] as const,
       registers: [registry],
       async collect() {
-        await Promise.all([unfinished.refresh(sources.stats), all.refresh(sources.stats)]);
+        await Promise.all([unfinished.refresh(readStats("unfinished")), all.refresh(readStats("all"))]);
         this.reset();
         const workloads = knownWorkloads(unfinished.value, all.value);
         const set = (source: WorkloadTaskStats[] | undefined, statuses: readonly TaskStatus[]) => {
@@ -269,7 +314,7 @@ export class Metrics implements ApiMetrics, HorizonSink {
       labelNames: ["workload"] as const,
       registers: [registry],
       async collect() {
-        await unfinished.refresh(sources.stats);
+        await unfinished.refresh(readStats("unfinished"));
         this.reset();
         if (!unfinished.value) return;
         const byName = new Map(unfinished.value.map((s) => [s.workload, s]));
@@ -278,12 +323,75 @@ export class Metrics implements ApiMetrics, HorizonSink {
         }
       },
     });
+
+    // Billing: final billable jobs waiting for SettleJob. The same database answers every
+    // coordinator, so aggregate these with max(), not sum().
+    const readSettlements = () => {
+      const source = sources.settlements;
+      return source && ((signal: AbortSignal) => source.settlementBacklog({ signal }));
+    };
+    const waiting = new Gauge({
+      name: "leasehold_settlements_waiting",
+      help: "Final billable jobs (an account or a billing context) not yet settled (ListSettlements lists them), refreshed at most every 30 s.",
+      registers: [],
+      async collect() {
+        await settlements.refresh(readSettlements());
+        if (settlements.value) this.set(settlements.value.waiting);
+      },
+    });
+    const oldestUnsettled = new Gauge({
+      name: "leasehold_oldest_unsettled_seconds",
+      help: "How long the oldest final billable job not yet settled has been final (0: none waits).",
+      registers: [],
+      async collect() {
+        await settlements.refresh(readSettlements());
+        if (settlements.value) this.set(settlements.value.oldestSeconds);
+      },
+    });
+
+    // What /readyz would answer now (database answers, schema current, not shutting down): a
+    // coordinator up but unready (its database away) still answers scrapes with 0.
+    const ready = new Gauge({
+      name: "leasehold_ready",
+      help: "1 while the coordinator is ready (what GET /readyz answers: the database answers and the schema is current), 0 otherwise.",
+      registers: [],
+      async collect() {
+        const readiness = sources.readiness;
+        if (!readiness) return;
+        let isReady = false;
+        try {
+          isReady = (await readiness()).ready;
+        } catch (err) {
+          logger.warn({ err }, "readiness for metrics failed");
+        }
+        this.set(isReady ? 1 : 0);
+      },
+    });
+    this.late = { settlements: [waiting, oldestUnsettled], readiness: [ready], registered: new Set() };
+    this.registerLate();
   }
 
   /** Sets the sources read at scrape time (the store exists only after the observer is handed to it). */
-  attach(sources: { stats?: TaskStatsSource; pool?: PoolCounts }): void {
+  attach(sources: Sources): void {
     if (sources.stats) this.sources.stats = sources.stats;
     if (sources.pool) this.sources.pool = sources.pool;
+    if (sources.settlements) this.sources.settlements = sources.settlements;
+    if (sources.readiness) this.sources.readiness = sources.readiness;
+    this.registerLate();
+  }
+
+  /** Registers the late gauges whose source is there now (each once). */
+  private registerLate(): void {
+    for (const kind of ["settlements", "readiness"] as const) {
+      if (!this.sources[kind] || this.late.registered.has(kind)) continue;
+      this.late.registered.add(kind);
+      for (const gauge of this.late[kind]) this.registry.registerMetric(gauge);
+    }
+  }
+
+  /** The scheduler loop's pass failed (not one cut short by a stop). */
+  schedulerPassFailed(): void {
+    this.schedulerPassFailures.inc();
   }
 
   /** The horizon watch's sink: called at every sample. */

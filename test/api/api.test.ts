@@ -11,19 +11,17 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { JobStatus, QueueService, TaskStatus } from "../../gen/leasehold/queue/v1/queue_pb.js";
-import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
-import { createTestDatabase, type TestDatabase } from "../support/db.js";
+import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { rpcError } from "../support/rpc.js";
 import { restCall, type RestAnswer } from "../support/rest.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
-import { SWITCHES } from "../support/switches.js";
-import { sha } from "../support/queue.js";
+import { sha, queueFixture, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 
 const MAX_BODY_BYTES = 64 * 1024;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-let db: TestDatabase;
 let pool: pg.Pool;
+let fx: QueueFixture;
 let api: ApiServerFixture;
 let base: string;
 let ready = true;
@@ -52,14 +50,16 @@ function expectRestError(a: RestAnswer, status: number, code: string, mentions?:
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = createPool({ connectionString: db.url, max: 8, statementTimeoutMs: 20_000, connectTimeoutMs: 5000 });
-  const queue = new PostgresQueue(pool, {
-    coalescing: SWITCHES.coalescing,
-    defaultLeaseSeconds: 60,
-    defaultMaxAttempts: 3,
-    maxTasksPerJob: 50,
-  });
+  fx = await queueFixture(
+    {
+      defaultLeaseSeconds: 60,
+      defaultMaxAttempts: 3,
+      maxTasksPerJob: 50,
+    },
+    { max: 8 },
+  );
+  pool = fx.pool;
+  const queue = fx.queue;
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
       for (const line of chunk.toString().split("\n")) if (line) logLines.push(JSON.parse(line));
@@ -78,8 +78,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await api?.close();
-  await pool?.end();
-  await db?.drop();
+  await fx?.close();
 });
 
 const transports: [string, () => Transport][] = [
@@ -709,12 +708,7 @@ describe("request ids, health and logs", () => {
 
 describe("close()", () => {
   it("does not wait for idle keep-alive or HTTP/2 connections", async () => {
-    const queue = new PostgresQueue(pool, {
-      coalescing: SWITCHES.coalescing,
-      defaultLeaseSeconds: 60,
-      defaultMaxAttempts: 3,
-      maxTasksPerJob: 50,
-    });
+    const queue = new PostgresQueue(pool, { ...TEST_STORE_OPTIONS, defaultLeaseSeconds: 60, maxTasksPerJob: 50 });
     const other = await apiServerFixture({ queue, maxBodyBytes: 1024, requestTimeoutMs: 1000 });
     const url = other.base;
     const res = await fetch(`${url}/healthz`);
@@ -737,12 +731,7 @@ describe("deadlines and unexpected errors", () => {
   const aborts: { op: string; afterMs: number }[] = [];
 
   beforeAll(async () => {
-    const real = new PostgresQueue(pool, {
-      coalescing: SWITCHES.coalescing,
-      defaultLeaseSeconds: 60,
-      defaultMaxAttempts: 3,
-      maxTasksPerJob: 50,
-    });
+    const real = new PostgresQueue(pool, { ...TEST_STORE_OPTIONS, defaultLeaseSeconds: 60, maxTasksPerJob: 50 });
     const waitForAbort = (op: string, signal: AbortSignal | undefined) =>
       new Promise<never>((_, reject) => {
         const started = Date.now();
@@ -790,6 +779,8 @@ describe("deadlines and unexpected errors", () => {
       getAccountUsage: (i, o) => real.getAccountUsage(i, o),
       listSettlements: (i, o) => real.listSettlements(i, o),
       settleJob: (i, o) => real.settleJob(i, o),
+      listAdjustments: (i, o) => real.listAdjustments(i, o),
+      settleAdjustment: (i, o) => real.settleAdjustment(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

@@ -171,7 +171,8 @@ describe("production mode", () => {
       }
     };
     const loops = Array.from({ length: 8 }, (_, i) => loop(i));
-    await new Promise((r) => setTimeout(r, 1500));
+    // Under load means some calls made before the signal: waited for, not timed (a busy machine is slower).
+    for (const until = Date.now() + 30_000; sent <= 60 && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
     // A long poll on an empty workload is parked when the signal arrives; shutdown answers it empty at once.
     const parked = call("POST", "/tasks/claim", { worker_id: "parked", workloads: ["idle"], wait_seconds: 25 });
     await new Promise((r) => setTimeout(r, 300));

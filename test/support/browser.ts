@@ -2,8 +2,9 @@
 // @sparticuz/chromium npm package (unpacked to the temp dir on first use), so `npm ci` is the only
 // install step and nothing is downloaded at run time. puppeteer-core drives it.
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import os from "node:os";
 import path from "node:path";
 import chromium from "@sparticuz/chromium";
 import puppeteer, { type Browser, type BrowserContext, type Page } from "puppeteer-core";
@@ -24,9 +25,42 @@ const FLAGS = [
 // console's CSP and same-origin rules do in a real browser.
 const DROPPED = new Set(["--single-process", "--disable-web-security", "--allow-running-insecure-content"]);
 
+/**
+ * The unpacked binary. @sparticuz/chromium unpacks to the temp dir on first use and from then on
+ * trusts any file named chromium there: two test files starting at once (or two runs) could find
+ * the other's half-written binary, which then crashes at launch. So the unpack runs once at a time
+ * across processes, under a lock directory, and leaves a mark once complete; a binary without the
+ * mark is unpacked anew. A lock older than two minutes is a dead process's.
+ */
+async function executablePath(): Promise<string> {
+  const tmp = os.tmpdir();
+  const mark = path.join(tmp, "chromium.complete");
+  const lock = path.join(tmp, "chromium.unpacking");
+  for (;;) {
+    if (existsSync(mark)) return chromium.executablePath();
+    try {
+      mkdirSync(lock);
+      break;
+    } catch {
+      if (existsSync(lock) && Date.now() - statSync(lock).mtimeMs > 120_000) rmSync(lock, { recursive: true, force: true });
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  try {
+    if (!existsSync(mark)) {
+      rmSync(path.join(tmp, "chromium"), { force: true });
+      await chromium.executablePath();
+      writeFileSync(mark, "");
+    }
+  } finally {
+    rmdirSync(lock);
+  }
+  return chromium.executablePath();
+}
+
 export async function launchBrowser(): Promise<Browser> {
   return puppeteer.launch({
-    executablePath: await chromium.executablePath(),
+    executablePath: await executablePath(),
     args: [...new Set([...chromium.args.filter((a) => !DROPPED.has(a) && !a.startsWith("--headless")), ...FLAGS])],
     headless: "shell",
     defaultViewport: { width: 1280, height: 900 },

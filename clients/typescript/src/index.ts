@@ -51,6 +51,7 @@ export type {
   TaskAttempt,
   TaskCounts,
   TaskDetail,
+  UsageAdjustment,
   WatchJobResponse,
   Workload,
   WorkloadUsage,

@@ -5,7 +5,7 @@
 //
 //   operations/  one file per RPC family: its statements and the function that runs them
 //                (create-job, claim, complete, lease, jobs, inspection, watch, workloads, flow-control,
-//                workload-keys, accounts, account-usage, settlements, schedules, task-stats)
+//                workload-keys, accounts, account-usage, settlements, adjustments, schedules, task-stats)
 //   coalescing/  concurrent single-task calls (and small CreateJobs) in one statement per kind
 //   background/  the passes maintenance and the scheduler run (lease reaper, pending expiry,
 //                retention, event partitions, usage rollup, schedule ticks, the horizon's source)
@@ -18,7 +18,7 @@
 
 import type pg from "pg";
 import { ParameterSchemas } from "../../queue/parameter-schemas.js";
-import type { QueueService } from "../../queue/service.js";
+import type { QueueService, SettlementBacklog, SettlementStatsSource } from "../../queue/service.js";
 import type { SchedulerQueue } from "../../queue/scheduler.js";
 import type { PutScheduleInput, PutScheduleResult, Schedule, ScheduleTickResult } from "../../queue/types.js";
 import type {
@@ -63,8 +63,12 @@ import type {
   Account,
   AccountUsage,
   AccountUsageInput,
+  ListAdjustmentsInput,
+  ListAdjustmentsResult,
   ListSettlementsInput,
   ListSettlementsResult,
+  SettleAdjustmentInput,
+  UsageAdjustment,
   PutAccountInput,
   SettleJobInput,
 } from "../../queue/types.js";
@@ -87,7 +91,8 @@ import { Scheduler } from "./background/schedule-ticks.js";
 import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule, resumeSchedule } from "./operations/schedules.js";
 import { ClaimHints } from "./state/claim-hints.js";
 import { DueWakes } from "./state/due-wakes.js";
-import { listSettlements, settleJob } from "./operations/settlements.js";
+import { listSettlements, settlementBacklog, settleJob } from "./operations/settlements.js";
+import { listAdjustments, settleAdjustment } from "./operations/adjustments.js";
 import { taskStats } from "./operations/task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./operations/watch.js";
 import { WatchHub } from "./state/watch-hub.js";
@@ -100,7 +105,7 @@ export { createPool } from "./sql/db.js";
 const CLAIM_HINT_MAX_AGE_MS = 15_000;
 export type { JobEventWakes, StoreOptions } from "./state/context.js";
 
-export class PostgresQueue implements QueueService, SchedulerQueue {
+export class PostgresQueue implements QueueService, SchedulerQueue, SettlementStatsSource {
   private readonly ctx: StoreContext;
   /** The poll floor and watcher refresh of all this coordinator's WatchJob streams. */
   private readonly watchHub: WatchHub;
@@ -219,6 +224,14 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
     return settleJob(this.ctx, input, opts);
   }
 
+  listAdjustments(input: ListAdjustmentsInput, opts: CallOptions = {}): Promise<ListAdjustmentsResult> {
+    return listAdjustments(this.ctx, input, opts);
+  }
+
+  settleAdjustment(input: SettleAdjustmentInput, opts: CallOptions = {}): Promise<UsageAdjustment> {
+    return settleAdjustment(this.ctx, input, opts);
+  }
+
   createJob(input: CreateJobInput, opts: CallOptions = {}): Promise<CreateJobResult> {
     return createJob(this.ctx, input, opts);
   }
@@ -314,5 +327,9 @@ export class PostgresQueue implements QueueService, SchedulerQueue {
 
   taskStats(scope: "unfinished" | "all", opts: CallOptions = {}): Promise<WorkloadTaskStats[]> {
     return taskStats(this.ctx, scope, opts);
+  }
+
+  settlementBacklog(opts: CallOptions = {}): Promise<SettlementBacklog> {
+    return settlementBacklog(this.ctx, opts);
   }
 }

@@ -4,12 +4,14 @@
 
 import type { ListSettlementsInput, ListSettlementsResult, SettleJobInput, Usage } from "../../../queue/types.js";
 import { FailedPreconditionError, NotFoundError, SettlementConflictError } from "../../../queue/errors.js";
+import type { SettlementBacklog } from "../../../queue/service.js";
 import { encodeSettlementsPageToken, validateListSettlements, validateSettleJob } from "../../../queue/settlement-validation.js";
 import type { CallOptions, Job } from "../../../queue/types.js";
 import { EVENTS_CHANNEL } from "../sql/channels.js";
 import type { StoreContext } from "../state/context.js";
 import { inTransaction, withClient } from "../sql/db.js";
-import { defineQuery } from "../sql/query.js";
+import { defineQuery, type NoParams } from "../sql/query.js";
+import { accountScope } from "../sql/scope.js";
 import { toJob, type JobRow } from "../sql/rows.js";
 import { JOB_LOCK } from "./job-end.js";
 
@@ -19,7 +21,7 @@ export const billable = (j: string) => `(${j}.account IS NOT NULL OR ${j}.reserv
 const FINAL = `('completed', 'failed', 'cancelled')`;
 
 /** Usage of job `j` summed over its tasks' accepted reports, as one jsonb object (null: none). */
-const usageTotal = (j: string) => `(
+export const usageTotal = (j: string) => `(
   SELECT jsonb_object_agg(u.key, u.total) FROM (
     SELECT e.key, sum((e.value)::numeric) AS total
     FROM tasks t CROSS JOIN LATERAL jsonb_each(t.usage) e
@@ -49,19 +51,22 @@ SELECT j.*, false AS run_at_ahead,
 FROM jobs j
 WHERE j.settled_at IS NULL AND j.status IN ${FINAL} AND ${billable("j")}
   AND (j.completed_at, j.id) > ($1::timestamptz, $2::uuid)
-  AND ($4::text IS NULL OR j.account = $4::text)
+  AND ${accountScope("$4::text IS NULL OR j.account = $4::text")}
 ORDER BY j.completed_at, j.id
 LIMIT $3`,
   (p) => [p.afterCompletedAt, p.afterId, p.limit, p.account],
 );
 
 /*
- * SettleJob's one statement: records the settlement on a final billable unsettled job (and in the
- * same transaction its 'job_settled' event, and the NOTIFY of its watchers), or changes nothing
+ * SettleJob's one statement: records the settlement on a final billable unsettled job with the usage
+ * it covers, the job's as it is now (settled_usage; and in the same transaction its 'job_settled'
+ * event, and the NOTIFY of its watchers), or changes nothing
  * and answers the job as it is, so the caller can tell why (absent, not final, not billable, or
  * settled already: with the same key and units, the same answer; with others, a conflict). Run
  * under the job's lock (JOB_LOCK, as RetryJob and CancelJob), so a settle and a retry of one job
- * never interleave; the `settled_at IS NULL` test makes the record once whatever runs beside it.
+ * never interleave; the `settled_at IS NULL` test makes the record once whatever runs beside it. A
+ * late result takes the same lock (late-result.ts), so its usage is either in settled_usage (it
+ * committed first) or an adjustment (adjustments.ts), never both and never neither.
  * $1 job id, $2 key, $3 units, $4 the caller's account (null: any job).
  */
 export const SETTLE_JOB = defineQuery<
@@ -71,15 +76,16 @@ export const SETTLE_JOB = defineQuery<
   null,
   `
 WITH j AS (
-  SELECT * FROM jobs WHERE id = $1 AND ($4::text IS NULL OR account = $4::text)
+  SELECT * FROM jobs WHERE id = $1 AND ${accountScope("$4::text IS NULL OR account = $4::text")}
 ), settled AS (
-  UPDATE jobs s SET settlement_key = $2, settled_units = $3, settled_at = now(), updated_at = now()
+  UPDATE jobs s SET settlement_key = $2, settled_units = $3, settled_at = now(), updated_at = now(),
+    settled_usage = coalesce(${usageTotal("s")}, '{}')
   FROM j
   WHERE s.id = j.id AND s.settled_at IS NULL AND s.status IN ${FINAL} AND ${billable("s")}
   RETURNING s.*
 ), event AS (
-  INSERT INTO task_events (job_id, kind, settlement_key, settled_units)
-  SELECT id, 'job_settled', settlement_key, settled_units FROM settled
+  INSERT INTO task_events (job_id, kind, settlement_key, settled_units, usage)
+  SELECT id, 'job_settled', settlement_key, settled_units, settled_usage FROM settled
 ), watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', s.id::text) FROM settled s
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = s.id)
@@ -138,4 +144,23 @@ export async function settleJob(ctx: StoreContext, input: SettleJobInput, opts: 
   throw new FailedPreconditionError(
     `job ${s.jobId} is not billable: it has no account and no billing context, so it has nothing to settle`,
   );
+}
+
+/*
+ * Metrics, at scrape time (cached there): how many final billable jobs wait for their settlement
+ * and how long the oldest has waited, read through jobs_unsettled_idx (the predicate word for
+ * word again), which holds exactly those jobs: nothing to read where billing is not used.
+ */
+export const SETTLEMENT_BACKLOG = defineQuery<NoParams, { waiting: number; oldest_seconds: number }>(
+  null,
+  `
+SELECT count(*)::int AS waiting,
+  coalesce(extract(epoch FROM now() - min(j.completed_at)), 0)::float8 AS oldest_seconds
+FROM jobs j
+WHERE j.settled_at IS NULL AND j.status IN ${FINAL} AND ${billable("j")}`,
+);
+
+export async function settlementBacklog(ctx: StoreContext, opts: CallOptions): Promise<SettlementBacklog> {
+  const row = await withClient(ctx.pool, opts.signal, (c) => SETTLEMENT_BACKLOG.one(c));
+  return { waiting: row.waiting, oldestSeconds: Math.max(0, row.oldest_seconds) };
 }
