@@ -185,7 +185,7 @@ export const CONFIG_VARIABLES = [
   [
     "FLOW_CLAIM_HINTS",
     "true",
-    "flow-controlled claims (caps, fair share, rate limits) count live leases from where this connection last found them and scan pending tasks from where the claim last stopped, and CreateJob finds a priority's head of fair ranks from the last one it found (so a long transaction elsewhere does not make them walk what VACUUM cannot remove yet); `false`: from the start each time, as before",
+    "flow-controlled claims (caps, fair share, rate limits) count a workload's live leases from a floor no live lease lies below and scan pending tasks from a hint per priority, and CreateJob finds a priority's head of fair ranks from the last one it found (so a long transaction elsewhere does not make them walk what VACUUM cannot remove yet); per-key caps below 16 take a lock per key, not every gate; `false`: leasehold_flow_claim and the head from the front, as before",
   ],
   [
     "HORIZON_WARN_AFTER_MS",
