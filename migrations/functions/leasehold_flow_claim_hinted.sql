@@ -9,17 +9,24 @@
  *   start of the workload's leases: the counts after the gates, and the one before that chooses the
  *   path.
  * - The scan of pending tasks starts where the coordinator's hint says (p_hints -> '~f' -> workload:
- *   priority p, then fair rank r, creation time c in microseconds and chunk i; claim-hints.ts), not
- *   at the front of the workload. The hint is where this function said the last claim of the lane
- *   stopped: each row it returns carries, in `hint`, the place of the first pending task of its
+ *   a place per priority, each a priority p, then fair rank r, creation time c in microseconds and
+ *   chunk i; flow-hints.ts), not at the front of the workload. The hint is where this function said
+ *   the last claims of the lane stopped: each row it returns carries, in `hint`, the place of the first pending task of its
  *   workload that the claim may have passed over and a later one could take. That is the last task
  *   it leased from pending, or one before it that it left: a candidate of a key whose room ran out
  *   within the claim, or the first task of a key at its cap (the scan passes over those keys' tasks
  *   without reading them as candidates; one more index read, bounded by that last task, finds it).
- *   No row from pending, no hint: the coordinator keeps the one it has. The coordinator moves a hint
- *   back for every announcement that makes a task claimable, as for the plain claim.
+ *   No row from pending, no stop: the coordinator keeps what it has. The coordinator moves a hint
+ *   back for every announcement that makes a task claimable, as for the plain claim. `hint` is JSON,
+ *   {"s": the stop, "l": this session's floor of live leases}. p_hints -> '~l' ->
+ *   workload is the furthest floor the coordinator has heard of, taken when further than this
+ *   session's.
  * - The arm of expired leases is left out while the lease reaper's last probe, recent, found none
  *   (p_hints ->> '~expired' = 'false'), as in the plain claim.
+ * - Per-key caps below 2 × GATES, with no workload cap or rate, take a lock per key and one gate, not
+ *   every gate (flow-control-claim.md, "Keys of their own"): claims of different keys side by side.
+ * - A caller left with nothing is recorded (its completions' wakes) only when a limit held the claim
+ *   back, not when there was nothing to take.
  *
  * p_hints NULL, or with '~flow' = 'off' (FLOW_CLAIM_HINTS=false): leasehold_flow_claim itself, every
  * row with a NULL hint. Every lease it writes carries lease_seq, the id of its transaction.
