@@ -50,7 +50,9 @@ import { unknownWorkload } from "./workloads.js";
  * with nothing pending, the furthest any key has got, flow_keys_rank_idx). One upsert per job; its row
  * lock orders two jobs of one key. Nothing happens for a workload that never saw a key (ranked false).
  * The head is read from the one this session found last for the workload and priority (a session
- * setting), not from the front of the index, where a long transaction elsewhere keeps every task
+ * setting per workload, `priority:rank` of its last eight priorities, so a workload of many
+ * priorities does not grow a session's settings), not from the front of the index, where a long
+ * transaction elsewhere keeps every task
  * claimed since as a dead entry (13,521 heap visits a job after two minutes at 400 tasks/s). That is
  * exact for every task never leased: ranks below a head found once are taken only by tasks that
  * were leased and came back (a retry); a new job starts at or after the head, and claims only take
@@ -70,11 +72,14 @@ const createJobCtes = `fresh AS (
   ON CONFLICT DO NOTHING
   RETURNING *
 ), rank_head AS (
-  SELECT h.setting, (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
-      AND t.fair_rank >= coalesce(CASE WHEN @rankHeads::boolean THEN nullif(current_setting(h.setting, true), '')::bigint END,
+  SELECT h.setting, h.heads, job.priority, (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
+      AND t.fair_rank >= coalesce(CASE WHEN @rankHeads::boolean THEN
+          (SELECT split_part(e, ':', 2)::bigint FROM unnest(h.heads) e WHERE split_part(e, ':', 1) = job.priority::text) END,
         '-9223372036854775808'::bigint)
      ORDER BY t.priority DESC, t.fair_rank LIMIT 1) AS vt
-  FROM job CROSS JOIN LATERAL (SELECT 'leasehold.rank_head_' || md5(job.workload || ':' || job.priority) AS setting) h
+  FROM job CROSS JOIN LATERAL (
+    SELECT s.setting, coalesce(string_to_array(nullif(current_setting(s.setting, true), ''), ','), '{}') AS heads
+    FROM (SELECT 'leasehold.rank_head_' || md5(job.workload) AS setting) s) h
   WHERE @ranked::boolean
 ), rank_base AS (
   INSERT INTO flow_keys AS k (workload, key, next_rank)
@@ -85,7 +90,9 @@ const createJobCtes = `fresh AS (
   FROM job, rank_head h
   ON CONFLICT (workload, key) DO UPDATE SET next_rank = greatest(k.next_rank, EXCLUDED.next_rank - @taskCount::bigint) + @taskCount::bigint
   RETURNING k.next_rank - @taskCount::bigint AS base,
-    (SELECT set_config(h.setting, h.vt::text, false) FROM rank_head h WHERE @rankHeads::boolean AND h.vt IS NOT NULL) AS head_noted
+    (SELECT set_config(h.setting, array_to_string(ARRAY[h.priority || ':' || h.vt]
+        || ARRAY(SELECT e FROM unnest(h.heads) e WHERE split_part(e, ':', 1) <> h.priority::text LIMIT 7), ','), false)
+     FROM rank_head h WHERE @rankHeads::boolean AND h.vt IS NOT NULL) AS head_noted
 )`;
 const createJobAnswer = `SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified,
   coalesce((SELECT base FROM rank_base), 0) AS rank_base, job.*
