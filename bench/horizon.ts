@@ -414,17 +414,17 @@ interface Result {
 /** The top statements of the last window by total time (--profile), from pg_stat_statements, then reset. */
 async function printStatements(url: string, label: string): Promise<void> {
   await withClient(url, async (c) => {
-    const { rows } = await c.query<{ calls: string; ms: number; mean: number; blks: number; rows: number; q: string }>(
-      `SELECT calls::text, total_exec_time AS ms, mean_exec_time AS mean,
+    const { rows } = await c.query<{ calls: string; ms: number; mean: number; max: number; blks: number; rows: number; q: string }>(
+      `SELECT calls::text, total_exec_time AS ms, mean_exec_time AS mean, max_exec_time AS max,
               (shared_blks_hit + shared_blks_read)::float8 / calls AS blks, rows::float8 / calls AS rows,
               left(regexp_replace(query, '\\s+', ' ', 'g'), 150) AS q
        FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-       ORDER BY total_exec_time DESC LIMIT 8`,
+       ORDER BY total_exec_time DESC LIMIT 10`,
     );
-    console.error(`[${label}] top statements (total ms, calls, mean ms, buffers/call, rows/call):`);
+    console.error(`[${label}] top statements (total ms, calls, mean ms, max ms, buffers/call, rows/call):`);
     for (const r of rows)
       console.error(
-        `  ${fmt(r.ms).padStart(8)} ${r.calls.padStart(7)} ${fmt(r.mean, 2).padStart(8)} ${fmt(r.blks).padStart(8)} ${fmt(r.rows, 1).padStart(6)}  ${r.q}`,
+        `  ${fmt(r.ms).padStart(8)} ${r.calls.padStart(7)} ${fmt(r.mean, 2).padStart(8)} ${fmt(r.max).padStart(7)} ${fmt(r.blks).padStart(8)} ${fmt(r.rows, 1).padStart(6)}  ${r.q}`,
       );
     await c.query("SELECT pg_stat_statements_reset()");
   });

@@ -50,6 +50,8 @@ BEGIN
       AND (t.status = 'leased' AND t.workload = p_workload AND t.lease_seq < (SELECT floor_ FROM saved)
         AND t.lease_expires_at > now()) IS TRUE
     UNION ALL
+    -- Through tasks_leased_noseq_idx, empty once such leases end: a generic plan once read these with a
+    -- full scan of tasks_lease_expiry_idx, every lease since the horizon was held.
     SELECT t.id, t.concurrency_key, NULL FROM tasks t
     WHERE t.status = 'leased' AND t.workload = p_workload AND t.lease_seq IS NULL AND (t.lease_expires_at > now()) IS TRUE
   ), next_ AS (

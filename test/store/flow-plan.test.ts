@@ -108,3 +108,48 @@ it.runIf(SWITCHES.flowClaimHints)(
   },
   120_000,
 );
+
+// The count of live leases (leasehold_flow_live) reads the leases without a lease_seq through an
+// index of their own. A generic plan once read them with a full scan of tasks_lease_expiry_idx
+// (costed equal while the indexes were small, and cached): under a held horizon, every lease since,
+// dead ones included, twice a claim.
+it("the count of live leases reads leases without a lease_seq through their own index, in its generic plan", async () => {
+  const workload = "plan-live";
+  await queue.putWorkload({ name: workload, maxLeasedPerKey: 4 } as never);
+  for (let k = 0; k < 10; k++) {
+    await queue.createJob({
+      workload,
+      concurrencyKey: `k${k}`,
+      tasks: Array.from({ length: 50 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://l/${i}`, inputSha256: SHA })),
+    } as never);
+  }
+  for (let i = 0; i < 12; i++) {
+    const claimed = await queue.claimTasks({ workerId: `live-${i}`, workloads: [workload], maxTasks: 2 } as never);
+    expect(claimed.length).toBeGreaterThan(0);
+  }
+  const c = new pg.Client({ connectionString: db.url });
+  c.on("error", () => {});
+  await c.connect();
+  try {
+    await c.query("VACUUM ANALYZE tasks");
+    await c.query(
+      "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; SET client_min_messages = log; SET plan_cache_mode = force_generic_plan",
+    );
+    const plans: string[] = [];
+    c.on("notice", (n) => plans.push(n.message ?? ""));
+    let live = 0;
+    for (let i = 0; i < 10; i++) {
+      const { rows } = await c.query<{ n: number }>("SELECT n FROM leasehold_flow_live($1)", [workload]);
+      live = rows.reduce((s, r) => s + r.n, 0);
+    }
+    expect(live).toBe(24);
+    const counts = plans.filter((p) => p.includes("saved AS"));
+    expect(counts).toHaveLength(10);
+    for (const plan of counts) {
+      expect(plan).toContain("Index Scan using tasks_leased_noseq_idx");
+      expect(plan).not.toMatch(/tasks_lease_expiry_idx|Seq Scan on tasks/);
+    }
+  } finally {
+    await c.end();
+  }
+}, 120_000);
