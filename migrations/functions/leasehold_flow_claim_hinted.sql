@@ -13,9 +13,12 @@
  *   chunk i; flow-hints.ts), not at the front of the workload. The hint is where this function said
  *   the last claims of the lane stopped: each row it returns carries, in `hint`, the place of the first pending task of its
  *   workload that the claim may have passed over and a later one could take. That is the last task
- *   it leased from pending, or one before it that it left: a candidate of a key whose room ran out
- *   within the claim, or the first task of a key at its cap (the scan passes over those keys' tasks
- *   without reading them as candidates; one more index read, bounded by that last task, finds it).
+ *   it leased from pending, or one before it still pending that it did not lease: a candidate it
+ *   left, a task of a key at its cap (the scan passes over those keys' tasks without reading them as
+ *   candidates), or one another claim held locked (skipped; that claim may roll back, and nothing
+ *   would announce it). One more index read, unlocked and bounded by that last task, finds it; so the
+ *   lane needs no age to cover a rollback, and is never read again from the front but for an
+ *   announcement without a head.
  *   No row from pending, no stop: the coordinator keeps what it has. The coordinator moves a hint
  *   back for every announcement that makes a task claimable, as for the plain claim. `hint` is JSON,
  *   {"s": the stop, "l": this session's floor of live leases}. p_hints -> '~l' ->
@@ -565,45 +568,46 @@ BEGIN
         v_lc := v_dc;
         v_li := v_di;
       END IF;
-      -- Or the first task, from where the scan started up to there, of a key at its cap (the scan
-      -- passed over them without reading them as candidates). Bounded at the stop, so this read stays
-      -- within the stretch the scan read.
-      IF cardinality(v_full) > 0 THEN
-        SELECT x.priority, x.fair_rank, x.created_at, x.chunk_index INTO v_dp, v_dr, v_dc, v_di FROM (
-          SELECT y.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
-          CROSS JOIN LATERAL (
-            SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
-            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p AND b.p >= v_lp
-              AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i)
-              AND (c.fair_rank, c.created_at, c.chunk_index) <= (
-                CASE WHEN b.p = v_lp THEN v_lr ELSE 9223372036854775807 END,
-                CASE WHEN b.p = v_lp THEN v_lc ELSE 'infinity'::timestamptz END,
-                CASE WHEN b.p = v_lp THEN v_li ELSE 2147483647 END)
-              AND c.run_after <= now() AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
-            ORDER BY c.fair_rank, c.created_at, c.chunk_index
-            LIMIT 1) y
-          UNION ALL
-          SELECT * FROM (
-            SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
-            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.priority > v_lp AND c.run_after <= now()
-              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
-            ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
-            LIMIT 1) between_
-          UNION ALL
-          SELECT * FROM (
-            SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
-            WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_lp AND v_lp < v_below
-              AND (c.fair_rank, c.created_at, c.chunk_index) <= (v_lr, v_lc, v_li) AND c.run_after <= now()
-              AND (c.required_labels IS NULL OR c.required_labels <@ p_labels) AND c.concurrency_key = ANY (v_full)
-            ORDER BY c.fair_rank, c.created_at, c.chunk_index
-            LIMIT 1) at_stop
-          LIMIT 1) x;
-        IF FOUND AND v_dp IS NOT NULL AND (v_dp > v_lp OR (v_dp = v_lp AND (v_dr, v_dc, v_di) < (v_lr, v_lc, v_li))) THEN
-          v_lp := v_dp;
-          v_lr := v_dr;
-          v_lc := v_dc;
-          v_li := v_di;
-        END IF;
+      -- Or the first task still pending, from where the scan started up to there, that this claim did
+      -- not lease (its own leases are no longer pending on this snapshot): a task of a key at its cap
+      -- (the scan passed over them without reading them as candidates), or one another claim held
+      -- locked (the scan skipped it), which that claim may yet roll back: nothing else would announce
+      -- it, and a hint past it would strand it. Read unlocked, so such a task is seen; bounded at the
+      -- stop, so this read stays within the stretch the scan read.
+      SELECT x.priority, x.fair_rank, x.created_at, x.chunk_index INTO v_dp, v_dr, v_dc, v_di FROM (
+        SELECT y.* FROM unnest(v_bp, v_br, v_bc, v_bi) AS b(p, r, c, i)
+        CROSS JOIN LATERAL (
+          SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = b.p AND b.p >= v_lp
+            AND (c.fair_rank, c.created_at, c.chunk_index) >= (b.r, b.c, b.i)
+            AND (c.fair_rank, c.created_at, c.chunk_index) <= (
+              CASE WHEN b.p = v_lp THEN v_lr ELSE 9223372036854775807 END,
+              CASE WHEN b.p = v_lp THEN v_lc ELSE 'infinity'::timestamptz END,
+              CASE WHEN b.p = v_lp THEN v_li ELSE 2147483647 END)
+            AND c.run_after <= now() AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+          ORDER BY c.fair_rank, c.created_at, c.chunk_index
+          LIMIT 1) y
+        UNION ALL
+        SELECT * FROM (
+          SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority < v_below AND c.priority > v_lp AND c.run_after <= now()
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+          ORDER BY c.priority DESC, c.fair_rank, c.created_at, c.chunk_index
+          LIMIT 1) between_
+        UNION ALL
+        SELECT * FROM (
+          SELECT c.priority, c.fair_rank, c.created_at, c.chunk_index FROM tasks c
+          WHERE c.status = 'pending' AND c.workload = v_name AND c.priority = v_lp AND v_lp < v_below
+            AND (c.fair_rank, c.created_at, c.chunk_index) <= (v_lr, v_lc, v_li) AND c.run_after <= now()
+            AND (c.required_labels IS NULL OR c.required_labels <@ p_labels)
+          ORDER BY c.fair_rank, c.created_at, c.chunk_index
+          LIMIT 1) at_stop
+        LIMIT 1) x;
+      IF FOUND AND v_dp IS NOT NULL AND (v_dp > v_lp OR (v_dp = v_lp AND (v_dr, v_dc, v_di) < (v_lr, v_lc, v_li))) THEN
+        v_lp := v_dp;
+        v_lr := v_dr;
+        v_lc := v_dc;
+        v_li := v_di;
       END IF;
       v_stop := v_lp || ';' || v_lr || ';' || (extract(epoch FROM v_lc) * 1000000)::bigint || ';' || v_li;
     END IF;

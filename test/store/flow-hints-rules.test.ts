@@ -89,6 +89,16 @@ describe("flow lanes of a coordinator", () => {
     expect(sent(h.begin(["w"], "{}", 5).json)["~f"]).toBeUndefined();
   });
 
+  it("a lane has no age: a claim long after the last one still starts at its bands, while the plain lane's hint expires", () => {
+    const h = new ClaimHints(5000, () => true);
+    h.begin(["w"], "{}", 0).learn([flowRow("1;5;1000000;0")], false);
+    expect(sent(h.begin(["w"], "{}", 60_000).json)["~f"]).toEqual({ w: [{ p: 1, r: "5", c: "1000000", i: 0 }] });
+    // The plain lane of a workload without flow control: its hint is not used past its age.
+    h.begin(["p"], "{}", 0).learn([{ ...flowRow(null), workload: "p", created_us: "1000000" }], false);
+    expect(sent(h.begin(["p"], "{}", 1).json).p).toBeDefined();
+    expect(sent(h.begin(["p"], "{}", 60_000).json).p).toBeUndefined();
+  });
+
   it("two claims of a lane ending in either order keep the earlier place; a reconnect forgets lanes and floors", () => {
     const h = new ClaimHints(5000, () => true);
     const a = h.begin(["w"], "{}", 0);

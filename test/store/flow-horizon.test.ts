@@ -226,6 +226,41 @@ describe("the flow claim under a held horizon", () => {
     }
   }, 120_000);
 
+  // A claim skips a task another claim holds locked (SKIP LOCKED); that claim may roll back, and
+  // nothing announces the task then. The lane must not have moved past it: the next claim takes it
+  // (no hint's age is waited for).
+  for (const [name, settings] of [
+    ["keys of their own (a cap of 4 per key)", { maxLeasedPerKey: 4 }],
+    ["gates (a workload cap of 1,000)", { maxLeased: 1000 }],
+  ] as const) {
+    it(`a task another claim held locked and let go is the next claim's, with ${name}`, async () => {
+      const w = `fh-locked-${"maxLeased" in settings ? "gates" : "keys"}`;
+      await a.q.putWorkload({ name: w, leaseSeconds: 300, ...settings });
+      await job(a, w, "k0", 1, 3, "l0");
+      await job(a, w, "k1", 1, 3, "l1");
+      const held = await holdSnapshot(a);
+      const locker = await a.pool.connect();
+      try {
+        // The first task in claim order, locked as a claim of another coordinator would lock it.
+        await locker.query("BEGIN");
+        const { rows } = await locker.query<{ id: string }>(
+          `SELECT id FROM tasks WHERE workload = $1 AND status = 'pending'
+           ORDER BY priority DESC, fair_rank, created_at, chunk_index LIMIT 1 FOR UPDATE`,
+          [w],
+        );
+        const first = rows[0].id;
+        const [skipped] = await a.q.claimTasks({ workerId: "lw", workloads: [w], maxTasks: 1 });
+        expect(skipped.id).not.toBe(first);
+        await locker.query("ROLLBACK");
+        const [next] = await a.q.claimTasks({ workerId: "lw", workloads: [w], maxTasks: 1 });
+        expect(next.id).toBe(first);
+      } finally {
+        locker.release();
+        await held.release();
+      }
+    }, 60_000);
+  }
+
   it("two coordinators, three priorities, caps of 3 per key: every task leased once, no key past its cap", async () => {
     const b = await coordinator();
     const w = "fh-race";

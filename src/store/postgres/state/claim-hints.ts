@@ -23,7 +23,10 @@
 // (flow-hints.ts): such a claim may pass over pending tasks it could not take (a key at its cap), so
 // where it leased last says nothing of what it left. The function says where the lane's next claim
 // must start (each row's created_us is then a JSON object, flowReport), and only that sets the lane;
-// announcements move it back as they move the others. The same report carries the floor from which
+// announcements move it back as they move the others. A lane has no age: the function's stop never
+// passes a task still pending that its claim did not lease, one another claim held locked included,
+// so a claim that rolls back strands nothing (under a held horizon, a lane dropped for its age made
+// the next claims read every dead entry from the front of each priority). The same report carries the floor from which
 // its session counted the workload's live leases; the coordinator passes the furthest one it has
 // heard of to its other sessions (leasehold_flow_live.sql says why any one is right).
 
@@ -82,11 +85,10 @@ interface Hint {
   fullAt: number;
 }
 
-/** What a claim began with in a workload's flow lane: the announcements' count, the hint sent, and the lane's hint then. */
+/** What a claim began with in a workload's flow lane: the announcements' count, and the lane's hint then (the one sent). */
 interface FlowUse {
   gen: number;
   flow?: FlowHint;
-  flowSeen?: FlowHint;
 }
 
 /** One claim's use of the hints: the parameter it sends, and what it learns once it has run. */
@@ -197,7 +199,7 @@ export class ClaimHints {
    * announcement emptied stays empty. True when the rows were a flow claim's (its plain lane learns
    * nothing from them).
    */
-  private learnFlow(w: string, labels: string, u: FlowUse, rows: readonly HintRow[], now: number): boolean {
+  private learnFlow(w: string, labels: string, u: FlowUse, rows: readonly HintRow[]): boolean {
     let stop: HintKey | undefined;
     let flow = false;
     for (const r of rows) {
@@ -225,11 +227,9 @@ export class ClaimHints {
     }
     const name = flowLane(w, labels);
     const current = this.flowHints.get(name);
-    const fullAt = u.flow?.fullAt ?? now;
     // Announcements change a lane in place (replayed above); another claim's learning sets a new one.
-    if (current === u.flowSeen) this.flowHints.set(name, { bands: mine, fullAt });
-    else if (current !== undefined)
-      this.flowHints.set(name, { bands: earlier(current.bands, mine), fullAt: Math.min(fullAt, current.fullAt) });
+    if (current === u.flow) this.flowHints.set(name, { bands: mine });
+    else if (current !== undefined) this.flowHints.set(name, { bands: earlier(current.bands, mine) });
     return true;
   }
 
@@ -256,11 +256,12 @@ export class ClaimHints {
     for (const w of workloads) {
       const hint = this.hints.get(lane(w, labels));
       const fresh = hint && now - hint.fullAt < this.maxAgeMs ? hint : undefined;
+      // A flow lane has no age: its claims' stops never pass a task still pending that they did not
+      // lease, locked by another claim or not (leasehold_flow_claim_hinted.sql), so no rollback strands one.
       const flowHint = this.flowHints.get(flowLane(w, labels));
-      const flowFresh = flowHint && now - flowHint.fullAt < this.maxAgeMs ? flowHint : undefined;
-      used.set(w, { gen: this.generations.get(w) ?? 0, hint: fresh, flow: flowFresh, flowSeen: flowHint });
+      used.set(w, { gen: this.generations.get(w) ?? 0, hint: fresh, flow: flowHint });
       if (fresh) send[w] = sent(fresh.key);
-      if (flowFresh && this.flow) flowSend[w] = flowFresh.bands.map(sent);
+      if (flowHint && this.flow) flowSend[w] = flowHint.bands.map(sent);
       const floor = this.floors.get(w);
       if (floor && this.flow) floorSend[w] = floor;
     }
@@ -271,7 +272,7 @@ export class ClaimHints {
       learn: (rows, took) => {
         if (this.epoch !== epoch) return;
         for (const [w, u] of used) {
-          if (this.learnFlow(w, labels, u, rows, now)) continue;
+          if (this.learnFlow(w, labels, u, rows)) continue;
           if ((this.generations.get(w) ?? 0) !== u.gen) continue; // announced meanwhile: keep what that set
           let last: HintKey | undefined;
           for (const r of rows) {

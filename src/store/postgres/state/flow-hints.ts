@@ -21,8 +21,6 @@ import { before, type HintKey, type HintRow, parseHead } from "./claim-hints.js"
 export interface FlowHint {
   /** highest priority first, one per priority */
   bands: HintKey[];
-  /** when the scan from the front this hint descends from began */
-  fullAt: number;
 }
 
 /** What a flow claim's row says (leasehold_flow_claim_hinted's `hint`, carried in created_us). */
