@@ -39,13 +39,16 @@ BEGIN
     FROM (SELECT string_to_array(current_setting(v_setting, true), '|') AS s) x
   ), live AS (
     -- The expiry test as `IS TRUE` (no index answers it), so only tasks_leased_seq_idx narrows these.
-    -- Bounded above too, by this snapshot's xmax (no lease it sees has an id past it): the planner
-    -- takes every partial index of leases for as small as the few live ones, and with the floor alone
-    -- a generic plan chose a full scan of tasks_lease_expiry_idx, every lease since the horizon was
-    -- held (14,000 buffers a count); a range bounded both ways it costs at a fraction of any full scan.
-    SELECT t.id, t.concurrency_key AS k, t.lease_seq AS seq FROM tasks t
-    WHERE t.status = 'leased' AND t.workload = p_workload AND t.lease_seq >= (SELECT floor_ FROM saved)
-      AND t.lease_seq < txid_snapshot_xmax(txid_current_snapshot()) AND (t.lease_expires_at > now()) IS TRUE
+    -- In that index's order: the planner takes every partial index of leases for as small as the few
+    -- live ones (the statistics know nothing of dead entries), so a full scan of
+    -- tasks_lease_expiry_idx cost as little as this range, and a generic plan chose it: every lease
+    -- since the horizon was held (12,000 buffers a count). Any other index now needs a sort on top, and
+    -- costs more. Bounded above by this snapshot's xmax (no lease it sees has an id past it).
+    SELECT * FROM (
+      SELECT t.id, t.concurrency_key AS k, t.lease_seq AS seq FROM tasks t
+      WHERE t.status = 'leased' AND t.workload = p_workload AND t.lease_seq >= (SELECT floor_ FROM saved)
+        AND t.lease_seq < txid_snapshot_xmax(txid_current_snapshot()) AND (t.lease_expires_at > now()) IS TRUE
+      ORDER BY t.lease_seq) from_floor
     UNION ALL
     -- By id alone (the rest as one `IS TRUE`): a generic plan once read every lease below the floor
     -- through tasks_leased_seq_idx to find these few.
