@@ -174,6 +174,11 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
       version = t.version + 1,
       event_flip = NOT t.event_flip
   ${assign ? "FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id" : "WHERE t.id = ANY (ARRAY(SELECT id FROM picked))"}
+    -- Nothing picked (a flow-controlled workload's claim, which leases in its function): a one-time
+    -- filter, so the update reads nothing. A generic plan made while tasks was small scans it for
+    -- these ids (a hash join over a sequential scan), every heap page a claim, and more every minute
+    -- under a held horizon.
+    AND EXISTS (SELECT 1 FROM picked)
   RETURNING t.*${assign ? ", p.rn" : ""}
 ), ${assign ? assignedFlowClaim(p, gate, assign.owners) : flowClaim(p, gate)}, claimed AS (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).*${assign ? ", (SELECT count(*) FROM plain_claimed) + slot" : ""} FROM flow_claimed
