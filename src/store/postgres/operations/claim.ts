@@ -125,6 +125,10 @@ const freshScan = (p: ClaimParams, gate: string, from: string, order: string) =>
  *   claimed by leasehold_flow_claim (migrations/functions/), under their advisory lock, for
  *   whatever this statement's arms left of the limit. Both honour the worker's labels and order by
  *   fair_rank after priority (0 in a workload that never saw a concurrency key).
+ * - The plain update waits on `EXISTS (SELECT 1 FROM picked)`, a one-time filter: with nothing
+ *   picked (a flow workload's claim, leased in its function) it reads nothing. A generic plan made
+ *   while tasks was small scanned the heap for the picked ids (a hash join over a sequential
+ *   scan), every page a claim, more every minute under a held horizon (bench:horizon --keyed).
  * These are the claim's CTEs, from the two arms to the job's move to running (everything but the
  * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a
  * result report takes nothing unless the report's result was accepted.
@@ -174,10 +178,6 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
       version = t.version + 1,
       event_flip = NOT t.event_flip
   ${assign ? "FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id" : "WHERE t.id = ANY (ARRAY(SELECT id FROM picked))"}
-    -- Nothing picked (a flow-controlled workload's claim, which leases in its function): a one-time
-    -- filter, so the update reads nothing. A generic plan made while tasks was small scans it for
-    -- these ids (a hash join over a sequential scan), every heap page a claim, and more every minute
-    -- under a held horizon.
     AND EXISTS (SELECT 1 FROM picked)
   RETURNING t.*${assign ? ", p.rn" : ""}
 ), ${assign ? assignedFlowClaim(p, gate, assign.owners) : flowClaim(p, gate)}, claimed AS (
