@@ -70,4 +70,13 @@ export const CASES: { [M in MethodName]: AccessCase } = {
   settleJob: { target: "none", request: (f) => ({ jobId: f.jobId, settlementKey: "access-test", settledUnits: "1" }) },
   listAdjustments: { target: "none", request: () => ({}) },
   settleAdjustment: { target: "none", request: (f) => ({ adjustmentId: f.jobId, settlementKey: "access-test", settledUnits: "1" }) },
+  createWorkflow: {
+    target: "none",
+    request: () => ({ nodes: [{ name: "a", job: { workload: WORKLOAD, inputUri: "s3://in/a", inputSha256: sha("a") } }] }),
+  },
+  getWorkflow: { target: "none", request: (f) => ({ workflowId: f.jobId }) },
+  listWorkflows: { target: "none", request: () => ({}) },
+  watchWorkflow: { target: "none", request: (f) => ({ workflowId: f.jobId }) },
+  cancelWorkflow: { target: "none", request: (f) => ({ workflowId: f.jobId }) },
+  retryWorkflow: { target: "none", request: (f) => ({ workflowId: f.jobId }) },
 };

@@ -244,6 +244,7 @@ export function taskMessage(t: Task): PbTask {
     concurrencyKey: t.concurrencyKey ?? "",
     requiredLabels: t.requiredLabels ?? {},
     usage: usageMessage(t.usage),
+    parents: [],
   };
   // Message fields are absent when unset, as create() leaves them.
   if (t.parameters) m.parameters = t.parameters as PbJsonObject;
