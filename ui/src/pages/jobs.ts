@@ -28,7 +28,7 @@ export function renderJobs(params: URLSearchParams): void {
   for (const [k, [label]] of Object.entries(AGES)) ageSelect.append(h("option", { value: k, selected: k === age }, label));
 
   const statusSelect = h("select", { id: "f-status", name: "status" }, h("option", { value: "" }, "any"));
-  for (const s of ["scheduled", "pending", "running", "completed", "failed", "cancelled"]) {
+  for (const s of ["waiting", "scheduled", "pending", "running", "completed", "failed", "cancelled"]) {
     statusSelect.append(h("option", { value: s, selected: s === status }, s));
   }
   const form = h(
