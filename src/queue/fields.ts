@@ -39,6 +39,12 @@ export const LIMITS = {
   usageCounters: 32,
   /** Field violations (and parameters-schema violations) listed per request; the rest are only counted. */
   violations: 20,
+  /** Parents one job may wait for (CreateJob's after, and a workflow node's edges with it). */
+  maxParents: 100,
+  /** Nodes of one workflow (CreateWorkflow). */
+  maxWorkflowNodes: 1000,
+  /** A workflow's label. */
+  workflowNameLength: 200,
 } as const;
 
 export const WORKLOAD_NAME = /^[a-z][a-z0-9_-]{0,62}$/;

@@ -781,6 +781,12 @@ describe("deadlines and unexpected errors", () => {
       settleJob: (i, o) => real.settleJob(i, o),
       listAdjustments: (i, o) => real.listAdjustments(i, o),
       settleAdjustment: (i, o) => real.settleAdjustment(i, o),
+      createWorkflow: (i, o) => real.createWorkflow(i, o),
+      getWorkflow: (i, o) => real.getWorkflow(i, o),
+      listWorkflows: (i, o) => real.listWorkflows(i, o),
+      watchWorkflow: (i, o) => real.watchWorkflow(i, o),
+      cancelWorkflow: (i, o) => real.cancelWorkflow(i, o),
+      retryWorkflow: (i, o) => real.retryWorkflow(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

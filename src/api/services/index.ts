@@ -28,6 +28,6 @@ export function createQueueServiceImpl(queue: ApiQueue, parking: ParkingCalls = 
     ...workloadsService(queue),
     ...schedulesService(queue),
     ...accountsService(queue),
-    ...workflowsService(),
+    ...workflowsService(queue, parking),
   };
 }

@@ -161,6 +161,7 @@ export function getJobResponse(s: JobStatusResult): GetJobResponse {
       completed: s.taskCounts.completed ?? 0,
       failed: s.taskCounts.failed ?? 0,
       cancelled: s.taskCounts.cancelled ?? 0,
+      waiting: s.taskCounts.waiting ?? 0,
     },
     totalTasks: s.totalTasks,
     progress: s.progress,
