@@ -110,7 +110,7 @@ describe("workflows through the TypeScript client", () => {
       expect(out.cancelRetry).toEqual({
         cancelled: { nodes: 3, status: "cancelled", reasons: ["not today"] },
         events: ["chunks:pending>cancelled", "report:waiting>cancelled", "stitch:waiting>cancelled"],
-        retried: { nodes: 3, tasks: 3, statuses: ["pending", "waiting", "waiting"] },
+        retried: { nodes: 3, tasks: 5, statuses: ["pending", "waiting", "waiting"] },
       });
       expect(out.after).toEqual({
         child: { status: "waiting", waiting: 2, parents: [false, true], waitingTasks: 1 },
