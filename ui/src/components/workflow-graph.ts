@@ -6,7 +6,7 @@ import { JobStatus, type Workflow, type WorkflowNode } from "../../../gen/leaseh
 import { jobStatusName } from "./status.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-const BOX_W = 184;
+const BOX_W = 216;
 const BOX_H = 52;
 const GAP_X = 56;
 const GAP_Y = 14;
@@ -125,21 +125,22 @@ export function drawWorkflow(w: Workflow): SVGSVGElement {
       "data-node": n.name,
       "data-status": status,
     });
-    link.setAttribute("aria-label", `Node ${n.name}, ${n.workload}: ${summary}. Open its job.`);
-    const title = svg("title");
-    title.textContent = `${n.name} (${n.workload}): ${summary}${n.cancelReason ? ` — ${n.cancelReason}` : ""}`;
+    // One text of two lines with a space between them, so the box reads "stitch waiting for chunks · …"
+    // as it shows, and the link's name starts with exactly that (speech input users say what they see).
+    const text = svg("text", { x: x + 14, y: y + 20 });
+    const name = svg("tspan", { class: "wf-name" });
+    name.textContent = clip(n.name, 26);
+    const line = svg("tspan", { x: x + 14, dy: 18, class: "wf-line" });
+    line.textContent = clip(summary, 33);
+    text.append(name, " ", line);
+    const more = `workload ${n.workload}${n.cancelReason ? `, ${n.cancelReason}` : ""}`;
+    link.setAttribute("aria-label", `${name.textContent} ${line.textContent} (${more}); opens its job`);
     const fraction = n.totalTasks > 0 ? Math.min(1, n.completedTasks / n.totalTasks) : 0;
-    const name = svg("text", { x: x + 14, y: y + 20, class: "wf-name" });
-    name.textContent = clip(n.name, 22);
-    const line = svg("text", { x: x + 14, y: y + 38, class: "wf-line" });
-    line.textContent = clip(summary, 28);
     link.append(
-      title,
       svg("rect", { x, y, width: BOX_W, height: BOX_H, rx: 6, class: "wf-box" }),
       svg("rect", { x, y, width: 6, height: BOX_H, rx: 2, class: "wf-stripe" }),
       svg("rect", { x: x + 6, y: y + BOX_H - 4, width: Math.round((BOX_W - 6) * fraction), height: 4, class: "wf-bar" }),
-      name,
-      line,
+      text,
     );
     root.append(link);
   }

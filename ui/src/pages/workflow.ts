@@ -11,6 +11,7 @@ import { badge, FINAL_JOB, jobStatusName, ts } from "../components/status.js";
 import { drawWorkflow, nodeSummary, waitingFor } from "../components/workflow-graph.js";
 import { clear, h, when } from "../dom.js";
 import { main } from "../layout.js";
+import { currentRole } from "../session.js";
 
 /** Running nodes whose jobs the page follows at once for their task counts. */
 const FOLLOWED_JOBS = 4;
@@ -82,8 +83,10 @@ export function renderWorkflow(workflowId: string): () => void {
         h("dd", { id: "live-state" }, live),
       ),
     );
-    cancelButton.hidden = FINAL_JOB.has(w.status);
-    retryButton.hidden = !(w.status === JobStatus.FAILED || w.status === JobStatus.CANCELLED);
+    // A billing token reads workflows but may not change them.
+    const acts = currentRole() !== "billing";
+    cancelButton.hidden = !acts || FINAL_JOB.has(w.status);
+    retryButton.hidden = !acts || !(w.status === JobStatus.FAILED || w.status === JobStatus.CANCELLED);
     graph.replaceChildren(drawWorkflow(w));
     const byName = new Map(w.nodes.map((n) => [n.name, n]));
     clear(
