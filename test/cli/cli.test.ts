@@ -384,7 +384,7 @@ describe("leasehold CLI against a live coordinator", () => {
     );
     expect(json.job).toMatchObject({ id, status: "JOB_STATUS_PENDING", workload: "cli_submit" });
     expect(json.total_tasks).toBe(3);
-    expect(json.task_counts).toEqual({ pending: 3, leased: 0, completed: 0, failed: 0, cancelled: 0 });
+    expect(json.task_counts).toEqual({ pending: 3, leased: 0, completed: 0, failed: 0, cancelled: 0, waiting: 0 });
 
     expect(viaStdin.code, viaStdin.stderr).toBe(0);
     const created = JSON.parse(viaStdin.stdout) as {
