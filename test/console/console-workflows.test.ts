@@ -158,6 +158,13 @@ describe("console: workflows", () => {
       "stitch completed 1/1 tasks",
       "lint completed 1/1 tasks, optional",
     ]);
+    // Its task names the same parents, the stitch's one result with it.
+    await page.waitForSelector(".grid-wrap[data-complete]", WAIT);
+    await page.focus("#chunk-grid");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("#task-parents li", WAIT);
+    const taskParents = await page.$$eval("#task-parents li", (lis) => lis.map((li) => li.textContent ?? ""));
+    expect(taskParents[0]).toMatch(/^stitch completed s3:\/\/out\/[0-9a-f-]{36}$/);
     expect(await axeSerious(page)).toEqual([]);
     await page.click("#job-workflow a");
     await page.waitForSelector(`#workflow-graph`, WAIT);
