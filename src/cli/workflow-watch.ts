@@ -67,10 +67,13 @@ class JobFollowers {
 class Screen {
   private drawn = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** Set by finish(): a late redraw (a node's counts read after the stream ended) would move over the outcome. */
+  private finished = false;
 
   constructor(private readonly state: WorkflowWatchState) {}
 
   schedule(): void {
+    if (this.finished) return;
     this.timer ??= setTimeout(() => {
       this.timer = undefined;
       this.draw();
@@ -80,8 +83,10 @@ class Screen {
   draw(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    const rows = process.stderr.rows ?? 24;
-    const width = process.stderr.columns ?? 120;
+    if (this.finished) return;
+    // A terminal that reports no size (0, as some ptys do) is taken as 24 × 120.
+    const rows = process.stderr.rows || 24;
+    const width = process.stderr.columns || 120;
     const lines = this.state.lines(Math.max(3, rows - 2)).map((l) => (l.length > width - 1 ? `${l.slice(0, width - 2)}…` : l));
     let text = this.drawn > 0 ? `\x1b[${this.drawn}A\r` : "";
     for (const l of lines) text += `${l}\x1b[K\n`;
@@ -91,8 +96,10 @@ class Screen {
     this.drawn = lines.length;
   }
 
-  stop(): void {
-    clearTimeout(this.timer);
+  /** The last drawing; nothing is drawn after it. */
+  finish(): void {
+    this.draw();
+    this.finished = true;
   }
 }
 
@@ -162,8 +169,7 @@ export async function watchWorkflow(inv: Invocation, workflowId: string): Promis
     }
   } finally {
     followers?.stop();
-    screen?.stop();
-    if (screen) screen.draw();
+    screen?.finish();
   }
   const final = (await inv.client.getWorkflow({ workflowId }, inv.callOptions)).workflow;
   const status = final?.status ?? state.status();

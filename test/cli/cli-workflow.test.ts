@@ -4,6 +4,7 @@
 // REST; a failing node, the watch's exit code and why, and its retry; a cancel; a refused file
 // that names the node by its name; a job after another. The file and watch pieces alone:
 // cli-workflow-units.test.ts.
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -13,6 +14,8 @@ import { killAll, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
 import { runCli } from "../support/cli.js";
+import { nodeEntry } from "../support/entry.js";
+import { ROOT } from "../support/process.js";
 
 let db: TestDatabase;
 let base: string;
@@ -154,6 +157,40 @@ describe("leasehold workflow", () => {
     expect(list.code, list.stderr).toBe(0);
     expect(list.stdout).toMatch(/^ID +STATUS +NAME +NODES +CREATED$/m);
     expect(list.stdout).toMatch(new RegExp(`^${id} +completed +mesh-001 +completed 3 +\\d{4}-`, "m"));
+  }, 120_000);
+
+  it("on a terminal, watch redraws a line per node in place, and the outcome follows the last drawing", async () => {
+    const created = await cli(["--json", "workflow", "create", "-f", pipelineFile("mesh-tty", 2)]);
+    const id = JSON.parse(created.stdout).workflow.id as string;
+    // script(1) runs the watch on a pseudo-terminal (one that reports no size: the CLI takes 24 × 120).
+    const command = [process.execPath, ...nodeEntry("src/cli/main.ts"), "--url", base, "workflow", "watch", id]
+      .map((a) => `'${a}'`)
+      .join(" ");
+    const child = spawn("script", ["-qec", command, "/dev/null"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let ended = false;
+    child.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
+    const exited = new Promise<number | null>((resolve) => child.once("close", (code) => ((ended = true), resolve(code))));
+    await new Promise<void>((resolve) => {
+      const look = () => (out.includes(`workflow ${id}`) || ended ? resolve() : setTimeout(look, 50));
+      look();
+    });
+    await work(["cw_chunks", "cw_stitch", "cw_report"], () => ended);
+    expect(await exited, out).toBe(0);
+    // Each redraw goes up over the block before it (three nodes and a header: four lines).
+    expect(out).toContain("\x1b[4A");
+    const final = out
+      .slice(out.lastIndexOf("\x1b[4A"))
+      .replace(/\x1b\[[0-9]*[A-Za-z]/g, "")
+      .replace(/\r/g, "");
+    expect(final.split("\n")).toEqual([
+      `workflow ${id} (mesh-tty): completed, 3/3 nodes completed`,
+      "chunks  completed  [####################] 2/2 tasks",
+      "stitch  completed  [####################] 1/1 tasks",
+      "report  completed  [####################] 1/1 tasks",
+      `workflow ${id} completed: 3/3 nodes completed`,
+      "",
+    ]);
   }, 120_000);
 
   it("a node that fails: watch exits 1 and says which and why; the node after it is cancelled; retry runs them again", async () => {
