@@ -49,6 +49,7 @@ const COALESCE_SUITES = [
   "test/api/settlements-api.test.ts",
   "test/store/claim-hints.test.ts",
   "test/store/create-job.test.ts",
+  "test/store/dependencies-race.test.ts",
 ];
 
 export default defineConfig({

@@ -85,6 +85,10 @@ CREATE TRIGGER jobs_status_wake_dependents AFTER UPDATE OF status ON jobs
  */
 DROP TRIGGER jobs_status_wake_dependents ON jobs;
 DROP FUNCTION leasehold_job_status_hook();
+-- The functions of this release's files that the release before has no file for (its jobs
+-- parameters would also hold the jobs table).
+DROP FUNCTION IF EXISTS leasehold_job_status_changed(jobs, jobs);
+DROP FUNCTION IF EXISTS leasehold_promote_jobs(uuid[], boolean);
 UPDATE tasks SET status = 'cancelled', completed_at = now() WHERE status = 'waiting';
 UPDATE jobs SET status = 'cancelled', completed_at = now(), updated_at = now(),
   cancel_reason = 'its parents were dropped by a rollback of the dependencies migration'
