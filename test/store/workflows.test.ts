@@ -336,3 +336,52 @@ async function until(cond: () => boolean, ms = 10_000): Promise<void> {
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+describe("a schedule of workflows", () => {
+  it("creates one workflow per tick from its template, skips a tick while the last one runs (overlap: skip), and refuses what a template cannot mean", async () => {
+    const template: CreateWorkflowInput = {
+      name: "nightly",
+      nodes: [
+        { name: "shards", job: job(W, {}, 2) },
+        { name: "index", job: job(B), after: [{ node: "shards" }] },
+      ],
+    };
+    await f.queue.putSchedule({ name: "wf-nightly", cron: "0 3 * * *", workflow: template, overlap: "skip" });
+    const s = await f.queue.getSchedule("wf-nightly");
+    expect(s.job).toBeNull();
+    expect(s.workflow?.nodes.map((n) => n.name)).toEqual(["shards", "index"]);
+    const fire = async () => {
+      await f.pool.query(`UPDATE schedules SET next_fire_at = now() WHERE name = 'wf-nightly'`);
+      return f.queue.fireSchedules();
+    };
+    expect((await fire()).fired).toBe(1);
+    const listed = (await f.queue.listWorkflows({ scheduleName: "wf-nightly" })).workflows;
+    expect(listed).toHaveLength(1);
+    const w = await get(listed[0].id);
+    expect(w).toMatchObject({ name: "nightly", scheduleName: "wf-nightly", status: "pending" });
+    expect(statuses(w)).toEqual({ shards: "pending", index: "waiting" });
+    expect((await f.queue.getSchedule("wf-nightly")).lastWorkflowId).toBe(w.id);
+    expect((await f.queue.listJobs({ scheduleName: "wf-nightly" })).jobs).toHaveLength(2);
+    // The workflow runs: the next tick is skipped.
+    const pass = await fire();
+    expect([pass.fired, pass.skipped.overlap]).toEqual([0, 1]);
+    await f.queue.cancelWorkflow({ workflowId: w.id });
+    expect((await fire()).fired).toBe(1);
+    expect((await f.queue.listWorkflows({ scheduleName: "wf-nightly" })).workflows).toHaveLength(2);
+    for (const x of (await f.queue.listWorkflows({ scheduleName: "wf-nightly" })).workflows)
+      await f.queue.cancelWorkflow({ workflowId: x.id });
+    await f.queue.deleteSchedule("wf-nightly");
+
+    const refused = async (t: CreateWorkflowInput, field: string) => {
+      const e = await f.queue.putSchedule({ name: "wf-bad", cron: "0 3 * * *", workflow: t }).catch((err: unknown) => err);
+      expect((e as ValidationError).violations?.map((v) => v.field) ?? [(e as NotFoundError).field]).toContain(field);
+    };
+    await refused({ ...template, idempotencyKey: "k" }, "workflow.idempotency_key");
+    await refused({ nodes: [{ name: "a", job: job(W, { after: [{ jobId: nodeId(w, "shards") }] }) }] }, "workflow.nodes[0].job.after");
+    await refused({ nodes: [{ name: "a", job: job(W, { runAt: new Date(Date.now() + 60_000) }) }] }, "workflow.nodes[0].job.run_at");
+    await refused({ nodes: [{ name: "a", job: job(W), after: [{ node: "a" }] }] }, "workflow.nodes[0].after[0].node");
+    await refused({ nodes: [{ name: "a", job: job("nope") }] }, "workflow.nodes[0].job.workload");
+    await expect(f.queue.putSchedule({ name: "wf-bad", cron: "0 3 * * *", job: job(), workflow: template })).rejects.toThrow(/workflow/);
+    await expect(f.queue.getSchedule("wf-bad")).rejects.toThrow(NotFoundError);
+  });
+});

@@ -9,6 +9,7 @@ import {
   BillingSchema,
   CatchUpPolicy,
   CreateJobRequestSchema,
+  CreateWorkflowRequestSchema,
   DeleteScheduleResponseSchema,
   FailurePolicy,
   FinalizerSchema,
@@ -21,15 +22,16 @@ import {
   ScheduleSchema,
   TaskSpecSchema,
   type CreateJobRequest,
+  type CreateWorkflowRequest,
   type PutScheduleRequest,
   type QueueService as QueueServiceDesc,
   type Schedule as PbSchedule,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import type { CatchUpPolicy as DomainCatchUp, OverlapPolicy as DomainOverlap, PutScheduleInput, Schedule } from "../../queue/types.js";
 import type { ApiQueue } from "../../queue/service.js";
-import type { CreateJobInput } from "../../queue/types.js";
+import type { CreateJobInput, CreateWorkflowInput } from "../../queue/types.js";
 import { call } from "./call-options.js";
-import { createJobInput } from "./messages.js";
+import { createJobInput, createWorkflowInput, DEPENDENCY_POLICY } from "./messages.js";
 
 type SchedulesImpl = Pick<
   ServiceImpl<typeof QueueServiceDesc>,
@@ -79,8 +81,9 @@ export function putScheduleInput(r: PutScheduleRequest): PutScheduleInput {
     name: r.name,
     cron: r.cron,
     timezone: r.timezone,
-    // Absent: validation names "job" as required.
-    job: (r.job ? createJobInput(r.job) : undefined) as CreateJobInput,
+    // Neither: validation names "job" as required.
+    job: r.job ? createJobInput(r.job) : undefined,
+    workflow: r.workflow ? createWorkflowInput(r.workflow) : undefined,
     overlap: enumInput(OVERLAP, r.overlap),
     catchUp: enumInput(CATCH_UP, r.catchUp),
     maxCatchUp: r.maxCatchUp,
@@ -127,6 +130,21 @@ export function jobTemplateMessage(j: CreateJobInput): CreateJobRequest {
     account: j.account ?? "",
     // A billing key is refused in a template (schedules.ts): only the reserved units come back.
     billing: j.billing ? create(BillingSchema, { reservedUnits: BigInt(j.billing.reservedUnits ?? 0) }) : undefined,
+    // A workflow node's policy (a job template's is refused, as its after is).
+    dependencyPolicy: j.dependencyPolicy ? DEPENDENCY_POLICY[j.dependencyPolicy] : undefined,
+  });
+}
+
+/** The stored workflow template as the CreateWorkflowRequest it was given as. */
+export function workflowTemplateMessage(w: CreateWorkflowInput): CreateWorkflowRequest {
+  return create(CreateWorkflowRequestSchema, {
+    name: w.name ?? "",
+    account: w.account ?? "",
+    nodes: w.nodes.map((n) => ({
+      name: n.name,
+      job: jobTemplateMessage(n.job),
+      after: (n.after ?? []).map((a) => ({ node: a.node, optional: a.optional === true })),
+    })),
   });
 }
 
@@ -135,7 +153,9 @@ export function scheduleMessage(s: Schedule): PbSchedule {
     name: s.name,
     cron: s.cron,
     timezone: s.timezone,
-    job: jobTemplateMessage(s.job),
+    job: s.job ? jobTemplateMessage(s.job) : undefined,
+    workflow: s.workflow ? workflowTemplateMessage(s.workflow) : undefined,
+    lastWorkflowId: s.lastWorkflowId ?? "",
     overlap: OVERLAP[s.overlap],
     catchUp: CATCH_UP[s.catchUp],
     maxCatchUp: s.maxCatchUp,
