@@ -28,6 +28,7 @@ const API_SUITES = [
   "test/api/settlements-api.test.ts",
   "test/api/undecodable.test.ts",
   "test/api/careless-clients.test.ts",
+  "test/api/pipelines-api.test.ts",
 ];
 
 /**

@@ -385,3 +385,31 @@ describe("a schedule of workflows", () => {
     await expect(f.queue.getSchedule("wf-bad")).rejects.toThrow(NotFoundError);
   });
 });
+
+describe("the rest of the queue's rules hold for nodes", () => {
+  it("promoted nodes obey their workload's cap, and each node bills as a job: settlement lists every node once final", async () => {
+    await f.queue.putWorkload({ name: "wf_capped", maxAttempts: 1, maxLeased: 1 });
+    await f.queue.putAccount({ name: "billed", maxPendingTasks: 0, priority: 0 });
+    const { workflow: w } = await f.queue.createWorkflow({
+      account: "billed",
+      nodes: [
+        { name: "root", job: job(W, { billing: { reservedUnits: 10 } }) },
+        ...["x", "y", "z"].map((name) => ({ name, job: job("wf_capped"), after: [{ node: "root" }] })),
+      ],
+    });
+    await complete((await claimAll(W))[0]);
+    expect(statuses(await get(w.id))).toMatchObject({ x: "pending", y: "pending", z: "pending" });
+    const first = await claimAll("wf_capped");
+    expect(first).toHaveLength(1);
+    await complete(first[0]);
+    const second = await claimAll("wf_capped");
+    expect(second).toHaveLength(1);
+    await complete(second[0]);
+    await complete((await claimAll("wf_capped"))[0]);
+    expect((await get(w.id)).status).toBe("completed");
+    const listed = (await f.queue.listSettlements({ account: "billed", pageSize: 100 })).jobs.map((j) => j.id);
+    expect(listed.sort()).toEqual(w.nodes.map((n) => n.jobId).sort());
+    const root = (await f.queue.listSettlements({ account: "billed", pageSize: 100 })).jobs.find((j) => j.id === nodeId(w, "root"))!;
+    expect(root.billing).toMatchObject({ reservedUnits: 10 });
+  });
+});
