@@ -16,7 +16,9 @@
  * - fair_rank: a job of a keyed workload takes its ranks now, as CreateJob gives a new job (the
  *   head of the queue at its priority, else the workload's furthest key; docs/flow-control-claim.md),
  *   so a promoted job takes its turn among the keys rather than the turn it had when created.
- * The tasks' status events are the row trigger's (tasks_status_events). Then, when `announce`,
+ * The tasks' status events are written by the statement itself (event_flip keeps the row trigger,
+ * tasks_status_events, out of it: a fan-out of a thousand children was a thousand trigger calls),
+ * as the hot statements write theirs; their jobs' watchers are told. Then, when `announce`,
  * each job's own event (waiting to pending) and, for a workflow's node, the workflow's: a job
  * created or retried with its parents final was never seen waiting, and its creation or its
  * status change says what it is. And the wake-up a new job sends, per workload, which also drops
@@ -60,22 +62,27 @@ BEGIN
     rank_bases := rank_bases || base;
   END LOOP;
 
-  WITH parents AS (
-    SELECT d.child_id, jsonb_agg(jsonb_build_object(
-        'job_id', p.id, 'status', p.status, 'optional', d.optional,
-        'node', CASE WHEN p.workflow_id = c.workflow_id THEN p.workflow_node END,
-        'total_tasks', n.total, 'completed_tasks', n.completed,
-        'result', CASE WHEN n.total = 1 AND n.completed = 1 THEN (
-          SELECT jsonb_build_object('chunk_index', r.chunk_index, 'task_id', r.id, 'result_uri', r.result_uri,
-            'result_sha256', r.result_sha256, 'metrics', r.metrics, 'completed_at', r.completed_at)
-          FROM tasks r WHERE r.job_id = p.id AND r.status = 'completed') END)
-      ORDER BY p.id) AS parents
-    FROM job_dependencies d
-    JOIN jobs c ON c.id = d.child_id
-    JOIN jobs p ON p.id = d.parent_id
+  -- Each parent once (a fan-out's one parent is not read again per child), then each child's list.
+  WITH parent_info AS MATERIALIZED (
+    SELECT p.id, p.status, p.workflow_id, p.workflow_node, n.total, n.completed,
+      CASE WHEN n.total = 1 AND n.completed = 1 THEN (
+        SELECT jsonb_build_object('chunk_index', r.chunk_index, 'task_id', r.id, 'result_uri', r.result_uri,
+          'result_sha256', r.result_sha256, 'metrics', r.metrics, 'completed_at', r.completed_at)
+        FROM tasks r WHERE r.job_id = p.id AND r.status = 'completed') END AS result
+    FROM (SELECT DISTINCT d.parent_id FROM job_dependencies d WHERE d.child_id = ANY (ready)) x
+    JOIN jobs p ON p.id = x.parent_id
     CROSS JOIN LATERAL (
       SELECT count(*) AS total, count(*) FILTER (WHERE t.status = 'completed') AS completed FROM tasks t WHERE t.job_id = p.id
     ) n
+  ), parents AS (
+    SELECT d.child_id, jsonb_agg(jsonb_build_object(
+        'job_id', pi.id, 'status', pi.status, 'optional', d.optional,
+        'node', CASE WHEN pi.workflow_id = c.workflow_id THEN pi.workflow_node END,
+        'total_tasks', pi.total, 'completed_tasks', pi.completed, 'result', pi.result)
+      ORDER BY pi.id) AS parents
+    FROM job_dependencies d
+    JOIN parent_info pi ON pi.id = d.parent_id
+    JOIN jobs c ON c.id = d.child_id
     WHERE d.child_id = ANY (ready)
     GROUP BY d.child_id
   ), waiting AS (
@@ -84,16 +91,23 @@ BEGIN
   ), made AS (
     UPDATE tasks t
     SET status = 'pending', run_after = greatest(t.run_after, now()), parents = p.parents, version = t.version + 1,
-        fair_rank = coalesce(r.base + w.rn - 1, t.fair_rank)
+        fair_rank = coalesce(r.base + w.rn - 1, t.fair_rank), event_flip = NOT t.event_flip
     FROM waiting w
     LEFT JOIN parents p ON p.child_id = w.job_id
     LEFT JOIN unnest(rank_jobs, rank_bases) AS r(job_id, base) ON r.job_id = w.job_id
     WHERE t.id = w.id
-    RETURNING t.workload, t.job_id
+    RETURNING t.workload, t.job_id, t.id, t.chunk_index, t.attempt, t.lease_owner
+  ), events AS (
+    INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id)
+    SELECT m.job_id, m.id, m.chunk_index, 'task_status', 'pending', 'waiting', m.attempt, m.lease_owner FROM made m
   ), woken AS (
     SELECT pg_notify('leasehold_tasks', m.workload || ':' || count(*)) FROM made m GROUP BY m.workload
   )
   SELECT (SELECT count(*) FROM made), (SELECT count(*) FROM woken) INTO promoted, notified;
+  -- Watchers of the jobs (or of their workflows) read the events now.
+  PERFORM pg_notify('leasehold_events', w.job_id::text)
+  FROM job_watchers w WHERE w.job_id = ANY (ready)
+    OR w.job_id IN (SELECT jb.workflow_id FROM jobs jb WHERE jb.id = ANY (ready) AND jb.workflow_id IS NOT NULL);
 
   IF NOT announce THEN
     RETURN promoted;
@@ -103,8 +117,5 @@ BEGIN
   INSERT INTO task_events (job_id, task_id, kind, status, previous_status, message)
   SELECT jb.workflow_id, jb.id, 'node_status', CASE WHEN jb.run_at > now() THEN 'scheduled' ELSE 'pending' END, 'waiting', jb.workflow_node
   FROM jobs jb WHERE jb.id = ANY (ready) AND jb.workflow_id IS NOT NULL;
-  PERFORM pg_notify('leasehold_events', w.job_id::text)
-  FROM job_watchers w WHERE w.job_id = ANY (ready)
-    OR w.job_id IN (SELECT jb.workflow_id FROM jobs jb WHERE jb.id = ANY (ready) AND jb.workflow_id IS NOT NULL);
   RETURN promoted;
 END $$;
