@@ -55,13 +55,20 @@ export const WORKLOAD_NOT_FOUND = { reason: "WORKLOAD_NOT_FOUND", domain: "lease
 export interface UnknownWorkload {
   workload: string;
   field: string;
+  /** the first of the registered workloads (queue/errors.ts KNOWN_WORKLOADS_SHOWN) */
   known?: readonly string[];
+  /** how many are registered, when more than `known` lists */
+  knownTotal?: number;
 }
 
-/** The ErrorInfo metadata of an unknown workload: workload, field, and known_workloads (comma-separated) when looked up. */
+/**
+ * The ErrorInfo metadata of an unknown workload: workload, field, and known_workloads
+ * (comma-separated, the first ones) when looked up, with known_workloads_total when there are more.
+ */
 export function unknownWorkloadMetadata(u: UnknownWorkload): Record<string, string> {
   const metadata: Record<string, string> = { workload: u.workload, field: u.field };
   if (u.known) metadata.known_workloads = u.known.join(",");
+  if (u.knownTotal !== undefined && u.known && u.knownTotal > u.known.length) metadata.known_workloads_total = String(u.knownTotal);
   return metadata;
 }
 
@@ -108,7 +115,12 @@ export function mapError(err: unknown): MappedError {
     // Every unknown workload, whichever field named it (a job's, a task's, a finalizer's, a
     // template's, a claim's): one reason, so a client tells it apart from an unknown job or task.
     if (err instanceof NotFoundError && err.entity === "workload") {
-      m.unknownWorkload = { workload: err.id, field: err.field, ...(err.known ? { known: err.known } : {}) };
+      m.unknownWorkload = {
+        workload: err.id,
+        field: err.field,
+        ...(err.known ? { known: err.known } : {}),
+        ...(err.knownTotal !== undefined && err.known && err.knownTotal > err.known.length ? { knownTotal: err.knownTotal } : {}),
+      };
     }
     return m;
   }
@@ -186,6 +198,8 @@ export interface RestErrorBody {
     /** google.rpc.ErrorInfo's reason, e.g. WORKLOAD_NOT_FOUND */
     reason?: string;
     known_workloads?: string[];
+    /** how many workloads are registered, when more than known_workloads lists */
+    known_workloads_total?: number;
   };
 }
 
@@ -197,6 +211,7 @@ export function restErrorBody(m: MappedError, requestId: string): RestErrorBody 
   if (m.unknownWorkload) {
     body.error.reason = WORKLOAD_NOT_FOUND.reason;
     if (m.unknownWorkload.known) body.error.known_workloads = [...m.unknownWorkload.known];
+    if (m.unknownWorkload.knownTotal !== undefined) body.error.known_workloads_total = m.unknownWorkload.knownTotal;
   }
   return body;
 }
