@@ -133,4 +133,20 @@ describe("compiled binary writer", () => {
       }),
     );
   });
+
+  it("writes an answer longer than its scratch buffer, and one after it, as toBinary does", () => {
+    // ~290 bytes a task: 10,000 tasks take the writer through several growths of its buffer, and
+    // a length prefix of three bytes; the small answer after it starts on a fresh buffer.
+    const tasks = Array.from({ length: 10_000 }, (_, i) =>
+      taskMessage({ ...task, chunkIndex: i, inputUri: `s3://in/${"é".repeat(i % 90)}` }),
+    );
+    same(CreateJobResponseSchema, create(CreateJobResponseSchema, { job: jobMessage(job), tasks }));
+    same(ClaimTasksResponseSchema, create(ClaimTasksResponseSchema, { tasks: tasks.slice(0, 1) }));
+  });
+
+  it("leaves the bytes asked for free in front of the message (gRPC's frame prefix)", () => {
+    const message = create(ClaimTasksResponseSchema, { tasks: [taskMessage(task)] });
+    const framed = writeBinary(ClaimTasksResponseSchema, message, 5);
+    expect(hex(framed.subarray(5))).toBe(hex(toBinary(ClaimTasksResponseSchema, message)));
+  });
 });
