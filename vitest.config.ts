@@ -27,6 +27,7 @@ const API_SUITES = [
   "test/store/switches.test.ts",
   "test/api/settlements-api.test.ts",
   "test/api/undecodable.test.ts",
+  "test/api/create-job-view.test.ts",
 ];
 
 /**
@@ -48,6 +49,7 @@ const COALESCE_SUITES = [
   "test/api/settlements-api.test.ts",
   "test/store/claim-hints.test.ts",
   "test/store/create-job.test.ts",
+  "test/api/create-job-view.test.ts",
 ];
 
 export default defineConfig({
