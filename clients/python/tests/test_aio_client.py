@@ -87,6 +87,13 @@ async def test_create_get_idempotency_and_errors(aclient: AsyncClient, workload:
     assert [v.field for v in server_bad.value.violations] == ["tasks[0].input_sha256"]
 
 
+async def test_create_job_basic_view(aclient: AsyncClient, workload: Callable[..., str]) -> None:
+    w = workload()
+    basic = await aclient.create_job(w, tasks=specs(2), view="basic")
+    assert (basic.job.workload, basic.tasks) == (w, [])
+    assert (await aclient.get_job(basic.job.id)).total_tasks == 2
+
+
 async def test_lists_cancel_retry_and_concurrent_calls(aclient: AsyncClient, workload: Callable[..., str]) -> None:
     w = workload()
     # One client, many coroutines at once (a gateway's requests).
