@@ -21,7 +21,7 @@ import { performance } from "node:perf_hooks";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { freePort, grpcClient, restClient } from "./harness.js";
+import { freePort, grpcClient, grpcH2Client, restClient } from "./harness.js";
 
 const SECONDS = Number(process.env.API_SECONDS ?? 4);
 const ROUNDS = Number(process.env.API_ROUNDS ?? 3);
@@ -136,7 +136,7 @@ function rpcCycle(rpc: Rpc) {
 }
 
 /** The same cycle from @grpc/grpc-js, the stand-in for Python's grpcio that bench:peers drives. */
-function grpcJsCycle(rpc: ReturnType<typeof grpcClient>) {
+function grpcJsCycle(rpc: Pick<ReturnType<typeof grpcClient>, "claim" | "complete">) {
   return async (workerId: string) => {
     const { tasks } = await rpc.claim({ workerId, workloads: ["stub"] });
     const t = tasks[0];
@@ -195,6 +195,14 @@ for (let round = 1; round <= ROUNDS; round++) {
         try {
           const m = await measure(stub, (s) => loops(s, grpcJsCycle(rpc)));
           record("gRPC claim → complete, from @grpc/grpc-js", m.us, m.perSecond);
+        } finally {
+          rpc.close();
+        }
+      } else if (mode === "grpch2") {
+        const rpc = grpcH2Client(stub.url);
+        try {
+          const m = await measure(stub, (s) => loops(s, grpcJsCycle(rpc)));
+          record("gRPC claim → complete, from bare node:http2", m.us, m.perSecond);
         } finally {
           rpc.close();
         }
