@@ -2,15 +2,16 @@
 // (bench/stub-coordinator.ts: the real createApiServer over a queue that answers from memory, the
 // request log at info to /dev/null and the RPC histogram on, as in production) is driven by 16
 // concurrent claim → complete loops over REST (undici keep-alive pool), gRPC and Connect (connect-es
-// clients over one HTTP/2 connection), and gRPC again from @grpc/grpc-js (grpcjs: one channel, the
-// stand-in for Python's grpcio that bench:peers uses; connect-es' gRPC client is slow enough to
-// limit the calls per second the stub sees). The figure is the stub process's own CPU time (utime +
+// clients over one HTTP/2 connection), and gRPC again from @grpc/grpc-js (grpcjs: one channel, a
+// stand-in for Python's grpcio) and from a bare node:http2 client (grpch2: one session, the
+// cheapest gRPC generator Node has, which bench:peers uses; connect-es' gRPC client is slow enough
+// to limit the calls per second the stub sees). The figure is the stub process's own CPU time (utime +
 // stime from /proc) per call, which the load generator's cost does not touch; on a shared
 // machine throughput varies, CPU per call much less. Then CreateJob of 10,000 tasks over REST:
 // CPU per call and the stub's peak RSS.
 //
 //   API_SECONDS (4)  length of each timed run     API_ROUNDS (3)  rounds (modes alternate within each)
-//   API_MODES (floor,rest,grpc,grpcjs,grpc10,connect,create)   API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
+//   API_MODES (floor,rest,grpc,grpcjs,grpch2,grpc10,connect,create)   API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
 //   API_STUB_CWD (.)  checkout whose stub to run (an A/B against another worktree)
 //   API_STUB_JS       run this compiled stub with plain node instead of bench/stub-coordinator.ts under tsx
 
@@ -26,7 +27,7 @@ import { freePort, grpcClient, grpcH2Client, restClient } from "./harness.js";
 const SECONDS = Number(process.env.API_SECONDS ?? 4);
 const ROUNDS = Number(process.env.API_ROUNDS ?? 3);
 const WORKERS = 16;
-const MODES = (process.env.API_MODES ?? "floor,rest,grpc,grpcjs,grpc10,connect,create").split(",");
+const MODES = (process.env.API_MODES ?? "floor,rest,grpc,grpcjs,grpch2,grpc10,connect,create").split(",");
 const SHA = createHash("sha256").update("bench").digest("hex");
 const TICK_US = 1e6 / 100; // USER_HZ
 
