@@ -58,15 +58,24 @@ let watched: number | undefined;
 
 /**
  * Counts the server behind `url` from now on, when it runs on this machine: its postmaster is the
- * parent of the backend that answers. Not needed for the embedded server (found as a child).
+ * parent of the backend that answers. Not needed for the embedded server (found as a child). A
+ * server in a container (another PID namespace) or elsewhere is not counted: the process this
+ * machine has under the backend's pid must have started when the backend did.
  */
 export async function watchServer(url: string): Promise<void> {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    const pid = (await c.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+    const { pid, started } = (
+      await c.query<{ pid: number; started: number }>(
+        "SELECT pid, extract(epoch FROM backend_start)::float8 AS started FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+      )
+    ).rows[0];
     const f = statFields(pid);
-    if (f && safeRead(`/proc/${f[1]}/comm`).trim() === "postgres") watched = Number(f[1]);
+    const boot = Number(/^btime (\d+)$/m.exec(safeRead("/proc/stat"))?.[1]);
+    const startedHere = f ? boot + Number(f[19]) / 100 : NaN; // starttime, in ticks since boot
+    if (f && Math.abs(startedHere - started) < 2 && safeRead(`/proc/${f[1]}/comm`).trim() === "postgres") watched = Number(f[1]);
+    else console.error("bench: the PostgreSQL server is not a process of this machine: its CPU is not counted");
   } finally {
     await c.end();
   }

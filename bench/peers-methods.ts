@@ -135,19 +135,64 @@ function submitters(rest: Rest, workload: string, how: "tasks" | "input" | "keye
 async function jobsVariant(
   round: number,
   name: string,
-  opts: { coordinator: Coordinator; rest: () => Rest & { close?: () => void }; drained: boolean; how: "tasks" | "input" | "keyed" },
+  opts: {
+    coordinator: Coordinator;
+    rest: () => Rest & { close?: () => void };
+    drained: boolean;
+    how: "tasks" | "input" | "keyed";
+    fresh?: boolean;
+  },
 ) {
   const workload = `jobs_${seq++}`;
   await store.putWorkload({ name: workload, leaseSeconds: 300, maxAttempts: 3 });
+  const coordinator = opts.fresh ? await startCoordinator(db.url, { PG_POOL_MAX: "8" }) : opts.coordinator;
   await quiet(db.url);
-  const rest = opts.rest();
+  const rest = opts.fresh ? httpClient(coordinator.url, WORKERS) : opts.rest();
   try {
     const load = submitters(rest, workload, opts.how, opts.drained ? DRAIN : undefined);
-    record(name, round, opts.drained ? await drain(load, DRAIN, opts.coordinator) : await window(load, timing(opts.coordinator)));
+    record(name, round, opts.drained ? await drain(load, DRAIN, coordinator) : await window(load, timing(coordinator)));
   } finally {
     rest.close?.();
+    if (opts.fresh) await coordinator.stop();
   }
 }
+
+/**
+ * A coordinator's first tasks: one started for it drains 2 × DRAIN chained single tasks over
+ * node:http; the tasks done in each second, so the warm-up shows as a curve.
+ */
+async function warmupCurve(round: number) {
+  const workload = `curve_${seq++}`;
+  await fillLeasehold(store, workload, 2 * DRAIN);
+  await withClient(db.url, (c) => c.query("ANALYZE"));
+  const coordinator = await startCoordinator(db.url, { PG_POOL_MAX: "8" });
+  await quiet(db.url);
+  const rest = httpClient(coordinator.url, WORKERS);
+  const load = leaseholdClaimComplete(rest, workload, { workers: WORKERS, maxTasks: 1, untilEmpty: true });
+  const perSecond: number[] = [];
+  try {
+    const stop = await load.start();
+    let last = 0;
+    while (load.count() < 2 * DRAIN && perSecond.length < 120) {
+      await new Promise((r) => setTimeout(r, 1000));
+      perSecond.push(load.count() - last);
+      last = load.count();
+    }
+    await stop();
+  } finally {
+    rest.close();
+    await coordinator.stop();
+  }
+  curves.push(perSecond);
+  console.error(`[round ${round}] warm-up curve (tasks a second from the start): ${perSecond.join(", ")}`);
+}
+const curves: number[][] = [];
+const VARIANTS = (() => {
+  const i = process.argv.indexOf("--variants");
+  return i >= 0 ? new Set(process.argv[i + 1].split(",")) : undefined;
+})();
+/** Whether a variant (its name's first word, S3 or J4) runs: all without --variants. */
+const runs = (name: string) => VARIANTS === undefined || VARIANTS.has(name.split(" ")[0]);
 
 const undici = (c: Coordinator) => () => restClient(c.url, WORKERS * 2);
 const nodeHttp = (c: Coordinator) => () => httpClient(c.url, WORKERS);
@@ -190,26 +235,42 @@ try {
       await quiet(db.url);
       record("graphile-worker, drain", round, await drain(gwLoad(), DRAIN, compiled));
       await clear();
-      await singleVariant(round, "S0 undici, window (bench:peers)", { coordinator: compiled, rest: undici(compiled), drained: false });
-      await singleVariant(round, "S1 node:http, window", { coordinator: compiled, rest: nodeHttp(compiled), drained: false });
-      await singleVariant(round, "S2 undici, drain", { coordinator: compiled, rest: undici(compiled), drained: true });
-      await singleVariant(round, "S3 node:http, drain (acceptance)", { coordinator: compiled, rest: nodeHttp(compiled), drained: true });
-      await singleVariant(round, "S4 node:http, drain, coordinator just started", {
-        coordinator: compiled,
-        rest: nodeHttp(compiled),
-        drained: true,
-        fresh: true,
-      });
-      await singleVariant(round, "S5 node:http, drain, coordinator under tsx", {
-        coordinator: sources,
-        rest: nodeHttp(sources),
-        drained: true,
-      });
-      await singleVariant(round, "S6 undici, window, coordinator under tsx", {
-        coordinator: sources,
-        rest: undici(sources),
-        drained: false,
-      });
+      if (runs("S0 undici, window (bench:peers)"))
+        await singleVariant(round, "S0 undici, window (bench:peers)", { coordinator: compiled, rest: undici(compiled), drained: false });
+      if (runs("S1 node:http, window"))
+        await singleVariant(round, "S1 node:http, window", { coordinator: compiled, rest: nodeHttp(compiled), drained: false });
+      if (runs("S2 undici, drain"))
+        await singleVariant(round, "S2 undici, drain", { coordinator: compiled, rest: undici(compiled), drained: true });
+      if (runs("S3 node:http, drain (acceptance)"))
+        await singleVariant(round, "S3 node:http, drain (acceptance)", { coordinator: compiled, rest: nodeHttp(compiled), drained: true });
+      if (runs("S4 node:http, drain, coordinator just started"))
+        await singleVariant(round, "S4 node:http, drain, coordinator just started", {
+          coordinator: compiled,
+          rest: nodeHttp(compiled),
+          drained: true,
+          fresh: true,
+        });
+      if (runs("S5 node:http, drain, coordinator under tsx"))
+        await singleVariant(round, "S5 node:http, drain, coordinator under tsx", {
+          coordinator: sources,
+          rest: nodeHttp(sources),
+          drained: true,
+        });
+      if (runs("S6 undici, window, coordinator under tsx"))
+        await singleVariant(round, "S6 undici, window, coordinator under tsx", {
+          coordinator: sources,
+          rest: undici(sources),
+          drained: false,
+        });
+
+      if (runs("S7"))
+        await singleVariant(round, "S7 undici, window, coordinator just started", {
+          coordinator: compiled,
+          rest: undici(compiled),
+          drained: false,
+          fresh: true,
+        });
+      if (runs("curve")) await warmupCurve(round);
 
       // One-task jobs.
       await quiet(db.url);
@@ -218,38 +279,53 @@ try {
       await quiet(db.url);
       record("addJob ×16, drain", round, await drain(addJobLoad(utils, DRAIN), DRAIN, compiled));
       await clear();
-      await jobsVariant(round, "J0 undici, window, tasks [one] (bench:peers)", {
-        coordinator: compiled,
-        rest: undici(compiled),
-        drained: false,
-        how: "tasks",
-      });
-      await jobsVariant(round, "J1 node:http, window", { coordinator: compiled, rest: nodeHttp(compiled), drained: false, how: "tasks" });
-      await jobsVariant(round, "J2 node:http, drain", { coordinator: compiled, rest: nodeHttp(compiled), drained: true, how: "tasks" });
-      await jobsVariant(round, "J3 node:http, drain, the job's own input (no tasks list)", {
-        coordinator: compiled,
-        rest: nodeHttp(compiled),
-        drained: true,
-        how: "input",
-      });
-      await jobsVariant(round, "J4 node:http, drain, an idempotency key each", {
-        coordinator: compiled,
-        rest: nodeHttp(compiled),
-        drained: true,
-        how: "keyed",
-      });
-      await jobsVariant(round, "J5 node:http, drain, coordinator under tsx", {
-        coordinator: sources,
-        rest: nodeHttp(sources),
-        drained: true,
-        how: "tasks",
-      });
-      await jobsVariant(round, "J6 undici, window, coordinator under tsx", {
-        coordinator: sources,
-        rest: undici(sources),
-        drained: false,
-        how: "tasks",
-      });
+      if (runs("J0 undici, window, tasks [one] (bench:peers)"))
+        await jobsVariant(round, "J0 undici, window, tasks [one] (bench:peers)", {
+          coordinator: compiled,
+          rest: undici(compiled),
+          drained: false,
+          how: "tasks",
+        });
+      if (runs("J1 node:http, window"))
+        await jobsVariant(round, "J1 node:http, window", { coordinator: compiled, rest: nodeHttp(compiled), drained: false, how: "tasks" });
+      if (runs("J2 node:http, drain"))
+        await jobsVariant(round, "J2 node:http, drain", { coordinator: compiled, rest: nodeHttp(compiled), drained: true, how: "tasks" });
+      if (runs("J3 node:http, drain, the job's own input (no tasks list)"))
+        await jobsVariant(round, "J3 node:http, drain, the job's own input (no tasks list)", {
+          coordinator: compiled,
+          rest: nodeHttp(compiled),
+          drained: true,
+          how: "input",
+        });
+      if (runs("J4 node:http, drain, an idempotency key each"))
+        await jobsVariant(round, "J4 node:http, drain, an idempotency key each", {
+          coordinator: compiled,
+          rest: nodeHttp(compiled),
+          drained: true,
+          how: "keyed",
+        });
+      if (runs("J5 node:http, drain, coordinator under tsx"))
+        await jobsVariant(round, "J5 node:http, drain, coordinator under tsx", {
+          coordinator: sources,
+          rest: nodeHttp(sources),
+          drained: true,
+          how: "tasks",
+        });
+      if (runs("J7 node:http, drain, coordinator just started"))
+        await jobsVariant(round, "J7 node:http, drain, coordinator just started", {
+          coordinator: compiled,
+          rest: nodeHttp(compiled),
+          drained: true,
+          how: "tasks",
+          fresh: true,
+        });
+      if (runs("J6 undici, window, coordinator under tsx"))
+        await jobsVariant(round, "J6 undici, window, coordinator under tsx", {
+          coordinator: sources,
+          rest: undici(sources),
+          drained: false,
+          how: "tasks",
+        });
     } finally {
       await utils.release();
     }
@@ -289,5 +365,7 @@ for (const [name, rs] of results) {
     }`.padEnd(100) + `  ${cpuCell(rs.map((r) => r.cpu))}`,
   );
 }
+for (const [i, c] of curves.entries())
+  console.log(`warm-up curve, round ${i + 1} (tasks a second from a coordinator's start): ${c.join(", ")}`);
 console.log(`(total ${fmt(performance.now() / 1000)} s)`);
 process.exit(0);
