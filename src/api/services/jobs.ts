@@ -85,7 +85,7 @@ export function jobsService(queue: ApiQueue, parking: ParkingCalls): JobsImpl {
       const r = await queue.createJob(input, opts);
       const info = ctx.values.get(requestInfoKey);
       if (info) info.created = r.created;
-      return prepared?.result === r ? prepared.message : createJobResponse(r);
+      return prepared?.result === r ? prepared.message : createJobResponse(r, withTasks);
     },
 
     async getJob(req, ctx) {
@@ -153,8 +153,8 @@ export function watchOptions(r: WatchJobRequest): Pick<WatchOptions, "afterEvent
 
 // ---- domain results → messages ----
 
-function createJobResponse(r: CreateJobResult): CreateJobResponse {
-  return create(CreateJobResponseSchema, { job: jobMessage(r.job), tasks: r.tasks.map(taskMessage) });
+function createJobResponse(r: CreateJobResult, withTasks = true): CreateJobResponse {
+  return create(CreateJobResponseSchema, { job: jobMessage(r.job), tasks: withTasks ? r.tasks.map(taskMessage) : [] });
 }
 
 /**
