@@ -248,8 +248,12 @@ export function leaseholdGrpcClaimComplete(rpc: Grpc, workload: string, opts: { 
   return { start, count: () => done };
 }
 
-/** `workers` submitters of one-task jobs (POST /jobs), each one after another; `limit`: stop after that many in all. */
-export function leaseholdSubmitters(rest: Rest, workload: string, opts: { workers: number; limit?: number }): Load {
+/**
+ * `workers` submitters of one-task jobs (POST /jobs), each one after another; `limit`: stop after
+ * that many in all; `keyed`: each job with an idempotency key of its own (as a submitter that
+ * retries sends it).
+ */
+export function leaseholdSubmitters(rest: Rest, workload: string, opts: { workers: number; limit?: number; keyed?: boolean }): Load {
   let done = 0;
   let sent = 0;
   const limit = opts.limit ?? Infinity;
@@ -258,9 +262,11 @@ export function leaseholdSubmitters(rest: Rest, workload: string, opts: { worker
       let i = 0;
       while (running() && sent < limit) {
         sent++;
+        const n = i++;
         const r = await rest("POST", "/jobs", {
           workload,
-          tasks: [{ chunk_index: 0, input_uri: `s3://one/${id}/${i++}`, input_sha256: SHA }],
+          tasks: [{ chunk_index: 0, input_uri: `s3://one/${id}/${n}`, input_sha256: SHA }],
+          ...(opts.keyed ? { idempotency_key: `${workload}-${id}-${n}` } : {}),
         });
         if (r.status !== 201) throw new Error(`POST /jobs answered ${r.status}`);
         done++;

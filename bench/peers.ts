@@ -315,7 +315,12 @@ async function round(n: number, ctx: Context): Promise<Round> {
     rows["one-task jobs, 16 concurrent submitters"] = row(lSub, gSub, "graphile-worker addJob ×16", "jobs/s");
     cpu["submit one-task job (leasehold)"] = lSub.cpu;
     cpu["submit one-task job (graphile addJob)"] = gSub.cpu;
-    log(`one-task jobs: leasehold ${fmt(lSub.rate)}, graphile ${fmt(gSub.rate)}`);
+    // The same with an idempotency key each (a submitter that retries): such a job runs its own
+    // statement, as CreateJob's coalesced lane takes no keys (coalescing/coalesced-create.ts).
+    const lKeyed = await win(leaseholdSubmitters(rest, `onejob_${n}`, { workers: WORKERS, keyed: true }));
+    rows["one-task jobs, an idempotency key each, 16 concurrent submitters"] = row(lKeyed, gSub, "graphile-worker addJob ×16", "jobs/s");
+    cpu["submit one-task job with a key (leasehold)"] = lKeyed.cpu;
+    log(`one-task jobs: leasehold ${fmt(lSub.rate)} (keyed ${fmt(lKeyed.rate)}), graphile ${fmt(gSub.rate)}`);
     await clearGraphile();
 
     // 3. Single-task claim → complete: Leasehold over REST vs graphile-worker concurrency 16.
