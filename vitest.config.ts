@@ -27,6 +27,7 @@ const API_SUITES = [
   "test/store/switches.test.ts",
   "test/api/settlements-api.test.ts",
   "test/api/undecodable.test.ts",
+  "test/api/careless-clients.test.ts",
   "test/api/create-job-view.test.ts",
 ];
 
@@ -61,6 +62,11 @@ export default defineConfig({
     hookTimeout: 120_000,
     // Test files spawn real coordinators and Postgres work; two cores cannot run many at once.
     maxWorkers: 2,
+    // A worker process runs one file after another with the modules it has loaded (each project
+    // has workers of its own, so its switches hold): re-importing the coordinator's modules for every
+    // file was ~140 s of a run's CPU. Every file still gets its own database, server and pools, and
+    // test/support/pg-warnings.ts listens once per process.
+    isolate: false,
     projects: [
       {
         extends: true,

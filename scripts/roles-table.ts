@@ -38,6 +38,7 @@ export function rolesTable(): string {
       }`,
     ],
     ["`billing`", billing.map((m) => code(m.rpc)).join(", ")],
+    ["`metrics`", "no RPC: `GET /metrics` only (a scrape token; admin tokens may scrape too, no other role)"],
     ["`admin`", `every RPC (${all.length}), including ${adminOnly.map((m) => code(m.rpc)).join(" and ")}, which only admin may call`],
   ];
   return ["| Role | May call |", "|---|---|", ...rows.map(([role, calls]) => `| ${role} | ${calls} |`)].join("\n");

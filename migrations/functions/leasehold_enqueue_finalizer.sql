@@ -16,6 +16,14 @@
  * input_sha256 is the sha256 of the parent's id. A finalizer whose workload was deleted since is
  * skipped rather than failing the parent's last completion. Its job and task ids are time-ordered
  * (version 7, leasehold_uuidv7), as every other job's and task's.
+ *
+ * The finalizer's work is the parent's caller's: it belongs to the parent's account (its quota, and
+ * its settlement: the finalizer job is billed on its own, listed by ListSettlements with its
+ * parent_job_id), and a parent billable without an account (a billing context only) makes a
+ * finalizer billable too, with 0 units reserved (the parent's billing key stays the parent's).
+ * The quota never refuses it: a job with a finalizer held one task of its account's quota for it
+ * from its creation (accounts.ts), which this insert takes over in the same transaction as the
+ * parent leaves the account's unfinished jobs.
  */
 CREATE OR REPLACE FUNCTION leasehold_enqueue_finalizer() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -32,9 +40,11 @@ BEGIN
   END IF;
   params := coalesce(NEW.finalizer_parameters, '{}'::jsonb)
     || jsonb_build_object('parent_job_id', NEW.id::text, 'parent_status', NEW.status::text);
-  INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, traceparent, failure_policy, max_failed_tasks, parent_job_id)
+  INSERT INTO jobs (id, workload, input_uri, input_sha256, parameters, priority, traceparent, failure_policy, max_failed_tasks, parent_job_id,
+    account, reserved_units)
   VALUES (fin_id, w.name, 'leasehold:jobs/' || NEW.id::text, encode(sha256(convert_to(NEW.id::text, 'UTF8')), 'hex'), params,
-    NEW.priority, NEW.traceparent, w.failure_policy, 0, NEW.id)
+    NEW.priority, NEW.traceparent, w.failure_policy, 0, NEW.id,
+    NEW.account, CASE WHEN NEW.account IS NULL AND (NEW.reserved_units IS NOT NULL OR NEW.billing_key IS NOT NULL) THEN 0 END)
   ON CONFLICT DO NOTHING;
   IF NOT FOUND THEN
     RETURN NEW;

@@ -64,6 +64,8 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   getAccountUsage: { roles: ["billing"] },
   listSettlements: { roles: ["billing"] },
   settleJob: { roles: ["billing"] },
+  listAdjustments: { roles: ["billing"] },
+  settleAdjustment: { roles: ["billing"] },
 };
 
 /** Every worker_id a request acts as (empty for RPCs that are not a worker's). */

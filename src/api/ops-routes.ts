@@ -5,6 +5,8 @@ import type { Logger } from "pino";
 import type { ApiMetrics } from "../telemetry/metrics.js";
 import type { Authenticator } from "./auth.js";
 import { HttpError } from "./errors.js";
+import { PermissionDeniedError } from "../queue/errors.js";
+import type { Role } from "../config/index.js";
 import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { sendJson } from "./respond.js";
 import type { RequestInfo } from "./request-info.js";
@@ -12,11 +14,14 @@ import type { RequestInfo } from "./request-info.js";
 export interface OpsRoutesOptions {
   logger: Logger;
   readiness: () => Promise<{ ready: boolean; detail?: string }>;
-  /** With tokens configured, /metrics needs a valid token of any role; /healthz and /readyz stay open. */
+  /** With tokens configured, /metrics needs an admin or metrics token; /healthz and /readyz stay open. */
   auth?: Authenticator;
   /** Undefined: /metrics is a 404 (answered by the API's fallback). */
   metrics?: ApiMetrics;
 }
+
+/** The roles that may scrape /metrics when tokens are configured. */
+export const METRICS_ROLES: readonly Role[] = ["admin", "metrics"];
 
 export type OpsRoutes = (req: NodeRequest, res: NodeResponse, pathname: string, info: RequestInfo) => Promise<boolean>;
 
@@ -55,8 +60,14 @@ export function createOpsRoutes(opts: OpsRoutesOptions): OpsRoutes {
       info.protocol = "http";
       info.operation = "metrics";
       allowGet(req, pathname);
-      // With tokens configured, any valid token may scrape (UnauthenticatedError: 401 in the REST error shape).
-      if (opts.auth) info.role = opts.auth.authenticate(req.headers.authorization).role;
+      // With tokens configured, an admin or a metrics (scrape) token: the counts are every account's
+      // and every workload's, which no other role may read (401 or 403 in the REST error shape).
+      if (opts.auth) {
+        const role = opts.auth.authenticate(req.headers.authorization).role;
+        info.role = role;
+        if (!METRICS_ROLES.includes(role))
+          throw new PermissionDeniedError(`a ${role} token may not read /metrics (admin and metrics tokens may)`);
+      }
       const text = await opts.metrics.render();
       res.statusCode = 200;
       res.setHeader("content-type", opts.metrics.contentType);

@@ -20,6 +20,9 @@ export const HOT_OPERATIONS: ReadonlySet<string> = new Set([
   "ReportProgress",
 ]);
 
+/** Probes and scrapes (orchestrators' health checks, Prometheus): their successes come every few seconds per instance, so at debug. */
+const PROBES: ReadonlySet<string> = new Set(["healthz", "readyz", "metrics"]);
+
 /** Outcomes that are the server's trouble, not the caller's: logged at warn. */
 const SERVER_CODES: ReadonlySet<string> = new Set(["unavailable", "deadline_exceeded", "internal", "unknown", "data_loss"]);
 
@@ -33,7 +36,7 @@ export const DEFAULT_SLOW_MS = 500;
  * The level of a request's line: error for an unexpected failure (mapped to INTERNAL), warn for
  * another failure of the server (a 5xx, an unavailable database, a deadline), info for a client's
  * mistake, a slow call (beyond what a long poll asked to wait) or a call that is not a hot one,
- * debug for a hot call that succeeded in time.
+ * debug for a hot call or a probe that succeeded in time.
  */
 export function requestLevel(info: RequestInfo, status: number, code: string | undefined, durationMs: number, slowMs: number): Level {
   if (info.error !== undefined) return "error";
@@ -41,7 +44,7 @@ export function requestLevel(info: RequestInfo, status: number, code: string | u
   if (isSlow(info, durationMs, slowMs)) return "info";
   const ok = code === undefined ? status < 400 : code === "ok";
   if (!ok) return "info";
-  return info.operation !== undefined && HOT_OPERATIONS.has(info.operation) ? "debug" : "info";
+  return info.operation !== undefined && (HOT_OPERATIONS.has(info.operation) || PROBES.has(info.operation)) ? "debug" : "info";
 }
 
 function isSlow(info: RequestInfo, durationMs: number, slowMs: number): boolean {

@@ -25,6 +25,7 @@ import type { HttpRule } from "../../gen/google/api/http_pb.js";
 import { ValidationError } from "../queue/errors.js";
 import { requireUuid } from "../queue/validation.js";
 import { readBody } from "./body.js";
+import { prototypeKeyError, prototypeKeyInJson } from "./prototype-keys.js";
 import type { UnarySeam } from "./direct/seam.js";
 import { withCallSignal } from "./direct/invoke.js";
 import { HttpError } from "./errors.js";
@@ -142,6 +143,9 @@ async function decodeBody(req: NodeRequest, maxBytes: number): Promise<JsonObjec
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
     throw new HttpError(Code.InvalidArgument, "request body must be a JSON object");
   }
+  // A "__proto__" key would be dropped by the decoder: refused, naming where (prototype-keys.ts).
+  const protoKey = prototypeKeyInJson(value, text);
+  if (protoKey) throw prototypeKeyError(protoKey);
   return value as JsonObject;
 }
 

@@ -44,7 +44,7 @@ export interface ApiServerOptions {
   /** PEM certificate chain and key: serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN) instead of cleartext. */
   tls?: { cert: Buffer | string; key: Buffer | string };
   /**
-   * Prometheus metrics: served on GET /metrics (with auth: to a valid token of any role) and
+   * Prometheus metrics: served on GET /metrics (with auth: to an admin or a metrics token) and
    * told every RPC's duration. Undefined: /metrics is a 404.
    */
   metrics?: ApiMetrics;

@@ -19,6 +19,7 @@ import { inspectCommands } from "./commands/inspect.js";
 import { jobCommands } from "./commands/job.js";
 import { scheduleCommands } from "./commands/schedule.js";
 import { settlementCommands } from "./commands/settlement.js";
+import { adjustmentCommands } from "./commands/adjustment.js";
 import { tokenCommands } from "./commands/token.js";
 import { workloadCommands } from "./commands/workload.js";
 import type { CliEnvironment } from "../config/index.js";
@@ -34,6 +35,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...scheduleCommands,
   ...accountCommands,
   ...settlementCommands,
+  ...adjustmentCommands,
   ...accountUsageCommands,
 ];
 

@@ -65,13 +65,14 @@ export interface Config {
   horizonWarnAfterMs: number;
 }
 
-export const ROLES = ["submitter", "worker", "billing", "admin"] as const;
+/** `metrics` is a scrape token: GET /metrics and nothing else (no RPC). */
+export const ROLES = ["submitter", "worker", "billing", "metrics", "admin"] as const;
 export type Role = (typeof ROLES)[number];
 
 /**
  * One line of AUTH_TOKENS_FILE: `<sha256-hex> <role> [third field]`. The third field is a worker's
  * worker_id prefix (required), or the account a submitter is bound to (optional: an unbound
- * submitter sees every job, single-tenant mode); admin and billing tokens take none.
+ * submitter sees every job, single-tenant mode); admin, billing and metrics tokens take none.
  */
 export interface AuthTokenEntry {
   /** sha256 of the token, 64 lowercase hex characters. */

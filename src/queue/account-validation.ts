@@ -44,9 +44,23 @@ export function validateBilling(field: string, v: unknown): Billing | undefined 
         fail(`${field}.reserved_units`, `must be an integer from 0 to ${Number.MAX_SAFE_INTEGER}`);
       return r;
     },
-    () => optionalText(`${field}.billing_key`, b.billingKey, LIMITS.idempotencyKeyLength) ?? null,
+    () => {
+      const key = optionalText(`${field}.billing_key`, b.billingKey, LIMITS.idempotencyKeyLength);
+      return key === undefined ? null : requireTrimmedKey(`${field}.billing_key`, key);
+    },
   );
   return { reservedUnits, billingKey };
+}
+
+/**
+ * A key of the money path (a billing key, a settlement key) as given: refused when blank or when it
+ * begins or ends with whitespace, rather than trimmed, since the key is what makes a retried call
+ * the same one ("order-1" and "order-1 " would reserve twice), and a key of spaces is a client's bug.
+ */
+export function requireTrimmedKey(field: string, key: string): string {
+  if (key.trim() === "") fail(field, "must not be blank");
+  if (key.trim() !== key) fail(field, "must not begin or end with whitespace");
+  return key;
 }
 
 /**
@@ -60,4 +74,17 @@ export function jobAccount(requested: string | undefined, bound: string | undefi
     throw new PermissionDeniedError(`account: this token creates jobs of account ${JSON.stringify(bound)} only`);
   }
   return named ?? bound;
+}
+
+/**
+ * A bound caller's concurrency key is its account's: the account itself (the default when the
+ * request names none) or one under it, `<account>/…`. Another key, another account's name above
+ * all, would take that key's fair share and its per-key cap: PERMISSION_DENIED naming the field,
+ * before anything is written.
+ */
+export function requireOwnConcurrencyKey(key: string, bound: string): void {
+  if (key === bound || key.startsWith(`${bound}/`)) return;
+  throw new PermissionDeniedError(
+    `concurrency_key: this token's jobs take their account's keys only: ${JSON.stringify(bound)} (the default) or "${bound}/…"`,
+  );
 }

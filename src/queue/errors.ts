@@ -44,7 +44,7 @@ const KNOWN_WORKLOADS_SHOWN = 50;
 export class NotFoundError extends QueueError {
   readonly kind = "not_found";
   constructor(
-    readonly entity: "job" | "task" | "workload" | "schedule" | "account",
+    readonly entity: "job" | "task" | "workload" | "schedule" | "account" | "adjustment",
     readonly id: string,
     readonly field: string = `${entity}_id`,
     readonly known?: readonly string[],

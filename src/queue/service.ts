@@ -4,8 +4,12 @@ import type {
   Account,
   AccountUsage,
   AccountUsageInput,
+  ListAdjustmentsInput,
+  ListAdjustmentsResult,
   ListSettlementsInput,
   ListSettlementsResult,
+  SettleAdjustmentInput,
+  UsageAdjustment,
   PutAccountInput,
   SettleJobInput,
   BatchCompletedAndClaimed,
@@ -52,6 +56,8 @@ export interface AccountsApi {
   getAccountUsage(input: AccountUsageInput, opts?: CallOptions): Promise<AccountUsage>;
   listSettlements(input: ListSettlementsInput, opts?: CallOptions): Promise<ListSettlementsResult>;
   settleJob(input: SettleJobInput, opts?: CallOptions): Promise<Job>;
+  listAdjustments(input: ListAdjustmentsInput, opts?: CallOptions): Promise<ListAdjustmentsResult>;
+  settleAdjustment(input: SettleAdjustmentInput, opts?: CallOptions): Promise<UsageAdjustment>;
 }
 
 /**

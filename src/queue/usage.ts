@@ -11,6 +11,13 @@ const ACCOUNT_NAME = WORKLOAD_NAME;
 export const USAGE_KEY = /^[a-z][a-z0-9_.]{0,62}$/;
 
 /**
+ * Names an object already has (Object.prototype's, and `prototype`): a counter so named would read
+ * or replace what every object inherits wherever usage is summed in JavaScript (`sum[k] ?? 0` of
+ * "constructor" is a function), so it is refused, never dropped.
+ */
+const RESERVED_KEYS = new Set([...Object.getOwnPropertyNames(Object.prototype), "prototype"]);
+
+/**
  * A report's usage, checked: undefined when absent or empty (a report without usage writes
  * nothing of it), else the counters as given. Each violation names `<field>.<key>`.
  */
@@ -23,6 +30,10 @@ export function optionalUsage(field: string, usage: unknown): Usage | undefined 
   if (entries.length > LIMITS.usageCounters)
     violations.push({ field, description: `must hold at most ${LIMITS.usageCounters} counters, not ${entries.length}` });
   for (const [key, value] of entries) {
+    if (RESERVED_KEYS.has(key)) {
+      violations.push({ field: `${field}.${key}`, description: `is a reserved name (${key} is every object's own), not a counter's` });
+      continue;
+    }
     if (!USAGE_KEY.test(key)) {
       violations.push({ field: `${field}.${key}`, description: `the counter's name must match ${USAGE_KEY.source}` });
       continue;

@@ -779,6 +779,8 @@ describe("deadlines and unexpected errors", () => {
       getAccountUsage: (i, o) => real.getAccountUsage(i, o),
       listSettlements: (i, o) => real.listSettlements(i, o),
       settleJob: (i, o) => real.settleJob(i, o),
+      listAdjustments: (i, o) => real.listAdjustments(i, o),
+      settleAdjustment: (i, o) => real.settleAdjustment(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

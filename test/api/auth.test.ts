@@ -212,7 +212,7 @@ describe("configuration", () => {
     const pasted = "lh_this-is-a-token-not-a-hash";
     const cases: [string, RegExp][] = [
       [`# a\n${sha("a")} admin\n${pasted} admin\n`, /line 3: the first field must be the sha256/],
-      [`${sha("a")} root\n`, /line 1: the role must be one of submitter, worker, billing, admin/],
+      [`${sha("a")} root\n`, /line 1: the role must be one of submitter, worker, billing, metrics, admin/],
       [`${sha("a")} worker\n`, /line 1: a worker token needs the worker_id prefix/],
       [
         `${sha("a")} admin gpu-\n`,
@@ -292,6 +292,16 @@ describe("leasehold token new", () => {
     expect(rest).toEqual([]);
     expect(line).toBe(`${sha(token)} submitter`);
     expect(token).not.toBe(out.token);
+  });
+
+  it("makes a metrics (scrape) token: a line of no third field that the config accepts", async () => {
+    const r = await cli(["token", "new", "--role", "metrics", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { token: string; config_line: string };
+    expect(out.config_line).toBe(`${sha(out.token)} metrics`);
+    expect(new Authenticator(parseAuthTokens(out.config_line)).authenticate(`Bearer ${out.token}`)).toEqual({ role: "metrics" });
+    expect(() => configLine("lh_t", "metrics", "gpu-")).toThrow(/only worker tokens take --worker-prefix/);
+    expect(() => configLine("lh_t", "metrics", undefined, "acme")).toThrow(/only submitter tokens are bound to an account/);
   });
 
   it("configLine binds a submitter to an account, and refuses an account on any other role", () => {

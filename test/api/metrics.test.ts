@@ -21,7 +21,14 @@ import { apiServerFixture, type ApiServerFixture } from "../support/api-server.j
 import { SWITCHES } from "../support/switches.js";
 import { sha } from "../support/queue.js";
 
-const TOKENS = { worker: `lh_worker_${randomUUID()}`, submitter: `lh_sub_${randomUUID()}` };
+const TOKENS = {
+  worker: `lh_worker_${randomUUID()}`,
+  submitter: `lh_sub_${randomUUID()}`,
+  bound: `lh_bound_${randomUUID()}`,
+  billing: `lh_billing_${randomUUID()}`,
+  metrics: `lh_metrics_${randomUUID()}`,
+  admin: `lh_admin_${randomUUID()}`,
+};
 
 let db: TestDatabase;
 let pool: pg.Pool;
@@ -42,7 +49,8 @@ function logger() {
       cb();
     },
   });
-  return pino({ level: "info" }, sink);
+  // debug: a successful scrape's line is at that level (request-log.ts).
+  return pino({ level: "debug" }, sink);
 }
 
 beforeAll(async () => {
@@ -68,6 +76,10 @@ beforeAll(async () => {
     auth: new Authenticator([
       { sha256: sha(TOKENS.worker), role: "worker", workerPrefix: "gpu-" },
       { sha256: sha(TOKENS.submitter), role: "submitter" },
+      { sha256: sha(TOKENS.bound), role: "submitter", account: "acme" },
+      { sha256: sha(TOKENS.billing), role: "billing" },
+      { sha256: sha(TOKENS.metrics), role: "metrics" },
+      { sha256: sha(TOKENS.admin), role: "admin" },
     ]),
   });
   authBase = authServer.base;
@@ -234,7 +246,7 @@ describe("GET /metrics", () => {
     await fetch(`${base}/metrics`, { headers: { "x-request-id": requestId } });
     await new Promise((r) => setTimeout(r, 50));
     const line = logLines.find((l) => l.request_id === requestId);
-    expect(line).toMatchObject({ msg: "request", path: "/metrics", operation: "metrics", method: "GET", status: 200 });
+    expect(line).toMatchObject({ level: 20, msg: "request", path: "/metrics", operation: "metrics", method: "GET", status: 200 });
   });
 
   it("counts claims refused by a cap and by a rate limit, per workload, and shows the leased tasks while they are leased", async () => {
@@ -277,7 +289,7 @@ describe("GET /metrics", () => {
 });
 
 describe("GET /metrics with bearer tokens configured", () => {
-  it("needs a valid token of any role", async () => {
+  it("needs an admin or a metrics token: any other role is 403, as the counts are every account's", async () => {
     const none = await fetch(`${authBase}/metrics`);
     const body = (await none.json()) as { error: { code: string; message: string; request_id: string } };
     expect(none.status).toBe(401);
@@ -287,9 +299,20 @@ describe("GET /metrics with bearer tokens configured", () => {
     const wrong = await fetch(`${authBase}/metrics`, { headers: { authorization: `Bearer lh_wrong_${randomUUID()}` } });
     expect(wrong.status).toBe(401);
 
-    const worker = await scrape(authBase, { authorization: `Bearer ${TOKENS.worker}` });
-    expect(value(worker, "leasehold_claims_total")).toBeGreaterThanOrEqual(1);
-    await scrape(authBase, { authorization: `Bearer ${TOKENS.submitter}` });
+    const scraped = await scrape(authBase, { authorization: `Bearer ${TOKENS.metrics}` });
+    expect(value(scraped, "leasehold_claims_total")).toBeGreaterThanOrEqual(1);
+    await scrape(authBase, { authorization: `Bearer ${TOKENS.admin}` });
+    for (const role of ["worker", "submitter", "bound", "billing"] as const) {
+      const refused = await fetch(`${authBase}/metrics`, { headers: { authorization: `Bearer ${TOKENS[role]}` } });
+      const error = ((await refused.json()) as { error: { code: string; message: string } }).error;
+      expect([role, refused.status, error.code], error.message).toEqual([role, 403, "permission_denied"]);
+      expect(error.message).toContain("/metrics");
+    }
+  });
+
+  it("a metrics token calls no RPC", async () => {
+    const res = await fetch(`${authBase}/jobs?page_size=1`, { headers: { authorization: `Bearer ${TOKENS.metrics}` } });
+    expect(res.status).toBe(403);
   });
 
   it("keeps /healthz open", async () => {

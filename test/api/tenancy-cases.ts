@@ -68,4 +68,6 @@ export const CASES: { [M in MethodName]: AccessCase } = {
   getAccountUsage: { target: "none", request: (_f, account) => ({ account }) },
   listSettlements: { target: "none", request: () => ({}) },
   settleJob: { target: "none", request: (f) => ({ jobId: f.jobId, settlementKey: "access-test", settledUnits: "1" }) },
+  listAdjustments: { target: "none", request: () => ({}) },
+  settleAdjustment: { target: "none", request: (f) => ({ adjustmentId: f.jobId, settlementKey: "access-test", settledUnits: "1" }) },
 };

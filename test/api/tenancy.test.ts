@@ -22,6 +22,7 @@ import { sha } from "../support/queue.js";
 import { restCall } from "../support/rest.js";
 import { LIST_JOBS_BY_ACCOUNT, LIST_TASKS, SELECT_ACCOUNT_TASK } from "../support/statements.js";
 import { SWITCHES } from "../support/switches.js";
+import { accountStates, type AccountStates } from "../support/tenancy-states.js";
 import { CASES, IDLE_WORKLOAD, WORKER_PREFIX, WORKLOAD, type AccessCase, type Fixture } from "./tenancy-cases.js";
 
 const OWN = "acme";
@@ -266,6 +267,56 @@ describe.each(TRANSPORTS)("%s: a bound token", (_transport, call) => {
     expect(refused.code).toBe("permission_denied");
     expect(refused.message).toMatch(/account/);
     expect(await count()).toBe(n);
+  });
+});
+
+describe.each(TRANSPORTS)("%s: a bound token on another account's jobs in every state", (_transport, call) => {
+  // Another account's jobs as callers and workers leave them (tenancy-states.ts), so that every
+  // statement's scope meets a row it must not return: a result to read, a failure, a settlement, a
+  // finalizer's job, a tick's job. Each RPC on each answers as for a job that does not exist, and
+  // changes nothing; listings hold none of them.
+  let foreign: AccountStates;
+  const TARGETED = METHODS.filter((m) => CASES[m].target === "job" || CASES[m].target === "task");
+
+  beforeAll(async () => {
+    foreign = await accountStates(queue, pool, FOREIGN, `api_${_transport.toLowerCase()}`);
+  });
+
+  it.each(TARGETED)("%s: NOT_FOUND as for a missing job, nothing changed", async (method) => {
+    const rpc = QueueService.method[method] as DescMethod;
+    const c = CASES[method];
+    for (const s of foreign.states) {
+      const f: Fixture = { jobId: s.jobId, taskId: s.taskId };
+      const before = await rowsOf(s.jobId);
+      const got = await call(rpc, c.request(f, FOREIGN), BOUND.token);
+      const where = `${method} on another account's ${s.state} job: ${got.code} ${got.message}`;
+      expect(got.code, where).toBe("not_found");
+      const missing: Fixture = { jobId: randomUUID(), taskId: randomUUID() };
+      const gone = await call(rpc, c.request(missing, FOREIGN), BOUND.token);
+      const id = c.target === "task" ? "taskId" : "jobId";
+      expect(got.message.replace(f[id], "<id>"), where).toBe(gone.message.replace(missing[id], "<id>"));
+      expect(got.response, where).toBeUndefined();
+      expect(await rowsOf(s.jobId), where).toEqual(before);
+      // The admin finds it: the NOT_FOUND was the scope's.
+      if (method === "getJob") expect((await call(rpc, c.request(f, FOREIGN), ADMIN.token)).code, where).toBe("ok");
+    }
+  });
+
+  it("ListJobs, of a schedule or not, holds none of them", async () => {
+    const ids = new Set(foreign.states.map((s) => s.jobId));
+    for (const request of [
+      { pageSize: 1000 },
+      { pageSize: 1000, account: FOREIGN },
+      { scheduleName: foreign.scheduleName, pageSize: 1000 },
+    ]) {
+      const got = await call(QueueService.method.listJobs, request, BOUND.token);
+      expect(got.code).toBe("ok");
+      const listed: string[] = (got.response?.jobs ?? []).map((j: { id: string }) => j.id);
+      expect(
+        listed.filter((id) => ids.has(id)),
+        JSON.stringify(request),
+      ).toEqual([]);
+    }
   });
 });
 

@@ -85,4 +85,38 @@ describe("leasehold settlements and job settle", () => {
     }
     expect((await cli(["settlements", "list", "--account", "acme"])).stdout).toBe("no unsettled jobs\n");
   }, 60_000);
+
+  it("lists a late result's usage after its job was settled as an adjustment, and settles it once", async () => {
+    const created = await restCall(base, "POST", "/jobs", { workload: "billed", input_uri: "s3://in/late", input_sha256: sha("late") });
+    const id = (created.body as { job: { id: string } }).job.id;
+    await sql.query(`UPDATE jobs SET account = 'globex' WHERE id = $1`, [id]);
+    const claimed = await restCall(base, "POST", "/tasks/claim", { worker_id: "cli-w", workloads: ["billed"], max_tasks: 1 });
+    const task = (claimed.body as { tasks: { id: string; job_id: string; attempt: number }[] }).tasks[0];
+    expect(task.job_id).toBe(id);
+    expect((await restCall(base, "POST", `/jobs/${id}/cancel`, {})).status).toBe(200);
+    expect((await cli(["job", "settle", id, "--key", "late-1", "--units", "0"])).code).toBe(0);
+    const late = await restCall(base, "POST", `/tasks/${task.id}/result`, {
+      worker_id: "cli-w",
+      attempt: task.attempt,
+      result_uri: "s3://out/late",
+      result_sha256: sha("out"),
+      usage: { gpu_ms: "1200" },
+    });
+    expect(late.status).toBe(200);
+
+    const list = await cli(["adjustments", "list", "--account", "globex"]);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toMatch(/^ID\s+JOB\s+ACCOUNT\s+WORKLOAD\s+USAGE\s+ACCEPTED/);
+    expect(list.stdout).toContain(id);
+    expect(list.stdout).toContain("gpu_ms=1200");
+    const listed = await cli(["adjustments", "list", "--json"]);
+    const [adjustment] = (JSON.parse(listed.stdout) as { adjustments: { id: string; job_id: string }[] }).adjustments;
+    expect(adjustment.job_id).toBe(id);
+
+    const settled = await cli(["adjustment", "settle", adjustment.id, "--key", "adj-1", "--units", "12"]);
+    expect(settled.code, settled.stderr).toBe(0);
+    expect(settled.stdout).toContain(`adjustment ${adjustment.id} settled: key adj-1, 12 units`);
+    expect((await cli(["adjustment", "settle", adjustment.id, "--key", "adj-2", "--units", "12"])).code).toBe(1);
+    expect((await cli(["adjustments", "list"])).stdout).toBe("no unsettled adjustments\n");
+  }, 60_000);
 });

@@ -29,6 +29,7 @@ import { exitCodeOf, WatchState } from "../../src/cli/watch.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { killAll, ROOT, spawnCoordinator } from "../support/process.js";
 import { sha } from "../support/queue.js";
+import { nodeEntry } from "../support/entry.js";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -60,7 +61,7 @@ interface Run {
 /** Starts the CLI (with --url of the test coordinator unless `url` is false). */
 function start(args: string[], opts: { stdin?: string; url?: boolean } = {}): Run {
   const argv = opts.url === false ? args : ["--url", base, ...args];
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...argv], { cwd: ROOT, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [...nodeEntry("src/cli/main.ts"), ...argv], { cwd: ROOT, stdio: ["pipe", "pipe", "pipe"] });
   children.add(child);
   let stdout = "";
   let stderr = "";

@@ -30,7 +30,12 @@ declare const document: {
   body: { dataset: Record<string, string | undefined> };
 };
 
-const TOKENS = { admin: `lh_admin_${randomUUID()}`, submitter: `lh_submitter_${randomUUID()}`, billing: `lh_billing_${randomUUID()}` };
+const TOKENS = {
+  admin: `lh_admin_${randomUUID()}`,
+  submitter: `lh_submitter_${randomUUID()}`,
+  billing: `lh_billing_${randomUUID()}`,
+  bound: `lh_bound_${randomUUID()}`,
+};
 
 let db: TestDatabase;
 let tmp: string;
@@ -44,7 +49,10 @@ beforeAll(async () => {
   ensureUiBuilt();
   tmp = mkdtempSync(path.join(os.tmpdir(), "leasehold-console-money-"));
   const tokens = path.join(tmp, "tokens");
-  writeFileSync(tokens, `${sha(TOKENS.admin)} admin\n${sha(TOKENS.submitter)} submitter\n${sha(TOKENS.billing)} billing\n`);
+  writeFileSync(
+    tokens,
+    `${sha(TOKENS.admin)} admin\n${sha(TOKENS.submitter)} submitter\n${sha(TOKENS.billing)} billing\n${sha(TOKENS.bound)} submitter umbrella\n`,
+  );
   db = await createTestDatabase();
   const coordinator = spawnCoordinator({ DATABASE_URL: db.url, PORT: "0", AUTH_TOKENS_FILE: tokens });
   [base, browser] = await Promise.all([coordinator.listening(60_000), launchBrowser()]);
@@ -165,5 +173,29 @@ describe("console: the money path", () => {
     await page.reload({ waitUntil: "domcontentloaded" });
     await page.waitForSelector(`#settlements tr[data-job="${second}"]`, WAIT);
     expect(await page.evaluate(() => document.querySelectorAll("#settlements tbody tr").length)).toBe(1);
+  });
+
+  it("shows a bound submitter's overview its own account's jobs, and never asks for /metrics (every account's counts)", async () => {
+    await api.putAccount({ name: "umbrella" });
+    await api.putAccount({ name: "wayne" });
+    const job = (account: string) =>
+      api.createJob({ workload: "idle", account, inputUri: `s3://in/${randomUUID()}`, inputSha256: sha(randomUUID()) });
+    const cancelled = await job("umbrella");
+    await api.cancelJob({ jobId: cancelled.job!.id });
+    await job("umbrella");
+    for (let i = 0; i < 3; i++) await job("wayne");
+    const page = await signedIn(TOKENS.bound, "#/jobs");
+    const scraped: string[] = [];
+    page.on("request", (r) => {
+      if (new URL(r.url()).pathname === "/metrics") scraped.push(r.url());
+    });
+    await page.evaluate(() => ((globalThis as unknown as { location: { hash: string } }).location.hash = "#/"));
+    await page.waitForFunction(() => document.getElementById("own-jobs") !== null, WAIT);
+    const text = await page.evaluate(() => document.getElementById("own-jobs")?.textContent ?? "");
+    // Its two jobs (one pending, one cancelled); none of wayne's three pending ones.
+    expect(text).toBe("StatusJobspending1cancelled1");
+    expect(await page.evaluate(() => document.getElementById("workload-counts"))).toBeNull();
+    expect(await axeSerious(page)).toEqual([]);
+    expect(scraped).toEqual([]);
   });
 });

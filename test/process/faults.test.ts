@@ -16,6 +16,7 @@ import { freePort } from "../support/global-setup.js";
 import { killAll, spawnCoordinator, type Spawned } from "../support/process.js";
 import { call as httpCall, closeAgent, type Answer } from "../support/http.js";
 import { sha } from "../support/queue.js";
+import { switchEnv } from "../support/switches.js";
 
 const SHA = sha("fault");
 const dbs: TestDatabase[] = [];
@@ -45,7 +46,9 @@ async function startCoordinators(
   return Promise.all(
     Array.from({ length: n }, async () => {
       const port = await freePort();
-      const full = { PORT: String(port), REAPER_INTERVAL_MS: "200", POLL_INTERVAL_MS: "200", ...env };
+      // The run's switches (this suite runs again with COALESCE=false and CLAIM_HINTS=false): the
+      // coordinators it kills and restarts are the ones that project is about.
+      const full = { PORT: String(port), REAPER_INTERVAL_MS: "200", POLL_INTERVAL_MS: "200", ...switchEnv(), ...env };
       const proc = spawnCoordinator(full);
       return { proc, base: await proc.listening(), port, env: full };
     }),

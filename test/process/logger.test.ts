@@ -146,6 +146,13 @@ describe("the request log's levels", () => {
     expect(requestLevel(claim, 409, "aborted", 20, 500)).toBe("info");
   });
 
+  it("probes and scrapes that succeed are debug lines (one every few seconds per instance); a failed one is not", () => {
+    for (const operation of ["healthz", "readyz", "metrics"])
+      expect(requestLevel({ requestId: "r", operation }, 200, undefined, 5, 500)).toBe("debug");
+    expect(requestLevel({ requestId: "r", operation: "readyz" }, 503, undefined, 5, 500)).toBe("warn");
+    expect(requestLevel({ requestId: "r", operation: "metrics" }, 401, undefined, 5, 500)).toBe("info");
+  });
+
   it("LOG_SLOW_MS is read by the config (default 500) and refused when not a positive integer", () => {
     expect(loadConfig({}).logSlowMs).toBe(500);
     expect(loadConfig({ LOG_SLOW_MS: "50" }).logSlowMs).toBe(50);

@@ -148,17 +148,30 @@ describe("CreateJob with an account", () => {
     expect((await q.createJob(job(undefined, 2, { billing: { billingKey: "k1" } }))).created).toBe(true);
   });
 
-  it("refuses an idempotency key another account used without naming that account's job", async () => {
+  it("scopes idempotency keys to the account: another account's use of a key is neither found nor told", async () => {
     await q.putAccount({ name: "acc-ik-a" });
     await q.putAccount({ name: "acc-ik-b" });
     const own = await q.createJob(job("acc-ik-a", 1, { idempotencyKey: "acc-ik" }));
     const mine = await q.createJob(job("acc-ik-a", 2, { idempotencyKey: "acc-ik" })).catch((e: unknown) => e);
+    expect(mine).toBeInstanceOf(IdempotencyConflictError);
     expect((mine as Error).message).toContain(own.job.id);
-    const before = await written();
-    const theirs = await q.createJob(job("acc-ik-b", 1, { idempotencyKey: "acc-ik" })).catch((e: unknown) => e);
-    expect(theirs).toBeInstanceOf(IdempotencyConflictError);
-    expect((theirs as Error).message).toBe("idempotency_key: was used for a different request");
-    expect(await written()).toEqual(before);
+    // Another account (a squatter before the owner, or a stranger after): a job of its own, created,
+    // exactly as for a key nobody used; the first account's replay still answers its own job.
+    const theirs = await q.createJob(job("acc-ik-b", 2, { idempotencyKey: "acc-ik" }));
+    expect(theirs.created).toBe(true);
+    expect(theirs.job.id).not.toBe(own.job.id);
+    expect(theirs.job.account).toBe("acc-ik-b");
+    expect(await q.createJob(job("acc-ik-a", 1, { idempotencyKey: "acc-ik" }))).toMatchObject({ created: false, job: { id: own.job.id } });
+    expect(await q.createJob(job("acc-ik-b", 2, { idempotencyKey: "acc-ik" }))).toMatchObject({
+      created: false,
+      job: { id: theirs.job.id },
+    });
+    // The jobs without an account share one namespace, as before accounts (single-tenant mode).
+    const open = await q.createJob(job(undefined, 1, { idempotencyKey: "acc-ik" }));
+    expect(open.created).toBe(true);
+    const again = await q.createJob(job(undefined, 2, { idempotencyKey: "acc-ik" })).catch((e: unknown) => e);
+    expect(again).toBeInstanceOf(IdempotencyConflictError);
+    expect((again as Error).message).toContain(open.job.id);
   });
 
   it("refuses bad billing naming the field, writing nothing", async () => {

@@ -1,7 +1,9 @@
-// The CLI as a user runs it: a child process (node --import tsx src/cli/main.ts) from the
-// repository's root, its output collected until it exits.
+// The CLI as a user runs it: a child process (the built CLI, or node --import tsx src/cli/main.ts
+// when the sources changed since the build: entry.ts) from the repository's root, its output
+// collected until it exits.
 import { spawn } from "node:child_process";
 import { ROOT } from "./process.js";
+import { nodeEntry } from "./entry.js";
 
 export interface CliRun {
   code: number | null;
@@ -11,7 +13,7 @@ export interface CliRun {
 
 /** Runs the CLI with `args`; `stdin` is written and closed (empty by default), `env` replaces the environment. */
 export function runCli(args: string[], opts: { stdin?: string; env?: NodeJS.ProcessEnv } = {}): Promise<CliRun> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], {
+  const child = spawn(process.execPath, [...nodeEntry("src/cli/main.ts"), ...args], {
     cwd: ROOT,
     env: opts.env ?? process.env,
     stdio: ["pipe", "pipe", "pipe"],

@@ -11,6 +11,9 @@ from leasehold import Billing
 
 SENT: set[str] = set()
 
+#: An adjustment id no coordinator has: SettleAdjustment is sent, and answered NOT_FOUND.
+NO_SUCH_ADJUSTMENT = "00000000-0000-4000-8000-000000000000"
+
 
 class Recording:
     """A transport (sync or asyncio) that records each RPC's name before it goes out."""

@@ -12,7 +12,8 @@ import urllib.request
 
 import leasehold.worker
 from leasehold import Client, LeaseholdError, Result, TaskError, Worker
-from parity_rpcs import SENT, Recording, sweep_calls
+from leasehold.errors import NotFoundError
+from parity_rpcs import NO_SUCH_ADJUSTMENT, SENT, Recording, sweep_calls
 
 url = os.environ["LEASEHOLD_URL"]
 transport = os.environ["LEASEHOLD_TRANSPORT"]
@@ -113,6 +114,12 @@ for name, args, kwargs in sweep_calls(prefix, IDLE):
 client.cancel(billed.job.id)
 assert [j.id for j in client.list_settlements(account=f"{prefix}-acct")] == [billed.job.id]
 client.settle_job(billed.job.id, f"{prefix}-invoice", 0)
+assert list(client.list_adjustments(account=f"{prefix}-acct")) == []
+try:
+    client.settle_adjustment(NO_SUCH_ADJUSTMENT, f"{prefix}-adjustment", 0)
+    raise AssertionError("an adjustment that does not exist was settled")
+except NotFoundError:
+    pass
 client.get_task(next(iter(client.list_tasks(idle.job.id))).task.id)
 assert idle.job.id in [j.id for j in client.list_jobs(workload=IDLE)]
 out["rpcs"] = sorted(SENT)

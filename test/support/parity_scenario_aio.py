@@ -11,7 +11,8 @@ import urllib.request
 import leasehold.aio.worker
 from leasehold import LeaseholdError, Result, TaskError
 from leasehold.aio import AsyncClient, AsyncTask, AsyncWorker
-from parity_rpcs import SENT, Recording, sweep_calls
+from leasehold.errors import NotFoundError
+from parity_rpcs import NO_SUCH_ADJUSTMENT, SENT, Recording, sweep_calls
 
 url = os.environ["LEASEHOLD_URL"]
 transport = os.environ["LEASEHOLD_TRANSPORT"]
@@ -101,6 +102,12 @@ async def scenario() -> dict:
     await client.cancel(billed.job.id)
     assert [j.id async for j in client.list_settlements(account=f"{prefix}-acct")] == [billed.job.id]
     await client.settle_job(billed.job.id, f"{prefix}-invoice", 0)
+    assert [a async for a in client.list_adjustments(account=f"{prefix}-acct")] == []
+    try:
+        await client.settle_adjustment(NO_SUCH_ADJUSTMENT, f"{prefix}-adjustment", 0)
+        raise AssertionError("an adjustment that does not exist was settled")
+    except NotFoundError:
+        pass
     await client.get_task([d async for d in client.list_tasks(idle.job.id)][0].task.id)
     assert idle.job.id in [j.id async for j in client.list_jobs(workload=IDLE)]
     out["rpcs"] = sorted(SENT)

@@ -5,6 +5,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { CONFIG_VARIABLES } from "../../src/config/index.js";
 import { switchEnv } from "./switches.js";
+import { nodeEntry } from "./entry.js";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -39,7 +40,7 @@ function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {
 function spawnNode(script: string, args: string[], env: Record<string, string>): Spawned {
   const started = Date.now();
   // --trace-deprecation: a pg warning names its caller (killAll fails the file on it).
-  const child = spawn(process.execPath, ["--trace-deprecation", "--import", "tsx", script, ...args], {
+  const child = spawn(process.execPath, ["--trace-deprecation", ...nodeEntry(script), ...args], {
     cwd: ROOT,
     env: childEnv(env),
     stdio: ["ignore", "pipe", "pipe"],

@@ -7,7 +7,7 @@ both: the same typed answers (:mod:`leasehold.models`), the same numbers in ``pa
 (:mod:`leasehold.errors`).
 """
 
-from .accounts import Account, AccountUsage, Billing, Settlement, Usage, WorkloadUsage
+from .accounts import Account, AccountUsage, Billing, Settlement, Usage, UsageAdjustment, WorkloadUsage
 from .client import Client
 from .errors import (
     AbortedError,
@@ -90,6 +90,7 @@ __all__ = [
     "RetryableError",
     "Schedule",
     "Settlement",
+    "UsageAdjustment",
     "Task",
     "TaskAttempt",
     "TaskCancelled",

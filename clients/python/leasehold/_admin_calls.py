@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ._calls import Paged, Unary, _in, enum_name
-from .accounts import Account, AccountUsage
+from .accounts import Account, AccountUsage, UsageAdjustment
 from .models import FailurePolicy, Job, KeyLimit, Schedule, TaskSpec, Workload, WorkloadKeys, field_of, rfc3339
 
 __all__: list[str] = []
@@ -261,3 +261,25 @@ def settle_job(job_id: str, settlement_key: str, settled_units: int) -> Unary[Jo
     """
     req: JsonObject = {"job_id": job_id, "settlement_key": settlement_key, "settled_units": str(settled_units)}
     return Unary("SettleJob", req, _in("job", Job.from_json))
+
+
+def list_adjustments(*, account: str | None = None, page_size: int | None = None) -> Paged[UsageAdjustment]:
+    """Iterates over unsettled adjustments, oldest first, across every page.
+
+    Each is usage a late result reported after its job was settled, to be charged apart with
+    :meth:`settle_adjustment`. ``account``: only its own.
+    """
+    req: JsonObject = {}
+    if account:
+        req["account"] = account
+    return Paged("ListAdjustments", req, "adjustments", UsageAdjustment.from_json, page_size)
+
+
+def settle_adjustment(adjustment_id: str, settlement_key: str, settled_units: int) -> Unary[UsageAdjustment]:
+    """Records an adjustment's settlement, once, as :meth:`settle_job` does a job's.
+
+    Returns it with its ``settlement``. The same key and units again answer the same; another key or amount
+    raises :class:`~leasehold.errors.AlreadyExistsError`.
+    """
+    req: JsonObject = {"adjustment_id": adjustment_id, "settlement_key": settlement_key, "settled_units": str(settled_units)}
+    return Unary("SettleAdjustment", req, _in("adjustment", UsageAdjustment.from_json))

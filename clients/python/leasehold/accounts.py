@@ -15,7 +15,17 @@ from typing import Any
 
 from ._read import _float, _int, _list, _str, _time, field_of
 
-__all__ = ["Account", "AccountUsage", "Billing", "Settlement", "Usage", "WorkloadUsage", "check_usage", "usage_of"]
+__all__ = [
+    "Account",
+    "AccountUsage",
+    "Billing",
+    "Settlement",
+    "Usage",
+    "UsageAdjustment",
+    "WorkloadUsage",
+    "check_usage",
+    "usage_of",
+]
 
 #: Named usage counters (``{"gpu_ms": 1200, "tokens": 5000}``).
 Usage = dict[str, int]
@@ -81,11 +91,16 @@ class Billing:
 
 @dataclass(frozen=True)
 class Settlement:
-    """A job's settlement, recorded once by :meth:`leasehold.Client.settle_job`."""
+    """A job's (or an adjustment's) settlement, recorded once.
+
+    By :meth:`leasehold.Client.settle_job` (:meth:`~leasehold.Client.settle_adjustment`); ``usage`` is the usage
+    it covers.
+    """
 
     settlement_key: str
     settled_units: int = 0
     settled_at: datetime | None = None
+    usage: Usage = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> Settlement | None:
@@ -93,7 +108,32 @@ class Settlement:
         if not isinstance(d, Mapping) or not _str(d, "settlement_key"):
             return None
         return cls(settlement_key=_str(d, "settlement_key"), settled_units=_int(d, "settled_units"),
-                   settled_at=_time(d, "settled_at"))
+                   settled_at=_time(d, "settled_at"), usage=usage_of(d))
+
+
+@dataclass(frozen=True)
+class UsageAdjustment:
+    """Usage a settled job's late result reported: billed apart.
+
+    Settled once with :meth:`leasehold.Client.settle_adjustment` (docs/money-path.md).
+    """
+
+    id: str
+    job_id: str
+    task_id: str = ""
+    attempt: int = 0
+    account: str = ""
+    workload: str = ""
+    usage: Usage = field(default_factory=dict)
+    created_at: datetime | None = None
+    settlement: Settlement | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> UsageAdjustment:
+        """From its proto JSON."""
+        return cls(id=_str(d, "id"), job_id=_str(d, "job_id"), task_id=_str(d, "task_id"), attempt=_int(d, "attempt"),
+                   account=_str(d, "account"), workload=_str(d, "workload"), usage=usage_of(d),
+                   created_at=_time(d, "created_at"), settlement=Settlement.from_json(field_of(d, "settlement")))
 
 
 @dataclass(frozen=True)

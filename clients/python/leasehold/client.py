@@ -156,6 +156,8 @@ class Client:
     get_account_usage = unary(admin.get_account_usage)
     list_settlements = paged(admin.list_settlements)
     settle_job = unary(admin.settle_job)
+    list_adjustments = paged(admin.list_adjustments)
+    settle_adjustment = unary(admin.settle_adjustment)
 
 
 # How wait() opens a stream the coordinator ended early again: after 0.1 s, doubling to 2 s.

@@ -1,4 +1,4 @@
-"""A live coordinator for the tests: `node --import tsx src/main.ts` on a real PostgreSQL.
+"""A live coordinator for the tests: `node --import tsx src/main.ts` (or the build) on a real PostgreSQL.
 
 The database is LEASEHOLD_TEST_DATABASE_URL when set (a migrated database, as `npm test` hands over),
 else an embedded PostgreSQL that a first coordinator starts (and migrates) in a temporary directory.
@@ -29,6 +29,9 @@ from leasehold import Client
 
 REPO = Path(os.environ.get("LEASEHOLD_REPO_ROOT", Path(__file__).resolve().parents[3]))
 NODE = os.environ.get("LEASEHOLD_NODE", "node")
+# How node runs the coordinator: the TypeScript sources through tsx, unless the test command that
+# started pytest says its build is fresh (test/support/entry.ts) and passes the built module.
+COORDINATOR_ARGS: list[str] = os.environ.get("LEASEHOLD_COORDINATOR_ARGS", "--import tsx src/main.ts").split()
 WORKER_APP = Path(__file__).with_name("worker_app.py")
 WORKER_PREFIX = "pyw-"
 START_TIMEOUT = 180.0  # a loaded 2-core machine has taken over a minute to start one
@@ -75,7 +78,7 @@ class Coordinator:
         env = {k: v for k, v in os.environ.items() if k not in _COORDINATOR_VARS}
         env.update(self.env, PORT=str(self.port), HOST="127.0.0.1")
         self._log = open(self.log_path, "ab")  # noqa: SIM115  kept open for the process's life
-        self.proc = subprocess.Popen([NODE, "--import", "tsx", "src/main.ts"], cwd=REPO, env=env,
+        self.proc = subprocess.Popen([NODE, *COORDINATOR_ARGS], cwd=REPO, env=env,
                                      stdout=self._log, stderr=self._log)
         wait_for(lambda: self._listening(), START_TIMEOUT, f"the coordinator to listen ({self.log_path})", 0.1)
 

@@ -5,7 +5,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client as RpcClient, type CallOptions } from "@connectrpc/connect";
 import { openTransport, type OpenTransport } from "#transport";
 import { jobOf, jobWith, type CreatedJob, type JobSnapshot, type RetriedJob } from "./answers.js";
-import { DeadlineExceededError, toLeaseholdError, UnavailableError } from "./errors.js";
+import { DeadlineExceededError, InternalError, toLeaseholdError, UnavailableError } from "./errors.js";
 import { checkBaseUrl, type ConnectionOptions } from "./options.js";
 import {
   JobEventKind,
@@ -28,6 +28,7 @@ import {
   type ListWorkloadKeysResponse,
   type Account,
   type GetAccountUsageResponse,
+  type UsageAdjustment,
 } from "./gen/leasehold/queue/v1/queue_pb.js";
 
 /** A chunk of a job as submitted (`{ chunkIndex, inputUri, inputSha256, parameters? }`). */
@@ -347,6 +348,32 @@ export class Client {
   async settleJob(jobId: string, settlementKey: string, settledUnits: number | bigint): Promise<Job> {
     const req = { jobId, settlementKey, settledUnits: BigInt(settledUnits) };
     return jobOf("SettleJob", await this.#call("settleJob", (r, o) => r.settleJob(req, o)));
+  }
+
+  /**
+   * Unsettled adjustments, oldest first, every page: usage a late result reported after its job was
+   * settled, to be charged apart with `settleAdjustment` (docs/money-path.md). `account` filters.
+   */
+  async *listAdjustments(options: { account?: string; pageSize?: number } = {}): AsyncGenerator<UsageAdjustment> {
+    let pageToken = "";
+    do {
+      const page = await this.#call("listAdjustments", (r, o) =>
+        r.listAdjustments({ account: options.account ?? "", pageSize: options.pageSize ?? 0, pageToken }, o),
+      );
+      yield* page.adjustments;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  }
+
+  /**
+   * Records an adjustment's settlement once, as `settleJob` does a job's, and returns the adjustment
+   * with it; the same key and units again answer the same, another is `already_exists`.
+   */
+  async settleAdjustment(adjustmentId: string, settlementKey: string, settledUnits: number | bigint): Promise<UsageAdjustment> {
+    const req = { adjustmentId, settlementKey, settledUnits: BigInt(settledUnits) };
+    const res = await this.#call("settleAdjustment", (r, o) => r.settleAdjustment(req, o));
+    if (!res.adjustment) throw new InternalError("SettleAdjustment answered without its adjustment");
+    return res.adjustment;
   }
 }
 

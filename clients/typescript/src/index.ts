@@ -52,6 +52,7 @@ export type {
   TaskAttempt,
   TaskCounts,
   TaskDetail,
+  UsageAdjustment,
   WatchJobResponse,
   Workload,
   WorkloadUsage,

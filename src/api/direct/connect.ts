@@ -15,7 +15,8 @@ import type { JsonOptions, NodeRequest, NodeResponse } from "../node-http.js";
 import { readBinary } from "./binary-reader.js";
 import { writeBinary } from "./binary-writer.js";
 import type { UnaryPath } from "./seam.js";
-import { asConnectError, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
+import { asConnectError, refusePrototypeKey, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
+import { PROTO_KEY, prototypeKeyInBinary, prototypeKeyInJson } from "../prototype-keys.js";
 import { readJson } from "./json-reader.js";
 import { writeJson } from "./json-writer.js";
 
@@ -58,15 +59,20 @@ export function createConnectUnary(opts: {
         } catch (err) {
           throw refuseUndecodable(info, method, "binary", err);
         }
+        const protoKey = prototypeKeyInBinary(method.input, bytes);
+        if (protoKey) throw refusePrototypeKey(info, method, protoKey);
       } else {
+        let text = "";
         try {
-          const text = utf8.decode(bytes);
+          text = utf8.decode(bytes);
           input =
             plainJson(text, (json) => readJson(method.input, json, opts.jsonOptions)) ??
             fromJsonString(method.input, text, opts.jsonOptions);
         } catch (err) {
           throw refuseUndecodable(info, method, "JSON", err);
         }
+        const protoKey = text.includes(PROTO_KEY) ? prototypeKeyInJson(JSON.parse(text)) : undefined;
+        if (protoKey) throw refusePrototypeKey(info, method, protoKey);
       }
       const answer = await opts.invoke(res, method, input, {
         header: webHeaders(req),

@@ -22,7 +22,8 @@ import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { readBinary } from "./binary-reader.js";
 import { writeBinary } from "./binary-writer.js";
 import type { UnaryPath } from "./seam.js";
-import { asConnectError, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
+import { asConnectError, refusePrototypeKey, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
+import { prototypeKeyInBinary } from "../prototype-keys.js";
 
 export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvoker; maxBodyBytes: number }): UnaryPath {
   const methods = new Map<string, DescMethod>();
@@ -53,6 +54,8 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
       } catch (err) {
         throw refuseUndecodable(info, method, "binary", err);
       }
+      const protoKey = prototypeKeyInBinary(method.input, bytes);
+      if (protoKey) throw refusePrototypeKey(info, method, protoKey);
       const answer = await opts.invoke(res, method, input, {
         header: webHeaders(req),
         info,

@@ -28,6 +28,7 @@ import { type EarlyAnswer, earlyAnswerKey } from "../early-answer.js";
 import { HttpError, INTERNAL_MESSAGE, toConnectError, undecodable } from "../errors.js";
 import { callControllerKey } from "../interceptors.js";
 import { requestInfoKey, type RequestInfo } from "../request-info.js";
+import { prototypeKeyError } from "../prototype-keys.js";
 import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { giveBackController, takeController } from "./call-controllers.js";
 
@@ -127,6 +128,15 @@ export async function withCallSignal<T>(
  */
 export function refuseUndecodable(info: RequestInfo, method: DescMethod, format: "binary" | "JSON", err: unknown): ConnectError {
   const refused = undecodable(method.input, format, err);
+  info.operation ??= method.name;
+  info.code ??= "invalid_argument";
+  info.refusal ??= refused.message;
+  return toConnectError(refused, info.requestId);
+}
+
+/** The answer to a request holding a "__proto__" key at `path` (prototype-keys.ts): INVALID_ARGUMENT naming it, recorded as refuseUndecodable records. */
+export function refusePrototypeKey(info: RequestInfo, method: DescMethod, path: string): ConnectError {
+  const refused = prototypeKeyError(path);
   info.operation ??= method.name;
   info.code ??= "invalid_argument";
   info.refusal ??= refused.message;

@@ -1,6 +1,7 @@
 // The money path's RPCs of the QueueService (PutAccount, GetAccount, ListAccounts,
-// GetAccountUsage, ListSettlements, SettleJob): each handler with its request's decoding and its
-// answer's encoding. Their int64 fields are read through messages.ts' int64Number.
+// GetAccountUsage, ListSettlements, SettleJob, ListAdjustments, SettleAdjustment): each handler with
+// its request's decoding and its answer's encoding. Their int64 fields are read through messages.ts'
+// int64Number.
 
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
@@ -10,7 +11,11 @@ import {
   GetAccountResponseSchema,
   GetAccountUsageResponseSchema,
   ListAccountsResponseSchema,
+  ListAdjustmentsResponseSchema,
   ListSettlementsResponseSchema,
+  SettleAdjustmentResponseSchema,
+  UsageAdjustmentSchema,
+  type UsageAdjustment as PbUsageAdjustment,
   PutAccountResponseSchema,
   SettleJobResponseSchema,
   WorkloadUsageSchema,
@@ -22,14 +27,29 @@ import {
   type QueueService as QueueServiceDesc,
   type SettleJobRequest,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
-import type { Account, AccountUsage, AccountUsageInput, ListSettlementsInput, PutAccountInput, SettleJobInput } from "../../queue/types.js";
+import type {
+  Account,
+  AccountUsage,
+  AccountUsageInput,
+  ListSettlementsInput,
+  PutAccountInput,
+  SettleJobInput,
+  UsageAdjustment,
+} from "../../queue/types.js";
 import type { ApiQueue } from "../../queue/service.js";
 import { call } from "./call-options.js";
-import { int64Number, jobMessage, usageMessage } from "./messages.js";
+import { int64Number, jobMessage, settlementMessage, usageMessage } from "./messages.js";
 
 type AccountsImpl = Pick<
   ServiceImpl<typeof QueueServiceDesc>,
-  "putAccount" | "getAccount" | "listAccounts" | "getAccountUsage" | "listSettlements" | "settleJob"
+  | "putAccount"
+  | "getAccount"
+  | "listAccounts"
+  | "getAccountUsage"
+  | "listSettlements"
+  | "settleJob"
+  | "listAdjustments"
+  | "settleAdjustment"
 >;
 
 export function accountsService(queue: ApiQueue): AccountsImpl {
@@ -62,6 +82,26 @@ export function accountsService(queue: ApiQueue): AccountsImpl {
     async settleJob(req, ctx) {
       const job = await queue.settleJob(settleJobInput(req), call(ctx));
       return create(SettleJobResponseSchema, { job: jobMessage(job) });
+    },
+
+    async listAdjustments(req, ctx) {
+      const r = await queue.listAdjustments(
+        { account: req.account || undefined, pageSize: req.pageSize, pageToken: req.pageToken || undefined },
+        call(ctx),
+      );
+      return create(ListAdjustmentsResponseSchema, { adjustments: r.adjustments.map(adjustmentMessage), nextPageToken: r.nextPageToken });
+    },
+
+    async settleAdjustment(req, ctx) {
+      const adjustment = await queue.settleAdjustment(
+        {
+          adjustmentId: req.adjustmentId,
+          settlementKey: req.settlementKey,
+          settledUnits: optionalInt64("settled_units", req.settledUnits),
+        },
+        call(ctx),
+      );
+      return create(SettleAdjustmentResponseSchema, { adjustment: adjustmentMessage(adjustment) });
     },
   };
 }
@@ -114,5 +154,24 @@ export function listSettlementsInput(r: ListSettlementsRequest): ListSettlements
 }
 
 export function settleJobInput(r: SettleJobRequest): SettleJobInput {
-  return { jobId: r.jobId, settlementKey: r.settlementKey, settledUnits: int64Number("settled_units", r.settledUnits) };
+  return { jobId: r.jobId, settlementKey: r.settlementKey, settledUnits: optionalInt64("settled_units", r.settledUnits) };
+}
+
+/** An int64 field with presence: undefined when unset (the queue refuses a required one). */
+function optionalInt64(field: string, v: bigint | undefined): number | undefined {
+  return v === undefined ? undefined : int64Number(field, v);
+}
+
+export function adjustmentMessage(a: UsageAdjustment): PbUsageAdjustment {
+  return create(UsageAdjustmentSchema, {
+    id: a.id,
+    jobId: a.jobId,
+    taskId: a.taskId,
+    attempt: a.attempt,
+    account: a.account ?? "",
+    workload: a.workload,
+    usage: usageMessage(a.usage),
+    createdAt: timestampFromDate(a.createdAt),
+    settlement: a.settlement ? settlementMessage(a.settlement) : undefined,
+  });
 }

@@ -16,6 +16,7 @@ import {
   TaskStatus,
   type CreateJobRequest,
   type Job as PbJob,
+  type Settlement as PbSettlement,
   type Task as PbTask,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import type { Usage } from "../../queue/types.js";
@@ -26,6 +27,7 @@ import type {
   Job,
   JobStatus as DomainJobStatus,
   JsonObject,
+  Settlement,
   Task,
   TaskSpec,
   TaskStatus as DomainTaskStatus,
@@ -200,13 +202,17 @@ export function jobMessage(j: Job): PbJob {
       ? create(BillingSchema, { reservedUnits: BigInt(j.billing.reservedUnits), billingKey: j.billing.billingKey ?? "" })
       : undefined,
     usage: usageMessage(j.usage),
-    settlement: j.settlement
-      ? create(SettlementSchema, {
-          settlementKey: j.settlement.settlementKey,
-          settledUnits: BigInt(j.settlement.settledUnits),
-          settledAt: ts(j.settlement.settledAt),
-        })
-      : undefined,
+    settlement: j.settlement ? settlementMessage(j.settlement) : undefined,
+  });
+}
+
+/** A job's or an adjustment's settlement, with the usage it covered. */
+export function settlementMessage(s: Settlement): PbSettlement {
+  return create(SettlementSchema, {
+    settlementKey: s.settlementKey,
+    settledUnits: BigInt(s.settledUnits),
+    settledAt: ts(s.settledAt),
+    usage: usageMessage(s.usage),
   });
 }
 

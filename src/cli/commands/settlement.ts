@@ -9,7 +9,7 @@ import { jobStatusName, jsonOf, out, printJson, table, time } from "../format.js
 type OptionValue = string | string[] | boolean | undefined;
 
 /** --units: an integer ≥ 0 (int64: past 2^31, as the field allows). */
-function unitsOption(value: OptionValue): bigint {
+export function unitsOption(value: OptionValue): bigint {
   if (typeof value !== "string" || !/^\d{1,19}$/.test(value) || BigInt(value) > BigInt(Number.MAX_SAFE_INTEGER))
     throw new UsageError(`--units must be an integer from 0 to ${Number.MAX_SAFE_INTEGER}, not ${JSON.stringify(value ?? "")}`);
   return BigInt(value);

@@ -2,7 +2,7 @@
 // and an account's usage. The rules of the money path end to end are in docs/money-path.md; a
 // job's own billing context, usage and settlement are in jobs.ts.
 
-import type { Job, Usage } from "./jobs.js";
+import type { Job, Settlement, Usage } from "./jobs.js";
 
 export interface Account {
   name: string;
@@ -25,7 +25,43 @@ export interface PutAccountInput {
 export interface SettleJobInput {
   jobId: string;
   settlementKey: string;
-  settledUnits: number;
+  /** Required (undefined is refused: an amount is never assumed); 0 when nothing is charged. */
+  settledUnits?: number;
+}
+
+/**
+ * Usage accepted after its job was settled (a late result): billed apart from the job's closed
+ * settlement, listed by ListAdjustments and settled once by SettleAdjustment.
+ */
+export interface UsageAdjustment {
+  id: string;
+  jobId: string;
+  taskId: string;
+  attempt: number;
+  /** null for a job billable by its billing context alone */
+  account: string | null;
+  workload: string;
+  usage: Usage;
+  createdAt: Date;
+  settlement: Settlement | null;
+}
+
+export interface ListAdjustmentsInput {
+  account?: string;
+  pageSize?: number;
+  pageToken?: string;
+}
+
+export interface ListAdjustmentsResult {
+  adjustments: UsageAdjustment[];
+  nextPageToken: string;
+}
+
+export interface SettleAdjustmentInput {
+  adjustmentId: string;
+  settlementKey: string;
+  /** Required, as SettleJobInput.settledUnits. */
+  settledUnits?: number;
 }
 
 export interface ListSettlementsInput {

@@ -311,4 +311,6 @@ export interface Settlement {
   settlementKey: string;
   settledUnits: number;
   settledAt: Date;
+  /** The usage it covered (a job's usage when it was settled; an adjustment's own); empty for a settlement recorded before it was kept. */
+  usage: Usage;
 }

@@ -5,7 +5,7 @@
 //
 //   operations/  one file per RPC family: its statements and the function that runs them
 //                (create-job, claim, complete, lease, jobs, inspection, watch, workloads, flow-control,
-//                workload-keys, accounts, account-usage, settlements, schedules, task-stats)
+//                workload-keys, accounts, account-usage, settlements, adjustments, schedules, task-stats)
 //   coalescing/  concurrent single-task calls (and small CreateJobs) in one statement per kind
 //   background/  the passes maintenance and the scheduler run (lease reaper, pending expiry,
 //                retention, event partitions, usage rollup, schedule ticks, the horizon's source)
@@ -63,8 +63,12 @@ import type {
   Account,
   AccountUsage,
   AccountUsageInput,
+  ListAdjustmentsInput,
+  ListAdjustmentsResult,
   ListSettlementsInput,
   ListSettlementsResult,
+  SettleAdjustmentInput,
+  UsageAdjustment,
   PutAccountInput,
   SettleJobInput,
 } from "../../queue/types.js";
@@ -88,6 +92,7 @@ import { deleteSchedule, getSchedule, listSchedules, pauseSchedule, putSchedule,
 import { ClaimHints } from "./state/claim-hints.js";
 import { DueWakes } from "./state/due-wakes.js";
 import { listSettlements, settlementBacklog, settleJob } from "./operations/settlements.js";
+import { listAdjustments, settleAdjustment } from "./operations/adjustments.js";
 import { taskStats } from "./operations/task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./operations/watch.js";
 import { WatchHub } from "./state/watch-hub.js";
@@ -213,6 +218,14 @@ export class PostgresQueue implements QueueService, SchedulerQueue, SettlementSt
 
   settleJob(input: SettleJobInput, opts: CallOptions = {}): Promise<Job> {
     return settleJob(this.ctx, input, opts);
+  }
+
+  listAdjustments(input: ListAdjustmentsInput, opts: CallOptions = {}): Promise<ListAdjustmentsResult> {
+    return listAdjustments(this.ctx, input, opts);
+  }
+
+  settleAdjustment(input: SettleAdjustmentInput, opts: CallOptions = {}): Promise<UsageAdjustment> {
+    return settleAdjustment(this.ctx, input, opts);
   }
 
   createJob(input: CreateJobInput, opts: CallOptions = {}): Promise<CreateJobResult> {

@@ -109,8 +109,8 @@ beforeAll(async () => {
   secrets = mkdtempSync(path.join(os.tmpdir(), "leasehold-compose-secrets-"));
   chmodSync(secrets, 0o755);
   const hash = (t: string) => createHash("sha256").update(t).digest("hex");
-  // The tokens file holds hashes only; the scrape token is a submitter bound to an account of its own.
-  const lines = [`${hash(TOKENS.admin)} admin`, `${hash(TOKENS.worker)} worker w-`, `${hash(TOKENS.scrape)} submitter prometheus`];
+  // The tokens file holds hashes only; the scrape token is a metrics token (it may read /metrics and call no RPC).
+  const lines = [`${hash(TOKENS.admin)} admin`, `${hash(TOKENS.worker)} worker w-`, `${hash(TOKENS.scrape)} metrics`];
   writeFileSync(path.join(secrets, "tokens.txt"), `${lines.join("\n")}\n`, { mode: 0o644 });
   writeFileSync(path.join(secrets, "metrics-token"), TOKENS.scrape, { mode: 0o644 });
   // A self-signed certificate for HAProxy's HTTPS port: the chain, then the key, in one PEM.

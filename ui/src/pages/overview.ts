@@ -1,6 +1,8 @@
 // The overview (#/): task counts per workload, the throughput chart, the workers holding leases
 // and (admins) per-key counts of keyed workloads, refreshed every few seconds from /metrics, the
-// newest running jobs and ListWorkloadKeys.
+// newest running jobs and ListWorkloadKeys. /metrics is every account's, read with admin and
+// metrics tokens only: another token's overview shows its own jobs instead (own-jobs.ts) and the
+// workers holding its jobs' leases, both through RPCs the coordinator scopes to a bound account.
 import { fetchMetrics } from "../api.js";
 import { loadError } from "../components/outcome.js";
 import { keyCountsSource } from "../components/key-counts.js";
@@ -9,6 +11,7 @@ import { workersSection } from "../components/workers.js";
 import { workloadCounts } from "../components/workload-counts.js";
 import { clear, h } from "../dom.js";
 import { main } from "../layout.js";
+import { ownJobsSection } from "../components/own-jobs.js";
 import { isAdmin } from "../session.js";
 
 /** How soon the second reading follows the first, so a fresh page shows a rate within a second. */
@@ -23,21 +26,25 @@ export function renderOverview(): () => void {
   const tick = async () => {
     let ms;
     try {
-      const [metrics, workers, keys] = await Promise.all([
-        fetchMetrics(),
+      const admin = isAdmin();
+      const [metrics, workers, keys, own] = await Promise.all([
+        admin ? fetchMetrics() : Promise.resolve(undefined),
         workersSection(),
-        isAdmin() ? keyCounts() : Promise.resolve(null),
+        admin ? keyCounts() : Promise.resolve(null),
+        admin ? Promise.resolve(null) : ownJobsSection(),
       ]);
       ms = metrics;
       if (stopped) return;
       if (ms) recordSample(ms);
-      clear(
-        body,
-        ms ? workloadCounts(ms) : h("p", { class: "card" }, "This coordinator serves no /metrics: counts and rates are unavailable."),
-        keys,
-        ms ? chart() : null,
-        workers,
-      );
+      if (own) clear(body, own, workers);
+      else
+        clear(
+          body,
+          ms ? workloadCounts(ms) : h("p", { class: "card" }, "This coordinator serves no /metrics: counts and rates are unavailable."),
+          keys,
+          ms ? chart() : null,
+          workers,
+        );
       body.setAttribute("data-loaded", "true");
     } catch (err) {
       if (stopped) return;

@@ -162,3 +162,5 @@ class AsyncClient:
     get_account_usage = unary(admin.get_account_usage)
     list_settlements = paged(admin.list_settlements)
     settle_job = unary(admin.settle_job)
+    list_adjustments = paged(admin.list_adjustments)
+    settle_adjustment = unary(admin.settle_adjustment)

@@ -1,5 +1,5 @@
 // GetAccountUsage: an account's use per workload, read from the rollup (account_usage) that
-// usage-rollup.ts adds each final job to once.
+// usage-rollup.ts keeps equal to what the account's final jobs hold.
 
 import type { AccountUsage, AccountUsageInput, Usage } from "../../../queue/types.js";
 import type { CallOptions } from "../../../queue/types.js";
@@ -13,7 +13,9 @@ import { defineQuery } from "../sql/query.js";
  * GetAccountUsage: the rollup's rows of the account (usage-rollup.ts) whose hour starts in
  * [from, to), summed per workload; the primary key (account, hour, workload) finds them. Its cost
  * follows the hours and workloads asked for, not the tasks run: a year of one workload is 8,760 rows.
- * Jobs not yet counted by the rollup (final since its last pass) are not in it.
+ * Jobs not yet counted by the rollup (final since its last pass) are not in it. A workload whose
+ * rows sum to nothing in the interval (a job counted there, then retried into another hour: its
+ * parts subtracted) is left out, as one that never ran there.
  * $1 account, $2 from (null: the beginning), $3 to (null: no end).
  */
 const ACCOUNT_USAGE = defineQuery<
@@ -34,6 +36,7 @@ SELECT r.workload, sum(r.jobs)::text AS jobs, sum(r.tasks_completed)::text AS ta
   sum(r.lease_seconds)::float8 AS lease_seconds, min(s.usage::text)::jsonb AS usage
 FROM r LEFT JOIN sums s USING (workload)
 GROUP BY r.workload
+HAVING sum(r.jobs) + sum(r.tasks_completed) + sum(r.tasks_failed) > 0
 ORDER BY r.workload`,
   (p) => [p.account, p.from, p.to],
 );

@@ -20,12 +20,21 @@ interface AccountRow {
 type AccountWithPending = AccountRow & { pending_tasks: number };
 
 /*
- * Pending tasks of an account's unfinished jobs: its open jobs through jobs_account_open_idx (a job
- * leaves it when it ends), then each one's pending tasks through tasks_job_unfinished_idx. Not a
- * scan of the account's history nor of every pending task. `a` is the accounts row in scope.
+ * The tasks an account's quota counts: the unfinished tasks (pending or leased) of its unfinished
+ * jobs, and one for each of those jobs whose finalizer is still to come. Leased tasks count, so
+ * that nothing a worker does moves the count (a lease that expires, a failure retried: leased and
+ * pending again are both unfinished), and only CreateJob, RetryJob and a finalizer add to it. A
+ * finalizer's task is counted from its parent's creation (held for it), so that enqueueing it when
+ * the parent ends, inside the transaction that ends the parent, never passes the quota and is never
+ * refused: the parent leaves the count as the finalizer job enters it.
+ * Its open jobs through jobs_account_open_idx (a job leaves it when it ends), then each one's
+ * unfinished tasks through tasks_job_unfinished_idx: not a scan of the account's history nor of
+ * every pending task. `a` is the accounts row in scope.
  */
-const pendingOf = (a: string) => `(SELECT count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id AND t.status = 'pending'
-  WHERE j.account = ${a}.name AND j.status IN ('pending', 'running'))::int AS pending_tasks`;
+const pendingOf = (a: string) => `((SELECT count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id AND t.status IN ('pending', 'leased')
+  WHERE j.account = ${a}.name AND j.status IN ('pending', 'running'))
+  + (SELECT count(*) FROM jobs j WHERE j.account = ${a}.name AND j.status IN ('pending', 'running')
+     AND j.finalizer_workload IS NOT NULL AND j.finalizer_job_id IS NULL))::int AS pending_tasks`;
 
 // One statement: the upsert and the account's pending tasks, counted from the rows as they were
 // before it (a PUT changes no job).
@@ -74,13 +83,14 @@ export const COUNT_PENDING = defineQuery<{ name: string }, { pending_tasks: numb
 );
 
 /*
- * Whether a CreateJob's key was used before: such a request is a replay (or a conflict), answered
- * by the job the key made, so the quota does not refuse it. $1 idempotency key, $2 account ('' for
- * none), $3 billing key (null for none).
+ * Whether a CreateJob's key was used before in its account: such a request is a replay (or a
+ * conflict), answered by the job the key made, so the quota does not refuse it. Both keys are
+ * scoped to the account (jobs_idempotency_key_idx, jobs_billing_key_idx). $1 idempotency key,
+ * $2 account ('' for none), $3 billing key (null for none).
  */
 export const KEY_USED = defineQuery<{ idempotencyKey: string | null; account: string; billingKey: string | null }, { used: boolean }>(
   null,
-  `SELECT EXISTS (SELECT 1 FROM jobs WHERE idempotency_key = $1)
+  `SELECT EXISTS (SELECT 1 FROM jobs WHERE coalesce(account, '') = $2 AND idempotency_key = $1)
     OR EXISTS (SELECT 1 FROM jobs WHERE coalesce(account, '') = $2 AND billing_key = $3) AS used`,
   (p) => [p.idempotencyKey, p.account, p.billingKey],
 );
@@ -135,23 +145,48 @@ export interface AccountGate {
 
 /**
  * CreateJob's account rules, on `c` inside the CreateJob's transaction: the account exists
- * (NOT_FOUND naming the field), and the job's tasks fit its quota (RESOURCE_EXHAUSTED naming the
- * numbers) unless the request's key was used before (a replay is answered, not refused). The
- * account's row stays locked until the transaction ends. Answers the account's priority.
+ * (NOT_FOUND naming the field), and the job's tasks (and its finalizer's, held for it) fit its
+ * quota (RESOURCE_EXHAUSTED naming the numbers) unless the request's key was used before (a replay
+ * is answered, not refused). The account's row stays locked until the transaction ends. Answers
+ * the account's priority.
  */
 export async function accountGate(c: pg.PoolClient, g: AccountGate, field = "account"): Promise<{ priority: number }> {
   const a = await LOCK_ACCOUNT.maybe(c, { name: g.account });
   if (!a) throw new NotFoundError("account", g.account, field);
-  if (a.max_pending_tasks > 0) {
-    const { pending_tasks: pending } = await COUNT_PENDING.one(c, { name: g.account });
-    if (pending + g.tasks > a.max_pending_tasks) {
-      const keyed = g.idempotencyKey !== null || g.billingKey !== null;
-      if (!keyed || !(await KEY_USED.one(c, { idempotencyKey: g.idempotencyKey, account: g.account, billingKey: g.billingKey })).used) {
-        throw new QuotaExceededError(
-          `${field}: account ${JSON.stringify(g.account)} has ${pending} pending tasks; ${g.tasks} more would pass its max_pending_tasks of ${a.max_pending_tasks}`,
-        );
-      }
-    }
+  const over = await overQuota(c, g.account, a.max_pending_tasks, g.tasks, field);
+  if (over) {
+    const keyed = g.idempotencyKey !== null || g.billingKey !== null;
+    if (!keyed || !(await KEY_USED.one(c, { idempotencyKey: g.idempotencyKey, account: g.account, billingKey: g.billingKey })).used)
+      throw over;
   }
   return { priority: a.priority };
+}
+
+/**
+ * The same gate for work that an existing job of the account makes unfinished again (RetryJob):
+ * the account's row locked until the transaction ends, then its count, in a later statement (a
+ * snapshot that sees every CreateJob and RetryJob of the account committed before the lock), and
+ * RESOURCE_EXHAUSTED when `tasks` more would pass the quota. An account deleted since is no gate.
+ */
+export async function quotaGate(c: pg.PoolClient, account: string, tasks: number, field: string): Promise<void> {
+  const a = await LOCK_ACCOUNT.maybe(c, { name: account });
+  if (!a) return;
+  const over = await overQuota(c, account, a.max_pending_tasks, tasks, field);
+  if (over) throw over;
+}
+
+/** The quota's refusal when `tasks` more would pass `max` (0: no limit), naming the numbers; undefined when they fit. */
+async function overQuota(
+  c: pg.PoolClient,
+  account: string,
+  max: number,
+  tasks: number,
+  field: string,
+): Promise<QuotaExceededError | undefined> {
+  if (max <= 0 || tasks <= 0) return undefined;
+  const { pending_tasks: pending } = await COUNT_PENDING.one(c, { name: account });
+  if (pending + tasks <= max) return undefined;
+  return new QuotaExceededError(
+    `${field}: account ${JSON.stringify(account)} has ${pending} pending tasks; ${tasks} more would pass its max_pending_tasks of ${max}`,
+  );
 }

@@ -21,7 +21,7 @@ import { toJob, type JobRow } from "../sql/rows.js";
 import { createdJob, taskArrays, taskLabels, taskRows, type TaskArrays } from "./new-job-rows.js";
 import { uuidv7, uuidv7s } from "../sql/uuidv7.js";
 import { accountGate } from "./accounts.js";
-import { jobAccount } from "../../../queue/account-validation.js";
+import { jobAccount, requireOwnConcurrencyKey } from "../../../queue/account-validation.js";
 import type { CachedWorkload } from "../state/workload-cache.js";
 import { unknownWorkload } from "./workloads.js";
 
@@ -215,11 +215,12 @@ export const COPY_FLOW_TASKS = `COPY tasks (id, job_id, chunk_index, workload, i
  * CreateJob's validation (every rule that needs no database) and the ids: the same for the RPC
  * and a schedule's tick. `job` is passed when the caller validated already (PutSchedule).
  * `boundAccount` is the caller's (CallOptions.account): the job's account when the request names
- * none, and naming another is PERMISSION_DENIED.
+ * none, and naming another, or a concurrency key outside the account's, is PERMISSION_DENIED.
  */
 export function prepareJob(ctx: StoreContext, input: CreateJobInput, job?: NormalizedCreateJob, boundAccount?: string): PreparedJob {
   if (boundAccount !== undefined) input = { ...input, account: jobAccount(input.account, boundAccount) };
   job ??= validateCreateJob(input, ctx.options.maxTasksPerJob, ctx.options.maxRunAtAheadDays);
+  if (boundAccount !== undefined) requireOwnConcurrencyKey(job.concurrencyKey, boundAccount);
   const finalizer = job.finalizer?.workload;
   const needsDelay = needsDelayJob(job);
   return {
@@ -299,7 +300,9 @@ export async function writeJobs(
     const account = p.job.account;
     if (account !== undefined) {
       const billingKey = p.job.billing?.billingKey ?? null;
-      const { priority } = await accountGate(c, { account, tasks: p.job.tasks.length, idempotencyKey: p.job.idempotencyKey, billingKey });
+      // A finalizer's task counts from now: held for it, so that its enqueue at the job's end is never refused.
+      const tasks = p.job.tasks.length + (p.job.finalizer ? 1 : 0);
+      const { priority } = await accountGate(c, { account, tasks, idempotencyKey: p.job.idempotencyKey, billingKey });
       // Priority 0 is the account's (its tier); the fingerprint was taken from the request as given.
       if (p.job.priority === 0 && priority !== 0) p.job = { ...p.job, priority };
     }

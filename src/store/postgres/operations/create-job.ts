@@ -13,10 +13,12 @@ import { isDelayed } from "../state/due-wakes.js";
 import { defineQuery } from "../sql/query.js";
 import { toJob, toTask, type JobRow, type TaskRow } from "../sql/rows.js";
 
-export const SELECT_JOB_BY_IDEMPOTENCY_KEY = defineQuery<{ key: string }, JobRow & { request_sha256: string | null }>(
+// Idempotency keys are the account's (jobs_idempotency_key_idx, by its expression): another
+// account's use of a key is neither found nor told.
+export const SELECT_JOB_BY_IDEMPOTENCY_KEY = defineQuery<{ account: string; key: string }, JobRow & { request_sha256: string | null }>(
   null,
-  `SELECT * FROM jobs WHERE idempotency_key = $1`,
-  (p) => [p.key],
+  `SELECT * FROM jobs WHERE coalesce(account, '') = $1 AND idempotency_key = $2`,
+  (p) => [p.account, p.key],
 );
 
 // Through jobs_billing_key_idx: its expression, coalesce(account, ''), as the index has it.
@@ -125,16 +127,15 @@ export async function createJobInTransaction(ctx: StoreContext, c: pg.PoolClient
  */
 async function replayJob(c: pg.PoolClient, p: PreparedJob): Promise<CreateJobResult> {
   const { idempotencyKey, account, billing } = p.job;
-  let prior = idempotencyKey ? await SELECT_JOB_BY_IDEMPOTENCY_KEY.maybe(c, { key: idempotencyKey }) : undefined;
+  let prior = idempotencyKey ? await SELECT_JOB_BY_IDEMPOTENCY_KEY.maybe(c, { account: account ?? "", key: idempotencyKey }) : undefined;
   let field = "idempotency_key";
   if (!prior && billing?.billingKey) {
     prior = await SELECT_JOB_BY_BILLING_KEY.maybe(c, { account: account ?? "", key: billing.billingKey });
     field = "billing.billing_key";
   }
   if (!prior || prior.request_sha256 !== p.fingerprint) {
-    // Idempotency keys are global: another account's job is not named (its id would tell of it).
-    const named = prior !== undefined && (prior.account ?? undefined) === account;
-    throw new IdempotencyConflictError(`${field}: was used for a different request${named ? ` (job ${prior?.id})` : ""}`);
+    // Both keys are the account's, so the job named is the caller's own.
+    throw new IdempotencyConflictError(`${field}: was used for a different request${prior ? ` (job ${prior.id})` : ""}`);
   }
   const taskRows = p.withoutTasks ? [] : await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
   return { job: toJob(prior), tasks: taskRows.map(toTask), created: false };

@@ -12,6 +12,7 @@ import type { StoreContext } from "../state/context.js";
 import { withClient } from "../sql/db.js";
 import { JOB_EXISTS } from "./jobs.js";
 import { defineQuery } from "../sql/query.js";
+import { accountScope } from "../sql/scope.js";
 import { toJobEvent, toTask, type JobEventRow, type TaskRow } from "../sql/rows.js";
 import { waitingOf } from "./flow-control.js";
 
@@ -22,7 +23,7 @@ export const SELECT_TASK = defineQuery<{ taskId: string }, TaskRow>(null, `SELEC
 // the job's id, so no plan walks the account's index). $2 the account.
 export const SELECT_ACCOUNT_TASK = defineQuery<{ taskId: string; account: string }, TaskRow>(
   null,
-  `SELECT t.* FROM tasks t WHERE t.id = $1 AND (SELECT j.account FROM jobs j WHERE j.id = t.job_id) = $2`,
+  `SELECT t.* FROM tasks t WHERE t.id = $1 AND ${accountScope("(SELECT j.account FROM jobs j WHERE j.id = t.job_id) = $2")}`,
   (p) => [p.taskId, p.account],
 );
 
@@ -37,7 +38,7 @@ export const SELECT_ACCOUNT_TASK = defineQuery<{ taskId: string; account: string
 const tasksPage = (statusFilter: string) => `
 SELECT * FROM tasks
 WHERE job_id = $1 AND chunk_index > $2 ${statusFilter}
-  AND ($4::text IS NULL OR (SELECT j.account FROM jobs j WHERE j.id = $1) = $4)
+  AND ${accountScope("$4::text IS NULL OR (SELECT j.account FROM jobs j WHERE j.id = $1) = $4")}
 ORDER BY chunk_index
 LIMIT $3`;
 interface TasksPage {

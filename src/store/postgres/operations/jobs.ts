@@ -24,8 +24,10 @@ import { NOTIFY_CHANNEL } from "../sql/channels.js";
 import type { StoreContext } from "../state/context.js";
 import { inTransaction, withClient } from "../sql/db.js";
 import { defineQuery } from "../sql/query.js";
+import { accountScope } from "../sql/scope.js";
 import { toJob, type JobRow, type TaskRow } from "../sql/rows.js";
 import { JOB_LOCK } from "./job-end.js";
+import { quotaGate } from "./accounts.js";
 import { emptyCounts } from "./task-stats.js";
 import type { Usage } from "../../../queue/types.js";
 
@@ -42,7 +44,7 @@ const scopeValue = (p: Scoped) => p.account ?? null;
 
 export const SELECT_JOB = defineQuery<JobId & Scoped, JobRow>(
   null,
-  `SELECT *, run_at > now() AS run_at_ahead FROM jobs WHERE id = $1 AND ($2::text IS NULL OR account = $2)`,
+  `SELECT *, run_at > now() AS run_at_ahead FROM jobs WHERE id = $1 AND ${accountScope("$2::text IS NULL OR account = $2")}`,
   (p) => [p.jobId, scopeValue(p)],
 );
 
@@ -79,7 +81,7 @@ export const LIST_COMPLETED_RESULTS = defineQuery<{ jobId: string; afterChunk: n
 SELECT chunk_index, id, result_uri, result_sha256, metrics, completed_at
 FROM tasks
 WHERE job_id = $1 AND chunk_index > $2 AND status = 'completed'
-  AND ($4::text IS NULL OR (SELECT j.account FROM jobs j WHERE j.id = $1) = $4)
+  AND ${accountScope("$4::text IS NULL OR (SELECT j.account FROM jobs j WHERE j.id = $1) = $4")}
 ORDER BY chunk_index
 LIMIT $3`,
   (p) => [p.jobId, p.afterChunk, p.limit, scopeValue(p)],
@@ -87,7 +89,7 @@ LIMIT $3`,
 
 export const JOB_EXISTS = defineQuery<JobId & Scoped, { found: boolean }>(
   null,
-  `SELECT EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND ($2::text IS NULL OR j.account = $2)) AS found`,
+  `SELECT EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND ${accountScope("$2::text IS NULL OR j.account = $2")}) AS found`,
   (p) => [p.jobId, scopeValue(p)],
 );
 
@@ -120,7 +122,9 @@ RETURNING *`,
  * their results. Tasks first, then the job, the lock order of the claim and of CancelJob. The job
  * is pending again, or running when some of its tasks have run. Claimable work wakes long polls.
  * A settled job is never retried: its settlement answered for the work done, so more work is a new
- * job (an unsettled one leaves ListSettlements until it is final again).
+ * job (an unsettled one leaves ListSettlements until it is final again). A job the usage rollup
+ * counted is given back to it (rolled_up_at cleared): once final again it is counted anew, as the
+ * difference from what was counted (usage-rollup.ts).
  * $1 job id, $2 fresh attempts (null: the workload's max_attempts), $3 attempt cap, $4 the
  * caller's account (Scoped: another account's job retries nothing and is then not found).
  */
@@ -139,13 +143,13 @@ WITH retried AS (
   FROM workloads wl
   WHERE t.job_id = $1 AND t.status IN ('failed', 'cancelled') AND wl.name = t.workload AND t.attempt < $3::int
     AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed') AND j.settled_at IS NULL
-                AND ($4::text IS NULL OR j.account = $4))
+                AND ${accountScope("$4::text IS NULL OR j.account = $4")})
   RETURNING t.workload
 ), job AS (
   UPDATE jobs j
   SET status = CASE WHEN EXISTS (SELECT 1 FROM tasks o WHERE o.job_id = $1 AND o.started_at IS NOT NULL)
                  THEN 'running' ELSE 'pending' END::job_status,
-      completed_at = NULL, cancel_reason = NULL, updated_at = now()
+      completed_at = NULL, cancel_reason = NULL, updated_at = now(), rolled_up_at = NULL
   WHERE j.id = $1 AND j.status IN ('failed', 'cancelled', 'completed') AND j.settled_at IS NULL AND EXISTS (SELECT 1 FROM retried)
   RETURNING j.*
 ), woken AS (
@@ -153,6 +157,23 @@ WITH retried AS (
 )
 SELECT job.*, (SELECT count(*) FROM retried)::int AS retried_tasks, (SELECT count(*) FROM woken) AS notified FROM job`,
   (p) => [p.jobId, p.maxAttempts, p.attemptCap, scopeValue(p)],
+);
+
+/*
+ * What a RetryJob of a job of an account adds to the account's quota count (accounts.ts): the tasks
+ * it makes pending again (as RETRY_JOB picks them) and, when the job's finalizer is still to come,
+ * the task held for it. Nothing for a job without an account, one that is not retried, or another
+ * account's (Scoped). $1 job id, $2 attempt cap, $3 the caller's account.
+ */
+export const RETRY_QUOTA = defineQuery<{ jobId: string; attemptCap: number } & Scoped, { account: string; tasks: number }>(
+  null,
+  `
+SELECT j.account, ((SELECT count(*) FROM tasks t WHERE t.job_id = j.id AND t.status IN ('failed', 'cancelled') AND t.attempt < $2::int)
+  + CASE WHEN j.finalizer_workload IS NOT NULL AND j.finalizer_job_id IS NULL THEN 1 ELSE 0 END)::int AS tasks
+FROM jobs j
+WHERE j.id = $1 AND j.account IS NOT NULL AND j.status IN ('failed', 'cancelled', 'completed') AND j.settled_at IS NULL
+  AND ${accountScope("$3::text IS NULL OR j.account = $3")}`,
+  (p) => [p.jobId, p.attemptCap, scopeValue(p)],
 );
 
 /*
@@ -206,7 +227,7 @@ const statusNamed = (n: number) => `($${n}::text IS NULL OR CASE $${n}::text
 export const LIST_JOBS_BY_SCHEDULE = defineQuery<
   JobsPage & { schedule: string; status: string | null; account: string | null },
   JobsPageRow
->(null, jobsPage(`schedule_name = $5 AND ${statusNamed(6)} AND ($7::text IS NULL OR account = $7) AND`), (p) => [
+>(null, jobsPage(`schedule_name = $5 AND ${statusNamed(6)} AND ${accountScope("$7::text IS NULL OR account = $7")} AND`), (p) => [
   ...jobsPageValues(p),
   p.schedule,
   p.status,
@@ -216,7 +237,7 @@ export const LIST_JOBS_BY_SCHEDULE = defineQuery<
 // $6 the status filter.
 export const LIST_JOBS_BY_ACCOUNT = defineQuery<JobsPage & { account: string; status: string | null }, JobsPageRow>(
   null,
-  jobsPage(`account = $5 AND ${statusNamed(6)} AND`),
+  jobsPage(`${accountScope("account = $5")} AND ${statusNamed(6)} AND`),
   (p) => [...jobsPageValues(p), p.account, p.status],
 );
 
@@ -310,6 +331,10 @@ export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: Ca
     // One at a time with the job's ends and cancels (job-end.ts).
     await JOB_LOCK.run(c, { jobId: r.jobId });
     const scope = { jobId: r.jobId, account: opts.account };
+    // Held to the account's quota as a CreateJob is: the account's row locked, then counted in a
+    // later statement, so retries and creates on every coordinator pass it one at a time.
+    const quota = await RETRY_QUOTA.maybe(c, { ...scope, attemptCap: LIMITS.attempt.max });
+    if (quota) await quotaGate(c, quota.account, quota.tasks, "account");
     const retried = await RETRY_JOB.maybe(c, { ...scope, maxAttempts: r.maxAttempts, attemptCap: LIMITS.attempt.max });
     if (retried) return { job: toJob(retried), retriedTasks: retried.retried_tasks };
     const job = await SELECT_JOB.maybe(c, scope);

@@ -9,6 +9,12 @@
 // A cancelled task keeps the lease_owner, attempt and lease_expires_at it had (the cancelling
 // statements leave them); RetryJob clears lease_expires_at, so once the task is pending again no
 // old lease matches.
+//
+// Its job is final, so its usage may come after the job was counted by the usage rollup and after
+// it was settled: in the same transaction, under the job's lock (the one SettleJob and RetryJob
+// take), the job is given to the rollup again and, when it is settled, the usage becomes an
+// adjustment (adjustments.ts). The lock makes a settle and a late result of one job one at a time:
+// the settlement's usage has the late usage or the adjustment has it, exactly one of the two.
 
 import type pg from "pg";
 import type { CompleteTaskInput, Task } from "../../../queue/types.js";
@@ -17,6 +23,9 @@ import { usageSum, watchedJobs } from "../sql/fragments.js";
 import { namedQuery } from "../sql/query.js";
 import { RESULT_PARAMS, resultParams, type ResultParams } from "../sql/result-params.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
+import { transaction } from "../sql/db.js";
+import { recordLateUsage } from "./adjustments.js";
+import { JOB_LOCK } from "./job-end.js";
 
 /*
  * The same fencing as a completion, on a cancelled task whose lease has not expired (database
@@ -52,7 +61,13 @@ export async function acceptLateResult(
 ): Promise<Task | undefined> {
   if (task.status !== "cancelled" || task.leaseExpiresAt === null || task.leaseOwner !== done.workerId || task.attempt !== done.attempt)
     return undefined;
-  const row = await COMPLETE_CANCELLED_TASK.maybe(c, resultParams(done));
+  const row = await transaction(c, async () => {
+    await JOB_LOCK.run(c, { jobId: task.jobId });
+    const completed = await COMPLETE_CANCELLED_TASK.maybe(c, resultParams(done));
+    if (completed)
+      await recordLateUsage(c, { jobId: completed.job_id, taskId: completed.id, attempt: completed.attempt, usage: done.usage });
+    return completed;
+  });
   if (!row) return undefined;
   ctx.options.observer?.tasksCompleted(1);
   return toTask(row);

@@ -11,6 +11,7 @@ import { EVENTS_CHANNEL } from "../sql/channels.js";
 import type { StoreContext } from "../state/context.js";
 import { inTransaction, withClient } from "../sql/db.js";
 import { defineQuery, type NoParams } from "../sql/query.js";
+import { accountScope } from "../sql/scope.js";
 import { toJob, type JobRow } from "../sql/rows.js";
 import { JOB_LOCK } from "./job-end.js";
 
@@ -20,7 +21,7 @@ export const billable = (j: string) => `(${j}.account IS NOT NULL OR ${j}.reserv
 const FINAL = `('completed', 'failed', 'cancelled')`;
 
 /** Usage of job `j` summed over its tasks' accepted reports, as one jsonb object (null: none). */
-const usageTotal = (j: string) => `(
+export const usageTotal = (j: string) => `(
   SELECT jsonb_object_agg(u.key, u.total) FROM (
     SELECT e.key, sum((e.value)::numeric) AS total
     FROM tasks t CROSS JOIN LATERAL jsonb_each(t.usage) e
@@ -50,19 +51,22 @@ SELECT j.*, false AS run_at_ahead,
 FROM jobs j
 WHERE j.settled_at IS NULL AND j.status IN ${FINAL} AND ${billable("j")}
   AND (j.completed_at, j.id) > ($1::timestamptz, $2::uuid)
-  AND ($4::text IS NULL OR j.account = $4::text)
+  AND ${accountScope("$4::text IS NULL OR j.account = $4::text")}
 ORDER BY j.completed_at, j.id
 LIMIT $3`,
   (p) => [p.afterCompletedAt, p.afterId, p.limit, p.account],
 );
 
 /*
- * SettleJob's one statement: records the settlement on a final billable unsettled job (and in the
- * same transaction its 'job_settled' event, and the NOTIFY of its watchers), or changes nothing
+ * SettleJob's one statement: records the settlement on a final billable unsettled job with the usage
+ * it covers, the job's as it is now (settled_usage; and in the same transaction its 'job_settled'
+ * event, and the NOTIFY of its watchers), or changes nothing
  * and answers the job as it is, so the caller can tell why (absent, not final, not billable, or
  * settled already: with the same key and units, the same answer; with others, a conflict). Run
  * under the job's lock (JOB_LOCK, as RetryJob and CancelJob), so a settle and a retry of one job
- * never interleave; the `settled_at IS NULL` test makes the record once whatever runs beside it.
+ * never interleave; the `settled_at IS NULL` test makes the record once whatever runs beside it. A
+ * late result takes the same lock (late-result.ts), so its usage is either in settled_usage (it
+ * committed first) or an adjustment (adjustments.ts), never both and never neither.
  * $1 job id, $2 key, $3 units, $4 the caller's account (null: any job).
  */
 export const SETTLE_JOB = defineQuery<
@@ -72,15 +76,16 @@ export const SETTLE_JOB = defineQuery<
   null,
   `
 WITH j AS (
-  SELECT * FROM jobs WHERE id = $1 AND ($4::text IS NULL OR account = $4::text)
+  SELECT * FROM jobs WHERE id = $1 AND ${accountScope("$4::text IS NULL OR account = $4::text")}
 ), settled AS (
-  UPDATE jobs s SET settlement_key = $2, settled_units = $3, settled_at = now(), updated_at = now()
+  UPDATE jobs s SET settlement_key = $2, settled_units = $3, settled_at = now(), updated_at = now(),
+    settled_usage = coalesce(${usageTotal("s")}, '{}')
   FROM j
   WHERE s.id = j.id AND s.settled_at IS NULL AND s.status IN ${FINAL} AND ${billable("s")}
   RETURNING s.*
 ), event AS (
-  INSERT INTO task_events (job_id, kind, settlement_key, settled_units)
-  SELECT id, 'job_settled', settlement_key, settled_units FROM settled
+  INSERT INTO task_events (job_id, kind, settlement_key, settled_units, usage)
+  SELECT id, 'job_settled', settlement_key, settled_units, settled_usage FROM settled
 ), watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', s.id::text) FROM settled s
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = s.id)

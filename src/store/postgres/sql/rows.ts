@@ -59,6 +59,8 @@ export interface JobRow {
   settlement_key?: string | null;
   settled_units?: string | number | null;
   settled_at?: Date | null;
+  /** The usage the settlement covered (absent before the usage_adjustments migration). */
+  settled_usage?: Usage | null;
 }
 
 export interface TaskRow {
@@ -180,7 +182,12 @@ export function toJob(r: JobRow): Job {
     account: r.account ?? null,
     billing: jobBilling(r),
     settlement: r.settled_at
-      ? { settlementKey: r.settlement_key ?? "", settledUnits: Number(r.settled_units ?? 0), settledAt: r.settled_at }
+      ? {
+          settlementKey: r.settlement_key ?? "",
+          settledUnits: Number(r.settled_units ?? 0),
+          settledAt: r.settled_at,
+          usage: r.settled_usage ?? {},
+        }
       : null,
   };
 }

@@ -1095,14 +1095,52 @@ class Billing(_message.Message):
     def __init__(self, reserved_units: _Optional[int] = ..., billing_key: _Optional[str] = ...) -> None: ...
 
 class Settlement(_message.Message):
-    __slots__ = ("settlement_key", "settled_units", "settled_at")
+    __slots__ = ("settlement_key", "settled_units", "settled_at", "usage")
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SETTLEMENT_KEY_FIELD_NUMBER: _ClassVar[int]
     SETTLED_UNITS_FIELD_NUMBER: _ClassVar[int]
     SETTLED_AT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     settlement_key: str
     settled_units: int
     settled_at: _timestamp_pb2.Timestamp
-    def __init__(self, settlement_key: _Optional[str] = ..., settled_units: _Optional[int] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    usage: _containers.ScalarMap[str, int]
+    def __init__(self, settlement_key: _Optional[str] = ..., settled_units: _Optional[int] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class UsageAdjustment(_message.Message):
+    __slots__ = ("id", "job_id", "task_id", "attempt", "account", "workload", "usage", "created_at", "settlement")
+    class UsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    task_id: str
+    attempt: int
+    account: str
+    workload: str
+    usage: _containers.ScalarMap[str, int]
+    created_at: _timestamp_pb2.Timestamp
+    settlement: Settlement
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., account: _Optional[str] = ..., workload: _Optional[str] = ..., usage: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settlement: _Optional[_Union[Settlement, _Mapping]] = ...) -> None: ...
 
 class Account(_message.Message):
     __slots__ = ("name", "max_pending_tasks", "priority", "pending_tasks", "created_at", "updated_at")
@@ -1231,3 +1269,37 @@ class SettleJobResponse(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: Job
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class ListAdjustmentsRequest(_message.Message):
+    __slots__ = ("account", "page_size", "page_token")
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    account: str
+    page_size: int
+    page_token: str
+    def __init__(self, account: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListAdjustmentsResponse(_message.Message):
+    __slots__ = ("adjustments", "next_page_token")
+    ADJUSTMENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    adjustments: _containers.RepeatedCompositeFieldContainer[UsageAdjustment]
+    next_page_token: str
+    def __init__(self, adjustments: _Optional[_Iterable[_Union[UsageAdjustment, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SettleAdjustmentRequest(_message.Message):
+    __slots__ = ("adjustment_id", "settlement_key", "settled_units")
+    ADJUSTMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_KEY_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_UNITS_FIELD_NUMBER: _ClassVar[int]
+    adjustment_id: str
+    settlement_key: str
+    settled_units: int
+    def __init__(self, adjustment_id: _Optional[str] = ..., settlement_key: _Optional[str] = ..., settled_units: _Optional[int] = ...) -> None: ...
+
+class SettleAdjustmentResponse(_message.Message):
+    __slots__ = ("adjustment",)
+    ADJUSTMENT_FIELD_NUMBER: _ClassVar[int]
+    adjustment: UsageAdjustment
+    def __init__(self, adjustment: _Optional[_Union[UsageAdjustment, _Mapping]] = ...) -> None: ...

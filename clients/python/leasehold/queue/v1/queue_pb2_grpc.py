@@ -203,6 +203,16 @@ class QueueServiceStub:
                 request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobRequest.SerializeToString,
                 response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobResponse.FromString,
                 _registered_method=True)
+        self.ListAdjustments = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ListAdjustments',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAdjustmentsRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAdjustmentsResponse.FromString,
+                _registered_method=True)
+        self.SettleAdjustment = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/SettleAdjustment',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -519,6 +529,24 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAdjustments(self, request, context):
+        """Lists usage adjustments not yet settled, oldest first, one page at a
+        time: usage accepted after its job was settled (a late result), which the
+        job's settlement does not cover.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleAdjustment(self, request, context):
+        """Records an adjustment's settlement, once, as SettleJob does a job's: the
+        same settlement_key and settled_units again answer it as settled; others
+        are ALREADY_EXISTS naming what was recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -686,6 +714,16 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.SettleJob,
                     request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobRequest.FromString,
                     response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobResponse.SerializeToString,
+            ),
+            'ListAdjustments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAdjustments,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAdjustmentsRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAdjustmentsResponse.SerializeToString,
+            ),
+            'SettleAdjustment': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleAdjustment,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1583,6 +1621,60 @@ class QueueService:
             '/leasehold.queue.v1.QueueService/SettleJob',
             leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobRequest.SerializeToString,
             leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAdjustments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ListAdjustments',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAdjustmentsRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListAdjustmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleAdjustment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/SettleAdjustment',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentResponse.FromString,
             options,
             channel_credentials,
             insecure,
