@@ -1,5 +1,5 @@
 // Every message type of the contract filled in with varied values, for the binary codecs' tests
-// (test/api/binary-writer.test.ts, binary-reader.test.ts): negative numbers, non-ASCII and
+// (test/api/binary-writer.test.ts): negative numbers, non-ASCII and
 // lone-surrogate strings, optional fields set to zero, packed lists, Structs, Timestamps before 1970.
 import { create, type DescField, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";

@@ -7,12 +7,11 @@
 // server's JSON options, written by json-writer.ts) or binary; an error as its JSON body with the
 // HTTP status of its code, error metadata as headers.
 
-import { fromJsonString, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { fromBinary, fromJsonString, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { codeToHttpStatus, codeToString, errorToJsonBytes, parseTimeout } from "@connectrpc/connect/protocol-connect";
 import { readBody } from "../body.js";
 import type { RequestInfo } from "../request-info.js";
 import type { JsonOptions, NodeRequest, NodeResponse } from "../node-http.js";
-import { readBinary } from "./binary-reader.js";
 import { writeBinary } from "./binary-writer.js";
 import type { UnaryPath } from "./seam.js";
 import { asConnectError, refusePrototypeKey, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
@@ -55,7 +54,7 @@ export function createConnectUnary(opts: {
       let input;
       if (binary) {
         try {
-          input = readBinary(method.input, bytes);
+          input = fromBinary(method.input, bytes);
         } catch (err) {
           throw refuseUndecodable(info, method, "binary", err);
         }

@@ -12,14 +12,13 @@
 // the coordinator's own CPU per call, 2 shared cores): ~800–1,000 µs per call through
 // connect-es, see docs/performance.md for the figures with this path.
 
-import type { DescMethod, DescService } from "@bufbuild/protobuf";
+import { fromBinary, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { readBody } from "../body.js";
 import type { RequestInfo } from "../request-info.js";
 import type { NodeRequest, NodeResponse } from "../node-http.js";
-import { readBinary } from "./binary-reader.js";
 import { writeBinary } from "./binary-writer.js";
 import type { UnaryPath } from "./seam.js";
 import { asConnectError, refusePrototypeKey, refuseUndecodable, webHeaders, type UnaryInvoker } from "./invoke.js";
@@ -50,7 +49,7 @@ export function createGrpcUnary(opts: { service: DescService; invoke: UnaryInvok
       const bytes = unaryMessage(await readGrpcBody(req, opts.maxBodyBytes));
       let input;
       try {
-        input = readBinary(method.input, bytes);
+        input = fromBinary(method.input, bytes);
       } catch (err) {
         throw refuseUndecodable(info, method, "binary", err);
       }
