@@ -10,11 +10,12 @@
 // 64-bit integers outside Timestamp, bytes, floats, other well-known types) or a message carrying
 // unknown fields keeps toBinary.
 //
-// Why: toBinary costs ~54 µs for a CompleteTask answer with its next task in a tight loop
-// (reflection per field), and 173 ms for a 10,000-task CreateJob answer. A writer that worked out
-// every size first (each nested message's size again for its prefix at every level, each string's
-// UTF-8 length three times) took 11–16 µs for the CompleteTask answer, against the JSON writer's 6
-// for the same message: gRPC answered slower than REST. This one pass takes ~3 µs.
+// Why: toBinary costs tens of µs for a CompleteTask answer with its next task (reflection per
+// field), and 173 ms for a 10,000-task CreateJob answer. A writer that worked out every size first
+// (each nested message's size again for its prefix at every level, each string's UTF-8 length
+// three times) took 8.1 µs of CPU for that answer, against the JSON writer's 3.1: a gRPC answer
+// cost more than the same answer over REST. This one pass takes 2.35 µs (CPU time, medians of 12
+// runs of 50,000).
 
 import { fromJson, ScalarType, toBinary, type DescField, type DescMessage, type JsonObject, type MessageShape } from "@bufbuild/protobuf";
 import { StructSchema, type Timestamp } from "@bufbuild/protobuf/wkt";
