@@ -944,8 +944,8 @@ export type CreateJobRequest = Message<"leasehold.queue.v1.CreateJobRequest"> & 
    * out, and not read back for an idempotent replay), UNSPECIFIED or
    * JOB_VIEW_FULL the job with its tasks. Not part of the request an
    * idempotency_key identifies: a replay may ask another view. A schedule's
-   * job template ignores it (a tick has no answer). REST also takes "basic"
-   * and "full".
+   * job template refuses any but UNSPECIFIED (a tick has no answer). REST
+   * also takes "basic" and "full".
    *
    * @generated from field: leasehold.queue.v1.JobView view = 500;
    */
