@@ -186,9 +186,10 @@ export async function startCoordinator(
 }
 
 /**
- * REST over HTTP/1.1 with keep-alive: undici's Pool, which costs the generator about half the CPU
- * per call of node:http's Agent (measured against a trivial server: ~40 against ~70–85 µs), and
- * the generator shares the machine with the coordinator and PostgreSQL.
+ * REST over HTTP/1.1 with keep-alive: undici's Pool, which cost the generator about half the CPU
+ * per call of node:http's Agent against a trivial server (~40 against ~70–85 µs); in bench:peers'
+ * claim → complete loop against a real coordinator the two cost the same (0.091–0.092 against
+ * 0.090–0.102 ms a task, bench/peers-methods.ts), the rest of the loop being the same code.
  */
 export function restClient(baseUrl: string, maxSockets = 64) {
   const pool = new Pool(baseUrl, { connections: maxSockets, pipelining: 1 });
@@ -211,8 +212,7 @@ export function restClient(baseUrl: string, maxSockets = 64) {
 /**
  * The same REST calls over node:http with a keep-alive Agent (at most `maxSockets` connections),
  * the load generator of the project's own load tests (test/support/http.ts) and of the acceptance
- * check: it costs the generator more CPU per call than undici's Pool (bench:peers reports each
- * generator's CPU per task beside the rates it drove).
+ * check (bench:peers reports each generator's CPU per task beside the rates it drove).
  */
 export function httpClient(baseUrl: string, maxSockets = 64) {
   const agent = new http.Agent({ keepAlive: true, maxSockets });
