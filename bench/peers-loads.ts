@@ -9,6 +9,7 @@ import pg from "pg";
 import type { PostgresQueue } from "../src/store/postgres/store.js";
 import { cpuNow, cpuPer, type CpuPerItem } from "./cpu.js";
 import type { Coordinator, grpcH2Client } from "./harness.js";
+import type { Boss, GraphileWorkerUtils } from "./peers/load.js";
 
 export const SHA = createHash("sha256").update("peers").digest("hex");
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -273,6 +274,45 @@ export function leaseholdSubmitters(rest: Rest, workload: string, opts: { worker
       }
     });
   return { start, count: () => done };
+}
+
+// ---------- the peers' fills and their enqueue load ----------
+
+/** graphile-worker jobs of the task "peers", by addJobs of 10,000. */
+export async function graphileFill(utils: GraphileWorkerUtils, count: number) {
+  for (let done = 0; done < count; done += 10_000) {
+    const n = Math.min(10_000, count - done);
+    await utils.addJobs(Array.from({ length: n }, (_, i) => ({ identifier: "peers", payload: { i: done + i } })));
+  }
+}
+
+/** pg-boss jobs on `queue`, by insert of 10,000. */
+export async function bossFill(boss: Boss, queue: string, count: number) {
+  for (let done = 0; done < count; done += 10_000) {
+    const n = Math.min(10_000, count - done);
+    await boss.insert(
+      queue,
+      Array.from({ length: n }, (_, i) => ({ data: { i: done + i } })),
+    );
+  }
+}
+
+/** `workers` callers of graphile-worker's addJob, one after another each (at most `limit` jobs in all). */
+export function addJobLoad(utils: GraphileWorkerUtils, workers: number, limit = Infinity): Load {
+  let done = 0;
+  let sent = 0;
+  return {
+    start: async () =>
+      loops(workers, async (id, running) => {
+        let i = 0;
+        while (running() && sent < limit) {
+          sent++;
+          await utils.addJob("peers_one", { id, i: i++ });
+          done++;
+        }
+      }),
+    count: () => done,
+  };
 }
 
 export function med(xs: number[]): number {

@@ -49,11 +49,14 @@ import {
   type Coordinator,
 } from "./harness.js";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.js";
-import { loadPeers, loadPostgres15, type Boss, type GraphileWorkerUtils, type Peers } from "./peers/load.js";
+import { loadPeers, loadPostgres15, type Peers } from "./peers/load.js";
 import {
+  addJobLoad,
+  bossFill,
   drain,
   fillLeasehold,
   fillOneTaskJobs,
+  graphileFill,
   leaseholdClaimComplete,
   leaseholdGrpcClaimComplete,
   leaseholdSubmitters,
@@ -158,41 +161,6 @@ function graphileLoad(url: string, schema: string): Load {
       const runner = await graphileWorkerRun(url, schema, () => done++);
       return () => runner.stop();
     },
-    count: () => done,
-  };
-}
-
-async function graphileFill(utils: GraphileWorkerUtils, count: number) {
-  for (let done = 0; done < count; done += 10_000) {
-    const n = Math.min(10_000, count - done);
-    await utils.addJobs(Array.from({ length: n }, (_, i) => ({ identifier: "peers", payload: { i: done + i } })));
-  }
-}
-
-async function bossFill(boss: Boss, queue: string, count: number) {
-  for (let done = 0; done < count; done += 10_000) {
-    const n = Math.min(10_000, count - done);
-    await boss.insert(
-      queue,
-      Array.from({ length: n }, (_, i) => ({ data: { i: done + i } })),
-    );
-  }
-}
-
-/** WORKERS callers of addJob, one after another each (at most `limit` jobs in all). */
-function addJobLoad(utils: GraphileWorkerUtils, limit = Infinity): Load {
-  let done = 0;
-  let sent = 0;
-  return {
-    start: async () =>
-      loops(WORKERS, async (id, running) => {
-        let i = 0;
-        while (running() && sent < limit) {
-          sent++;
-          await utils.addJob("peers_one", { id, i: i++ });
-          done++;
-        }
-      }),
     count: () => done,
   };
 }
@@ -311,7 +279,7 @@ async function round(n: number, ctx: Context): Promise<Round> {
     // 2. One-task jobs, 16 concurrent submitters.
     await rest("PUT", `/workloads/onejob_${n}`, { lease_seconds: 300 });
     const lSub = await win(leaseholdSubmitters(rest, `onejob_${n}`, { workers: WORKERS }));
-    const gSub = await win(addJobLoad(utils));
+    const gSub = await win(addJobLoad(utils, WORKERS));
     rows["one-task jobs, 16 concurrent submitters"] = row(lSub, gSub, "graphile-worker addJob ×16", "jobs/s");
     cpu["submit one-task job (leasehold)"] = lSub.cpu;
     cpu["submit one-task job (graphile addJob)"] = gSub.cpu;
@@ -462,7 +430,7 @@ async function round(n: number, ctx: Context): Promise<Round> {
     http2.close();
     await fresh2.stop();
     await quiet(ctx.leaseholdUrl);
-    const gJobs = await drain(addJobLoad(utils, DRAIN), DRAIN, coordinator);
+    const gJobs = await drain(addJobLoad(utils, WORKERS, DRAIN), DRAIN, coordinator);
     rows[`one-task jobs, ${fmt(DRAIN)} submitted to a coordinator just started (node:http) vs addJob ×16`] = row(
       lJobs,
       gJobs,
