@@ -14,6 +14,7 @@ import {
   CreateJobRequestSchema,
   FailurePolicy,
   FinalizerSchema,
+  JobView,
   QueueService,
   TaskSpecSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
@@ -94,6 +95,8 @@ const JOB_FIELDS: Record<string, Case<Init>> = {
   account: { value: ACCOUNT, check: (j) => expect([j.account, j.priority, j.concurrencyKey]).toEqual([ACCOUNT, 9, ACCOUNT]) },
   // A billing key is one job's; a template's reserved units alone reach each tick (the REST case below).
   billing: { value: create(BillingSchema, { reservedUnits: 10n, billingKey: "once" }), refused: "job.billing.billing_key" },
+  // What a CreateJob's answer holds: a tick has no answer.
+  view: { value: JobView.BASIC, refused: "job.view" },
 };
 
 /** Through the template's one listed task (tasks[0], chunk 0 unless the case says otherwise). */

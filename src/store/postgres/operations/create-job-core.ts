@@ -349,7 +349,8 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
   const prepared = p.needsDelay ? undefined : p.early;
   const insert = jobValues(p, checked);
   const { maxAttempts } = checked;
-  if (job.tasks.length >= COPY_MIN_TASKS) return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared);
+  if (job.tasks.length >= COPY_MIN_TASKS)
+    return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared, p.withoutTasks === true);
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = CREATE_JOB.one(c, {
     ...insert,
@@ -358,7 +359,8 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
     wakeCounts: [...perWorkload.values()],
     taskLabels: taskLabels(job),
   });
-  const tasks = taskRows(job, jobId, ids, maxAttempts);
+  // The job alone (withoutTasks): no task objects, nor their Dates, for an answer that leaves them out.
+  const tasks = p.withoutTasks ? [] : taskRows(job, jobId, ids, maxAttempts);
   const row = await inserting;
   if (!row.fresh) return "stale";
   if (row.id === null) return "taken"; // the idempotency key was used before
@@ -379,6 +381,7 @@ async function insertJobByCopy(
   perWorkload: Map<string, number>,
   inTransaction: boolean,
   prepared: CallOptions["prepared"],
+  withoutTasks: boolean,
 ): Promise<WriteOutcome> {
   const jobId = insert.jobId;
   const begun = inTransaction ? undefined : c.query("BEGIN");
@@ -437,7 +440,7 @@ async function insertJobByCopy(
       );
     });
     const copying = copyIn(c, withFlow ? COPY_FLOW_TASKS : COPY_TASKS, chunks);
-    const result = createdJob(row, taskRows(job, jobId, ids, maxAttempts));
+    const result = createdJob(row, withoutTasks ? [] : taskRows(job, jobId, ids, maxAttempts));
     // Handed over while PostgreSQL copies; a callback that throws fails the call once the COPY
     // has settled, and the transaction is rolled back.
     let refused: unknown;

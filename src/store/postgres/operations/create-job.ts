@@ -47,14 +47,15 @@ export function coalescable(ctx: StoreContext, p: PreparedJob): boolean {
 }
 
 export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: CallOptions): Promise<CreateJobResult> {
-  const p: PreparedJob = { ...prepareJob(ctx, input, undefined, opts.account), early: opts.prepared };
+  const p: PreparedJob = { ...prepareJob(ctx, input, undefined, opts.account), early: opts.prepared, withoutTasks: opts.withoutTasks };
   const { job, names } = p;
   // A small job of cached workloads shares a statement with the CreateJob calls beside it; if a
   // workload changed since it was cached, it is written below, the one-job way.
   if (ctx.coalescer && coalescable(ctx, p)) {
     const result = await ctx.coalescer.createJob(p, opts.signal);
     if (result === "taken") throw new Error("a coalesced job has no key to find taken");
-    if (result !== "stale") return result;
+    // The shared statement's jobs are small (COALESCED_JOB_MAX_TASKS): their rows are made anyway.
+    if (result !== "stale") return p.withoutTasks ? { ...result, tasks: [] } : result;
   }
 
   return withClient(ctx.pool, opts.signal, async (c) => {
@@ -136,6 +137,6 @@ async function replayJob(c: pg.PoolClient, p: PreparedJob): Promise<CreateJobRes
     // Both keys are the account's, so the job named is the caller's own.
     throw new IdempotencyConflictError(`${field}: was used for a different request${prior ? ` (job ${prior.id})` : ""}`);
   }
-  const taskRows = await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
+  const taskRows = p.withoutTasks ? [] : await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
   return { job: toJob(prior), tasks: taskRows.map(toTask), created: false };
 }

@@ -23,6 +23,8 @@ export interface PreparedJob {
   needsTransaction: boolean;
   /** handed the result as soon as it is known, before a COPY ends (early-answer.ts); not for a delayed job */
   early?: CallOptions["prepared"];
+  /** the caller wants the job alone (CallOptions.withoutTasks): no task rows are made for the result */
+  withoutTasks?: boolean;
 }
 
 /** A job written, or why not: "stale" (a workload changed since it was cached), "taken" (its idempotency key was used before). */

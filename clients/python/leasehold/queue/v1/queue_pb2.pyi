@@ -36,6 +36,12 @@ class FailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAILURE_POLICY_FAIL_FAST: _ClassVar[FailurePolicy]
     FAILURE_POLICY_CONTINUE: _ClassVar[FailurePolicy]
 
+class JobView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_VIEW_UNSPECIFIED: _ClassVar[JobView]
+    JOB_VIEW_BASIC: _ClassVar[JobView]
+    JOB_VIEW_FULL: _ClassVar[JobView]
+
 class JobEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     JOB_EVENT_KIND_UNSPECIFIED: _ClassVar[JobEventKind]
@@ -93,6 +99,9 @@ JOB_STATUS_SCHEDULED: JobStatus
 FAILURE_POLICY_UNSPECIFIED: FailurePolicy
 FAILURE_POLICY_FAIL_FAST: FailurePolicy
 FAILURE_POLICY_CONTINUE: FailurePolicy
+JOB_VIEW_UNSPECIFIED: JobView
+JOB_VIEW_BASIC: JobView
+JOB_VIEW_FULL: JobView
 JOB_EVENT_KIND_UNSPECIFIED: JobEventKind
 JOB_EVENT_KIND_TASK_STATUS: JobEventKind
 JOB_EVENT_KIND_TASK_PROGRESS: JobEventKind
@@ -361,7 +370,7 @@ class Workload(_message.Message):
     def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "run_at", "finalizer", "account", "billing")
+    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "run_at", "finalizer", "account", "billing", "view")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -386,6 +395,7 @@ class CreateJobRequest(_message.Message):
     FINALIZER_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     BILLING_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     workload: str
     input_uri: str
     input_sha256: str
@@ -403,7 +413,8 @@ class CreateJobRequest(_message.Message):
     finalizer: Finalizer
     account: str
     billing: Billing
-    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., account: _Optional[str] = ..., billing: _Optional[_Union[Billing, _Mapping]] = ...) -> None: ...
+    view: JobView
+    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., account: _Optional[str] = ..., billing: _Optional[_Union[Billing, _Mapping]] = ..., view: _Optional[_Union[JobView, str]] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job", "tasks")
