@@ -29,6 +29,7 @@ const API_SUITES = [
   "test/api/undecodable.test.ts",
   "test/api/careless-clients.test.ts",
   "test/api/pipelines-api.test.ts",
+  "test/api/create-job-view.test.ts",
 ];
 
 /**
@@ -51,6 +52,7 @@ const COALESCE_SUITES = [
   "test/store/claim-hints.test.ts",
   "test/store/create-job.test.ts",
   "test/store/dependencies-race.test.ts",
+  "test/api/create-job-view.test.ts",
 ];
 
 export default defineConfig({

@@ -16,6 +16,7 @@ import {
   DependencySchema,
   FailurePolicy,
   FinalizerSchema,
+  JobView,
   QueueService,
   TaskSpecSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
@@ -99,6 +100,8 @@ const JOB_FIELDS: Record<string, Case<Init>> = {
   // A job template has no parents: the same jobs on every tick would be waited for; a workflow template orders its nodes.
   after: { value: [create(DependencySchema, { jobId: "0190f3a0-0000-7000-8000-000000000000" })], refused: "job.after" },
   dependency_policy: { value: DependencyPolicy.ALL_FINAL, refused: "job.dependency_policy" },
+  // What a CreateJob's answer holds: a tick has no answer.
+  view: { value: JobView.BASIC, refused: "job.view" },
 };
 
 /** Through the template's one listed task (tasks[0], chunk 0 unless the case says otherwise). */

@@ -51,6 +51,7 @@ __all__ = [
     "JobFailure",
     "JobSnapshot",
     "JobStatus",
+    "JobView",
     "KeyLimit",
     "ResultManifest",
     "RetriedJob",
@@ -71,6 +72,8 @@ __all__ = [
 
 JsonObject = dict[str, Any]
 
+#: What :meth:`leasehold.Client.create_job` returns: ``"full"`` the job with its tasks, ``"basic"`` the job alone.
+JobView = Literal["basic", "full"]
 #: A job's status; ``""`` only for a field the coordinator left unset.
 JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled", "scheduled"]
 #: A task's status; ``""`` only for a field the coordinator left unset.
@@ -424,7 +427,10 @@ class JobSnapshot:
 
 @dataclass(frozen=True)
 class CreatedJob:
-    """What :meth:`leasehold.Client.create_job` returns: the job (new, or the original for an idempotent replay) and its tasks."""
+    """What :meth:`leasehold.Client.create_job` returns: the job (new, or the original for an idempotent replay) and its tasks.
+
+    ``tasks`` is empty when the job was created with ``view="basic"``.
+    """
 
     job: Job
     tasks: list[TaskRecord]

@@ -8,7 +8,7 @@ import { file_leasehold_queue_v1_queue, type Job, type JobFailure, type Task, ty
 
 /** CreateJob's answer: the job, with its tasks as created (in chunk order). */
 export interface CreatedJob extends Job {
-  /** The job's tasks as created, in chunk order. */
+  /** The job's tasks as created, in chunk order; empty when it was created with `view: JobView.BASIC`. */
   tasks: Task[];
 }
 

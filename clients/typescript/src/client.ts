@@ -103,6 +103,8 @@ export class Client {
   /**
    * Creates a job of `tasks` (or of one task from `options.inputUri`) and returns it, with its
    * `tasks` as created; with an `idempotencyKey`, the same request again returns the first job.
+   * `options.view: JobView.BASIC` returns the job alone (`tasks` empty): the coordinator neither
+   * writes nor sends a large job's tasks back (it needs a coordinator that knows CreateJob's `view`).
    */
   async createJob(workload: string, tasks: TaskSpecInit[], options: CreateJobOptions = {}): Promise<CreatedJob> {
     const res = await this.#call("createJob", (r, o) => r.createJob({ ...options, workload, tasks }, o));

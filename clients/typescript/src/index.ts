@@ -31,6 +31,7 @@ export {
   FailurePolicy,
   JobEventKind,
   JobStatus,
+  JobView,
   OverlapPolicy,
   QueueService,
   TaskStatus,

@@ -15,6 +15,7 @@ import {
   FinalizerSchema,
   GetScheduleResponseSchema,
   ListSchedulesResponseSchema,
+  JobView,
   OverlapPolicy,
   PauseScheduleResponseSchema,
   PutScheduleResponseSchema,
@@ -28,6 +29,7 @@ import {
   type Schedule as PbSchedule,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import type { CatchUpPolicy as DomainCatchUp, OverlapPolicy as DomainOverlap, PutScheduleInput, Schedule } from "../../queue/types.js";
+import { ValidationError } from "../../queue/errors.js";
 import type { ApiQueue } from "../../queue/service.js";
 import type { CreateJobInput, CreateWorkflowInput } from "../../queue/types.js";
 import { call } from "./call-options.js";
@@ -41,6 +43,9 @@ type SchedulesImpl = Pick<
 export function schedulesService(queue: ApiQueue): SchedulesImpl {
   return {
     async putSchedule(req, ctx) {
+      // CreateJob's view says what its answer holds; a tick's job is answered to no one.
+      if (req.job !== undefined && req.job.view !== JobView.UNSPECIFIED)
+        throw new ValidationError("job.view", "must be unset: a schedule's ticks create jobs no call is answered with");
       const r = await queue.putSchedule(putScheduleInput(req), call(ctx));
       return create(PutScheduleResponseSchema, { schedule: scheduleMessage(r.schedule), created: r.created });
     },
