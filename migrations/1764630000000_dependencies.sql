@@ -60,6 +60,15 @@ CREATE INDEX job_dependencies_child_idx ON job_dependencies (child_id);
 ALTER TABLE tasks ADD COLUMN parents jsonb;
 
 /*
+ * A schedule may create a workflow on each tick instead of a job: its template (the queue's
+ * CreateWorkflowInput), the last one it made, and each tick's. Such a schedule stores job as '{}'
+ * (not null): a coordinator of the release before, during a rolling upgrade, reads it as a template
+ * CreateJob refuses, and records the tick failed rather than failing its pass.
+ */
+ALTER TABLE schedules ADD COLUMN workflow jsonb, ADD COLUMN last_workflow_id uuid;
+ALTER TABLE schedule_ticks ADD COLUMN workflow_id uuid;
+
+/*
  * The statement that changes a job's status to or from final also resolves the jobs after it: a
  * thin trigger function owned by this migration, which never changes, calls the one whose text
  * lives in migrations/functions/leasehold_job_status_changed.sql (resolved when it runs, so the
@@ -85,11 +94,19 @@ CREATE TRIGGER jobs_status_wake_dependents AFTER UPDATE OF status ON jobs
  */
 DROP TRIGGER jobs_status_wake_dependents ON jobs;
 DROP FUNCTION leasehold_job_status_hook();
+-- The functions of this release's files that the release before has no file for (its jobs
+-- parameters would also hold the jobs table).
+DROP FUNCTION IF EXISTS leasehold_job_status_changed(jobs, jobs);
+DROP FUNCTION IF EXISTS leasehold_promote_jobs(uuid[], boolean);
 UPDATE tasks SET status = 'cancelled', completed_at = now() WHERE status = 'waiting';
 UPDATE jobs SET status = 'cancelled', completed_at = now(), updated_at = now(),
   cancel_reason = 'its parents were dropped by a rollback of the dependencies migration'
 WHERE status = 'pending' AND waiting_on > 0;
 DROP TABLE job_dependencies;
+-- The release before cannot fire a schedule of workflows: such schedules go with the feature.
+DELETE FROM schedules WHERE workflow IS NOT NULL;
+ALTER TABLE schedule_ticks DROP COLUMN workflow_id;
+ALTER TABLE schedules DROP COLUMN last_workflow_id, DROP COLUMN workflow;
 DROP INDEX jobs_workflow_node_idx;
 ALTER TABLE jobs
   DROP COLUMN workflow_node,

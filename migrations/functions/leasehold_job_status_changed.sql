@@ -52,23 +52,25 @@ BEGIN
     ORDER BY c.id FOR NO KEY UPDATE;
     WITH edges AS (
       UPDATE job_dependencies d SET resolved = false
-      FROM jobs c
-      WHERE d.parent_id = n.id AND d.resolved AND c.id = d.child_id AND c.status = 'pending' AND c.waiting_on > 0
+      WHERE d.parent_id = n.id AND d.resolved
+        AND EXISTS (SELECT 1 FROM jobs c WHERE c.id = d.child_id AND c.status = 'pending' AND c.waiting_on > 0)
       RETURNING d.child_id
     )
-    UPDATE jobs c SET waiting_on = c.waiting_on + 1, updated_at = now() FROM edges e WHERE c.id = e.child_id;
+    UPDATE jobs c SET waiting_on = c.waiting_on + 1, updated_at = now() WHERE c.id = ANY (ARRAY(SELECT child_id FROM edges));
     RETURN;
   END IF;
 
+  -- The children by primary key (id = ANY (ARRAY(...)), not a join with the edges: with an empty
+  -- database's statistics that join was a nested loop over every edge per child).
   WITH edges AS (
     UPDATE job_dependencies d SET resolved = true
     WHERE d.parent_id = n.id AND NOT d.resolved
     RETURNING d.child_id, d.optional
   ), counted AS (
     UPDATE jobs c SET waiting_on = c.waiting_on - 1, updated_at = now()
-    FROM edges e
-    WHERE c.id = e.child_id AND c.status = 'pending' AND c.waiting_on > 0
-    RETURNING c.id, c.waiting_on, c.dependency_policy = 'all_completed' AND NOT e.optional AND n.status <> 'completed' AS blocked
+    WHERE c.id = ANY (ARRAY(SELECT child_id FROM edges)) AND c.status = 'pending' AND c.waiting_on > 0
+    RETURNING c.id, c.waiting_on,
+      c.dependency_policy = 'all_completed' AND n.status <> 'completed' AND c.id NOT IN (SELECT child_id FROM edges WHERE optional) AS blocked
   )
   SELECT array_agg(id) FILTER (WHERE blocked), array_agg(id) FILTER (WHERE waiting_on = 0 AND NOT blocked)
   INTO doomed, ready

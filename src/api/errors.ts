@@ -9,6 +9,7 @@
 // registered, wherever the request named it; REST bodies carry the same
 // violations as a list, and the reason.
 
+import type { DescMessage } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import { BadRequestSchema, ErrorInfoSchema, RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
@@ -55,13 +56,20 @@ export const WORKLOAD_NOT_FOUND = { reason: "WORKLOAD_NOT_FOUND", domain: "lease
 export interface UnknownWorkload {
   workload: string;
   field: string;
+  /** the first of the registered workloads (queue/errors.ts KNOWN_WORKLOADS_SHOWN) */
   known?: readonly string[];
+  /** how many are registered, when more than `known` lists */
+  knownTotal?: number;
 }
 
-/** The ErrorInfo metadata of an unknown workload: workload, field, and known_workloads (comma-separated) when looked up. */
+/**
+ * The ErrorInfo metadata of an unknown workload: workload, field, and known_workloads
+ * (comma-separated, the first ones) when looked up, with known_workloads_total when there are more.
+ */
 export function unknownWorkloadMetadata(u: UnknownWorkload): Record<string, string> {
   const metadata: Record<string, string> = { workload: u.workload, field: u.field };
   if (u.known) metadata.known_workloads = u.known.join(",");
+  if (u.knownTotal !== undefined && u.known && u.knownTotal > u.known.length) metadata.known_workloads_total = String(u.knownTotal);
   return metadata;
 }
 
@@ -108,7 +116,12 @@ export function mapError(err: unknown): MappedError {
     // Every unknown workload, whichever field named it (a job's, a task's, a finalizer's, a
     // template's, a claim's): one reason, so a client tells it apart from an unknown job or task.
     if (err instanceof NotFoundError && err.entity === "workload") {
-      m.unknownWorkload = { workload: err.id, field: err.field, ...(err.known ? { known: err.known } : {}) };
+      m.unknownWorkload = {
+        workload: err.id,
+        field: err.field,
+        ...(err.known ? { known: err.known } : {}),
+        ...(err.knownTotal !== undefined && err.known && err.knownTotal > err.known.length ? { knownTotal: err.knownTotal } : {}),
+      };
     }
     return m;
   }
@@ -168,13 +181,28 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
  * naming the field where the decoder names one (else the message) and what failed, the same on
  * gRPC, Connect binary and Connect JSON. The decoder's error stays as the cause, for the log.
  */
-export function undecodable(typeName: string, format: "binary" | "JSON", err: unknown): ValidationError {
+export function undecodable(schema: DescMessage, format: "binary" | "JSON", err: unknown): ValidationError {
+  const typeName = schema.typeName;
   const text = err instanceof Error ? err.message : String(err);
-  const field = /cannot decode field [\w.]+\.(\w+) from/.exec(text)?.[1] ?? typeName;
+  const field = /cannot decode field [\w.]+\.(\w+) from/.exec(text)?.[1] ?? enumField(schema, text) ?? typeName;
   const detail = text.startsWith("cannot decode") ? text : `cannot decode ${typeName} from ${format}: ${text}`;
   const v = new ValidationError(field, detail);
   v.cause = err;
   return v;
+}
+
+/**
+ * protobuf-es names only the enum of a JSON enum value it cannot decode ("cannot decode enum
+ * leasehold.queue.v1.JobView from JSON: …"): the message's one top-level field of that enum, when
+ * it has exactly one, is the field to name.
+ */
+function enumField(schema: DescMessage, text: string): string | undefined {
+  const name = /^cannot decode enum ([\w.]+) from JSON/.exec(text)?.[1];
+  if (name === undefined) return undefined;
+  const fields = schema.fields.filter(
+    (f) => (f.fieldKind === "enum" || (f.fieldKind === "list" && f.listKind === "enum")) && f.enum?.typeName === name,
+  );
+  return fields.length === 1 ? fields[0].name : undefined;
 }
 
 export interface RestErrorBody {
@@ -186,6 +214,8 @@ export interface RestErrorBody {
     /** google.rpc.ErrorInfo's reason, e.g. WORKLOAD_NOT_FOUND */
     reason?: string;
     known_workloads?: string[];
+    /** how many workloads are registered, when more than known_workloads lists */
+    known_workloads_total?: number;
   };
 }
 
@@ -197,6 +227,7 @@ export function restErrorBody(m: MappedError, requestId: string): RestErrorBody 
   if (m.unknownWorkload) {
     body.error.reason = WORKLOAD_NOT_FOUND.reason;
     if (m.unknownWorkload.known) body.error.known_workloads = [...m.unknownWorkload.known];
+    if (m.unknownWorkload.knownTotal !== undefined) body.error.known_workloads_total = m.unknownWorkload.knownTotal;
   }
   return body;
 }

@@ -94,7 +94,11 @@ export function connectFailure(error: ConnectErrorJson | undefined, schema: Desc
     const { reason, metadata } = fromBinary(ErrorInfoSchema, base64Decode(errorInfo.value));
     if (reason === WORKLOAD_NOT_FOUND.reason) {
       const known = metadata.known_workloads;
-      const listed = known === undefined ? {} : { known: known === "" ? [] : known.split(",") };
+      const total = metadata.known_workloads_total;
+      const listed = {
+        ...(known === undefined ? {} : { known: known === "" ? [] : known.split(",") }),
+        ...(total === undefined ? {} : { knownTotal: Number(total) }),
+      };
       return { ...m, unknownWorkload: { workload: metadata.workload ?? "", field: metadata.field ?? "", ...listed } };
     }
   }

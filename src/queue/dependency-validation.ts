@@ -71,8 +71,9 @@ export interface NormalizedWorkflow {
 
 /**
  * A CreateWorkflow request's shape: 1 to LIMITS.maxWorkflowNodes nodes with distinct names, each
- * with a job, edges naming other nodes of the workflow once each, a node's parents (its edges and
- * its job's after together) within LIMITS.maxParents, and no cycle (the error names a node on one).
+ * with a job, edges naming other nodes of the workflow once each (as many as there are nodes: a
+ * fan-in of the whole workflow into one node is one node's edges; its job's after, jobs outside
+ * the workflow, keeps CreateJob's LIMITS.maxParents), and no cycle (the error names a node on one).
  * A node's job may not carry an idempotency key (the workflow's covers every node), nor an account
  * other than the workflow's.
  */
@@ -130,12 +131,6 @@ export function validateCreateWorkflow(input: CreateWorkflowInput): NormalizedWo
         seen.add(p);
         after.push({ node: p, optional: e.optional === true });
       });
-      const external = Array.isArray(job.after) ? job.after.length : 0;
-      if (after.length + external > LIMITS.maxParents)
-        fail(
-          `nodes[${i}].after`,
-          `a node waits for at most ${LIMITS.maxParents} parents (its edges and its job's after), not ${after.length + external}`,
-        );
     });
     return { name: typeof n?.name === "string" ? n.name : "", job: (n?.job ?? {}) as CreateJobInput, after };
   });

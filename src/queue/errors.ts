@@ -33,8 +33,13 @@ export class ValidationError extends QueueError {
   }
 }
 
-/** Registered workloads an unknown workload's message lists; the rest are counted. */
-const KNOWN_WORKLOADS_SHOWN = 50;
+/**
+ * Registered workloads an unknown workload's error carries (its message, REST's known_workloads,
+ * gRPC's ErrorInfo); the rest are counted. Bounded because the error travels in gRPC's trailers,
+ * where grpcio refuses more than 8 KiB of metadata (RESOURCE_EXHAUSTED in place of NOT_FOUND): a
+ * few hundred registered workloads listed in full passed it.
+ */
+export const KNOWN_WORKLOADS_SHOWN = 20;
 
 /**
  * An unknown job, task, workload, schedule or account; `field` names the request field that referred to it. For a
@@ -47,10 +52,18 @@ export class NotFoundError extends QueueError {
     readonly entity: "job" | "task" | "workload" | "schedule" | "account" | "adjustment" | "workflow",
     readonly id: string,
     readonly field: string = `${entity}_id`,
-    readonly known?: readonly string[],
+    known?: readonly string[],
   ) {
     super(`${field}: ${entity} ${JSON.stringify(id)} not found${entity === "workload" ? workloadHint(known) : ""}`);
+    if (known !== undefined) {
+      this.known = known.slice(0, KNOWN_WORKLOADS_SHOWN);
+      this.knownTotal = known.length;
+    }
   }
+  /** The first KNOWN_WORKLOADS_SHOWN registered workloads (in name order), when looked up. */
+  readonly known?: readonly string[];
+  /** How many are registered in all. */
+  readonly knownTotal?: number;
 }
 
 function workloadHint(known: readonly string[] | undefined): string {

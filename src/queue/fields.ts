@@ -39,7 +39,7 @@ export const LIMITS = {
   usageCounters: 32,
   /** Field violations (and parameters-schema violations) listed per request; the rest are only counted. */
   violations: 20,
-  /** Parents one job may wait for (CreateJob's after, and a workflow node's edges with it). */
+  /** Jobs one CreateJob may wait for (after); a workflow node's edges are bounded by the workflow's nodes. */
   maxParents: 100,
   /** Nodes of one workflow (CreateWorkflow). */
   maxWorkflowNodes: 1000,

@@ -234,7 +234,9 @@ export function validateCreateJob(
     ...(finalizer === undefined ? {} : { finalizer }),
     ...(account === undefined ? {} : { account }),
     ...(billing === undefined ? {} : { billing }),
-    ...(after === undefined ? {} : { after, dependencyPolicy: dependencyPolicy ?? "all_completed" }),
+    // Absent unless given (or the job has parents), so a job without them keeps its idempotency fingerprint.
+    ...(after === undefined ? {} : { after }),
+    ...(after === undefined && dependencyPolicy === undefined ? {} : { dependencyPolicy: dependencyPolicy ?? "all_completed" }),
   };
 }
 

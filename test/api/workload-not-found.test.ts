@@ -157,3 +157,67 @@ describe("REST", () => {
     expect(r.body.error.reason).toBeUndefined();
   });
 });
+
+describe("with many workloads registered", () => {
+  // Names as long as a team's might be: 300 of them listed in full made the error's trailers
+  // ~10 KiB, past the 8 KiB of metadata grpcio accepts (it then reports RESOURCE_EXHAUSTED).
+  const MANY = 300;
+  const name = (i: number) => `wnf_many_${String(i).padStart(3, "0")}_${"x".repeat(48)}`;
+
+  beforeAll(async () => {
+    for (let i = 0; i < MANY; i++) await f.queue.putWorkload({ name: name(i) });
+  });
+
+  it("gRPC: the answer's headers and trailers stay under 8 KiB, NOT_FOUND listing the first 20 and the total", async () => {
+    const { connect } = await import("node:http2");
+    const { create, toBinary } = await import("@bufbuild/protobuf");
+    const { CreateJobRequestSchema } = await import("../../gen/leasehold/queue/v1/queue_pb.js");
+    const message = toBinary(CreateJobRequestSchema, create(CreateJobRequestSchema, { ...JOB, workload: NOPE }));
+    const frame = Buffer.alloc(5 + message.length);
+    frame.writeUInt32BE(message.length, 1);
+    frame.set(message, 5);
+    const session = connect(base);
+    try {
+      const fields = await new Promise<Record<string, string>>((resolve, reject) => {
+        const req = session.request({
+          ":method": "POST",
+          ":path": "/leasehold.queue.v1.QueueService/CreateJob",
+          "content-type": "application/grpc",
+          te: "trailers",
+        });
+        const seen: Record<string, string> = {};
+        const keep = (h: Record<string, unknown>) => {
+          for (const [k, v] of Object.entries(h)) seen[k] = String(v);
+        };
+        req.on("response", keep);
+        req.on("trailers", keep);
+        req.on("data", () => {});
+        req.on("end", () => resolve(seen));
+        req.on("error", reject);
+        req.end(frame);
+      });
+      const bytes = Object.entries(fields).reduce((n, [k, v]) => n + k.length + v.length, 0);
+      expect(fields["grpc-status"], JSON.stringify(fields)).toBe(String(Code.NotFound));
+      expect(bytes).toBeLessThan(8192);
+      expect(decodeURIComponent(fields["grpc-message"])).toContain(`and ${MANY + 1 - 20} more`);
+    } finally {
+      session.close();
+    }
+  });
+
+  it.each(transports)("%s: ErrorInfo lists the first 20 and known_workloads_total counts them all", async (_label, client) => {
+    const err = await rpcError(client().createJob({ ...JOB, workload: NOPE }));
+    expect(err.code, err.rawMessage).toBe(Code.NotFound);
+    const info = err.findDetails(ErrorInfoSchema)[0];
+    expect(info.metadata.known_workloads.split(",")).toHaveLength(20);
+    expect(info.metadata.known_workloads.split(",")[0]).toBe(W);
+    expect(info.metadata.known_workloads_total).toBe(String(MANY + 1));
+  });
+
+  it("REST: known_workloads has the first 20 and known_workloads_total the count", async () => {
+    const r = await restCall(base, "POST", "/jobs", { ...REST_JOB, workload: NOPE });
+    expect(r.status, r.text).toBe(404);
+    expect(r.body.error.known_workloads).toHaveLength(20);
+    expect(r.body.error.known_workloads_total).toBe(MANY + 1);
+  });
+});

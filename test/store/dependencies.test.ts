@@ -204,3 +204,52 @@ describe("after", () => {
     expect(await status(c.id)).toMatchObject({ status: "completed" });
   });
 });
+
+describe("the claim", () => {
+  it("never meets a waiting task: 6,000 of them ahead in claim order are not in its index", async () => {
+    await f.queue.putWorkload({ name: "deps_blocker" });
+    await f.queue.putWorkload({ name: "deps_claim" });
+    const blocker = (await f.queue.createJob(job("deps_blocker"))).job;
+    // Older and of a higher priority than the one claimable task: first in claim order, were they in the index.
+    await f.queue.createJob(job("deps_claim", [{ jobId: blocker.id }], { priority: 10 }, 6000));
+    const claimable = (await f.queue.createJob(job("deps_claim"))).job;
+    await f.pool.query("VACUUM ANALYZE tasks");
+    const { rows: counted } = await f.pool.query(
+      `SELECT count(*)::int AS n FROM tasks WHERE workload = 'deps_claim' AND status = 'waiting'`,
+    );
+    expect(counted[0].n).toBe(6000);
+    const { CLAIM_TASKS } = await import("../support/statements.js");
+    const client = await f.pool.connect();
+    try {
+      await client.query(`PREPARE waiting_claim AS ${CLAIM_TASKS}`);
+      // The claim's scan of the index, as it is, and as it would be were the waiting tasks pending
+      // ones not due (in the index, passed over inside it, as a retry's backoff is).
+      const scanBuffers = async (instead?: string) => {
+        await client.query("BEGIN");
+        if (instead) await client.query(instead);
+        const { rows } = await client.query(
+          `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE waiting_claim(ARRAY['deps_claim'], 1, 'x', NULL, '{}', '{}')`,
+        );
+        await client.query("ROLLBACK");
+        const plan = rows.map((r) => r["QUERY PLAN"]).join("\n");
+        if (process.env.SHOW_PLAN) console.log(plan);
+        const scan = plan.slice(plan.indexOf("Index Scan using tasks_claim_pending_idx"));
+        expect(scan).toMatch(/^[^\n]*rows=1\.00 loops=1/);
+        return Number(/Buffers: shared hit=(\d+)/.exec(scan)![1]);
+      };
+      const waiting = await scanBuffers();
+      const inTheIndex = await scanBuffers(
+        `UPDATE tasks SET status = 'pending', run_after = 'infinity' WHERE workload = 'deps_claim' AND status = 'waiting'`,
+      );
+      expect(waiting).toBeLessThan(15);
+      expect(inTheIndex).toBeGreaterThan(waiting + 20);
+      await client.query("DEALLOCATE waiting_claim");
+    } finally {
+      client.release();
+    }
+    const [t] = await f.queue.claimTasks({ workerId: "w", workloads: ["deps_claim"] });
+    expect(t.jobId).toBe(claimable.id);
+    await complete(t);
+    await f.queue.cancelJob({ jobId: blocker.id });
+  });
+});

@@ -54,6 +54,7 @@ __all__ = [
     "JobParent",
     "JobSnapshot",
     "JobStatus",
+    "JobView",
     "KeyLimit",
     "ResultManifest",
     "RetriedJob",
@@ -74,6 +75,8 @@ __all__ = [
 
 JsonObject = dict[str, Any]
 
+#: What :meth:`leasehold.Client.create_job` returns: ``"full"`` the job with its tasks, ``"basic"`` the job alone.
+JobView = Literal["basic", "full"]
 #: A job's status; ``""`` only for a field the coordinator left unset. ``scheduled``: pending with its ``run_at``
 #: ahead; ``waiting``: its parents (``after``) are not final yet, so none of its tasks is claimable.
 JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled", "scheduled", "waiting"]
@@ -514,7 +517,10 @@ class JobSnapshot:
 
 @dataclass(frozen=True)
 class CreatedJob:
-    """What :meth:`leasehold.Client.create_job` returns: the job (new, or the original for an idempotent replay) and its tasks."""
+    """What :meth:`leasehold.Client.create_job` returns: the job (new, or the original for an idempotent replay) and its tasks.
+
+    ``tasks`` is empty when the job was created with ``view="basic"``.
+    """
 
     job: Job
     tasks: list[TaskRecord]

@@ -15,7 +15,7 @@ import {
 
 /** CreateJob's answer: the job, with its tasks as created (in chunk order). */
 export interface CreatedJob extends Job {
-  /** The job's tasks as created, in chunk order. */
+  /** The job's tasks as created, in chunk order; empty when it was created with `view: JobView.BASIC`. */
   tasks: Task[];
 }
 

@@ -128,6 +128,8 @@ export class Client {
    * `tasks` as created; with an `idempotencyKey`, the same request again returns the first job.
    * `after` (job ids, or `{ jobId, optional: true }`) makes it wait for those jobs: it is WAITING
    * until they are final as `dependencyPolicy` asks, then pending, and its tasks carry `parents`.
+   * `options.view: JobView.BASIC` returns the job alone (`tasks` empty): the coordinator neither
+   * writes nor sends a large job's tasks back (it needs a coordinator that knows CreateJob's `view`).
    */
   async createJob(workload: string, tasks: TaskSpecInit[], options: CreateJobOptions = {}): Promise<CreatedJob> {
     const request = { ...options, after: dependencies(options.after), workload, tasks };

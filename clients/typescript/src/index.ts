@@ -33,6 +33,7 @@ export {
   FailurePolicy,
   JobEventKind,
   JobStatus,
+  JobView,
   OverlapPolicy,
   QueueService,
   TaskStatus,

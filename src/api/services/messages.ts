@@ -18,6 +18,7 @@ import {
   SettlementSchema,
   TaskStatus,
   type CreateJobRequest,
+  type CreateWorkflowRequest,
   type Job as PbJob,
   type JobParent as PbJobParent,
   type Settlement as PbSettlement,
@@ -27,6 +28,7 @@ import type { Usage } from "../../queue/types.js";
 import { ValidationError } from "../../queue/errors.js";
 import type {
   CreateJobInput,
+  CreateWorkflowInput,
   DependencyPolicy as DomainDependencyPolicy,
   FailurePolicy as DomainFailurePolicy,
   Job,
@@ -176,6 +178,21 @@ export function createJobInput(r: CreateJobRequest): CreateJobInput {
       : undefined,
     after: r.after.length > 0 ? r.after.map((d) => ({ jobId: d.jobId, optional: d.optional })) : undefined,
     dependencyPolicy: dependencyPolicyInput(r.dependencyPolicy),
+  };
+}
+
+/** A CreateWorkflow request (the RPC's, and a schedule's workflow template). */
+export function createWorkflowInput(r: CreateWorkflowRequest): CreateWorkflowInput {
+  return {
+    nodes: r.nodes.map((n) => ({
+      name: n.name,
+      // A node without its job is refused by validation, naming it.
+      job: n.job ? createJobInput(n.job) : (undefined as unknown as CreateJobInput),
+      after: n.after.map((a) => ({ node: a.node, optional: a.optional })),
+    })),
+    name: opt(r.name),
+    idempotencyKey: opt(r.idempotencyKey),
+    account: opt(r.account),
   };
 }
 

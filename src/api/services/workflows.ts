@@ -17,18 +17,17 @@ import {
   WorkflowNodeCountsSchema,
   WorkflowNodeSchema,
   WorkflowSchema,
-  type CreateWorkflowRequest,
   type QueueService as QueueServiceDesc,
   type WatchWorkflowResponse,
   type Workflow as PbWorkflow,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import type { ParkingCalls } from "../../queue/long-poll.js";
 import type { ApiQueue } from "../../queue/service.js";
-import type { CreateWorkflowInput, Workflow, WorkflowUpdate } from "../../queue/types.js";
+import type { Workflow, WorkflowUpdate } from "../../queue/types.js";
 import { traceparentHeader } from "../../telemetry/tracing.js";
 import { requestInfoKey } from "../request-info.js";
 import { call, scope } from "./call-options.js";
-import { createJobInput, DEPENDENCY_POLICY, JOB_STATUS, opt, ts } from "./messages.js";
+import { createWorkflowInput, DEPENDENCY_POLICY, JOB_STATUS, opt, ts } from "./messages.js";
 
 type WorkflowsImpl = Pick<
   ServiceImpl<typeof QueueServiceDesc>,
@@ -81,22 +80,6 @@ export function workflowsService(queue: ApiQueue, parking: ParkingCalls): Workfl
         retriedTasks: r.retriedTasks,
       });
     },
-  };
-}
-
-// ---- requests → domain inputs ----
-
-export function createWorkflowInput(r: CreateWorkflowRequest): CreateWorkflowInput {
-  return {
-    nodes: r.nodes.map((n) => ({
-      name: n.name,
-      // A node without its job is refused by validation, naming it.
-      job: n.job ? createJobInput(n.job) : (undefined as unknown as CreateWorkflowInput["nodes"][number]["job"]),
-      after: n.after.map((a) => ({ node: a.node, optional: a.optional })),
-    })),
-    name: opt(r.name),
-    idempotencyKey: opt(r.idempotencyKey),
-    account: opt(r.account),
   };
 }
 

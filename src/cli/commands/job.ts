@@ -10,6 +10,7 @@ import {
   FinalizerSchema,
   GetJobResponseSchema,
   JobStatus,
+  JobView,
   ResultManifestSchema,
   RetryJobResponseSchema,
   type Job,
@@ -79,6 +80,15 @@ function listOption(value: string | string[] | boolean | undefined): string[] {
   return value === undefined || typeof value === "boolean" ? [] : Array.isArray(value) ? value : [value];
 }
 
+/**
+ * The view a CreateJob of the CLI asks for: the human line reads no task, so the job alone
+ * (JOB_VIEW_BASIC: a large job's tasks are neither written nor sent back); --json prints the
+ * contract's answer, tasks and all. A view the request names itself (job submit's file) is kept.
+ */
+function answerView(request: ReturnType<typeof create<typeof CreateJobRequestSchema>>, json: boolean): void {
+  if (!json && request.view === JobView.UNSPECIFIED) request.view = JobView.BASIC;
+}
+
 /** --run-at and the finalizer options onto a CreateJobRequest (over what it already says). */
 function applyLaterOptions(
   request: ReturnType<typeof create<typeof CreateJobRequestSchema>>,
@@ -141,6 +151,7 @@ export const jobCommands: CommandSpec[] = [
         account: stringOption(inv.opts.account) ?? "",
       });
       applyLaterOptions(request, inv.opts);
+      answerView(request, inv.json);
       const res = await inv.client.createJob(request, inv.callOptions);
       if (inv.json) printJson(jsonOf(CreateJobResponseSchema, res));
       else out(`${jobLine(res.job)}${res.job?.runAt ? ` (due ${new Date(Number(res.job.runAt.seconds) * 1000).toISOString()})` : ""}`);
@@ -177,9 +188,12 @@ export const jobCommands: CommandSpec[] = [
       const labels = pairsOption("required-label", inv.opts["required-label"]);
       if (labels !== undefined) request.requiredLabels = { ...request.requiredLabels, ...labels };
       applyLaterOptions(request, inv.opts);
+      answerView(request, inv.json);
       const res = await inv.client.createJob(request, inv.callOptions);
       if (inv.json) printJson(jsonOf(CreateJobResponseSchema, res));
-      else out(`job ${res.job?.id} submitted: ${plural(res.tasks.length, "task")}`);
+      // The job's tasks are the request's (one, from the job's own input, when it lists none); an
+      // idempotent replay's are too, as a replay is the same request.
+      else out(`job ${res.job?.id} submitted: ${plural(res.tasks.length || request.tasks.length || 1, "task")}`);
       if (inv.opts.watch === true && res.job !== undefined) return watch(inv, res.job.id);
       return 0;
     },

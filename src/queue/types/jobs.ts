@@ -264,6 +264,11 @@ export interface CallOptions {
    */
   prepared?: (result: CreateJobResult) => void;
   /**
+   * CreateJob: the caller wants the job alone (the API's JOB_VIEW_BASIC): the result's tasks are
+   * empty, and the store neither makes a new job's task rows for it nor reads a replayed job's.
+   */
+  withoutTasks?: boolean;
+  /**
    * The account the caller's token is bound to: the call sees only that account's jobs (another's
    * is not found) and creates under it. Unset: every job (single-tenant mode).
    */

@@ -362,7 +362,7 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
   const insert = jobValues(p, checked);
   const { maxAttempts } = checked;
   if (job.tasks.length >= COPY_MIN_TASKS)
-    return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared, p.waiting === true);
+    return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared, p.waiting === true, p.withoutTasks === true);
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = CREATE_JOB.one(c, {
     ...insert,
@@ -372,7 +372,8 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
     taskLabels: taskLabels(job),
     taskStatus: p.waiting ? "waiting" : "pending",
   });
-  const tasks = taskRows(job, jobId, ids, maxAttempts);
+  // The job alone (withoutTasks): no task objects, nor their Dates, for an answer that leaves them out.
+  const tasks = p.withoutTasks ? [] : taskRows(job, jobId, ids, maxAttempts);
   const row = await inserting;
   if (!row.fresh) return "stale";
   if (row.id === null) return "taken"; // the idempotency key was used before
@@ -394,6 +395,7 @@ async function insertJobByCopy(
   inTransaction: boolean,
   prepared: CallOptions["prepared"],
   waiting: boolean,
+  withoutTasks: boolean,
 ): Promise<WriteOutcome> {
   const jobId = insert.jobId;
   const begun = inTransaction ? undefined : c.query("BEGIN");
@@ -454,7 +456,7 @@ async function insertJobByCopy(
     });
     const columns = withFlow ? COPY_FLOW_TASKS : COPY_TASKS;
     const copying = copyIn(c, waiting ? copyWaiting(columns) : columns, chunks);
-    const result = createdJob(row, taskRows(job, jobId, ids, maxAttempts));
+    const result = createdJob(row, withoutTasks ? [] : taskRows(job, jobId, ids, maxAttempts));
     // Handed over while PostgreSQL copies; a callback that throws fails the call once the COPY
     // has settled, and the transaction is rolled back.
     let refused: unknown;

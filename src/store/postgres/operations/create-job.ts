@@ -48,7 +48,7 @@ export function coalescable(ctx: StoreContext, p: PreparedJob): boolean {
 }
 
 export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: CallOptions): Promise<CreateJobResult> {
-  const p: PreparedJob = { ...prepareJob(ctx, input, undefined, opts.account), early: opts.prepared };
+  const p: PreparedJob = { ...prepareJob(ctx, input, undefined, opts.account), early: opts.prepared, withoutTasks: opts.withoutTasks };
   const { job, names } = p;
   // A job after others waits for them (dependencies.ts): its own transaction, with its parents locked.
   if (job.after) {
@@ -60,7 +60,8 @@ export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: 
   if (ctx.coalescer && coalescable(ctx, p)) {
     const result = await ctx.coalescer.createJob(p, opts.signal);
     if (result === "taken") throw new Error("a coalesced job has no key to find taken");
-    if (result !== "stale") return result;
+    // The shared statement's jobs are small (COALESCED_JOB_MAX_TASKS): their rows are made anyway.
+    if (result !== "stale") return p.withoutTasks ? { ...result, tasks: [] } : result;
   }
 
   return withClient(ctx.pool, opts.signal, async (c) => {
@@ -142,6 +143,6 @@ export async function replayJob(c: pg.PoolClient, p: PreparedJob): Promise<Creat
     // Both keys are the account's, so the job named is the caller's own.
     throw new IdempotencyConflictError(`${field}: was used for a different request${prior ? ` (job ${prior.id})` : ""}`);
   }
-  const taskRows = await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
+  const taskRows = p.withoutTasks ? [] : await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
   return { job: toJob(prior), tasks: taskRows.map(toTask), created: false };
 }

@@ -387,7 +387,9 @@ export async function writeWorkflow(ctx: StoreContext, c: pg.PoolClient, pw: Pre
   const where = new Map<string, string>();
   nodes.forEach((p, i) => p.job.after?.forEach((d, k) => where.has(d.jobId) || where.set(d.jobId, `nodes[${i}].job.after[${k}].job_id`)));
   const outside: Map<string, ParentRow> =
-    external.length > 0 ? await lockParents(c, external, account ?? null, (k) => where.get(external[k].jobId)!) : new Map<string, ParentRow>();
+    external.length > 0
+      ? await lockParents(c, external, account ?? null, (k) => where.get(external[k].jobId)!)
+      : new Map<string, ParentRow>();
   const edges: NewEdges[] = w.nodes.map((n, i) => ({
     childId: nodes[i].jobId,
     policy: nodes[i].job.dependencyPolicy ?? "all_completed",

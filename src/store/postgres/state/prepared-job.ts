@@ -29,6 +29,8 @@ export interface PreparedJob {
   gated?: boolean;
   /** names its fields under this prefix in errors ("nodes[2].job." in a workflow) */
   fieldPrefix?: string;
+  /** the caller wants the job alone (CallOptions.withoutTasks): no task rows are made for the result */
+  withoutTasks?: boolean;
 }
 
 /** A job written, or why not: "stale" (a workload changed since it was cached), "taken" (its idempotency key was used before). */
