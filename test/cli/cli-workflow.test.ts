@@ -181,7 +181,7 @@ describe("leasehold workflow", () => {
     expect(out).toContain("\x1b[4A");
     const final = out
       .slice(out.lastIndexOf("\x1b[4A"))
-      .replace(/\x1b\[[0-9]*[A-Za-z]/g, "")
+      .replace(new RegExp(String.fromCharCode(27) + "\\[[0-9]*[A-Za-z]", "g"), "")
       .replace(/\r/g, "");
     expect(final.split("\n")).toEqual([
       `workflow ${id} (mesh-tty): completed, 3/3 nodes completed`,

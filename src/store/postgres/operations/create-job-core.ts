@@ -362,7 +362,18 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
   const insert = jobValues(p, checked);
   const { maxAttempts } = checked;
   if (job.tasks.length >= COPY_MIN_TASKS)
-    return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared, p.waiting === true, p.withoutTasks === true);
+    return insertJobByCopy(
+      c,
+      job,
+      insert,
+      ids,
+      maxAttempts,
+      perWorkload,
+      inTransaction,
+      prepared,
+      p.waiting === true,
+      p.withoutTasks === true,
+    );
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = CREATE_JOB.one(c, {
     ...insert,
