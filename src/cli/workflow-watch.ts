@@ -127,6 +127,9 @@ export async function watchWorkflow(inv: Invocation, workflowId: string): Promis
   const deadline = inv.callOptions.timeoutMs === undefined ? undefined : Date.now() + inv.callOptions.timeoutMs;
   let backoff = 250;
   let snapshotSeen = false;
+  // The final nodes' counts being read on a terminal: the last drawing waits for them, or a node that
+  // ended last would show the counts of its last change.
+  const settling: Promise<unknown>[] = [];
   try {
     for (;;) {
       const timeoutMs = deadline === undefined ? undefined : Math.max(1, deadline - Date.now());
@@ -144,9 +147,11 @@ export async function watchWorkflow(inv: Invocation, workflowId: string): Promis
             // The final counts of a node's tasks come from its job: a terminal's redraw need not wait for them.
             const settled = settleNode(inv, node);
             if (tty)
-              void settled.then(
-                () => screen?.schedule(),
-                () => undefined,
+              settling.push(
+                settled.then(
+                  () => screen?.schedule(),
+                  () => undefined,
+                ),
               );
             else await settled;
           }
@@ -169,6 +174,7 @@ export async function watchWorkflow(inv: Invocation, workflowId: string): Promis
     }
   } finally {
     followers?.stop();
+    await Promise.all(settling);
     screen?.finish();
   }
   const final = (await inv.client.getWorkflow({ workflowId }, inv.callOptions)).workflow;
