@@ -3,6 +3,7 @@
 import type { Workflow, WorkflowNodeCounts } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { client } from "../api.js";
 import { loadError } from "../components/outcome.js";
+import { pager } from "../components/pager.js";
 import { badge, jobStatusName, ts } from "../components/status.js";
 import { ago, clear, h, when } from "../dom.js";
 import { main } from "../layout.js";
@@ -73,36 +74,8 @@ export function renderWorkflows(params: URLSearchParams): void {
         h("thead", {}, h("tr", {}, ...["Workflow", "Status", "Nodes", "Account", "Created"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, ...r.workflows.map(row)),
       );
-      const pager = h(
-        "nav",
-        { class: "pager", "aria-label": "Pages of workflows" },
-        h(
-          "button",
-          {
-            type: "button",
-            disabled: !page,
-            onclick: () => {
-              const prev = before.pop() ?? "";
-              pageTokens.set(account, before);
-              go(prev);
-            },
-          },
-          "Previous page",
-        ),
-        h(
-          "button",
-          {
-            type: "button",
-            disabled: !r.nextPageToken,
-            onclick: () => {
-              pageTokens.set(account, [...before, page]);
-              go(r.nextPageToken);
-            },
-          },
-          "Next page",
-        ),
-      );
-      clear(results, r.workflows.length ? table : h("p", {}, "No workflows."), pager);
+      const pages = pager("Pages of workflows", page, r.nextPageToken, before, (tokens) => pageTokens.set(account, tokens), go);
+      clear(results, r.workflows.length ? table : h("p", {}, "No workflows."), pages);
     } catch (err) {
       clear(results, loadError("Could not list workflows", err));
     }
