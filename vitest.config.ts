@@ -28,6 +28,8 @@ const API_SUITES = [
   "test/api/settlements-api.test.ts",
   "test/api/undecodable.test.ts",
   "test/api/careless-clients.test.ts",
+  "test/api/pipelines-api.test.ts",
+  "test/api/create-job-view.test.ts",
 ];
 
 /**
@@ -49,6 +51,8 @@ const COALESCE_SUITES = [
   "test/api/settlements-api.test.ts",
   "test/store/claim-hints.test.ts",
   "test/store/create-job.test.ts",
+  "test/store/dependencies-race.test.ts",
+  "test/api/create-job-view.test.ts",
 ];
 
 /**

@@ -2,15 +2,16 @@
 // (bench/stub-coordinator.ts: the real createApiServer over a queue that answers from memory, the
 // request log at info to /dev/null and the RPC histogram on, as in production) is driven by 16
 // concurrent claim → complete loops over REST (undici keep-alive pool), gRPC and Connect (connect-es
-// clients over one HTTP/2 connection), and gRPC again from @grpc/grpc-js (grpcjs: one channel, the
-// stand-in for Python's grpcio that bench:peers uses; connect-es' gRPC client is slow enough to
-// limit the calls per second the stub sees). The figure is the stub process's own CPU time (utime +
+// clients over one HTTP/2 connection), and gRPC again from @grpc/grpc-js (grpcjs: one channel, a
+// stand-in for Python's grpcio) and from a bare node:http2 client (grpch2: one session, the
+// cheapest gRPC generator Node has, which bench:peers uses; connect-es' gRPC client is slow enough
+// to limit the calls per second the stub sees). The figure is the stub process's own CPU time (utime +
 // stime from /proc) per call, which the load generator's cost does not touch; on a shared
 // machine throughput varies, CPU per call much less. Then CreateJob of 10,000 tasks over REST:
 // CPU per call and the stub's peak RSS.
 //
 //   API_SECONDS (4)  length of each timed run     API_ROUNDS (3)  rounds (modes alternate within each)
-//   API_MODES (floor,rest,grpc,grpcjs,grpc10,connect,create)   API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
+//   API_MODES (floor,rest,grpc,grpcjs,grpch2,grpc10,connect,create)   API_NODE_ARGS   extra node flags for the stub (e.g. --cpu-prof)
 //   API_STUB_CWD (.)  checkout whose stub to run (an A/B against another worktree)
 //   API_STUB_JS       run this compiled stub with plain node instead of bench/stub-coordinator.ts under tsx
 
@@ -21,12 +22,12 @@ import { performance } from "node:perf_hooks";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "../gen/leasehold/queue/v1/queue_pb.js";
-import { freePort, grpcClient, restClient } from "./harness.js";
+import { freePort, grpcClient, grpcH2Client, restClient } from "./harness.js";
 
 const SECONDS = Number(process.env.API_SECONDS ?? 4);
 const ROUNDS = Number(process.env.API_ROUNDS ?? 3);
 const WORKERS = 16;
-const MODES = (process.env.API_MODES ?? "floor,rest,grpc,grpcjs,grpc10,connect,create").split(",");
+const MODES = (process.env.API_MODES ?? "floor,rest,grpc,grpcjs,grpch2,grpc10,connect,create").split(",");
 const SHA = createHash("sha256").update("bench").digest("hex");
 const TICK_US = 1e6 / 100; // USER_HZ
 
@@ -136,7 +137,7 @@ function rpcCycle(rpc: Rpc) {
 }
 
 /** The same cycle from @grpc/grpc-js, the stand-in for Python's grpcio that bench:peers drives. */
-function grpcJsCycle(rpc: ReturnType<typeof grpcClient>) {
+function grpcJsCycle(rpc: Pick<ReturnType<typeof grpcClient>, "claim" | "complete">) {
   return async (workerId: string) => {
     const { tasks } = await rpc.claim({ workerId, workloads: ["stub"] });
     const t = tasks[0];
@@ -195,6 +196,14 @@ for (let round = 1; round <= ROUNDS; round++) {
         try {
           const m = await measure(stub, (s) => loops(s, grpcJsCycle(rpc)));
           record("gRPC claim → complete, from @grpc/grpc-js", m.us, m.perSecond);
+        } finally {
+          rpc.close();
+        }
+      } else if (mode === "grpch2") {
+        const rpc = grpcH2Client(stub.url);
+        try {
+          const m = await measure(stub, (s) => loops(s, grpcJsCycle(rpc)));
+          record("gRPC claim → complete, from bare node:http2", m.us, m.perSecond);
         } finally {
           rpc.close();
         }

@@ -3,6 +3,7 @@
 
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync, chmodSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
 import { Pool, type Dispatcher } from "undici";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type Message } from "@bufbuild/protobuf";
@@ -17,6 +18,7 @@ import {
   CompleteTasksResponseSchema,
   QueueService,
 } from "../gen/leasehold/queue/v1/queue_pb.js";
+import http2 from "node:http2";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -196,9 +198,10 @@ export async function startCoordinator(
 }
 
 /**
- * REST over HTTP/1.1 with keep-alive: undici's Pool, which costs the generator about half the CPU
- * per call of node:http's Agent (measured against a trivial server: ~40 against ~70–85 µs), and
- * the generator shares the machine with the coordinator and PostgreSQL.
+ * REST over HTTP/1.1 with keep-alive: undici's Pool, which cost the generator about half the CPU
+ * per call of node:http's Agent against a trivial server (~40 against ~70–85 µs); in bench:peers'
+ * claim → complete loop against a real coordinator the two cost the same (0.091–0.092 against
+ * 0.090–0.102 ms a task, bench/peers-methods.ts), the rest of the loop being the same code.
  */
 export function restClient(baseUrl: string, maxSockets = 64) {
   const pool = new Pool(baseUrl, { connections: maxSockets, pipelining: 1 });
@@ -216,6 +219,42 @@ export function restClient(baseUrl: string, maxSockets = 64) {
     const text = await res.body.text();
     return { status: res.statusCode, json: text ? JSON.parse(text) : null };
   };
+}
+
+/**
+ * The same REST calls over node:http with a keep-alive Agent (at most `maxSockets` connections),
+ * the load generator of the project's own load tests (test/support/http.ts) and of the acceptance
+ * check (bench:peers reports each generator's CPU per task beside the rates it drove).
+ */
+export function httpClient(baseUrl: string, maxSockets = 64) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets });
+  const u = new URL(baseUrl);
+  const call = (method: string, pathname: string, body?: unknown): Promise<{ status: number; json: unknown }> =>
+    new Promise((resolve, reject) => {
+      const data = body === undefined ? undefined : JSON.stringify(body);
+      const req = http.request(
+        {
+          host: u.hostname,
+          port: u.port,
+          method,
+          path: pathname,
+          agent,
+          headers: data === undefined ? {} : { "content-type": "application/json", "content-length": Buffer.byteLength(data) },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("error", reject);
+          res.on("end", () => {
+            const text = chunks.length === 1 ? chunks[0].toString() : Buffer.concat(chunks).toString();
+            resolve({ status: res.statusCode ?? 0, json: text ? JSON.parse(text) : null });
+          });
+        },
+      );
+      req.on("error", reject);
+      req.end(data);
+    });
+  return Object.assign(call, { close: () => agent.destroy() });
 }
 
 /**
@@ -250,5 +289,66 @@ export function grpcClient(baseUrl: string) {
     completeMany: (msg: MessageInitShape<typeof CompleteTasksRequestSchema>) =>
       call("CompleteTasks", CompleteTasksRequestSchema, CompleteTasksResponseSchema, msg),
     close: () => client.close(),
+  };
+}
+
+/**
+ * gRPC over one bare node:http2 session: a length-prefixed protobuf message out, one in, the
+ * status from the trailers; no channel, no interceptors, no call objects. The cheapest unary gRPC
+ * generator Node has (~0.25 ms a task against grpc-js's ~0.30 in bench:peers), for measuring the
+ * coordinator's own cost per gRPC call beside REST's (bench:api, bench:peers).
+ */
+export function grpcH2Client(baseUrl: string) {
+  const session = http2.connect(baseUrl);
+  session.on("error", () => {});
+  const call = <I extends Message, O extends Message>(
+    method: string,
+    input: GenMessage<I>,
+    output: GenMessage<O>,
+    msg: MessageInitShape<GenMessage<I>>,
+  ) =>
+    new Promise<O>((resolve, reject) => {
+      const body = toBinary(input, create(input, msg));
+      const frame = Buffer.allocUnsafe(5 + body.byteLength);
+      frame[0] = 0;
+      frame.writeUInt32BE(body.byteLength, 1);
+      frame.set(body, 5);
+      const stream = session.request({
+        ":method": "POST",
+        ":path": `/${QueueService.typeName}/${method}`,
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
+      const chunks: Buffer[] = [];
+      let status: string | undefined;
+      let message: string | undefined;
+      stream.on("response", (headers) => {
+        // A trailers-only answer (an error) carries its status in the headers.
+        if (headers["grpc-status"] !== undefined) {
+          status = String(headers["grpc-status"]);
+          message = headers["grpc-message"] as string | undefined;
+        }
+      });
+      stream.on("trailers", (trailers) => {
+        status = String(trailers["grpc-status"]);
+        message = trailers["grpc-message"] as string | undefined;
+      });
+      stream.on("data", (c: Buffer) => chunks.push(c));
+      stream.on("error", reject);
+      stream.on("end", () => {
+        if (status !== "0") return reject(new Error(`grpc-status ${status}: ${decodeURIComponent(message ?? "")}`));
+        const data = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+        resolve(fromBinary(output, data.subarray(5, 5 + data.readUInt32BE(1))));
+      });
+      stream.end(frame);
+    });
+  return {
+    claim: (msg: MessageInitShape<typeof ClaimTasksRequestSchema>) =>
+      call("ClaimTasks", ClaimTasksRequestSchema, ClaimTasksResponseSchema, msg),
+    complete: (msg: MessageInitShape<typeof CompleteTaskRequestSchema>) =>
+      call("CompleteTask", CompleteTaskRequestSchema, CompleteTaskResponseSchema, msg),
+    completeMany: (msg: MessageInitShape<typeof CompleteTasksRequestSchema>) =>
+      call("CompleteTasks", CompleteTasksRequestSchema, CompleteTasksResponseSchema, msg),
+    close: () => session.close(),
   };
 }

@@ -33,7 +33,8 @@ with Client(args.url, token=os.environ.get("LEASEHOLD_TOKEN"),
             transport="grpc" if os.environ.get("LEASEHOLD_TRANSPORT") == "grpc" else "json") as client:
     chunks = [TaskSpec(i, f"s3://in/{i}", hashlib.sha256(str(i).encode()).hexdigest(),
                        {"fail": f"chunk {i} is corrupt"} if i == args.fail_chunk else None) for i in range(args.n)]
-    job = client.create_job(args.workload, tasks=chunks, failure_policy=args.failure_policy).job
+    # view="basic": the job alone (its tasks are not needed here, so not sent back).
+    job = client.create_job(args.workload, tasks=chunks, failure_policy=args.failure_policy, view="basic").job
     for update in client.watch(job.id):
         if update.snapshot is not None:
             emit(job_id=job.id, status=update.snapshot.job.status)

@@ -66,6 +66,12 @@ export const ACCESS: { [M in MethodName]: Rule<M> } = {
   settleJob: { roles: ["billing"] },
   listAdjustments: { roles: ["billing"] },
   settleAdjustment: { roles: ["billing"] },
+  createWorkflow: { roles: ["submitter"] },
+  getWorkflow: { roles: ["submitter", "billing"] },
+  listWorkflows: { roles: ["submitter", "billing"] },
+  watchWorkflow: { roles: ["submitter"] },
+  cancelWorkflow: { roles: ["submitter"] },
+  retryWorkflow: { roles: ["submitter"] },
 };
 
 /** Every worker_id a request acts as (empty for RPCs that are not a worker's). */

@@ -9,6 +9,7 @@
 // registered, wherever the request named it; REST bodies carry the same
 // violations as a list, and the reason.
 
+import type { DescMessage } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import { BadRequestSchema, ErrorInfoSchema, RequestInfoSchema } from "../../gen/google/rpc/error_details_pb.js";
@@ -180,13 +181,28 @@ export function toConnectError(err: unknown, requestId: string): ConnectError {
  * naming the field where the decoder names one (else the message) and what failed, the same on
  * gRPC, Connect binary and Connect JSON. The decoder's error stays as the cause, for the log.
  */
-export function undecodable(typeName: string, format: "binary" | "JSON", err: unknown): ValidationError {
+export function undecodable(schema: DescMessage, format: "binary" | "JSON", err: unknown): ValidationError {
+  const typeName = schema.typeName;
   const text = err instanceof Error ? err.message : String(err);
-  const field = /cannot decode field [\w.]+\.(\w+) from/.exec(text)?.[1] ?? typeName;
+  const field = /cannot decode field [\w.]+\.(\w+) from/.exec(text)?.[1] ?? enumField(schema, text) ?? typeName;
   const detail = text.startsWith("cannot decode") ? text : `cannot decode ${typeName} from ${format}: ${text}`;
   const v = new ValidationError(field, detail);
   v.cause = err;
   return v;
+}
+
+/**
+ * protobuf-es names only the enum of a JSON enum value it cannot decode ("cannot decode enum
+ * leasehold.queue.v1.JobView from JSON: …"): the message's one top-level field of that enum, when
+ * it has exactly one, is the field to name.
+ */
+function enumField(schema: DescMessage, text: string): string | undefined {
+  const name = /^cannot decode enum ([\w.]+) from JSON/.exec(text)?.[1];
+  if (name === undefined) return undefined;
+  const fields = schema.fields.filter(
+    (f) => (f.fieldKind === "enum" || (f.fieldKind === "list" && f.listKind === "enum")) && f.enum?.typeName === name,
+  );
+  return fields.length === 1 ? fields[0].name : undefined;
 }
 
 export interface RestErrorBody {

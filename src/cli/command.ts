@@ -6,6 +6,8 @@ import type { QueueService } from "../../gen/leasehold/queue/v1/queue_pb.js";
 /** "--name VALUE" when `value` names the placeholder, else a flag. */
 export interface OptionSpec {
   name: string;
+  /** A one-letter alias ("f" for -f), shown in the usage text in place of the long name. */
+  short?: string;
   value?: string;
   /** Shown without brackets in the usage text (the command checks it: commander does not). */
   required?: boolean;

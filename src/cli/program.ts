@@ -22,6 +22,7 @@ import { settlementCommands } from "./commands/settlement.js";
 import { adjustmentCommands } from "./commands/adjustment.js";
 import { tokenCommands } from "./commands/token.js";
 import { workloadCommands } from "./commands/workload.js";
+import { workflowCommands } from "./commands/workflow.js";
 import type { CliEnvironment } from "../config/index.js";
 import { CliError, describeConnectError, describeTlsFailure, UsageError } from "./errors.js";
 import { commandUsage, usage } from "./usage.js";
@@ -32,6 +33,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...workloadCommands,
   ...jobCommands,
   ...inspectCommands,
+  ...workflowCommands,
   ...scheduleCommands,
   ...accountCommands,
   ...settlementCommands,
@@ -151,8 +153,9 @@ function buildProgram(result: { code: number }, env: CliEnvironment): Program {
     const sub = configure(group(groupName).command(commandName));
     for (const positional of cmd.positionals) sub.argument(`<${positional}>`);
     for (const o of cmd.options) {
-      if (o.repeatable) sub.option(`--${o.name} <VALUE>`, "", (v: string, all: string[] = []) => [...all, v]);
-      else sub.option(o.value ? `--${o.name} <VALUE>` : `--${o.name}`);
+      const flags = `${o.short ? `-${o.short}, ` : ""}--${o.name}`;
+      if (o.repeatable) sub.option(`${flags} <VALUE>`, "", (v: string, all: string[] = []) => [...all, v]);
+      else sub.option(o.value ? `${flags} <VALUE>` : flags);
     }
     sub.action(async (...args: unknown[]) => {
       const command = args[args.length - 1] as Program;

@@ -7,7 +7,8 @@ const COLUMN = 33;
 const WIDTH = 80;
 
 function optionWord(o: OptionSpec): string {
-  const word = `${o.value ? `--${o.name} ${o.value}` : `--${o.name}`}${o.repeatable ? " …" : ""}`;
+  const flag = o.short ? `-${o.short}` : `--${o.name}`;
+  const word = `${o.value ? `${flag} ${o.value}` : flag}${o.repeatable ? " …" : ""}`;
   return o.required ? word : `[${word}]`;
 }
 
@@ -29,7 +30,7 @@ function commandLines(cmd: CommandSpec): string[] {
 
 function optionLines(o: OptionSpec): string[] {
   const [first, ...more] = (o.help ?? "").split("\n");
-  const name = `--${o.name}`;
+  const name = `${o.short ? `-${o.short}, ` : ""}--${o.name}`;
   return [`  ${name.padEnd(12)}  ${first}`, ...more.map((m) => `${" ".repeat(16)}${m}`)];
 }
 
@@ -43,8 +44,8 @@ export function usage(commands: readonly CommandSpec[]): string {
     "",
     ...explained.flatMap(optionLines),
     "",
-    "exit codes: 0 success (job watch: the job completed), 1 error or the job failed,",
-    "            2 bad usage, 3 the watched job was cancelled",
+    "exit codes: 0 success (job or workflow watch: it completed), 1 error or it failed,",
+    "            2 bad usage, 3 the watched job or workflow was cancelled",
     "",
   ].join("\n");
 }

@@ -83,6 +83,7 @@ export class WatchState {
     this.counts.set(TaskStatus.COMPLETED, c?.completed ?? 0);
     this.counts.set(TaskStatus.FAILED, c?.failed ?? 0);
     this.counts.set(TaskStatus.CANCELLED, c?.cancelled ?? 0);
+    this.counts.set(TaskStatus.WAITING, c?.waiting ?? 0);
     this.progress.clear();
     this.failure = s.failure;
   }
@@ -105,7 +106,8 @@ export class WatchState {
 
   /** "running 1/3 completed (pending 1, leased 1, failed 0, cancelled 0)" */
   line(): string {
-    const others = [TaskStatus.PENDING, TaskStatus.LEASED, TaskStatus.FAILED, TaskStatus.CANCELLED]
+    const waiting = this.count(TaskStatus.WAITING) > 0 ? [TaskStatus.WAITING] : [];
+    const others = [...waiting, TaskStatus.PENDING, TaskStatus.LEASED, TaskStatus.FAILED, TaskStatus.CANCELLED]
       .map((s) => `${taskStatusName(s)} ${this.count(s)}`)
       .join(", ");
     return `${jobStatusName(this.status)} ${this.count(TaskStatus.COMPLETED)}/${this.total} completed (${others})`;

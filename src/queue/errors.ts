@@ -49,7 +49,7 @@ export const KNOWN_WORKLOADS_SHOWN = 20;
 export class NotFoundError extends QueueError {
   readonly kind = "not_found";
   constructor(
-    readonly entity: "job" | "task" | "workload" | "schedule" | "account" | "adjustment",
+    readonly entity: "job" | "task" | "workload" | "schedule" | "account" | "adjustment" | "workflow",
     readonly id: string,
     readonly field: string = `${entity}_id`,
     known?: readonly string[],

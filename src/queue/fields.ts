@@ -39,6 +39,12 @@ export const LIMITS = {
   usageCounters: 32,
   /** Field violations (and parameters-schema violations) listed per request; the rest are only counted. */
   violations: 20,
+  /** Jobs one CreateJob may wait for (after); a workflow node's edges are bounded by the workflow's nodes. */
+  maxParents: 100,
+  /** Nodes of one workflow (CreateWorkflow). */
+  maxWorkflowNodes: 1000,
+  /** A workflow's label. */
+  workflowNameLength: 200,
 } as const;
 
 export const WORKLOAD_NAME = /^[a-z][a-z0-9_-]{0,62}$/;

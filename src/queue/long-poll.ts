@@ -16,6 +16,7 @@ import type {
   JobUpdate,
   Task,
   WatchOptions,
+  WorkflowUpdate,
 } from "./types.js";
 
 /** Where wake-ups come from: (workload, how many tasks became claimable). */
@@ -30,10 +31,10 @@ export interface LongPollOptions {
 }
 
 /** The calls that may park: the API serves these through a LongPollingQueue, every other one from the store. */
-export type ParkingCalls = Pick<ApiQueue, "claimTasks" | "completeTaskAndClaim" | "completeTasksAndClaim" | "watchJob">;
+export type ParkingCalls = Pick<ApiQueue, "claimTasks" | "completeTaskAndClaim" | "completeTasksAndClaim" | "watchJob" | "watchWorkflow">;
 
 /** What a long poll asks of the queue under it: a claim that says when a rate limit's next token is due, and the calls it wraps. */
-export interface ClaimingQueue extends Pick<ApiQueue, "completeTaskAndClaim" | "completeTasksAndClaim" | "watchJob"> {
+export interface ClaimingQueue extends Pick<ApiQueue, "completeTaskAndClaim" | "completeTasksAndClaim" | "watchJob" | "watchWorkflow"> {
   claim(input: ClaimTasksInput, opts?: CallOptions): Promise<ClaimOutcome>;
 }
 
@@ -117,11 +118,20 @@ export class LongPollingQueue implements ParkingCalls {
   }
 
   async *watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
+    yield* this.untilShutdown(opts, (o) => this.queue.watchJob(jobId, o));
+  }
+
+  async *watchWorkflow(workflowId: string, opts: WatchOptions = {}): AsyncGenerator<WorkflowUpdate> {
+    yield* this.untilShutdown(opts, (o) => this.queue.watchWorkflow(workflowId, o));
+  }
+
+  /** A stream that close() ends (with UNAVAILABLE: watch again). */
+  private async *untilShutdown<T>(opts: WatchOptions, watch: (opts: WatchOptions) => AsyncIterable<T>): AsyncGenerator<T> {
     const stop = new AbortController();
     if (this.closed) stop.abort(shuttingDown());
     this.watches.add(stop);
     try {
-      yield* this.queue.watchJob(jobId, { ...opts, signal: opts.signal ? AbortSignal.any([opts.signal, stop.signal]) : stop.signal });
+      yield* watch({ ...opts, signal: opts.signal ? AbortSignal.any([opts.signal, stop.signal]) : stop.signal });
     } finally {
       this.watches.delete(stop);
     }

@@ -10,20 +10,24 @@ import {
   SCHEDULE_DEFAULTS,
   type CatchUpPolicy,
   type CreateJobInput,
+  type CreateWorkflowInput,
   type OverlapPolicy,
   type PutScheduleInput,
   type TaskSpec,
 } from "./types.js";
 import { LIMITS, requireText, validateCreateJob, violationsError, type NormalizedCreateJob } from "./validation.js";
+import { validateCreateWorkflow } from "./dependency-validation.js";
 
 export interface NormalizedSchedule {
   name: string;
   cron: string;
   timezone: string;
-  /** The template as stored: a plain CreateJobInput (no transport's objects). */
-  job: CreateJobInput;
+  /** The template as stored: a plain CreateJobInput (no transport's objects); undefined for a schedule of workflows. */
+  job?: CreateJobInput;
   /** The template as CreateJob normalizes it (the store checks its workloads and parameters). */
-  normalizedJob: NormalizedCreateJob;
+  normalizedJob?: NormalizedCreateJob;
+  /** A workflow template, as stored (its nodes' jobs checked by the store, as CreateWorkflow checks them). */
+  workflow?: CreateWorkflowInput;
   overlap: OverlapPolicy;
   catchUp: CatchUpPolicy;
   maxCatchUp: number;
@@ -119,15 +123,24 @@ export function validatePutSchedule(input: PutScheduleInput, maxTasksPerJob: num
       ? SCHEDULE_DEFAULTS.maxCatchUp
       : integerWithin("max_catch_up", input.maxCatchUp, LIMITS.maxCatchUp.min, LIMITS.maxCatchUp.max),
   );
-  const job = check(() => jobTemplate(input.job));
+  const given = (v: unknown) => v !== undefined && v !== null;
+  if (given(input.job) && given(input.workflow)) {
+    violations.push({
+      field: "workflow",
+      description: "must be empty when job is given: a schedule creates a job or a workflow on each tick",
+    });
+  }
+  const ofWorkflows = given(input.workflow) && !given(input.job);
+  const job = ofWorkflows ? undefined : check(() => jobTemplate(input.job));
   const normalizedJob = job === undefined ? undefined : check(() => templateRules(job, maxTasksPerJob));
+  const workflow = ofWorkflows ? check(() => workflowTemplate(input.workflow)) : undefined;
   if (violations.length > 0) throw violationsError(violations);
   return {
     name: name!,
     cron: cron!,
     timezone: timezone!,
-    job: job!,
-    normalizedJob: normalizedJob!,
+    ...(job === undefined ? {} : { job, normalizedJob: normalizedJob! }),
+    ...(workflow === undefined ? {} : { workflow }),
     overlap: overlap!,
     catchUp: catchUp!,
     maxCatchUp: maxCatchUp!,
@@ -168,6 +181,13 @@ function templateRules(job: CreateJobInput, maxTasksPerJob: number): NormalizedC
       }
     });
   }
+  if (job.after !== undefined && job.after !== null) refused.push({ field: "job.after", description: AFTER_REFUSED });
+  if (job.dependencyPolicy) {
+    refused.push({
+      field: "job.dependency_policy",
+      description: "must be empty: a schedule's job has no parents (a workflow template's nodes have)",
+    });
+  }
   if (refused.length > 0) throw violationsError(refused);
   try {
     return validateCreateJob(job, maxTasksPerJob);
@@ -175,6 +195,73 @@ function templateRules(job: CreateJobInput, maxTasksPerJob: number): NormalizedC
     if (!(err instanceof ValidationError)) throw err;
     throw violationsError(err.violations.map((v) => ({ field: `job.${v.field}`, description: v.description })));
   }
+}
+
+const AFTER_REFUSED =
+  "must be empty in a schedule's template: every tick would wait for the same jobs (a schedule of workflows orders its own nodes)";
+
+/**
+ * A workflow template as stored (each node's job through jobTemplate), and the fields a repeating
+ * template cannot mean, as for a job template: the workflow's idempotency key, a node's run_at
+ * (its job's or a task's), a node's billing key, and a node's after (jobs outside the workflow,
+ * the same ones on every tick). The nodes' names, edges and cycles are CreateWorkflow's rules,
+ * applied here named under `workflow.`; their jobs are checked by the store (prepareWorkflow).
+ */
+function workflowTemplate(v: unknown): CreateWorkflowInput {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new ValidationError("workflow", "must be an object");
+  const w = v as CreateWorkflowInput;
+  const refused: FieldViolation[] = [];
+  if (w.idempotencyKey) {
+    refused.push({
+      field: "workflow.idempotency_key",
+      description: "must be empty: every tick creates a workflow of its own (the schedule and tick are its key)",
+    });
+  }
+  const nodes = Array.isArray(w.nodes)
+    ? w.nodes.map((n, i) => {
+        if (n === null || typeof n !== "object") return n;
+        const at = `workflow.nodes[${i}].job`;
+        let job = n.job;
+        if (n.job !== undefined && n.job !== null) {
+          try {
+            job = jobTemplate(n.job);
+          } catch (err) {
+            if (!(err instanceof ValidationError)) throw err;
+            refused.push(...err.violations.map((x) => ({ field: `workflow.nodes[${i}].${x.field}`, description: x.description })));
+          }
+          if (job.runAt !== undefined && job.runAt !== null) refused.push({ field: `${at}.run_at`, description: RUN_AT_REFUSED });
+          (job.tasks ?? []).forEach((t, k) => {
+            if (t !== null && typeof t === "object" && t.runAt !== undefined && t.runAt !== null)
+              refused.push({ field: `${at}.tasks[${k}].run_at`, description: RUN_AT_REFUSED });
+          });
+          if (job.billing !== null && typeof job.billing === "object" && job.billing.billingKey) {
+            refused.push({
+              field: `${at}.billing.billing_key`,
+              description: "must be empty: a billing key is one job's, and every tick creates nodes of its own",
+            });
+          }
+          if (job.after !== undefined && job.after !== null) refused.push({ field: `${at}.after`, description: AFTER_REFUSED });
+        }
+        return {
+          name: n.name,
+          job,
+          ...(Array.isArray(n.after)
+            ? { after: n.after.map((a) => ({ node: a.node, optional: a.optional === true })) }
+            : { after: n.after }),
+        };
+      })
+    : w.nodes;
+  if (refused.length > 0) throw violationsError(refused);
+  const out: CreateWorkflowInput = { nodes: nodes as CreateWorkflowInput["nodes"] };
+  if (w.name) out.name = w.name;
+  if (w.account) out.account = w.account;
+  try {
+    validateCreateWorkflow(out);
+  } catch (err) {
+    if (!(err instanceof ValidationError)) throw err;
+    throw violationsError(err.violations.map((x) => ({ field: `workflow.${x.field}`, description: x.description })));
+  }
+  return out;
 }
 
 const RUN_AT_REFUSED =
@@ -204,6 +291,8 @@ function jobTemplate(v: unknown): CreateJobInput {
     "concurrencyKey",
     "runAt",
     "account",
+    "after",
+    "dependencyPolicy",
   ] as const;
   for (const k of keys) if (present(j[k])) (out as unknown as Record<string, unknown>)[k] = j[k];
   if (j.requiredLabels && Object.keys(j.requiredLabels).length > 0) out.requiredLabels = { ...j.requiredLabels };

@@ -45,6 +45,16 @@ import type {
   KeyLimit,
   ListWorkloadKeysInput,
   ListWorkloadKeysResult,
+  CancelWorkflowInput,
+  CancelWorkflowResult,
+  CreateWorkflowInput,
+  CreateWorkflowResult,
+  ListWorkflowsInput,
+  ListWorkflowsResult,
+  RetryWorkflowInput,
+  RetryWorkflowResult,
+  Workflow,
+  WorkflowUpdate,
 } from "./types.js";
 
 /** The money path's calls, part of what the API calls (ApiQueue). */
@@ -60,12 +70,27 @@ export interface AccountsApi {
   settleAdjustment(input: SettleAdjustmentInput, opts?: CallOptions): Promise<UsageAdjustment>;
 }
 
+/** Workflows: jobs created together with the edges between them (a job's own parents are CreateJob's after). */
+export interface WorkflowsApi {
+  createWorkflow(input: CreateWorkflowInput, opts?: CallOptions): Promise<CreateWorkflowResult>;
+  /** NotFoundError for an unknown workflow, or another account's. */
+  getWorkflow(workflowId: string, opts?: CallOptions): Promise<Workflow>;
+  listWorkflows(input: ListWorkflowsInput, opts?: CallOptions): Promise<ListWorkflowsResult>;
+  /**
+   * The workflow's snapshot, then each node's status change as it commits, in commit order, ending
+   * after the change that leaves no node unfinished (at once when none is). As watchJob for the rest.
+   */
+  watchWorkflow(workflowId: string, opts?: WatchOptions): AsyncIterable<WorkflowUpdate>;
+  cancelWorkflow(input: CancelWorkflowInput, opts?: CallOptions): Promise<CancelWorkflowResult>;
+  retryWorkflow(input: RetryWorkflowInput, opts?: CallOptions): Promise<RetryWorkflowResult>;
+}
+
 /**
  * What the API calls: the queue operation behind every RPC, the one surface every transport
  * reaches. Implementations validate their input (throwing ValidationError before touching the
  * database) and throw only the typed errors of ./errors.ts.
  */
-export interface ApiQueue extends AccountsApi {
+export interface ApiQueue extends AccountsApi, WorkflowsApi {
   createJob(input: CreateJobInput, opts?: CallOptions): Promise<CreateJobResult>;
   /** Leases up to maxTasks tasks; an empty array when nothing is claimable. */
   claimTasks(input: ClaimTasksInput, opts?: CallOptions): Promise<Task[]>;

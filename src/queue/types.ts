@@ -9,3 +9,4 @@ export * from "./types/tasks.js";
 export * from "./types/workloads.js";
 export * from "./types/accounts.js";
 export * from "./types/schedules.js";
+export * from "./types/workflows.js";

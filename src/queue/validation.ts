@@ -28,6 +28,8 @@ import { optionalUsage } from "./usage.js";
 import { DEFAULT_MAX_RUN_AT_AHEAD_DAYS, validateFinalizer, validateRunAt } from "./delay-validation.js";
 import type { Billing } from "./types.js";
 import { requireAccountName, validateBilling } from "./account-validation.js";
+import { optionalDependencyPolicy, validateAfter, type NormalizedDependency } from "./dependency-validation.js";
+import type { DependencyPolicy } from "./types.js";
 
 import {
   LIMITS,
@@ -113,6 +115,9 @@ export interface NormalizedCreateJob {
   account?: string;
   /** its billing context, when given */
   billing?: Billing;
+  /** its parents and their policy, when it has parents (absent otherwise, as account is) */
+  after?: NormalizedDependency[];
+  dependencyPolicy?: DependencyPolicy;
 }
 
 export function validateCreateJob(
@@ -146,6 +151,10 @@ export function validateCreateJob(
     () => validateFinalizer("finalizer", input.finalizer),
     () => (input.account ? requireAccountName("account", input.account) : undefined),
     () => validateBilling("billing", input.billing),
+  );
+  const [after, dependencyPolicy] = all(
+    () => validateAfter("after", input.after),
+    () => optionalDependencyPolicy("dependency_policy", input.dependencyPolicy),
   );
   const specs = input.tasks ?? [];
   if (!Array.isArray(specs)) fail("tasks", "must be a list");
@@ -225,6 +234,9 @@ export function validateCreateJob(
     ...(finalizer === undefined ? {} : { finalizer }),
     ...(account === undefined ? {} : { account }),
     ...(billing === undefined ? {} : { billing }),
+    // Absent unless given (or the job has parents), so a job without them keeps its idempotency fingerprint.
+    ...(after === undefined ? {} : { after }),
+    ...(after === undefined && dependencyPolicy === undefined ? {} : { dependencyPolicy: dependencyPolicy ?? "all_completed" }),
   };
 }
 

@@ -394,7 +394,7 @@ describe("REST", () => {
     const status = await rest("GET", `/jobs/${jobId}`);
     expect(status.status, status.text).toBe(200);
     expect(status.body.job).toMatchObject({ id: jobId, status: "JOB_STATUS_RUNNING" });
-    expect(status.body.task_counts).toEqual({ pending: 3, leased: 0, completed: 2, failed: 0, cancelled: 0 });
+    expect(status.body.task_counts).toEqual({ pending: 3, leased: 0, completed: 2, failed: 0, cancelled: 0, waiting: 0 });
     expect(status.body.total_tasks).toBe(5);
     expect(status.body.progress).toBeCloseTo(0.4, 5);
   });
@@ -430,7 +430,7 @@ describe("REST", () => {
     expect(cancelled.status, cancelled.text).toBe(200);
     expect(cancelled.body.job).toMatchObject({ status: "JOB_STATUS_CANCELLED", cancel_reason: "changed my mind" });
     const status = await rest("GET", `/jobs/${jobId}`);
-    expect(status.body.task_counts).toEqual({ pending: 0, leased: 0, completed: 2, failed: 0, cancelled: 3 });
+    expect(status.body.task_counts).toEqual({ pending: 0, leased: 0, completed: 2, failed: 0, cancelled: 3, waiting: 0 });
     const heartbeat = await rest("POST", `/tasks/${held.id}/heartbeat`, { worker_id: worker, attempt: held.attempt });
     expectRestError(heartbeat, 409, "aborted", "cancelled");
     const late = await rest("POST", `/tasks/${held.id}/result`, {
@@ -443,7 +443,7 @@ describe("REST", () => {
     expect(late.body.task).toMatchObject({ status: "TASK_STATUS_COMPLETED", result_uri: "s3://late" });
     const after = await rest("GET", `/jobs/${jobId}`);
     expect(after.body.job.status).toBe("JOB_STATUS_CANCELLED");
-    expect(after.body.task_counts).toEqual({ pending: 0, leased: 0, completed: 3, failed: 0, cancelled: 2 });
+    expect(after.body.task_counts).toEqual({ pending: 0, leased: 0, completed: 3, failed: 0, cancelled: 2, waiting: 0 });
     const missing = await rest("POST", `/jobs/${randomUUID()}/cancel`);
     expectRestError(missing, 404, "not_found");
   });
@@ -781,6 +781,12 @@ describe("deadlines and unexpected errors", () => {
       settleJob: (i, o) => real.settleJob(i, o),
       listAdjustments: (i, o) => real.listAdjustments(i, o),
       settleAdjustment: (i, o) => real.settleAdjustment(i, o),
+      createWorkflow: (i, o) => real.createWorkflow(i, o),
+      getWorkflow: (i, o) => real.getWorkflow(i, o),
+      listWorkflows: (i, o) => real.listWorkflows(i, o),
+      watchWorkflow: (i, o) => real.watchWorkflow(i, o),
+      cancelWorkflow: (i, o) => real.cancelWorkflow(i, o),
+      retryWorkflow: (i, o) => real.retryWorkflow(i, o),
       maintain: (o) => real.maintain(o),
       taskStats: (s, o) => real.taskStats(s, o),
     };

@@ -922,6 +922,85 @@ rpc("progress lease_seconds 0", "ReportProgress", (f) => withId(f, progress({ le
 rpc("workload max_attempts 0", "PutWorkload", { name: W, max_attempts: 0 }, "max_attempts");
 rpc("workload lease_seconds 0", "PutWorkload", { name: W, lease_seconds: 0 }, "lease_seconds");
 rpc("unknown method", "Nope", {}, /Nope/, { status: 404, restShaped: true });
+// ---- pipelines: CreateJob's after, and workflows ----
+const dep = (extra: Record<string, unknown> = {}) => job({ after: [{ job_id: UNKNOWN_ID }], ...extra });
+rest("after: not a list", "POST", "/jobs", job({ after: { job_id: UNKNOWN_ID } }), "after");
+rest("after: a job_id that is no UUID", "POST", "/jobs", job({ after: [{ job_id: "nope" }] }), "after[0].job_id");
+rest("after: a parent without a job_id", "POST", "/jobs", job({ after: [{ optional: true }] }), "after[0].job_id");
+rest("after: the same parent twice", "POST", "/jobs", job({ after: [{ job_id: UNKNOWN_ID }, { job_id: UNKNOWN_ID }] }), "after[1].job_id");
+rest(
+  "after: 101 parents",
+  "POST",
+  "/jobs",
+  job({ after: Array.from({ length: 101 }, () => ({ job_id: UNKNOWN_ID })) }),
+  /^after: .*at most 100/,
+);
+rest("after: an unknown parent", "POST", "/jobs", dep(), "after[0].job_id", { status: 404 });
+rest("dependency_policy: unknown", "POST", "/jobs", dep({ dependency_policy: "sometimes" }), "dependency_policy");
+rest("after: optional not a boolean", "POST", "/jobs", job({ after: [{ job_id: UNKNOWN_ID, optional: "yes" }] }), "after[0].optional");
+rpc("CreateJob after an unknown parent", "CreateJob", dep(), "after[0].job_id", { status: 404 });
+const node = (name: string, extra: Record<string, unknown> = {}) => ({ name, job: job(), ...extra });
+rest("workflow without nodes", "POST", "/workflows", {}, /^nodes: is required/);
+rest("workflow node without a name", "POST", "/workflows", { nodes: [{ job: job() }] }, "nodes[0].name");
+rest("workflow node named badly", "POST", "/workflows", { nodes: [node("Bad Name")] }, "nodes[0].name");
+rest("workflow nodes of one name", "POST", "/workflows", { nodes: [node("a"), node("a")] }, "nodes[1].name");
+rest("workflow node without a job", "POST", "/workflows", { nodes: [{ name: "a" }] }, "nodes[0].job");
+rest("workflow edge to no node", "POST", "/workflows", { nodes: [node("a", { after: [{ node: "zz" }] })] }, "nodes[0].after[0].node");
+rest("workflow edge to itself", "POST", "/workflows", { nodes: [node("a", { after: [{ node: "a" }] })] }, "nodes[0].after[0].node");
+rest(
+  "workflow with a cycle",
+  "POST",
+  "/workflows",
+  { nodes: [node("a", { after: [{ node: "c" }] }), node("b", { after: [{ node: "a" }] }), node("c", { after: [{ node: "b" }] })] },
+  /cycle/,
+);
+rest(
+  "workflow of 1001 nodes",
+  "POST",
+  "/workflows",
+  { nodes: Array.from({ length: 1001 }, (_, i) => ({ name: `n${i}` })) },
+  /^nodes: must hold at most 1000 nodes/,
+);
+rest(
+  "workflow node of an unknown workload",
+  "POST",
+  "/workflows",
+  { nodes: [node("a"), node("b", { job: job({ workload: "bi_nope" }) })] },
+  "nodes[1].job.workload",
+  {
+    status: 404,
+  },
+);
+rest(
+  "workflow node with a bad job",
+  "POST",
+  "/workflows",
+  { nodes: [node("a", { job: job({ input_sha256: "xyz" }) })] },
+  "nodes[0].job.input_sha256",
+);
+rest(
+  "workflow node with its own idempotency_key",
+  "POST",
+  "/workflows",
+  { nodes: [node("a", { job: job({ idempotency_key: "k" }) })] },
+  "nodes[0].job.idempotency_key",
+);
+rest("workflow node after an unknown job", "POST", "/workflows", { nodes: [node("a", { job: dep() })] }, "nodes[0].job.after[0].job_id", {
+  status: 404,
+});
+rest("workflow name too long", "POST", "/workflows", { name: "x".repeat(201), nodes: [node("a")] }, "name");
+rpc("CreateWorkflow with a cycle", "CreateWorkflow", { nodes: [node("a", { after: [{ node: "a" }] })] }, "nodes[0].after[0].node");
+rest("GET /workflows/{id} not a UUID", "GET", "/workflows/nope", undefined, "workflow_id");
+rest("GET /workflows/{id} unknown", "GET", `/workflows/${UNKNOWN_ID}`, undefined, "workflow_id", { status: 404 });
+rest("GET /workflows/{id}/events not a UUID", "GET", "/workflows/nope/events", undefined, "workflow_id");
+rest("GET /workflows/{id}/events unknown", "GET", `/workflows/${UNKNOWN_ID}/events`, undefined, "workflow_id", { status: 404 });
+rest("GET /workflows with a forged page token", "GET", "/workflows?page_token=bm9wZQ", undefined, "page_token");
+rest("cancel a workflow that is not a UUID", "POST", "/workflows/nope/cancel", {}, "workflow_id");
+rest("cancel an unknown workflow", "POST", `/workflows/${UNKNOWN_ID}/cancel`, {}, "workflow_id", { status: 404 });
+rest("retry an unknown workflow", "POST", `/workflows/${UNKNOWN_ID}/retry`, {}, "workflow_id", { status: 404 });
+rest("retry a workflow with max_attempts 0", "POST", `/workflows/${UNKNOWN_ID}/retry`, { max_attempts: 0 }, "max_attempts");
+rpc("GetWorkflow of an unknown workflow", "GetWorkflow", { workflow_id: UNKNOWN_ID }, "workflow_id", { status: 404 });
+
 rpc("unknown service", "/leasehold.queue.v1.Other/ClaimTasks", claim(), /Other/, { status: 404, restShaped: true });
 rpc("GET on ClaimTasks", "ClaimTasks", undefined, undefined, { status: 405, method: "GET", noBody: true });
 rpc("PUT on CreateJob", "CreateJob", job(), undefined, { status: 405, method: "PUT", noBody: true });
@@ -994,6 +1073,8 @@ interface Snapshot {
   workloads: number;
   task_events: number;
   job_watchers: number;
+  workflows: number;
+  job_dependencies: number;
   digest: string;
 }
 
@@ -1009,12 +1090,16 @@ async function snapshot(): Promise<Snapshot> {
            (SELECT count(*) FROM workloads)::int AS workloads,
            (SELECT count(*) FROM task_events)::int AS task_events,
            (SELECT count(*) FROM job_watchers)::int AS job_watchers,
+           (SELECT count(*) FROM workflows)::int AS workflows,
+           (SELECT count(*) FROM job_dependencies)::int AS job_dependencies,
            md5(concat_ws('#',
              (SELECT string_agg(j::text, '|' ORDER BY j.id) FROM jobs j),
              (SELECT string_agg(t::text, '|' ORDER BY t.id) FROM tasks t),
              (SELECT string_agg(w::text, '|' ORDER BY w.name) FROM workloads w),
              (SELECT string_agg(e::text, '|' ORDER BY e.id) FROM task_events e),
-             (SELECT string_agg(jw::text, '|' ORDER BY jw.id) FROM job_watchers jw))) AS digest`);
+             (SELECT string_agg(jw::text, '|' ORDER BY jw.id) FROM job_watchers jw),
+             (SELECT string_agg(wf::text, '|' ORDER BY wf.id) FROM workflows wf),
+             (SELECT string_agg(d::text, '|' ORDER BY d.parent_id, d.child_id) FROM job_dependencies d))) AS digest`);
   return rows[0];
 }
 

@@ -322,7 +322,7 @@ describe("GET /metrics with bearer tokens configured", () => {
 
 describe("task stats at scrape time", () => {
   const stats = (pending: number): WorkloadTaskStats[] => [
-    { workload: "w", counts: { pending, leased: 0, completed: 7, failed: 0, cancelled: 0 }, oldestPendingSeconds: 3 },
+    { workload: "w", counts: { pending, leased: 0, completed: 7, failed: 0, cancelled: 0, waiting: 0 }, oldestPendingSeconds: 3 },
   ];
   const quiet = () => pino({ level: "silent" });
 

@@ -12,8 +12,11 @@ import { BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import {
   BillingSchema,
   CreateJobRequestSchema,
+  DependencyPolicy,
+  DependencySchema,
   FailurePolicy,
   FinalizerSchema,
+  JobView,
   QueueService,
   TaskSpecSchema,
 } from "../../gen/leasehold/queue/v1/queue_pb.js";
@@ -94,6 +97,11 @@ const JOB_FIELDS: Record<string, Case<Init>> = {
   account: { value: ACCOUNT, check: (j) => expect([j.account, j.priority, j.concurrencyKey]).toEqual([ACCOUNT, 9, ACCOUNT]) },
   // A billing key is one job's; a template's reserved units alone reach each tick (the REST case below).
   billing: { value: create(BillingSchema, { reservedUnits: 10n, billingKey: "once" }), refused: "job.billing.billing_key" },
+  // A job template has no parents: the same jobs on every tick would be waited for; a workflow template orders its nodes.
+  after: { value: [create(DependencySchema, { jobId: "0190f3a0-0000-7000-8000-000000000000" })], refused: "job.after" },
+  dependency_policy: { value: DependencyPolicy.ALL_FINAL, refused: "job.dependency_policy" },
+  // What a CreateJob's answer holds: a tick has no answer.
+  view: { value: JobView.BASIC, refused: "job.view" },
 };
 
 /** Through the template's one listed task (tasks[0], chunk 0 unless the case says otherwise). */

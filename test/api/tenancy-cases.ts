@@ -8,15 +8,18 @@ import { sha } from "../support/queue.js";
 export interface Fixture {
   jobId: string;
   taskId: string;
+  /** for a "workflow" case: a workflow of one node (the job), of the account the case needs */
+  workflowId: string;
 }
 
 export interface AccessCase {
   /**
    * What the call reads or changes: "job" or "task" (one job's; a bound token answers NOT_FOUND
    * for another account's), "list" (ListJobs: a bound token lists its own account's jobs only),
-   * "none" (not an account's data: only who may call it is asserted).
+   * "none" (not an account's data: only who may call it is asserted), "workflow" (one workflow's: a
+   * bound token answers NOT_FOUND for another account's).
    */
-  target: "job" | "task" | "list" | "none";
+  target: "job" | "task" | "list" | "none" | "workflow";
   /** Readies the fixture's job so the call succeeds on it (RetryJob needs a cancelled job). */
   ready?: "cancelled";
   /** The request as proto JSON; `account` is the account the case targets (own or foreign). */
@@ -70,4 +73,15 @@ export const CASES: { [M in MethodName]: AccessCase } = {
   settleJob: { target: "none", request: (f) => ({ jobId: f.jobId, settlementKey: "access-test", settledUnits: "1" }) },
   listAdjustments: { target: "none", request: () => ({}) },
   settleAdjustment: { target: "none", request: (f) => ({ adjustmentId: f.jobId, settlementKey: "access-test", settledUnits: "1" }) },
+  createWorkflow: {
+    target: "none",
+    request: () => ({ nodes: [{ name: "a", job: { workload: WORKLOAD, inputUri: "s3://in/a", inputSha256: sha("a") } }] }),
+  },
+  getWorkflow: { target: "workflow", request: (f) => ({ workflowId: f.workflowId }) },
+  // ListWorkflows by a bound token: tenancy.test.ts' own case.
+  listWorkflows: { target: "none", request: () => ({}) },
+  // A final workflow: the stream sends its snapshot and ends.
+  watchWorkflow: { target: "workflow", ready: "cancelled", request: (f) => ({ workflowId: f.workflowId }) },
+  cancelWorkflow: { target: "workflow", request: (f) => ({ workflowId: f.workflowId }) },
+  retryWorkflow: { target: "workflow", ready: "cancelled", request: (f) => ({ workflowId: f.workflowId }) },
 };

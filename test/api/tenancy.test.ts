@@ -78,10 +78,19 @@ afterAll(async () => {
 
 /** A fresh one-task job of `account`, readied for the case. */
 async function fixture(account: string, c?: AccessCase): Promise<Fixture> {
+  if (c?.target === "workflow") {
+    const { workflow } = await queue.createWorkflow({
+      account,
+      nodes: [{ name: "only", job: { workload: WORKLOAD, inputUri: "s3://in/tenancy", inputSha256: sha(randomUUID()) } }],
+    });
+    if (c.ready === "cancelled") await queue.cancelWorkflow({ workflowId: workflow.id });
+    const jobId = workflow.nodes[0].jobId;
+    return { jobId, taskId: (await queue.listTasks({ jobId })).tasks[0].task.id, workflowId: workflow.id };
+  }
   const r = await queue.createJob({ workload: WORKLOAD, inputUri: "s3://in/tenancy", inputSha256: sha(randomUUID()) });
   await pool.query("UPDATE jobs SET account = $2 WHERE id = $1", [r.job.id, account]);
   if (c?.ready === "cancelled") await queue.cancelJob({ jobId: r.job.id });
-  return { jobId: r.job.id, taskId: r.tasks[0].id };
+  return { jobId: r.job.id, taskId: r.tasks[0].id, workflowId: randomUUID() };
 }
 
 /** Everything a call could change of a job: its row, its tasks, its events and watchers. */
@@ -157,7 +166,7 @@ const TRANSPORTS: [string, Call][] = [
 function expectation(method: MethodName, caller: Caller, target: AccessCase["target"], own: boolean): string {
   const allowed = caller.role === "admin" || (ACCESS[method].roles as readonly Role[]).includes(caller.role);
   if (!allowed) return "permission_denied";
-  if ((target === "job" || target === "task") && caller.account !== undefined && !own) return "not_found";
+  if ((target === "job" || target === "task" || target === "workflow") && caller.account !== undefined && !own) return "not_found";
   return target === "none" ? "authorized" : "ok";
 }
 
@@ -191,9 +200,9 @@ describe.each(TRANSPORTS)("%s: every RPC × role × own/foreign job", (_transpor
         if (want !== "ok") expect(await rowsOf(f.jobId), where).toEqual(before);
         if (want === "not_found") {
           // Exactly as for an id that does not exist: same code, same message but for the id.
-          const missing: Fixture = { jobId: randomUUID(), taskId: randomUUID() };
+          const missing: Fixture = { jobId: randomUUID(), taskId: randomUUID(), workflowId: randomUUID() };
           const gone = await call(rpc, c.request(missing, account), caller.token);
-          const id = c.target === "task" ? "taskId" : "jobId";
+          const id = c.target === "task" ? "taskId" : c.target === "workflow" ? "workflowId" : "jobId";
           expect(gone.code, where).toBe("not_found");
           expect(got.message.replace(f[id], "<id>"), where).toBe(gone.message.replace(missing[id], "<id>"));
           expect(got.message, where).toContain(f[id]);
@@ -228,6 +237,20 @@ describe.each(TRANSPORTS)("%s: a bound token", (_transport, call) => {
     // The unbound admin lists both.
     const all = await call(QueueService.method.listJobs, { pageSize: 1000 }, ADMIN.token);
     expect(all.response.jobs.map((j: { id: string }) => j.id)).toEqual(expect.arrayContaining([mine.jobId, theirs.jobId]));
+  });
+
+  it("ListWorkflows lists its own account's workflows and none of another's", async () => {
+    const mine = await fixture(OWN, { target: "workflow", request: () => ({}) });
+    const theirs = await fixture(FOREIGN, { target: "workflow", request: () => ({}) });
+    for (const named of [{}, { account: FOREIGN }]) {
+      const got = await call(QueueService.method.listWorkflows, { pageSize: 1000, ...named }, BOUND.token);
+      expect(got.code).toBe("ok");
+      const listed: string[] = (got.response.workflows ?? []).map((w: { id: string }) => w.id);
+      expect(listed).not.toContain(theirs.workflowId);
+      if (!("account" in named)) expect(listed).toContain(mine.workflowId);
+    }
+    const all = await call(QueueService.method.listWorkflows, { pageSize: 1000 }, ADMIN.token);
+    expect(all.response.workflows.map((w: { id: string }) => w.id)).toEqual(expect.arrayContaining([mine.workflowId, theirs.workflowId]));
   });
 
   it("WatchJob resumed after an event id: another account's job is not found, as a missing one", async () => {
@@ -286,12 +309,12 @@ describe.each(TRANSPORTS)("%s: a bound token on another account's jobs in every 
     const rpc = QueueService.method[method] as DescMethod;
     const c = CASES[method];
     for (const s of foreign.states) {
-      const f: Fixture = { jobId: s.jobId, taskId: s.taskId };
+      const f: Fixture = { jobId: s.jobId, taskId: s.taskId, workflowId: foreign.workflowId };
       const before = await rowsOf(s.jobId);
       const got = await call(rpc, c.request(f, FOREIGN), BOUND.token);
       const where = `${method} on another account's ${s.state} job: ${got.code} ${got.message}`;
       expect(got.code, where).toBe("not_found");
-      const missing: Fixture = { jobId: randomUUID(), taskId: randomUUID() };
+      const missing: Fixture = { jobId: randomUUID(), taskId: randomUUID(), workflowId: randomUUID() };
       const gone = await call(rpc, c.request(missing, FOREIGN), BOUND.token);
       const id = c.target === "task" ? "taskId" : "jobId";
       expect(got.message.replace(f[id], "<id>"), where).toBe(gone.message.replace(missing[id], "<id>"));

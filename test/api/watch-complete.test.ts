@@ -13,7 +13,7 @@ import { JobEventKind, JobStatus, QueueService, TaskStatus, type WatchJobRespons
 import { sha, queueFixture, type QueueFixture } from "../support/queue.js";
 import { apiServerFixture, type ApiServerFixture } from "../support/api-server.js";
 
-type Counts = Record<"pending" | "leased" | "completed" | "failed" | "cancelled", number>;
+type Counts = Record<"pending" | "leased" | "completed" | "failed" | "cancelled" | "waiting", number>;
 
 let pool: pg.Pool;
 let fx: QueueFixture;
@@ -83,7 +83,16 @@ function fromJson(m: {
 function fromMessage(m: WatchJobResponse): Message {
   if (m.update.case === "snapshot") {
     const c = m.update.value.taskCounts!;
-    return { snapshot: { pending: c.pending, leased: c.leased, completed: c.completed, failed: c.failed, cancelled: c.cancelled } };
+    return {
+      snapshot: {
+        pending: c.pending,
+        leased: c.leased,
+        completed: c.completed,
+        failed: c.failed,
+        cancelled: c.cancelled,
+        waiting: c.waiting,
+      },
+    };
   }
   const e = m.update.value!;
   const kind = e.kind === JobEventKind.JOB_STATUS ? "job_status" : e.kind === JobEventKind.TASK_STATUS ? "task_status" : "task_progress";
@@ -99,7 +108,7 @@ function fromMessage(m: WatchJobResponse): Message {
 }
 
 function zero(): Counts {
-  return { pending: 0, leased: 0, completed: 0, failed: 0, cancelled: 0 };
+  return { pending: 0, leased: 0, completed: 0, failed: 0, cancelled: 0, waiting: 0 };
 }
 
 /** SSE: GET /jobs/{id}/events (resumed with Last-Event-ID), read to its end. */
@@ -165,7 +174,7 @@ function watchedCounts(messages: Message[], start: Counts = zero()): Counts {
 
 async function getJobCounts(jobId: string): Promise<Counts> {
   const c = (await client.getJob({ jobId })).taskCounts!;
-  return { pending: c.pending, leased: c.leased, completed: c.completed, failed: c.failed, cancelled: c.cancelled };
+  return { pending: c.pending, leased: c.leased, completed: c.completed, failed: c.failed, cancelled: c.cancelled, waiting: c.waiting };
 }
 
 /** The job's events as the database has them, in id order: the ids of the last transaction's too. */
@@ -197,7 +206,7 @@ describe.each(transports)("%s", (label, watch) => {
     expect(events.filter((e) => e.status === "cancelled" && e.kind === "task_status")).toHaveLength(3);
     expect(events.at(-1)).toMatchObject({ kind: "job_status", status: "failed" });
     expect(watchedCounts(messages)).toEqual(await getJobCounts(jobId));
-    expect(watchedCounts(messages)).toEqual({ pending: 0, leased: 0, completed: 0, failed: 1, cancelled: 3 });
+    expect(watchedCounts(messages)).toEqual({ pending: 0, leased: 0, completed: 0, failed: 1, cancelled: 3, waiting: 0 });
     // Every event the job has, in order: nothing was left out.
     expect(events.map((e) => e.id)).toEqual((await eventIds(jobId)).slice(-events.length));
   });
@@ -223,7 +232,7 @@ describe.each(transports)("%s", (label, watch) => {
     expect(liveEvents.map((e) => e.id)).toEqual(all);
     expect(liveEvents[0]).toMatchObject({ kind: "job_status", status: "cancelled" });
     expect(watchedCounts(live)).toEqual(await getJobCounts(jobId));
-    expect(watchedCounts(live)).toEqual({ pending: 0, leased: 0, completed: 0, failed: 0, cancelled: 3 });
+    expect(watchedCounts(live)).toEqual({ pending: 0, leased: 0, completed: 0, failed: 0, cancelled: 3, waiting: 0 });
 
     // Resumed from before the transaction (or from the job's final event itself): the same events, then the end.
     const resumed = await watch(jobId, before ?? "1").messages;

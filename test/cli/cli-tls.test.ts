@@ -115,7 +115,7 @@ describe("bad usage", () => {
       expect(r.stderr).not.toContain("workload put");
       expect(r.stderr.split("\n").length).toBeLessThan(10);
     }
-    expect(badValue.stderr).toMatch(/^leasehold: --status must be one of pending, .*, not "done"\nusage: leasehold .*\n {2}jobs list /);
+    expect(badValue.stderr).toMatch(/^leasehold: --status must be one of pending, .*, not "done"\nusage: leasehold .*\n {2}jobs list\b/);
     expect(unknownOption.stderr).toMatch(/^leasehold: unknown option '--bogus'\nusage: leasehold .*\n {2}job get ID /);
     expect(missingArgument.stderr).toMatch(/^leasehold: missing required argument 'ID'\nusage: leasehold .*\n {2}job get ID /);
   });

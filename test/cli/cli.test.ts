@@ -369,7 +369,7 @@ describe("leasehold CLI against a live coordinator", () => {
     const id = m![1];
     expect(id).toMatch(UUID);
 
-    const [get, json, viaStdin, bad] = await Promise.all([
+    const [get, json, viaStdin, bad, basic] = await Promise.all([
       cli(["job", "get", id]),
       cliJson<{ job: JsonJob; total_tasks: number; task_counts: Record<string, number>; progress: number }>(["job", "get", id]),
       // stdin, camelCase, and --json: the CreateJobResponse with its tasks.
@@ -377,6 +377,10 @@ describe("leasehold CLI against a live coordinator", () => {
         stdin: JSON.stringify({ workload: "cli_submit", inputUri: "s3://in/one", inputSha256: sha("one"), idempotencyKey: "k1" }),
       }),
       cli(["job", "submit", "-"], { stdin: JSON.stringify({ workload: "cli_submit", bogus: 1 }) }),
+      // A view the file names is kept: the job alone, even with --json.
+      cli(["--json", "job", "submit", "-"], {
+        stdin: JSON.stringify({ workload: "cli_submit", tasks: chunks("cli_submit_basic", 2), view: "JOB_VIEW_BASIC" }),
+      }),
     ]);
     expect(get.code, get.stderr).toBe(0);
     expect(get.stdout).toBe(
@@ -384,7 +388,7 @@ describe("leasehold CLI against a live coordinator", () => {
     );
     expect(json.job).toMatchObject({ id, status: "JOB_STATUS_PENDING", workload: "cli_submit" });
     expect(json.total_tasks).toBe(3);
-    expect(json.task_counts).toEqual({ pending: 3, leased: 0, completed: 0, failed: 0, cancelled: 0 });
+    expect(json.task_counts).toEqual({ pending: 3, leased: 0, completed: 0, failed: 0, cancelled: 0, waiting: 0 });
 
     expect(viaStdin.code, viaStdin.stderr).toBe(0);
     const created = JSON.parse(viaStdin.stdout) as {
@@ -396,6 +400,13 @@ describe("leasehold CLI against a live coordinator", () => {
 
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/^leasehold: stdin: not a CreateJobRequest: .*bogus/);
+
+    expect(basic.code, basic.stderr).toBe(0);
+    const alone = JSON.parse(basic.stdout) as { job: JsonJob; tasks: unknown[] };
+    expect(alone.job).toMatchObject({ workload: "cli_submit", status: "JOB_STATUS_PENDING" });
+    expect(alone.tasks).toEqual([]);
+    const counts = await cliJson<{ total_tasks: number }>(["job", "get", alone.job.id]);
+    expect(counts.total_tasks).toBe(2);
   });
 
   it("job watch --json streams a snapshot, task status and progress events, and exits 0 when the job completes", async () => {

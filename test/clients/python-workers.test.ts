@@ -331,7 +331,7 @@ describe.each(kinds)("$name", ({ script, args, before }) => {
     ]);
     const status = await fx.queue.getJobStatus(jobId);
     expect(status.job.status).toBe("failed");
-    expect(status.taskCounts).toEqual({ pending: 0, leased: 0, completed: 1, failed: 1, cancelled: 0 });
+    expect(status.taskCounts).toEqual({ pending: 0, leased: 0, completed: 1, failed: 1, cancelled: 0, waiting: 0 });
     expect(status.totalTasks).toBe(2);
     expect(status.progress).toBe(0.5);
     const results = await fx.queue.listCompletedResults({ jobId });

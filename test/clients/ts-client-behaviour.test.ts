@@ -100,6 +100,7 @@ describe.each(["connect", "grpc"])("the TypeScript client over %s", (transport) 
   it("answers a Job from createJob, getJob, cancel and retry, a wait's deadline as deadline_exceeded, and JSON through toJson", () => {
     expect(out.answers).toMatchObject({
       created: { id: true, workload: `behaviour-${transport}-idle`, tasks: [0] },
+      basic: { id: true, workload: `behaviour-${transport}-idle`, tasks: 0 },
       wait: { class: "DeadlineExceededError", code: "deadline_exceeded", unavailable: false },
       snapshot: { id: true, status: "pending", totalTasks: 1, pending: 1 },
       // A message as it is holds bigints (timestamps, int64 fields): JSON.stringify refuses it.

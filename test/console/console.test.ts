@@ -402,6 +402,33 @@ describe("console as admin", () => {
     await page.waitForFunction(() => location.hash.includes("status=completed"), WAIT);
     expect(await axeSerious(page)).toEqual([]);
   });
+
+  it("pages a long list: Next shows the older jobs, Previous the page before, each disabled at its end", async () => {
+    await api.putWorkload({ name: "paged", maxAttempts: 1, leaseSeconds: 60 });
+    const ids: string[] = [];
+    for (let i = 0; i < 51; i++) ids.push(await createJob("paged", 1));
+    const rows = () => page.$$eval("#jobs tbody tr", (trs) => trs.map((tr) => (tr as unknown as El).dataset.job));
+    const buttons = () =>
+      page.$$eval("nav.pager button", (bs) => bs.map((b) => [b.textContent, (b as unknown as { disabled: boolean }).disabled]));
+    await page.goto(`${base}/ui/#/jobs?workload=paged`, { waitUntil: "domcontentloaded" });
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr").length === 50, WAIT);
+    // Newest first: the first page is the last 50 created, the second the first one.
+    expect(await rows()).toEqual(ids.slice(1).reverse());
+    expect(await buttons()).toEqual([
+      ["Previous page", true],
+      ["Next page", false],
+    ]);
+    await page.click("nav.pager button:last-child");
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr").length === 1, WAIT);
+    expect(await rows()).toEqual([ids[0]]);
+    expect(await buttons()).toEqual([
+      ["Previous page", false],
+      ["Next page", true],
+    ]);
+    await page.click("nav.pager button:first-child");
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tbody tr").length === 50, WAIT);
+    expect(await rows()).toEqual(ids.slice(1).reverse());
+  });
 });
 
 describe("console as submitter", () => {

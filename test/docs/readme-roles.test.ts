@@ -23,9 +23,15 @@ describe("the roles table of docs/authentication.md", () => {
       "ListJobs",
       "ListTasks",
       "GetTask",
+      "CreateWorkflow",
+      "GetWorkflow",
+      "ListWorkflows",
+      "WatchWorkflow",
+      "CancelWorkflow",
+      "RetryWorkflow",
     ])
       expect(submitter).toContain(`\`${rpc}\``);
-    expect(submitter.match(/`[A-Z]\w+`/g)).toHaveLength(9);
+    expect(submitter.match(/`[A-Z]\w+`/g)).toHaveLength(15);
     expect(table.split("\n").find((l) => l.startsWith("| `worker`"))).toContain("`ReportProgress`");
     expect(table.split("\n").find((l) => l.startsWith("| `admin`"))).toContain("`PutWorkload` and `ListWorkloads`");
   });

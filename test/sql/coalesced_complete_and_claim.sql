@@ -81,6 +81,7 @@ WITH input AS MATERIALIZED (
       version = t.version + 1,
       event_flip = NOT t.event_flip
   FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id
+    AND EXISTS (SELECT 1 FROM picked)
   RETURNING t.*, p.rn
 ), flow_claimed AS (
   SELECT f.task, f.fresh, f.slot, f.hint

@@ -74,6 +74,7 @@ WITH done AS (
       version = t.version + 1,
       event_flip = NOT t.event_flip
   WHERE t.id = ANY (ARRAY(SELECT id FROM picked))
+    AND EXISTS (SELECT 1 FROM picked)
   RETURNING t.*
 ), flow_claimed AS (
   SELECT f.task, f.fresh, f.hint

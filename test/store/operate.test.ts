@@ -393,10 +393,10 @@ describe("maintenance", () => {
     await queue.cancelJob({ jobId });
     await newJob(2, "counted");
     const unfinished = (await queue.taskStats("unfinished")).find((s) => s.workload === "counted")!;
-    expect(unfinished.counts).toEqual({ pending: 2, leased: 0, completed: 0, failed: 0, cancelled: 0 });
+    expect(unfinished.counts).toEqual({ pending: 2, leased: 0, completed: 0, failed: 0, cancelled: 0, waiting: 0 });
     expect(unfinished.oldestPendingSeconds).toBeGreaterThanOrEqual(0);
     const all = (await queue.taskStats("all")).find((s) => s.workload === "counted")!;
-    expect(all.counts).toEqual({ pending: 2, leased: 0, completed: 0, failed: 0, cancelled: 3 });
+    expect(all.counts).toEqual({ pending: 2, leased: 0, completed: 0, failed: 0, cancelled: 3, waiting: 0 });
   });
 });
 

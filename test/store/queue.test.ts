@@ -543,7 +543,7 @@ describe("8. reading", () => {
     const [a, b] = await q.claimTasks({ workerId: "w", workloads: [w], maxTasks: 2 });
     await q.completeTask({ taskId: a.id, workerId: "w", attempt: 1, resultUri: "s3://o", resultSha256: sha(1) });
     const s = await q.getJobStatus(job.id);
-    expect(s.taskCounts).toEqual({ pending: 2, leased: 1, completed: 1, failed: 0, cancelled: 0 });
+    expect(s.taskCounts).toEqual({ pending: 2, leased: 1, completed: 1, failed: 0, cancelled: 0, waiting: 0 });
     expect(s.totalTasks).toBe(4);
     expect(s.progress).toBe(0.25);
     expect(s.job.status).toBe("running");

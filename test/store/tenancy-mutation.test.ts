@@ -18,6 +18,7 @@ import { queueFixture, TEST_STORE_OPTIONS, type QueueFixture } from "../support/
 import { accountStates, type AccountStates } from "../support/tenancy-states.js";
 
 const OWN = "mut-own";
+const SHA = "0".repeat(64);
 const FOREIGN = "mut-foreign";
 const OPERATIONS = path.join(path.dirname(fileURLToPath(import.meta.url)), "../../src/store/postgres/operations");
 
@@ -112,7 +113,8 @@ async function battery(q: PostgresQueue, s: AccountStates): Promise<{ leaks: str
   const listed = async (what: string, call: () => Promise<string[]>) => {
     try {
       const ids = await call();
-      if (ids.some((id) => foreignIds.has(id) || id === s.adjustmentId)) leaks.push(`${what}: lists another account's`);
+      if (ids.some((id) => foreignIds.has(id) || id === s.adjustmentId || id === s.workflowId))
+        leaks.push(`${what}: lists another account's`);
     } catch (err) {
       errors.push(`${what}: ${(err as Error).message}`);
     }
@@ -131,6 +133,23 @@ async function battery(q: PostgresQueue, s: AccountStates): Promise<{ leaks: str
     });
     await notFound(`CancelJob of a ${state} job`, () => q.cancelJob({ jobId }, bound));
   }
+  const first = s.states.find((x) => x.state === "pending")!.jobId;
+  await notFound("GetWorkflow of another account's", () => q.getWorkflow(s.workflowId, bound));
+  await notFound("WatchWorkflow of another account's", async () => {
+    for await (const _ of q.watchWorkflow(s.workflowId, bound)) return _;
+  });
+  await notFound("RetryWorkflow of another account's", () => q.retryWorkflow({ workflowId: s.workflowId }, bound));
+  await notFound("CancelWorkflow of another account's", () => q.cancelWorkflow({ workflowId: s.workflowId }, bound));
+  await notFound("CreateJob after another account's job", () =>
+    q.createJob({ workload: s.workloads[0], inputUri: "s3://mut/after", inputSha256: SHA, after: [{ jobId: first }] }, bound),
+  );
+  await notFound("CreateWorkflow after another account's job", () =>
+    q.createWorkflow(
+      { nodes: [{ name: "x", job: { workload: s.workloads[0], inputUri: "s3://mut/wf", inputSha256: SHA, after: [{ jobId: first }] } }] },
+      bound,
+    ),
+  );
+  await listed("ListWorkflows", async () => (await q.listWorkflows({ pageSize: 1000 }, bound)).workflows.map((w) => w.id));
   await notFound("SettleAdjustment of another account's", () =>
     q.settleAdjustment({ adjustmentId: s.adjustmentId, settlementKey: "mut", settledUnits: 1 }, bound),
   );
@@ -170,6 +189,10 @@ describe("account scopes", () => {
         "settlements.ts SETTLE_JOB",
         "adjustments.ts LIST_ADJUSTMENTS",
         "adjustments.ts SETTLE_ADJUSTMENT",
+        "dependencies.ts LOCK_PARENTS",
+        "workflows.ts SELECT_WORKFLOW",
+        "workflows.ts LOCK_WORKFLOW",
+        "workflows.ts LIST_WORKFLOWS",
       ]),
     );
     const { queue, pool } = mutatedQueue(undefined, undefined);

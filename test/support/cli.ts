@@ -11,8 +11,14 @@ export interface CliRun {
   stderr: string;
 }
 
-/** Runs the CLI with `args`; `stdin` is written and closed (empty by default), `env` replaces the environment. */
-export function runCli(args: string[], opts: { stdin?: string; env?: NodeJS.ProcessEnv } = {}): Promise<CliRun> {
+/**
+ * Runs the CLI with `args`; `stdin` is written and closed (empty by default), `env` replaces the
+ * environment, `onStderr` sees stderr as it comes (a test that acts once a watch has started).
+ */
+export function runCli(
+  args: string[],
+  opts: { stdin?: string; env?: NodeJS.ProcessEnv; onStderr?: (all: string) => void } = {},
+): Promise<CliRun> {
   const child = spawn(process.execPath, [...nodeEntry("src/cli/main.ts"), ...args], {
     cwd: ROOT,
     env: opts.env ?? process.env,
@@ -21,7 +27,10 @@ export function runCli(args: string[], opts: { stdin?: string; env?: NodeJS.Proc
   let stdout = "";
   let stderr = "";
   child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+  child.stderr.setEncoding("utf8").on("data", (d: string) => {
+    stderr += d;
+    opts.onStderr?.(stderr);
+  });
   child.stdin.end(opts.stdin ?? "");
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
 }

@@ -1,7 +1,7 @@
 // Starts one real PostgreSQL for the whole run (TEST_DATABASE_URL if set, else
 // embedded) and migrates a template database once; each test file clones it.
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -76,6 +76,36 @@ function buildDist(): void {
   if (!existsSync(tsc)) return;
   const r = spawnSync(process.execPath, [tsc, "-p", "tsconfig.build.json"], { cwd: ROOT, stdio: "ignore", timeout: 300_000 });
   if (r.status === 0) markDistBuilt();
+  buildConsoleIfStale();
+}
+
+/** The newest modification time of the files below `dir` (0 when there is none). */
+function newest(dir: string): number {
+  if (!existsSync(dir)) return 0;
+  let latest = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile()) latest = Math.max(latest, statSync(path.join(e.parentPath, e.name)).mtimeMs);
+  }
+  return latest;
+}
+
+/**
+ * The console's build (dist/ui) again when its sources (ui/, the generated contract it imports)
+ * changed since: `npm ci` built it once, and a checkout that moved on would otherwise test the
+ * console of an older commit. The browser suites build it themselves when it is missing.
+ */
+function buildConsoleIfStale(): void {
+  const index = path.join(ROOT, "dist", "ui", "index.html");
+  const vite = path.join(ROOT, "node_modules", "vite", "bin", "vite.js");
+  if (!existsSync(index) || !existsSync(vite)) return;
+  const built = statSync(index).mtimeMs;
+  const sources = Math.max(
+    newest(path.join(ROOT, "ui", "src")),
+    newest(path.join(ROOT, "gen")),
+    statSync(path.join(ROOT, "ui", "index.html")).mtimeMs,
+  );
+  if (sources <= built) return;
+  spawnSync(process.execPath, [vite, "build", "--config", "ui/vite.config.ts"], { cwd: ROOT, stdio: "ignore", timeout: 300_000 });
 }
 
 async function startRunDatabase(): Promise<RunDatabase> {

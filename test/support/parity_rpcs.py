@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from leasehold import Billing
+from leasehold import Billing, Node
 
 SENT: set[str] = set()
 
@@ -35,6 +35,12 @@ class Recording:
 
 def sha(s: str) -> str:
     return hashlib.sha256(s.encode()).hexdigest()
+
+
+def workflow_nodes(workload: str) -> dict[str, Node]:
+    """A workflow of two nodes of ``workload`` (no worker takes it): the scenarios create, watch, cancel and retry it."""
+    return {"first": Node(workload, input_uri="s3://wf/1", input_sha256=sha("wf1")),
+            "second": Node(workload, input_uri="s3://wf/2", input_sha256=sha("wf2"), after=["first"])}
 
 
 def sweep_calls(prefix: str, workload: str) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:

@@ -13,7 +13,7 @@ import urllib.request
 import leasehold.worker
 from leasehold import Client, LeaseholdError, Result, TaskError, Worker
 from leasehold.errors import NotFoundError
-from parity_rpcs import NO_SUCH_ADJUSTMENT, SENT, Recording, sweep_calls
+from parity_rpcs import NO_SUCH_ADJUSTMENT, SENT, Recording, sweep_calls, workflow_nodes
 
 url = os.environ["LEASEHOLD_URL"]
 transport = os.environ["LEASEHOLD_TRANSPORT"]
@@ -122,6 +122,14 @@ except NotFoundError:
     pass
 client.get_task(next(iter(client.list_tasks(idle.job.id))).task.id)
 assert idle.job.id in [j.id for j in client.list_jobs(workload=IDLE)]
+# The workflow calls: nobody works on IDLE, so the workflow stands until it is cancelled.
+wf = client.create_workflow(workflow_nodes(IDLE), name=f"{prefix}-wf")
+assert [n.status for n in client.get_workflow(wf.id).nodes] == ["pending", "waiting"]
+assert wf.id in [w.id for w in client.list_workflows()]
+assert client.cancel_workflow(wf.id).cancelled_nodes == 2
+assert [u.snapshot.status for u in client.watch_workflow(wf.id, timeout=30) if u.snapshot] == ["cancelled"]
+assert client.retry_workflow(wf.id).retried_nodes == 2
+client.cancel_workflow(wf.id)
 out["rpcs"] = sorted(SENT)
 
 worker.stop()

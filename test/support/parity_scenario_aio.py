@@ -12,7 +12,7 @@ import leasehold.aio.worker
 from leasehold import LeaseholdError, Result, TaskError
 from leasehold.aio import AsyncClient, AsyncTask, AsyncWorker
 from leasehold.errors import NotFoundError
-from parity_rpcs import NO_SUCH_ADJUSTMENT, SENT, Recording, sweep_calls
+from parity_rpcs import NO_SUCH_ADJUSTMENT, SENT, Recording, sweep_calls, workflow_nodes
 
 url = os.environ["LEASEHOLD_URL"]
 transport = os.environ["LEASEHOLD_TRANSPORT"]
@@ -110,6 +110,14 @@ async def scenario() -> dict:
         pass
     await client.get_task([d async for d in client.list_tasks(idle.job.id)][0].task.id)
     assert idle.job.id in [j.id async for j in client.list_jobs(workload=IDLE)]
+    # The workflow calls: nobody works on IDLE, so the workflow stands until it is cancelled.
+    wf = await client.create_workflow(workflow_nodes(IDLE), name=f"{prefix}-wf")
+    assert [n.status for n in (await client.get_workflow(wf.id)).nodes] == ["pending", "waiting"]
+    assert wf.id in [w.id async for w in client.list_workflows()]
+    assert (await client.cancel_workflow(wf.id)).cancelled_nodes == 2
+    assert [u.snapshot.status async for u in client.watch_workflow(wf.id, timeout=30) if u.snapshot] == ["cancelled"]
+    assert (await client.retry_workflow(wf.id)).retried_nodes == 2
+    await client.cancel_workflow(wf.id)
     out["rpcs"] = sorted(SENT)
 
     worker.stop()

@@ -23,6 +23,8 @@ export interface AccountStates {
   scheduleName: string;
   /** the workloads the states use (their tasks are all this account's) */
   workloads: string[];
+  /** a workflow of the account: its first node pending, its second waiting for it */
+  workflowId: string;
 }
 
 const WORKER = "states-worker";
@@ -114,5 +116,20 @@ export async function accountStates(q: PostgresQueue, pool: pg.Pool, account: st
   id = await create();
   add("pending", id, (await q.listTasks({ jobId: id })).tasks[0].task.id);
 
-  return { states, adjustmentId: adj[0].id, scheduleName, workloads: [w, fin, tick] };
+  // A job waiting for another, and a workflow whose second node waits for its first.
+  const waiting = (
+    await q.createJob({ workload: w, account, inputUri: `s3://in/${tag}/w`, inputSha256: sha(`${tag}-w`), after: [{ jobId: id }] })
+  ).job.id;
+  add("waiting for its parent", waiting, (await q.listTasks({ jobId: waiting })).tasks[0].task.id);
+  const { workflow } = await q.createWorkflow({
+    account,
+    nodes: [
+      { name: "first", job: { workload: w, inputUri: `s3://in/${tag}/f`, inputSha256: sha(`${tag}-f`) } },
+      { name: "second", job: { workload: w, inputUri: `s3://in/${tag}/s`, inputSha256: sha(`${tag}-s`) }, after: [{ node: "first" }] },
+    ],
+  });
+  const second = workflow.nodes[1].jobId;
+  add("a workflow's waiting node", second, (await q.listTasks({ jobId: second })).tasks[0].task.id);
+
+  return { states, adjustmentId: adj[0].id, scheduleName, workloads: [w, fin, tick], workflowId: workflow.id };
 }

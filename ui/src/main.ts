@@ -1,8 +1,9 @@
-// The Leasehold console: a hash-routed page (#/, #/jobs, #/jobs/<id>, #/workloads, #/settlements) over the
-// Connect API (api.ts). This file signs in and routes; each route is a page in pages/, built from
-// the parts in components/. The overview reads /metrics every few seconds (the counts there are
-// cached by the coordinator); a job page follows WatchJob and asks for anything else only when an
-// event says something changed.
+// The Leasehold console: a hash-routed page (#/, #/jobs, #/jobs/<id>, #/workflows, #/workflows/<id>,
+// #/workloads, #/settlements) over the Connect API (api.ts). This file signs in and routes; each
+// route is a page in pages/, built from the parts in components/. The overview reads /metrics every
+// few seconds (the counts there are cached by the coordinator); a job page follows WatchJob and a
+// workflow page WatchWorkflow, and each asks for anything else only when an event says something
+// changed.
 import "./style.css";
 import { describeError, getToken, probeRole, setToken } from "./api.js";
 import { clear, h } from "./dom.js";
@@ -13,6 +14,8 @@ import { renderOverview } from "./pages/overview.js";
 import { renderSchedules } from "./pages/schedules.js";
 import { renderSettlements } from "./pages/settlements.js";
 import { renderSignIn } from "./pages/sign-in.js";
+import { renderWorkflow } from "./pages/workflow.js";
+import { renderWorkflows } from "./pages/workflows.js";
 import { renderWorkloads } from "./pages/workloads.js";
 import { canSettle, currentRole, isAdmin, setRole } from "./session.js";
 
@@ -41,8 +44,11 @@ function route(): void {
     return;
   }
   const job = /^\/jobs\/([^/]+)$/.exec(path);
+  const workflow = /^\/workflows\/([^/]+)$/.exec(path);
   if (job) cleanup = renderJob(decodeURIComponent(job[1]));
+  else if (workflow) cleanup = renderWorkflow(decodeURIComponent(workflow[1]));
   else if (path === "/jobs") renderJobs(params);
+  else if (path === "/workflows") renderWorkflows(params);
   else if (path === "/workloads") renderWorkloads();
   else if (path === "/schedules") renderSchedules();
   else if (path === "/settlements") renderSettlements(params);

@@ -21,10 +21,13 @@ from .accounts import Billing
 from .errors import FieldViolation, invalid_request
 from .models import (
     CreatedJob,
+    Dependency,
+    DependencyPolicy,
     FailurePolicy,
     Job,
     JobSnapshot,
     JobStatus,
+    JobView,
     ResultManifest,
     RetriedJob,
     TaskDetail,
@@ -108,6 +111,9 @@ def create_job(
     finalizer: Mapping[str, Any] | None = None,
     account: str | None = None,
     billing: Billing | Mapping[str, Any] | None = None,
+    after: Iterable[str | Dependency | Mapping[str, Any]] | None = None,
+    dependency_policy: DependencyPolicy | None = None,
+    view: JobView = "full",
 ) -> Unary[CreatedJob]:
     """Creates a job of ``tasks`` (or one task from ``input_uri``/``input_sha256``).
 
@@ -144,6 +150,21 @@ def create_job(
     (:class:`~leasehold.accounts.Billing` or ``{"reserved_units": ..., "billing_key": ...}``) is stored with
     the job; a second job with the same ``billing_key`` in the account answers the first one.
 
+    ``after`` lists the jobs this one runs after (at most 100: ids, :class:`~leasehold.models.Dependency` for an
+    optional one, or ``{"job_id": ..., "optional": True}``): until they are final the job is ``waiting`` and
+    none of its tasks is claimable; then it is pending, in the transaction that ended the last of them, and
+    its tasks' ``parents`` carry each parent's status and (for a parent of one task) its result.
+    ``dependency_policy``: ``"all_completed"`` (the default: a required parent that fails or is cancelled
+    cancels this job) or ``"all_final"`` (it runs whatever their ends). A required parent already failed or
+    cancelled raises :class:`~leasehold.errors.FailedPreconditionError` and nothing is written.
+    :meth:`create_workflow` creates jobs and the edges between them in one call.
+
+    ``view="basic"`` asks for the job alone: the returned :class:`~leasehold.models.CreatedJob` then has
+    no ``tasks`` (an empty list), which spares the coordinator writing them and this process reading
+    them (a 1,000-task job's answer is ~540 KB; the job alone ~1 KB). The default, ``"full"``, returns
+    every task as created, as before. ``"basic"`` needs a coordinator that knows CreateJob's ``view``
+    (older ones refuse the field).
+
     An unknown key in a task mapping, a value of the wrong type, or a parameter that is not a JSON value
     raises :class:`~leasehold.errors.InvalidArgumentError` before anything is sent, with one
     ``violations`` entry per problem (``tasks[3].chunk_idx: unknown field``).
@@ -154,34 +175,78 @@ def create_job(
                                     parameters={"frames": 240}, idempotency_key="film-7",
                                     failure_policy="continue", max_failed_tasks=2)
         client.create_job("render", tasks=chunks, concurrency_key="customer-42", required_labels={"gpu": "a100"})
+        job = client.create_job("render", tasks=chunks, view="basic").job   # the job alone: no tasks sent back
+    """
+    bad: list[FieldViolation] = []
+    req = job_json(workload, bad, tasks=tasks, input_uri=input_uri, input_sha256=input_sha256, parameters=parameters,
+                   priority=priority, max_attempts=max_attempts, traceparent=traceparent, failure_policy=failure_policy,
+                   max_failed_tasks=max_failed_tasks, concurrency_key=concurrency_key,
+                   required_labels=required_labels, run_at=run_at, finalizer=finalizer, billing=billing, after=after,
+                   dependency_policy=dependency_policy)
+    if idempotency_key:
+        req["idempotency_key"] = idempotency_key
+    if account:
+        req["account"] = account
+    # "full" is the coordinator's default: it is not sent, so a coordinator without the field takes the request.
+    if view == "basic":
+        req["view"] = "JOB_VIEW_BASIC"
+    elif view != "full":
+        bad.append(FieldViolation("view", f'must be "basic" or "full", not {view!r}'))
+    if bad:
+        raise invalid_request("CreateJob", bad)
+    return Unary("CreateJob", req, CreatedJob.from_json)
+
+
+def job_json(
+    workload: str,
+    bad: list[FieldViolation],
+    *,
+    at: str = "",
+    tasks: Iterable[TaskSpec | Mapping[str, Any]] | None = None,
+    input_uri: str | None = None,
+    input_sha256: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    traceparent: str | None = None,
+    failure_policy: FailurePolicy | None = None,
+    max_failed_tasks: int | None = None,
+    concurrency_key: str | None = None,
+    required_labels: Mapping[str, str] | None = None,
+    run_at: datetime | str | None = None,
+    finalizer: Mapping[str, Any] | None = None,
+    billing: Billing | Mapping[str, Any] | None = None,
+    after: Iterable[str | Dependency | Mapping[str, Any]] | None = None,
+    dependency_policy: DependencyPolicy | None = None,
+) -> JsonObject:
+    """A job as CreateJob (and a workflow's node) takes it, in proto JSON; each problem appended to ``bad``.
+
+    ``at`` prefixes the fields a violation names (``nodes[2].job.`` for a workflow's node).
     """
     req: JsonObject = {"workload": workload}
-    bad: list[FieldViolation] = []
     if tasks is not None:
         specs: list[JsonObject] = []
         for i, t in enumerate(tasks):
             if isinstance(t, TaskSpec):
                 if t.parameters is not None:
-                    json_violations(t.parameters, f"tasks[{i}].parameters", bad)
+                    json_violations(t.parameters, f"{at}tasks[{i}].parameters", bad)
                 if t.required_labels is not None:
-                    labels_json(t.required_labels, f"tasks[{i}].required_labels", bad)
+                    labels_json(t.required_labels, f"{at}tasks[{i}].required_labels", bad)
                 specs.append(t.to_json())
             else:
-                specs.append(task_json(t, f"tasks[{i}]", bad))
+                specs.append(task_json(t, f"{at}tasks[{i}]", bad))
         req["tasks"] = specs
     if input_uri:
         req["input_uri"] = input_uri
     if input_sha256:
         req["input_sha256"] = input_sha256
     if parameters is not None:
-        json_violations(parameters, "parameters", bad)
+        json_violations(parameters, f"{at}parameters", bad)
         req["parameters"] = dict(parameters)
     if priority:
         req["priority"] = priority
     if max_attempts is not None:
         req["max_attempts"] = max_attempts
-    if idempotency_key:
-        req["idempotency_key"] = idempotency_key
     tp = traceparent if traceparent is not None else current_traceparent()
     if tp:
         req["traceparent"] = tp
@@ -192,18 +257,41 @@ def create_job(
     if concurrency_key:
         req["concurrency_key"] = concurrency_key
     if required_labels:
-        req["required_labels"] = labels_json(required_labels, "required_labels", bad)
+        req["required_labels"] = labels_json(required_labels, f"{at}required_labels", bad)
     if run_at is not None:
         req["run_at"] = rfc3339(run_at)
     if finalizer is not None:
-        req["finalizer"] = _finalizer_json(finalizer, bad)
-    if account:
-        req["account"] = account
+        req["finalizer"] = _finalizer_json(finalizer, bad, at)
     if billing is not None:
-        req["billing"] = _billing_json(billing, bad)
-    if bad:
-        raise invalid_request("CreateJob", bad)
-    return Unary("CreateJob", req, CreatedJob.from_json)
+        req["billing"] = _billing_json(billing, bad, at)
+    if after is not None:
+        deps = [dependency_json(d, f"{at}after[{i}]", bad) for i, d in enumerate(after)]
+        if deps:
+            req["after"] = deps
+    if dependency_policy:
+        req["dependency_policy"] = enum_name("DEPENDENCY_POLICY_", dependency_policy)
+    return req
+
+
+def dependency_json(dep: str | Dependency | Mapping[str, Any], at: str, bad: list[FieldViolation]) -> JsonObject:
+    """A parent job (an id, a :class:`Dependency` or a mapping of its fields) in proto JSON."""
+    if isinstance(dep, str):
+        return {"job_id": dep}
+    if isinstance(dep, Dependency):
+        return dep.to_json()
+    if isinstance(dep, Mapping):
+        out: JsonObject = {}
+        for key, value in dep.items():
+            if key in ("job_id", "jobId") and isinstance(value, str):
+                out["job_id"] = value
+            elif key == "optional" and isinstance(value, bool):
+                out["optional"] = value
+            else:
+                bad.append(FieldViolation(f"{at}.{key}", "unknown field or wrong type (known: job_id, a string; "
+                                                        "optional, a bool)"))
+        return out
+    bad.append(FieldViolation(at, f"must be a job id, a Dependency or a mapping, not {type(dep).__name__}"))
+    return {}
 
 
 def get_job(job_id: str) -> Unary[JobSnapshot]:
@@ -288,7 +376,7 @@ def list_jobs(*, status: JobStatus | str | None = None, workload: str | None = N
     return Paged("ListJobs", req, "jobs", Job.from_json, page_size)
 
 
-def _billing_json(billing: Billing | Mapping[str, Any], bad: list[FieldViolation]) -> JsonObject:
+def _billing_json(billing: Billing | Mapping[str, Any], bad: list[FieldViolation], at: str = "") -> JsonObject:
     """A billing context in proto JSON, with a violation appended for each unknown key or wrong type."""
     if isinstance(billing, Billing):
         return billing.to_json()
@@ -299,9 +387,10 @@ def _billing_json(billing: Billing | Mapping[str, Any], bad: list[FieldViolation
         elif key == "billing_key" and isinstance(value, str):
             out[key] = value
         elif key in ("reserved_units", "billing_key"):
-            bad.append(FieldViolation(f"billing.{key}", "must be an int" if key == "reserved_units" else "must be a string"))
+            bad.append(FieldViolation(f"{at}billing.{key}",
+                                      "must be an int" if key == "reserved_units" else "must be a string"))
         else:
-            bad.append(FieldViolation(f"billing.{key}", "unknown field (known: reserved_units, billing_key)"))
+            bad.append(FieldViolation(f"{at}billing.{key}", "unknown field (known: reserved_units, billing_key)"))
     return out
 
 
@@ -309,21 +398,22 @@ def _billing_json(billing: Billing | Mapping[str, Any], bad: list[FieldViolation
 _FINALIZER_FIELDS = ("workload", "parameters", "run_on_failure")
 
 
-def _finalizer_json(finalizer: Mapping[str, Any], bad: list[FieldViolation]) -> JsonObject:
+def _finalizer_json(finalizer: Mapping[str, Any], bad: list[FieldViolation], at: str = "") -> JsonObject:
     """A finalizer mapping in proto JSON, with a violation appended for each unknown key or wrong type."""
     out: JsonObject = {}
     for key, value in finalizer.items():
         if key not in _FINALIZER_FIELDS:
-            bad.append(FieldViolation(f"finalizer.{key}", "unknown field (known: workload, parameters, run_on_failure)"))
+            bad.append(FieldViolation(f"{at}finalizer.{key}",
+                                      "unknown field (known: workload, parameters, run_on_failure)"))
         elif key == "workload" and not isinstance(value, str):
-            bad.append(FieldViolation("finalizer.workload", "must be a string"))
+            bad.append(FieldViolation(f"{at}finalizer.workload", "must be a string"))
         elif key == "run_on_failure" and not isinstance(value, bool):
-            bad.append(FieldViolation("finalizer.run_on_failure", "must be a bool"))
+            bad.append(FieldViolation(f"{at}finalizer.run_on_failure", "must be a bool"))
         elif key == "parameters" and value is not None:
             if not isinstance(value, Mapping):
-                bad.append(FieldViolation("finalizer.parameters", "must be a mapping"))
+                bad.append(FieldViolation(f"{at}finalizer.parameters", "must be a mapping"))
                 continue
-            json_violations(value, "finalizer.parameters", bad)
+            json_violations(value, f"{at}finalizer.parameters", bad)
             out["parameters"] = dict(value)
         elif value is not None:
             out[key] = value

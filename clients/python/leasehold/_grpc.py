@@ -72,6 +72,9 @@ def _task_json(t: Any) -> JsonObject:
         d["metrics"] = _struct(t.metrics)
     if t.HasField("lease_expires_at"):
         d["lease_expires_at"] = t.lease_expires_at.ToJsonString()
+    if t.parents:
+        # A stage after others: by reflection, as only tasks of jobs with parents carry them.
+        d["parents"] = [json_format.MessageToDict(p, preserving_proto_field_name=True) for p in t.parents]
     return d
 
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from .accounts import Usage, check_usage
-from .models import TaskRecord
+from .models import JobParent, TaskRecord
 
 __all__ = ["Handler", "Result", "RetryableError", "Task", "TaskCancelled", "TaskError", "error_code_of",
            "error_message_of"]
@@ -133,8 +133,9 @@ class TaskFields:
 
     ``id``, ``job_id``, ``chunk_index``, ``workload``, ``attempt``, ``max_attempts``, ``input_uri``,
     ``input_sha256``, ``parameters``, ``priority``, ``traceparent``, ``lease_expires_at``, ``concurrency_key``,
-    ``required_labels`` (the coordinator's task), ``worker_id``, and ``record`` (the whole
-    :class:`~leasehold.models.TaskRecord`).
+    ``required_labels``, ``parents`` (the coordinator's task; ``parents`` are its job's parents as
+    :class:`~leasehold.models.JobParent` s, each with its status and, for a parent of one task, its result),
+    ``worker_id``, and ``record`` (the whole :class:`~leasehold.models.TaskRecord`).
     """
 
     def __init__(self, record: TaskRecord, worker_id: str) -> None:
@@ -153,6 +154,7 @@ class TaskFields:
         self.lease_expires_at: datetime | None = record.lease_expires_at
         self.concurrency_key = record.concurrency_key
         self.required_labels: dict[str, str] = dict(record.required_labels)
+        self.parents: list[JobParent] = list(record.parents)
         self.worker_id = worker_id
         self.cancel_reason = ""
 
@@ -166,7 +168,9 @@ class Task(TaskFields):
 
     Attributes mirror the coordinator's task (``id``, ``job_id``, ``chunk_index``, ``workload``, ``attempt``,
     ``max_attempts``, ``input_uri``, ``input_sha256``, ``parameters``, ``priority``, ``traceparent``,
-    ``lease_expires_at``, ``concurrency_key``, ``required_labels``) plus ``worker_id``. The worker heartbeats
+    ``lease_expires_at``, ``concurrency_key``, ``required_labels``, ``parents``) plus ``worker_id``. A stage after
+    others reads its inputs from ``parents``: each parent job's status and, for a parent of one task, its
+    result manifest (``task.parents[0].result.result_uri``); a parent of many tasks by ``Client.results``. The worker heartbeats
     the lease by itself; when a heartbeat (or :meth:`progress`) finds the task cancelled or the lease lost,
     :attr:`cancelled` turns true and :attr:`cancel_event` is set: the handler should stop, as its result will
     not be reported.

@@ -10,10 +10,12 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import _admin_calls as admin
 from . import _calls as calls
+from . import _workflow_calls as workflows
 from ._calls import Paged, Unary
 from ._transport import Transport, TransportName, make_transport
 from .errors import UnavailableError
 from .models import Job, WatchUpdate
+from .workflows import Workflow, WorkflowUpdate
 
 __all__ = ["Client"]
 
@@ -130,6 +132,45 @@ class Client:
                 job = self.get_job(job_id).job
                 if job.finished:
                     return job
+            except UnavailableError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, WAIT_RETRY_MAX)
+
+    # ---- workflows (submitter token): jobs created together, each a named node, with the edges between them ----
+
+    create_workflow = unary(workflows.create_workflow)
+    get_workflow = unary(workflows.get_workflow)
+    list_workflows = paged(workflows.list_workflows)
+    cancel_workflow = unary(workflows.cancel_workflow)
+    retry_workflow = unary(workflows.retry_workflow)
+
+    def watch_workflow(self, workflow_id: str, *, timeout: float | None = None) -> Iterator[WorkflowUpdate]:
+        """Iterates over the workflow's updates: first a snapshot, then each node's status change as it commits.
+
+        The iterator ends after the change that makes the last unfinished node final (at once for a finished
+        workflow). ``timeout`` bounds the whole stream (default: none).
+        """
+        request = workflows.watch_workflow_request(workflow_id)
+        for message in self._transport.stream("WatchWorkflow", request, timeout):
+            yield WorkflowUpdate.from_json(message)
+
+    def wait_workflow(self, workflow_id: str, *, timeout: float | None = None) -> Workflow:
+        """Blocks until every node of the workflow is final and returns it (with its nodes).
+
+        A stream the coordinator ends early (it shuts down streams on restart) is opened again.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = WAIT_RETRY_FIRST
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                for _ in self.watch_workflow(workflow_id, timeout=left):
+                    pass
+                workflow = self.get_workflow(workflow_id)
+                if workflow.finished:
+                    return workflow
             except UnavailableError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise

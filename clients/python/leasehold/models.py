@@ -44,13 +44,17 @@ __all__ = [
     "AttemptOutcome",
     "AttemptProgress",
     "CreatedJob",
+    "Dependency",
+    "DependencyPolicy",
     "EventKind",
     "FailurePolicy",
     "Job",
     "JobEvent",
     "JobFailure",
+    "JobParent",
     "JobSnapshot",
     "JobStatus",
+    "JobView",
     "KeyLimit",
     "ResultManifest",
     "RetriedJob",
@@ -71,10 +75,17 @@ __all__ = [
 
 JsonObject = dict[str, Any]
 
-#: A job's status; ``""`` only for a field the coordinator left unset.
-JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled", "scheduled"]
-#: A task's status; ``""`` only for a field the coordinator left unset.
-TaskStatus = Literal["", "pending", "leased", "completed", "failed", "cancelled"]
+#: What :meth:`leasehold.Client.create_job` returns: ``"full"`` the job with its tasks, ``"basic"`` the job alone.
+JobView = Literal["basic", "full"]
+#: A job's status; ``""`` only for a field the coordinator left unset. ``scheduled``: pending with its ``run_at``
+#: ahead; ``waiting``: its parents (``after``) are not final yet, so none of its tasks is claimable.
+JobStatus = Literal["", "pending", "running", "completed", "failed", "cancelled", "scheduled", "waiting"]
+#: A task's status; ``""`` only for a field the coordinator left unset. ``waiting``: its job waits for its parents.
+TaskStatus = Literal["", "pending", "leased", "completed", "failed", "cancelled", "waiting"]
+#: When a job with parents may run: ``all_completed`` (the default: every parent final, and every parent not marked
+#: optional completed; a required parent that fails or is cancelled cancels the job) or ``all_final`` (every parent
+#: final, whatever its end). ``""`` for a job without parents.
+DependencyPolicy = Literal["", "all_completed", "all_final"]
 #: What a :class:`JobEvent` records.
 EventKind = Literal["", "task_status", "task_progress", "job_status", "settled"]
 #: How an attempt of a task ended (``running``: it holds its lease now).
@@ -82,16 +93,18 @@ AttemptOutcome = Literal["", "running", "completed", "failed", "lease_expired", 
 #: Why a pending task is not running (the proto's ``WAITING_REASON_*`` in lower case; ``""`` when the task is
 #: not pending): ``queued`` (claimable, behind the tasks before it), ``retry_backoff``, ``workload_paused``,
 #: ``workload_cap``, ``key_cap``, ``rate_limited``, ``labels_unmatched`` (no worker claimed the workload with
-#: the labels it needs in the last minute) or ``no_workers`` (nobody claimed the workload in the last minute).
+#: the labels it needs in the last minute), ``no_workers`` (nobody claimed the workload in the last minute) or
+#: ``parents`` (a waiting task: its job's parents are not final yet).
 WaitingReason = Literal["", "queued", "retry_backoff", "workload_paused", "workload_cap", "key_cap", "rate_limited",
-                        "labels_unmatched", "no_workers"]
+                        "labels_unmatched", "no_workers", "parents"]
 
-_TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled")
-_JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled", "scheduled")
+_TASK_STATUSES = ("", "pending", "leased", "completed", "failed", "cancelled", "waiting")
+_JOB_STATUSES = ("", "pending", "running", "completed", "failed", "cancelled", "scheduled", "waiting")
+_DEPENDENCY_POLICIES = ("", "all_completed", "all_final")
 _EVENT_KINDS = ("", "task_status", "task_progress", "job_status", "settled")
 _OUTCOMES = ("", "running", "completed", "failed", "lease_expired", "cancelled")
 _WAITING_REASONS = ("", "queued", "retry_backoff", "workload_paused", "workload_cap", "key_cap", "rate_limited",
-                    "labels_unmatched", "no_workers")
+                    "labels_unmatched", "no_workers", "parents")
 
 
 def rfc3339(at: datetime | str) -> str:
@@ -109,6 +122,69 @@ def _job_status(d: Mapping[str, Any], name: str) -> JobStatus:
 
 def _task_status(d: Mapping[str, Any], name: str) -> TaskStatus:
     return cast(TaskStatus, _enum(d, name, "TASK_STATUS_", _TASK_STATUSES))
+
+
+def dependency_policy_of(d: Mapping[str, Any], name: str = "dependency_policy") -> DependencyPolicy:
+    """A ``dependency_policy`` field as its short name (``"all_final"``); ``""`` when unset."""
+    return cast(DependencyPolicy, _enum(d, name, "DEPENDENCY_POLICY_", _DEPENDENCY_POLICIES))
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A parent of a job, as :meth:`leasehold.Client.create_job` takes it in ``after``: a job that must end first.
+
+    ``optional``: under ``all_completed`` the job runs whatever this parent's end (it still waits for it).
+
+    Example::
+
+        client.create_job("report", input_uri=uri, input_sha256=sha,
+                          after=[stitch.job.id, Dependency(lint.job.id, optional=True)])
+    """
+
+    job_id: str
+    optional: bool = False
+
+    def to_json(self) -> JsonObject:
+        """The proto JSON of the dependency."""
+        return {"job_id": self.job_id, "optional": True} if self.optional else {"job_id": self.job_id}
+
+
+@dataclass(frozen=True)
+class JobParent:
+    """A job's parent with its status: on :attr:`Job.parents`, and on a leased task (``task.parents``).
+
+    A stage after others reads its inputs from here: ``result`` is the parent's one result manifest when the
+    parent had exactly one task and it completed (``None`` otherwise: read them with
+    :meth:`leasehold.Client.results` of ``job_id``). ``node`` is the parent's node name when both jobs are nodes
+    of one workflow. On a task the statuses are as they were when the task's job was made pending.
+
+    Example::
+
+        @worker.handler("stitch")
+        def stitch(task: Task) -> Result:
+            inputs = [p.result.result_uri for p in task.parents if p.result is not None]
+    """
+
+    job_id: str
+    status: JobStatus = ""
+    optional: bool = False
+    node: str = ""
+    total_tasks: int = 0
+    completed_tasks: int = 0
+    result: ResultManifest | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> JobParent:
+        """From its proto JSON."""
+        result = field_of(d, "result")
+        return cls(job_id=_str(d, "job_id"), status=_job_status(d, "status"), optional=_bool(d, "optional"),
+                   node=_str(d, "node"), total_tasks=_int(d, "total_tasks"), completed_tasks=_int(d, "completed_tasks"),
+                   result=ResultManifest.from_json(result) if isinstance(result, Mapping) and result else None)
+
+
+def parents_of(d: Mapping[str, Any]) -> list[JobParent]:
+    """The ``parents`` of a job or task."""
+    return [JobParent.from_json(p) for p in _list(d, "parents") if isinstance(p, Mapping)]
 
 
 @dataclass(frozen=True)
@@ -192,6 +268,15 @@ class Job:
     usage: Usage = field(default_factory=dict)
     #: The settlement, once :meth:`leasehold.Client.settle_job` recorded it.
     settlement: Settlement | None = None
+    #: When it may run, given its parents; ``""`` for a job without parents.
+    dependency_policy: DependencyPolicy = ""
+    #: Its parents with their statuses now (``get_job``, ``create_job``; empty in ``list_jobs``).
+    parents: list[JobParent] = field(default_factory=list)
+    #: Parents not final yet: the job is ``waiting`` while this is above 0.
+    waiting_parents: int = 0
+    #: The workflow it is a node of, and the node's name; ``""`` otherwise.
+    workflow_id: str = ""
+    workflow_node: str = ""
 
     @property
     def finished(self) -> bool:
@@ -215,6 +300,9 @@ class Job:
             finalizer_job_id=_str(d, "finalizer_job_id"), parent_job_id=_str(d, "parent_job_id"),
             account=_str(d, "account"), billing=Billing.from_json(field_of(d, "billing")), usage=usage_of(d),
             settlement=Settlement.from_json(field_of(d, "settlement")),
+            dependency_policy=dependency_policy_of(d), parents=parents_of(d),
+            waiting_parents=_int(d, "waiting_parents"), workflow_id=_str(d, "workflow_id"),
+            workflow_node=_str(d, "workflow_node"),
         )
 
 
@@ -255,6 +343,9 @@ class TaskRecord:
     required_labels: dict[str, str] = field(default_factory=dict)
     #: Usage counters summed over the task's attempts.
     usage: Usage = field(default_factory=dict)
+    #: Its job's parents as they were when the job was made pending, each with its status and (for a parent of one
+    #: completed task) its result; empty for a job without parents.
+    parents: list[JobParent] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TaskRecord:
@@ -270,7 +361,7 @@ class TaskRecord:
             traceparent=_str(d, "traceparent"), version=_int(d, "version"), created_at=_time(d, "created_at"),
             started_at=_time(d, "started_at"), completed_at=_time(d, "completed_at"),
             concurrency_key=_str(d, "concurrency_key"), required_labels=_labels(d, "required_labels"),
-            usage=usage_of(d),
+            usage=usage_of(d), parents=parents_of(d),
         )
 
 
@@ -366,12 +457,14 @@ class TaskCounts:
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
+    #: Tasks waiting for their job's parents.
+    waiting: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> TaskCounts:
         """Counts from their proto JSON (missing counts are 0)."""
         d = d or {}
-        return cls(*(_int(d, n) for n in ("pending", "leased", "completed", "failed", "cancelled")))
+        return cls(*(_int(d, n) for n in ("pending", "leased", "completed", "failed", "cancelled", "waiting")))
 
 
 @dataclass(frozen=True)
@@ -424,7 +517,10 @@ class JobSnapshot:
 
 @dataclass(frozen=True)
 class CreatedJob:
-    """What :meth:`leasehold.Client.create_job` returns: the job (new, or the original for an idempotent replay) and its tasks."""
+    """What :meth:`leasehold.Client.create_job` returns: the job (new, or the original for an idempotent replay) and its tasks.
+
+    ``tasks`` is empty when the job was created with ``view="basic"``.
+    """
 
     job: Job
     tasks: list[TaskRecord]
@@ -537,7 +633,9 @@ class Schedule:
 
     ``overlap`` is ``allow`` or ``skip`` (no job while the previous tick's is not final); ``catch_up`` is
     ``skip``, ``one`` or ``all`` (at most ``max_catch_up``) for the ticks missed while no coordinator ran.
-    ``next_fire_times`` are the next ticks, earliest first (empty while paused).
+    ``next_fire_times`` are the next ticks, earliest first (empty while paused). A schedule of workflows has
+    ``workflow`` (a CreateWorkflow request as proto JSON) in place of ``job`` (then ``{}``), and its last tick's
+    workflow in ``last_workflow_id``.
     """
 
     name: str
@@ -553,6 +651,8 @@ class Schedule:
     last_job_id: str = ""
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    workflow: JsonObject | None = None
+    last_workflow_id: str = ""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Schedule:
@@ -565,4 +665,5 @@ class Schedule:
             next_fire_times=[t for t in (parse_time(v) for v in _list(d, "next_fire_times")) if t is not None],
             last_fire_time=_time(d, "last_fire_time"), last_job_id=_str(d, "last_job_id"),
             created_at=_time(d, "created_at"), updated_at=_time(d, "updated_at"),
+            workflow=dict(_msg(d, "workflow")) or None, last_workflow_id=_str(d, "last_workflow_id"),
         )

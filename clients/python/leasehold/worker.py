@@ -272,6 +272,13 @@ class Worker(WorkerState):
         while not self._stop.wait(0.5):
             pass
         self._drain(claimer, reporter)
+        # The channel closes once no thread may still be calling on it: grpcio can crash the process
+        # (SIGSEGV) when a channel is closed under a call in flight. A lane whose handler ignores its
+        # cancel is not waited for long: it holds no call of its own.
+        beats.join(self.request_timeout + 1)
+        until = time.monotonic() + 1
+        for t in threads:
+            t.join(max(0.0, until - time.monotonic()))
 
     def _drain(self, claimer: threading.Thread, reporter: threading.Thread) -> None:
         deadline = time.monotonic() + self.drain_timeout

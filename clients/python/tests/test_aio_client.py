@@ -85,6 +85,9 @@ async def test_create_get_idempotency_and_errors(aclient: AsyncClient, workload:
     with pytest.raises(InvalidArgumentError) as server_bad:
         await aclient.create_job(w, tasks=[TaskSpec(0, "s3://in/0", "not-a-sha")])
     assert [v.field for v in server_bad.value.violations] == ["tasks[0].input_sha256"]
+    basic = await aclient.create_job(w, tasks=specs(2), view="basic")  # the job alone
+    assert (basic.job.workload, basic.tasks) == (w, [])
+    assert (await aclient.get_job(basic.job.id)).total_tasks == 2
 
 
 async def test_lists_cancel_retry_and_concurrent_calls(aclient: AsyncClient, workload: Callable[..., str]) -> None:

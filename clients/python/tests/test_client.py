@@ -58,6 +58,23 @@ def test_create_get_idempotency_and_errors(admin: Client, workload: Callable[...
     assert missing.value.request_id
     with pytest.raises(InvalidArgumentError):
         admin.create_job(w, tasks=[TaskSpec(0, "s3://in/0", "not-a-sha")])
+    # On this test's workload: a workload more would lengthen every "registered workloads" list
+    # the suite's later NOT_FOUND checks read.
+    check_basic_view(admin, w)
+
+
+def check_basic_view(admin: Client, w: str) -> None:
+    """view="basic": the job alone, its tasks all written; a replay may ask the full view."""
+    key = f"key-{uuid.uuid4()}"
+    basic = admin.create_job(w, tasks=specs(3), idempotency_key=key, view="basic")
+    assert (basic.job.workload, basic.job.status, basic.tasks) == (w, "pending", [])
+    assert admin.get_job(basic.job.id).total_tasks == 3
+    full = admin.create_job(w, tasks=specs(3), idempotency_key=key)  # a replay may ask the other view
+    assert full.job.id == basic.job.id
+    assert [t.chunk_index for t in full.tasks] == [0, 1, 2]
+    with pytest.raises(InvalidArgumentError) as bad:
+        admin.create_job(w, tasks=specs(1), view="tasks")  # type: ignore[arg-type]
+    assert [v.field for v in bad.value.violations] == ["view"]  # refused before it is sent
 
 
 def test_cancel_retry_list(admin: Client, workload: Callable[..., str]) -> None:

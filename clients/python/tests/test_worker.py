@@ -139,8 +139,10 @@ def test_a_late_result_is_refused_logged_and_not_retried(admin: Client, workload
 def test_drain_on_sigterm_finishes_in_flight_work_and_gives_back_the_rest(
         admin: Client, workload: Callable[..., str], spawn: Callable[..., WorkerProc], tmp_path: Path) -> None:
     w = workload(lease_seconds=30)
-    paths = [tmp_path / "chunk0", tmp_path / "chunk1"]
-    job = admin.create_job(w, tasks=specs(3, lambda i: {"action": "wait_file", "path": str(paths[i])} if i < 2 else {})).job
+    paths = [tmp_path / "chunk0", tmp_path / "chunk1", tmp_path / "chunk2"]
+    # Every chunk waits for its file: a chunk 2 claimed before the signal is handled (below) is then in
+    # flight at the drain too, never completed by the draining worker however late the signal lands.
+    job = admin.create_job(w, tasks=specs(3, lambda i: {"action": "wait_file", "path": str(paths[i])})).job
     worker = spawn(w, "pyw-drain", concurrency=2, drain_timeout=2)
     worker.wait_event("started", count=2)
     worker.signal(signal.SIGTERM)
@@ -148,7 +150,7 @@ def test_drain_on_sigterm_finishes_in_flight_work_and_gives_back_the_rest(
     assert worker.wait() == 0, worker.stderr
     stats = worker.of("stopped")[0]["stats"]
     # Chunk 0 may finish before the worker handles the signal; its lane then claims chunk 2, which the
-    # draining worker gives back as it arrives.
+    # draining worker gives back with chunk 1.
     assert stats["claimed"] in (2, 3)
     assert (stats["completed"], stats["released"]) == (1, stats["claimed"] - 1)
     [finished1] = [e for e in worker.of("finished") if e["chunk"] == 1]
@@ -159,6 +161,7 @@ def test_drain_on_sigterm_finishes_in_flight_work_and_gives_back_the_rest(
 
     # Given back as retryable with no delay: the next worker gets it at once, on its next attempt.
     paths[1].touch()
+    paths[2].touch()
     successor = spawn(w, "pyw-successor", concurrency=2)
     assert admin.wait(job.id, timeout=30).status == "completed"
     attempts = {r.chunk_index: r.metrics["attempt"] for r in admin.results(job.id) if r.metrics}

@@ -4,11 +4,18 @@
 // so JSON.stringify cannot take them as they are: toJson gives protobuf's JSON form.
 import { createRegistry, toJson as messageToJson, type JsonValue, type JsonWriteOptions, type Message } from "@bufbuild/protobuf";
 import { errorFor } from "./errors.js";
-import { file_leasehold_queue_v1_queue, type Job, type JobFailure, type Task, type TaskCounts } from "./gen/leasehold/queue/v1/queue_pb.js";
+import {
+  file_leasehold_queue_v1_queue,
+  type Job,
+  type JobFailure,
+  type Task,
+  type TaskCounts,
+  type Workflow,
+} from "./gen/leasehold/queue/v1/queue_pb.js";
 
 /** CreateJob's answer: the job, with its tasks as created (in chunk order). */
 export interface CreatedJob extends Job {
-  /** The job's tasks as created, in chunk order. */
+  /** The job's tasks as created, in chunk order; empty when it was created with `view: JobView.BASIC`. */
   tasks: Task[];
 }
 
@@ -30,6 +37,17 @@ export interface RetriedJob extends Job {
   retriedTasks: number;
 }
 
+/** CancelWorkflow's answer: the workflow after the cancel, with how many nodes it cancelled. */
+export interface CancelledWorkflow extends Workflow {
+  cancelledNodes: number;
+}
+
+/** RetryWorkflow's answer: the workflow, with the nodes reopened and their tasks put back. */
+export interface RetriedWorkflow extends Workflow {
+  retriedNodes: number;
+  retriedTasks: number;
+}
+
 /** The whole answer a job came in, for toJson: kept on the job, not enumerable, so the job's own fields stay as they are. */
 const ANSWER = Symbol("leasehold.answer");
 
@@ -37,6 +55,19 @@ const ANSWER = Symbol("leasehold.answer");
 export function jobOf(method: string, answer: { job?: Job }): Job {
   if (!answer.job) throw errorFor("internal", `${method}: the coordinator's answer holds no job`);
   return answer.job;
+}
+
+/** The workflow of an RPC's answer (as jobOf a job). */
+export function workflowOf(method: string, answer: { workflow?: Workflow }): Workflow {
+  if (!answer.workflow) throw errorFor("internal", `${method}: the coordinator's answer holds no workflow`);
+  return answer.workflow;
+}
+
+/** The workflow of `answer` with `extras` as its own fields (as jobWith a job's). */
+export function workflowWith<T extends object>(method: string, answer: Message & { workflow?: Workflow }, extras: T): Workflow & T {
+  const workflow = Object.assign(workflowOf(method, answer), extras);
+  Object.defineProperty(workflow, ANSWER, { value: answer, enumerable: false });
+  return workflow;
 }
 
 /** The job of `answer` with `extras` (the answer's other fields) as its own fields. */
@@ -67,6 +98,7 @@ export function toJson(message: Message, options?: Partial<JsonWriteOptions>): J
   if (answer === undefined) return json;
   const whole = messageJson(answer, options) as { [key: string]: JsonValue };
   delete whole.job;
+  delete whole.workflow;
   return { ...(json as { [key: string]: JsonValue }), ...whole };
 }
 

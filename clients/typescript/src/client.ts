@@ -4,9 +4,28 @@ import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client as RpcClient, type CallOptions } from "@connectrpc/connect";
 import { openTransport, type OpenTransport } from "#transport";
-import { jobOf, jobWith, type CreatedJob, type JobSnapshot, type RetriedJob } from "./answers.js";
+import {
+  jobOf,
+  jobWith,
+  workflowOf,
+  workflowWith,
+  type CancelledWorkflow,
+  type CreatedJob,
+  type JobSnapshot,
+  type RetriedJob,
+  type RetriedWorkflow,
+} from "./answers.js";
 import { DeadlineExceededError, InternalError, toLeaseholdError, UnavailableError } from "./errors.js";
 import { checkBaseUrl, type ConnectionOptions } from "./options.js";
+import {
+  dependencies,
+  NodeStatuses,
+  workflowFinished,
+  workflowRequest,
+  type DependencyInit,
+  type WorkflowNodeInit,
+  type WorkflowOptions,
+} from "./workflows.js";
 import {
   JobEventKind,
   JobStatus,
@@ -29,12 +48,16 @@ import {
   type Account,
   type GetAccountUsageResponse,
   type UsageAdjustment,
+  type WatchWorkflowResponse,
+  type Workflow,
 } from "./gen/leasehold/queue/v1/queue_pb.js";
 
 /** A chunk of a job as submitted (`{ chunkIndex, inputUri, inputSha256, parameters? }`). */
 export type TaskSpecInit = MessageInitShape<typeof TaskSpecSchema>;
-/** Everything of a CreateJob request besides its workload and tasks. */
-export type CreateJobOptions = Omit<MessageInitShape<typeof CreateJobRequestSchema>, "workload" | "tasks" | "$typeName">;
+/** Everything of a CreateJob request besides its workload and tasks; `after` takes job ids too. */
+export type CreateJobOptions = Omit<MessageInitShape<typeof CreateJobRequestSchema>, "workload" | "tasks" | "$typeName" | "after"> & {
+  after?: DependencyInit[];
+};
 /** A workload's settings (PutWorkload) besides its name. */
 export type WorkloadOptions = Omit<MessageInitShape<typeof PutWorkloadRequestSchema>, "name" | "$typeName">;
 /** A schedule's settings (PutSchedule) besides its name, cron and job. */
@@ -103,9 +126,14 @@ export class Client {
   /**
    * Creates a job of `tasks` (or of one task from `options.inputUri`) and returns it, with its
    * `tasks` as created; with an `idempotencyKey`, the same request again returns the first job.
+   * `after` (job ids, or `{ jobId, optional: true }`) makes it wait for those jobs: it is WAITING
+   * until they are final as `dependencyPolicy` asks, then pending, and its tasks carry `parents`.
+   * `options.view: JobView.BASIC` returns the job alone (`tasks` empty): the coordinator neither
+   * writes nor sends a large job's tasks back (it needs a coordinator that knows CreateJob's `view`).
    */
   async createJob(workload: string, tasks: TaskSpecInit[], options: CreateJobOptions = {}): Promise<CreatedJob> {
-    const res = await this.#call("createJob", (r, o) => r.createJob({ ...options, workload, tasks }, o));
+    const request = { ...options, after: dependencies(options.after), workload, tasks };
+    const res = await this.#call("createJob", (r, o) => r.createJob(request, o));
     return jobWith("CreateJob", res, { tasks: res.tasks });
   }
 
@@ -161,7 +189,30 @@ export class Client {
    * coordinator breaks is opened again from the last event seen (`after_event_id`), with backoff,
    * so no event is lost or repeated (the resumed stream sends no second snapshot).
    */
-  async *watch(jobId: string, options: WaitOptions = {}): AsyncGenerator<WatchJobResponse> {
+  watch(jobId: string, options: WaitOptions = {}): AsyncGenerator<WatchJobResponse> {
+    return this.#resumable(
+      "WatchJob",
+      `job ${jobId}`,
+      (afterEventId, signal) => this.#rpc.watchJob({ jobId, afterEventId }, { signal }),
+      (u) => (u.update.case === "event" ? u.update.value.id : undefined),
+      isFinalUpdate,
+      options,
+    );
+  }
+
+  /**
+   * A server stream followed to its end across breaks: opened again after the last event seen
+   * (`afterEventId`), with jittered backoff from 0.1 s doubling to 5 s, until `done` says the
+   * update just yielded was the last one. `options.timeoutMs` bounds the whole of it.
+   */
+  async *#resumable<U>(
+    method: string,
+    what: string,
+    open: (afterEventId: bigint, signal: AbortSignal) => AsyncIterable<U>,
+    eventId: (u: U) => bigint | undefined,
+    done: (u: U) => boolean,
+    options: WaitOptions,
+  ): AsyncGenerator<U> {
     let afterEventId = 0n;
     let delayMs = 100;
     // One signal for the caller's abort and the bound, cleared on the way out: connect-es' own
@@ -174,28 +225,26 @@ export class Client {
       options.timeoutMs === undefined
         ? undefined
         : setTimeout(
-            () => stop.abort(new DeadlineExceededError(`WatchJob: job ${jobId} not final within ${options.timeoutMs} ms`)),
+            () => stop.abort(new DeadlineExceededError(`${method}: ${what} not final within ${options.timeoutMs} ms`)),
             options.timeoutMs,
           );
     try {
       for (;;) {
         try {
-          for await (const update of this.#rpc.watchJob({ jobId, afterEventId }, { signal: stop.signal })) {
+          for await (const update of open(afterEventId, stop.signal)) {
             delayMs = 100;
-            if (update.update.case === "event") afterEventId = update.update.value.id;
+            afterEventId = eventId(update) ?? afterEventId;
             yield update;
-            if (isFinalUpdate(update)) return;
+            if (done(update)) return;
           }
           // The coordinator ends a stream when it shuts down: open it again.
         } catch (e) {
           if (stop.signal.reason instanceof DeadlineExceededError) throw stop.signal.reason;
-          const err = toLeaseholdError("WatchJob", e, { url: this.url, callerAborted: stop.signal.aborted });
+          const err = toLeaseholdError(method, e, { url: this.url, callerAborted: stop.signal.aborted });
           if (!(err instanceof UnavailableError)) throw err;
         }
         await sleep(delayMs * (0.5 + Math.random() / 2), stop.signal).catch((reason: unknown) => {
-          throw reason instanceof DeadlineExceededError
-            ? reason
-            : toLeaseholdError("WatchJob", reason, { url: this.url, callerAborted: true });
+          throw reason instanceof DeadlineExceededError ? reason : toLeaseholdError(method, reason, { url: this.url, callerAborted: true });
         });
         delayMs = Math.min(delayMs * 2, 5000);
       }
@@ -227,6 +276,84 @@ export class Client {
   async retry(jobId: string, options: { maxAttempts?: number } = {}): Promise<RetriedJob> {
     const res = await this.#call("retryJob", (r, o) => r.retryJob({ jobId, maxAttempts: options.maxAttempts }, o));
     return jobWith("RetryJob", res, { retriedTasks: res.retriedTasks });
+  }
+
+  /**
+   * Creates a workflow in one call: `nodes` by name, each a job as `createJob` takes it with the
+   * nodes it runs after (`after: ["chunks"]`), written in one transaction, and returns it with each
+   * node's job id and status. Refused whole (an unknown workload, an edge to an unknown node, a
+   * cycle, a quota): nothing is written, and the error names the field (`nodes[2].after[0].node`).
+   *
+   * @example
+   * const wf = await client.createWorkflow({
+   *   chunks: { workload: "scimesh", tasks },
+   *   stitch: { workload: "stitch", inputUri, inputSha256, after: ["chunks"] },
+   * }, { name: "mesh-001" });
+   */
+  async createWorkflow(nodes: Record<string, WorkflowNodeInit>, options: WorkflowOptions = {}): Promise<Workflow> {
+    const res = await this.#call("createWorkflow", (r, o) => r.createWorkflow(workflowRequest(nodes, options), o));
+    return workflowOf("CreateWorkflow", res);
+  }
+
+  /** The workflow with every node's status, task counts and job. */
+  async getWorkflow(workflowId: string): Promise<Workflow> {
+    return workflowOf("GetWorkflow", await this.#call("getWorkflow", (r, o) => r.getWorkflow({ workflowId }, o)));
+  }
+
+  /** Workflows, newest first, every page, without their nodes (`nodeCounts` says how they stand). */
+  async *listWorkflows(options: { account?: string; scheduleName?: string; pageSize?: number } = {}): AsyncGenerator<Workflow> {
+    let pageToken = "";
+    do {
+      const page = await this.#call("listWorkflows", (r, o) =>
+        r.listWorkflows({ ...options, pageSize: options.pageSize ?? 0, pageToken }, o),
+      );
+      yield* page.workflows;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  }
+
+  /**
+   * A snapshot of the workflow, then each node's status change until every node is final; opened
+   * again after the last event when the stream breaks, as `watch` is.
+   */
+  watchWorkflow(workflowId: string, options: WaitOptions = {}): AsyncGenerator<WatchWorkflowResponse> {
+    const nodes = new NodeStatuses();
+    return this.#resumable(
+      "WatchWorkflow",
+      `workflow ${workflowId}`,
+      (afterEventId, signal) => this.#rpc.watchWorkflow({ workflowId, afterEventId }, { signal }),
+      (u) => (u.update.case === "event" ? u.update.value.id : undefined),
+      (u) => {
+        nodes.apply(u);
+        return nodes.allFinal;
+      },
+      options,
+    );
+  }
+
+  /** Waits until every node of the workflow is final and returns it, with its nodes. */
+  async waitWorkflow(workflowId: string, options: WaitOptions = {}): Promise<Workflow> {
+    for await (const _ of this.watchWorkflow(workflowId, options)) {
+      // every update until the last node is final
+    }
+    const workflow = await this.getWorkflow(workflowId);
+    if (!workflowFinished(workflow)) throw new InternalError(`WatchWorkflow ended while workflow ${workflowId} is not final`);
+    return workflow;
+  }
+
+  /** Cancels every node that is not final; returns the workflow with `cancelledNodes`. */
+  async cancelWorkflow(workflowId: string, reason = ""): Promise<CancelledWorkflow> {
+    const res = await this.#call("cancelWorkflow", (r, o) => r.cancelWorkflow({ workflowId, reason }, o));
+    return workflowWith("CancelWorkflow", res, { cancelledNodes: res.cancelledNodes });
+  }
+
+  /**
+   * Runs the failed and cancelled nodes again with every node after them that did not complete;
+   * returns the workflow with `retriedNodes` and `retriedTasks`.
+   */
+  async retryWorkflow(workflowId: string, options: { maxAttempts?: number } = {}): Promise<RetriedWorkflow> {
+    const res = await this.#call("retryWorkflow", (r, o) => r.retryWorkflow({ workflowId, maxAttempts: options.maxAttempts }, o));
+    return workflowWith("RetryWorkflow", res, { retriedNodes: res.retriedNodes, retriedTasks: res.retriedTasks });
   }
 
   /** Creates or updates a workload (admin). */

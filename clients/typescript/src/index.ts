@@ -2,7 +2,8 @@
 // errors the same on every transport, and the generated messages of the contract they speak.
 export { Client, FINAL_JOB_STATUSES } from "./client.js";
 export type { CreateJobOptions, ScheduleOptions, TaskSpecInit, WaitOptions, WorkloadOptions } from "./client.js";
-export { toJson, type CreatedJob, type JobSnapshot, type RetriedJob } from "./answers.js";
+export type { DependencyInit, NodeDependencyInit, WorkflowNodeInit, WorkflowOptions } from "./workflows.js";
+export { toJson, type CancelledWorkflow, type CreatedJob, type JobSnapshot, type RetriedJob, type RetriedWorkflow } from "./answers.js";
 export { Worker, type Handler, type WorkerEvents, type WorkerListener, type WorkerOptions, type WorkerStats } from "./worker.js";
 export type { Logger } from "./worker-lease.js";
 export { TaskError, RetryableError, TaskCancelledError, type Result, type TaskContext } from "./task.js";
@@ -28,9 +29,11 @@ export {
 export {
   AttemptOutcome,
   CatchUpPolicy,
+  DependencyPolicy,
   FailurePolicy,
   JobEventKind,
   JobStatus,
+  JobView,
   OverlapPolicy,
   QueueService,
   TaskStatus,
@@ -39,11 +42,14 @@ export {
 export type {
   Account,
   Billing,
+  Dependency,
   GetAccountUsageResponse,
   GetTaskResponse,
   Job,
   JobEvent,
   JobFailure,
+  JobParent,
+  NodeDependency,
   ResultManifest,
   Schedule,
   Settlement,
@@ -53,6 +59,11 @@ export type {
   TaskDetail,
   UsageAdjustment,
   WatchJobResponse,
+  WatchWorkflowResponse,
+  Workflow,
+  WorkflowEvent,
+  WorkflowNode,
+  WorkflowNodeCounts,
   Workload,
   WorkloadUsage,
 } from "./gen/leasehold/queue/v1/queue_pb.js";

@@ -1,7 +1,7 @@
 // What a handler sees (a TaskContext) and what it gives back (a Result, or an error that says whether
 // the coordinator should try the task again).
 import type { JsonObject } from "@bufbuild/protobuf";
-import type { Task } from "./gen/leasehold/queue/v1/queue_pb.js";
+import type { JobParent, Task } from "./gen/leasehold/queue/v1/queue_pb.js";
 import type { Usage } from "./usage.js";
 
 /**
@@ -105,6 +105,13 @@ export interface TaskContext {
   readonly traceparent: string;
   readonly concurrencyKey: string;
   readonly requiredLabels: Readonly<Record<string, string>>;
+  /**
+   * Its job's parents (a job created with `after`, or a workflow's node), as they were when the job
+   * was made pending: each one's `jobId`, `status`, `node` name and, for a parent of one task that
+   * completed, its `result` manifest, so a stage after others reads its inputs without a call
+   * (a parent of many tasks: `client.results(parent.jobId)`). Empty for a job without parents.
+   */
+  readonly parents: readonly JobParent[];
   /** The worker that holds the lease. */
   readonly workerId: string;
   /** When the lease ends unless renewed (heartbeats and progress renew it). */
@@ -136,6 +143,7 @@ export class LeasedTask implements TaskContext {
   readonly traceparent: string;
   readonly concurrencyKey: string;
   readonly requiredLabels: Readonly<Record<string, string>>;
+  readonly parents: readonly JobParent[];
   readonly workerId: string;
   leaseExpiresAt: Date | undefined;
   readonly signal: AbortSignal;
@@ -157,6 +165,7 @@ export class LeasedTask implements TaskContext {
     this.traceparent = message.traceparent;
     this.concurrencyKey = message.concurrencyKey;
     this.requiredLabels = { ...message.requiredLabels };
+    this.parents = message.parents;
     this.workerId = workerId;
     this.leaseExpiresAt = message.leaseExpiresAt ? new Date(Number(message.leaseExpiresAt.seconds) * 1000) : undefined;
     this.signal = signal;

@@ -17,6 +17,7 @@ import {
   InternalError,
   InvalidArgumentError,
   JobStatus,
+  JobView,
   LeaseholdError,
   NotFoundError,
   PermissionDeniedError,
@@ -111,8 +112,12 @@ await section("answers", async () => {
   const cancelled = await client.cancel(created.id, "not needed");
   const retried = await client.retry(created.id);
   const again = await client.cancel(created.id, "tidy");
+  // The job alone (JOB_VIEW_BASIC): no tasks in the answer.
+  const basic = await client.createJob(IDLE, [{ ...one, inputUri: "s3://idle-basic" }], { view: JobView.BASIC });
+  await client.cancel(basic.id, "tidy");
   return {
     created: { id: created.id.length > 0, workload: created.workload, tasks: created.tasks.map((t) => t.chunkIndex) },
+    basic: { id: basic.id.length > 0, workload: basic.workload, tasks: basic.tasks.length },
     wait: waited,
     snapshot: {
       id: snapshot.id === created.id,

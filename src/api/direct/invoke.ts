@@ -127,7 +127,7 @@ export async function withCallSignal<T>(
  * with its BadRequest and request id, recorded for the request's log line with the decoder's error.
  */
 export function refuseUndecodable(info: RequestInfo, method: DescMethod, format: "binary" | "JSON", err: unknown): ConnectError {
-  const refused = undecodable(method.input.typeName, format, err);
+  const refused = undecodable(method.input, format, err);
   info.operation ??= method.name;
   info.code ??= "invalid_argument";
   info.refusal ??= refused.message;

@@ -15,6 +15,7 @@ import { accountsService } from "./accounts.js";
 import { jobsService } from "./jobs.js";
 import { schedulesService } from "./schedules.js";
 import { tasksService } from "./tasks.js";
+import { workflowsService } from "./workflows.js";
 import { workloadsService } from "./workloads.js";
 
 export type QueueServiceImpl = ServiceImpl<typeof QueueServiceDesc>;
@@ -27,5 +28,6 @@ export function createQueueServiceImpl(queue: ApiQueue, parking: ParkingCalls = 
     ...workloadsService(queue),
     ...schedulesService(queue),
     ...accountsService(queue),
+    ...workflowsService(queue, parking),
   };
 }

@@ -11,6 +11,7 @@ import {
   JobEventKind,
   JobEventSchema,
   JobStatus,
+  JobView,
   ListCompletedResultsResponseSchema,
   ListJobsResponseSchema,
   ResultManifestSchema,
@@ -31,6 +32,7 @@ import {
   type WatchJobRequest,
   type WatchJobResponse,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
+import { ValidationError } from "../../queue/errors.js";
 import type { ParkingCalls } from "../../queue/long-poll.js";
 import type { ApiQueue } from "../../queue/service.js";
 import type {
@@ -64,12 +66,15 @@ type JobsImpl = Pick<
 export function jobsService(queue: ApiQueue, parking: ParkingCalls): JobsImpl {
   return {
     async createJob(req, ctx) {
+      const withTasks = answersTasks(req.view);
       const input = createJobInput(req);
       // Without a traceparent field, the caller's traceparent header (an idempotent replay ignores either).
       if (!input.traceparent) input.traceparent = traceparentHeader(ctx.requestHeader);
       const opts = call(ctx);
-      // A big job's answer is known before its insert ends: the transport may encode it meanwhile.
-      const early = ctx.values.get(earlyAnswerKey);
+      if (!withTasks) opts.withoutTasks = true;
+      // A big job's answer is known before its insert ends: the transport may encode it meanwhile
+      // (the job alone is too small to be worth it).
+      const early = withTasks ? ctx.values.get(earlyAnswerKey) : undefined;
       let prepared: { result: CreateJobResult; message: CreateJobResponse } | undefined;
       if (early) {
         opts.prepared = (result) => {
@@ -80,7 +85,7 @@ export function jobsService(queue: ApiQueue, parking: ParkingCalls): JobsImpl {
       const r = await queue.createJob(input, opts);
       const info = ctx.values.get(requestInfoKey);
       if (info) info.created = r.created;
-      return prepared?.result === r ? prepared.message : createJobResponse(r);
+      return prepared?.result === r ? prepared.message : createJobResponse(r, withTasks);
     },
 
     async getJob(req, ctx) {
@@ -148,8 +153,18 @@ export function watchOptions(r: WatchJobRequest): Pick<WatchOptions, "afterEvent
 
 // ---- domain results → messages ----
 
-function createJobResponse(r: CreateJobResult): CreateJobResponse {
-  return create(CreateJobResponseSchema, { job: jobMessage(r.job), tasks: r.tasks.map(taskMessage) });
+function createJobResponse(r: CreateJobResult, withTasks = true): CreateJobResponse {
+  return create(CreateJobResponseSchema, { job: jobMessage(r.job), tasks: withTasks ? r.tasks.map(taskMessage) : [] });
+}
+
+/**
+ * CreateJob's view: whether the answer holds the job's tasks (UNSPECIFIED: the full view, as
+ * before the field existed). An unknown number (binary and JSON requests may carry one) is refused.
+ */
+export function answersTasks(view: JobView): boolean {
+  if (view === JobView.BASIC) return false;
+  if (view === JobView.FULL || view === JobView.UNSPECIFIED) return true;
+  throw new ValidationError("view", `must be JOB_VIEW_BASIC or JOB_VIEW_FULL (or unset), not ${view}`);
 }
 
 export function getJobResponse(s: JobStatusResult): GetJobResponse {
@@ -161,6 +176,7 @@ export function getJobResponse(s: JobStatusResult): GetJobResponse {
       completed: s.taskCounts.completed ?? 0,
       failed: s.taskCounts.failed ?? 0,
       cancelled: s.taskCounts.cancelled ?? 0,
+      waiting: s.taskCounts.waiting ?? 0,
     },
     totalTasks: s.totalTasks,
     progress: s.progress,

@@ -8,14 +8,19 @@ import { create, type JsonObject as PbJsonObject } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   BillingSchema,
+  DependencyPolicy,
   FailurePolicy,
   FinalizerSchema,
+  JobParentSchema,
   JobSchema,
   JobStatus,
+  ResultManifestSchema,
   SettlementSchema,
   TaskStatus,
   type CreateJobRequest,
+  type CreateWorkflowRequest,
   type Job as PbJob,
+  type JobParent as PbJobParent,
   type Settlement as PbSettlement,
   type Task as PbTask,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
@@ -23,8 +28,11 @@ import type { Usage } from "../../queue/types.js";
 import { ValidationError } from "../../queue/errors.js";
 import type {
   CreateJobInput,
+  CreateWorkflowInput,
+  DependencyPolicy as DomainDependencyPolicy,
   FailurePolicy as DomainFailurePolicy,
   Job,
+  JobParent,
   JobStatus as DomainJobStatus,
   JsonObject,
   Settlement,
@@ -79,6 +87,7 @@ export const TASK_STATUS: Record<DomainTaskStatus, TaskStatus> = {
   completed: TaskStatus.COMPLETED,
   failed: TaskStatus.FAILED,
   cancelled: TaskStatus.CANCELLED,
+  waiting: TaskStatus.WAITING,
 };
 
 export const JOB_STATUS: Record<DomainJobStatus, JobStatus> = {
@@ -88,7 +97,19 @@ export const JOB_STATUS: Record<DomainJobStatus, JobStatus> = {
   failed: JobStatus.FAILED,
   cancelled: JobStatus.CANCELLED,
   scheduled: JobStatus.SCHEDULED,
+  waiting: JobStatus.WAITING,
 };
+
+export const DEPENDENCY_POLICY: Record<DomainDependencyPolicy, DependencyPolicy> = {
+  all_completed: DependencyPolicy.ALL_COMPLETED,
+  all_final: DependencyPolicy.ALL_FINAL,
+};
+
+/** UNSPECIFIED (0) is absent; an unknown number is passed on for validation to refuse. */
+export function dependencyPolicyInput(p: DependencyPolicy): DomainDependencyPolicy | undefined {
+  if (p === DependencyPolicy.UNSPECIFIED) return undefined;
+  return (Object.entries(DEPENDENCY_POLICY).find(([, v]) => v === p)?.[0] ?? String(p)) as DomainDependencyPolicy;
+}
 
 export const FAILURE_POLICY: Record<DomainFailurePolicy, FailurePolicy> = {
   fail_fast: FailurePolicy.FAIL_FAST,
@@ -155,6 +176,23 @@ export function createJobInput(r: CreateJobRequest): CreateJobInput {
     billing: r.billing
       ? { reservedUnits: int64Number("billing.reserved_units", r.billing.reservedUnits), billingKey: opt(r.billing.billingKey) }
       : undefined,
+    after: r.after.length > 0 ? r.after.map((d) => ({ jobId: d.jobId, optional: d.optional })) : undefined,
+    dependencyPolicy: dependencyPolicyInput(r.dependencyPolicy),
+  };
+}
+
+/** A CreateWorkflow request (the RPC's, and a schedule's workflow template). */
+export function createWorkflowInput(r: CreateWorkflowRequest): CreateWorkflowInput {
+  return {
+    nodes: r.nodes.map((n) => ({
+      name: n.name,
+      // A node without its job is refused by validation, naming it.
+      job: n.job ? createJobInput(n.job) : (undefined as unknown as CreateJobInput),
+      after: n.after.map((a) => ({ node: a.node, optional: a.optional })),
+    })),
+    name: opt(r.name),
+    idempotencyKey: opt(r.idempotencyKey),
+    account: opt(r.account),
   };
 }
 
@@ -203,6 +241,33 @@ export function jobMessage(j: Job): PbJob {
       : undefined,
     usage: usageMessage(j.usage),
     settlement: j.settlement ? settlementMessage(j.settlement) : undefined,
+    dependencyPolicy: j.dependencyPolicy ? DEPENDENCY_POLICY[j.dependencyPolicy] : DependencyPolicy.UNSPECIFIED,
+    parents: j.parents?.map(jobParentMessage) ?? [],
+    waitingParents: j.waitingParents ?? 0,
+    workflowId: j.workflowId ?? "",
+    workflowNode: j.workflowNode ?? "",
+  });
+}
+
+/** A job's parent, with its result when it is one of a single completed task. */
+export function jobParentMessage(p: JobParent): PbJobParent {
+  return create(JobParentSchema, {
+    jobId: p.jobId,
+    status: JOB_STATUS[p.status] ?? JobStatus.UNSPECIFIED,
+    optional: p.optional,
+    node: p.node ?? "",
+    totalTasks: p.totalTasks,
+    completedTasks: p.completedTasks,
+    result: p.result
+      ? create(ResultManifestSchema, {
+          chunkIndex: p.result.chunkIndex,
+          taskId: p.result.taskId,
+          resultUri: p.result.resultUri,
+          resultSha256: p.result.resultSha256,
+          metrics: struct(p.result.metrics),
+          completedAt: ts(p.result.completedAt),
+        })
+      : undefined,
   });
 }
 
@@ -244,6 +309,7 @@ export function taskMessage(t: Task): PbTask {
     concurrencyKey: t.concurrencyKey ?? "",
     requiredLabels: t.requiredLabels ?? {},
     usage: usageMessage(t.usage),
+    parents: t.parents ? t.parents.map(jobParentMessage) : [],
   };
   // Message fields are absent when unset, as create() leaves them.
   if (t.parameters) m.parameters = t.parameters as PbJsonObject;

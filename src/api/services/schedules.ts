@@ -9,11 +9,13 @@ import {
   BillingSchema,
   CatchUpPolicy,
   CreateJobRequestSchema,
+  CreateWorkflowRequestSchema,
   DeleteScheduleResponseSchema,
   FailurePolicy,
   FinalizerSchema,
   GetScheduleResponseSchema,
   ListSchedulesResponseSchema,
+  JobView,
   OverlapPolicy,
   PauseScheduleResponseSchema,
   PutScheduleResponseSchema,
@@ -21,15 +23,17 @@ import {
   ScheduleSchema,
   TaskSpecSchema,
   type CreateJobRequest,
+  type CreateWorkflowRequest,
   type PutScheduleRequest,
   type QueueService as QueueServiceDesc,
   type Schedule as PbSchedule,
 } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import type { CatchUpPolicy as DomainCatchUp, OverlapPolicy as DomainOverlap, PutScheduleInput, Schedule } from "../../queue/types.js";
+import { ValidationError } from "../../queue/errors.js";
 import type { ApiQueue } from "../../queue/service.js";
-import type { CreateJobInput } from "../../queue/types.js";
+import type { CreateJobInput, CreateWorkflowInput } from "../../queue/types.js";
 import { call } from "./call-options.js";
-import { createJobInput } from "./messages.js";
+import { createJobInput, createWorkflowInput, DEPENDENCY_POLICY } from "./messages.js";
 
 type SchedulesImpl = Pick<
   ServiceImpl<typeof QueueServiceDesc>,
@@ -39,6 +43,9 @@ type SchedulesImpl = Pick<
 export function schedulesService(queue: ApiQueue): SchedulesImpl {
   return {
     async putSchedule(req, ctx) {
+      // CreateJob's view says what its answer holds; a tick's job is answered to no one.
+      if (req.job !== undefined && req.job.view !== JobView.UNSPECIFIED)
+        throw new ValidationError("job.view", "must be unset: a schedule's ticks create jobs no call is answered with");
       const r = await queue.putSchedule(putScheduleInput(req), call(ctx));
       return create(PutScheduleResponseSchema, { schedule: scheduleMessage(r.schedule), created: r.created });
     },
@@ -79,8 +86,9 @@ export function putScheduleInput(r: PutScheduleRequest): PutScheduleInput {
     name: r.name,
     cron: r.cron,
     timezone: r.timezone,
-    // Absent: validation names "job" as required.
-    job: (r.job ? createJobInput(r.job) : undefined) as CreateJobInput,
+    // Neither: validation names "job" as required.
+    job: r.job ? createJobInput(r.job) : undefined,
+    workflow: r.workflow ? createWorkflowInput(r.workflow) : undefined,
     overlap: enumInput(OVERLAP, r.overlap),
     catchUp: enumInput(CATCH_UP, r.catchUp),
     maxCatchUp: r.maxCatchUp,
@@ -127,6 +135,21 @@ export function jobTemplateMessage(j: CreateJobInput): CreateJobRequest {
     account: j.account ?? "",
     // A billing key is refused in a template (schedules.ts): only the reserved units come back.
     billing: j.billing ? create(BillingSchema, { reservedUnits: BigInt(j.billing.reservedUnits ?? 0) }) : undefined,
+    // A workflow node's policy (a job template's is refused, as its after is).
+    dependencyPolicy: j.dependencyPolicy ? DEPENDENCY_POLICY[j.dependencyPolicy] : undefined,
+  });
+}
+
+/** The stored workflow template as the CreateWorkflowRequest it was given as. */
+export function workflowTemplateMessage(w: CreateWorkflowInput): CreateWorkflowRequest {
+  return create(CreateWorkflowRequestSchema, {
+    name: w.name ?? "",
+    account: w.account ?? "",
+    nodes: w.nodes.map((n) => ({
+      name: n.name,
+      job: jobTemplateMessage(n.job),
+      after: (n.after ?? []).map((a) => ({ node: a.node, optional: a.optional === true })),
+    })),
   });
 }
 
@@ -135,7 +158,9 @@ export function scheduleMessage(s: Schedule): PbSchedule {
     name: s.name,
     cron: s.cron,
     timezone: s.timezone,
-    job: jobTemplateMessage(s.job),
+    job: s.job ? jobTemplateMessage(s.job) : undefined,
+    workflow: s.workflow ? workflowTemplateMessage(s.workflow) : undefined,
+    lastWorkflowId: s.lastWorkflowId ?? "",
     overlap: OVERLAP[s.overlap],
     catchUp: CATCH_UP[s.catchUp],
     maxCatchUp: s.maxCatchUp,

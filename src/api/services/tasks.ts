@@ -250,6 +250,7 @@ const WAITING_REASON: Record<WaitingReasonName, WaitingReason> = {
   rate_limited: WaitingReason.RATE_LIMITED,
   labels_unmatched: WaitingReason.LABELS_UNMATCHED,
   no_workers: WaitingReason.NO_WORKERS,
+  parents: WaitingReason.PARENTS,
 };
 
 export function getTaskResponse(d: TaskDetail): GetTaskResponse {

@@ -5,9 +5,12 @@ import {
   CancelJobResponseSchema,
   CreateJobRequestSchema,
   CreateJobResponseSchema,
+  DependencyPolicy,
+  DependencySchema,
   FinalizerSchema,
   GetJobResponseSchema,
   JobStatus,
+  JobView,
   ResultManifestSchema,
   RetryJobResponseSchema,
   type Job,
@@ -56,13 +59,35 @@ function jsonObjectOption(name: string, value: string | string[] | boolean | und
   return parsed as JsonObject;
 }
 
-/** The options `job create` and `job submit` share: when, and what runs after. */
+/** The options `job create` and `job submit` share: when, what it runs after, and what runs after it. */
 const LATER_OPTIONS = [
   { name: "run-at", value: "RFC3339|+DURATION" },
+  { name: "after", value: "JOB_ID", repeatable: true },
+  { name: "after-optional", value: "JOB_ID", repeatable: true },
+  { name: "dependency-policy", value: "all_completed|all_final" },
   { name: "finalizer-workload", value: "W" },
   { name: "finalizer-parameters", value: "JSON" },
   { name: "finalizer-on-failure" },
 ];
+
+const DEPENDENCY_POLICIES: Record<string, DependencyPolicy> = {
+  all_completed: DependencyPolicy.ALL_COMPLETED,
+  all_final: DependencyPolicy.ALL_FINAL,
+};
+
+/** A repeatable option's values (one given once is a string). */
+function listOption(value: string | string[] | boolean | undefined): string[] {
+  return value === undefined || typeof value === "boolean" ? [] : Array.isArray(value) ? value : [value];
+}
+
+/**
+ * The view a CreateJob of the CLI asks for: the human line reads no task, so the job alone
+ * (JOB_VIEW_BASIC: a large job's tasks are neither written nor sent back); --json prints the
+ * contract's answer, tasks and all. A view the request names itself (job submit's file) is kept.
+ */
+function answerView(request: ReturnType<typeof create<typeof CreateJobRequestSchema>>, json: boolean): void {
+  if (!json && request.view === JobView.UNSPECIFIED) request.view = JobView.BASIC;
+}
 
 /** --run-at and the finalizer options onto a CreateJobRequest (over what it already says). */
 function applyLaterOptions(
@@ -71,6 +96,20 @@ function applyLaterOptions(
 ): void {
   const runAt = parseRunAt(opts["run-at"]);
   if (runAt) request.runAt = timestampFromDate(runAt);
+  // The parents: --after must complete (under all_completed), --after-optional need only end.
+  const parents = [
+    ...listOption(opts.after).map((jobId) => create(DependencySchema, { jobId })),
+    ...listOption(opts["after-optional"]).map((jobId) => create(DependencySchema, { jobId, optional: true })),
+  ];
+  if (parents.length > 0) request.after = [...request.after, ...parents];
+  const policy = stringOption(opts["dependency-policy"]);
+  if (policy !== undefined) {
+    if (!(policy in DEPENDENCY_POLICIES)) {
+      throw new UsageError(`--dependency-policy must be all_completed or all_final, not ${JSON.stringify(policy)}`);
+    }
+    if (request.after.length === 0) throw new UsageError("--dependency-policy needs --after or --after-optional");
+    request.dependencyPolicy = DEPENDENCY_POLICIES[policy];
+  }
   const workload = stringOption(opts["finalizer-workload"]);
   if (workload === undefined && (opts["finalizer-parameters"] !== undefined || opts["finalizer-on-failure"] !== undefined)) {
     throw new UsageError("--finalizer-parameters and --finalizer-on-failure need --finalizer-workload");
@@ -98,8 +137,9 @@ export const jobCommands: CommandSpec[] = [
       { name: "watch" },
     ],
     summary: [
-      "create a one-task job; --run-at delays it (RFC 3339 or +5m), --finalizer-workload",
-      "enqueues a job when it ends (--finalizer-on-failure: after a failure too)",
+      "create a one-task job; --run-at delays it (RFC 3339 or +5m); --after waits for",
+      "jobs to complete (--after-optional: to end), --finalizer-workload enqueues a job",
+      "when it ends (--finalizer-on-failure: after a failure too)",
     ],
     async run(inv) {
       const request = create(CreateJobRequestSchema, {
@@ -111,6 +151,7 @@ export const jobCommands: CommandSpec[] = [
         account: stringOption(inv.opts.account) ?? "",
       });
       applyLaterOptions(request, inv.opts);
+      answerView(request, inv.json);
       const res = await inv.client.createJob(request, inv.callOptions);
       if (inv.json) printJson(jsonOf(CreateJobResponseSchema, res));
       else out(`${jobLine(res.job)}${res.job?.runAt ? ` (due ${new Date(Number(res.job.runAt.seconds) * 1000).toISOString()})` : ""}`);
@@ -147,9 +188,12 @@ export const jobCommands: CommandSpec[] = [
       const labels = pairsOption("required-label", inv.opts["required-label"]);
       if (labels !== undefined) request.requiredLabels = { ...request.requiredLabels, ...labels };
       applyLaterOptions(request, inv.opts);
+      answerView(request, inv.json);
       const res = await inv.client.createJob(request, inv.callOptions);
       if (inv.json) printJson(jsonOf(CreateJobResponseSchema, res));
-      else out(`job ${res.job?.id} submitted: ${plural(res.tasks.length, "task")}`);
+      // The job's tasks are the request's (one, from the job's own input, when it lists none); an
+      // idempotent replay's are too, as a replay is the same request.
+      else out(`job ${res.job?.id} submitted: ${plural(res.tasks.length || request.tasks.length || 1, "task")}`);
       if (inv.opts.watch === true && res.job !== undefined) return watch(inv, res.job.id);
       return 0;
     },
@@ -168,13 +212,26 @@ export const jobCommands: CommandSpec[] = [
         out(`job ${job?.id} (workload ${job?.workload})`);
         out(`status:   ${jobStatusName(job?.status ?? JobStatus.UNSPECIFIED)}${job?.cancelReason ? ` (${job.cancelReason})` : ""}`);
         out(
-          `tasks:    ${res.totalTasks} (pending ${c?.pending ?? 0}, leased ${c?.leased ?? 0}, completed ${c?.completed ?? 0}, failed ${c?.failed ?? 0}, cancelled ${c?.cancelled ?? 0})`,
+          `tasks:    ${res.totalTasks} (${c?.waiting ? `waiting ${c.waiting}, ` : ""}pending ${c?.pending ?? 0}, leased ${c?.leased ?? 0}, completed ${c?.completed ?? 0}, failed ${c?.failed ?? 0}, cancelled ${c?.cancelled ?? 0})`,
         );
         out(`progress: ${percent(res.progress)}`);
         if (res.failure) out(`failure:  ${failureLine(res.failure)}`);
         if (job?.runAt) out(`run at:   ${new Date(Number(job.runAt.seconds) * 1000).toISOString()}`);
         if (job?.finalizer) out(`finalizer: ${job.finalizer.workload}${job.finalizerJobId ? ` → job ${job.finalizerJobId}` : ""}`);
         if (job?.parentJobId) out(`parent:   job ${job.parentJobId}`);
+        if (job?.workflowId) out(`workflow: ${job.workflowId} (node ${job.workflowNode})`);
+        if (job && job.parents.length > 0) {
+          const policy = job.dependencyPolicy === DependencyPolicy.ALL_FINAL ? "all_final" : "all_completed";
+          out(
+            `after:    ${job.parents.length} job${job.parents.length === 1 ? "" : "s"} (${policy}${job.waitingParents > 0 ? `, waiting for ${job.waitingParents}` : ""})`,
+          );
+          for (const p of job.parents) {
+            const name = p.node ? ` (node ${p.node})` : "";
+            out(
+              `  ${p.jobId}${name} ${jobStatusName(p.status)}, ${p.completedTasks}/${p.totalTasks} tasks completed${p.optional ? ", optional" : ""}`,
+            );
+          }
+        }
       }
       return 0;
     },

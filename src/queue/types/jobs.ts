@@ -7,12 +7,16 @@ export type JsonValue = null | boolean | number | string | JsonValue[] | { [key:
 
 export type JsonObject = { [key: string]: JsonValue };
 
-/** scheduled: pending with its run_at still ahead (stored as pending). */
-export const JOB_STATUSES = ["pending", "running", "completed", "failed", "cancelled", "scheduled"] as const;
+/**
+ * scheduled: pending with its run_at still ahead; waiting: pending with parents not final yet (both
+ * stored as pending). In the proto's order (JobStatus = index + 1).
+ */
+export const JOB_STATUSES = ["pending", "running", "completed", "failed", "cancelled", "scheduled", "waiting"] as const;
 
 export type JobStatus = (typeof JOB_STATUSES)[number];
 
-export const TASK_STATUSES = ["pending", "leased", "completed", "failed", "cancelled"] as const;
+/** waiting: its job waits for its parents (not claimable). In the proto's order (TaskStatus = index + 1). */
+export const TASK_STATUSES = ["pending", "leased", "completed", "failed", "cancelled", "waiting"] as const;
 
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 
@@ -69,6 +73,39 @@ export interface Job {
   usage?: Usage;
   /** Its settlement, once recorded; null until then. */
   settlement?: Settlement | null;
+  /** null for a job without parents */
+  dependencyPolicy?: DependencyPolicy | null;
+  /** Its parents with their statuses (GetJob, CreateJob); undefined where not read (ListJobs). */
+  parents?: JobParent[];
+  /** Parents not final yet: waiting while above 0. */
+  waitingParents?: number;
+  /** The workflow it is a node of, and the node's name; null otherwise. */
+  workflowId?: string | null;
+  workflowNode?: string | null;
+}
+
+/** When a job with parents may run: every parent final and the required ones completed, or every parent final. */
+export const DEPENDENCY_POLICIES = ["all_completed", "all_final"] as const;
+
+export type DependencyPolicy = (typeof DEPENDENCY_POLICIES)[number];
+
+/** A parent as CreateJob names it. */
+export interface Dependency {
+  jobId: string;
+  /** all_completed runs whatever this parent's end */
+  optional?: boolean;
+}
+
+/** A job's parent with its status (and, for one of a single completed task, its result). */
+export interface JobParent {
+  jobId: string;
+  status: JobStatus;
+  optional: boolean;
+  /** its node name when both are nodes of one workflow */
+  node: string | null;
+  totalTasks: number;
+  completedTasks: number;
+  result: ResultManifest | null;
 }
 
 /** A job to enqueue when another job's last task reaches a final state. */
@@ -110,6 +147,8 @@ export interface Task {
   requiredLabels: Labels | null;
   /** Usage summed over the task's accepted reports; undefined when none. */
   usage?: Usage;
+  /** Its job's parents as they were when the job was made pending; undefined for a job without parents (or still waiting). */
+  parents?: JobParent[];
 }
 
 /** One chunk of a job as submitted; `workload` defaults to the job's. */
@@ -147,6 +186,10 @@ export interface CreateJobInput {
   /** When its tasks become claimable; absent or past: now. */
   runAt?: Date;
   finalizer?: { workload: string; parameters?: JsonObject; runOnFailure?: boolean };
+  /** The jobs it runs after (at most LIMITS.maxParents). */
+  after?: Dependency[];
+  /** Absent: all_completed. */
+  dependencyPolicy?: DependencyPolicy;
 }
 
 export interface CreateJobResult {
@@ -220,6 +263,11 @@ export interface CallOptions {
    * returns this very object. A callback that throws fails the call, and nothing is written.
    */
   prepared?: (result: CreateJobResult) => void;
+  /**
+   * CreateJob: the caller wants the job alone (the API's JOB_VIEW_BASIC): the result's tasks are
+   * empty, and the store neither makes a new job's task rows for it nor reads a replayed job's.
+   */
+  withoutTasks?: boolean;
   /**
    * The account the caller's token is bound to: the call sees only that account's jobs (another's
    * is not found) and creates under it. Unset: every job (single-tenant mode).

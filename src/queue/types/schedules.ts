@@ -2,6 +2,7 @@
 // pass did. Their rules and cron arithmetic: src/queue/schedule-rules.ts.
 
 import type { CreateJobInput } from "./jobs.js";
+import type { CreateWorkflowInput } from "./workflows.js";
 
 export const OVERLAP_POLICIES = ["allow", "skip"] as const;
 
@@ -23,7 +24,9 @@ export interface PutScheduleInput {
   cron: string;
   /** Absent or "": UTC. */
   timezone?: string;
-  job: CreateJobInput;
+  /** One of job and workflow: what each tick creates. */
+  job?: CreateJobInput;
+  workflow?: CreateWorkflowInput;
   overlap?: OverlapPolicy;
   catchUp?: CatchUpPolicy;
   maxCatchUp?: number;
@@ -33,7 +36,10 @@ export interface Schedule {
   name: string;
   cron: string;
   timezone: string;
-  job: CreateJobInput;
+  /** The job template; null for a schedule of workflows. */
+  job: CreateJobInput | null;
+  /** The workflow template; null for a schedule of jobs. */
+  workflow: CreateWorkflowInput | null;
   overlap: OverlapPolicy;
   catchUp: CatchUpPolicy;
   maxCatchUp: number;
@@ -42,6 +48,8 @@ export interface Schedule {
   nextFireTimes: Date[];
   lastFireAt: Date | null;
   lastJobId: string | null;
+  /** The workflow made at lastFireAt, for a schedule of workflows. */
+  lastWorkflowId: string | null;
   createdAt: Date;
   updatedAt: Date;
 }

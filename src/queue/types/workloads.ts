@@ -94,9 +94,10 @@ export const WAITING_REASONS = [
   "rate_limited",
   "labels_unmatched",
   "no_workers",
+  "parents",
 ] as const;
 
-/** Why a pending task is not running (computed on read). */
+/** Why a pending (or waiting) task is not running (computed on read). */
 export type WaitingReason = (typeof WAITING_REASONS)[number];
 
 export interface Waiting {

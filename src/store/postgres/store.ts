@@ -71,6 +71,16 @@ import type {
   UsageAdjustment,
   PutAccountInput,
   SettleJobInput,
+  CancelWorkflowInput,
+  CancelWorkflowResult,
+  CreateWorkflowInput,
+  CreateWorkflowResult,
+  ListWorkflowsInput,
+  ListWorkflowsResult,
+  RetryWorkflowInput,
+  RetryWorkflowResult,
+  Workflow,
+  WorkflowUpdate,
 } from "../../queue/types.js";
 import { getAccount, listAccounts, putAccount } from "./operations/accounts.js";
 import { getAccountUsage } from "./operations/account-usage.js";
@@ -96,6 +106,9 @@ import { listAdjustments, settleAdjustment } from "./operations/adjustments.js";
 import { taskStats } from "./operations/task-stats.js";
 import { WATCH_READ_TIMEOUT_MS, WATCHER_TTL_SECONDS, watchJob } from "./operations/watch.js";
 import { WatchHub } from "./state/watch-hub.js";
+import { cancelWorkflow, createWorkflow, getWorkflow, listWorkflows } from "./operations/workflows.js";
+import { retryWorkflow } from "./operations/workflow-retry.js";
+import { watchWorkflow } from "./operations/workflow-watch.js";
 import { listWorkloads, putWorkload } from "./operations/workloads.js";
 import { WorkloadCache } from "./state/workload-cache.js";
 
@@ -303,6 +316,30 @@ export class PostgresQueue implements QueueService, SchedulerQueue, SettlementSt
 
   watchJob(jobId: string, opts: WatchOptions = {}): AsyncGenerator<JobUpdate> {
     return watchJob(this.ctx, this.watchHub, jobId, opts);
+  }
+
+  createWorkflow(input: CreateWorkflowInput, opts: CallOptions = {}): Promise<CreateWorkflowResult> {
+    return createWorkflow(this.ctx, input, opts);
+  }
+
+  getWorkflow(workflowId: string, opts: CallOptions = {}): Promise<Workflow> {
+    return getWorkflow(this.ctx, workflowId, opts);
+  }
+
+  listWorkflows(input: ListWorkflowsInput, opts: CallOptions = {}): Promise<ListWorkflowsResult> {
+    return listWorkflows(this.ctx, input, opts);
+  }
+
+  watchWorkflow(workflowId: string, opts: WatchOptions = {}): AsyncGenerator<WorkflowUpdate> {
+    return watchWorkflow(this.ctx, this.watchHub, workflowId, opts);
+  }
+
+  cancelWorkflow(input: CancelWorkflowInput, opts: CallOptions = {}): Promise<CancelWorkflowResult> {
+    return cancelWorkflow(this.ctx, input, opts);
+  }
+
+  retryWorkflow(input: RetryWorkflowInput, opts: CallOptions = {}): Promise<RetryWorkflowResult> {
+    return retryWorkflow(this.ctx, input, opts);
   }
 
   /** Open watch streams and the floor checks run for them (one statement each, whatever their number). */

@@ -2,9 +2,9 @@
 // keeps 10,000 chunks to one element and one redraw of a few milliseconds; keyboard users move a
 // cursor over it with the arrow keys and open a chunk with Enter, and a live region reads it out.
 
-/** Indexed by TaskStatus (0: not known yet). */
-export const STATUS_NAMES = ["unknown", "pending", "leased", "completed", "failed", "cancelled"] as const;
-export const STATUS_COLORS = ["#eaeef2", "#8c959f", "#0969da", "#1a7f37", "#cf222e", "#6639ba"] as const;
+/** Indexed by TaskStatus (0: not known yet; 6: waiting for its job's parents). */
+export const STATUS_NAMES = ["unknown", "pending", "leased", "completed", "failed", "cancelled", "waiting"] as const;
+export const STATUS_COLORS = ["#eaeef2", "#8c959f", "#0969da", "#1a7f37", "#cf222e", "#6639ba", "#8a5a00"] as const;
 
 export class ChunkGrid {
   readonly element: HTMLElement;

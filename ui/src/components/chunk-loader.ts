@@ -22,7 +22,7 @@ export async function loadChunks(
   stopped: () => boolean,
 ): Promise<void> {
   const c = snapshot.taskCounts;
-  const order = ["pending", "leased", "completed", "failed", "cancelled"] as const;
+  const order = ["pending", "leased", "completed", "failed", "cancelled", "waiting"] as const;
   const counts = order.map((s) => c?.[s] ?? 0);
   const majority = counts.indexOf(Math.max(...counts));
   grid.fill(majority + 1);

@@ -1,6 +1,6 @@
 // The top of a job's page: its facts (status, workload, times, why it failed, whether updates are
 // live) and its progress (a bar and the count of tasks in each status).
-import { JobStatus, type GetJobResponse } from "../../../gen/leasehold/queue/v1/queue_pb.js";
+import { DependencyPolicy, JobStatus, type GetJobResponse, type Job } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { clear, h, when } from "../dom.js";
 import { STATUS_COLORS } from "./chunk-grid.js";
 import { moneyFacts } from "./money.js";
@@ -47,6 +47,7 @@ export function renderJobHeader(header: HTMLElement, snapshot: GetJobResponse, l
           )
         : null,
       ...moneyFacts(job),
+      ...workflowFacts(job),
       job.parentJobId ? h("dt", {}, "Parent job") : null,
       job.parentJobId ? h("dd", { id: "job-parent" }, h("a", { href: `#/jobs/${job.parentJobId}`, class: "mono" }, job.parentJobId)) : null,
       h("dt", {}, "Updates"),
@@ -62,10 +63,49 @@ export function renderJobHeader(header: HTMLElement, snapshot: GetJobResponse, l
   );
 }
 
+/** The workflow a job is a node of, and the jobs it runs after (with their statuses), each a link. */
+function workflowFacts(job: Job): (HTMLElement | null)[] {
+  const policy = job.dependencyPolicy === DependencyPolicy.ALL_FINAL ? "all final" : "all completed";
+  return [
+    job.workflowId ? h("dt", {}, "Workflow") : null,
+    job.workflowId
+      ? h(
+          "dd",
+          { id: "job-workflow" },
+          h("a", { href: `#/workflows/${encodeURIComponent(job.workflowId)}` }, `node ${job.workflowNode}`),
+          " of workflow ",
+          h("span", { class: "mono" }, job.workflowId),
+        )
+      : null,
+    job.parents.length > 0 ? h("dt", {}, "Runs after") : null,
+    job.parents.length > 0
+      ? h(
+          "dd",
+          { id: "job-parents" },
+          `${job.parents.length} job${job.parents.length === 1 ? "" : "s"}, ${policy}${job.waitingParents > 0 ? `; waiting for ${job.waitingParents}` : ""}`,
+          h(
+            "ul",
+            { class: "plain" },
+            ...job.parents.map((p) =>
+              h(
+                "li",
+                { "data-parent": p.jobId },
+                h("a", { href: `#/jobs/${encodeURIComponent(p.jobId)}`, class: "mono" }, p.node || p.jobId),
+                " ",
+                badge(jobStatusName(p.status)),
+                ` ${p.completedTasks}/${p.totalTasks} tasks${p.optional ? ", optional" : ""}`,
+              ),
+            ),
+          ),
+        )
+      : null,
+  ];
+}
+
 /** Whether the job's cancel and retry actions apply to its status now. */
 export function jobActions(status: JobStatus): { cancel: boolean; retry: boolean } {
   return {
-    cancel: status === JobStatus.PENDING || status === JobStatus.RUNNING || status === JobStatus.SCHEDULED,
+    cancel: [JobStatus.PENDING, JobStatus.RUNNING, JobStatus.SCHEDULED, JobStatus.WAITING].includes(status),
     retry: status === JobStatus.FAILED || status === JobStatus.CANCELLED,
   };
 }
@@ -83,14 +123,17 @@ export function renderJobProgress(progress: HTMLElement, snapshot: GetJobRespons
     h(
       "ul",
       { class: "legend" },
-      ...(["pending", "leased", "completed", "failed", "cancelled"] as const).map((s, i) =>
-        h(
-          "li",
-          {},
-          h("span", { class: "key", style: null, "data-color": STATUS_COLORS[i + 1], "aria-hidden": "true" }),
-          `${s}: `,
-          h("strong", { "data-count": s }, c?.[s] ?? 0),
-        ),
+      ...(["pending", "leased", "completed", "failed", "cancelled", "waiting"] as const).map((s, i) =>
+        // Waiting shows only for a job that waits for its parents.
+        s === "waiting" && !c?.waiting
+          ? null
+          : h(
+              "li",
+              {},
+              h("span", { class: "key", style: null, "data-color": STATUS_COLORS[i + 1], "aria-hidden": "true" }),
+              `${s}: `,
+              h("strong", { "data-count": s }, c?.[s] ?? 0),
+            ),
       ),
     ),
   );

@@ -4,7 +4,7 @@ import { TaskStatus, WaitingReason } from "../../../gen/leasehold/queue/v1/queue
 import { client } from "../api.js";
 import { clear, h, when } from "../dom.js";
 import { showError } from "./outcome.js";
-import { attemptText, badge, taskStatusName, ts } from "./status.js";
+import { attemptText, badge, jobStatusName, taskStatusName, ts } from "./status.js";
 
 export async function showTaskDetail(detail: HTMLElement, chunk: number, taskId: string | undefined): Promise<void> {
   detail.hidden = false;
@@ -41,6 +41,28 @@ export async function showTaskDetail(detail: HTMLElement, chunk: number, taskId:
         h("dd", { class: "mono" }, t?.inputUri ?? ""),
         t?.resultUri ? h("dt", {}, "Result") : null,
         t?.resultUri ? h("dd", { class: "mono" }, t.resultUri) : null,
+        // What a stage after others reads: its job's parents, each with its status and (one task's) result.
+        t?.parents.length ? h("dt", {}, "Parents") : null,
+        t?.parents.length
+          ? h(
+              "dd",
+              { id: "task-parents" },
+              h(
+                "ul",
+                { class: "plain" },
+                ...t.parents.map((p) =>
+                  h(
+                    "li",
+                    {},
+                    h("a", { href: `#/jobs/${encodeURIComponent(p.jobId)}`, class: "mono" }, p.node || p.jobId),
+                    " ",
+                    badge(jobStatusName(p.status)),
+                    p.result ? h("span", { class: "mono" }, ` ${p.result.resultUri}`) : ` ${p.completedTasks}/${p.totalTasks} tasks`,
+                  ),
+                ),
+              ),
+            )
+          : null,
       ),
       r.attempts.length
         ? h("ol", { class: "attempts" }, ...r.attempts.map((a) => h("li", {}, attemptText(a, status), " — ", when(ts(a.leasedAt)))))

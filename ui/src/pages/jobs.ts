@@ -3,6 +3,7 @@
 import { JobStatus, type Job } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { client } from "../api.js";
 import { loadError } from "../components/outcome.js";
+import { pager } from "../components/pager.js";
 import { ago, clear, h, when } from "../dom.js";
 import { main } from "../layout.js";
 import { badge, jobStatusName, ts } from "../components/status.js";
@@ -28,7 +29,7 @@ export function renderJobs(params: URLSearchParams): void {
   for (const [k, [label]] of Object.entries(AGES)) ageSelect.append(h("option", { value: k, selected: k === age }, label));
 
   const statusSelect = h("select", { id: "f-status", name: "status" }, h("option", { value: "" }, "any"));
-  for (const s of ["scheduled", "pending", "running", "completed", "failed", "cancelled"]) {
+  for (const s of ["waiting", "scheduled", "pending", "running", "completed", "failed", "cancelled"]) {
     statusSelect.append(h("option", { value: s, selected: s === status }, s));
   }
   const form = h(
@@ -130,40 +131,12 @@ export function renderJobs(params: URLSearchParams): void {
           ),
         ),
       );
-      const pager = h(
-        "nav",
-        { class: "pager", "aria-label": "Pages of jobs" },
-        h(
-          "button",
-          {
-            type: "button",
-            disabled: !page,
-            onclick: () => {
-              const prev = before.pop() ?? "";
-              pageTokens.set(filterKey, before);
-              go(prev);
-            },
-          },
-          "Previous page",
-        ),
-        h(
-          "button",
-          {
-            type: "button",
-            disabled: !next,
-            onclick: () => {
-              pageTokens.set(filterKey, [...before, page]);
-              go(next);
-            },
-          },
-          "Next page",
-        ),
-      );
+      const pages = pager("Pages of jobs", page, next, before, (tokens) => pageTokens.set(filterKey, tokens), go);
       clear(
         results,
         jobs.length ? table : h("p", {}, "No job matches."),
         q && !UUID.test(q) ? h("p", { class: "hint" }, "The key filter applies to this page of jobs.") : null,
-        pager,
+        pages,
       );
       void fillProgress(table, jobs);
     } catch (err) {

@@ -5,6 +5,7 @@ import type { Job } from "../../../gen/leasehold/queue/v1/queue_pb.js";
 import { client } from "../api.js";
 import { usageText } from "../components/money.js";
 import { loadError } from "../components/outcome.js";
+import { pager } from "../components/pager.js";
 import { badge, jobStatusName, ts } from "../components/status.js";
 import { ago, clear, h, when } from "../dom.js";
 import { main } from "../layout.js";
@@ -72,36 +73,8 @@ export function renderSettlements(params: URLSearchParams): void {
         ),
         h("tbody", {}, ...r.jobs.map(row)),
       );
-      const pager = h(
-        "nav",
-        { class: "pager", "aria-label": "Pages of settlements" },
-        h(
-          "button",
-          {
-            type: "button",
-            disabled: !page,
-            onclick: () => {
-              const prev = before.pop() ?? "";
-              pageTokens.set(account, before);
-              go(prev);
-            },
-          },
-          "Previous page",
-        ),
-        h(
-          "button",
-          {
-            type: "button",
-            disabled: !r.nextPageToken,
-            onclick: () => {
-              pageTokens.set(account, [...before, page]);
-              go(r.nextPageToken);
-            },
-          },
-          "Next page",
-        ),
-      );
-      clear(results, r.jobs.length ? table : h("p", {}, "Nothing to settle."), pager);
+      const pages = pager("Pages of settlements", page, r.nextPageToken, before, (tokens) => pageTokens.set(account, tokens), go);
+      clear(results, r.jobs.length ? table : h("p", {}, "Nothing to settle."), pages);
     } catch (err) {
       clear(results, loadError("Could not list settlements", err));
     }

@@ -11,11 +11,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .. import _admin_calls as admin
 from .. import _calls as calls
+from .. import _workflow_calls as workflows
 from .._calls import Paged, Unary
 from .._transport import TransportName
 from ..client import WAIT_RETRY_FIRST, WAIT_RETRY_MAX
 from ..errors import UnavailableError
 from ..models import Job, WatchUpdate
+from ..workflows import Workflow, WorkflowUpdate
 from ._transport import AsyncTransport, make_async_transport
 
 __all__ = ["AsyncClient"]
@@ -58,7 +60,8 @@ class AsyncClient:
 
     Every method of :class:`~leasehold.Client` with the same name, arguments, answers and exceptions: the
     calls return coroutines, and the listings (``list_jobs``, ``list_tasks``, ``results``,
-    ``list_settlements``) and ``watch`` are async iterators. Both clients build their requests and read
+    ``list_settlements``, ``list_adjustments``, ``list_workflows``) and ``watch`` and ``watch_workflow`` are
+    async iterators. Both clients build their requests and read
     their answers with the same code, so they cannot drift apart.
 
     Example::
@@ -136,6 +139,45 @@ class AsyncClient:
                 job = (await self.get_job(job_id)).job
                 if job.finished:
                     return job
+            except UnavailableError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, WAIT_RETRY_MAX)
+
+    # ---- workflows (submitter token); each method's text is its function's in leasehold._workflow_calls ----
+
+    create_workflow = unary(workflows.create_workflow)
+    get_workflow = unary(workflows.get_workflow)
+    list_workflows = paged(workflows.list_workflows)
+    cancel_workflow = unary(workflows.cancel_workflow)
+    retry_workflow = unary(workflows.retry_workflow)
+
+    async def watch_workflow(self, workflow_id: str, *, timeout: float | None = None) -> AsyncIterator[WorkflowUpdate]:
+        """Iterates over the workflow's updates: first a snapshot, then each node's status change as it commits.
+
+        The iterator ends after the change that makes the last unfinished node final (at once for a finished
+        workflow). ``timeout`` bounds the whole stream (default: none).
+        """
+        request = workflows.watch_workflow_request(workflow_id)
+        async for message in self._transport.stream("WatchWorkflow", request, timeout):
+            yield WorkflowUpdate.from_json(message)
+
+    async def wait_workflow(self, workflow_id: str, *, timeout: float | None = None) -> Workflow:
+        """Waits until every node of the workflow is final and returns it (with its nodes).
+
+        A stream the coordinator ends early (it shuts down streams on restart) is opened again.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = WAIT_RETRY_FIRST
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                async for _ in self.watch_workflow(workflow_id, timeout=left):
+                    pass
+                workflow = await self.get_workflow(workflow_id)
+                if workflow.finished:
+                    return workflow
             except UnavailableError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise

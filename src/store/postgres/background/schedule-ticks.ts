@@ -13,6 +13,7 @@ import { type ScheduleTickResult } from "../../../queue/types.js";
 import type { QueueObserver } from "../../../queue/service.js";
 import type { StoreContext } from "../state/context.js";
 import { createJobInTransaction } from "../operations/create-job.js";
+import { prepareWorkflow, writeWorkflow } from "../operations/workflows.js";
 import { inTransaction, withClient } from "../sql/db.js";
 import { defineQuery, type NoParams } from "../sql/query.js";
 import type { ScheduleRow } from "../operations/schedules.js";
@@ -58,6 +59,22 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED`,
 );
 
+/** Whether every node of the previous tick's workflow is final (a workflow deleted by retention is). */
+export const PREVIOUS_WORKFLOW_FINAL = defineQuery<{ workflowId: string }, { final: boolean }>(
+  null,
+  `SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE workflow_id = $1 AND status IN ('pending', 'running')) AS final`,
+  (p) => [p.workflowId],
+);
+
+// A tick's workflow: its nodes name the schedule and tick (ListJobs by schedule lists them), and the tick its workflow.
+export const LINK_TICK_WORKFLOW = defineQuery<Tick & { workflowId: string }>(
+  null,
+  `
+WITH nodes AS (UPDATE jobs SET schedule_name = $1, schedule_fire_at = $2 WHERE workflow_id = $3)
+UPDATE schedule_ticks SET workflow_id = $3 WHERE schedule_name = $1 AND fire_at = $2`,
+  (p) => [p.schedule, p.fireAt, p.workflowId],
+);
+
 /** Whether the job of the previous tick is final (a job deleted by retention is). */
 export const PREVIOUS_JOB_FINAL = defineQuery<{ jobId: string }, { final: boolean }>(
   null,
@@ -93,18 +110,21 @@ UPDATE schedule_ticks SET job_id = $3 WHERE schedule_name = $1 AND fire_at = $2`
   (p) => [p.schedule, p.fireAt, p.jobId],
 );
 
-// $1 schedule, $2 next_fire_at (null: no later tick), $3 last tick that created a job, $4 its job (null: unchanged).
+// $1 schedule, $2 next_fire_at (null: no later tick), $3 last tick that created a job (or a workflow),
+// $4 its job, $5 its workflow (null: unchanged).
 export const ADVANCE_SCHEDULE = defineQuery<{
   schedule: string;
   nextFireAt: Date | null;
   lastFireAt: Date | null;
   lastJobId: string | null;
+  lastWorkflowId: string | null;
 }>(
   null,
   `
-UPDATE schedules SET next_fire_at = $2, last_fire_at = coalesce($3, last_fire_at), last_job_id = coalesce($4, last_job_id)
+UPDATE schedules SET next_fire_at = $2, last_fire_at = coalesce($3, last_fire_at), last_job_id = coalesce($4, last_job_id),
+  last_workflow_id = coalesce($5, last_workflow_id)
 WHERE name = $1`,
-  (p) => [p.schedule, p.nextFireAt, p.lastFireAt, p.lastJobId],
+  (p) => [p.schedule, p.nextFireAt, p.lastFireAt, p.lastJobId, p.lastWorkflowId],
 );
 
 // Ticks a day older than the one handled: long past any tick a pass could handle again.
@@ -184,31 +204,37 @@ export class Scheduler {
     done.catchUp = plan.missedSkipped;
     let lastFireAt: Date | null = null;
     let lastJobId: string | null = null;
+    let lastWorkflowId: string | null = null;
     let previousFinal: boolean | undefined;
+    const ofWorkflows = s.workflow !== null && s.workflow !== undefined;
+    const what = ofWorkflows ? "workflow" : "job";
     for (const tick of plan.fire) {
       if (s.overlap === "skip") {
-        previousFinal ??= s.last_job_id === null || (await PREVIOUS_JOB_FINAL.one(c, { jobId: s.last_job_id })).final;
+        previousFinal ??= ofWorkflows
+          ? !s.last_workflow_id || (await PREVIOUS_WORKFLOW_FINAL.one(c, { workflowId: s.last_workflow_id })).final
+          : s.last_job_id === null || (await PREVIOUS_JOB_FINAL.one(c, { jobId: s.last_job_id })).final;
         if (!previousFinal) {
-          if (await this.recordTick(c, s.name, tick, "skipped", "the previous tick's job is not final (overlap: skip)")) done.overlap++;
+          if (await this.recordTick(c, s.name, tick, "skipped", `the previous tick's ${what} is not final (overlap: skip)`)) done.overlap++;
           continue;
         }
       }
-      const jobId = await this.fireTick(c, s, tick, done);
-      if (jobId !== null) {
+      const madeId = await this.fireTick(c, s, tick, done);
+      if (madeId !== null) {
         lastFireAt = tick;
-        lastJobId = jobId;
-        previousFinal = false; // the job just created is not final
+        lastJobId = ofWorkflows ? null : madeId;
+        lastWorkflowId = ofWorkflows ? madeId : null;
+        previousFinal = false; // the job (or workflow) just created is not final
       }
     }
-    await ADVANCE_SCHEDULE.run(c, { schedule: s.name, nextFireAt: plan.next, lastFireAt, lastJobId });
+    await ADVANCE_SCHEDULE.run(c, { schedule: s.name, nextFireAt: plan.next, lastFireAt, lastJobId, lastWorkflowId });
     if (plan.fire.length > 0) await PRUNE_TICKS.run(c, { schedule: s.name, fireAt: plan.fire[plan.fire.length - 1] });
     return done;
   }
 
   /**
-   * The tick's key, then its job, under a savepoint: a template that CreateJob now refuses (its
+   * The tick's key, then its job (or workflow), under a savepoint: a template that CreateJob now refuses (its
    * workload's schema changed since PutSchedule) records the tick failed and lets the schedule
-   * go on, instead of failing the pass again on every tick. The job's id, or null.
+   * go on, instead of failing the pass again on every tick. The job's (or workflow's) id, or null.
    */
   private async fireTick(c: pg.PoolClient, s: ScheduleRow, tick: Date, done: ScheduleOutcome): Promise<string | null> {
     await c.query("SAVEPOINT leasehold_tick");
@@ -217,11 +243,19 @@ export class Scheduler {
         await c.query("RELEASE SAVEPOINT leasehold_tick");
         return null;
       }
-      const created = await createJobInTransaction(this.ctx, c, s.job);
-      await LINK_TICK_JOB.run(c, { schedule: s.name, fireAt: tick, jobId: created.job.id });
+      let made: string;
+      if (s.workflow) {
+        // A schedule of workflows: CreateWorkflow's own core, in this transaction.
+        const prepared = prepareWorkflow(this.ctx, s.workflow, undefined, { scheduleName: s.name, scheduleFireAt: tick });
+        made = (await writeWorkflow(this.ctx, c, prepared)).workflow.id;
+        await LINK_TICK_WORKFLOW.run(c, { schedule: s.name, fireAt: tick, workflowId: made });
+      } else {
+        made = (await createJobInTransaction(this.ctx, c, s.job)).job.id;
+        await LINK_TICK_JOB.run(c, { schedule: s.name, fireAt: tick, jobId: made });
+      }
       await c.query("RELEASE SAVEPOINT leasehold_tick");
       done.fired++;
-      return created.job.id;
+      return made;
     } catch (err) {
       if (!(err instanceof QueueError) || err.kind === "unavailable" || err.kind === "deadline_exceeded") throw err;
       await c.query("ROLLBACK TO SAVEPOINT leasehold_tick");

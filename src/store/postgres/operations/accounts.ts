@@ -21,7 +21,11 @@ type AccountWithPending = AccountRow & { pending_tasks: number };
 
 /*
  * The tasks an account's quota counts: the unfinished tasks (pending or leased) of its unfinished
- * jobs, and one for each of those jobs whose finalizer is still to come. Leased tasks count, so
+ * jobs, the waiting tasks of its jobs that wait for their parents, and one for each of those jobs
+ * whose finalizer is still to come. A waiting job's tasks count from its creation for the same
+ * reason as a finalizer's: they become pending inside the transaction that ends their last parent
+ * (a completion, a failure, a cancel), where refusing them would strand the job; held from the
+ * start, promotion moves them from waiting to pending without changing the count. Leased tasks count, so
  * that nothing a worker does moves the count (a lease that expires, a failure retried: leased and
  * pending again are both unfinished), and only CreateJob, RetryJob and a finalizer add to it. A
  * finalizer's task is counted from its parent's creation (held for it), so that enqueueing it when
@@ -33,6 +37,8 @@ type AccountWithPending = AccountRow & { pending_tasks: number };
  */
 const pendingOf = (a: string) => `((SELECT count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id AND t.status IN ('pending', 'leased')
   WHERE j.account = ${a}.name AND j.status IN ('pending', 'running'))
+  + (SELECT count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id AND t.status = 'waiting'
+     WHERE j.account = ${a}.name AND j.status IN ('pending', 'running') AND j.waiting_on > 0)
   + (SELECT count(*) FROM jobs j WHERE j.account = ${a}.name AND j.status IN ('pending', 'running')
      AND j.finalizer_workload IS NOT NULL AND j.finalizer_job_id IS NULL))::int AS pending_tasks`;
 

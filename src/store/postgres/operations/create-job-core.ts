@@ -178,6 +178,11 @@ interface TaskInsert extends TaskArrays {
   wakeCounts: number[];
   /** each task's labels (jsonb text), or null when every task has the job's */
   taskLabels: (string | null)[] | null;
+  /**
+   * 'pending', or 'waiting' for a job with parents not final (dependencies.ts): inserted so, its
+   * tasks never enter the claim's index until they are promoted, and leave nothing dead there.
+   */
+  taskStatus: "pending" | "waiting";
 }
 
 // The parameters keep the order they had as $1..$30 (and $1..$22 alone), so plans and snapshots of the text are as they were.
@@ -186,9 +191,10 @@ export const CREATE_JOB = namedQuery<JobInsert & JobPolicy & TaskInsert, CreateJ
   `
 WITH ${createJobCtes}, tasks_in AS (
   INSERT INTO tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
-    concurrency_key, required_labels, fair_rank)
+    concurrency_key, required_labels, fair_rank, status)
   SELECT u.id, job.id, u.chunk_index, u.workload, u.input_uri, u.input_sha256, u.parameters::jsonb, u.max_attempts, job.priority, job.traceparent,
-    job.concurrency_key, coalesce(u.required_labels::jsonb, job.required_labels), coalesce((SELECT base FROM rank_base) + u.n - 1, 0)
+    job.concurrency_key, coalesce(u.required_labels::jsonb, job.required_labels), coalesce((SELECT base FROM rank_base) + u.n - 1, 0),
+    @taskStatus::task_status
   FROM job, unnest(@taskIds::uuid[], @taskChunkIndexes::int[], @taskWorkloads::text[], @taskInputUris::text[], @taskInputSha256s::text[],
       @taskParameters::text[], @taskMaxAttempts::int[], @taskLabels::text[])
     WITH ORDINALITY AS u(id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, required_labels, n)
@@ -209,6 +215,7 @@ ${createJobAnswer}`,
     "taskLabels",
     ...ACCOUNT,
     "rankHeads",
+    "taskStatus",
   ],
 );
 
@@ -234,6 +241,8 @@ export const COPY_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_
 /** COPY_TASKS for a job with a concurrency key, required labels or fair ranks: those three columns as well. */
 export const COPY_FLOW_TASKS = `COPY tasks (id, job_id, chunk_index, workload, input_uri, input_sha256, parameters, max_attempts, priority, traceparent,
   concurrency_key, required_labels, fair_rank) FROM STDIN`;
+/** Either, for the tasks of a waiting job (PreparedJob.waiting): the status column last. */
+const copyWaiting = (copy: string) => copy.replace(") FROM STDIN", ", status) FROM STDIN");
 
 /**
  * CreateJob's validation (every rule that needs no database) and the ids: the same for the RPC
@@ -255,10 +264,12 @@ export function prepareJob(ctx: StoreContext, input: CreateJobInput, job?: Norma
     names: [...new Set([job.workload, ...job.tasks.map((t) => t.workload), ...(finalizer ? [finalizer] : [])])],
     jobId: uuidv7(),
     taskIds: uuidv7s(job.tasks.length),
-    // A delayed job's tasks are announced by DELAY_JOB (those due now) and at their due time (due-wakes.ts), not by the insert.
-    perWorkload: isDelayed(job) ? new Map<string, number>() : countBy(job.tasks.map((t) => t.workload)),
+    // A delayed job's tasks are announced by DELAY_JOB (those due now) and at their due time (due-wakes.ts), not
+    // by the insert; a waiting job's by its promotion (leasehold_promote_jobs).
+    perWorkload: isDelayed(job) || job.after ? new Map<string, number>() : countBy(job.tasks.map((t) => t.workload)),
     needsDelay,
-    needsTransaction: needsDelay || job.account !== undefined,
+    needsTransaction: needsDelay || job.account !== undefined || job.after !== undefined,
+    waiting: job.after !== undefined,
   };
 }
 
@@ -324,7 +335,7 @@ export async function writeJobs(
     if (p.needsTransaction && !inTransaction)
       throw new Error("a delayed job, one with a finalizer or one of an account is written in a transaction");
     const account = p.job.account;
-    if (account !== undefined) {
+    if (account !== undefined && !p.gated) {
       const billingKey = p.job.billing?.billingKey ?? null;
       // A finalizer's task counts from now: held for it, so that its enqueue at the job's end is never refused.
       const tasks = p.job.tasks.length + (p.job.finalizer ? 1 : 0);
@@ -332,7 +343,7 @@ export async function writeJobs(
       // Priority 0 is the account's (its tier); the fingerprint was taken from the request as given.
       if (p.job.priority === 0 && priority !== 0) p.job = { ...p.job, priority };
     }
-    const checked = await checkWorkloads(ctx, c, p);
+    const checked = await checkWorkloads(ctx, c, p, p.fieldPrefix);
     const result = await insertJob(c, p, checked, inTransaction);
     if (p.needsDelay && result !== "taken" && result !== "stale") delayed(result, await delayJob(c, p.jobId, p.job), p.job);
     out.push(result);
@@ -363,7 +374,8 @@ export function jobValues(p: PreparedJob, { workloads, own: ownCached, rankHeads
     maxFailedTasks: job.maxFailedTasks ?? own.maxFailedTasks,
     concurrencyKey: job.concurrencyKey,
     requiredLabels: job.requiredLabels === null ? null : JSON.stringify(job.requiredLabels),
-    ranked: ownCached.keyed,
+    // A waiting job takes its fair ranks when it is promoted (leasehold_promote_jobs), not now.
+    ranked: ownCached.keyed && !p.waiting,
     taskCount: job.tasks.length,
     rankHeads,
   };
@@ -376,7 +388,19 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
   const prepared = p.needsDelay ? undefined : p.early;
   const insert = jobValues(p, checked);
   const { maxAttempts } = checked;
-  if (job.tasks.length >= COPY_MIN_TASKS) return insertJobByCopy(c, job, insert, ids, maxAttempts, perWorkload, inTransaction, prepared);
+  if (job.tasks.length >= COPY_MIN_TASKS)
+    return insertJobByCopy(
+      c,
+      job,
+      insert,
+      ids,
+      maxAttempts,
+      perWorkload,
+      inTransaction,
+      prepared,
+      p.waiting === true,
+      p.withoutTasks === true,
+    );
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = CREATE_JOB.one(c, {
     ...insert,
@@ -384,8 +408,10 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
     wakeWorkloads: [...perWorkload.keys()],
     wakeCounts: [...perWorkload.values()],
     taskLabels: taskLabels(job),
+    taskStatus: p.waiting ? "waiting" : "pending",
   });
-  const tasks = taskRows(job, jobId, ids, maxAttempts);
+  // The job alone (withoutTasks): no task objects, nor their Dates, for an answer that leaves them out.
+  const tasks = p.withoutTasks ? [] : taskRows(job, jobId, ids, maxAttempts);
   const row = await inserting;
   if (!row.fresh) return "stale";
   if (row.id === null) return "taken"; // the idempotency key was used before
@@ -406,6 +432,8 @@ async function insertJobByCopy(
   perWorkload: Map<string, number>,
   inTransaction: boolean,
   prepared: CallOptions["prepared"],
+  waiting: boolean,
+  withoutTasks: boolean,
 ): Promise<WriteOutcome> {
   const jobId = insert.jobId;
   const begun = inTransaction ? undefined : c.query("BEGIN");
@@ -460,11 +488,13 @@ async function insertJobByCopy(
         "\t" +
         maxAttempts[i] +
         tail +
-        (withFlow ? flowTail(i) : "")
+        (withFlow ? flowTail(i) : "") +
+        (waiting ? "\twaiting" : "")
       );
     });
-    const copying = copyIn(c, withFlow ? COPY_FLOW_TASKS : COPY_TASKS, chunks);
-    const result = createdJob(row, taskRows(job, jobId, ids, maxAttempts));
+    const columns = withFlow ? COPY_FLOW_TASKS : COPY_TASKS;
+    const copying = copyIn(c, waiting ? copyWaiting(columns) : columns, chunks);
+    const result = createdJob(row, withoutTasks ? [] : taskRows(job, jobId, ids, maxAttempts));
     // Handed over while PostgreSQL copies; a callback that throws fails the call once the COPY
     // has settled, and the transaction is rolled back.
     let refused: unknown;

@@ -9,6 +9,7 @@ import type { CallOptions, CreateJobInput, CreateJobResult } from "../../../queu
 import type { StoreContext } from "../state/context.js";
 import { MARK_KEYED, prepareJob, writeJobs, type PreparedJob, type WriteOutcome } from "./create-job-core.js";
 import { transaction, withClient } from "../sql/db.js";
+import { createJobAfter } from "./dependencies.js";
 import { isDelayed } from "../state/due-wakes.js";
 import { defineQuery } from "../sql/query.js";
 import { toJob, toTask, type JobRow, type TaskRow } from "../sql/rows.js";
@@ -47,14 +48,20 @@ export function coalescable(ctx: StoreContext, p: PreparedJob): boolean {
 }
 
 export async function createJob(ctx: StoreContext, input: CreateJobInput, opts: CallOptions): Promise<CreateJobResult> {
-  const p: PreparedJob = { ...prepareJob(ctx, input, undefined, opts.account), early: opts.prepared };
+  const p: PreparedJob = { ...prepareJob(ctx, input, undefined, opts.account), early: opts.prepared, withoutTasks: opts.withoutTasks };
   const { job, names } = p;
+  // A job after others waits for them (dependencies.ts): its own transaction, with its parents locked.
+  if (job.after) {
+    const after = await createJobAfter(ctx, p, opts);
+    return after === "taken" ? withClient(ctx.pool, opts.signal, (c) => replayJob(c, p)) : after;
+  }
   // A small job of cached workloads shares a statement with the CreateJob calls beside it; if a
   // workload changed since it was cached, it is written below, the one-job way.
   if (ctx.coalescer && coalescable(ctx, p)) {
     const result = await ctx.coalescer.createJob(p, opts.signal);
     if (result === "taken") throw new Error("a coalesced job has no key to find taken");
-    if (result !== "stale") return result;
+    // The shared statement's jobs are small (COALESCED_JOB_MAX_TASKS): their rows are made anyway.
+    if (result !== "stale") return p.withoutTasks ? { ...result, tasks: [] } : result;
   }
 
   return withClient(ctx.pool, opts.signal, async (c) => {
@@ -124,7 +131,7 @@ export async function createJobInTransaction(ctx: StoreContext, c: pg.PoolClient
  * A CreateJob whose idempotency key, or billing key in its account, was used before: the same
  * request is a replay, anything else a conflict naming the key's field.
  */
-async function replayJob(c: pg.PoolClient, p: PreparedJob): Promise<CreateJobResult> {
+export async function replayJob(c: pg.PoolClient, p: PreparedJob): Promise<CreateJobResult> {
   const { idempotencyKey, account, billing } = p.job;
   let prior = idempotencyKey ? await SELECT_JOB_BY_IDEMPOTENCY_KEY.maybe(c, { account: account ?? "", key: idempotencyKey }) : undefined;
   let field = "idempotency_key";
@@ -136,6 +143,6 @@ async function replayJob(c: pg.PoolClient, p: PreparedJob): Promise<CreateJobRes
     // Both keys are the account's, so the job named is the caller's own.
     throw new IdempotencyConflictError(`${field}: was used for a different request${prior ? ` (job ${prior.id})` : ""}`);
   }
-  const taskRows = await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
+  const taskRows = p.withoutTasks ? [] : await SELECT_JOB_TASKS.run(c, { jobId: prior.id });
   return { job: toJob(prior), tasks: taskRows.map(toTask), created: false };
 }

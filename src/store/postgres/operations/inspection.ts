@@ -15,6 +15,7 @@ import { defineQuery } from "../sql/query.js";
 import { accountScope } from "../sql/scope.js";
 import { toJobEvent, toTask, type JobEventRow, type TaskRow } from "../sql/rows.js";
 import { waitingOf } from "./flow-control.js";
+import { readParents, waitingForParents } from "./dependencies.js";
 
 export const SELECT_TASK = defineQuery<{ taskId: string }, TaskRow>(null, `SELECT * FROM tasks WHERE id = $1`, (p) => [p.taskId]);
 
@@ -92,7 +93,12 @@ export async function listTasks(ctx: StoreContext, input: ListTasksInput, opts: 
     if (rows.length === 0 && !(await JOB_EXISTS.one(c, { jobId: q.jobId, account: opts.account })).found) {
       throw new NotFoundError("job", q.jobId);
     }
-    const page = rows.slice(0, q.pageSize).map(toTask);
+    let page = rows.slice(0, q.pageSize).map(toTask);
+    // A waiting task has no parents stored yet (they are written when its job is promoted): the parents now.
+    if (page.some((t) => t.status === "waiting")) {
+      const parents = await readParents(c, q.jobId);
+      page = page.map((t) => (t.status === "waiting" ? { ...t, parents } : t));
+    }
     return {
       tasks: await withAttempts(c, q.jobId, page),
       nextPageToken: rows.length > q.pageSize ? encodeTasksPageToken(q.status, page[page.length - 1].chunkIndex) : "",
@@ -103,7 +109,13 @@ export async function listTasks(ctx: StoreContext, input: ListTasksInput, opts: 
 export async function getTask(ctx: StoreContext, taskId: string, opts: CallOptions): Promise<TaskDetail> {
   const id = requireUuid("task_id", taskId);
   return withClient(ctx.pool, opts.signal, async (c) => {
-    const task = opts.account === undefined ? await loadTask(c, id) : await loadAccountTask(c, id, opts.account);
+    const loaded = opts.account === undefined ? await loadTask(c, id) : await loadAccountTask(c, id, opts.account);
+    if (loaded.status === "waiting") {
+      // Its job waits for its parents: they are the reason, read now.
+      const { task, detail: why } = await waitingForParents(c, loaded);
+      return { ...(await withAttempts(c, task.jobId, [task]))[0], waiting: { reason: "parents", detail: why } };
+    }
+    const task = loaded;
     const detail = (await withAttempts(c, task.jobId, [task]))[0];
     // Why a pending task waits, computed now (flow-control.ts): nothing is stored per claim for it.
     const waiting = await waitingOf(c, task);

@@ -49,6 +49,16 @@ export const JOB_LOCK = defineQuery<{ jobId: string }>(
   (p) => [p.jobId],
 );
 
+/**
+ * Several jobs' JOB_LOCK at once (CancelWorkflow, RetryWorkflow), in id order: every caller that
+ * takes several takes them in that order, and the others take one.
+ */
+export const JOB_LOCKS = defineQuery<{ ids: string[] }>(
+  null,
+  `SELECT pg_advisory_xact_lock(${0x4c48}, hashtext(u.id::text)) FROM unnest($1::uuid[]) AS u(id)`,
+  (p) => [[...p.ids].sort()],
+);
+
 /*
  * A fail_fast job past its threshold: its pending and leased tasks are cancelled, before the job
  * fails (END_JOB), so the job's final event is the last of the transaction. A leased task keeps

@@ -29,6 +29,8 @@ import { toJob, type JobRow, type TaskRow } from "../sql/rows.js";
 import { JOB_LOCK } from "./job-end.js";
 import { quotaGate } from "./accounts.js";
 import { emptyCounts } from "./task-stats.js";
+import { withParents } from "./dependencies.js";
+import { retryJobWithParents } from "./workflow-retry.js";
 import type { Usage } from "../../../queue/types.js";
 
 type JobId = { jobId: string };
@@ -96,12 +98,12 @@ export const JOB_EXISTS = defineQuery<JobId & Scoped, { found: boolean }>(
 // Cancel: tasks first, then the job, the same lock order as the claim (tasks, then job), so a
 // cancel racing a claim cannot deadlock; the job's final event is then the transaction's last. A
 // leased task keeps its lease (owner, attempt, lease_expires_at): its result is still accepted
-// until the lease would have expired (late-result.ts).
+// until the lease would have expired (late-result.ts). A waiting job's tasks are waiting.
 export const CANCEL_JOB_TASKS = defineQuery<JobId>(
   null,
   `
 UPDATE tasks SET status = 'cancelled', completed_at = now(), version = version + 1
-WHERE job_id = $1 AND status IN ('pending', 'leased')`,
+WHERE job_id = $1 AND status IN ('pending', 'leased', 'waiting')`,
   jobIdValue,
 );
 
@@ -204,23 +206,31 @@ export const LIST_JOBS_BY_STATUS = defineQuery<JobsPage & { status: string }, Jo
   jobsPage("status = $5::job_status AND"),
   (p) => [...jobsPageValues(p), p.status],
 );
-// A scheduled job is stored as pending with its run_at ahead (the delayed_finalizer migration):
-// the filters for either tell them apart by run_at, through jobs_status_created_idx all the same.
+// A scheduled job is stored as pending with its run_at ahead (the delayed_finalizer migration),
+// a waiting one as pending with parents not final (waiting_on > 0; the dependencies migration):
+// the filters for each tell them apart, through jobs_status_created_idx all the same. Waiting
+// comes first: a waiting job with a run_at ahead is waiting.
 export const LIST_JOBS_SCHEDULED = defineQuery<JobsPage, JobsPageRow>(
   null,
-  jobsPage("status = 'pending' AND run_at > now() AND"),
+  jobsPage("status = 'pending' AND waiting_on = 0 AND run_at > now() AND"),
   jobsPageValues,
 );
 export const LIST_JOBS_PENDING = defineQuery<JobsPage, JobsPageRow>(
   null,
-  jobsPage("status = 'pending' AND (run_at IS NULL OR run_at <= now()) AND"),
+  jobsPage("status = 'pending' AND waiting_on = 0 AND (run_at IS NULL OR run_at <= now()) AND"),
   jobsPageValues,
 );
-// The status filter as ListJobs names it, from parameter $n (null: any), scheduled and pending
-// told apart by run_at as above.
+export const LIST_JOBS_WAITING = defineQuery<JobsPage, JobsPageRow>(
+  null,
+  jobsPage("status = 'pending' AND waiting_on > 0 AND"),
+  jobsPageValues,
+);
+// The status filter as ListJobs names it, from parameter $n (null: any), waiting, scheduled and
+// pending told apart as above.
 const statusNamed = (n: number) => `($${n}::text IS NULL OR CASE $${n}::text
-    WHEN 'scheduled' THEN status = 'pending' AND run_at > now()
-    WHEN 'pending' THEN status = 'pending' AND (run_at IS NULL OR run_at <= now())
+    WHEN 'waiting' THEN status = 'pending' AND waiting_on > 0
+    WHEN 'scheduled' THEN status = 'pending' AND waiting_on = 0 AND run_at > now()
+    WHEN 'pending' THEN status = 'pending' AND waiting_on = 0 AND (run_at IS NULL OR run_at <= now())
     ELSE status::text = $${n}::text END)`;
 // A schedule's jobs through jobs_schedule_created_idx; $5 the schedule, $6 the status filter, $7
 // the account (null: any).
@@ -277,7 +287,7 @@ export async function readJobStatus(c: pg.PoolClient, id: string, account?: stri
     else taskCounts[r.status] = r.n;
   }
   const totalTasks = counts.reduce((n, r) => n + r.n, 0);
-  const job = { ...toJob(row), usage };
+  const job = await withParents(c, { ...toJob(row), usage });
   const failure = job.status === "failed" ? await readJobFailure(c, id) : null;
   return { job, taskCounts, totalTasks, progress: totalTasks === 0 ? 0 : taskCounts.completed / totalTasks, failure };
 }
@@ -331,6 +341,12 @@ export async function retryJob(ctx: StoreContext, input: RetryJobInput, opts: Ca
     // One at a time with the job's ends and cancels (job-end.ts).
     await JOB_LOCK.run(c, { jobId: r.jobId });
     const scope = { jobId: r.jobId, account: opts.account };
+    // A job with parents waits for them again, or may not run at all (workflow-retry.ts).
+    const own = await SELECT_JOB.maybe(c, scope);
+    if (own?.dependency_policy) {
+      const reopened = await retryJobWithParents(c, own, r.maxAttempts ?? null);
+      if (reopened) return reopened;
+    }
     // Held to the account's quota as a CreateJob is: the account's row locked, then counted in a
     // later statement, so retries and creates on every coordinator pass it one at a time.
     const quota = await RETRY_QUOTA.maybe(c, { ...scope, attemptCap: LIMITS.attempt.max });
@@ -373,13 +389,15 @@ export async function listJobs(ctx: StoreContext, input: ListJobsInput, opts: Ca
       ? LIST_JOBS_BY_SCHEDULE.run(c, { ...p, schedule: q.scheduleName, status: q.status, account: account ?? null })
       : account !== undefined
         ? LIST_JOBS_BY_ACCOUNT.run(c, { ...p, account, status: q.status })
-        : q.status === "scheduled"
-          ? LIST_JOBS_SCHEDULED.run(c, p)
-          : q.status === "pending"
-            ? LIST_JOBS_PENDING.run(c, p)
-            : q.status
-              ? LIST_JOBS_BY_STATUS.run(c, { ...p, status: q.status })
-              : LIST_JOBS.run(c, p),
+        : q.status === "waiting"
+          ? LIST_JOBS_WAITING.run(c, p)
+          : q.status === "scheduled"
+            ? LIST_JOBS_SCHEDULED.run(c, p)
+            : q.status === "pending"
+              ? LIST_JOBS_PENDING.run(c, p)
+              : q.status
+                ? LIST_JOBS_BY_STATUS.run(c, { ...p, status: q.status })
+                : LIST_JOBS.run(c, p),
   );
   const page = rows.slice(0, q.pageSize);
   const last = page[page.length - 1];

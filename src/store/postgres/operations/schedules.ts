@@ -4,7 +4,9 @@
 import { NotFoundError } from "../../../queue/errors.js";
 import { CronSchedule, requireScheduleName, validatePutSchedule } from "../../../queue/schedule-rules.js";
 import { NEXT_FIRE_TIMES, type PutScheduleInput, type PutScheduleResult, type Schedule } from "../../../queue/types.js";
-import type { CallOptions, CreateJobInput } from "../../../queue/types.js";
+import type { CallOptions, CreateJobInput, CreateWorkflowInput } from "../../../queue/types.js";
+import { ValidationError } from "../../../queue/errors.js";
+import { prepareWorkflow } from "./workflows.js";
 import type { StoreContext } from "../state/context.js";
 import { requireAccount } from "./accounts.js";
 import { checkWorkloads, prepareJob } from "./create-job-core.js";
@@ -30,16 +32,19 @@ interface UpsertSchedule {
   catchUp: Schedule["catchUp"];
   maxCatchUp: number;
   nextFireAt: Date | null;
+  /** the workflow template, as jsonb text; null for a schedule of jobs */
+  workflow: string | null;
 }
 export const UPSERT_SCHEDULE = defineQuery<UpsertSchedule, ScheduleRow & { created: boolean }>(
   null,
   `
-INSERT INTO schedules AS s (name, cron, timezone, job, overlap, catch_up, max_catch_up, next_fire_at)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
+INSERT INTO schedules AS s (name, cron, timezone, job, overlap, catch_up, max_catch_up, next_fire_at, workflow)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9::jsonb)
 ON CONFLICT (name) DO UPDATE
   SET cron = EXCLUDED.cron,
       timezone = EXCLUDED.timezone,
       job = EXCLUDED.job,
+      workflow = EXCLUDED.workflow,
       overlap = EXCLUDED.overlap,
       catch_up = EXCLUDED.catch_up,
       max_catch_up = EXCLUDED.max_catch_up,
@@ -47,7 +52,7 @@ ON CONFLICT (name) DO UPDATE
                        THEN s.next_fire_at ELSE EXCLUDED.next_fire_at END,
       updated_at = now()
 RETURNING s.*, (s.xmax = 0) AS created`,
-  (p) => [p.name, p.cron, p.timezone, p.job, p.overlap, p.catchUp, p.maxCatchUp, p.nextFireAt],
+  (p) => [p.name, p.cron, p.timezone, p.job, p.overlap, p.catchUp, p.maxCatchUp, p.nextFireAt, p.workflow],
 );
 
 type ByName = { name: string };
@@ -89,6 +94,9 @@ export interface ScheduleRow {
   last_job_id: string | null;
   created_at: Date;
   updated_at: Date;
+  /** a schedule of workflows' template (its job is then '{}'); absent before the dependencies migration */
+  workflow?: CreateWorkflowInput | null;
+  last_workflow_id?: string | null;
 }
 
 /** A row as the API answers it, with its next fire times (computed: none while paused). */
@@ -101,7 +109,8 @@ export function toSchedule(r: ScheduleRow): Schedule {
     name: r.name,
     cron: r.cron,
     timezone: r.timezone,
-    job: r.job,
+    job: r.workflow ? null : r.job,
+    workflow: r.workflow ?? null,
     overlap: r.overlap,
     catchUp: r.catch_up,
     maxCatchUp: r.max_catch_up,
@@ -109,6 +118,7 @@ export function toSchedule(r: ScheduleRow): Schedule {
     nextFireTimes,
     lastFireAt: r.last_fire_at,
     lastJobId: r.last_job_id,
+    lastWorkflowId: r.last_workflow_id ?? null,
     createdAt: r.created_at,
     updatedAt: r.updated_at,
   };
@@ -118,19 +128,25 @@ export async function putSchedule(ctx: StoreContext, input: PutScheduleInput, op
   const s = validatePutSchedule(input, ctx.options.maxTasksPerJob);
   // The template through CreateJob's own core (create-job-core.ts): what a tick's job will be
   // checked against is checked now, each field named under "job.", and an unknown workload
-  // (the job's, a task's, the finalizer's) is NOT_FOUND as it is from CreateJob.
-  const template = prepareJob(ctx, s.job, s.normalizedJob);
+  // (the job's, a task's, the finalizer's) is NOT_FOUND as it is from CreateJob. A workflow
+  // template: every node so, named under "workflow.nodes[i].job.".
+  const templates = s.workflow
+    ? underWorkflow(() => prepareWorkflow(ctx, s.workflow!, undefined)).nodes.map((p) => ({ p, prefix: `workflow.${p.fieldPrefix ?? ""}` }))
+    : [{ p: prepareJob(ctx, s.job!, s.normalizedJob), prefix: "job." }];
   return withClient(ctx.pool, opts.signal, async (c) => {
-    await ctx.workloads.load(c, template.names, false);
-    await checkWorkloads(ctx, c, template, "job.");
-    if (template.job.account !== undefined) await requireAccount(c, template.job.account, "job.account");
+    for (const { p, prefix } of templates) {
+      await ctx.workloads.load(c, p.names, false);
+      await checkWorkloads(ctx, c, p, prefix);
+      if (p.job.account !== undefined) await requireAccount(c, p.job.account, `${prefix}account`);
+    }
     const { now } = await SELECT_DB_NOW.one(c);
     const next = new CronSchedule(s.cron, s.timezone).next(now);
     const row = await UPSERT_SCHEDULE.one(c, {
       name: s.name,
       cron: s.cron,
       timezone: s.timezone,
-      job: JSON.stringify(s.job),
+      job: JSON.stringify(s.job ?? {}),
+      workflow: s.workflow ? JSON.stringify(s.workflow) : null,
       overlap: s.overlap,
       catchUp: s.catchUp,
       maxCatchUp: s.maxCatchUp,
@@ -176,4 +192,15 @@ export async function resumeSchedule(ctx: StoreContext, name: string, opts: Call
     const next = new CronSchedule(row.cron, row.timezone).next(row.db_now);
     return toSchedule(await RESUME_SCHEDULE.one(c, { name: n, nextFireAt: next }));
   });
+}
+
+/** A workflow template's validation errors named under "workflow." (its nodes' jobs are CreateJob's rules). */
+function underWorkflow<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    if (!(err instanceof ValidationError)) throw err;
+    const violations = err.violations.map((v) => ({ field: `workflow.${v.field}`, description: v.description }));
+    throw new ValidationError(violations[0].field, err.detail, violations);
+  }
 }

@@ -2,7 +2,7 @@
 // here, against the migrations. node-postgres hands back timestamptz as Date, int as number, jsonb
 // parsed, and bigint (task_events.id) as a string.
 import type { Usage } from "../../../queue/types.js";
-import type { Job, JobEvent, JsonObject, Labels, Task, Workload } from "../../../queue/types.js";
+import type { DependencyPolicy, Job, JobEvent, JobParent, JsonObject, Labels, Task, Workload } from "../../../queue/types.js";
 
 export interface WorkloadRow {
   name: string;
@@ -61,6 +61,29 @@ export interface JobRow {
   settled_at?: Date | null;
   /** The usage the settlement covered (absent before the usage_adjustments migration). */
   settled_usage?: Usage | null;
+  /** Its parents' policy (null: none), the parents not final yet, and its workflow (absent before the dependencies migration). */
+  dependency_policy?: DependencyPolicy | null;
+  waiting_on?: number;
+  workflow_id?: string | null;
+  workflow_node?: string | null;
+}
+
+/** A parent as leasehold_promote_jobs stores it on a task (tasks.parents) and the parents' reads select it (json). */
+export interface ParentJson {
+  job_id: string;
+  status: string;
+  optional: boolean;
+  node: string | null;
+  total_tasks: number;
+  completed_tasks: number;
+  result: {
+    chunk_index: number;
+    task_id: string;
+    result_uri: string;
+    result_sha256: string;
+    metrics: JsonObject | null;
+    completed_at: string;
+  } | null;
 }
 
 export interface TaskRow {
@@ -94,13 +117,16 @@ export interface TaskRow {
   usage?: Usage | null;
   /** bigint, as text; the claim's order after priority (docs/flow-control-claim.md, "Fair share") */
   fair_rank?: string;
+  /** Its job's parents when the job was made pending; null for a job without parents (absent before the dependencies migration). */
+  parents?: ParentJson[] | null;
 }
 
 /** A task_events row as the watch and attempt reads select it (created_at as text, for its microseconds). */
 export interface JobEventRow {
   id: string | number;
   job_id: string;
-  kind: JobEvent["kind"];
+  /** node_status: a workflow's event (job_id the workflow's, task_id the node's job, message its name) */
+  kind: JobEvent["kind"] | "node_status";
   task_id: string | null;
   chunk_index: number | null;
   status: string | null;
@@ -147,6 +173,8 @@ export function toWorkload(r: WorkloadRow): Workload {
  * created, whose run_at is stored only when it lay ahead).
  */
 function jobStatus(r: JobRow): Job["status"] {
+  // Waiting for its parents: stored as pending with parents not final yet.
+  if (r.status === "pending" && (r.waiting_on ?? 0) > 0) return "waiting";
   if (r.status !== "pending" || !r.run_at) return r.status;
   const ahead = r.run_at_ahead ?? r.run_at.getTime() > Date.now();
   return ahead ? "scheduled" : "pending";
@@ -189,7 +217,33 @@ export function toJob(r: JobRow): Job {
           usage: r.settled_usage ?? {},
         }
       : null,
+    dependencyPolicy: r.dependency_policy ?? null,
+    waitingParents: r.waiting_on ?? 0,
+    workflowId: r.workflow_id ?? null,
+    workflowNode: r.workflow_node ?? null,
   };
+}
+
+/** Parents as stored on a task or read with a job (ParentJson) in the domain's shape. */
+export function toJobParents(rows: readonly ParentJson[]): JobParent[] {
+  return rows.map((p) => ({
+    jobId: p.job_id,
+    status: p.status as JobParent["status"],
+    optional: p.optional === true,
+    node: p.node ?? null,
+    totalTasks: Number(p.total_tasks ?? 0),
+    completedTasks: Number(p.completed_tasks ?? 0),
+    result: p.result
+      ? {
+          chunkIndex: p.result.chunk_index,
+          taskId: p.result.task_id,
+          resultUri: p.result.result_uri,
+          resultSha256: p.result.result_sha256,
+          metrics: p.result.metrics ?? null,
+          completedAt: new Date(p.result.completed_at),
+        }
+      : null,
+  }));
 }
 
 /** A job's billing context: null when CreateJob gave none (neither reserved units nor a key stored). */
@@ -229,6 +283,7 @@ export function toTask(r: TaskRow): Task {
     concurrencyKey: r.concurrency_key ?? "",
     requiredLabels: r.required_labels ?? null,
     usage: r.usage ?? undefined,
+    parents: r.parents ? toJobParents(r.parents) : undefined,
   };
 }
 
@@ -236,7 +291,7 @@ export function toJobEvent(r: JobEventRow): JobEvent {
   return {
     id: String(r.id),
     jobId: r.job_id,
-    kind: r.kind,
+    kind: r.kind as JobEvent["kind"],
     taskId: r.task_id ?? null,
     chunkIndex: r.chunk_index ?? null,
     status: r.status ?? null,

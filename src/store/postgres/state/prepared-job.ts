@@ -23,6 +23,14 @@ export interface PreparedJob {
   needsTransaction: boolean;
   /** handed the result as soon as it is known, before a COPY ends (early-answer.ts); not for a delayed job */
   early?: CallOptions["prepared"];
+  /** its tasks are inserted waiting (a job with parents: dependencies.ts promotes them), with no wake-up and no fair ranks yet */
+  waiting?: boolean;
+  /** the caller held the account's quota for it already (a workflow's nodes together, a job after others): writeJobs does not */
+  gated?: boolean;
+  /** names its fields under this prefix in errors ("nodes[2].job." in a workflow) */
+  fieldPrefix?: string;
+  /** the caller wants the job alone (CallOptions.withoutTasks): no task rows are made for the result */
+  withoutTasks?: boolean;
 }
 
 /** A job written, or why not: "stale" (a workload changed since it was cached), "taken" (its idempotency key was used before). */

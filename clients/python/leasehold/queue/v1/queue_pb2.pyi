@@ -19,6 +19,7 @@ class TaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATUS_COMPLETED: _ClassVar[TaskStatus]
     TASK_STATUS_FAILED: _ClassVar[TaskStatus]
     TASK_STATUS_CANCELLED: _ClassVar[TaskStatus]
+    TASK_STATUS_WAITING: _ClassVar[TaskStatus]
 
 class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -29,12 +30,25 @@ class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATUS_FAILED: _ClassVar[JobStatus]
     JOB_STATUS_CANCELLED: _ClassVar[JobStatus]
     JOB_STATUS_SCHEDULED: _ClassVar[JobStatus]
+    JOB_STATUS_WAITING: _ClassVar[JobStatus]
+
+class DependencyPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEPENDENCY_POLICY_UNSPECIFIED: _ClassVar[DependencyPolicy]
+    DEPENDENCY_POLICY_ALL_COMPLETED: _ClassVar[DependencyPolicy]
+    DEPENDENCY_POLICY_ALL_FINAL: _ClassVar[DependencyPolicy]
 
 class FailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FAILURE_POLICY_UNSPECIFIED: _ClassVar[FailurePolicy]
     FAILURE_POLICY_FAIL_FAST: _ClassVar[FailurePolicy]
     FAILURE_POLICY_CONTINUE: _ClassVar[FailurePolicy]
+
+class JobView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_VIEW_UNSPECIFIED: _ClassVar[JobView]
+    JOB_VIEW_BASIC: _ClassVar[JobView]
+    JOB_VIEW_FULL: _ClassVar[JobView]
 
 class JobEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -55,6 +69,7 @@ class WaitingReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WAITING_REASON_RATE_LIMITED: _ClassVar[WaitingReason]
     WAITING_REASON_LABELS_UNMATCHED: _ClassVar[WaitingReason]
     WAITING_REASON_NO_WORKERS: _ClassVar[WaitingReason]
+    WAITING_REASON_PARENTS: _ClassVar[WaitingReason]
 
 class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -83,6 +98,7 @@ TASK_STATUS_LEASED: TaskStatus
 TASK_STATUS_COMPLETED: TaskStatus
 TASK_STATUS_FAILED: TaskStatus
 TASK_STATUS_CANCELLED: TaskStatus
+TASK_STATUS_WAITING: TaskStatus
 JOB_STATUS_UNSPECIFIED: JobStatus
 JOB_STATUS_PENDING: JobStatus
 JOB_STATUS_RUNNING: JobStatus
@@ -90,9 +106,16 @@ JOB_STATUS_COMPLETED: JobStatus
 JOB_STATUS_FAILED: JobStatus
 JOB_STATUS_CANCELLED: JobStatus
 JOB_STATUS_SCHEDULED: JobStatus
+JOB_STATUS_WAITING: JobStatus
+DEPENDENCY_POLICY_UNSPECIFIED: DependencyPolicy
+DEPENDENCY_POLICY_ALL_COMPLETED: DependencyPolicy
+DEPENDENCY_POLICY_ALL_FINAL: DependencyPolicy
 FAILURE_POLICY_UNSPECIFIED: FailurePolicy
 FAILURE_POLICY_FAIL_FAST: FailurePolicy
 FAILURE_POLICY_CONTINUE: FailurePolicy
+JOB_VIEW_UNSPECIFIED: JobView
+JOB_VIEW_BASIC: JobView
+JOB_VIEW_FULL: JobView
 JOB_EVENT_KIND_UNSPECIFIED: JobEventKind
 JOB_EVENT_KIND_TASK_STATUS: JobEventKind
 JOB_EVENT_KIND_TASK_PROGRESS: JobEventKind
@@ -107,6 +130,7 @@ WAITING_REASON_KEY_CAP: WaitingReason
 WAITING_REASON_RATE_LIMITED: WaitingReason
 WAITING_REASON_LABELS_UNMATCHED: WaitingReason
 WAITING_REASON_NO_WORKERS: WaitingReason
+WAITING_REASON_PARENTS: WaitingReason
 ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
 ATTEMPT_OUTCOME_RUNNING: AttemptOutcome
 ATTEMPT_OUTCOME_COMPLETED: AttemptOutcome
@@ -120,6 +144,32 @@ CATCH_UP_POLICY_UNSPECIFIED: CatchUpPolicy
 CATCH_UP_POLICY_SKIP: CatchUpPolicy
 CATCH_UP_POLICY_ONE: CatchUpPolicy
 CATCH_UP_POLICY_ALL: CatchUpPolicy
+
+class Dependency(_message.Message):
+    __slots__ = ("job_id", "optional")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OPTIONAL_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    optional: bool
+    def __init__(self, job_id: _Optional[str] = ..., optional: _Optional[bool] = ...) -> None: ...
+
+class JobParent(_message.Message):
+    __slots__ = ("job_id", "status", "optional", "node", "total_tasks", "completed_tasks", "result")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONAL_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    status: JobStatus
+    optional: bool
+    node: str
+    total_tasks: int
+    completed_tasks: int
+    result: ResultManifest
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., optional: _Optional[bool] = ..., node: _Optional[str] = ..., total_tasks: _Optional[int] = ..., completed_tasks: _Optional[int] = ..., result: _Optional[_Union[ResultManifest, _Mapping]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
     __slots__ = ("chunk_index", "input_uri", "input_sha256", "parameters", "workload", "required_labels", "run_at")
@@ -157,7 +207,7 @@ class Finalizer(_message.Message):
     def __init__(self, workload: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_on_failure: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "schedule_name", "schedule_fire_time", "run_at", "finalizer", "finalizer_job_id", "parent_job_id", "account", "billing", "usage", "settlement")
+    __slots__ = ("id", "workload", "input_uri", "input_sha256", "parameters", "status", "priority", "idempotency_key", "traceparent", "cancel_reason", "created_at", "updated_at", "completed_at", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "schedule_name", "schedule_fire_time", "run_at", "finalizer", "finalizer_job_id", "parent_job_id", "account", "billing", "usage", "settlement", "dependency_policy", "parents", "waiting_parents", "workflow_id", "workflow_node")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +249,11 @@ class Job(_message.Message):
     BILLING_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_PARENTS_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_NODE_FIELD_NUMBER: _ClassVar[int]
     id: str
     workload: str
     input_uri: str
@@ -226,10 +281,15 @@ class Job(_message.Message):
     billing: Billing
     usage: _containers.ScalarMap[str, int]
     settlement: Settlement
-    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., schedule_name: _Optional[str] = ..., schedule_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., finalizer_job_id: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., account: _Optional[str] = ..., billing: _Optional[_Union[Billing, _Mapping]] = ..., usage: _Optional[_Mapping[str, int]] = ..., settlement: _Optional[_Union[Settlement, _Mapping]] = ...) -> None: ...
+    dependency_policy: DependencyPolicy
+    parents: _containers.RepeatedCompositeFieldContainer[JobParent]
+    waiting_parents: int
+    workflow_id: str
+    workflow_node: str
+    def __init__(self, id: _Optional[str] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[JobStatus, str]] = ..., priority: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., cancel_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., schedule_name: _Optional[str] = ..., schedule_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., finalizer_job_id: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., account: _Optional[str] = ..., billing: _Optional[_Union[Billing, _Mapping]] = ..., usage: _Optional[_Mapping[str, int]] = ..., settlement: _Optional[_Union[Settlement, _Mapping]] = ..., dependency_policy: _Optional[_Union[DependencyPolicy, str]] = ..., parents: _Optional[_Iterable[_Union[JobParent, _Mapping]]] = ..., waiting_parents: _Optional[int] = ..., workflow_id: _Optional[str] = ..., workflow_node: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent", "concurrency_key", "required_labels", "usage")
+    __slots__ = ("id", "job_id", "chunk_index", "workload", "input_uri", "input_sha256", "parameters", "status", "attempt", "max_attempts", "priority", "lease_owner", "lease_expires_at", "result_uri", "result_sha256", "metrics", "error_code", "error_message", "created_at", "started_at", "completed_at", "version", "traceparent", "concurrency_key", "required_labels", "usage", "parents")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +330,7 @@ class Task(_message.Message):
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_LABELS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     chunk_index: int
@@ -296,21 +357,24 @@ class Task(_message.Message):
     concurrency_key: str
     required_labels: _containers.ScalarMap[str, str]
     usage: _containers.ScalarMap[str, int]
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., priority: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., traceparent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., usage: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    parents: _containers.RepeatedCompositeFieldContainer[JobParent]
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., priority: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result_uri: _Optional[str] = ..., result_sha256: _Optional[str] = ..., metrics: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., traceparent: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., usage: _Optional[_Mapping[str, int]] = ..., parents: _Optional[_Iterable[_Union[JobParent, _Mapping]]] = ...) -> None: ...
 
 class TaskCounts(_message.Message):
-    __slots__ = ("pending", "leased", "completed", "failed", "cancelled")
+    __slots__ = ("pending", "leased", "completed", "failed", "cancelled", "waiting")
     PENDING_FIELD_NUMBER: _ClassVar[int]
     LEASED_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     pending: int
     leased: int
     completed: int
     failed: int
     cancelled: int
-    def __init__(self, pending: _Optional[int] = ..., leased: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ...) -> None: ...
+    waiting: int
+    def __init__(self, pending: _Optional[int] = ..., leased: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., waiting: _Optional[int] = ...) -> None: ...
 
 class ResultManifest(_message.Message):
     __slots__ = ("chunk_index", "task_id", "result_uri", "result_sha256", "metrics", "completed_at")
@@ -361,7 +425,7 @@ class Workload(_message.Message):
     def __init__(self, name: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., parameters_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_pending_seconds: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., max_leased: _Optional[int] = ..., max_leased_per_key: _Optional[int] = ..., max_leases_per_second: _Optional[float] = ..., leases_burst: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "run_at", "finalizer", "account", "billing")
+    __slots__ = ("workload", "input_uri", "input_sha256", "parameters", "priority", "max_attempts", "idempotency_key", "traceparent", "tasks", "failure_policy", "max_failed_tasks", "concurrency_key", "required_labels", "run_at", "finalizer", "account", "billing", "view", "after", "dependency_policy")
     class RequiredLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -386,6 +450,9 @@ class CreateJobRequest(_message.Message):
     FINALIZER_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     BILLING_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_POLICY_FIELD_NUMBER: _ClassVar[int]
     workload: str
     input_uri: str
     input_sha256: str
@@ -403,7 +470,10 @@ class CreateJobRequest(_message.Message):
     finalizer: Finalizer
     account: str
     billing: Billing
-    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., account: _Optional[str] = ..., billing: _Optional[_Union[Billing, _Mapping]] = ...) -> None: ...
+    view: JobView
+    after: _containers.RepeatedCompositeFieldContainer[Dependency]
+    dependency_policy: DependencyPolicy
+    def __init__(self, workload: _Optional[str] = ..., input_uri: _Optional[str] = ..., input_sha256: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., priority: _Optional[int] = ..., max_attempts: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., traceparent: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., failure_policy: _Optional[_Union[FailurePolicy, str]] = ..., max_failed_tasks: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., required_labels: _Optional[_Mapping[str, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finalizer: _Optional[_Union[Finalizer, _Mapping]] = ..., account: _Optional[str] = ..., billing: _Optional[_Union[Billing, _Mapping]] = ..., view: _Optional[_Union[JobView, str]] = ..., after: _Optional[_Iterable[_Union[Dependency, _Mapping]]] = ..., dependency_policy: _Optional[_Union[DependencyPolicy, str]] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job", "tasks")
@@ -962,7 +1032,7 @@ class AttemptProgress(_message.Message):
     def __init__(self, progress: _Optional[float] = ..., message: _Optional[str] = ..., partial_result_uri: _Optional[str] = ..., reported_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("name", "cron", "timezone", "job", "overlap", "catch_up", "max_catch_up", "paused", "next_fire_times", "last_fire_time", "last_job_id", "created_at", "updated_at")
+    __slots__ = ("name", "cron", "timezone", "job", "overlap", "catch_up", "max_catch_up", "paused", "next_fire_times", "last_fire_time", "last_job_id", "created_at", "updated_at", "workflow", "last_workflow_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TIMEZONE_FIELD_NUMBER: _ClassVar[int]
@@ -976,6 +1046,8 @@ class Schedule(_message.Message):
     LAST_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    LAST_WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     cron: str
     timezone: str
@@ -989,10 +1061,12 @@ class Schedule(_message.Message):
     last_job_id: str
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job: _Optional[_Union[CreateJobRequest, _Mapping]] = ..., overlap: _Optional[_Union[OverlapPolicy, str]] = ..., catch_up: _Optional[_Union[CatchUpPolicy, str]] = ..., max_catch_up: _Optional[int] = ..., paused: _Optional[bool] = ..., next_fire_times: _Optional[_Iterable[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]]] = ..., last_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_job_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    workflow: CreateWorkflowRequest
+    last_workflow_id: str
+    def __init__(self, name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job: _Optional[_Union[CreateJobRequest, _Mapping]] = ..., overlap: _Optional[_Union[OverlapPolicy, str]] = ..., catch_up: _Optional[_Union[CatchUpPolicy, str]] = ..., max_catch_up: _Optional[int] = ..., paused: _Optional[bool] = ..., next_fire_times: _Optional[_Iterable[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]]] = ..., last_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_job_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., workflow: _Optional[_Union[CreateWorkflowRequest, _Mapping]] = ..., last_workflow_id: _Optional[str] = ...) -> None: ...
 
 class PutScheduleRequest(_message.Message):
-    __slots__ = ("name", "cron", "timezone", "job", "overlap", "catch_up", "max_catch_up")
+    __slots__ = ("name", "cron", "timezone", "job", "overlap", "catch_up", "max_catch_up", "workflow")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TIMEZONE_FIELD_NUMBER: _ClassVar[int]
@@ -1000,6 +1074,7 @@ class PutScheduleRequest(_message.Message):
     OVERLAP_FIELD_NUMBER: _ClassVar[int]
     CATCH_UP_FIELD_NUMBER: _ClassVar[int]
     MAX_CATCH_UP_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     name: str
     cron: str
     timezone: str
@@ -1007,7 +1082,8 @@ class PutScheduleRequest(_message.Message):
     overlap: OverlapPolicy
     catch_up: CatchUpPolicy
     max_catch_up: int
-    def __init__(self, name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job: _Optional[_Union[CreateJobRequest, _Mapping]] = ..., overlap: _Optional[_Union[OverlapPolicy, str]] = ..., catch_up: _Optional[_Union[CatchUpPolicy, str]] = ..., max_catch_up: _Optional[int] = ...) -> None: ...
+    workflow: CreateWorkflowRequest
+    def __init__(self, name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job: _Optional[_Union[CreateJobRequest, _Mapping]] = ..., overlap: _Optional[_Union[OverlapPolicy, str]] = ..., catch_up: _Optional[_Union[CatchUpPolicy, str]] = ..., max_catch_up: _Optional[int] = ..., workflow: _Optional[_Union[CreateWorkflowRequest, _Mapping]] = ...) -> None: ...
 
 class PutScheduleResponse(_message.Message):
     __slots__ = ("schedule", "created")
@@ -1292,3 +1368,207 @@ class SettleAdjustmentResponse(_message.Message):
     ADJUSTMENT_FIELD_NUMBER: _ClassVar[int]
     adjustment: UsageAdjustment
     def __init__(self, adjustment: _Optional[_Union[UsageAdjustment, _Mapping]] = ...) -> None: ...
+
+class WorkflowNodeSpec(_message.Message):
+    __slots__ = ("name", "job", "after")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    job: CreateJobRequest
+    after: _containers.RepeatedCompositeFieldContainer[NodeDependency]
+    def __init__(self, name: _Optional[str] = ..., job: _Optional[_Union[CreateJobRequest, _Mapping]] = ..., after: _Optional[_Iterable[_Union[NodeDependency, _Mapping]]] = ...) -> None: ...
+
+class NodeDependency(_message.Message):
+    __slots__ = ("node", "optional")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONAL_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    optional: bool
+    def __init__(self, node: _Optional[str] = ..., optional: _Optional[bool] = ...) -> None: ...
+
+class CreateWorkflowRequest(_message.Message):
+    __slots__ = ("nodes", "name", "idempotency_key", "account")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[WorkflowNodeSpec]
+    name: str
+    idempotency_key: str
+    account: str
+    def __init__(self, nodes: _Optional[_Iterable[_Union[WorkflowNodeSpec, _Mapping]]] = ..., name: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., account: _Optional[str] = ...) -> None: ...
+
+class CreateWorkflowResponse(_message.Message):
+    __slots__ = ("workflow",)
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    workflow: Workflow
+    def __init__(self, workflow: _Optional[_Union[Workflow, _Mapping]] = ...) -> None: ...
+
+class WorkflowNodeCounts(_message.Message):
+    __slots__ = ("waiting", "pending", "running", "completed", "failed", "cancelled", "scheduled")
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    waiting: int
+    pending: int
+    running: int
+    completed: int
+    failed: int
+    cancelled: int
+    scheduled: int
+    def __init__(self, waiting: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., scheduled: _Optional[int] = ...) -> None: ...
+
+class Workflow(_message.Message):
+    __slots__ = ("id", "name", "status", "nodes", "node_counts", "idempotency_key", "created_at", "completed_at", "schedule_name", "schedule_fire_time", "account")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    NODE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    status: JobStatus
+    nodes: _containers.RepeatedCompositeFieldContainer[WorkflowNode]
+    node_counts: WorkflowNodeCounts
+    idempotency_key: str
+    created_at: _timestamp_pb2.Timestamp
+    completed_at: _timestamp_pb2.Timestamp
+    schedule_name: str
+    schedule_fire_time: _timestamp_pb2.Timestamp
+    account: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., nodes: _Optional[_Iterable[_Union[WorkflowNode, _Mapping]]] = ..., node_counts: _Optional[_Union[WorkflowNodeCounts, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule_name: _Optional[str] = ..., schedule_fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., account: _Optional[str] = ...) -> None: ...
+
+class WorkflowNode(_message.Message):
+    __slots__ = ("name", "job_id", "status", "workload", "after", "dependency_policy", "waiting_parents", "total_tasks", "completed_tasks", "cancel_reason", "completed_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    WAITING_PARENTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REASON_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    job_id: str
+    status: JobStatus
+    workload: str
+    after: _containers.RepeatedCompositeFieldContainer[NodeDependency]
+    dependency_policy: DependencyPolicy
+    waiting_parents: int
+    total_tasks: int
+    completed_tasks: int
+    cancel_reason: str
+    completed_at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., workload: _Optional[str] = ..., after: _Optional[_Iterable[_Union[NodeDependency, _Mapping]]] = ..., dependency_policy: _Optional[_Union[DependencyPolicy, str]] = ..., waiting_parents: _Optional[int] = ..., total_tasks: _Optional[int] = ..., completed_tasks: _Optional[int] = ..., cancel_reason: _Optional[str] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetWorkflowRequest(_message.Message):
+    __slots__ = ("workflow_id",)
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    def __init__(self, workflow_id: _Optional[str] = ...) -> None: ...
+
+class GetWorkflowResponse(_message.Message):
+    __slots__ = ("workflow",)
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    workflow: Workflow
+    def __init__(self, workflow: _Optional[_Union[Workflow, _Mapping]] = ...) -> None: ...
+
+class ListWorkflowsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "schedule_name", "account")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    schedule_name: str
+    account: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., schedule_name: _Optional[str] = ..., account: _Optional[str] = ...) -> None: ...
+
+class ListWorkflowsResponse(_message.Message):
+    __slots__ = ("workflows", "next_page_token")
+    WORKFLOWS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    workflows: _containers.RepeatedCompositeFieldContainer[Workflow]
+    next_page_token: str
+    def __init__(self, workflows: _Optional[_Iterable[_Union[Workflow, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchWorkflowRequest(_message.Message):
+    __slots__ = ("workflow_id", "after_event_id")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    after_event_id: int
+    def __init__(self, workflow_id: _Optional[str] = ..., after_event_id: _Optional[int] = ...) -> None: ...
+
+class WorkflowEvent(_message.Message):
+    __slots__ = ("id", "node", "job_id", "status", "previous_status", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    node: str
+    job_id: str
+    status: JobStatus
+    previous_status: JobStatus
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., node: _Optional[str] = ..., job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., previous_status: _Optional[_Union[JobStatus, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class WatchWorkflowResponse(_message.Message):
+    __slots__ = ("snapshot", "event")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: GetWorkflowResponse
+    event: WorkflowEvent
+    def __init__(self, snapshot: _Optional[_Union[GetWorkflowResponse, _Mapping]] = ..., event: _Optional[_Union[WorkflowEvent, _Mapping]] = ...) -> None: ...
+
+class CancelWorkflowRequest(_message.Message):
+    __slots__ = ("workflow_id", "reason")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    reason: str
+    def __init__(self, workflow_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelWorkflowResponse(_message.Message):
+    __slots__ = ("workflow", "cancelled_nodes")
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_NODES_FIELD_NUMBER: _ClassVar[int]
+    workflow: Workflow
+    cancelled_nodes: int
+    def __init__(self, workflow: _Optional[_Union[Workflow, _Mapping]] = ..., cancelled_nodes: _Optional[int] = ...) -> None: ...
+
+class RetryWorkflowRequest(_message.Message):
+    __slots__ = ("workflow_id", "max_attempts")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    max_attempts: int
+    def __init__(self, workflow_id: _Optional[str] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+
+class RetryWorkflowResponse(_message.Message):
+    __slots__ = ("workflow", "retried_nodes", "retried_tasks")
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    RETRIED_NODES_FIELD_NUMBER: _ClassVar[int]
+    RETRIED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    workflow: Workflow
+    retried_nodes: int
+    retried_tasks: int
+    def __init__(self, workflow: _Optional[_Union[Workflow, _Mapping]] = ..., retried_nodes: _Optional[int] = ..., retried_tasks: _Optional[int] = ...) -> None: ...

@@ -213,6 +213,36 @@ class QueueServiceStub:
                 request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentRequest.SerializeToString,
                 response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentResponse.FromString,
                 _registered_method=True)
+        self.CreateWorkflow = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/CreateWorkflow',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.CreateWorkflowRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.CreateWorkflowResponse.FromString,
+                _registered_method=True)
+        self.GetWorkflow = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/GetWorkflow',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetWorkflowRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetWorkflowResponse.FromString,
+                _registered_method=True)
+        self.ListWorkflows = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/ListWorkflows',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkflowsRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkflowsResponse.FromString,
+                _registered_method=True)
+        self.WatchWorkflow = channel.unary_stream(
+                '/leasehold.queue.v1.QueueService/WatchWorkflow',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.WatchWorkflowRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.WatchWorkflowResponse.FromString,
+                _registered_method=True)
+        self.CancelWorkflow = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/CancelWorkflow',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.CancelWorkflowRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.CancelWorkflowResponse.FromString,
+                _registered_method=True)
+        self.RetryWorkflow = channel.unary_unary(
+                '/leasehold.queue.v1.QueueService/RetryWorkflow',
+                request_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.RetryWorkflowRequest.SerializeToString,
+                response_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.RetryWorkflowResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -547,6 +577,77 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateWorkflow(self, request, context):
+        """Creates a workflow: named nodes, each a job as CreateJob takes it, and edges
+        by name (each node's after), validated whole and written in one
+        transaction. Nodes without unfinished parents are pending at once; the
+        others are JOB_STATUS_WAITING until their parents end (see
+        DependencyPolicy). Nothing is written when any node is refused: an unknown
+        workload is NOT_FOUND naming the field (nodes[2].job.workload), an edge to
+        an unknown node, a cycle or more than LIMITS.maxWorkflowNodes nodes is
+        INVALID_ARGUMENT, an account's quota passed by the nodes' tasks together is
+        RESOURCE_EXHAUSTED. With an idempotency_key, repeating an identical request
+        answers the workflow created the first time.
+        Over REST: 201 Created (200 OK for an idempotent replay).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWorkflow(self, request, context):
+        """Returns a workflow with every node's status. Another account's workflow,
+        like one that does not exist, is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkflows(self, request, context):
+        """Lists workflows, newest first, one page at a time (their nodes' counts by
+        status, without the nodes themselves).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchWorkflow(self, request, context):
+        """Streams a workflow: first its snapshot (GetWorkflow's answer), then each
+        node's status change as it commits, in commit order (a node waiting, made
+        pending by its last parent's end, running, final; reopened by a retry);
+        the stream ends after the transaction that made its last unfinished node
+        final, at once when every node is final already. Resumes with
+        after_event_id as WatchJob does.
+        Over REST: 200 text/event-stream, one WatchWorkflowResponse as JSON per
+        `data:` line.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelWorkflow(self, request, context):
+        """Cancels every node of a workflow that is not final (waiting, pending or
+        running), as CancelJob cancels a job, in one transaction. Final nodes stay
+        as they are; cancelling a workflow whose nodes are all final changes
+        nothing and returns it as it is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryWorkflow(self, request, context):
+        """Retries a workflow's failed and cancelled nodes and every node downstream
+        of them that is not completed, in one transaction: each node's failed and
+        cancelled tasks get a fresh attempt budget (as RetryJob), and the node
+        waits again until its parents are final, or is pending at once when they
+        are. Completed nodes keep their results and are not run again. A
+        workflow with no failed or cancelled node, or one with a settled node to
+        retry, is FAILED_PRECONDITION; past the account's quota it is
+        RESOURCE_EXHAUSTED and changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -724,6 +825,36 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.SettleAdjustment,
                     request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentRequest.FromString,
                     response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentResponse.SerializeToString,
+            ),
+            'CreateWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateWorkflow,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.CreateWorkflowRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.CreateWorkflowResponse.SerializeToString,
+            ),
+            'GetWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWorkflow,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetWorkflowRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.GetWorkflowResponse.SerializeToString,
+            ),
+            'ListWorkflows': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkflows,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkflowsRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkflowsResponse.SerializeToString,
+            ),
+            'WatchWorkflow': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchWorkflow,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.WatchWorkflowRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.WatchWorkflowResponse.SerializeToString,
+            ),
+            'CancelWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelWorkflow,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.CancelWorkflowRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.CancelWorkflowResponse.SerializeToString,
+            ),
+            'RetryWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryWorkflow,
+                    request_deserializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.RetryWorkflowRequest.FromString,
+                    response_serializer=leasehold_dot_queue_dot_v1_dot_queue__pb2.RetryWorkflowResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1675,6 +1806,168 @@ class QueueService:
             '/leasehold.queue.v1.QueueService/SettleAdjustment',
             leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentRequest.SerializeToString,
             leasehold_dot_queue_dot_v1_dot_queue__pb2.SettleAdjustmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/CreateWorkflow',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.CreateWorkflowRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.CreateWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/GetWorkflow',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetWorkflowRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.GetWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/ListWorkflows',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkflowsRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.ListWorkflowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/WatchWorkflow',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.WatchWorkflowRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.WatchWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/CancelWorkflow',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.CancelWorkflowRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.CancelWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.queue.v1.QueueService/RetryWorkflow',
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.RetryWorkflowRequest.SerializeToString,
+            leasehold_dot_queue_dot_v1_dot_queue__pb2.RetryWorkflowResponse.FromString,
             options,
             channel_credentials,
             insecure,
