@@ -14,14 +14,22 @@ describe("test switches", () => {
     expect(TEST_STORE_OPTIONS.coalescing).toEqual(SWITCHES.coalescing);
     expect(SWITCHES.claimHints).toBe(project !== "one-statement-per-call");
     expect(TEST_STORE_OPTIONS.claimHints).toBe(SWITCHES.claimHints);
+    expect(SWITCHES.flowClaimHints).toBe(true);
+    expect(TEST_STORE_OPTIONS.flowClaimHints).toBe(SWITCHES.flowClaimHints);
   });
 
   it("are read with the configuration's rule", () => {
-    expect(testSwitches({})).toEqual({ directUnary: true, coalescing: { maxBatch: 64, mixResults: true }, claimHints: true });
-    expect(testSwitches({ DIRECT_UNARY: "false", COALESCE: "false", CLAIM_HINTS: "false" })).toEqual({
+    expect(testSwitches({})).toEqual({
+      directUnary: true,
+      coalescing: { maxBatch: 64, mixResults: true },
+      claimHints: true,
+      flowClaimHints: true,
+    });
+    expect(testSwitches({ DIRECT_UNARY: "false", COALESCE: "false", CLAIM_HINTS: "false", FLOW_CLAIM_HINTS: "false" })).toEqual({
       directUnary: false,
       coalescing: false,
       claimHints: false,
+      flowClaimHints: false,
     });
     expect(() => testSwitches({ CLAIM_HINTS: "no" })).toThrow(/^CLAIM_HINTS: /);
     expect(testSwitches({ COALESCE_MAX_BATCH: "8" }).coalescing).toEqual({ maxBatch: 8, mixResults: true });
