@@ -1,7 +1,8 @@
 // The rules of claim hints (src/store/postgres/state/claim-hints.ts) without a database: what a claim
 // sends, what it learns, and what an announcement, a reconnect or age does to it.
 import { describe, expect, it, vi } from "vitest";
-import { before, ClaimHints, parseHead, type HintRow } from "../../src/store/postgres/state/claim-hints.js";
+import { ClaimHints } from "../../src/store/postgres/state/claim-hints.js";
+import { before, type HintRow, parseHead } from "../../src/store/postgres/state/hint-keys.js";
 
 const row = (chunk: number, over: Partial<HintRow> = {}): HintRow => ({
   workload: "w",

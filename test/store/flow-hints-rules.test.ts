@@ -2,7 +2,8 @@
 // without a database: the bands a claim's stop leaves, what an announcement does to them, the earlier
 // of two, and what a coordinator sends, learns and forgets (the floor of live leases with them).
 import { describe, expect, it } from "vitest";
-import { ClaimHints, type HintKey, type HintRow } from "../../src/store/postgres/state/claim-hints.js";
+import { ClaimHints } from "../../src/store/postgres/state/claim-hints.js";
+import type { HintKey, HintRow } from "../../src/store/postgres/state/hint-keys.js";
 import { afterStop, earlier, movedBack } from "../../src/store/postgres/state/flow-hints.js";
 import { FREED_HEAD } from "../../src/store/postgres/sql/fragments.js";
 

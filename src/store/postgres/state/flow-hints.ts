@@ -16,7 +16,7 @@
 // the rules below say, so it never lies past a claimable task (but for what claim-hints.ts covers by
 // age: a task locked by a claim that then rolled back).
 
-import { before, type HintKey, type HintRow, parseHead } from "./claim-hints.js";
+import { before, type HintKey, type HintRow, parseHead } from "./hint-keys.js";
 
 export interface FlowHint {
   /** highest priority first, one per priority */
