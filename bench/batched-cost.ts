@@ -81,6 +81,8 @@ const url = `postgres://postgres@127.0.0.1:${port}/leasehold`;
 const bossUrl = `postgres://postgres@127.0.0.1:${port}/boss`;
 await migrate(url, "up");
 await withClient(url, (c) => c.query("CREATE EXTENSION pg_stat_statements"));
+// COST_SQL: statements run after the migrations (an index dropped, say), to measure what a change would save.
+if (process.env.COST_SQL) await withClient(url, (c) => c.query(process.env.COST_SQL!));
 await watchServer(url);
 
 // ---------- what one window cost ----------
@@ -115,6 +117,25 @@ async function reset(db: string) {
   });
 }
 
+/**
+ * PERF_OUT=dir: a CPU profile of the server's processes (`perf record`, as root) over the window,
+ * one file per load, for `perf report -i dir/<load>.data --no-children`.
+ */
+async function perfRecord(db: string, name: string): Promise<(() => Promise<void>) | undefined> {
+  const out = process.env.PERF_OUT;
+  if (!out) return undefined;
+  const pids = await withClient(db, async (c) =>
+    (await c.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()")).rows.map((r) => r.pid),
+  );
+  const file = path.join(out, `${name.replace(/[^a-z0-9]+/gi, "-").toLowerCase()}.data`);
+  const child = spawn("perf", ["record", "-F", "1999", "-g", "-o", file, "-p", pids.join(",")], { stdio: ["ignore", "ignore", "inherit"] });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  return () => {
+    child.kill("SIGINT");
+    return exited;
+  };
+}
+
 async function report(name: string, db: string, load: Load, tasks: () => number) {
   await withClient(db, (c) => c.query("ANALYZE"));
   await quiet(db);
@@ -128,8 +149,10 @@ async function report(name: string, db: string, load: Load, tasks: () => number)
   const cpu0 = cpuNow();
   const t0 = performance.now();
   const stop = await load.start();
+  const perf = await perfRecord(db, name);
   await sleep(SECONDS * 1000);
   await stop();
+  await perf?.();
   const elapsed = (performance.now() - t0) / 1000;
   const n = Math.max(1, tasks() - c0);
   const cpu = cpuPer(cpu0, cpuNow(), n);
@@ -188,7 +211,7 @@ const rest = restClient(coordinator.url, WORKERS * 2);
 try {
   for (const name of LOADS) {
     if (name === "batched" || name === "single") {
-      const maxTasks = name === "batched" ? 10 : 1;
+      const maxTasks = name === "batched" ? Number(process.env.BATCH ?? 10) : 1;
       const workload = `cost_${name}`;
       await fillLeasehold(store, workload, name === "batched" ? Math.max(60_000, SECONDS * 6000) : Math.max(30_000, SECONDS * 3000));
       const load = leaseholdClaimComplete(rest, workload, { workers: WORKERS, maxTasks });

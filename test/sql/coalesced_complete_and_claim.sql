@@ -1,7 +1,8 @@
 -- COALESCED_COMPLETE_AND_CLAIM, as the store sends it (written by test/store/sql-snapshots.test.ts: do not edit by hand).
 WITH input AS MATERIALIZED (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
-    AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb, claim_worker text, claim_n int)
+    AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb, claim_worker text, claim_n int,
+      claim_always boolean)
 ), done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
@@ -15,7 +16,7 @@ WITH input AS MATERIALIZED (
 ), slots AS (
   SELECT b.caller, b.claim_worker AS worker_id, row_number() OVER (ORDER BY b.caller, g) AS rn
   FROM input b CROSS JOIN generate_series(1, b.claim_n) g
-  WHERE b.task_id = ANY (ARRAY(SELECT id FROM done))
+  WHERE b.claim_always OR b.task_id = ANY (ARRAY(SELECT id FROM done))
 ), slot_list AS (
   SELECT array_agg(worker_id ORDER BY rn) AS owners, array_agg(caller ORDER BY rn) AS callers FROM slots
 ), requested AS (
@@ -29,7 +30,7 @@ WITH input AS MATERIALIZED (
   FROM requested w
   CROSS JOIN LATERAL (
     SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
-    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND EXISTS (SELECT 1 FROM done)
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND EXISTS (SELECT 1 FROM slots)
       AND coalesce(($6::jsonb ->> '~expired')::boolean, true)
       AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
     ORDER BY lease_expires_at
@@ -42,7 +43,7 @@ WITH input AS MATERIALIZED (
   CROSS JOIN LATERAL (
     SELECT * FROM (
       SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
-      WHERE status = 'pending' AND workload = w.name AND w.hint_p IS NULL AND run_after <= now() AND EXISTS (SELECT 1 FROM done)
+      WHERE status = 'pending' AND workload = w.name AND w.hint_p IS NULL AND run_after <= now() AND EXISTS (SELECT 1 FROM slots)
         AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
       ORDER BY priority DESC, fair_rank, created_at, chunk_index
       LIMIT (SELECT count(*) FROM slots)
@@ -50,7 +51,7 @@ WITH input AS MATERIALIZED (
     UNION ALL
     SELECT * FROM (
       SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
-      WHERE status = 'pending' AND workload = w.name AND priority = w.hint_p AND (fair_rank, created_at, chunk_index) >= (w.hint_r, w.hint_c, w.hint_i) AND run_after <= now() AND EXISTS (SELECT 1 FROM done)
+      WHERE status = 'pending' AND workload = w.name AND priority = w.hint_p AND (fair_rank, created_at, chunk_index) >= (w.hint_r, w.hint_c, w.hint_i) AND run_after <= now() AND EXISTS (SELECT 1 FROM slots)
         AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
       ORDER BY fair_rank, created_at, chunk_index
       LIMIT (SELECT count(*) FROM slots)
@@ -58,7 +59,7 @@ WITH input AS MATERIALIZED (
     UNION ALL
     SELECT * FROM (
       SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
-      WHERE status = 'pending' AND workload = w.name AND priority < w.hint_p AND run_after <= now() AND EXISTS (SELECT 1 FROM done)
+      WHERE status = 'pending' AND workload = w.name AND priority < w.hint_p AND run_after <= now() AND EXISTS (SELECT 1 FROM slots)
         AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ $5::jsonb)
       ORDER BY priority DESC, fair_rank, created_at, chunk_index
       LIMIT (SELECT count(*) FROM slots)
@@ -88,7 +89,7 @@ WITH input AS MATERIALIZED (
   FROM leasehold_flow_claim_hinted(
     ARRAY(SELECT name FROM requested WHERE flow), (SELECT count(*) FROM slots)::int - (SELECT count(*)::int FROM plain_claimed), NULL::text,
     $4::int, $5::jsonb, ((SELECT owners FROM slot_list))[(SELECT count(*)::int FROM plain_claimed) + 1:], $6::jsonb) f
-  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND EXISTS (SELECT 1 FROM done)
+  WHERE EXISTS (SELECT 1 FROM requested WHERE flow) AND EXISTS (SELECT 1 FROM slots)
 ), claimed AS (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).*, (SELECT count(*) FROM plain_claimed) + slot FROM flow_claimed
 ), running AS (

@@ -280,6 +280,81 @@ describe("results", () => {
     expect(rows.get(tasks[2].id)).toMatchObject({ status: "completed", lease_owner: tasks[2].leaseOwner });
   });
 
+  it("batched reports with claim_next (CompleteTasks) from 8 workers share a statement: each result fenced alone, each claim its own", async () => {
+    const w = await workload();
+    // 8 workers holding 4 tasks each; 32 more pending for their claims of 4.
+    await enqueue(w, 32);
+    const held: Task[][] = [];
+    for (let i = 0; i < 8; i++) held.push(await f.queue.claimTasks({ workerId: `b${i}`, workloads: [w], maxTasks: 4 }));
+    await enqueue(w, 32);
+    batches.length = 0;
+    const answers = await holdTasks(async () => {
+      const calls = held.map((ts, i) =>
+        f.queue.completeTasksAndClaim(
+          // worker 0 reports one of its tasks at a stale attempt: that result alone is refused
+          ts.map((t, k) => (i === 0 && k === 0 ? result(t, { attempt: t.attempt + 1 }) : result(t))),
+          { workerId: `b${i}`, workloads: [w], maxTasks: 4 },
+        ),
+      );
+      await until(async () => (await waitingOnLock()) >= 1, "a statement to wait");
+      return calls;
+    }).then((calls) => Promise.all(calls));
+    const rows = new Map((await leaseRows(w)).map((r) => [r.id, r]));
+    answers.forEach((a, i) => {
+      expect(a.outcomes).toHaveLength(4);
+      a.outcomes.forEach((o, k) => {
+        if (i === 0 && k === 0) {
+          expect(o.error).toBeInstanceOf(LeaseConflictError);
+          expect(rows.get(held[0][0].id)).toMatchObject({ status: "leased", result_uri: null });
+        } else {
+          expect(o.task?.id).toBe(held[i][k].id);
+          expect(rows.get(held[i][k].id)).toMatchObject({ status: "completed", result_uri: `s3://out/${held[i][k].id}` });
+        }
+      });
+      expect(a.next).toHaveLength(4);
+      for (const t of a.next) expect(rows.get(t.id)).toMatchObject({ status: "leased", lease_owner: `b${i}` });
+    });
+    expect(new Set(answers.flatMap((a) => a.next.map((t) => t.id))).size).toBe(32);
+    expect(Math.max(...batches.filter((b) => b.kind === "complete_and_claim").map((b) => b.size))).toBeGreaterThan(1);
+  });
+
+  it("a batched report claims even when none of its results is accepted; a single report refused beside it claims nothing in the statement", async () => {
+    const w = await workload();
+    await enqueue(w, 3);
+    const [a] = await f.queue.claimTasks({ workerId: "x1", workloads: [w] });
+    const [b] = await f.queue.claimTasks({ workerId: "x2", workloads: [w] });
+    const [c] = await f.queue.claimTasks({ workerId: "x3", workloads: [w] });
+    await enqueue(w, 4);
+    batches.length = 0;
+    const [, batched, single] = await holdTasks(async () => {
+      // x3's report goes first and waits on the lock; the two behind it share the next statement.
+      const first = f.queue.completeTasksAndClaim([result(c)], { workerId: "x3", workloads: [w] });
+      await until(async () => (await waitingOnLock()) >= 1, "a statement to wait");
+      const calls = [
+        first,
+        f.queue.completeTasksAndClaim([result(a, { workerId: "intruder" })], { workerId: "x1", workloads: [w], maxTasks: 2 }),
+        f.queue.completeTaskAndClaim(result(b, { attempt: b.attempt + 1 }), { workerId: "x2", workloads: [w], maxTasks: 2 }).then(
+          (v) => v,
+          (e: unknown) => e,
+        ),
+      ] as const;
+      return calls;
+    }).then((calls) => Promise.all(calls));
+    expect(batched.outcomes[0].error).toBeInstanceOf(LeaseConflictError);
+    expect(batched.next).toHaveLength(2);
+    expect(single).toBeInstanceOf(LeaseConflictError);
+    const rows = await leaseRows(w);
+    // a and b still leased to their holders, the batched caller's two claims, x3's one, and nothing else taken.
+    expect(
+      rows
+        .filter((r) => r.status === "leased")
+        .map((r) => r.lease_owner)
+        .sort(),
+    ).toEqual(["x1", "x1", "x1", "x2", "x3"]);
+    expect(rows.filter((r) => r.status === "pending")).toHaveLength(1);
+    expect(batches.filter((x) => x.kind === "complete_and_claim").map((x) => x.size)).toContain(2);
+  });
+
   it("a replay with another manifest in the same burst is a conflict, and the row keeps the first", async () => {
     const w = await workload();
     const [t] = await leased(w, 1);
@@ -435,6 +510,27 @@ describe("group commit", () => {
     release();
     expect(await Promise.all(all)).toEqual([10, 20, 1020, 30, 40, 50]);
     expect(seen).toEqual([[1], [2, 3, 4], [102, 5]]);
+  });
+
+  it("weighs items where the hooks say so: a statement holds at most maxBatch weight, and a heavier item still runs alone", async () => {
+    const seen: number[][] = [];
+    let release: () => void = () => {};
+    const gate = new Promise<void>((r) => (release = r));
+    const gc = new GroupCommit<number, number>(
+      {
+        async run(_key, items) {
+          seen.push(items);
+          if (seen.length === 1) await gate;
+          return items.map((i) => ({ value: i }));
+        },
+        weight: (i) => i,
+      },
+      { maxBatch: 10 },
+    );
+    const all = [1, 4, 5, 2, 12, 3].map((i) => gc.submit("k", i));
+    release();
+    expect(await Promise.all(all)).toEqual([1, 4, 5, 2, 12, 3]);
+    expect(seen).toEqual([[1], [4, 5], [2, 3], [12]]);
   });
 
   it("riders run alone when no lane is busy, and otherwise go with a busy lane's next statement", async () => {

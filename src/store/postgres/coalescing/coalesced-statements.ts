@@ -74,18 +74,22 @@ FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f L
 
 /*
  * Results with claim_next of several callers in one statement. The results are COMPLETE_TASKS'
- * (each fenced on its own; a stale one is left alone and explained by the caller afterwards); only
- * an accepted result's caller claims, with as many slots as its claim_next asked for, as
- * COMPLETE_TASK_AND_CLAIM gates its claim on its result. A batch never holds one task twice
- * (the group commit keeps the later one for the next statement), so a task id names its caller.
- * Rows: part 0 the completed tasks (with recheck_job, the jobs the claim took nothing of), part 1
- * the claimed ones with their caller and rn (claim order).
- * @items: the results (jsonb recordset with the caller's index and claim_n), @taskIds their task ids.
+ * (each fenced on its own; a stale one is left alone and explained by the caller afterwards). A
+ * caller of one result (CompleteTask) claims only when its result was accepted, with as many slots
+ * as its claim_next asked for, as COMPLETE_TASK_AND_CLAIM gates its claim on its result; a caller
+ * of several (CompleteTasks) claims whatever its results' outcomes, as COMPLETE_TASKS_AND_CLAIM
+ * does: its first item carries its claim_n and claim_always, the others claim_n 0. A batch never
+ * holds one task twice (the group commit keeps the later one for the next statement), so a task id
+ * names its caller. Rows: part 0 the completed tasks (with recheck_job, the jobs the claim took
+ * nothing of), part 1 the claimed ones with their caller and rn (claim order).
+ * @items: the results (jsonb recordset with the caller's index, claim_n and claim_always), @taskIds
+ * their task ids.
  */
 const COALESCED_COMPLETE_AND_CLAIM_TEXT = `
 WITH input AS MATERIALIZED (
   SELECT * FROM jsonb_to_recordset(@items::jsonb)
-    AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb, claim_worker text, claim_n int)
+    AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb, claim_worker text, claim_n int,
+      claim_always boolean)
 ), done AS (
   UPDATE tasks t
   SET status = 'completed', result_uri = b.result_uri, result_sha256 = b.result_sha256, metrics = b.metrics,
@@ -98,7 +102,7 @@ WITH input AS MATERIALIZED (
 ), slots AS (
   SELECT b.caller, b.claim_worker AS worker_id, row_number() OVER (ORDER BY b.caller, g) AS rn
   FROM input b CROSS JOIN generate_series(1, b.claim_n) g
-  WHERE b.task_id = ANY (ARRAY(SELECT id FROM done))
+  WHERE b.claim_always OR b.task_id = ANY (ARRAY(SELECT id FROM done))
 ), slot_list AS (
   SELECT array_agg(worker_id ORDER BY rn) AS owners, array_agg(caller ORDER BY rn) AS callers FROM slots
 ), ${claimCtes(
@@ -110,7 +114,7 @@ WITH input AS MATERIALIZED (
     labels: "@labels",
     hints: "@hints",
   },
-  "EXISTS (SELECT 1 FROM done)",
+  "EXISTS (SELECT 1 FROM slots)",
   {
     owner: (rn) => `((SELECT owners FROM slot_list))[${rn}]`,
     owners: "(SELECT owners FROM slot_list)",

@@ -17,7 +17,14 @@
 
 import type pg from "pg";
 import { leaseConflict } from "../../../queue/fencing.js";
-import type { ClaimOutcome, CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../../queue/types.js";
+import type {
+  BatchCompletedAndClaimed,
+  ClaimOutcome,
+  CompletedAndClaimed,
+  CompleteTaskInput,
+  RenewLeaseInput,
+  Task,
+} from "../../../queue/types.js";
 import type { NormalizedClaim, NormalizedFail } from "../../../queue/validation.js";
 import { claimed, claimWith } from "../operations/claim.js";
 import { createJobs } from "./coalesced-create.js";
@@ -30,7 +37,7 @@ import {
   GIVE_BACK,
   type CoalescedClaimRow,
 } from "./coalesced-statements.js";
-import { batchOutcomes, completeBatchWith, refusedOrLate, type CompletedRow } from "../operations/complete.js";
+import { batchOutcomes, completeBatchWith, outcomesOf, refusedOrLate, type CompletedRow } from "../operations/complete.js";
 import type { CoalescedCalls, CoalescingOptions, StoreContext } from "../state/context.js";
 import { toQueueError, withClient } from "../sql/db.js";
 import { explainRefusal } from "../operations/flow-control.js";
@@ -50,14 +57,22 @@ interface ClaimItem {
 /** A call of the mixed lanes (COALESCE_MIX): a claim, or a result riding with claims. */
 type WorkItem = { claim: NormalizedClaim; done?: undefined } | { done: CompleteTaskInput; claim?: undefined };
 type WorkValue = ClaimOutcome | Task;
+/**
+ * Results with claim_next: one (CompleteTask, whose claim waits on its result being accepted) or a
+ * batch (CompleteTasks, `batch`: the claim runs whatever the results' outcomes). Both kinds share a
+ * lane: most of a batched report's database cost is per statement too (measured in
+ * docs/performance-log.md, "batched reports share a statement").
+ */
 interface ResultClaimItem {
-  done: CompleteTaskInput;
+  done: CompleteTaskInput[];
   claim: NormalizedClaim;
+  batch: boolean;
 }
+type ResultClaimValue = CompletedAndClaimed | BatchCompletedAndClaimed;
 
 export class Coalescer implements CoalescedCalls {
   private readonly claims: GroupCommit<ClaimItem, ClaimOutcome>;
-  private readonly resultClaims: GroupCommit<ResultClaimItem, CompletedAndClaimed>;
+  private readonly resultClaims: GroupCommit<ResultClaimItem, ResultClaimValue>;
   private readonly results: GroupCommit<CompleteTaskInput, Task>;
   private readonly renewals: GroupCommit<RenewLeaseInput, Task>;
   private readonly failures: GroupCommit<NormalizedFail, Task>;
@@ -81,10 +96,12 @@ export class Coalescer implements CoalescedCalls {
     this.resultClaims = new GroupCommit(
       {
         run: (_key, items, signal) => this.runResultClaims(items, signal),
-        conflict: (a, b) => a.done.taskId === b.done.taskId,
+        conflict: (a, b) => a.done.some((x) => b.done.some((y) => x.taskId === y.taskId)),
         // The result has committed (a retry is answered as a replay); the tasks it claimed go back.
         abandon: (item, value) => this.giveBack(value.next),
         batched: batched("complete_and_claim"),
+        // A statement holds at most maxBatch results, whichever calls they came in.
+        weight: (item) => item.done.length,
       },
       options,
     );
@@ -134,7 +151,11 @@ export class Coalescer implements CoalescedCalls {
   }
 
   completeAndClaim(done: CompleteTaskInput, claim: NormalizedClaim, signal?: AbortSignal): Promise<CompletedAndClaimed> {
-    return this.resultClaims.submit(claimKey(claim), { done, claim }, signal);
+    return this.resultClaims.submit(claimKey(claim), { done: [done], claim, batch: false }, signal) as Promise<CompletedAndClaimed>;
+  }
+
+  completeBatchAndClaim(batch: CompleteTaskInput[], claim: NormalizedClaim, signal?: AbortSignal): Promise<BatchCompletedAndClaimed> {
+    return this.resultClaims.submit(claimKey(claim), { done: batch, claim, batch: true }, signal) as Promise<BatchCompletedAndClaimed>;
   }
 
   complete(done: CompleteTaskInput, signal?: AbortSignal): Promise<Task> {
@@ -240,11 +261,20 @@ export class Coalescer implements CoalescedCalls {
     });
   }
 
-  private runResultClaims(items: ResultClaimItem[], signal: AbortSignal): Promise<Outcome<CompletedAndClaimed>[]> {
+  private runResultClaims(items: ResultClaimItem[], signal: AbortSignal): Promise<Outcome<ResultClaimValue>[]> {
     const ctx = this.ctx;
     const first = items[0].claim;
+    // One row a result; a caller's claim rides on its first row (claim_n), the rest claim nothing.
     const payload = JSON.stringify(
-      items.map(({ done, claim }, i) => ({ ...resultRecord(done), caller: i, claim_worker: claim.workerId, claim_n: claim.maxTasks })),
+      items.flatMap(({ done, claim, batch }, i) =>
+        done.map((d, k) => ({
+          ...resultRecord(d),
+          caller: i,
+          claim_worker: claim.workerId,
+          claim_n: k === 0 ? claim.maxTasks : 0,
+          claim_always: batch,
+        })),
+      ),
     );
     return withClient(ctx.pool, signal, async (c) => {
       await ctx.workloads.require(c, first.workloads, "claim_next.workloads");
@@ -253,22 +283,31 @@ export class Coalescer implements CoalescedCalls {
         ...shape(first),
         hints: hinted.json,
         items: payload,
-        taskIds: items.map((it) => it.done.taskId),
+        taskIds: items.flatMap((it) => it.done.map((d) => d.taskId)),
       });
       const doneRows = rows.filter((r) => r.part === 0);
       const claimedRows = rows.filter((r) => r.part === 1);
-      // The claim ran for the accepted results' slots (none accepted: it did not run).
-      const acceptedIds = new Set(doneRows.map((r) => r.id));
-      const slots = items.reduce((n, it) => n + (acceptedIds.has(it.done.taskId) ? it.claim.maxTasks : 0), 0);
+      // The claim ran for the batches' slots and the accepted single results' (none: it did not run).
+      const accepted = new Map(doneRows.map((r) => [r.id, r]));
+      const slots = items.reduce((n, it) => n + (it.batch || accepted.has(it.done[0].taskId) ? it.claim.maxTasks : 0), 0);
       hinted.learn(claimedRows, slots > 0 && claimedRows.length < slots);
       await this.finishCompleted(c, doneRows);
-      const accepted = new Map(doneRows.map((r) => [r.id, r]));
       const per = byCaller(items.length, claimedRows);
       const next = per.map((r) => claimed(ctx, r));
       for (const name of doneRows[0]?.flow_workloads ?? []) ctx.flow.workloads.mark(name, true);
-      const outcomes: Outcome<CompletedAndClaimed>[] = [];
-      for (const [i, { done, claim }] of items.entries()) {
-        const row = accepted.get(done.taskId);
+      const outcomes: Outcome<ResultClaimValue>[] = [];
+      for (const [i, { done, claim, batch }] of items.entries()) {
+        if (batch) {
+          // Each result's outcome as COMPLETE_TASKS_AND_CLAIM's caller gives it; the claim has run.
+          const completed = new Map<string, Task>();
+          for (const d of done) {
+            const row = accepted.get(d.taskId);
+            if (row) completed.set(d.taskId, toTask(row));
+          }
+          outcomes.push(await settled(async () => ({ outcomes: await outcomesOf(ctx, c, done, completed), next: next[i] })));
+          continue;
+        }
+        const row = accepted.get(done[0].taskId);
         if (row) {
           outcomes.push({ value: { task: toTask(row), next: next[i] } });
           continue;
@@ -276,7 +315,7 @@ export class Coalescer implements CoalescedCalls {
         // Refused, replayed or late, as the one-caller path explains it; a replay claims on its own.
         outcomes.push(
           await settled(async () => {
-            const task = await refusedOrLate(ctx, c, done);
+            const task = await refusedOrLate(ctx, c, done[0]);
             return { task, next: (await claimWith(ctx, c, claim, "claim_next.workloads")).tasks };
           }),
         );

@@ -14,7 +14,7 @@ import { DeadlineExceededError } from "../../../queue/errors.js";
 export type Outcome<O> = { value: O } | { error: unknown };
 
 export interface GroupCommitOptions {
-  /** At most this many items in one statement; the rest wait for the next. */
+  /** At most this many items in one statement (weighed by `weight` where the hooks give one); the rest wait for the next. */
   maxBatch: number;
 }
 
@@ -30,6 +30,8 @@ export interface GroupCommitHooks<I, O> {
   abandon?(item: I, value: O): void;
   /** Told of each batch's size (metrics). */
   batched?(size: number): void;
+  /** An item's share of maxBatch (a call of ten results weighs ten); 1 when not given. A lone item always fits. */
+  weight?(item: I): number;
 }
 
 interface Entry<I, O> {
@@ -172,10 +174,17 @@ export class GroupCommit<I, O> {
   /** Moves the entries of `waiting` that fit into `taken`; returns the rest. */
   private pick(waiting: Entry<I, O>[], taken: Entry<I, O>[]): Entry<I, O>[] {
     const left: Entry<I, O>[] = [];
-    const conflict = this.hooks.conflict;
+    const { conflict, weight } = this.hooks;
+    let load = 0;
+    if (weight) for (const t of taken) load += weight(t.item);
+    else load = taken.length;
     for (const e of waiting) {
-      if (taken.length < this.options.maxBatch && !(conflict && taken.some((t) => conflict(t.item, e.item)))) taken.push(e);
-      else left.push(e);
+      const w = weight ? weight(e.item) : 1;
+      const fits = taken.length === 0 || load + w <= this.options.maxBatch;
+      if (fits && !(conflict && taken.some((t) => conflict(t.item, e.item)))) {
+        taken.push(e);
+        load += w;
+      } else left.push(e);
     }
     return left;
   }

@@ -312,6 +312,7 @@ export async function completeTasksAndClaim(
 ): Promise<BatchCompletedAndClaimed> {
   const batch = validateBatch(inputs);
   const claim = validateClaimNext(next);
+  if (ctx.coalescer) return ctx.coalescer.completeBatchAndClaim(batch, claim, opts.signal);
   return withClient(ctx.pool, opts.signal, async (c) => {
     await ctx.workloads.require(c, claim.workloads, "claim_next.workloads");
     const hinted = ctx.claimHints.begin(claim.workloads, claim.labels);
@@ -357,6 +358,16 @@ export async function batchOutcomes(
   if (completed.size > 0) ctx.options.observer?.tasksCompleted(completed.size);
   const jobs = [...new Set(rows.filter((r) => r.recheck_job).map((r) => r.job_id))];
   if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
+  return outcomesOf(ctx, c, batch, completed);
+}
+
+/** Each result's outcome: the task its statement completed (`completed`), or a replay's task, or why it was refused. */
+export async function outcomesOf(
+  ctx: StoreContext,
+  c: pg.PoolClient,
+  batch: CompleteTaskInput[],
+  completed: ReadonlyMap<string, Task>,
+): Promise<CompleteOutcome[]> {
   const outcomes: CompleteOutcome[] = [];
   for (const b of batch) {
     const task = completed.get(b.taskId);

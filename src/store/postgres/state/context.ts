@@ -4,7 +4,14 @@
 import type pg from "pg";
 import type { ParameterSchemas } from "../../../queue/parameter-schemas.js";
 import type { QueueObserver } from "../../../queue/service.js";
-import type { ClaimOutcome, CompletedAndClaimed, CompleteTaskInput, RenewLeaseInput, Task } from "../../../queue/types.js";
+import type {
+  BatchCompletedAndClaimed,
+  ClaimOutcome,
+  CompletedAndClaimed,
+  CompleteTaskInput,
+  RenewLeaseInput,
+  Task,
+} from "../../../queue/types.js";
 import type { NormalizedClaim, NormalizedFail } from "../../../queue/validation.js";
 import type { ClaimHints } from "./claim-hints.js";
 import type { DueWakes } from "./due-wakes.js";
@@ -79,6 +86,8 @@ export interface CoalescingOptions {
 export interface CoalescedCalls {
   claim(claim: NormalizedClaim, signal?: AbortSignal): Promise<ClaimOutcome>;
   completeAndClaim(done: CompleteTaskInput, claim: NormalizedClaim, signal?: AbortSignal): Promise<CompletedAndClaimed>;
+  /** CompleteTasks with claim_next (validated): the claim runs whatever the results' outcomes. */
+  completeBatchAndClaim(batch: CompleteTaskInput[], claim: NormalizedClaim, signal?: AbortSignal): Promise<BatchCompletedAndClaimed>;
   complete(done: CompleteTaskInput, signal?: AbortSignal): Promise<Task>;
   renew(renew: RenewLeaseInput, signal?: AbortSignal): Promise<Task>;
   fail(f: NormalizedFail, signal?: AbortSignal): Promise<Task>;
