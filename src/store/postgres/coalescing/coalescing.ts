@@ -3,8 +3,8 @@
 // statement (plan start-up, tuple descriptors, index descents, the commit), not per row, so a busy
 // coordinator pays it once for a batch; an idle one runs each call at once, as before.
 //
-// Kinds: claims (ClaimTasks), results with claim_next, results, lease renewals, failures, and
-// small jobs (CreateJob; coalesced-create.ts). A claim batch shares its workloads, labels and
+// Kinds: claims (ClaimTasks), results with claim_next (one, or a CompleteTasks batch: the same
+// lane), results, lease renewals, failures, and small jobs (CreateJob; coalesced-create.ts). A claim batch shares its workloads, labels and
 // lease length (the key of its lane); the result kinds mix every worker. Each item keeps its own outcome exactly as its one-caller statement gives it:
 // the fences are per item, a refused item is explained alone, and a batch never fails because one
 // item is stale. Claims of flow-controlled workloads coalesce too: leasehold_flow_claim is called
