@@ -11,6 +11,10 @@
 //
 //   node --import tsx bench/batched-cost.ts [--seconds 10] [--loads batched,single,pgboss]
 //
+// BATCH=N: the batched load claims and reports N at a time (10). COST_SQL: statements run after the
+// migrations (an index dropped, to see what it costs). PERF_OUT=dir: a `perf record` profile of the
+// server's processes over each window (as root).
+//
 // Build first (npm run build): the coordinator runs compiled, as `npm start` runs it.
 
 import { execFileSync, spawn } from "node:child_process";
