@@ -265,4 +265,78 @@ describe("concurrency caps over three coordinators", () => {
       await sampler.end();
     }
   }, 180_000);
+
+  it("batched reports that claim (CompleteTasks with claim_next, sharing statements): no cap passed, every task completed once", async () => {
+    const { bases, sampler } = await setup();
+    try {
+      expect((await call(bases[0], "PUT", "/workloads/batched", { max_leased: 12, max_leased_per_key: 3, lease_seconds: 30 })).status).toBe(
+        200,
+      );
+      const keys = ["a", "b", "c", "d", "e"];
+      const PER_KEY = 60;
+      for (const key of keys) {
+        expect((await call(bases[1], "POST", "/jobs", { workload: "batched", concurrency_key: key, tasks: tasks(PER_KEY) })).status).toBe(
+          201,
+        );
+      }
+      const TOTAL = keys.length * PER_KEY;
+      const s = sample(sampler, "batched");
+      let completed = 0;
+      // 24 workers, 8 a coordinator: claim up to 3, then report them all and claim the next 3 in one call.
+      await Promise.all(
+        Array.from({ length: 24 }, async (_, w) => {
+          const base = bases[w % bases.length];
+          const worker = `batch-${w}`;
+          let held: Array<{ id: string; attempt: number }> = [];
+          while (completed < TOTAL) {
+            if (held.length === 0) {
+              const r = await call(base, "POST", "/tasks/claim", {
+                worker_id: worker,
+                workloads: ["batched"],
+                max_tasks: 3,
+                wait_seconds: 1,
+              });
+              if (r.status === 204) continue;
+              expect(r.status).toBe(200);
+              held = r.body.tasks;
+              continue;
+            }
+            await new Promise((resolve) => setTimeout(resolve, Math.random() * 10));
+            const r = await call(base, "POST", "/tasks/results", {
+              results: held.map((t) => ({
+                task_id: t.id,
+                worker_id: worker,
+                attempt: t.attempt,
+                result_uri: `s3://out/${t.id}`,
+                result_sha256: SHA,
+              })),
+              claim_next: { worker_id: worker, workloads: ["batched"], max_tasks: 3 },
+            });
+            expect(r.status).toBe(200);
+            for (const o of r.body.outcomes) expect(o.error).toBeUndefined();
+            completed += held.length;
+            held = r.body.next_tasks ?? [];
+          }
+        }),
+      );
+      const seen = await s.stop();
+      console.log(
+        `batched cap race: ${seen.samples} samples, most leased ${seen.total}, per key ${JSON.stringify(Object.fromEntries(seen.byKey))}`,
+      );
+      expect(completed).toBe(TOTAL);
+      expect(seen.total).toBeLessThanOrEqual(12);
+      for (const key of keys) expect(seen.byKey.get(key) ?? 0).toBeLessThanOrEqual(3);
+      const { rows } = await sampler.query(
+        `SELECT count(*) FILTER (WHERE t.status = 'completed')::int AS done, count(DISTINCT t.id)::int AS tasks,
+           (SELECT count(*)::int FROM task_events e JOIN tasks u ON u.id = e.task_id WHERE u.workload = 'batched' AND e.status = 'completed') AS completed_events,
+           (SELECT count(*)::int FROM task_events e JOIN tasks u ON u.id = e.task_id WHERE u.workload = 'batched' AND e.status = 'leased') AS leased_events,
+           sum(t.attempt)::int AS attempts
+         FROM tasks t WHERE t.workload = 'batched'`,
+      );
+      // Each task leased once (one attempt, one leased event) and completed once.
+      expect(rows[0]).toEqual({ done: TOTAL, tasks: TOTAL, completed_events: TOTAL, leased_events: TOTAL, attempts: TOTAL });
+    } finally {
+      await sampler.end();
+    }
+  }, 180_000);
 });
