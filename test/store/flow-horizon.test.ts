@@ -9,6 +9,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Task } from "../../src/queue/types.js";
 import { TaskListener } from "../../src/store/postgres/state/listener.js";
+import type { RankHeads } from "../../src/store/postgres/state/rank-heads.js";
 import { createPool, PostgresQueue } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "../support/db.js";
 import { FLOW_HINTS_ARG, sha, TEST_STORE_OPTIONS } from "../support/queue.js";
@@ -317,6 +318,93 @@ describe("the flow claim under a held horizon", () => {
       await held.release();
     }
   }, 180_000);
+
+  it.runIf(SWITCHES.flowClaimHints)(
+    "a CreateJob on a session that never found a head of fair ranks starts from the coordinator's, not from the front",
+    async () => {
+      const x = await coordinator();
+      const w = "fh-heads";
+      await x.q.putWorkload({ name: w, leaseSeconds: 300, maxLeasedPerKey: 4 });
+      for (let j = 0; j < 60; j++) await x.q.createJob({ workload: w, concurrencyKey: `k${j % 10}`, tasks: specs(40, `h${j}`) });
+      const held = await holdSnapshot(a);
+      try {
+        // 2,000 tasks leased and completed under the held snapshot: each leaves a dead entry in front of the head.
+        let done = 0;
+        while (done < 2000) {
+          const ts = await x.q.claimTasks({ workerId: "hw", workloads: [w], maxTasks: 8 });
+          expect(ts.length).toBeGreaterThan(0);
+          for (const t of ts) await complete(x, t);
+          done += ts.length;
+        }
+        // One more job through the coordinator: the head it finds (past the dead) is the coordinator's now.
+        await x.q.createJob({ workload: w, concurrencyKey: "k0", tasks: specs(1, "h-next") });
+        const heads = (x.q as unknown as { ctx: { flow: { rankHeads: RankHeads } } }).ctx.flow.rankHeads;
+        expect(heads.get(w, 0)).not.toBeNull();
+        // Every session of x ends, so the counts below are the measured statement's alone (a backend reports its own at exit).
+        const stats = new pg.Client({ connectionString: db.url });
+        await stats.connect();
+        try {
+          await stats.query("SET stats_fetch_consistency = none");
+          const sessions = async () =>
+            new Set(
+              (
+                await stats.query<{ pid: number }>(
+                  `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+                )
+              ).rows.map((r) => r.pid),
+            );
+          const open = x.pool.totalCount;
+          const before = await sessions();
+          pools.splice(pools.indexOf(x.pool), 1);
+          await x.pool.end();
+          for (;;) {
+            const now = await sessions();
+            if ([...before].filter((pid) => !now.has(pid)).length >= open) break;
+            await new Promise((r) => setTimeout(r, 20));
+          }
+          const entriesRead = async () =>
+            Number(
+              (
+                await stats.query<{ n: string }>(
+                  `SELECT idx_tup_read::text AS n FROM pg_stat_user_indexes WHERE indexrelname = 'tasks_claim_pending_idx'`,
+                )
+              ).rows[0].n,
+            );
+          // A job created on a fresh session (a pool of one), with the coordinator's heads or with none.
+          const readsOf = async (shared: RankHeads | undefined, tag: string) => {
+            const pool = createPool({ connectionString: db.url, max: 1, statementTimeoutMs: 30_000, connectTimeoutMs: 10_000 });
+            pools.push(pool);
+            const q = new PostgresQueue(pool, TEST_STORE_OPTIONS);
+            if (shared) (q as unknown as { ctx: { flow: { rankHeads: RankHeads } } }).ctx.flow.rankHeads = shared;
+            await q.listWorkloads();
+            await pool.query("SELECT pg_stat_force_next_flush()");
+            await pool.query("SELECT 1");
+            const before = await entriesRead();
+            const created = await q.createJob({ workload: w, concurrencyKey: "k1", tasks: specs(1, tag) });
+            await pool.query("SELECT pg_stat_force_next_flush()");
+            await pool.query("SELECT 1");
+            const reads = (await entriesRead()) - before;
+            const { rows } = await stats.query<{ fair_rank: string }>(`SELECT fair_rank::text FROM tasks WHERE job_id = $1`, [
+              created.job.id,
+            ]);
+            return { reads, rank: BigInt(rows[0].fair_rank) };
+          };
+          const withHeads = await readsOf(heads, "h-shared");
+          const fromFront = await readsOf(undefined, "h-front");
+          expect(fromFront.reads).toBeGreaterThanOrEqual(1000);
+          expect(withHeads.reads).toBeLessThan(100);
+          // Both start at or past the head: the rank the front read finds is where the shared head let the other start.
+          expect(withHeads.rank).toBeGreaterThanOrEqual(BigInt(heads.get(w, 0)!));
+          expect(fromFront.rank).toBeGreaterThan(withHeads.rank);
+        } finally {
+          await stats.end();
+        }
+      } finally {
+        await held.release();
+      }
+    },
+    120_000,
+  );
 
   it("the flow claim's hint argument: as the claim statements pass it in this project", () => {
     expect(JSON.parse(FLOW_HINTS_ARG)).toEqual(SWITCHES.flowClaimHints ? {} : { "~flow": "off" });

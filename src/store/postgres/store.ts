@@ -91,6 +91,7 @@ import type { StoreContext, StoreOptions } from "./state/context.js";
 import { createJob } from "./operations/create-job.js";
 import { pauseWorkload, putKeyLimit, resumeWorkload } from "./operations/flow-control.js";
 import { FlowWorkloads, WorkerSightings } from "./state/flow-state.js";
+import { RankHeads } from "./state/rank-heads.js";
 import { listWorkloadKeys } from "./operations/workload-keys.js";
 import { getTask, listTasks } from "./operations/inspection.js";
 import { cancelJob, getJobStatus, listCompletedResults, listJobs, retryJob } from "./operations/jobs.js";
@@ -132,7 +133,7 @@ export class PostgresQueue implements QueueService, SchedulerQueue, SettlementSt
       options,
       workloads: new WorkloadCache(),
       schemas: new ParameterSchemas(),
-      flow: { workloads: new FlowWorkloads(pool), sightings: new WorkerSightings() },
+      flow: { workloads: new FlowWorkloads(pool), sightings: new WorkerSightings(), rankHeads: new RankHeads() },
       dueWakes: new DueWakes(pool),
       claimHints: new ClaimHints(
         CLAIM_HINT_MAX_AGE_MS,

@@ -23,6 +23,7 @@ import { uuidv7, uuidv7s } from "../sql/uuidv7.js";
 import { accountGate } from "./accounts.js";
 import { jobAccount, requireOwnConcurrencyKey } from "../../../queue/account-validation.js";
 import type { CachedWorkload } from "../state/workload-cache.js";
+import type { RankHeads } from "../state/rank-heads.js";
 import { unknownWorkload } from "./workloads.js";
 
 /*
@@ -57,7 +58,10 @@ import { unknownWorkload } from "./workloads.js";
  * exact for every task never leased: ranks below a head found once are taken only by tasks that
  * were leased and came back (a retry); a new job starts at or after the head, and claims only take
  * from it. Such a task is claimed in its turn but does not pull the head back (flow-control-claim.md,
- * "Under a held horizon"). @rankHeads false (FLOW_CLAIM_HINTS=false): from the front, as before.
+ * "Under a held horizon"). So a head any session found is a start for every session: the read starts
+ * from the further of the session's own and @rankHead, the furthest this coordinator has found
+ * (state/rank-heads.ts; a pooled session was last used many jobs ago), and the answer's rank_head
+ * says where this one was. @rankHeads false (FLOW_CLAIM_HINTS=false): from the front, as before.
  */
 const createJobCtes = `fresh AS (
   SELECT count(*) = cardinality(@workloadNames::text[]) AS ok
@@ -74,7 +78,7 @@ const createJobCtes = `fresh AS (
 ), rank_head AS (
   SELECT h.setting, h.heads, job.priority, (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
       AND t.fair_rank >= coalesce(CASE WHEN @rankHeads::boolean THEN
-          (SELECT split_part(e, ':', 2)::bigint FROM unnest(h.heads) e WHERE split_part(e, ':', 1) = job.priority::text) END,
+          greatest((SELECT split_part(e, ':', 2)::bigint FROM unnest(h.heads) e WHERE split_part(e, ':', 1) = job.priority::text), @rankHead::bigint) END,
         '-9223372036854775808'::bigint)
      ORDER BY t.priority DESC, t.fair_rank LIMIT 1) AS vt
   FROM job CROSS JOIN LATERAL (
@@ -95,7 +99,7 @@ const createJobCtes = `fresh AS (
      FROM rank_head h WHERE @rankHeads::boolean AND h.vt IS NOT NULL) AS head_noted
 )`;
 const createJobAnswer = `SELECT (SELECT ok FROM fresh) AS fresh, (SELECT count(*) FROM woken) AS notified,
-  coalesce((SELECT base FROM rank_base), 0) AS rank_base, job.*
+  coalesce((SELECT base FROM rank_base), 0) AS rank_base, (SELECT h.vt FROM rank_head h)::text AS rank_head, job.*
 FROM (SELECT 1) one LEFT JOIN job ON true`;
 
 /** A job with a concurrency key makes its workload keyed (fair ranks from then on), once. */
@@ -161,6 +165,8 @@ export interface JobPolicy {
   taskCount: number;
   /** read a priority's head of fair ranks from the last this session found (FLOW_CLAIM_HINTS) */
   rankHeads: boolean;
+  /** bigint text: the furthest head this coordinator found for the job's workload and priority, null for none */
+  rankHead: string | null;
 }
 const JOB_POLICY = [
   "failurePolicy",
@@ -171,7 +177,9 @@ const JOB_POLICY = [
   "taskCount",
 ] as const satisfies readonly (keyof JobPolicy)[];
 /** The answer's one row: the job's columns are null when nothing was inserted (stale workloads, or a used idempotency key). */
-type CreateJobAnswer = { fresh: boolean; notified: string; rank_base: string } & (JobRow | { [K in keyof JobRow]: null });
+type CreateJobAnswer = { fresh: boolean; notified: string; rank_base: string; rank_head: string | null } & (
+  JobRow | { [K in keyof JobRow]: null }
+);
 /** The task arrays, as array literals (arrays.ts), and the wake-ups (workload, count); named apart from JobInsert's, as both go in one object. */
 interface TaskInsert extends TaskArrays {
   wakeWorkloads: string[];
@@ -216,6 +224,7 @@ ${createJobAnswer}`,
     ...ACCOUNT,
     "rankHeads",
     "taskStatus",
+    "rankHead",
   ],
 );
 
@@ -233,7 +242,7 @@ export const CREATE_JOB_ALONE = namedQuery<JobInsert & JobPolicy & Pick<TaskInse
   `
 WITH ${createJobCtes}, ${woken}
 ${createJobAnswer}`,
-  [...JOB_INSERT, "wakeWorkloads", "wakeCounts", ...JOB_POLICY, ...ACCOUNT, "rankHeads"],
+  [...JOB_INSERT, "wakeWorkloads", "wakeCounts", ...JOB_POLICY, ...ACCOUNT, "rankHeads", "rankHead"],
 );
 
 /** The tasks of a CREATE_JOB_ALONE, in COPY's text format (copy-text.ts), columns in this order; the rest are their defaults. */
@@ -280,6 +289,8 @@ export interface Checked {
   maxAttempts: number[];
   /** the store's FLOW_CLAIM_HINTS (JobPolicy's rankHeads) */
   rankHeads: boolean;
+  /** the coordinator's heads of fair ranks, with FLOW_CLAIM_HINTS */
+  heads: RankHeads | undefined;
 }
 
 /**
@@ -313,7 +324,8 @@ export async function checkWorkloads(ctx: StoreContext, c: pg.PoolClient, p: Pre
       ctx.schemas.validate(w, parameters, `${prefix}finalizer.parameters`);
     }
   }
-  return { workloads, own, maxAttempts, rankHeads: ctx.options.flowClaimHints !== false };
+  const rankHeads = ctx.options.flowClaimHints !== false;
+  return { workloads, own, maxAttempts, rankHeads, heads: rankHeads ? ctx.flow.rankHeads : undefined };
 }
 
 /**
@@ -352,7 +364,7 @@ export async function writeJobs(
 }
 
 /** The job row's values for a checked job: its own failure policy, else its workload's, as validated. */
-export function jobValues(p: PreparedJob, { workloads, own: ownCached, rankHeads }: Checked): JobInsert & JobPolicy {
+export function jobValues(p: PreparedJob, { workloads, own: ownCached, rankHeads, heads }: Checked): JobInsert & JobPolicy {
   const { job, names } = p;
   const own = ownCached.workload;
   return {
@@ -378,6 +390,7 @@ export function jobValues(p: PreparedJob, { workloads, own: ownCached, rankHeads
     ranked: ownCached.keyed && !p.waiting,
     taskCount: job.tasks.length,
     rankHeads,
+    rankHead: heads?.get(job.workload, job.priority) ?? null,
   };
 }
 
@@ -400,6 +413,7 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
       prepared,
       p.waiting === true,
       p.withoutTasks === true,
+      checked.heads,
     );
   // Sent now; the answer's tasks are made while PostgreSQL inserts them (the other core).
   const inserting = CREATE_JOB.one(c, {
@@ -413,6 +427,7 @@ async function insertJob(c: pg.PoolClient, p: PreparedJob, checked: Checked, inT
   // The job alone (withoutTasks): no task objects, nor their Dates, for an answer that leaves them out.
   const tasks = p.withoutTasks ? [] : taskRows(job, jobId, ids, maxAttempts);
   const row = await inserting;
+  checked.heads?.learn(job.workload, job.priority, row.rank_head);
   if (!row.fresh) return "stale";
   if (row.id === null) return "taken"; // the idempotency key was used before
   return createdJob(row, tasks);
@@ -434,12 +449,14 @@ async function insertJobByCopy(
   prepared: CallOptions["prepared"],
   waiting: boolean,
   withoutTasks: boolean,
+  heads: RankHeads | undefined,
 ): Promise<WriteOutcome> {
   const jobId = insert.jobId;
   const begun = inTransaction ? undefined : c.query("BEGIN");
   const inserting = CREATE_JOB_ALONE.one(c, { ...insert, wakeWorkloads: [...perWorkload.keys()], wakeCounts: [...perWorkload.values()] });
   try {
     const [, row] = await Promise.all([begun, inserting]);
+    heads?.learn(job.workload, job.priority, row.rank_head);
     if (!row.fresh || row.id === null) {
       if (!inTransaction) await c.query("ROLLBACK");
       return row.fresh ? "taken" : "stale";

@@ -4,6 +4,7 @@
 
 import type pg from "pg";
 import { defineQuery } from "../sql/query.js";
+import type { RankHeads } from "./rank-heads.js";
 
 /** Flow-controlled workloads: the coordinator's view, refreshed every few seconds. */
 export const SELECT_FLOW_WORKLOADS = `SELECT name FROM workloads WHERE flow`;
@@ -23,6 +24,8 @@ const recordSightings = defineQuery<{ workloads: string[]; labels: string }>("le
 export interface FlowState {
   readonly workloads: FlowWorkloads;
   readonly sightings: WorkerSightings;
+  /** The heads of fair ranks CreateJob found (rank-heads.ts). */
+  readonly rankHeads: RankHeads;
 }
 
 /** How often a coordinator records that workers claim a workload with some labels (per workload and labels). */
