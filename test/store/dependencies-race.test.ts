@@ -4,7 +4,8 @@
 // child is promoted exactly once, also when parents fail, are cancelled, or are retried while the
 // others finish; a child whose policy a failure breaks is cancelled exactly once and never promoted.
 import { afterAll, beforeAll, expect, it } from "vitest";
-import type { Task } from "../../src/queue/types.js";
+import { DeadlineExceededError, LeaseConflictError, UnavailableError } from "../../src/queue/errors.js";
+import type { CompleteOutcome, Task } from "../../src/queue/types.js";
 import { PostgresQueue } from "../../src/store/postgres/store.js";
 import { queueFixture, sha, TEST_STORE_OPTIONS, type QueueFixture } from "../support/queue.js";
 
@@ -23,6 +24,32 @@ beforeAll(async () => {
 afterAll(async () => {
   await f?.close();
 });
+
+/**
+ * `call`, sent again while it fails as a call may under load (UnavailableError: no connection in
+ * time, or a deadlock or serialization failure that rolled it back; DeadlineExceededError: a
+ * statement timeout), as a worker sends it again: a failed call no longer leaves its parent leased
+ * until its lease expires (its attempt is the last, so only a reaper would end it; none runs here)
+ * and the round waiting past its timeout. A fencing refusal (LeaseConflictError: the task was
+ * cancelled while leased, or a call sent again finds it already finished) is an answer, undefined;
+ * anything else fails the test.
+ */
+async function untilAnswered<T>(call: () => Promise<T>): Promise<T | undefined> {
+  for (let tries = 1; ; tries++) {
+    try {
+      return await call();
+    } catch (err) {
+      if (err instanceof LeaseConflictError) return undefined;
+      if (!(err instanceof UnavailableError || err instanceof DeadlineExceededError) || tries >= 20) throw err;
+      await new Promise((res) => setTimeout(res, 20 * tries));
+    }
+  }
+}
+
+/** A batch's per-result refusals: only fencing (a parent cancelled while its task was leased). */
+function expectFencedOnly(outcomes: CompleteOutcome[] | undefined): void {
+  for (const o of outcomes ?? []) if (o.error && !(o.error instanceof LeaseConflictError)) throw o.error;
+}
 
 interface Round {
   /** parent i: fails (and is maybe retried), is cancelled, or completes */
@@ -62,10 +89,10 @@ async function round(r: Round): Promise<{ lenient: string; strict: string; paren
   // Cancels race the workers, from whichever coordinator.
   const cancels = parents
     .filter((id) => fateOf.get(id) === "cancel")
-    .map((id, k) => coordinators[k % 3].cancelJob({ jobId: id, reason: "race" }).catch(() => undefined));
+    .map((id, k) => untilAnswered(() => coordinators[k % 3].cancelJob({ jobId: id, reason: "race" })));
   const worker = async (q: PostgresQueue, n: number) => {
     for (;;) {
-      const tasks: Task[] = await q.claimTasks({ workerId: `w${n}`, workloads: [W], maxTasks: 7 });
+      const tasks: Task[] = (await untilAnswered(() => q.claimTasks({ workerId: `w${n}`, workloads: [W], maxTasks: 7 }))) ?? [];
       if (tasks.length === 0) {
         const open = await f.pool.query(
           `SELECT count(*)::int AS n FROM jobs WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'running')`,
@@ -79,19 +106,19 @@ async function round(r: Round): Promise<{ lenient: string; strict: string; paren
       for (const t of tasks) {
         const fate = fateOf.get(t.jobId);
         if ((fate === "fail" || fate === "fail_then_retry") && !retried.has(t.jobId)) {
-          await q
-            .failTask({ taskId: t.id, workerId: `w${n}`, attempt: t.attempt, errorCode: "boom", retryable: false })
-            .catch(() => undefined);
+          await untilAnswered(() =>
+            q.failTask({ taskId: t.id, workerId: `w${n}`, attempt: t.attempt, errorCode: "boom", retryable: false }),
+          );
           if (fate === "fail_then_retry") {
             retried.add(t.jobId);
             // From another coordinator, while the others still finish.
-            await coordinators[(n + 1) % 3].retryJob({ jobId: t.jobId }).catch(() => undefined);
+            await untilAnswered(() => coordinators[(n + 1) % 3].retryJob({ jobId: t.jobId }));
           }
         } else done.push(t);
       }
       if (done.length > 0) {
-        await q
-          .completeTasks(
+        const outcomes = await untilAnswered(() =>
+          q.completeTasks(
             done.map((t) => ({
               taskId: t.id,
               workerId: `w${n}`,
@@ -99,8 +126,9 @@ async function round(r: Round): Promise<{ lenient: string; strict: string; paren
               resultUri: `s3://o/${t.id}`,
               resultSha256: sha(t.id),
             })),
-          )
-          .catch(() => undefined);
+          ),
+        );
+        expectFencedOnly(outcomes);
       }
     }
   };
