@@ -391,9 +391,9 @@ describe("the flow claim under a held horizon", () => {
           };
           const withHeads = await readsOf(heads, "h-shared");
           const fromFront = await readsOf(undefined, "h-front");
-          // Other files' and tests' sessions report their counts of this index too, up to seconds after
+          // This file's other sessions report their counts of this index too, up to seconds after
           // their last statement: the bound leaves them room, and is still a tenth of the walk from the front.
-          expect(fromFront.reads).toBeGreaterThanOrEqual(2000);
+          expect(fromFront.reads).toBeGreaterThanOrEqual(1000);
           expect(withHeads.reads).toBeLessThan(200);
           // Both start at or past the head: the rank the front read finds is where the shared head let the other start.
           expect(withHeads.rank).toBeGreaterThanOrEqual(BigInt(heads.get(w, 0)!));
