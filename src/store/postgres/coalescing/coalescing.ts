@@ -46,7 +46,7 @@ import { loadTask } from "../operations/inspection.js";
 import type { PreparedJob, WriteOutcome } from "../state/prepared-job.js";
 import { resultRecord } from "../sql/result-params.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
-import { endJob, FINISH_JOBS } from "../operations/job-end.js";
+import { endJob, finishJobsAfterCommit } from "../operations/job-end.js";
 
 /** The kinds of coalesced statements, as the batch-size metric names them. */
 export type CoalescedKind = "claim" | "complete_and_claim" | "complete" | "complete_then_claim" | "renew" | "fail" | "create";
@@ -350,7 +350,7 @@ export class Coalescer implements CoalescedCalls {
     if (doneRows.length === 0) return;
     this.ctx.options.observer?.tasksCompleted(doneRows.length);
     const jobs = [...new Set(doneRows.filter((r) => r.recheck_job).map((r) => r.job_id))];
-    if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
+    await finishJobsAfterCommit(c, jobs);
   }
 
   private runResults(items: CompleteTaskInput[], signal: AbortSignal): Promise<Outcome<Task>[]> {

@@ -47,7 +47,7 @@ import { loadTask } from "./inspection.js";
 import { acceptLateResult } from "./late-result.js";
 import { defineQuery, namedQuery } from "../sql/query.js";
 import { RESULT_PARAMS, resultParams, resultRecord, type ResultParams } from "../sql/result-params.js";
-import { FINISH_JOBS, finalStatus, nothingUnfinished } from "./job-end.js";
+import { finalStatus, finishJobsAfterCommit, nothingUnfinished } from "./job-end.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
 
 /*
@@ -295,7 +295,7 @@ const COMPLETION_USAGE = defineQuery<{ jobId: string; taskId: string; attempt: n
 /** A task the completion accepted; its job is re-checked after commit when the statement could not decide. */
 async function completed(ctx: StoreContext, c: pg.PoolClient, row: CompletedRow): Promise<Task> {
   ctx.options.observer?.tasksCompleted(1);
-  if (row.recheck_job) await FINISH_JOBS.run(c, { jobIds: [row.job_id] });
+  if (row.recheck_job) await finishJobsAfterCommit(c, [row.job_id]);
   return toTask(row);
 }
 
@@ -357,7 +357,7 @@ export async function batchOutcomes(
   const completed = new Map(rows.map((r) => [r.id, toTask(r)]));
   if (completed.size > 0) ctx.options.observer?.tasksCompleted(completed.size);
   const jobs = [...new Set(rows.filter((r) => r.recheck_job).map((r) => r.job_id))];
-  if (jobs.length > 0) await FINISH_JOBS.run(c, { jobIds: jobs });
+  await finishJobsAfterCommit(c, jobs);
   return outcomesOf(ctx, c, batch, completed);
 }
 

@@ -106,6 +106,28 @@ WHERE j.id = ANY($1::uuid[]) AND j.status IN ('pending', 'running')
   AND ${nothingUnfinished("j.id")}`;
 export const FINISH_JOBS = defineQuery<{ jobIds: string[] }>("leasehold_finish_jobs", FINISH_JOBS_IF_DONE, (p) => [p.jobIds]);
 
+/**
+ * FINISH_JOBS after a completion committed. A database error here (a deadlock, a statement
+ * timeout, a lost connection) must not answer the call as failed: its results are written, and
+ * sent again they are replays, which check no job. The lease reaper's safety net (STALLED_JOBS,
+ * below) ends a running job with nothing unfinished. Anything else (a bug) still throws.
+ */
+export async function finishJobsAfterCommit(c: pg.ClientBase, jobIds: string[]): Promise<void> {
+  if (jobIds.length === 0) return;
+  try {
+    await FINISH_JOBS.run(c, { jobIds });
+  } catch (err) {
+    if (!isDatabaseOrConnectionError(err)) throw err;
+  }
+}
+
+/** An error from PostgreSQL (it carries a SQLSTATE) or from the connection to it (a Node system error, or pg's own). */
+function isDatabaseOrConnectionError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  return typeof code === "string" || /Connection terminated|Client has encountered a connection error|timeout/i.test(err.message);
+}
+
 /*
  * The reaper's safety net for a coordinator that died between a failure's or a completion's commit
  * and its end: running jobs with nothing unfinished, and fail_fast ones past their threshold.
