@@ -12,7 +12,7 @@
 
 import type pg from "pg";
 import type { Job } from "../../../queue/types.js";
-import { transaction } from "../sql/db.js";
+import { isConnectionFailure, transaction } from "../sql/db.js";
 import { defineQuery } from "../sql/query.js";
 
 /**
@@ -121,11 +121,9 @@ export async function finishJobsAfterCommit(c: pg.ClientBase, jobIds: string[]):
   }
 }
 
-/** An error from PostgreSQL (it carries a SQLSTATE) or from the connection to it (a Node system error, or pg's own). */
+/** An error from PostgreSQL (it carries a SQLSTATE) or from the connection to it. */
 function isDatabaseOrConnectionError(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  const code = (err as { code?: unknown }).code;
-  return typeof code === "string" || /Connection terminated|Client has encountered a connection error|timeout/i.test(err.message);
+  return err instanceof Error && (typeof (err as { code?: unknown }).code === "string" || isConnectionFailure(err));
 }
 
 /*

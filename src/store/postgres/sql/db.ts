@@ -128,7 +128,8 @@ const UNAVAILABLE_CODES = new Set([
   "ETIMEDOUT",
 ]);
 
-function isConnectionFailure(err: unknown): boolean {
+/** An error of the connection to PostgreSQL (a lost session, a server going down), as pg reports it. */
+export function isConnectionFailure(err: unknown): boolean {
   const e = err as { code?: string; message?: string };
   if (e?.code && (UNAVAILABLE_CODES.has(e.code) || e.code.startsWith("08"))) return true;
   return /timeout exceeded when trying to connect|Connection terminated|connection terminated|Client has encountered a connection error|Client was closed|Cannot use a pool after calling end|Query read timeout|the database system is (starting up|shutting down|in recovery mode|not yet accepting connections)/.test(
