@@ -1,0 +1,167 @@
+// What one statement costs its PostgreSQL backend, alone: the coalesced result-with-claim_next
+// (COALESCED_COMPLETE_AND_CLAIM, what a chained single-task worker's report runs) executed ROUNDS
+// times in one session, each completing the task the last one leased and leasing the next, with the
+// backend's own CPU (utime + stime from /proc/PID/stat) read before and after. No coordinator, no
+// other session, so the figure is the statement's: its plan's start-up, its reads and writes, the
+// trigger and the events, without the commit's fsync (synchronous_commit off here). Variants run in
+// turn, alternating, so drift on a shared machine falls on each alike. Not a test:
+//
+//   node --import tsx bench/statement-cost.ts [--rounds 2000] [--repeats 5]
+//
+// VARIANTS=a,b: which of the variants below (all by default).
+
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import pg from "pg";
+import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
+import { SESSION_SETTINGS } from "../src/store/postgres/sql/db.js";
+import { parseCoalescing } from "../src/config/index.js";
+import { COALESCED_COMPLETE_AND_CLAIM } from "../src/store/postgres/coalescing/coalesced-statements.js";
+import { fmt, startDatabase } from "./harness.js";
+import { fillLeasehold } from "./peers-loads.js";
+
+const arg = (name: string, fallback: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : fallback;
+};
+const ROUNDS = Number(arg("rounds", "2000"));
+const REPEATS = Number(arg("repeats", "5"));
+const SHA = "0".repeat(64);
+const TICK_MS = 10; // USER_HZ 100 on Linux
+
+/** A statement's text as PostgreSQL runs it, and the hints it is sent (jsonb text). */
+interface Variant {
+  text: string;
+  hints: string;
+}
+const VARIANTS: Record<string, Variant> = {
+  // As the coordinator sends it once the lease reaper has found no expired lease (claim-hints.ts).
+  current: { text: COALESCED_COMPLETE_AND_CLAIM.text, hints: JSON.stringify({ "~expired": false }) },
+};
+const chosen = (process.env.VARIANTS ?? Object.keys(VARIANTS).join(",")).split(",");
+
+function backendTicks(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return Number(f[11]) + Number(f[12]);
+}
+
+const db = await startDatabase();
+const pool = createPool({ connectionString: db.url, max: 2, statementTimeoutMs: 600_000, connectTimeoutMs: 10_000 });
+const store = new PostgresQueue(pool, {
+  coalescing: parseCoalescing({}),
+  defaultLeaseSeconds: 300,
+  defaultMaxAttempts: 3,
+  maxTasksPerJob: 10_000,
+});
+try {
+  const perVariant = ROUNDS * REPEATS + 200;
+  await fillLeasehold(store, "sc", perVariant * chosen.length + 1000);
+  const c = new pg.Client({ connectionString: db.url });
+  c.on("error", () => {});
+  await c.connect();
+  await c.query("SET synchronous_commit = off");
+  // The coordinator's own session settings (generic plans kept, no JIT).
+  for (const [k, v] of Object.entries(SESSION_SETTINGS)) await c.query(`SET ${k} = ${c.escapeLiteral(v)}`);
+  await c.query("VACUUM ANALYZE tasks, jobs");
+  const pid = (await c.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+  type Held = { id: string; attempt: number };
+  const held = new Map<string, Held>();
+  // Each variant its own worker and task chain, its statement prepared under its own name.
+  const step = async (name: string): Promise<void> => {
+    const v = VARIANTS[name];
+    const worker = `w-${name}`;
+    let h = held.get(name);
+    if (!h) {
+      const r = await c.query<{ id: string; attempt: number }>(
+        `UPDATE tasks SET status = 'leased', attempt = attempt + 1, lease_owner = $1, lease_expires_at = now() + interval '300 s',
+           lease_seq = txid_current(), started_at = now()
+         WHERE id = (SELECT id FROM tasks WHERE status = 'pending' AND workload = 'sc' ORDER BY created_at, chunk_index LIMIT 1 FOR UPDATE SKIP LOCKED)
+         RETURNING id, attempt`,
+        [worker],
+      );
+      h = r.rows[0];
+    }
+    const items = JSON.stringify([
+      {
+        caller: 0,
+        task_id: h.id,
+        worker_id: worker,
+        attempt: h.attempt,
+        result_uri: "s3://r",
+        result_sha256: SHA,
+        metrics: null,
+        usage: null,
+        claim_worker: worker,
+        claim_n: 1,
+        claim_always: false,
+      },
+    ]);
+    const r = await c.query<{ part: number; id: string; attempt: number }>({
+      name: `sc_${name}`,
+      text: v.text,
+      values: [items, [h.id], ["sc"], null, "{}", v.hints],
+    });
+    const next = r.rows.find((x) => x.part === 1);
+    if (!next) throw new Error(`${name}: no task claimed (rows: ${JSON.stringify(r.rows.map((x) => x.part))})`);
+    held.set(name, { id: next.id, attempt: next.attempt });
+  };
+  for (const name of chosen) for (let i = 0; i < 100; i++) await step(name); // warm: plans cached
+  if (process.argv.includes("--explain")) {
+    // One execution's plan, as the kept generic plan runs it (EXPLAIN EXECUTE of a prepared statement).
+    for (const name of chosen) {
+      const h = held.get(name)!;
+      const worker = `w-${name}`;
+      const items = JSON.stringify([
+        {
+          caller: 0,
+          task_id: h.id,
+          worker_id: worker,
+          attempt: h.attempt,
+          result_uri: "s3://r",
+          result_sha256: SHA,
+          metrics: null,
+          usage: null,
+          claim_worker: worker,
+          claim_n: 1,
+          claim_always: false,
+        },
+      ]);
+      await c.query(`PREPARE x_${name} AS ${VARIANTS[name].text}`);
+      const r = await c.query<{ "QUERY PLAN": string }>(
+        `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE x_${name}(${c.escapeLiteral(items)}, ARRAY[${c.escapeLiteral(h.id)}]::uuid[],
+           ARRAY['sc'], NULL, '{}', ${c.escapeLiteral(VARIANTS[name].hints)})`,
+      );
+      console.log(`--- ${name}: ${r.rows.length} plan lines`);
+      console.log(r.rows.map((x) => x["QUERY PLAN"]).join("\n"));
+      held.delete(name);
+    }
+  }
+  const ms: Record<string, number[]> = Object.fromEntries(chosen.map((n) => [n, []]));
+  // PERF_OUT=file: a `perf record` of the backend over one more round of the first variant (as root).
+  if (process.env.PERF_OUT) {
+    const perf = spawn("perf", ["record", "-F", "1000", "--call-graph", "dwarf,16384", "-p", String(pid), "-o", process.env.PERF_OUT], {
+      stdio: "ignore",
+    });
+    await new Promise((r) => setTimeout(r, 500));
+    for (let i = 0; i < ROUNDS; i++) await step(chosen[0]);
+    perf.kill("SIGINT");
+    await new Promise((r) => perf.on("exit", r));
+  }
+  for (let rep = 0; rep < REPEATS; rep++) {
+    for (const name of chosen) {
+      const before = backendTicks(pid);
+      for (let i = 0; i < ROUNDS; i++) await step(name);
+      ms[name].push(((backendTicks(pid) - before) * TICK_MS) / ROUNDS);
+    }
+  }
+  console.log(`backend CPU per statement (ms), ${ROUNDS} statements a round, ${REPEATS} rounds alternating; median [rounds]`);
+  for (const name of chosen) {
+    const sorted = [...ms[name]].sort((a, b) => a - b);
+    console.log(`  ${name.padEnd(16)} ${fmt(sorted[Math.floor(sorted.length / 2)], 3)}  [${ms[name].map((x) => fmt(x, 3)).join(", ")}]`);
+  }
+  await c.end();
+} finally {
+  await pool.end();
+  await db.stop();
+}
