@@ -24,7 +24,17 @@
  * written; a read-only snapshot has none) holds X back, and with it the floor.
  */
 CREATE OR REPLACE FUNCTION leasehold_flow_live(p_workload text)
-RETURNS TABLE (key text, n integer) LANGUAGE plpgsql VOLATILE AS $$
+RETURNS TABLE (key text, n integer) LANGUAGE plpgsql VOLATILE
+-- A plan with a sort (of anything) only where no other is possible: the floor's range is read in
+-- tasks_leased_seq_idx's order, and every other way to it needs a sort. Costs alone did not keep it:
+-- the planner's counts of the lease indexes drift apart (each is set by whichever of autovacuum's
+-- ANALYZE, which counts the few live leases its sample meets, and VACUUM, which skips an index it
+-- need not scan, touched it last), and with a few entries counted in that index's hundreds of pages
+-- and none in tasks_lease_expiry_idx's, a full scan of the latter and a sort cost 8 against 400.
+-- bench:horizon's keyed shape then read ~30,000 buffers a count, in spells of seconds every time the
+-- plans were made again. Session settings made inside (the floor's set_config) still persist.
+SET enable_sort = off
+AS $$
 DECLARE
   c_listed CONSTANT integer := 8;
   v_setting text := 'leasehold.flow_floor_' || to_hex(hashtext(p_workload));
