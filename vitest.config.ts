@@ -79,6 +79,8 @@ export default defineConfig({
     // file was ~140 s of a run's CPU. Every file still gets its own database, server and pools, and
     // test/support/pg-warnings.ts listens once per process.
     isolate: false,
+    // `npm test` runs `direct`, every suite with the switches at their defaults; `npm run
+    // test:switches` runs the other three, and CI runs both.
     projects: [
       {
         extends: true,
