@@ -8,7 +8,10 @@
 //
 //   node --import tsx bench/statement-cost.ts [--rounds 2000] [--repeats 5]
 //
-// VARIANTS=a,b: which of the variants below (all by default).
+// VARIANTS=a,b: which of the variants below (all by default). A variant is a statement text and its
+// hints: add one (the text with a part changed) to compare it with the current one, round by round.
+// --explain prints each variant's plan as its kept generic plan runs it; PERF_OUT=file records the
+// backend with perf (dwarf call graphs) over one more round of the first.
 
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -67,6 +70,23 @@ try {
   const pid = (await c.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0].pid;
   type Held = { id: string; attempt: number };
   const held = new Map<string, Held>();
+  // The statement's @items: the held task's result, with claim_next of one task for the same worker.
+  const resultItems = (worker: string, h: Held) =>
+    JSON.stringify([
+      {
+        caller: 0,
+        task_id: h.id,
+        worker_id: worker,
+        attempt: h.attempt,
+        result_uri: "s3://r",
+        result_sha256: SHA,
+        metrics: null,
+        usage: null,
+        claim_worker: worker,
+        claim_n: 1,
+        claim_always: false,
+      },
+    ]);
   // Each variant its own worker and task chain, its statement prepared under its own name.
   const step = async (name: string): Promise<void> => {
     const v = VARIANTS[name];
@@ -82,21 +102,7 @@ try {
       );
       h = r.rows[0];
     }
-    const items = JSON.stringify([
-      {
-        caller: 0,
-        task_id: h.id,
-        worker_id: worker,
-        attempt: h.attempt,
-        result_uri: "s3://r",
-        result_sha256: SHA,
-        metrics: null,
-        usage: null,
-        claim_worker: worker,
-        claim_n: 1,
-        claim_always: false,
-      },
-    ]);
+    const items = resultItems(worker, h);
     const r = await c.query<{ part: number; id: string; attempt: number }>({
       name: `sc_${name}`,
       text: v.text,
@@ -111,22 +117,7 @@ try {
     // One execution's plan, as the kept generic plan runs it (EXPLAIN EXECUTE of a prepared statement).
     for (const name of chosen) {
       const h = held.get(name)!;
-      const worker = `w-${name}`;
-      const items = JSON.stringify([
-        {
-          caller: 0,
-          task_id: h.id,
-          worker_id: worker,
-          attempt: h.attempt,
-          result_uri: "s3://r",
-          result_sha256: SHA,
-          metrics: null,
-          usage: null,
-          claim_worker: worker,
-          claim_n: 1,
-          claim_always: false,
-        },
-      ]);
+      const items = resultItems(`w-${name}`, h);
       await c.query(`PREPARE x_${name} AS ${VARIANTS[name].text}`);
       const r = await c.query<{ "QUERY PLAN": string }>(
         `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE x_${name}(${c.escapeLiteral(items)}, ARRAY[${c.escapeLiteral(h.id)}]::uuid[],
