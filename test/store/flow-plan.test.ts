@@ -110,6 +110,52 @@ it.runIf(SWITCHES.flowClaimHints)(
   120_000,
 );
 
+/** Runs `fn` on a client of its own while another session holds a REPEATABLE READ snapshot (a held MVCC horizon). */
+async function underHeldSnapshot(fn: (c: pg.Client) => Promise<void>): Promise<void> {
+  const holder = new pg.Client({ connectionString: db.url });
+  holder.on("error", () => {});
+  await holder.connect();
+  await holder.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+  await holder.query("SELECT count(*) FROM jobs");
+  const c = new pg.Client({ connectionString: db.url });
+  c.on("error", () => {});
+  await c.connect();
+  try {
+    await fn(c);
+  } finally {
+    await c.end();
+    await holder.query("ROLLBACK");
+    await holder.end();
+  }
+}
+
+/**
+ * `times` counts of the workload's live leases on `c` with generic plans, as the coordinator's
+ * sessions run them: each count's total, and the nodes of each count's plan (auto_explain's lines
+ * with a cost, not the query text, whose comments name the indexes).
+ */
+async function liveCounts(c: pg.Client, workload: string, times: number): Promise<{ totals: number[]; plans: string[] }> {
+  await c.query(
+    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; SET client_min_messages = log; SET plan_cache_mode = force_generic_plan",
+  );
+  const notices: string[] = [];
+  c.on("notice", (n) => notices.push(n.message ?? ""));
+  const totals: number[] = [];
+  for (let i = 0; i < times; i++) {
+    const { rows } = await c.query<{ n: number }>("SELECT n FROM leasehold_flow_live($1)", [workload]);
+    totals.push(rows.reduce((s, r) => s + r.n, 0));
+  }
+  const plans = notices
+    .filter((p) => p.includes("saved AS"))
+    .map((p) =>
+      p
+        .split("\n")
+        .filter((l) => l.includes("(cost="))
+        .join("\n"),
+    );
+  return { totals, plans };
+}
+
 // The count of live leases (leasehold_flow_live) reads from its floor through tasks_leased_seq_idx,
 // and the leases without a lease_seq through an index of their own. The planner takes every partial
 // index of leases for as small as the few live ones (ANALYZE sees no more): a generic plan once read
@@ -125,15 +171,7 @@ it("the count of live leases reads its two arms through their own indexes in its
       tasks: Array.from({ length: 100 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://l/${i}`, inputSha256: SHA })),
     } as never);
   }
-  const holder = new pg.Client({ connectionString: db.url });
-  holder.on("error", () => {});
-  await holder.connect();
-  await holder.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
-  await holder.query("SELECT count(*) FROM jobs");
-  const c = new pg.Client({ connectionString: db.url });
-  c.on("error", () => {});
-  await c.connect();
-  try {
+  await underHeldSnapshot(async (c) => {
     // 600 leases begin and end while the snapshot is held: their entries stay in every lease index.
     for (let i = 0; i < 150; i++) {
       const claimed = await queue.claimTasks({ workerId: `churn-${i}`, workloads: [workload], maxTasks: 4 } as never);
@@ -145,34 +183,15 @@ it("the count of live leases reads its two arms through their own indexes in its
       expect(claimed.length).toBeGreaterThan(0);
     }
     await c.query("VACUUM ANALYZE tasks");
-    await c.query(
-      "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; SET client_min_messages = log; SET plan_cache_mode = force_generic_plan",
-    );
-    const plans: string[] = [];
-    c.on("notice", (n) => plans.push(n.message ?? ""));
-    let live = 0;
-    for (let i = 0; i < 10; i++) {
-      const { rows } = await c.query<{ n: number }>("SELECT n FROM leasehold_flow_live($1)", [workload]);
-      live = rows.reduce((s, r) => s + r.n, 0);
-    }
-    expect(live).toBe(24);
-    const counts = plans.filter((p) => p.includes("saved AS"));
-    expect(counts).toHaveLength(10);
-    for (const plan of counts) {
-      // The plan's nodes, not the query text (whose comments name the indexes).
-      const nodes = plan
-        .split("\n")
-        .filter((l) => l.includes("(cost="))
-        .join("\n");
+    const { totals, plans } = await liveCounts(c, workload, 10);
+    expect(totals[totals.length - 1]).toBe(24);
+    expect(plans).toHaveLength(10);
+    for (const nodes of plans) {
       expect(nodes).toMatch(/Index Scan using tasks_leased_seq_idx on tasks t {2}/);
       expect(nodes).toContain("Index Scan using tasks_leased_noseq_idx on tasks t_2 ");
       expect(nodes).not.toMatch(/tasks_lease_expiry_idx|tasks_status_lease_created_idx|Seq Scan on tasks/);
     }
-  } finally {
-    await c.end();
-    await holder.query("ROLLBACK");
-    await holder.end();
-  }
+  });
 }, 120_000);
 
 // The same count once the planner's counts of the two lease indexes have drifted apart: with a few
@@ -188,15 +207,7 @@ it("the count of live leases keeps its floor's range when the planner's counts o
     concurrencyKey: "k",
     tasks: Array.from({ length: 10_000 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://t/${i}`, inputSha256: SHA })),
   } as never);
-  const holder = new pg.Client({ connectionString: db.url });
-  holder.on("error", () => {});
-  await holder.connect();
-  await holder.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
-  await holder.query("SELECT count(*) FROM jobs");
-  const c = new pg.Client({ connectionString: db.url });
-  c.on("error", () => {});
-  await c.connect();
-  try {
+  await underHeldSnapshot(async (c) => {
     // Three rounds of 10,000 leases begun and given back, each by one statement, while the snapshot
     // is held: 30,000 versions in each lease index, which no VACUUM may remove.
     for (let round = 0; round < 3; round++) {
@@ -223,28 +234,12 @@ it("the count of live leases keeps its floor's range when the planner's counts o
     // ANALYZE (the live leases its sample met) and VACUUM (which skips the index it need not scan)
     // touched it last, so the two drift apart.
     await c.query("UPDATE pg_class SET reltuples = 5 WHERE relname = 'tasks_leased_seq_idx'");
-    await c.query(
-      "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; SET client_min_messages = log; SET plan_cache_mode = force_generic_plan",
-    );
-    const plans: string[] = [];
-    c.on("notice", (n) => plans.push(n.message ?? ""));
-    for (let i = 0; i < 3; i++) {
-      const { rows } = await c.query<{ n: number }>("SELECT n FROM leasehold_flow_live($1)", [workload]);
-      expect(rows.reduce((s, r) => s + r.n, 0)).toBe(4);
-    }
-    const counts = plans.filter((p) => p.includes("saved AS"));
-    expect(counts).toHaveLength(3);
-    for (const plan of counts) {
-      const nodes = plan
-        .split("\n")
-        .filter((l) => l.includes("(cost="))
-        .join("\n");
+    const { totals, plans } = await liveCounts(c, workload, 3);
+    expect(totals).toEqual([4, 4, 4]);
+    expect(plans).toHaveLength(3);
+    for (const nodes of plans) {
       expect(nodes).toMatch(/Index Scan using tasks_leased_seq_idx on tasks t {2}/);
       expect(nodes).not.toMatch(/tasks_lease_expiry_idx|Seq Scan on tasks/);
     }
-  } finally {
-    await c.end();
-    await holder.query("ROLLBACK");
-    await holder.end();
-  }
+  });
 }, 120_000);
