@@ -68,12 +68,18 @@ await section("pipeline", async () => {
 await section("cancelRetry", async () => {
   const wf = await client.createWorkflow(pipeline(IDLE, IDLE, IDLE));
   const events: string[] = [];
+  // Cancelled only once the watch has its snapshot: a cancel that lands first is in the snapshot,
+  // and no event follows it (seen on a loaded machine).
+  let snapshotSeen!: () => void;
+  const snapshot = new Promise<void>((resolve) => (snapshotSeen = resolve));
   const watching = (async () => {
     for await (const u of client.watchWorkflow(wf.id, { timeoutMs: 60_000 })) {
+      if (u.update.case === "snapshot") snapshotSeen();
       if (u.update.case === "event")
         events.push(`${u.update.value.node}:${name(u.update.value.previousStatus)}>${name(u.update.value.status)}`);
     }
   })();
+  await Promise.race([snapshot, watching]);
   const cancelled = await client.cancelWorkflow(wf.id, "not today");
   await watching;
   const retried = await client.retryWorkflow(wf.id);
