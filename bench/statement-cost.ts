@@ -6,12 +6,21 @@
 // trigger and the events, without the commit's fsync (synchronous_commit off here). Variants run in
 // turn, alternating, so drift on a shared machine falls on each alike. Not a test:
 //
-//   node --import tsx bench/statement-cost.ts [--rounds 2000] [--repeats 5]
+//   node --import tsx bench/statement-cost.ts [--rounds 2000] [--repeats 5] [--keyed]
+//
+// --keyed: the workload is bench:horizon's keyed shape (max_leased_per_key 4, 40-task jobs of 50
+// concurrency keys in turn, each key's tier of 3 as its priority), so the claim is the flow claim's
+// (leasehold_flow_claim_hinted, keys of their own). FLOW_FUNCTION=name: a variant `flow_<name>` runs
+// the statement with that function in place of leasehold_flow_claim_hinted, created from the file
+// FLOW_FUNCTION_SQL (a changed copy of its migration file, renamed): the variant compares it with the
+// current one.
 //
 // VARIANTS=a,b: which of the variants below (all by default). A variant is a statement text and its
 // hints: add one (the text with a part changed) to compare it with the current one, round by round.
 // --explain prints each variant's plan as its kept generic plan runs it; PERF_OUT=file records the
-// backend with perf (dwarf call graphs) over one more round of the first.
+// backend with perf (dwarf call graphs) over one more round of the first. --statements prints, per
+// variant, what each statement it ran took, those inside functions too (pg_stat_statements with
+// track = all: a DATABASE_URL server started with it loaded; one session, so time is its CPU).
 
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -28,6 +37,7 @@ const arg = (name: string, fallback: string) => {
   return i >= 0 ? process.argv[i + 1] : fallback;
 };
 const ROUNDS = Number(arg("rounds", "2000"));
+const KEYED = process.argv.includes("--keyed");
 const REPEATS = Number(arg("repeats", "5"));
 const SHA = "0".repeat(64);
 const TICK_MS = 10; // USER_HZ 100 on Linux
@@ -41,7 +51,37 @@ const VARIANTS: Record<string, Variant> = {
   // As the coordinator sends it once the lease reaper has found no expired lease (claim-hints.ts).
   current: { text: COALESCED_COMPLETE_AND_CLAIM.text, hints: JSON.stringify({ "~expired": false }) },
 };
+if (process.env.FLOW_FUNCTION)
+  VARIANTS[`flow_${process.env.FLOW_FUNCTION}`] = {
+    text: COALESCED_COMPLETE_AND_CLAIM.text.replaceAll("leasehold_flow_claim_hinted(", `${process.env.FLOW_FUNCTION}(`),
+    hints: VARIANTS.current.hints,
+  };
 const chosen = (process.env.VARIANTS ?? Object.keys(VARIANTS).join(",")).split(",");
+
+/** bench:horizon's keyed shape: 40-task jobs of 50 keys in turn, key k's priority k mod 3, 4 leases a key at most. */
+async function fillKeyed(count: number): Promise<void> {
+  await store.putWorkload({ name: "sc", leaseSeconds: 300, maxAttempts: 3, maxLeasedPerKey: 4 });
+  for (let j = 0; j * 40 < count; j++)
+    await store.createJob({
+      workload: "sc",
+      concurrencyKey: `k${j % 50}`,
+      priority: (j % 50) % 3,
+      tasks: Array.from({ length: 40 }, (_, i) => ({ chunkIndex: i, inputUri: `s3://sc/${i}`, inputSha256: SHA })),
+    });
+}
+
+/** The statements of the last round (--statements): ms a statement of the variant's, calls a statement, text. */
+async function printStatements(c: pg.Client, name: string): Promise<void> {
+  const { rows } = await c.query<{ ms: number; calls: number; blks: number; q: string }>(
+    `SELECT total_exec_time / $1 AS ms, calls::float8 / $1 AS calls, (shared_blks_hit + shared_blks_read)::float8 / calls AS blks,
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS q
+     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls >= $1
+     ORDER BY total_exec_time DESC LIMIT 14`,
+    [ROUNDS],
+  );
+  console.log(`--- ${name}: per statement of the variant (ms, calls, buffers a call, text)`);
+  for (const r of rows) console.log(`  ${fmt(r.ms, 3).padStart(7)} ${fmt(r.calls, 1).padStart(5)} ${fmt(r.blks, 0).padStart(5)}  ${r.q}`);
+}
 
 function backendTicks(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
@@ -58,12 +98,14 @@ const store = new PostgresQueue(pool, {
   maxTasksPerJob: 10_000,
 });
 try {
-  const perVariant = ROUNDS * REPEATS + 200;
-  await fillLeasehold(store, "sc", perVariant * chosen.length + 1000);
+  const perVariant = ROUNDS * (REPEATS + 1) + 200;
+  if (KEYED) await fillKeyed(perVariant * chosen.length + 1000);
+  else await fillLeasehold(store, "sc", perVariant * chosen.length + 1000);
   const c = new pg.Client({ connectionString: db.url });
   c.on("error", () => {});
   await c.connect();
   await c.query("SET synchronous_commit = off");
+  if (process.env.FLOW_FUNCTION_SQL) await c.query(readFileSync(process.env.FLOW_FUNCTION_SQL, "utf8"));
   // The coordinator's own session settings (generic plans kept, no JIT).
   for (const [k, v] of Object.entries(SESSION_SETTINGS)) await c.query(`SET ${k} = ${c.escapeLiteral(v)}`);
   await c.query("VACUUM ANALYZE tasks, jobs");
@@ -96,7 +138,8 @@ try {
       const r = await c.query<{ id: string; attempt: number }>(
         `UPDATE tasks SET status = 'leased', attempt = attempt + 1, lease_owner = $1, lease_expires_at = now() + interval '300 s',
            lease_seq = txid_current(), started_at = now()
-         WHERE id = (SELECT id FROM tasks WHERE status = 'pending' AND workload = 'sc' ORDER BY created_at, chunk_index LIMIT 1 FOR UPDATE SKIP LOCKED)
+         WHERE id = (SELECT id FROM tasks WHERE status = 'pending' AND workload = 'sc'
+           ORDER BY priority DESC, fair_rank, created_at, chunk_index LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING id, attempt`,
         [worker],
       );
@@ -139,11 +182,15 @@ try {
     perf.kill("SIGINT");
     await new Promise((r) => perf.on("exit", r));
   }
+  const statements = process.argv.includes("--statements");
+  if (statements) await c.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
   for (let rep = 0; rep < REPEATS; rep++) {
     for (const name of chosen) {
+      if (statements && rep === 0) await c.query("SELECT pg_stat_statements_reset()");
       const before = backendTicks(pid);
       for (let i = 0; i < ROUNDS; i++) await step(name);
       ms[name].push(((backendTicks(pid) - before) * TICK_MS) / ROUNDS);
+      if (statements && rep === 0) await printStatements(c, name);
     }
   }
   console.log(`backend CPU per statement (ms), ${ROUNDS} statements a round, ${REPEATS} rounds alternating; median [rounds]`);
