@@ -1,4 +1,5 @@
 import { defineConfig } from "vitest/config";
+import { LongestFirstSequencer } from "./test/support/sequencer.js";
 
 /**
  * The API and transport suites: run a second time with DIRECT_UNARY=false, so every answer they
@@ -62,6 +63,21 @@ const COALESCE_SUITES = [
  */
 const FLOW_SUITES = ["test/store/flow-*.test.ts"];
 
+/**
+ * The slow and rarely touched suites: processes killed and PostgreSQL restarted under load, the
+ * packed tarball installed with npm ci, a coordinator upgraded in place, the schedule race with a
+ * coordinator SIGKILLed, the TypeScript client's package built in a consumer's project. Together
+ * ~200 of `npm test`'s ~900 test-seconds on two cores: `npm run test:slow` runs them, and CI runs
+ * it beside `npm test`, which leaves them out (the one-statement project still runs faults).
+ */
+const SLOW_SUITES = [
+  "test/process/faults.test.ts",
+  "test/process/production.test.ts",
+  "test/process/schedules-race.test.ts",
+  "test/process/upgrade-in-place.test.ts",
+  "test/clients/ts-client-package.test.ts",
+];
+
 export default defineConfig({
   test: {
     globalSetup: ["test/support/global-setup.ts"],
@@ -74,20 +90,28 @@ export default defineConfig({
     // after the container suites, timed out the promotion race of the one-statement project (a call
     // that failed under load left a parent leased): the suite's timing guarantees come first.
     maxWorkers: 2,
+    // The longest files first, so no long one starts near the end and runs on alone.
+    sequence: { sequencer: LongestFirstSequencer },
     // A worker process runs one file after another with the modules it has loaded (each project
     // has workers of its own, so its switches hold): re-importing the coordinator's modules for every
     // file was ~140 s of a run's CPU. Every file still gets its own database, server and pools, and
     // test/support/pg-warnings.ts listens once per process.
     isolate: false,
-    // `npm test` runs `direct`, every suite with the switches at their defaults; `npm run
-    // test:switches` runs the other three, and CI runs both.
+    // `npm test` runs `direct`, every suite with the switches at their defaults but the slow ones;
+    // `npm run test:slow` runs those (`slow`), `npm run test:switches` the three switch projects,
+    // and CI runs all three commands.
     projects: [
       {
         extends: true,
         // test/ha runs apart, on the HA rig (npm run test:ha), and test/deploy/live with Docker
         // (npm run test:deploy), each with its own config.
-        test: { name: "direct", include: ["test/**/*.test.ts"], exclude: ["test/ha/**", "test/deploy/live/**", "**/node_modules/**"] },
+        test: {
+          name: "direct",
+          include: ["test/**/*.test.ts"],
+          exclude: ["test/ha/**", "test/deploy/live/**", "**/node_modules/**", ...SLOW_SUITES],
+        },
       },
+      { extends: true, test: { name: "slow", include: SLOW_SUITES } },
       // The router project also keeps results and claims in statements of their own (COALESCE_MIX=false).
       { extends: true, test: { name: "router", include: API_SUITES, env: { DIRECT_UNARY: "false", COALESCE_MIX: "false" } } },
       {
