@@ -199,7 +199,6 @@ BEGIN
       END IF;
       v_allowance := v_want;
       v_klock := hashtext('leasehold.key:' || v_name);
-      v_locked := '{}';
       v_tried := '{}';
       v_skip := '{}';
       v_got := 0;
@@ -213,8 +212,10 @@ BEGIN
        * keys of one priority only), so the first pass's candidates may all be of a key with room for
        * one more, or whose lock another claim holds: it leases less than it wants, and each caller
        * left with nothing came back with a ClaimTasks (16% of result reports' claims in
-       * bench:horizon's keyed shape). The second pass leaves the keys the first passed over out of
-       * its scan, and reads past them, to the next keys and priorities.
+       * bench:horizon's keyed shape). The second pass leaves every key the first tried out of its
+       * scan and its leases, and reads past them, to the next keys and priorities: its count need not
+       * see the first pass's leases, which it might not (leasehold_flow_live's floor is the snapshot's
+       * xmin, and a snapshot's xmin leaves out its own transaction's id).
        */
       FOR v_pass IN 1 .. 2 LOOP
         -- Candidates are locked as they are read (each lock a WAL record): a few more than it wants, for
@@ -274,6 +275,8 @@ BEGIN
         -- The locks of the keys of the first candidates, in claim order, each tried once (a key another
         -- claim holds is left to it), until the keys held cover as many candidates as the claim wants:
         -- claims side by side take the keys they need, not every key near the front.
+        -- This pass's keys only: a key the first pass locked stays locked, but is not this pass's.
+        v_locked := '{}';
         v_covered := 0;
         FOR i IN 1 .. coalesce(cardinality(v_ckey), 0) LOOP
           EXIT WHEN v_covered >= v_allowance - v_got;
@@ -335,7 +338,7 @@ BEGIN
         END LOOP;
         v_taken_ids := ARRAY(SELECT (r).id FROM unnest(v_rows) AS r);
         -- The keys of candidates not leased whose lock it tried (their room ran out, or another claim
-        -- holds them): the second pass leaves them out.
+        -- holds them): a second pass only when there are some.
         v_pass_skip := '{}';
         FOR i IN 1 .. coalesce(cardinality(v_cid), 0) LOOP
           CONTINUE WHEN v_cid[i] = ANY (v_taken_ids);
@@ -356,7 +359,7 @@ BEGIN
         -- (fewer candidates: it read every task it could take).
         EXIT WHEN v_got >= v_allowance OR cardinality(v_pass_skip) = 0
           OR coalesce(cardinality(array_positions(v_carm, 1)), 0) < v_scan;
-        v_skip := v_skip || v_pass_skip;
+        v_skip := v_tried;
       END LOOP;
       v_rows := CASE WHEN cardinality(v_acc_rows) > 0 THEN v_acc_rows END;
       v_fresh := v_acc_fresh;

@@ -107,3 +107,26 @@ it.skipIf(!SWITCHES.flowClaimHints)(
     }
   },
 );
+
+it.skipIf(!SWITCHES.flowClaimHints)(
+  "a key the first pass filled is not the second pass's, whatever that pass's count of live leases sees",
+  async () => {
+    // Key c (priority 1) has one lease live: room for one. Then key p: 2 tasks at priority 2, 5 at 0.
+    const name = `pass${++seq}`;
+    await f.queue.putWorkload({ name, leaseSeconds: 60, maxLeasedPerKey: 2 });
+    const specs = (n: number) => Array.from({ length: n }, (_, i) => ({ chunkIndex: i, inputUri: `s3://pass/${i}`, inputSha256: sha(i) }));
+    await f.queue.createJob({ workload: name, tasks: specs(30), concurrencyKey: "c", priority: 1 });
+    const c = await session();
+    try {
+      expect(await claim(c, name, ["w0"])).toEqual([{ key: "c", slot: 1, owner: "w0" }]);
+      await f.queue.createJob({ workload: name, tasks: specs(2), concurrencyKey: "p", priority: 2 });
+      await f.queue.createJob({ workload: name, tasks: specs(5), concurrencyKey: "p", priority: 0 });
+      // The first pass takes p's two (its cap) and one of c's (its room), and passes over the rest of
+      // c's. The second reads past c to p's tasks at priority 0: p is full, by its own first pass.
+      expect((await claim(c, name, ["w1", "w2", "w3", "w4"])).map((r) => r.key)).toEqual(["p", "p", "c"]);
+      expect(await liveByKey(name)).toEqual({ c: 2, p: 2 });
+    } finally {
+      await c.end();
+    }
+  },
+);
