@@ -214,8 +214,8 @@ BEGIN
        * left with nothing came back with a ClaimTasks (16% of result reports' claims in
        * bench:horizon's keyed shape). The second pass leaves every key the first tried out of its
        * scan and its leases, and reads past them, to the next keys and priorities: its count need not
-       * see the first pass's leases, which it might not (leasehold_flow_live's floor is the snapshot's
-       * xmin, and a snapshot's xmin leaves out its own transaction's id).
+       * see the first pass's leases, which it might not (leasehold_flow_live counts below the
+       * snapshot's xmax, and this transaction's id, not yet ended, may be at or past it).
        */
       FOR v_pass IN 1 .. 2 LOOP
         -- Candidates are locked as they are read (each lock a WAL record): a few more than it wants, for

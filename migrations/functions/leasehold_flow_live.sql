@@ -20,6 +20,12 @@
  * need be: leases end, and none is ever written below it. Kept in a session setting, so each
  * connection has its own, and a new one counts from the start once.
  *
+ * What it does not see: leases its own transaction wrote before it, when that transaction's id is at
+ * or past the snapshot's xmax (one past the last id to end; a running transaction's own may be
+ * later). So a claim counts each workload's keys once, before it writes leases of them, and a
+ * second pass in the same transaction leaves the keys the first tried alone
+ * (leasehold_flow_claim_hinted). After the commit the id has ended, and later counts see them.
+ *
  * What can still make a count long: a transaction that holds an id for minutes (one that has
  * written; a read-only snapshot has none) holds X back, and with it the floor.
  */
