@@ -94,7 +94,7 @@ WITH input AS MATERIALIZED (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).*, (SELECT count(*) FROM plain_claimed) + slot FROM flow_claimed
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
-  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status::text IN ('pending')
 ),
 events AS (
   INSERT INTO task_events (job_id, task_id, chunk_index, kind, status, previous_status, attempt, worker_id, usage)

@@ -1,7 +1,7 @@
 // A cap far away (flow-control-claim.md, "A cap far away"): what a flow-controlled claim skips while no
 // cap is near, and that skipping it never passes a cap. Real PostgreSQL, the claim function called
 // the way the claim statement calls it, on one session and on several.
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Task } from "../../src/queue/types.js";
 import { NOTIFY_CHANNEL } from "../../src/store/postgres/sql/channels.js";
@@ -29,13 +29,6 @@ async function workload(settings: Record<string, number>, tasks: number, key?: (
   return name;
 }
 
-async function session(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: f.db.url });
-  c.on("error", () => {});
-  await c.connect();
-  return c;
-}
-
 /** One call of the claim function on `c`, as the claim statements call it (FLOW_HINTS_ARG): the tasks it leased. */
 async function claim(c: pg.Client, w: string, want: number, worker = "w"): Promise<{ id: string; key: string }[]> {
   const { rows } = await c.query(
@@ -51,7 +44,7 @@ const live = async (w: string) => f.count("tasks", `workload = '${w}' AND status
 it("a session that found the cap far skips the first count, never passes the cap, and still fills it exactly", async () => {
   // max_leased 16: one gate is worth one task, so the gated path holds while 8 or fewer are live.
   const w = await workload({ maxLeased: 16 }, 60);
-  const c = await session();
+  const c = await f.session();
   try {
     // The first claim counts, finds the cap far, and says so for the next claim of this session.
     expect(await claim(c, w, 1)).toHaveLength(1);
@@ -84,7 +77,7 @@ it("a session that found the cap far skips the first count, never passes the cap
 it("per-key caps far away lease in fair-share order; a key near its cap is still held at it", async () => {
   // Two keys, a b a b …: far from max_leased_per_key 16, a claim of 6 takes the first 6 in rank order.
   const w = await workload({ maxLeasedPerKey: 16 }, 40, (i) => (i % 2 ? "b" : "a"));
-  const c = await session();
+  const c = await f.session();
   try {
     const first = await claim(c, w, 6);
     expect(first.map((t) => t.key)).toEqual(["a", "b", "a", "b", "a", "b"]);
@@ -106,7 +99,7 @@ it("per-key caps far away lease in fair-share order; a key near its cap is still
 it("completions of a capped workload wake parked claims only after a claim of it left a caller with nothing", async () => {
   const w = await workload({ maxLeased: 1000 }, 3);
   const capped = await workload({ maxLeased: 1 }, 2);
-  const listen = await session();
+  const listen = await f.session();
   const wakes: string[] = [];
   listen.on("notification", (n) => {
     if (n.channel === NOTIFY_CHANNEL && n.payload) wakes.push(n.payload);

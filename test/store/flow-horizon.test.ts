@@ -91,6 +91,16 @@ async function job(c: Coordinator, w: string, key: string, priority: number, n: 
   return created;
 }
 
+async function pendingOf(w: string): Promise<number> {
+  const { rows } = await a.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM tasks WHERE workload = $1 AND status = 'pending'`, [w]);
+  return rows[0].n;
+}
+
+async function firstRank(jobId: string): Promise<bigint> {
+  const { rows } = await a.pool.query<{ r: string }>(`SELECT min(fair_rank)::text AS r FROM tasks WHERE job_id = $1`, [jobId]);
+  return BigInt(rows[0].r);
+}
+
 describe("the flow claim under a held horizon", () => {
   it.runIf(SWITCHES.flowClaimHints)(
     "a keyed claim reads a few entries of the pending and the lease index from its hints, every dead one from the front",
@@ -406,6 +416,30 @@ describe("the flow claim under a held horizon", () => {
       }
     },
     120_000,
+  );
+
+  it.runIf(SWITCHES.flowClaimHints)(
+    "a CreateJob that finds nothing pending at its priority notes where it starts as the head, and the next job of another key starts there too",
+    async () => {
+      const w = "fh-empty-head";
+      await a.q.putWorkload({ name: w, leaseSeconds: 300, maxLeasedPerKey: 4 });
+      for (let j = 0; j < 6; j++) await a.q.createJob({ workload: w, concurrencyKey: `e${j % 3}`, tasks: specs(4, `e${j}`) });
+      // Everything claimed and completed: nothing pending at priority 0.
+      for (;;) {
+        const ts = await a.q.claimTasks({ workerId: "ew", workloads: [w], maxTasks: 8 });
+        if (ts.length === 0) break;
+        for (const t of ts) await complete(a, t);
+      }
+      expect(await pendingOf(w)).toBe(0);
+      const heads = (a.q as unknown as { ctx: { flow: { rankHeads: RankHeads } } }).ctx.flow.rankHeads;
+      const first = await a.q.createJob({ workload: w, concurrencyKey: "e0", tasks: specs(2, "e-first") });
+      const start = await firstRank(first.job.id);
+      // The furthest any key had got: past every rank the six jobs took (ranks 0..3 of three keys, twice).
+      expect(start).toBeGreaterThanOrEqual(8n);
+      expect(heads.get(w, 0)).toBe(String(start));
+      const next = await a.q.createJob({ workload: w, concurrencyKey: "e1", tasks: specs(2, "e-next") });
+      expect(await firstRank(next.job.id)).toBe(start);
+    },
   );
 
   it("the flow claim's hint argument: as the claim statements pass it in this project", () => {

@@ -3,7 +3,7 @@
 // second pass, to the next keys and priorities, and still passes no cap. Real PostgreSQL, the claim
 // function called the way the claim statements call it. The claim as it was before
 // (FLOW_CLAIM_HINTS=false) has no second pass: these run with the hinted claim only.
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { FLOW_HINTS_ARG, queueFixture, sha, type QueueFixture } from "../support/queue.js";
 import { SWITCHES } from "../support/switches.js";
@@ -26,13 +26,6 @@ async function workload(a: number): Promise<string> {
   await f.queue.createJob({ workload: name, tasks: specs(a), concurrencyKey: "a", priority: 1 });
   await f.queue.createJob({ workload: name, tasks: specs(10), concurrencyKey: "b", priority: 0 });
   return name;
-}
-
-async function session(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: f.db.url });
-  c.on("error", () => {});
-  await c.connect();
-  return c;
 }
 
 type Leased = { key: string; slot: number; owner: string };
@@ -59,7 +52,7 @@ it.skipIf(!SWITCHES.flowClaimHints)(
   "a key at the front with room for one: the claim takes it, then the next key's tasks, each slot its owner, no cap passed",
   async () => {
     const w = await workload(30);
-    const c = await session();
+    const c = await f.session();
     try {
       // Key a has one lease live, so room for one more; its 29 pending tasks fill the first pass's scan.
       expect(await claim(c, w, ["w0"])).toEqual([{ key: "a", slot: 1, owner: "w0" }]);
@@ -83,8 +76,8 @@ it.skipIf(!SWITCHES.flowClaimHints)(
   "the front key's lock held by another claim: the claim reads past it to the next key, and the held key's tasks wait for it",
   async () => {
     const w = await workload(30);
-    const holder = await session();
-    const c = await session();
+    const holder = await f.session();
+    const c = await f.session();
     try {
       // Another claim of key a, in its transaction: its lock as the claim function takes it.
       await holder.query("BEGIN");
@@ -116,7 +109,7 @@ it.skipIf(!SWITCHES.flowClaimHints)(
     await f.queue.putWorkload({ name, leaseSeconds: 60, maxLeasedPerKey: 2 });
     const specs = (n: number) => Array.from({ length: n }, (_, i) => ({ chunkIndex: i, inputUri: `s3://pass/${i}`, inputSha256: sha(i) }));
     await f.queue.createJob({ workload: name, tasks: specs(30), concurrencyKey: "c", priority: 1 });
-    const c = await session();
+    const c = await f.session();
     try {
       expect(await claim(c, name, ["w0"])).toEqual([{ key: "c", slot: 1, owner: "w0" }]);
       await f.queue.createJob({ workload: name, tasks: specs(2), concurrencyKey: "p", priority: 2 });

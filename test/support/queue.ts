@@ -1,6 +1,6 @@
 // A real PostgresQueue on a database of its own, for tests that go through the service.
 import { createHash } from "node:crypto";
-import type pg from "pg";
+import pg from "pg";
 import type { QueueObserver } from "../../src/queue/service.js";
 import { createPool, PostgresQueue, type StoreOptions } from "../../src/store/postgres/store.js";
 import { createTestDatabase, type TestDatabase } from "./db.js";
@@ -31,6 +31,8 @@ export interface QueueFixture {
   queue: PostgresQueue;
   /** an extra pool on the same database, standing for another coordinator */
   newPool(): pg.Pool;
+  /** a connection of its own on the same database, for a suite that needs one session's settings kept between calls; the suite ends it */
+  session(): Promise<pg.Client>;
   count(table: "jobs" | "tasks" | "workloads" | "task_events", where?: string): Promise<number>;
   close(): Promise<void>;
 }
@@ -71,6 +73,12 @@ export async function queueFixture(options: Partial<StoreOptions> = {}, pool: { 
     pool: first,
     queue,
     newPool,
+    async session() {
+      const c = new pg.Client({ connectionString: db.url });
+      c.on("error", () => {});
+      await c.connect();
+      return c;
+    },
     async count(table, where = "true") {
       const { rows } = await first.query(`SELECT count(*)::int AS n FROM ${table} WHERE ${where}`);
       return rows[0].n;

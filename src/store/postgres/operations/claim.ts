@@ -7,7 +7,7 @@ import { validateClaim, type NormalizedClaim } from "../../../queue/validation.j
 import type { StoreContext } from "../state/context.js";
 import { withClient } from "../sql/db.js";
 import { explainRefusal } from "./flow-control.js";
-import { statusEvents, watchedJobs } from "../sql/fragments.js";
+import { jobStatusIn, statusEvents, watchedJobs } from "../sql/fragments.js";
 import { namedQuery } from "../sql/query.js";
 import { toTask, type TaskRow } from "../sql/rows.js";
 
@@ -184,7 +184,7 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
   SELECT * FROM plain_claimed UNION ALL SELECT (task).*${assign ? ", (SELECT count(*) FROM plain_claimed) + slot" : ""} FROM flow_claimed
 ), running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
-  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND status = 'pending'
+  WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND ${jobStatusIn("status", "pending")}
 )`;
 // A claimed task came from pending (not a reclaimed lease): taken by the fresh arm, or by the flow claim from pending.
 const wasFresh = (t: string) =>

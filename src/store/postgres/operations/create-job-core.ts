@@ -62,6 +62,11 @@ import { unknownWorkload } from "./workloads.js";
  * from the further of the session's own and @rankHead, the furthest this coordinator has found
  * (state/rank-heads.ts; a pooled session was last used many jobs ago), and the answer's rank_head
  * says where this one was. @rankHeads false (FLOW_CLAIM_HINTS=false): from the front, as before.
+ * With nothing pending at the job's priority from the head on, the head is the furthest any key has
+ * got (where this job starts, and every later job at or after it), and it is noted too: left as it
+ * was, every CreateJob at that priority walked again from the old head through every task claimed
+ * since (3,000 buffers a job after five minutes of bench:horizon's keyed shape held, whose backlog
+ * is often empty at a priority).
  */
 const createJobCtes = `fresh AS (
   SELECT count(*) = cardinality(@workloadNames::text[]) AS ok
@@ -76,21 +81,20 @@ const createJobCtes = `fresh AS (
   ON CONFLICT DO NOTHING
   RETURNING *
 ), rank_head AS (
-  SELECT h.setting, h.heads, job.priority, (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
-      AND t.fair_rank >= coalesce(CASE WHEN @rankHeads::boolean THEN
-          greatest((SELECT split_part(e, ':', 2)::bigint FROM unnest(h.heads) e WHERE split_part(e, ':', 1) = job.priority::text), @rankHead::bigint) END,
-        '-9223372036854775808'::bigint)
-     ORDER BY t.priority DESC, t.fair_rank LIMIT 1) AS vt
-  FROM job CROSS JOIN LATERAL (
-    SELECT s.setting, coalesce(string_to_array(nullif(current_setting(s.setting, true), ''), ','), '{}') AS heads
-    FROM (SELECT 'leasehold.rank_head_' || md5(job.workload) AS setting) s) h
-  WHERE @ranked::boolean
+  SELECT r.setting, r.heads, r.priority, coalesce(r.vt, (SELECT max(o.next_rank) FROM flow_keys o WHERE o.workload = r.workload)) AS vt
+  FROM (
+    SELECT h.setting, h.heads, job.priority, job.workload, (SELECT t.fair_rank FROM tasks t WHERE t.status = 'pending' AND t.workload = job.workload AND t.priority = job.priority
+        AND t.fair_rank >= coalesce(CASE WHEN @rankHeads::boolean THEN
+            greatest((SELECT split_part(e, ':', 2)::bigint FROM unnest(h.heads) e WHERE split_part(e, ':', 1) = job.priority::text), @rankHead::bigint) END,
+          '-9223372036854775808'::bigint)
+       ORDER BY t.priority DESC, t.fair_rank LIMIT 1) AS vt
+    FROM job CROSS JOIN LATERAL (
+      SELECT s.setting, coalesce(string_to_array(nullif(current_setting(s.setting, true), ''), ','), '{}') AS heads
+      FROM (SELECT 'leasehold.rank_head_' || md5(job.workload) AS setting) s) h
+    WHERE @ranked::boolean) r
 ), rank_base AS (
   INSERT INTO flow_keys AS k (workload, key, next_rank)
-  SELECT job.workload, job.concurrency_key, coalesce(
-      h.vt,
-      (SELECT max(o.next_rank) FROM flow_keys o WHERE o.workload = job.workload),
-      0) + @taskCount::bigint
+  SELECT job.workload, job.concurrency_key, coalesce(h.vt, 0) + @taskCount::bigint
   FROM job, rank_head h
   ON CONFLICT (workload, key) DO UPDATE SET next_rank = greatest(k.next_rank, EXCLUDED.next_rank - @taskCount::bigint) + @taskCount::bigint
   RETURNING k.next_rank - @taskCount::bigint AS base,

@@ -13,6 +13,7 @@
 import type pg from "pg";
 import type { Job } from "../../../queue/types.js";
 import { isConnectionFailure, transaction } from "../sql/db.js";
+import { jobStatusIn } from "../sql/fragments.js";
 import { defineQuery } from "../sql/query.js";
 
 /**
@@ -102,7 +103,7 @@ RETURNING j.id, j.status`,
  */
 export const FINISH_JOBS_IF_DONE = `
 UPDATE jobs j SET status = ${finalStatus("j")}, completed_at = now(), updated_at = now()
-WHERE j.id = ANY($1::uuid[]) AND j.status IN ('pending', 'running')
+WHERE j.id = ANY($1::uuid[]) AND ${jobStatusIn("j.status", "pending", "running")}
   AND ${nothingUnfinished("j.id")}`;
 export const FINISH_JOBS = defineQuery<{ jobIds: string[] }>("leasehold_finish_jobs", FINISH_JOBS_IF_DONE, (p) => [p.jobIds]);
 

@@ -32,6 +32,7 @@ import type { JsonValue } from "@bufbuild/protobuf";
 import type { StoreContext } from "../state/context.js";
 import type { PreparedJob } from "../state/prepared-job.js";
 import { inTransaction, transaction, withClient } from "../sql/db.js";
+import { jobStatusIn } from "../sql/fragments.js";
 import { defineQuery } from "../sql/query.js";
 import { accountScope } from "../sql/scope.js";
 import { uuidv7, uuidv7s } from "../sql/uuidv7.js";
@@ -442,7 +443,7 @@ WHERE job_id = ANY ($1::uuid[]) AND status IN ('pending', 'leased', 'waiting')`,
 export const CANCEL_NODES = defineQuery<{ ids: string[]; reason: string | null }, { id: string }>(
   null,
   `UPDATE jobs SET status = 'cancelled', cancel_reason = $2, completed_at = now(), updated_at = now()
-WHERE id = ANY ($1::uuid[]) AND status IN ('pending', 'running') RETURNING id`,
+WHERE id = ANY ($1::uuid[]) AND ${jobStatusIn("status", "pending", "running")} RETURNING id`,
   (p) => [p.ids, p.reason],
 );
 
