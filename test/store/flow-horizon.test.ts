@@ -92,7 +92,9 @@ async function job(c: Coordinator, w: string, key: string, priority: number, n: 
 }
 
 async function pendingOf(w: string): Promise<number> {
-  const { rows } = await a.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM tasks WHERE workload = $1 AND status = 'pending'`, [w]);
+  const { rows } = await a.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM tasks WHERE workload = $1 AND status = 'pending'`, [
+    w,
+  ]);
   return rows[0].n;
 }
 

@@ -114,8 +114,7 @@ export const usageSum = (current: string, report: string) =>
  * moved on to running), and under a held snapshot the claim's `running` update read 850 buffers a
  * claim after five minutes (bench:horizon's keyed shape, auto_explain), growing by ~4 a second.
  */
-export const jobStatusIn = (column: string, ...statuses: string[]) =>
-  `${column}::text IN (${statuses.map((s) => `'${s}'`).join(", ")})`;
+export const jobStatusIn = (column: string, ...statuses: string[]) => `${column}::text IN (${statuses.map((s) => `'${s}'`).join(", ")})`;
 
 // Fencing: every write by a worker names (task, worker, attempt) and needs a live lease, so a
 // worker that lost its lease (expired and reclaimed by another) can never overwrite anything.
