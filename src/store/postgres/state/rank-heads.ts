@@ -1,6 +1,6 @@
 // The heads of fair ranks this coordinator has found, per workload and priority: the rank of the
-// first pending task a CreateJob of a keyed workload saw at its priority (create-job-core.ts,
-// rank_head). Each session also keeps the last head it found (a session setting); a session of a
+// first pending task a CreateJob of a keyed workload saw at its priority, or with none pending the
+// furthest rank any key had got (create-job-core.ts, rank_head). Each session also keeps the last head it found (a session setting); a session of a
 // pool of many was last used many jobs ago, and under a held MVCC horizon every task claimed since
 // is a dead entry it walks on its way to the head (4,701 buffers a CreateJob after ten minutes of
 // bench:horizon's keyed shape). A head found by any session is a valid start for every other:
@@ -19,7 +19,7 @@ export class RankHeads {
     return this.text.get(key(workload, priority)) ?? null;
   }
 
-  /** A head a statement found (null: none, nothing pending at that priority). Heads only move forward. */
+  /** A head a statement found or noted (null: none, no key of the workload has a rank yet). Heads only move forward. */
   learn(workload: string, priority: number, head: string | null): void {
     if (head === null) return;
     const k = key(workload, priority);
