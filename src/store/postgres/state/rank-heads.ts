@@ -1,9 +1,10 @@
 // The heads of fair ranks this coordinator has found, per workload and priority: the rank of the
 // first pending task a CreateJob of a keyed workload saw at its priority, or with none pending the
-// furthest rank any key had got (create-job-core.ts, rank_head). Each session also keeps the last head it found (a session setting); a session of a
-// pool of many was last used many jobs ago, and under a held MVCC horizon every task claimed since
-// is a dead entry it walks on its way to the head (4,701 buffers a CreateJob after ten minutes of
-// bench:horizon's keyed shape). A head found by any session is a valid start for every other:
+// furthest rank any key had got (create-job-core.ts, rank_head). Each session also keeps the last
+// head it found (a session setting); a session of a pool of many was last used many jobs ago, and
+// under a held MVCC horizon every task claimed since is a dead entry it walks on its way to the
+// head (4,701 buffers a CreateJob after ten minutes of bench:horizon's keyed shape). A head found
+// by any session is a valid start for every other:
 // ranks below it are only taken by tasks that were leased and came back (flow-control-claim.md,
 // "Under a held horizon"), so the statement starts from the further of the two.
 
