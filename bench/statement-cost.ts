@@ -28,7 +28,7 @@ import pg from "pg";
 import { createPool, PostgresQueue } from "../src/store/postgres/store.js";
 import { SESSION_SETTINGS } from "../src/store/postgres/sql/db.js";
 import { parseCoalescing } from "../src/config/index.js";
-import { COALESCED_COMPLETE_AND_CLAIM } from "../src/store/postgres/coalescing/coalesced-statements.js";
+import { COALESCED_COMPLETE_AND_CLAIM, COALESCED_COMPLETE_AND_CLAIM_LEAN } from "../src/store/postgres/coalescing/coalesced-statements.js";
 import { fmt, startDatabase } from "./harness.js";
 import { fillLeasehold } from "./peers-loads.js";
 
@@ -39,6 +39,9 @@ const arg = (name: string, fallback: string) => {
 const ROUNDS = Number(arg("rounds", "2000"));
 const KEYED = process.argv.includes("--keyed");
 const REPEATS = Number(arg("repeats", "5"));
+// --items K: each statement carries K results of K workers, each with claim_next of one task (the
+// coordinator's coalesced statement carried ~8 under bench:peers' chained single load).
+const ITEMS = Number(arg("items", "1"));
 const SHA = "0".repeat(64);
 const TICK_MS = 10; // USER_HZ 100 on Linux
 
@@ -50,6 +53,8 @@ interface Variant {
 const VARIANTS: Record<string, Variant> = {
   // As the coordinator sends it once the lease reaper has found no expired lease (claim-hints.ts).
   current: { text: COALESCED_COMPLETE_AND_CLAIM.text, hints: JSON.stringify({ "~expired": false }) },
+  // The same without the arms of expired leases and of flow control, as sent while neither can take anything.
+  lean: { text: COALESCED_COMPLETE_AND_CLAIM_LEAN.text, hints: JSON.stringify({ "~expired": false }) },
 };
 if (process.env.FLOW_FUNCTION)
   VARIANTS[`flow_${process.env.FLOW_FUNCTION}`] = {
@@ -98,7 +103,7 @@ const store = new PostgresQueue(pool, {
   maxTasksPerJob: 10_000,
 });
 try {
-  const perVariant = ROUNDS * (REPEATS + 1) + 200;
+  const perVariant = (ROUNDS * (REPEATS + 1) + 200) * ITEMS;
   if (KEYED) await fillKeyed(perVariant * chosen.length + 1000);
   else await fillLeasehold(store, "sc", perVariant * chosen.length + 1000);
   const c = new pg.Client({ connectionString: db.url });
@@ -111,59 +116,64 @@ try {
   await c.query("VACUUM ANALYZE tasks, jobs");
   const pid = (await c.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0].pid;
   type Held = { id: string; attempt: number };
-  const held = new Map<string, Held>();
-  // The statement's @items: the held task's result, with claim_next of one task for the same worker.
-  const resultItems = (worker: string, h: Held) =>
-    JSON.stringify([
-      {
-        caller: 0,
+  const held = new Map<string, Held[]>();
+  // The statement's @items: each held task's result, with claim_next of one task for the same worker.
+  const resultItems = (name: string, hs: Held[]) =>
+    JSON.stringify(
+      hs.map((h, i) => ({
+        caller: i,
         task_id: h.id,
-        worker_id: worker,
+        worker_id: `w-${name}-${i}`,
         attempt: h.attempt,
         result_uri: "s3://r",
         result_sha256: SHA,
         metrics: null,
         usage: null,
-        claim_worker: worker,
+        claim_worker: `w-${name}-${i}`,
         claim_n: 1,
         claim_always: false,
-      },
-    ]);
-  // Each variant its own worker and task chain, its statement prepared under its own name.
+      })),
+    );
+  // Each variant its own workers and task chains, its statement prepared under its own name.
   const step = async (name: string): Promise<void> => {
     const v = VARIANTS[name];
-    const worker = `w-${name}`;
-    let h = held.get(name);
-    if (!h) {
-      const r = await c.query<{ id: string; attempt: number }>(
-        `UPDATE tasks SET status = 'leased', attempt = attempt + 1, lease_owner = $1, lease_expires_at = now() + interval '300 s',
-           lease_seq = txid_current(), started_at = now()
-         WHERE id = (SELECT id FROM tasks WHERE status = 'pending' AND workload = 'sc'
-           ORDER BY priority DESC, fair_rank, created_at, chunk_index LIMIT 1 FOR UPDATE SKIP LOCKED)
-         RETURNING id, attempt`,
-        [worker],
-      );
-      h = r.rows[0];
+    let hs = held.get(name);
+    if (!hs) {
+      hs = [];
+      for (let i = 0; i < ITEMS; i++) {
+        const r = await c.query<{ id: string; attempt: number }>(
+          `UPDATE tasks SET status = 'leased', attempt = attempt + 1, lease_owner = $1, lease_expires_at = now() + interval '300 s',
+             lease_seq = txid_current(), started_at = now()
+           WHERE id = (SELECT id FROM tasks WHERE status = 'pending' AND workload = 'sc'
+             ORDER BY priority DESC, fair_rank, created_at, chunk_index LIMIT 1 FOR UPDATE SKIP LOCKED)
+           RETURNING id, attempt`,
+          [`w-${name}-${i}`],
+        );
+        hs.push(r.rows[0]);
+      }
     }
-    const items = resultItems(worker, h);
-    const r = await c.query<{ part: number; id: string; attempt: number }>({
+    const r = await c.query<{ part: number; id: string; attempt: number; caller: number }>({
       name: `sc_${name}`,
       text: v.text,
-      values: [items, [h.id], ["sc"], null, "{}", v.hints],
+      values: [resultItems(name, hs), hs.map((h) => h.id), ["sc"], null, "{}", v.hints],
     });
-    const next = r.rows.find((x) => x.part === 1);
-    if (!next) throw new Error(`${name}: no task claimed (rows: ${JSON.stringify(r.rows.map((x) => x.part))})`);
-    held.set(name, { id: next.id, attempt: next.attempt });
+    const next = r.rows.filter((x) => x.part === 1).sort((a, b) => a.caller - b.caller);
+    if (next.length !== ITEMS)
+      throw new Error(`${name}: ${next.length} of ${ITEMS} claimed (rows: ${JSON.stringify(r.rows.map((x) => x.part))})`);
+    held.set(
+      name,
+      next.map((x) => ({ id: x.id, attempt: x.attempt })),
+    );
   };
   for (const name of chosen) for (let i = 0; i < 100; i++) await step(name); // warm: plans cached
   if (process.argv.includes("--explain")) {
     // One execution's plan, as the kept generic plan runs it (EXPLAIN EXECUTE of a prepared statement).
     for (const name of chosen) {
-      const h = held.get(name)!;
-      const items = resultItems(`w-${name}`, h);
+      const hs = held.get(name)!;
+      const items = resultItems(name, hs);
       await c.query(`PREPARE x_${name} AS ${VARIANTS[name].text}`);
       const r = await c.query<{ "QUERY PLAN": string }>(
-        `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE x_${name}(${c.escapeLiteral(items)}, ARRAY[${c.escapeLiteral(h.id)}]::uuid[],
+        `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE x_${name}(${c.escapeLiteral(items)}, ARRAY[${hs.map((h) => c.escapeLiteral(h.id)).join(", ")}]::uuid[],
            ARRAY['sc'], NULL, '{}', ${c.escapeLiteral(VARIANTS[name].hints)})`,
       );
       console.log(`--- ${name}: ${r.rows.length} plan lines`);

@@ -3,7 +3,17 @@
 // item keeps the fence of that statement: its own worker, attempt and live lease.
 
 import { EVENTS_CHANNEL, NOTIFY_CHANNEL } from "../sql/channels.js";
-import { claimCtes, claimedEventRows, claimedEventRowsBesideUsage, createdUs, pickupSeconds } from "../operations/claim.js";
+import {
+  claimCtes,
+  claimedEventRows,
+  claimedEventRowsBesideUsage,
+  claimOutputs,
+  createdUs,
+  FULL_ARMS,
+  LEAN_ARMS,
+  pickupSeconds,
+  type ClaimArms,
+} from "../operations/claim.js";
 import { batchCompletedEvents, completeMany } from "../operations/complete.js";
 import {
   completedUsageEventRows,
@@ -83,9 +93,10 @@ FROM (SELECT ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads) f L
  * names its caller. Rows: part 0 the completed tasks (with recheck_job, the jobs the claim took
  * nothing of), part 1 the claimed ones with their caller and rn (claim order).
  * @items: the results (jsonb recordset with the caller's index, claim_n and claim_always), @taskIds
- * their task ids.
+ * their task ids. `arms`: the full claim, or the lean one (claim.ts ClaimArms) when the coordinator
+ * knows no expired lease and no flow-controlled workload can be taken.
  */
-const COALESCED_COMPLETE_AND_CLAIM_TEXT = `
+const completeAndClaimText = (arms: ClaimArms, out = claimOutputs(arms)) => `
 WITH input AS MATERIALIZED (
   SELECT * FROM jsonb_to_recordset(@items::jsonb)
     AS b(caller int, task_id uuid, worker_id text, attempt int, result_uri text, result_sha256 text, metrics jsonb, usage jsonb, claim_worker text, claim_n int,
@@ -119,8 +130,9 @@ WITH input AS MATERIALIZED (
     owner: (rn) => `((SELECT owners FROM slot_list))[${rn}]`,
     owners: "(SELECT owners FROM slot_list)",
   },
+  arms,
 )},
-${statusEventsWithUsage(completedUsageEventRows("done", "r.usage", " JOIN input r ON r.task_id = d.id"), claimedEventRowsBesideUsage)},
+${statusEventsWithUsage(completedUsageEventRows("done", "r.usage", " JOIN input r ON r.task_id = d.id"), out.eventRowsBesideUsage)},
 watched AS (
   SELECT pg_notify('${EVENTS_CHANNEL}', r.job_id::text) FROM (SELECT job_id FROM done UNION SELECT job_id FROM claimed) r
   WHERE EXISTS (SELECT 1 FROM job_watchers w WHERE w.job_id = r.job_id)
@@ -130,7 +142,7 @@ SELECT 0 AS part, NULL::int AS caller, done.*, NULL::bigint AS rn, NULL::float8 
   ARRAY(SELECT name FROM requested WHERE flow) AS flow_workloads, ${mayBeDone("done")} AS recheck_job, NULL AS created_us
 FROM done
 UNION ALL
-SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${pickupSeconds}, 0, NULL, false, ${createdUs("claimed")} FROM claimed`;
+SELECT 1, ((SELECT callers FROM slot_list))[claimed.rn], claimed.*, ${out.pickupSeconds}, 0, NULL, false, ${out.createdUs("claimed")} FROM claimed`;
 
 /*
  * Results without claim_next and claims of other callers, in one statement: what arrived while a
@@ -240,6 +252,7 @@ SELECT pg_notify('${NOTIFY_CHANNEL}', workload || ':' || count(*) || ':' || (arr
 FROM back GROUP BY workload`;
 
 // The composed statements' parameters in the order of their $1..$N, as they were numbered by hand.
+const COMPLETE_AND_CLAIM_PARAMS = ["items", "taskIds", "workloads", "leaseSeconds", "labels", "hints"] as const;
 export const COALESCED_CLAIM = namedQuery<
   ClaimShape & { owners: string[]; callers: number[] },
   (CoalescedClaimRow | { [K in keyof CoalescedClaimRow]: null }) & FlowWorkloads
@@ -247,14 +260,18 @@ export const COALESCED_CLAIM = namedQuery<
 export const COALESCED_COMPLETE_AND_CLAIM = namedQuery<
   ClaimShape & Items,
   CoalescedClaimRow & { part: number; recheck_job: boolean } & FlowWorkloads
->("leasehold_coalesced_complete_and_claim", COALESCED_COMPLETE_AND_CLAIM_TEXT, [
-  "items",
-  "taskIds",
-  "workloads",
-  "leaseSeconds",
-  "labels",
-  "hints",
-]);
+>("leasehold_coalesced_complete_and_claim", completeAndClaimText(FULL_ARMS), COMPLETE_AND_CLAIM_PARAMS);
+/**
+ * The same without the arm of expired leases and the flow claim (ClaimArms): sent while the lease
+ * reaper's last probe found no expired lease and no requested workload is flow-controlled, as the
+ * coordinator knows. Its plain arms still take nothing of a workload the database says is
+ * flow-controlled (`NOT w.flow`), and the answer says which, so a view gone stale costs a claim
+ * (its callers are topped up by the full claim, coalescing.ts), never a cap.
+ */
+export const COALESCED_COMPLETE_AND_CLAIM_LEAN = namedQuery<
+  ClaimShape & Items,
+  CoalescedClaimRow & { part: number; recheck_job: boolean } & FlowWorkloads
+>("leasehold_coalesced_complete_and_claim_lean", completeAndClaimText(LEAN_ARMS), COMPLETE_AND_CLAIM_PARAMS);
 /** A row of COALESCED_COMPLETE_THEN_CLAIM: `part` null on the row of nulls. */
 export type CompleteThenClaimRow = CoalescedClaimRow & { part: number | null; recheck_job: boolean | null } & FlowWorkloads;
 export const COALESCED_COMPLETE_THEN_CLAIM = namedQuery<

@@ -31,6 +31,7 @@ import { createJobs } from "./coalesced-create.js";
 import {
   COALESCED_CLAIM,
   COALESCED_COMPLETE_AND_CLAIM,
+  COALESCED_COMPLETE_AND_CLAIM_LEAN,
   COALESCED_COMPLETE_THEN_CLAIM,
   COALESCED_FAIL,
   COALESCED_RENEW,
@@ -279,7 +280,9 @@ export class Coalescer implements CoalescedCalls {
     return withClient(ctx.pool, signal, async (c) => {
       await ctx.workloads.require(c, first.workloads, "claim_next.workloads");
       const hinted = ctx.claimHints.begin(first.workloads, first.labels);
-      const rows = await COALESCED_COMPLETE_AND_CLAIM.run(c, {
+      // The lean statement when neither an expired lease nor a flow-controlled workload can be taken.
+      const lean = hinted.expiredOff && ctx.flow.workloads.noneOf(first.workloads);
+      const rows = await (lean ? COALESCED_COMPLETE_AND_CLAIM_LEAN : COALESCED_COMPLETE_AND_CLAIM).run(c, {
         ...shape(first),
         hints: hinted.json,
         items: payload,
@@ -294,7 +297,9 @@ export class Coalescer implements CoalescedCalls {
       await this.finishCompleted(c, doneRows);
       const per = byCaller(items.length, claimedRows);
       const next = per.map((r) => claimed(ctx, r));
-      for (const name of doneRows[0]?.flow_workloads ?? []) ctx.flow.workloads.mark(name, true);
+      const flow = rows[0]?.flow_workloads ?? [];
+      for (const name of flow) ctx.flow.workloads.mark(name, true);
+      if (lean && flow.length > 0) await this.topUp(c, items, accepted, next);
       const outcomes: Outcome<ResultClaimValue>[] = [];
       for (const [i, { done, claim, batch }] of items.entries()) {
         if (batch) {
@@ -322,6 +327,19 @@ export class Coalescer implements CoalescedCalls {
       }
       return outcomes;
     });
+  }
+
+  /**
+   * A lean statement (no flow claim) ran while a requested workload had become flow-controlled, which
+   * this coordinator had not seen yet: each caller whose claim ran short claims the rest on its own,
+   * through the full claim, as it would have in the statement.
+   */
+  private async topUp(c: pg.PoolClient, items: ResultClaimItem[], accepted: Map<string, unknown>, next: Task[][]): Promise<void> {
+    for (const [i, { done, claim, batch }] of items.entries()) {
+      const missing = claim.maxTasks - next[i].length;
+      if (missing <= 0 || !(batch || accepted.has(done[0].taskId))) continue;
+      next[i] = [...next[i], ...(await claimWith(this.ctx, c, { ...claim, maxTasks: missing }, "claim_next.workloads")).tasks];
+    }
   }
 
   /**

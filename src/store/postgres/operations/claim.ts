@@ -48,15 +48,31 @@ export interface ClaimAssignment {
   owners: string;
 }
 
-const plainPick = (limit: string) => `picked AS (
-  SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+/**
+ * Which arms a claim statement carries. The full claim has all; a lean one (coalesced statements
+ * only, coalesced-statements.ts) leaves out the arm of expired leases and the flow claim when the
+ * coordinator knows neither can take anything: the lease reaper's last probe found no expired
+ * lease (claim hints' "~expired": false) and no requested workload is flow-controlled. Every plan
+ * node costs each execution its set-up and tear-down whether it runs or not, and those two arms
+ * with what reads them are about a third of the statement's plan.
+ */
+export interface ClaimArms {
+  expired: boolean;
+  flow: boolean;
+}
+export const FULL_ARMS: ClaimArms = { expired: true, flow: true };
+export const LEAN_ARMS: ClaimArms = { expired: false, flow: false };
+
+const candidates = (arms: ClaimArms) => (arms.expired ? "(SELECT * FROM expired UNION ALL SELECT * FROM fresh)" : "fresh");
+const plainPick = (limit: string, arms: ClaimArms) => `picked AS (
+  SELECT id FROM ${candidates(arms)} candidates
   ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index
   LIMIT ${limit}
 )`;
 // The same choice, numbered in claim order so each task can be given to its caller's slot.
-const assignedPick = (limit: string) => `picked AS (
+const assignedPick = (limit: string, arms: ClaimArms) => `picked AS (
   SELECT id, row_number() OVER (ORDER BY arm, priority DESC, fair_rank, created_at, chunk_index) AS rn
-  FROM (SELECT * FROM expired UNION ALL SELECT * FROM fresh) candidates
+  FROM ${candidates(arms)} candidates
   ORDER BY rn
   LIMIT ${limit}
 )`;
@@ -97,6 +113,21 @@ const freshScan = (p: ClaimParams, gate: string, from: string, order: string) =>
       LIMIT ${p.limit}
       FOR UPDATE SKIP LOCKED`;
 
+// The arm of expired leases (see claimCtes), a CTE ending in a comma.
+const expiredArm = (p: ClaimParams, gate: string) => `expired AS (
+  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
+  FROM requested w
+  CROSS JOIN LATERAL (
+    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
+    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND ${gate}
+      AND coalesce((${p.hints}::jsonb ->> '~expired')::boolean, true)
+      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ ${p.labels}::jsonb)
+    ORDER BY lease_expires_at
+    LIMIT ${p.limit}
+    FOR UPDATE SKIP LOCKED
+  ) c
+), `;
+
 /*
  * The claim: one statement, so there is no window between choosing and taking.
  * - Two arms, each an index-ordered top-N per requested workload (LATERAL over the workload list,
@@ -133,25 +164,13 @@ const freshScan = (p: ClaimParams, gate: string, from: string, order: string) =>
  * events, the watcher probe and the answer). `gate` is a condition every arm adds: the claim of a
  * result report takes nothing unless the report's result was accepted.
  */
-export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignment) => `requested AS (
+export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignment, arms: ClaimArms = FULL_ARMS) => `requested AS (
   SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
     CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
       ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT ${p.hints}::jsonb -> wl.name AS k) h
   WHERE wl.name = ANY (${p.workloads}::text[])
-), expired AS (
-  SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 0 AS arm
-  FROM requested w
-  CROSS JOIN LATERAL (
-    SELECT id, priority, fair_rank, created_at, chunk_index FROM tasks
-    WHERE status = 'leased' AND workload = w.name AND lease_expires_at <= now() AND attempt < max_attempts AND ${gate}
-      AND coalesce((${p.hints}::jsonb ->> '~expired')::boolean, true)
-      AND NOT w.flow AND (required_labels IS NULL OR required_labels <@ ${p.labels}::jsonb)
-    ORDER BY lease_expires_at
-    LIMIT ${p.limit}
-    FOR UPDATE SKIP LOCKED
-  ) c
-), fresh AS (
+), ${arms.expired ? expiredArm(p, gate) : ""}fresh AS (
   SELECT c.id, c.priority, c.fair_rank, c.created_at, c.chunk_index, 1 AS arm
   FROM requested w
   CROSS JOIN LATERAL (
@@ -167,7 +186,7 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
     SELECT * FROM (${freshScan(p, gate, "priority < w.hint_p", "priority DESC, fair_rank, created_at, chunk_index")}) below_hint
     LIMIT ${p.limit}
   ) c
-), ${assign ? assignedPick(p.limit) : plainPick(p.limit)}, plain_claimed AS (
+), ${assign ? assignedPick(p.limit, arms) : plainPick(p.limit, arms)}, plain_claimed AS (
   UPDATE tasks t
   SET status = 'leased',
       attempt = t.attempt + 1,
@@ -180,32 +199,56 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
   ${assign ? "FROM picked p WHERE t.id = ANY (ARRAY(SELECT id FROM picked)) AND t.id = p.id" : "WHERE t.id = ANY (ARRAY(SELECT id FROM picked))"}
     AND EXISTS (SELECT 1 FROM picked)
   RETURNING t.*${assign ? ", p.rn" : ""}
-), ${assign ? assignedFlowClaim(p, gate, assign.owners) : flowClaim(p, gate)}, claimed AS (
+), ${
+  arms.flow
+    ? `${assign ? assignedFlowClaim(p, gate, assign.owners) : flowClaim(p, gate)}, claimed AS (
   SELECT * FROM plain_claimed UNION ALL SELECT (task).*${assign ? ", (SELECT count(*) FROM plain_claimed) + slot" : ""} FROM flow_claimed
-), running AS (
+)`
+    : "claimed AS (SELECT * FROM plain_claimed)"
+}, running AS (
   UPDATE jobs SET status = 'running', updated_at = now()
   WHERE id = ANY (ARRAY(SELECT job_id FROM claimed)) AND ${jobStatusIn("status", "pending")}
 )`;
-// A claimed task came from pending (not a reclaimed lease): taken by the fresh arm, or by the flow claim from pending.
-const wasFresh = (t: string) =>
-  `(${t}.id = ANY (ARRAY(SELECT id FROM fresh)) OR ${t}.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh)))`;
-// The claim's status events, for statusEvents: previous status pending for fresh work, leased for a reclaimed lease.
-const claimedEvents = (extra: string) => `SELECT job_id, id, chunk_index, 'task_status', 'leased',
+/** The parts of a claim statement that read its arms: its events, pickup_seconds and created_us. */
+export interface ClaimOutputs {
+  /** The claim's status events, for statusEvents: previous status pending for fresh work, leased for a reclaimed lease. */
+  eventRows: string;
+  /** The same beside a completion's events, which carry the report's usage (fragments.ts statusEventsWithUsage): a claim reports none. */
+  eventRowsBesideUsage: string;
+  /** pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease. */
+  pickupSeconds: string;
+  /**
+   * created_us: a claimed task's created_at in whole microseconds since the epoch, where claim hints
+   * (claim-hints.ts) put the next scan's start; a Date would round it to the millisecond. A task the
+   * flow claim leased carries instead where its lane's next claim starts (`priority;fair_rank;us;chunk`,
+   * leasehold_flow_claim_hinted's hint), when it says.
+   */
+  createdUs(t: string): string;
+}
+
+export function claimOutputs(arms: ClaimArms): ClaimOutputs {
+  // A claimed task came from pending (not a reclaimed lease): taken by the fresh arm, or by the flow
+  // claim from pending. Without those two arms every claimed task is the fresh arm's.
+  const wasFresh = (t: string) =>
+    arms.expired || arms.flow
+      ? `(${t}.id = ANY (ARRAY(SELECT id FROM fresh))${arms.flow ? ` OR ${t}.id = ANY (ARRAY(SELECT (task).id FROM flow_claimed WHERE fresh))` : ""})`
+      : "true";
+  const events = (extra: string) => `SELECT job_id, id, chunk_index, 'task_status', 'leased',
     CASE WHEN ${wasFresh("claimed")} THEN 'pending' ELSE 'leased' END, attempt, lease_owner${extra}
   FROM claimed`;
-export const claimedEventRows = claimedEvents("");
-/** The same beside a completion's events, which carry the report's usage (fragments.ts statusEventsWithUsage): a claim reports none. */
-export const claimedEventRowsBesideUsage = claimedEvents(", NULL::jsonb");
-
-// created_us: a claimed task's created_at in whole microseconds since the epoch, where claim hints
-// (claim-hints.ts) put the next scan's start; a Date would round it to the millisecond. A task the
-// flow claim leased carries instead where its lane's next claim starts (`priority;fair_rank;us;chunk`,
-// leasehold_flow_claim_hinted's hint), when it says.
-export const createdUs = (t: string) =>
-  `coalesce((SELECT fc.hint FROM flow_claimed fc WHERE (fc.task).id = ${t}.id), (extract(epoch FROM ${t}.created_at) * 1000000)::bigint::text)`;
-
-// pickup_seconds (metrics): how long a task taken from pending had been claimable; NULL for a reclaimed lease.
-export const pickupSeconds = `CASE WHEN ${wasFresh("claimed")} THEN extract(epoch FROM now() - claimed.run_after)::float8 END`;
+  const ownUs = (t: string) => `(extract(epoch FROM ${t}.created_at) * 1000000)::bigint::text`;
+  return {
+    eventRows: events(""),
+    eventRowsBesideUsage: events(", NULL::jsonb"),
+    pickupSeconds: `CASE WHEN ${wasFresh("claimed")} THEN extract(epoch FROM now() - claimed.run_after)::float8 END`,
+    createdUs: (t) => (arms.flow ? `coalesce((SELECT fc.hint FROM flow_claimed fc WHERE (fc.task).id = ${t}.id), ${ownUs(t)})` : ownUs(t)),
+  };
+}
+const FULL_OUTPUTS = claimOutputs(FULL_ARMS);
+export const claimedEventRows = FULL_OUTPUTS.eventRows;
+export const claimedEventRowsBesideUsage = FULL_OUTPUTS.eventRowsBesideUsage;
+export const createdUs = FULL_OUTPUTS.createdUs;
+export const pickupSeconds = FULL_OUTPUTS.pickupSeconds;
 
 // @leaseSeconds null: the workload's; @labels and @hints jsonb.
 const claimStatement = (claimOrder: string) => `

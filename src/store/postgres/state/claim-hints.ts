@@ -53,6 +53,8 @@ interface FlowUse {
 export interface HintedClaim {
   /** The statement's hints parameter: jsonb text, workload → key; a workload missing scans from the front. */
   readonly json: string;
+  /** Whether it tells the claim to leave out its arm of expired leases (`"~expired": false`). */
+  readonly expiredOff: boolean;
   /**
    * Takes the claimed rows. `took` says whether the claim took everything its scans found
    * (fewer rows than its limit, and its claim ran): then nothing claimable was left, and every
@@ -61,12 +63,12 @@ export interface HintedClaim {
   learn(rows: readonly HintRow[], took: boolean): void;
 }
 
-const NO_HINTS: HintedClaim = { json: "{}", learn: () => {} };
+const NO_HINTS: HintedClaim = { json: "{}", expiredOff: false, learn: () => {} };
 /** Announcements kept per workload for flow claims in flight (each job's CreateJob is one). */
 const HEARD_KEPT = 256;
 /** FLOW_CLAIM_HINTS=false: the flow claim runs leasehold_flow_claim, as before. */
 const FLOW_OFF = { "~flow": "off" };
-const NO_HINTS_FLOW_OFF: HintedClaim = { json: JSON.stringify(FLOW_OFF), learn: () => {} };
+const NO_HINTS_FLOW_OFF: HintedClaim = { json: JSON.stringify(FLOW_OFF), expiredOff: false, learn: () => {} };
 
 /** A retry's hint moves back this long after it falls due: the NOTIFY's own delivery, and a margin. */
 const DUE_SLACK_MS = 50;
@@ -227,6 +229,7 @@ export class ClaimHints {
     if (Object.keys(floorSend).length > 0) send["~l"] = floorSend;
     return {
       json: JSON.stringify(send),
+      expiredOff: send["~expired"] === false,
       learn: (rows, took) => {
         if (this.epoch !== epoch) return;
         for (const [w, u] of used) {

@@ -77,6 +77,15 @@ export class FlowWorkloads {
     return workloads.some((w) => this.names.has(w));
   }
 
+  /**
+   * Whether none of these is flow-controlled, as far as a read has said: false until the first read
+   * is in, so a coordinator just started sends the full claim (claim.ts ClaimArms) until it knows.
+   */
+  noneOf(workloads: readonly string[]): boolean {
+    const any = this.any(workloads);
+    return this.readAt > 0 && !any;
+  }
+
   /** Told by a statement that a workload's settings changed here, so this coordinator knows at once. */
   mark(name: string, flow: boolean): void {
     if (flow) this.names.add(name);
