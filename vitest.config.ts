@@ -66,9 +66,10 @@ const FLOW_SUITES = ["test/store/flow-*.test.ts"];
 /**
  * The slow and rarely touched suites: processes killed and PostgreSQL restarted under load, the
  * packed tarball installed with npm ci, a coordinator upgraded in place, the schedule race with a
- * coordinator SIGKILLed, the TypeScript client's package built in a consumer's project. Together
- * ~200 of `npm test`'s ~900 test-seconds on two cores: `npm run test:slow` runs them, and CI runs
- * it beside `npm test`, which leaves them out (the one-statement project still runs faults).
+ * coordinator SIGKILLed, the TypeScript client's package built in a consumer's project, the Python
+ * client's worker processes (a minute alone; the rest of its pytest suite stays in `npm test`).
+ * Together ~260 of `npm test`'s ~830 test-seconds on two cores: `npm run test:slow` runs them, and
+ * CI runs it beside `npm test`, which leaves them out (the one-statement project still runs faults).
  */
 const SLOW_SUITES = [
   "test/process/faults.test.ts",
@@ -76,6 +77,7 @@ const SLOW_SUITES = [
   "test/process/schedules-race.test.ts",
   "test/process/upgrade-in-place.test.ts",
   "test/clients/ts-client-package.test.ts",
+  "test/clients/python-client-workers.test.ts",
 ];
 
 export default defineConfig({

@@ -6,7 +6,7 @@
 // trigger and the events, without the commit's fsync (synchronous_commit off here). Variants run in
 // turn, alternating, so drift on a shared machine falls on each alike. Not a test:
 //
-//   node --import tsx bench/statement-cost.ts [--rounds 2000] [--repeats 5] [--keyed]
+//   node --import tsx bench/statement-cost.ts [--rounds 2000] [--repeats 5] [--items 1] [--keyed]
 //
 // --keyed: the workload is bench:horizon's keyed shape (max_leased_per_key 4, 40-task jobs of 50
 // concurrency keys in turn, each key's tier of 3 as its priority), so the claim is the flow claim's
