@@ -20,7 +20,7 @@ WITH input AS MATERIALIZED (
 ), slot_list AS (
   SELECT array_agg(worker_id ORDER BY rn) AS owners, array_agg(caller ORDER BY rn) AS callers FROM slots
 ), requested AS (
-  SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
+  SELECT wl.name, wl.flow, wl.lease_seconds, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
     CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
       ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT $6::jsonb -> wl.name AS k) h
@@ -64,7 +64,7 @@ WITH input AS MATERIALIZED (
   SET status = 'leased',
       attempt = t.attempt + 1,
       lease_owner = ((SELECT owners FROM slot_list))[p.rn],
-      lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_expires_at = now() + make_interval(secs => coalesce($4::int, (SELECT r.lease_seconds FROM requested r WHERE r.name = t.workload))),
       lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,

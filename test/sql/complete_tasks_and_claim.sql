@@ -10,7 +10,7 @@ WITH done AS (
     AND t.lease_expires_at > now()
   RETURNING t.*
 ), requested AS (
-  SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
+  SELECT wl.name, wl.flow, wl.lease_seconds, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
     CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
       ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT $8::jsonb -> wl.name AS k) h
@@ -65,7 +65,7 @@ WITH done AS (
   SET status = 'leased',
       attempt = t.attempt + 1,
       lease_owner = $5,
-      lease_expires_at = now() + make_interval(secs => coalesce($6::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_expires_at = now() + make_interval(secs => coalesce($6::int, (SELECT r.lease_seconds FROM requested r WHERE r.name = t.workload))),
       lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,

@@ -156,6 +156,8 @@ const expiredArm = (p: ClaimParams, gate: string) => `expired AS (
  *   claimed by leasehold_flow_claim (migrations/functions/), under their advisory lock, for
  *   whatever this statement's arms left of the limit. Both honour the worker's labels and order by
  *   fair_rank after priority (0 in a workload that never saw a concurrency key).
+ * - A lease's length, when the worker names none, is its workload's, from `requested` (a scan of
+ *   the few rows already read) rather than a lookup of workloads per leased row.
  * - The plain update waits on `EXISTS (SELECT 1 FROM picked)`, a one-time filter: with nothing
  *   picked (a flow workload's claim, leased in its function) it reads nothing. A generic plan made
  *   while tasks was small scanned the heap for the picked ids (a hash join over a sequential
@@ -165,7 +167,7 @@ const expiredArm = (p: ClaimParams, gate: string) => `expired AS (
  * result report takes nothing unless the report's result was accepted.
  */
 export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignment, arms: ClaimArms = FULL_ARMS) => `requested AS (
-  SELECT wl.name, wl.flow, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
+  SELECT wl.name, wl.flow, wl.lease_seconds, (h.k ->> 'p')::int AS hint_p, (h.k ->> 'r')::bigint AS hint_r,
     CASE WHEN h.k ->> 'c' = 'Infinity' THEN 'infinity'::timestamptz
       ELSE 'epoch'::timestamptz + (h.k ->> 'c')::bigint * interval '1 microsecond' END AS hint_c, (h.k ->> 'i')::int AS hint_i
   FROM workloads wl CROSS JOIN LATERAL (SELECT ${p.hints}::jsonb -> wl.name AS k) h
@@ -191,7 +193,7 @@ export const claimCtes = (p: ClaimParams, gate = "true", assign?: ClaimAssignmen
   SET status = 'leased',
       attempt = t.attempt + 1,
       lease_owner = ${assign ? assign.owner("p.rn") : p.worker},
-      lease_expires_at = now() + make_interval(secs => coalesce(${p.leaseSeconds}::int, (SELECT lease_seconds FROM workloads WHERE name = t.workload))),
+      lease_expires_at = now() + make_interval(secs => coalesce(${p.leaseSeconds}::int, (SELECT r.lease_seconds FROM requested r WHERE r.name = t.workload))),
       lease_seq = txid_current(),
       started_at = coalesce(t.started_at, now()),
       version = t.version + 1,
