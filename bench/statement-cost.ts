@@ -55,7 +55,6 @@ const VARIANTS: Record<string, Variant> = {
   current: { text: COALESCED_COMPLETE_AND_CLAIM.text, hints: JSON.stringify({ "~expired": false }) },
   // The same without the arms of expired leases and of flow control, as sent while neither can take anything.
   lean: { text: COALESCED_COMPLETE_AND_CLAIM_LEAN.text, hints: JSON.stringify({ "~expired": false }) },
-
 };
 if (process.env.FLOW_FUNCTION)
   VARIANTS[`flow_${process.env.FLOW_FUNCTION}`] = {
