@@ -210,6 +210,8 @@ try {
   }
   await c.end();
 } finally {
+  // The store's timers (the reaper, maintenance) would keep the process alive after the report.
+  store.stopTimers();
   await pool.end();
   await db.stop();
 }
