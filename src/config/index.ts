@@ -66,7 +66,7 @@ export interface Config {
    */
   flowClaimHints: boolean;
   /** COALESCE, COALESCE_MAX_BATCH, COALESCE_MIX: coalescing's batch size and whether results ride with claims; false: off. */
-  coalescing: { maxBatch: number; mixResults: boolean } | false;
+  coalescing: { maxBatch: number; mixResults: boolean; lingerMs: number } | false;
   /** HORIZON_WARN_AFTER_MS: how long the MVCC horizon may be held back before the warning and the /readyz note. */
   horizonWarnAfterMs: number;
 }
@@ -280,14 +280,18 @@ export function parseFlowClaimHints(env: Env): boolean {
  * Exported for the test support, which builds stores in process and reads the same switch with the
  * same rule (test/support/switches.ts).
  */
-export function parseCoalescing(env: Env): { maxBatch: number; mixResults: boolean } | false {
+export function parseCoalescing(env: Env): { maxBatch: number; mixResults: boolean; lingerMs: number } | false {
   const raw = (env.COALESCE ?? "").trim().toLowerCase();
   if (raw === "false") return false;
   if (raw !== "" && raw !== "true") throw new ConfigError("COALESCE", `must be true or false, got ${JSON.stringify(env.COALESCE)}`);
   const mix = (env.COALESCE_MIX ?? "").trim().toLowerCase();
   if (mix !== "" && mix !== "true" && mix !== "false")
     throw new ConfigError("COALESCE_MIX", `must be true or false, got ${JSON.stringify(env.COALESCE_MIX)}`);
-  return { maxBatch: int(env, "COALESCE_MAX_BATCH", 64, 1, 1000), mixResults: mix !== "false" };
+  return {
+    maxBatch: int(env, "COALESCE_MAX_BATCH", 64, 1, 1000),
+    mixResults: mix !== "false",
+    lingerMs: int(env, "COALESCE_LINGER_MS", 4, 0, 100),
+  };
 }
 
 /** The same rule as a request's worker_id: printable ASCII, no spaces here (the line is space separated). */

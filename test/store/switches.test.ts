@@ -10,7 +10,9 @@ describe("test switches", () => {
     const project = task.file.projectName;
     expect(["direct", "router", "one-statement-per-call"]).toContain(project);
     expect(SWITCHES.directUnary).toBe(project !== "router");
-    expect(SWITCHES.coalescing).toEqual(project === "one-statement-per-call" ? false : { maxBatch: 64, mixResults: project !== "router" });
+    expect(SWITCHES.coalescing).toEqual(
+      project === "one-statement-per-call" ? false : { maxBatch: 64, mixResults: project !== "router", lingerMs: 4 },
+    );
     expect(TEST_STORE_OPTIONS.coalescing).toEqual(SWITCHES.coalescing);
     expect(SWITCHES.claimHints).toBe(project !== "one-statement-per-call");
     expect(TEST_STORE_OPTIONS.claimHints).toBe(SWITCHES.claimHints);
@@ -21,7 +23,7 @@ describe("test switches", () => {
   it("are read with the configuration's rule", () => {
     expect(testSwitches({})).toEqual({
       directUnary: true,
-      coalescing: { maxBatch: 64, mixResults: true },
+      coalescing: { maxBatch: 64, mixResults: true, lingerMs: 4 },
       claimHints: true,
       flowClaimHints: true,
     });
@@ -32,8 +34,10 @@ describe("test switches", () => {
       flowClaimHints: false,
     });
     expect(() => testSwitches({ CLAIM_HINTS: "no" })).toThrow(/^CLAIM_HINTS: /);
-    expect(testSwitches({ COALESCE_MAX_BATCH: "8" }).coalescing).toEqual({ maxBatch: 8, mixResults: true });
-    expect(testSwitches({ COALESCE_MIX: "false" }).coalescing).toEqual({ maxBatch: 64, mixResults: false });
+    expect(testSwitches({ COALESCE_MAX_BATCH: "8" }).coalescing).toEqual({ maxBatch: 8, mixResults: true, lingerMs: 4 });
+    expect(testSwitches({ COALESCE_MIX: "false" }).coalescing).toEqual({ maxBatch: 64, mixResults: false, lingerMs: 4 });
+    expect(testSwitches({ COALESCE_LINGER_MS: "0" }).coalescing).toEqual({ maxBatch: 64, mixResults: true, lingerMs: 0 });
+    expect(() => testSwitches({ COALESCE_LINGER_MS: "-1" })).toThrow(/^COALESCE_LINGER_MS: /);
     expect(() => testSwitches({ COALESCE_MIX: "no" })).toThrow(/^COALESCE_MIX: /);
     expect(() => testSwitches({ DIRECT_UNARY: "off" })).toThrow(/^DIRECT_UNARY: /);
   });

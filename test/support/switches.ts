@@ -8,7 +8,7 @@ export interface TestSwitches {
   /** pass as createApiServer's directUnary */
   directUnary: boolean;
   /** pass as PostgresQueue's coalescing */
-  coalescing: { maxBatch: number; mixResults: boolean } | false;
+  coalescing: { maxBatch: number; mixResults: boolean; lingerMs: number } | false;
   /** pass as PostgresQueue's claimHints */
   claimHints: boolean;
   /** pass as PostgresQueue's flowClaimHints */

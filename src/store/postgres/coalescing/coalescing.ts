@@ -103,6 +103,7 @@ export class Coalescer implements CoalescedCalls {
         batched: batched("complete_and_claim"),
         // A statement holds at most maxBatch results, whichever calls they came in.
         weight: (item) => item.done.length,
+        returning: true,
       },
       options,
     );

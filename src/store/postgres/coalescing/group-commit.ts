@@ -16,6 +16,12 @@ export type Outcome<O> = { value: O } | { error: unknown };
 export interface GroupCommitOptions {
   /** At most this many items in one statement (weighed by `weight` where the hooks give one); the rest wait for the next. */
   maxBatch: number;
+  /**
+   * How long (ms) a lane whose callers come back (`hooks.returning`) waits for them after a
+   * statement, when fewer are waiting than that statement answered: the next statement then
+   * carries them too, not half of them. 0 or unset: the next statement starts at once.
+   */
+  lingerMs?: number;
 }
 
 export interface GroupCommitHooks<I, O> {
@@ -32,6 +38,12 @@ export interface GroupCommitHooks<I, O> {
   batched?(size: number): void;
   /** An item's share of maxBatch (a call of ten results weighs ten); 1 when not given. A lone item always fits. */
   weight?(item: I): number;
+  /**
+   * The lane's callers call again as soon as they are answered (a result with claim_next: its
+   * worker reports the task it was handed), so after a statement the lane lingers for them
+   * (options.lingerMs).
+   */
+  returning?: boolean;
 }
 
 interface Entry<I, O> {
@@ -47,7 +59,13 @@ interface Entry<I, O> {
 interface Lane<I, O> {
   waiting: Entry<I, O>[];
   busy: boolean;
+  /** Lingering after a statement: it starts the next one once this many wait, or when `timer` fires. */
+  expect?: number;
+  timer?: ReturnType<typeof setTimeout>;
 }
+
+/** Statements that start at once after a linger ran out, before the next may linger. */
+const LINGER_SKIPS = 8;
 
 /** The key `run` is called with for a statement of riders alone (no other lane was busy to take them). */
 export const RIDERS_KEY = "\u0000riders";
@@ -56,6 +74,8 @@ export class GroupCommit<I, O> {
   private readonly lanes = new Map<string, Lane<I, O>>();
   /** Riders waiting for a statement; kept apart from the map so no keyed lane is confused with them. */
   private readonly riders: Lane<I, O> = { waiting: [], busy: false };
+  /** Statements to run without lingering: a linger that ran out (its callers did not come back) skips the next few. */
+  private lingerSkips = 0;
 
   constructor(
     private readonly hooks: GroupCommitHooks<I, O>,
@@ -75,6 +95,7 @@ export class GroupCommit<I, O> {
     const l = lane;
     return this.enqueue(l, item, signal, () => {
       if (!l.busy) this.start(key, l);
+      else if (l.expect !== undefined && this.waitingFor(l) >= l.expect) this.release(key, l);
     });
   }
 
@@ -85,7 +106,62 @@ export class GroupCommit<I, O> {
   submitRider(item: I, signal?: AbortSignal): Promise<O> {
     return this.enqueue(this.riders, item, signal, () => {
       if (!this.riders.busy && !this.anyBusy()) this.start(RIDERS_KEY, this.riders);
+      else if (this.riders.expect !== undefined && this.waitingFor(this.riders) >= this.riders.expect)
+        this.release(RIDERS_KEY, this.riders);
+      else
+        for (const [key, l] of this.lanes)
+          if (l.expect !== undefined && this.waitingFor(l) >= l.expect) {
+            this.release(key, l);
+            break;
+          }
     });
+  }
+
+  /** What the lane's next statement could take, weighed: its own waiting items and the riders. */
+  private waitingFor(lane: Lane<I, O>): number {
+    return this.weigh(lane.waiting) + (lane === this.riders ? 0 : this.weigh(this.riders.waiting));
+  }
+
+  private weigh(entries: readonly Entry<I, O>[]): number {
+    const { weight } = this.hooks;
+    if (!weight) return entries.length;
+    let load = 0;
+    for (const e of entries) load += weight(e.item);
+    return load;
+  }
+
+  /**
+   * After a statement that answered `answered` callers (weighed) who come back at once: when fewer
+   * than they and those already waiting are here (up to maxBatch), the lane stays busy (riders still join it) until they are,
+   * or until lingerMs has passed. A lone worker never waits: it is the one expected. Group commit's
+   * commit_delay, with the callers counted instead of guessed.
+   */
+  private linger(key: string, lane: Lane<I, O>, answered: number): boolean {
+    const ms = this.options.lingerMs ?? 0;
+    if (ms <= 0 || !this.hooks.returning) return false;
+    if (this.lingerSkips > 0) {
+      this.lingerSkips--;
+      return false;
+    }
+    const expect = Math.min(this.options.maxBatch, answered + this.waitingFor(lane));
+    if (this.waitingFor(lane) >= expect) return false;
+    lane.expect = expect;
+    lane.timer = setTimeout(() => {
+      // They did not all come back (workers with real work, or gone): those waiting waited for
+      // nothing, so the next statements start at once, and lingering is tried again after them.
+      this.lingerSkips = LINGER_SKIPS;
+      this.release(key, lane);
+    }, ms);
+    return true;
+  }
+
+  /** Ends a lane's lingering: its next statement starts, or it goes idle. */
+  private release(key: string, lane: Lane<I, O>): void {
+    if (lane.timer) clearTimeout(lane.timer);
+    lane.timer = undefined;
+    lane.expect = undefined;
+    if (this.waitingFor(lane) > 0) void this.flush(key, lane);
+    else this.idle(key, lane);
   }
 
   private anyBusy(): boolean {
@@ -150,6 +226,7 @@ export class GroupCommit<I, O> {
     } finally {
       batch.forEach((e, i) => e.signal?.removeEventListener("abort", leaves[i]));
     }
+    if (this.linger(key, lane, this.weigh(batch))) return;
     // Riders left waiting (more than one statement could take) go with this lane's next statement.
     if (lane.waiting.length > 0 || this.riders.waiting.length > 0) void this.flush(key, lane);
     else this.idle(key, lane);

@@ -80,6 +80,8 @@ export interface CoalescingOptions {
   maxBatch: number;
   /** Results without claim_next ride with claims' statements (COALESCE_MIX; unset: true); false: each kind its own statements. */
   mixResults?: boolean;
+  /** How long a lane of results with claim_next waits for its workers to come back (COALESCE_LINGER_MS; group-commit.ts); 0: not at all. */
+  lingerMs?: number;
 }
 
 /** The single-task calls that coalescing (coalescing.ts) runs together, as the operation files call them. */
