@@ -65,7 +65,7 @@ export interface Config {
    * from the last it found; false: leasehold_flow_claim as before, and the head from the front.
    */
   flowClaimHints: boolean;
-  /** COALESCE, COALESCE_MAX_BATCH, COALESCE_MIX: coalescing's batch size and whether results ride with claims; false: off. */
+  /** COALESCE, COALESCE_MAX_BATCH, COALESCE_MIX, COALESCE_LINGER_MS: coalescing's batch size, whether results ride with claims, the linger; false: off. */
   coalescing: { maxBatch: number; mixResults: boolean; lingerMs: number } | false;
   /** HORIZON_WARN_AFTER_MS: how long the MVCC horizon may be held back before the warning and the /readyz note. */
   horizonWarnAfterMs: number;
@@ -173,6 +173,11 @@ export const CONFIG_VARIABLES = [
   ],
   ["COALESCE_MAX_BATCH", "64", "most calls in one coalesced statement"],
   [
+    "COALESCE_LINGER_MS",
+    "4",
+    "after a statement of results with `claim_next`, how long the lane waits for the workers it answered to come back so the next statement carries them too; `0`: the next statement starts at once",
+  ],
+  [
     "COALESCE_MIX",
     "true",
     "result reports without `claim_next` that arrive while a claim statement runs go with the next claim statement (one statement in flight for workers that claim, then report); `false`: results and claims each have their own statements",
@@ -275,8 +280,8 @@ export function parseFlowClaimHints(env: Env): boolean {
 }
 
 /**
- * COALESCE (true unless set to false), COALESCE_MAX_BATCH (calls per statement, default 64) and
- * COALESCE_MIX (true unless set to false).
+ * COALESCE (true unless set to false), COALESCE_MAX_BATCH (calls per statement, default 64),
+ * COALESCE_MIX (true unless set to false) and COALESCE_LINGER_MS (default 4; group-commit.ts).
  * Exported for the test support, which builds stores in process and reads the same switch with the
  * same rule (test/support/switches.ts).
  */
