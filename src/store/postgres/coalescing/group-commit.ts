@@ -64,7 +64,7 @@ interface Lane<I, O> {
   timer?: ReturnType<typeof setTimeout>;
 }
 
-/** Statements that start at once after a linger ran out, before the next may linger. */
+/** Statements that start at once after a linger ran out with fewer than half back, before the next may linger. */
 const LINGER_SKIPS = 8;
 
 /** The key `run` is called with for a statement of riders alone (no other lane was busy to take them). */
@@ -74,7 +74,7 @@ export class GroupCommit<I, O> {
   private readonly lanes = new Map<string, Lane<I, O>>();
   /** Riders waiting for a statement; kept apart from the map so no keyed lane is confused with them. */
   private readonly riders: Lane<I, O> = { waiting: [], busy: false };
-  /** Statements to run without lingering: a linger that ran out (its callers did not come back) skips the next few. */
+  /** Statements to run without lingering: a linger that ran out with fewer than half back skips the next few. */
   private lingerSkips = 0;
 
   constructor(
@@ -143,13 +143,15 @@ export class GroupCommit<I, O> {
       this.lingerSkips--;
       return false;
     }
-    const expect = Math.min(this.options.maxBatch, answered + this.waitingFor(lane));
-    if (this.waitingFor(lane) >= expect) return false;
+    const before = this.waitingFor(lane);
+    const expect = Math.min(this.options.maxBatch, answered + before);
+    if (before >= expect) return false;
     lane.expect = expect;
     lane.timer = setTimeout(() => {
-      // They did not all come back (workers with real work, or gone): those waiting waited for
-      // nothing, so the next statements start at once, and lingering is tried again after them.
-      this.lingerSkips = LINGER_SKIPS;
+      // Time is up. When not even half of them came back (workers with real work, or gone), those
+      // waiting waited for little: the next statements start at once, and lingering is tried
+      // again after them. One slow worker of a busy fleet does not stop it.
+      if ((this.waitingFor(lane) - before) * 2 < expect - before) this.lingerSkips = LINGER_SKIPS;
       this.release(key, lane);
     }, ms);
     return true;
