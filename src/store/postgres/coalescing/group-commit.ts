@@ -7,6 +7,12 @@
 // lane is busy takes them along, and they get a lane of their own only when none is busy. So two
 // kinds that would otherwise each keep a statement in flight (results, which any claim statement
 // can carry, and claims) share one, and PostgreSQL pays one statement's fixed cost for both.
+//
+// Lingering (options.lingerMs, hooks.returning): workers chaining small tasks come straight back
+// with their next result, so a statement that returns while they are out would carry only those
+// that queued behind it, about half of a busy fleet. A returning lane waits for the callers it
+// just answered instead, up to lingerMs, and so carries all of them. Measured in
+// docs/performance-log.md ("the lane waits for the workers it answered").
 
 import { DeadlineExceededError } from "../../../queue/errors.js";
 
