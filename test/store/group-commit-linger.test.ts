@@ -8,7 +8,13 @@ import { GroupCommit } from "../../src/store/postgres/coalescing/group-commit.js
 const FOREVER_MS = 60_000;
 
 /** A group commit that records its batches; the first statement waits for `gate` when one is given. */
-function recorder(opts: { lingerMs: number; returning?: boolean; maxBatch?: number; gate?: Promise<void> }) {
+function recorder(opts: {
+  lingerMs: number;
+  returning?: boolean;
+  maxBatch?: number;
+  gate?: Promise<void>;
+  weight?: (i: number) => number;
+}) {
   const seen: number[][] = [];
   const gc = new GroupCommit<number, number>(
     {
@@ -18,6 +24,7 @@ function recorder(opts: { lingerMs: number; returning?: boolean; maxBatch?: numb
         return items.map((i) => ({ value: i * 10 }));
       },
       returning: opts.returning ?? true,
+      weight: opts.weight,
     },
     { maxBatch: opts.maxBatch ?? 64, lingerMs: opts.lingerMs },
   );
@@ -88,27 +95,15 @@ describe("group commit's linger", () => {
   it("counts by weight: it waits for no more than a statement can hold", async () => {
     let open: () => void = () => {};
     const gate = new Promise<void>((r) => (open = r));
-    const seen: number[][] = [];
-    const gc = new GroupCommit<number, number>(
-      {
-        async run(_key, items) {
-          seen.push(items);
-          if (seen.length === 1) await gate;
-          return items.map((i) => ({ value: i }));
-        },
-        weight: (i) => i,
-        returning: true,
-      },
-      { maxBatch: 10, lingerMs: FOREVER_MS },
-    );
+    const { gc, seen } = recorder({ lingerMs: FOREVER_MS, maxBatch: 10, gate, weight: (i) => i });
     // A call of weight 6 runs; one of 4 waits. Together with the 6 coming back they would be 16,
     // more than a statement holds: the lane waits for 10, which the 4 and the 6 make.
     const first = gc.submit("k", 6);
     const waiting = gc.submit("k", 4);
     open();
-    expect(await first).toBe(6);
+    expect(await first).toBe(60);
     const back = gc.submit("k", 6);
-    expect(await Promise.all([waiting, back])).toEqual([4, 6]);
+    expect(await Promise.all([waiting, back])).toEqual([40, 60]);
     expect(seen).toEqual([[6], [4, 6]]);
   });
 
